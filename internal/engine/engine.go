@@ -1,0 +1,88 @@
+// Package engine defines the storage engine interface that every stash uses
+// to keep its data, and the options engines are opened with. Implementations
+// live in subpackages (memory, pebble, sqlite, flash); package
+// engine/engines opens one by name; package engine/enginetest is the
+// conformance suite every implementation must pass.
+//
+// An engine holds one stash's data as of the stash's durable version: the
+// stash keeps the newer, not yet durable versions in its in-memory MVCC
+// window and hands them to the engine in version order with Apply.
+package engine
+
+import "github.com/distash/distash/internal/kv"
+
+// Engine stores the key-value pairs of one stash.
+//
+// Engines are safe for concurrent use: reads (Get, Scan, Stats) may run
+// concurrently with each other and with one Apply at a time.
+type Engine interface {
+	// Get returns the value of key; ok is false when the key is absent
+	// (never written, cleared, or evicted by an ephemeral engine). A Get of
+	// an ephemeral engine counts as a reference for its eviction order.
+	Get(key []byte) (value []byte, ok bool, err error)
+
+	// Scan calls fn for each key in [begin, end), ascending, or descending
+	// when reverse is set, until fn returns false. The slices passed to fn
+	// are only valid during the call. end == nil means no upper bound.
+	Scan(begin, end []byte, reverse bool, fn func(key, value []byte) bool) error
+
+	// Apply applies the writes of b in order and atomically, and records
+	// b.Version as the engine's version. A durable engine returns only after
+	// the batch is on stable storage (fsync); after a crash it holds either
+	// all of the batch or none of it. An ephemeral engine may evict other
+	// keys to stay within its capacity.
+	Apply(b *Batch) error
+
+	// Version returns the version recorded by the last Apply, 0 for a new engine.
+	Version() kv.Version
+
+	// Stats returns sizes and counters.
+	Stats() Stats
+
+	// Close releases the engine's resources. A durable engine keeps its data.
+	Close() error
+}
+
+// Write is one change in a Batch: a set (Value non-nil), a clear of Key
+// (Value nil, End nil) or a clear of [Key, End) (End non-nil).
+type Write struct {
+	Key   []byte
+	Value []byte
+	End   []byte
+	// Cost is the recomputation cost given with SetWithCost; camp eviction uses it.
+	Cost uint32
+}
+
+// IsClearRange reports whether w clears a range.
+func (w Write) IsClearRange() bool { return w.End != nil }
+
+// IsClear reports whether w clears the single key Key.
+func (w Write) IsClear() bool { return w.Value == nil && w.End == nil }
+
+// Batch is an ordered list of writes applied atomically at Version.
+type Batch struct {
+	Version kv.Version
+	Writes  []Write
+}
+
+// Stats describes an engine's content. Bytes counts the keys and values of
+// live pairs (what capacity limits are checked against).
+type Stats struct {
+	Keys      int64
+	Bytes     int64
+	Evictions int64 // pairs dropped to stay within capacity (ephemeral engines)
+}
+
+// Options configure an engine when it is opened.
+type Options struct {
+	// Dir is where a durable engine keeps its files. Unused by memory.
+	Dir string
+	// CapacityBytes is the per-stash capacity; 0 means unlimited. An
+	// ephemeral engine evicts to stay within it; a durable engine only
+	// reports its size (the commit proxy refuses writes past capacity).
+	CapacityBytes int64
+	// Ephemeral engines may evict; durable ones never drop an applied write.
+	Ephemeral bool
+	// Eviction is "lru" or "camp" for ephemeral engines.
+	Eviction string
+}
