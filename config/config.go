@@ -2,8 +2,63 @@
 //
 // A configuration names the pools of stashes: each with its key prefix,
 // medium, mode, engine, number of stashes, replication degree and per-stash
-// capacity. See Default for the built-in configuration and the README for
-// every key.
+// capacity. [Parse] and [Load] read a configuration, apply defaults and
+// validate it; [Default] is the built-in demo configuration; [Config.Marshal]
+// writes one back as TOML that Parse reads to the same value.
+//
+// # Keys
+//
+//	[cluster]
+//	failure_wait = "60s"   # Go duration, >= 0, default 60s: how long the data
+//	                       # distributor waits for a failed stash to return
+//	                       # before re-replicating its shards
+//	mvcc_window  = "5s"    # Go duration, 1s..1h, default 5s: how far back in
+//	                       # time reads may go (older: transaction_too_old)
+//
+//	[log]
+//	replicas = 1           # raft replicas of the transaction log, 1..7,
+//	                       # default 1; odd is recommended (2 is allowed but
+//	                       # tolerates no more failures than 1)
+//
+//	[[pool]]               # one table per pool, at least one
+//	name        = "cache"  # required, unique, only a-z 0-9 _ -
+//	prefix      = "c/"     # required, non-empty; every key with this prefix
+//	                       # lives in this pool; may not start with byte 0xff
+//	                       # (system key space); no pool's prefix may be a
+//	                       # prefix of another's
+//	medium      = "dram"   # required: dram | ssd | hdd | nvm
+//	mode        = "ephemeral"
+//	                       # required: ephemeral (may evict when full) or
+//	                       # durable (keeps every acknowledged write)
+//	engine      = "memory" # required: memory | pebble | sqlite | flash
+//	stashes     = 3        # number of stash instances, >= 1, default 1
+//	replication = 2        # replicas of each shard, 1..stashes, default 1
+//	capacity    = "256MiB" # per stash, default 0 = unlimited
+//	eviction    = "lru"    # lru | camp, ephemeral pools only, default lru
+//
+// Unknown keys are errors (keys are case-sensitive). Problems are reported
+// as [*FieldError] values naming the field, e.g.
+//
+//	pool[1] ("data").medium: "tape" is not one of dram, ssd, hdd, nvm
+//
+// and TOML errors as a [*TOMLError] with the line. [Config.Warnings] lists
+// valid but doubtful settings (an even number of log replicas, an ephemeral
+// pool without a capacity).
+//
+// Sizes are a whole number of bytes with an optional, case-insensitive unit:
+// B, KB, MB, GB, TB, PB, EB (powers of 10) or KiB, MiB, GiB, TiB, PiB, EiB
+// (powers of 2): "4096", "512KiB", "256MiB", "10GiB", "1GB". They may also be
+// written as a plain TOML integer of bytes.
+//
+// Durations are Go duration strings: "500ms", "60s", "1m30s".
+//
+// # Combinations
+//
+// Medium dram requires engine memory and engine memory requires medium dram.
+// A durable pool needs a non-volatile medium (ssd, hdd or nvm): a dram stash
+// loses its data on restart. An ephemeral pool needs an engine that can evict
+// (memory or flash; pebble and sqlite cannot). Only ephemeral pools have an
+// eviction policy.
 package config
 
 import "time"
@@ -54,3 +109,81 @@ type Duration struct{ time.Duration }
 
 // Size is a byte count written as "256MiB", "10GiB", "512KiB", "1000" (bytes), "1GB" (10^9).
 type Size int64
+
+// Default values applied by Parse to keys that are absent.
+const (
+	DefaultFailureWait = 60 * time.Second
+	DefaultMVCCWindow  = 5 * time.Second
+	DefaultLogReplicas = 1
+	DefaultStashes     = 1
+	DefaultReplication = 1
+	DefaultEviction    = "lru"
+)
+
+// Allowed values of the enumerated pool keys, in the order error messages
+// list them.
+var (
+	media     = []string{"dram", "ssd", "hdd", "nvm"}
+	modes     = []string{"ephemeral", "durable"}
+	engines   = []string{"memory", "pebble", "sqlite", "flash"}
+	evictions = []string{"lru", "camp"}
+)
+
+// Default returns the built-in demo configuration: a "cache" pool (prefix
+// "c/", DRAM, ephemeral, in-memory engine, LRU eviction, 64MiB per stash) and
+// a "data" pool (prefix "d/", SSD, durable, Pebble, 1GiB per stash), each of
+// 2 stashes with replication 2, one log replica.
+func Default() *Config {
+	return &Config{
+		Cluster: Cluster{
+			FailureWait: Duration{DefaultFailureWait},
+			MVCCWindow:  Duration{DefaultMVCCWindow},
+		},
+		Log: Log{Replicas: DefaultLogReplicas},
+		Pools: []Pool{
+			{
+				Name:        "cache",
+				Prefix:      "c/",
+				Medium:      "dram",
+				Mode:        "ephemeral",
+				Engine:      "memory",
+				Stashes:     2,
+				Replication: 2,
+				Capacity:    64 * MiB,
+				Eviction:    "lru",
+			},
+			{
+				Name:        "data",
+				Prefix:      "d/",
+				Medium:      "ssd",
+				Mode:        "durable",
+				Engine:      "pebble",
+				Stashes:     2,
+				Replication: 2,
+				Capacity:    1 * GiB,
+			},
+		},
+	}
+}
+
+// PoolForKey returns the pool whose prefix is a prefix of key. In a valid
+// configuration prefixes do not overlap, so there is at most one.
+func (c *Config) PoolForKey(key []byte) (*Pool, bool) {
+	for i := range c.Pools {
+		p := c.Pools[i].Prefix
+		if p != "" && len(key) >= len(p) && string(key[:len(p)]) == p {
+			return &c.Pools[i], true
+		}
+	}
+	return nil, false
+}
+
+// PoolByName returns the pool named name.
+func (c *Config) PoolByName(name string) (*Pool, bool) {
+	for i := range c.Pools {
+		if c.Pools[i].Name == name {
+			return &c.Pools[i], true
+		}
+	}
+	return nil, false
+}

@@ -1,0 +1,14 @@
+package main
+
+import (
+	"github.com/spf13/cobra"
+)
+
+func benchCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Benchmarks that reproduce the papers' figures (print figures, write PNGs)",
+	}
+	cmd.AddCommand(benchIngestCmd())
+	return cmd
+}

@@ -1,0 +1,34 @@
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/distash/distash/internal/bench/ingest"
+)
+
+func benchIngestCmd() *cobra.Command {
+	o := ingest.Options{}
+	cmd := &cobra.Command{
+		Use:   "ingest",
+		Short: "Paper Fig. 9/10: single-key insert transactions into DRAM, Pebble and SQLite pools",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+			defer stop()
+			o.Progress = true
+			_, err := ingest.Run(ctx, o, os.Stdout)
+			return err
+		},
+	}
+	cmd.Flags().StringSliceVar(&o.Pools, "pools", []string{"dram", "pebble", "sqlite"}, "pools to ingest into")
+	cmd.Flags().IntSliceVar(&o.Clients, "clients", []int{1, 10, 64}, "concurrent clients per run")
+	cmd.Flags().DurationVar(&o.Duration, "duration", 10*time.Second, "length of each run")
+	cmd.Flags().IntVar(&o.ValueSize, "value-size", 100, "bytes per value")
+	cmd.Flags().StringVar(&o.OutDir, "out", "bench-out", "directory for the PNG")
+	cmd.Flags().StringVar(&o.Dir, "dir", "", "cluster directory (default: temporary)")
+	return cmd
+}

@@ -1,0 +1,237 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/dustin/go-humanize"
+	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/distash/distash"
+	"github.com/distash/distash/internal/wire"
+)
+
+func cliCmd() *cobra.Command {
+	var cluster string
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "cli",
+		Short: "Talk to a running cluster: get, set, clear, getrange, status",
+		Long: `Talk to a running cluster. Keys and values are strings in which \xNN
+escapes stand for arbitrary bytes; output is printed the same way.`,
+	}
+	cmd.PersistentFlags().StringVar(&cluster, "cluster", envOr("DISTASH_CLUSTER", defaultCluster), "cluster address(es), host:port[,host:port] (env DISTASH_CLUSTER)")
+	cmd.PersistentFlags().DurationVar(&timeout, "timeout", 10*time.Second, "give up after this long")
+
+	withDB := func(fn func(ctx context.Context, db *distash.DB, args []string) error) func(*cobra.Command, []string) error {
+		return func(cmd *cobra.Command, args []string) error {
+			ctx, cancel := context.WithTimeout(context.Background(), timeout)
+			defer cancel()
+			db, err := distash.Open(ctx, cluster)
+			if err != nil {
+				return err
+			}
+			defer db.Close()
+			return fn(ctx, db, args)
+		}
+	}
+	get := &cobra.Command{
+		Use: "get KEY", Short: "Print the value of KEY", Args: cobra.ExactArgs(1),
+		RunE: withDB(func(ctx context.Context, db *distash.DB, args []string) error {
+			var v []byte
+			err := db.ReadTransact(ctx, func(tr *distash.Tx) error {
+				var err error
+				v, err = tr.Get(unescape(args[0]))
+				return err
+			})
+			if err != nil {
+				return err
+			}
+			if v == nil {
+				fmt.Printf("%s: not found\n", escape(unescape(args[0])))
+				return nil
+			}
+			fmt.Println(escape(v))
+			return nil
+		}),
+	}
+	set := &cobra.Command{
+		Use: "set KEY VALUE", Short: "Set KEY to VALUE", Args: cobra.ExactArgs(2),
+		RunE: withDB(func(ctx context.Context, db *distash.DB, args []string) error {
+			var tr0 *distash.Tx
+			err := db.Transact(ctx, func(tr *distash.Tx) error {
+				tr0 = tr
+				tr.Set(unescape(args[0]), unescape(args[1]))
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+			fmt.Printf("committed at version %d\n", tr0.CommittedVersion())
+			return nil
+		}),
+	}
+	clear := &cobra.Command{
+		Use: "clear KEY [END]", Short: "Clear KEY, or every key in [KEY, END)", Args: cobra.RangeArgs(1, 2),
+		RunE: withDB(func(ctx context.Context, db *distash.DB, args []string) error {
+			err := db.Transact(ctx, func(tr *distash.Tx) error {
+				if len(args) == 2 {
+					tr.ClearRange(unescape(args[0]), unescape(args[1]))
+				} else {
+					tr.Clear(unescape(args[0]))
+				}
+				return nil
+			})
+			if err == nil {
+				fmt.Println("cleared")
+			}
+			return err
+		}),
+	}
+	var limit int
+	var reverse bool
+	getrange := &cobra.Command{
+		Use: "getrange BEGIN END", Short: "Print the pairs in [BEGIN, END)", Args: cobra.ExactArgs(2),
+		RunE: withDB(func(ctx context.Context, db *distash.DB, args []string) error {
+			var kvs []distash.KeyValue
+			err := db.ReadTransact(ctx, func(tr *distash.Tx) error {
+				var err error
+				kvs, err = tr.GetRange(unescape(args[0]), unescape(args[1]), distash.RangeOptions{Limit: limit, Reverse: reverse})
+				return err
+			})
+			if err != nil {
+				return err
+			}
+			for _, p := range kvs {
+				fmt.Printf("%s = %s\n", escape(p.Key), escape(p.Value))
+			}
+			fmt.Printf("(%d pairs)\n", len(kvs))
+			return nil
+		}),
+	}
+	getrange.Flags().IntVar(&limit, "limit", 100, "at most this many pairs (0: all)")
+	getrange.Flags().BoolVar(&reverse, "reverse", false, "in reverse key order")
+
+	status := &cobra.Command{
+		Use: "status [json]", Short: "Show pools and stashes: bytes, keys, hits, misses, evictions", Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, cancel := context.WithTimeout(context.Background(), timeout)
+			defer cancel()
+			st, err := fetchStatus(ctx, cluster)
+			if err != nil {
+				return err
+			}
+			if len(args) == 1 {
+				if args[0] != "json" {
+					return fmt.Errorf("status: unknown format %q (want json)", args[0])
+				}
+				b, err := protojson.MarshalOptions{Multiline: true, EmitUnpopulated: true}.Marshal(st)
+				if err != nil {
+					return err
+				}
+				var pretty any
+				_ = json.Unmarshal(b, &pretty)
+				out, _ := json.MarshalIndent(pretty, "", "  ")
+				fmt.Println(string(out))
+				return nil
+			}
+			printStatus(st)
+			return nil
+		},
+	}
+	cmd.AddCommand(get, set, clear, getrange, status)
+	return cmd
+}
+
+func fetchStatus(ctx context.Context, cluster string) (*wire.StatusResponse, error) {
+	addr := strings.Split(cluster, ",")[0]
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	st, err := wire.NewDiStashClient(conn).Status(ctx, &wire.StatusRequest{}, grpc.WaitForReady(true))
+	if err != nil {
+		return nil, fmt.Errorf("status from %s: %w", addr, err)
+	}
+	return st, nil
+}
+
+func printStatus(st *wire.StatusResponse) { printStatusTo(os.Stdout, st) }
+
+func printStatusTo(out io.Writer, st *wire.StatusResponse) {
+	fmt.Fprintf(out, "committed version %d   commits %d   conflicts %d   too old %d   pool full %d   log: %d replica(s), %d entries in memory\n\n",
+		st.CommittedVersion, st.Commits, st.Conflicts, st.TooOld, st.PoolFull, st.Log.GetReplicas(), st.Log.GetEntriesInMemory())
+	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "POOL\tPREFIX\tMEDIUM\tMODE\tENGINE\tSTASHES\tR\tCAPACITY/STASH")
+	for _, p := range st.Pools {
+		capacity := "unlimited"
+		if p.CapacityBytes > 0 {
+			capacity = humanize.IBytes(uint64(p.CapacityBytes))
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\n", p.Name, escape(p.Prefix), p.Medium, p.Mode, p.Engine, p.Stashes, p.Replication, capacity)
+	}
+	w.Flush()
+	fmt.Fprintln(out)
+	modes := map[string]string{}
+	for _, p := range st.Pools {
+		modes[p.Name] = p.Mode
+	}
+	w = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "STASH\tPOOL\tKEYS\tBYTES\tWINDOW\tREADS\tHITS\tMISSES\tEVICTIONS\tVERSION")
+	for _, s := range st.Stashes {
+		hits, misses, ev := "-", "-", "-"
+		if modes[s.Pool] == "ephemeral" {
+			hits, misses, ev = strconv.FormatInt(s.Hits, 10), strconv.FormatInt(s.Misses, 10), strconv.FormatInt(s.Evictions, 10)
+		}
+		fmt.Fprintf(w, "%d\t%s-%d\t%d\t%s\t%s\t%d\t%s\t%s\t%s\t%d\n", s.Id, s.Pool, s.Index, s.Keys, humanize.IBytes(uint64(s.Bytes)),
+			humanize.IBytes(uint64(s.WindowBytes)), s.Reads, hits, misses, ev, s.Version)
+	}
+	w.Flush()
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+// unescape turns \xNN escapes into bytes.
+func unescape(s string) []byte {
+	var out []byte
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) && s[i+1] == 'x' {
+			if b, err := strconv.ParseUint(s[i+2:i+4], 16, 8); err == nil {
+				out = append(out, byte(b))
+				i += 3
+				continue
+			}
+		}
+		out = append(out, s[i])
+	}
+	return out
+}
+
+// escape prints bytes as text with \xNN for the unprintable.
+func escape(b []byte) string {
+	var sb strings.Builder
+	for _, c := range b {
+		if c >= 0x20 && c < 0x7f && c != '\\' {
+			sb.WriteByte(c)
+		} else {
+			fmt.Fprintf(&sb, "\\x%02x", c)
+		}
+	}
+	return sb.String()
+}

@@ -1,0 +1,28 @@
+// Command distash runs DiStash clusters, talks to them, and benchmarks them.
+//
+//	distash demo                       # embedded cluster + the paper's cache-augmented workload
+//	distash server --config F --dir D  # run an embedded cluster until interrupted
+//	distash cli get|set|clear|getrange|status
+//	distash bench ingest|farmem
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+)
+
+func main() {
+	root := &cobra.Command{
+		Use:           "distash",
+		Short:         "DiStash: a transactional key-value store over pools of stashes",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(serverCmd(), demoCmd(), cliCmd(), benchCmd())
+	if err := root.Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "distash:", err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,344 @@
+// Package distash is the client of DiStash, a transactional key-value store
+// that governs data across pools of stashes (DRAM, SSD, HDD, NVM). One
+// transaction reads and writes keys of any pools with strict
+// serializability, so a DRAM cache and the SSD data it caches never drift
+// apart.
+//
+//	db, err := distash.Open(ctx, "127.0.0.1:4500")
+//	defer db.Close()
+//	err = db.Transact(ctx, func(tr *distash.Tx) error {
+//		v, err := tr.Get([]byte("c/user:1"))
+//		...
+//		tr.Set([]byte("d/user:1"), value)
+//		return nil
+//	})
+//
+// Reads go straight to a stash that holds the key (the least loaded
+// replica); writes are buffered in the transaction and sent to a commit
+// proxy at commit. A transaction sees its own writes. Transact retries on
+// conflicts and other retryable errors, with backoff, until ctx ends.
+package distash
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/distash/distash/internal/kv"
+	"github.com/distash/distash/internal/wire"
+)
+
+// DB is a handle to a DiStash cluster. It is safe for concurrent use.
+type DB struct {
+	conn  *grpc.ClientConn
+	api   wire.DiStashClient
+	pools []*Pool
+
+	mu     sync.RWMutex
+	shards []shard // Protected by mu. Sorted by begin.
+
+	loadMu sync.Mutex
+	load   map[uint32]*stashLoad // Protected by loadMu.
+}
+
+type shard struct {
+	begin, end []byte
+	pool       string
+	stashes    []uint32
+}
+
+// stashLoad tracks requests in flight and recent latency of one stash, to
+// send reads to the least loaded replica.
+type stashLoad struct {
+	inflight  atomic.Int64
+	latencyNs atomic.Int64 // moving average
+}
+
+// Open connects to a cluster. clusterString is "host:port[,host:port...]";
+// the first address that answers is used.
+func Open(ctx context.Context, clusterString string) (*DB, error) {
+	var lastErr error
+	for _, addr := range strings.Split(clusterString, ",") {
+		addr = strings.TrimSpace(addr)
+		if addr == "" {
+			continue
+		}
+		db, err := dial(ctx, addr)
+		if err == nil {
+			return db, nil
+		}
+		lastErr = err
+	}
+	if lastErr == nil {
+		lastErr = errors.New("empty cluster string")
+	}
+	return nil, fmt.Errorf("distash: open %q: %w", clusterString, lastErr)
+}
+
+func dial(ctx context.Context, addr string) (*DB, error) {
+	conn, err := grpc.NewClient(addr,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20)))
+	if err != nil {
+		return nil, err
+	}
+	db := &DB{conn: conn, api: wire.NewDiStashClient(conn), load: map[uint32]*stashLoad{}}
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	info, err := db.api.ClusterInfo(cctx, &wire.ClusterInfoRequest{}, grpc.WaitForReady(true))
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	for _, p := range info.Pools {
+		db.pools = append(db.pools, &Pool{name: p.Name, prefix: p.Prefix, info: p})
+	}
+	if err := db.refreshShards(cctx); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return db, nil
+}
+
+// Close releases the connection.
+func (db *DB) Close() error { return db.conn.Close() }
+
+func (db *DB) refreshShards(ctx context.Context) error {
+	resp, err := db.api.Locations(ctx, &wire.LocationsRequest{Begin: []byte{}, End: []byte{0xff, 0xff}})
+	if err != nil {
+		return err
+	}
+	if err := fromWire(resp.Error); err != nil {
+		return err
+	}
+	shards := make([]shard, 0, len(resp.Shards))
+	for _, s := range resp.Shards {
+		shards = append(shards, shard{begin: s.Begin, end: s.End, pool: s.Pool, stashes: s.Stashes})
+	}
+	sort.Slice(shards, func(i, j int) bool { return bytes.Compare(shards[i].begin, shards[j].begin) < 0 })
+	db.mu.Lock()
+	db.shards = shards
+	db.mu.Unlock()
+	return nil
+}
+
+// shardsIn returns the shards intersecting [begin, end), clipped, in key order.
+func (db *DB) shardsIn(begin, end []byte) []shard {
+	db.mu.RLock()
+	defer db.mu.RUnlock()
+	var out []shard
+	for _, s := range db.shards {
+		if bytes.Compare(s.end, begin) <= 0 || bytes.Compare(s.begin, end) >= 0 {
+			continue
+		}
+		c := s
+		if bytes.Compare(c.begin, begin) < 0 {
+			c.begin = begin
+		}
+		if bytes.Compare(c.end, end) > 0 {
+			c.end = end
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+func (db *DB) shardOf(key []byte) (shard, bool) {
+	db.mu.RLock()
+	defer db.mu.RUnlock()
+	i := sort.Search(len(db.shards), func(i int) bool { return bytes.Compare(db.shards[i].begin, key) > 0 }) - 1
+	if i < 0 || bytes.Compare(key, db.shards[i].end) >= 0 {
+		return shard{}, false
+	}
+	return db.shards[i], true
+}
+
+func (db *DB) loadOf(id uint32) *stashLoad {
+	db.loadMu.Lock()
+	defer db.loadMu.Unlock()
+	l, ok := db.load[id]
+	if !ok {
+		l = &stashLoad{}
+		db.load[id] = l
+	}
+	return l
+}
+
+// pickReplica chooses the team member with the least expected wait:
+// requests in flight times recent latency, ties broken at random.
+func (db *DB) pickReplica(team []uint32) uint32 {
+	best, bestScore := team[0], int64(-1)
+	off := rand.IntN(len(team))
+	for i := range team {
+		id := team[(i+off)%len(team)]
+		l := db.loadOf(id)
+		lat := l.latencyNs.Load()
+		if lat == 0 {
+			lat = 100_000
+		}
+		score := (l.inflight.Load() + 1) * lat
+		if bestScore < 0 || score < bestScore {
+			best, bestScore = id, score
+		}
+	}
+	return best
+}
+
+// track records a request to stash id; call the returned func when done.
+func (db *DB) track(id uint32) func() {
+	l := db.loadOf(id)
+	l.inflight.Add(1)
+	start := time.Now()
+	return func() {
+		l.inflight.Add(-1)
+		ns := time.Since(start).Nanoseconds()
+		old := l.latencyNs.Load()
+		if old == 0 {
+			l.latencyNs.Store(ns)
+		} else {
+			l.latencyNs.Store(old + (ns-old)/8)
+		}
+	}
+}
+
+// poolFor returns the pool whose prefix covers key.
+func (db *DB) poolFor(key []byte) (*Pool, bool) {
+	for _, p := range db.pools {
+		if bytes.HasPrefix(key, p.prefix) {
+			return p, true
+		}
+	}
+	return nil, false
+}
+
+// Pool returns the pool with the given name.
+func (db *DB) Pool(name string) (*Pool, error) {
+	for _, p := range db.pools {
+		if p.name == name {
+			return p, nil
+		}
+	}
+	names := make([]string, len(db.pools))
+	for i, p := range db.pools {
+		names[i] = p.name
+	}
+	return nil, errorf(kv.CodeUnknownPool, "no pool named %q (pools: %s)", name, strings.Join(names, ", "))
+}
+
+// Pools returns every pool of the cluster, in configuration order.
+func (db *DB) Pools() []*Pool { return append([]*Pool(nil), db.pools...) }
+
+// Pool is a pool of stashes: every key with its prefix lives in it.
+type Pool struct {
+	name   string
+	prefix []byte
+	info   *wire.PoolInfo
+}
+
+// Name is the pool's name.
+func (p *Pool) Name() string { return p.name }
+
+// Prefix is the pool's key prefix.
+func (p *Pool) Prefix() []byte { return append([]byte(nil), p.prefix...) }
+
+// Key returns prefix+k: the key k inside the pool.
+func (p *Pool) Key(k []byte) []byte {
+	out := make([]byte, 0, len(p.prefix)+len(k))
+	return append(append(out, p.prefix...), k...)
+}
+
+// Range returns the pool's whole key range [prefix, prefixEnd).
+func (p *Pool) Range() (begin, end []byte) { return p.Prefix(), kv.PrefixEnd(p.prefix) }
+
+// Medium is the pool's medium: dram, ssd, hdd or nvm.
+func (p *Pool) Medium() string { return p.info.Medium }
+
+// Ephemeral reports whether the pool may evict.
+func (p *Pool) Ephemeral() bool { return p.info.Mode == "ephemeral" }
+
+// Durable reports whether the pool keeps every acknowledged write.
+func (p *Pool) Durable() bool { return p.info.Mode == "durable" }
+
+// Engine is the pool's storage engine.
+func (p *Pool) Engine() string { return p.info.Engine }
+
+// CapacityBytes is the per-stash capacity (0: unlimited).
+func (p *Pool) CapacityBytes() int64 { return p.info.CapacityBytes }
+
+// Stashes is the number of stashes in the pool.
+func (p *Pool) Stashes() int { return int(p.info.Stashes) }
+
+// Replication is the pool's replication degree.
+func (p *Pool) Replication() int { return int(p.info.Replication) }
+
+// CreateTransaction starts a transaction under manual control: call
+// Commit, and retry yourself on retryable errors.
+func (db *DB) CreateTransaction(ctx context.Context) (*Tx, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return newTx(ctx, db), nil
+}
+
+// Transact runs fn in a transaction and commits it, retrying the whole
+// function on retryable errors (conflicts, too-old read versions, unknown
+// commit results) with exponential backoff until ctx ends. fn may run
+// several times: it must not have side effects outside the transaction.
+func (db *DB) Transact(ctx context.Context, fn func(tr *Tx) error) error {
+	return db.run(ctx, fn, true)
+}
+
+// ReadTransact runs fn in a transaction without committing it, retrying on
+// retryable errors. All reads see one consistent snapshot.
+func (db *DB) ReadTransact(ctx context.Context, fn func(tr *Tx) error) error {
+	return db.run(ctx, fn, false)
+}
+
+// MaxBackoff bounds the wait between retries of Transact.
+const MaxBackoff = time.Second
+
+func (db *DB) run(ctx context.Context, fn func(tr *Tx) error, commit bool) error {
+	backoff := 2 * time.Millisecond
+	for {
+		tr := newTx(ctx, db)
+		err := fn(tr)
+		if err == nil && commit {
+			err = tr.Commit()
+		}
+		if err == nil {
+			return nil
+		}
+		if !retryable(err) {
+			return err
+		}
+		if errors.Is(err, ErrWrongShardServer) {
+			if rerr := db.refreshShards(ctx); rerr != nil && ctx.Err() == nil {
+				return rerr
+			}
+		}
+		wait := backoff/2 + rand.N(backoff/2+1)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("distash: %w (last error: %v)", ctx.Err(), err)
+		case <-time.After(wait):
+		}
+		backoff = min(backoff*2, MaxBackoff)
+	}
+}
+
+// Int64 decodes an 8-byte little-endian value written by Add, Max or Min
+// (shorter values are zero-extended). Nil decodes as 0.
+func Int64(b []byte) int64 { return kv.DecodeInt64(b) }
+
+// EncodeInt64 returns v as the 8-byte little-endian value Add, Max and Min use.
+func EncodeInt64(v int64) []byte { return kv.EncodeInt64(v) }

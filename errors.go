@@ -1,0 +1,89 @@
+package distash
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/distash/distash/internal/kv"
+	"github.com/distash/distash/internal/wire"
+)
+
+// Error is a DiStash error: a numeric code, as FoundationDB's, and a
+// message. Match errors with errors.Is against the Err* values; two Errors
+// match when their codes are equal.
+type Error struct {
+	Code    int
+	Message string
+}
+
+func (e *Error) Error() string {
+	name := kv.Code(e.Code).Name()
+	if e.Message == "" {
+		return fmt.Sprintf("distash: %s (%d)", name, e.Code)
+	}
+	return fmt.Sprintf("distash: %s (%d): %s", name, e.Code, e.Message)
+}
+
+// Is reports whether target is an *Error with the same code.
+func (e *Error) Is(target error) bool {
+	t, ok := target.(*Error)
+	return ok && t.Code == e.Code
+}
+
+// Retryable reports whether running the transaction again may succeed.
+func (e *Error) Retryable() bool { return kv.Code(e.Code).Retryable() }
+
+func codeErr(c kv.Code) *Error { return &Error{Code: int(c)} }
+
+// Errors a transaction may return. Match them with errors.Is.
+var (
+	// ErrNotCommitted: a key the transaction read was written by a
+	// transaction that committed after its read version. Retryable.
+	ErrNotCommitted = codeErr(kv.CodeNotCommitted)
+	// ErrTransactionTooOld: the read version fell out of the MVCC window
+	// (5 s by default). Retryable.
+	ErrTransactionTooOld = codeErr(kv.CodeTransactionTooOld)
+	// ErrCommitUnknownResult: the commit may or may not have happened.
+	// Transact retries it, so transactions should be idempotent.
+	ErrCommitUnknownResult = codeErr(kv.CodeCommitUnknownResult)
+	// ErrFutureVersion: a stash has not caught up with the read version yet. Retryable.
+	ErrFutureVersion = codeErr(kv.CodeFutureVersion)
+	// ErrWrongShardServer: a stash no longer holds a key. Retryable; the
+	// client refreshes its shard locations.
+	ErrWrongShardServer = codeErr(kv.CodeWrongShardServer)
+	// ErrKeyTooLarge: a key longer than 10,000 bytes.
+	ErrKeyTooLarge = codeErr(kv.CodeKeyTooLarge)
+	// ErrValueTooLarge: a value longer than 100,000 bytes.
+	ErrValueTooLarge = codeErr(kv.CodeValueTooLarge)
+	// ErrTransactionTooLarge: mutations and conflict ranges over 10,000,000 bytes.
+	ErrTransactionTooLarge = codeErr(kv.CodeTransactionTooLarge)
+	// ErrPoolFull: a durable pool would exceed its capacity; nothing of the
+	// transaction was applied.
+	ErrPoolFull = codeErr(kv.CodePoolFull)
+	// ErrKeyOutsidePools: a key no pool's prefix covers.
+	ErrKeyOutsidePools = codeErr(kv.CodeKeyOutsidePools)
+	// ErrUnknownPool: DB.Pool was given a name no pool has.
+	ErrUnknownPool = codeErr(kv.CodeUnknownPool)
+	// ErrInvalidMutation: a malformed mutation (an atomic operand longer than
+	// 8 bytes, a clear range whose end precedes its begin).
+	ErrInvalidMutation = codeErr(kv.CodeInvalidMutation)
+	// ErrUsedDuringCommit: the transaction was used after Commit.
+	ErrUsedDuringCommit = &Error{Code: 2017, Message: "transaction used after commit"}
+)
+
+func errorf(c kv.Code, format string, args ...any) *Error {
+	return &Error{Code: int(c), Message: fmt.Sprintf(format, args...)}
+}
+
+func fromWire(e *wire.Error) error {
+	if e == nil || e.Code == 0 {
+		return nil
+	}
+	return &Error{Code: int(e.Code), Message: e.Detail}
+}
+
+// retryable reports whether err is a DiStash error worth retrying.
+func retryable(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Retryable()
+}

@@ -1,0 +1,56 @@
+package enginetest
+
+import (
+	"encoding/binary"
+	"testing"
+
+	"github.com/distash/distash/internal/engine"
+	"github.com/distash/distash/internal/kv"
+)
+
+// benchKey writes the 16-byte benchmark key for i into buf.
+func benchKey(buf []byte, i int) []byte {
+	copy(buf, "bench/")
+	binary.BigEndian.PutUint64(buf[8:], uint64(i))
+	return buf[:16]
+}
+
+// BenchmarkApply applies b.N single-key batches (16-byte keys, 100-byte
+// values, over a key space of 100,000 keys so that some are overwrites) to e.
+func BenchmarkApply(b *testing.B, e engine.Engine) {
+	key := make([]byte, 16)
+	val := make([]byte, 100)
+	batch := &engine.Batch{Writes: make([]engine.Write, 1)}
+	b.SetBytes(int64(len(key) + len(val)))
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		binary.BigEndian.PutUint64(val, uint64(i))
+		batch.Version = kv.Version(i + 1)
+		batch.Writes[0] = engine.Write{Key: benchKey(key, (i*7919)%100_000), Value: val}
+		if err := e.Apply(batch); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkGet loads 10,000 pairs (16-byte keys, 100-byte values) into e
+// and then measures b.N Gets of present keys.
+func BenchmarkGet(b *testing.B, e engine.Engine) {
+	const n = 10_000
+	val := make([]byte, 100)
+	batch := &engine.Batch{Version: 1}
+	for i := 0; i < n; i++ {
+		batch.Writes = append(batch.Writes, engine.Write{Key: benchKey(make([]byte, 16), i), Value: val})
+	}
+	if err := e.Apply(batch); err != nil {
+		b.Fatal(err)
+	}
+	key := make([]byte, 16)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		_, ok, err := e.Get(benchKey(key, (i*7919)%n))
+		if err != nil || !ok {
+			b.Fatalf("Get: %v, %v", ok, err)
+		}
+	}
+}

@@ -1,0 +1,317 @@
+// Package memory is an in-memory storage engine.
+//
+// Pairs live in a B-tree ordered by key (github.com/google/btree), so Get,
+// set and clear are O(log n) and Scan walks the tree in either direction.
+// Scan iterates a copy-on-write clone of the tree taken in O(1), so it sees
+// a consistent snapshot and calls fn without any lock held. Stored keys and
+// values are private copies that are never modified in place: an overwrite
+// replaces the tree item, which is what keeps snapshots and the slices
+// handed to fn stable.
+//
+// An ephemeral engine with a capacity evicts after every write so that the
+// live key and value bytes never exceed the capacity once Apply returns.
+// The eviction order is kept by a policy: "lru" (an intrusive list, O(1)
+// per reference) or "camp" (GreedyDual-Size priorities in a B-tree). Both
+// Get hits and writes count as references. A durable memory engine
+// (Ephemeral false) never evicts; it only reports its size.
+package memory
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/google/btree"
+
+	"github.com/distash/distash/internal/engine"
+	"github.com/distash/distash/internal/kv"
+)
+
+// ErrClosed is returned by the methods of a closed engine.
+var ErrClosed = errors.New("memory engine: closed")
+
+// Eviction policy names accepted in engine.Options.Eviction.
+const (
+	EvictionLRU  = "lru"
+	EvictionCAMP = "camp"
+)
+
+// entry is the eviction bookkeeping of one stored pair.
+type entry struct {
+	key  []byte
+	size int64 // key and value bytes
+	cost uint32
+
+	prev, next *entry // lru list links
+
+	h   float64 // camp priority
+	seq uint64  // camp tie breaker
+}
+
+// item is what the key tree holds: the pair itself (the key inline for
+// cache-friendly comparisons) and its entry. Items are immutable, which is
+// what makes tree clones snapshots.
+type item struct {
+	key, value []byte
+	e          *entry
+}
+
+func lessItem(a, b item) bool { return bytes.Compare(a.key, b.key) < 0 }
+
+// Engine is an in-memory engine.Engine. Create one with Open.
+type Engine struct {
+	mu        sync.RWMutex
+	tree      *btree.BTreeG[item]
+	pol       policy // nil when no eviction order is kept
+	evict     bool   // evict to stay within capacity
+	capacity  int64
+	keys      int64
+	bytes     int64
+	evictions int64
+	closed    bool
+
+	version atomic.Int64
+}
+
+var _ engine.Engine = (*Engine)(nil)
+
+// Open returns a new, empty engine. opts.Dir is ignored. An eviction order
+// is kept when opts.Eviction is set or the engine is ephemeral ("lru" by
+// default); the engine evicts only when it is ephemeral with a positive
+// capacity.
+func Open(opts engine.Options) (*Engine, error) {
+	e := &Engine{
+		tree:     btree.NewG(32, lessItem),
+		capacity: opts.CapacityBytes,
+		evict:    opts.Ephemeral && opts.CapacityBytes > 0,
+	}
+	switch opts.Eviction {
+	case EvictionLRU:
+		e.pol = newLRU()
+	case EvictionCAMP:
+		e.pol = newCAMP()
+	case "":
+		if opts.Ephemeral {
+			e.pol = newLRU()
+		}
+	default:
+		return nil, fmt.Errorf("memory engine: unknown eviction policy %q (want %q or %q)",
+			opts.Eviction, EvictionLRU, EvictionCAMP)
+	}
+	return e, nil
+}
+
+// Get returns a copy of key's value. A hit counts as a reference for the
+// eviction order.
+func (e *Engine) Get(key []byte) ([]byte, bool, error) {
+	var it item
+	var ok bool
+	if e.pol != nil {
+		e.mu.Lock()
+		if e.closed {
+			e.mu.Unlock()
+			return nil, false, ErrClosed
+		}
+		it, ok = e.tree.Get(item{key: key})
+		if ok {
+			e.pol.touch(it.e)
+		}
+		e.mu.Unlock()
+	} else {
+		e.mu.RLock()
+		if e.closed {
+			e.mu.RUnlock()
+			return nil, false, ErrClosed
+		}
+		it, ok = e.tree.Get(item{key: key})
+		e.mu.RUnlock()
+	}
+	if !ok {
+		return nil, false, nil
+	}
+	// The value's bytes are never modified, so copying them after unlocking
+	// is safe.
+	return append(make([]byte, 0, len(it.value)), it.value...), true, nil
+}
+
+// Scan calls fn for the pairs in [begin, end) of a snapshot taken when
+// Scan starts (an O(1) copy-on-write clone of the key tree), so the scan
+// sees every Apply entirely or not at all and fn may call back into the
+// engine. A scan does not count as a reference for the eviction order.
+func (e *Engine) Scan(begin, end []byte, reverse bool, fn func(key, value []byte) bool) error {
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return ErrClosed
+	}
+	snap := e.tree.Clone()
+	e.mu.Unlock()
+	if end != nil && bytes.Compare(begin, end) >= 0 {
+		return nil
+	}
+	if !reverse {
+		snap.AscendGreaterOrEqual(item{key: begin}, func(it item) bool {
+			if end != nil && bytes.Compare(it.key, end) >= 0 {
+				return false
+			}
+			return fn(it.key, it.value)
+		})
+		return nil
+	}
+	visit := func(it item) bool {
+		if bytes.Compare(it.key, begin) < 0 {
+			return false
+		}
+		return fn(it.key, it.value)
+	}
+	if end == nil {
+		snap.Descend(visit)
+		return nil
+	}
+	snap.DescendLessOrEqual(item{key: end}, func(it item) bool {
+		if bytes.Equal(it.key, end) {
+			return true
+		}
+		return visit(it)
+	})
+	return nil
+}
+
+// Apply applies b atomically: readers see all of it or none of it. An
+// ephemeral engine with a capacity evicts after each write as needed.
+func (e *Engine) Apply(b *engine.Batch) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return ErrClosed
+	}
+	for i := range b.Writes {
+		w := &b.Writes[i]
+		switch {
+		case w.IsClearRange():
+			e.clearRange(w.Key, w.End)
+		case w.IsClear():
+			if it, ok := e.tree.Get(item{key: w.Key}); ok {
+				e.drop(it.e)
+			}
+		default:
+			e.set(w.Key, w.Value, w.Cost)
+		}
+	}
+	e.version.Store(int64(b.Version))
+	return nil
+}
+
+// drop removes e from the tree, the policy and the counters.
+func (e *Engine) drop(ent *entry) {
+	e.tree.Delete(item{key: ent.key})
+	if e.pol != nil {
+		e.pol.remove(ent)
+	}
+	e.keys--
+	e.bytes -= ent.size
+}
+
+func (e *Engine) set(key, value []byte, cost uint32) {
+	size := int64(len(key) + len(value))
+	it, exists := e.tree.Get(item{key: key})
+	if e.evict && size > e.capacity {
+		// The pair can never fit: drop it (and the value it replaces).
+		if exists {
+			e.drop(it.e)
+		}
+		e.evictions++
+		return
+	}
+	if exists {
+		ent := it.e
+		if e.pol != nil {
+			e.pol.remove(ent)
+		}
+		e.bytes += size - ent.size
+		ent.size = size
+		ent.cost = cost
+		v := append(make([]byte, 0, len(value)), value...)
+		e.tree.ReplaceOrInsert(item{key: ent.key, value: v, e: ent})
+		if e.pol != nil {
+			e.pol.add(ent)
+		}
+	} else {
+		buf := make([]byte, len(key)+len(value))
+		copy(buf, key)
+		copy(buf[len(key):], value)
+		ent := &entry{key: buf[:len(key):len(key)], size: size, cost: cost}
+		e.tree.ReplaceOrInsert(item{key: ent.key, value: buf[len(key):], e: ent})
+		if e.pol != nil {
+			e.pol.add(ent)
+		}
+		e.keys++
+		e.bytes += size
+	}
+	if e.evict {
+		for e.bytes > e.capacity {
+			v := e.pol.evict()
+			if v == nil {
+				break
+			}
+			e.tree.Delete(item{key: v.key})
+			e.keys--
+			e.bytes -= v.size
+			e.evictions++
+		}
+	}
+}
+
+func (e *Engine) clearRange(begin, end []byte) {
+	if bytes.Compare(begin, end) >= 0 {
+		return
+	}
+	var victims []*entry
+	e.tree.AscendRange(item{key: begin}, item{key: end}, func(it item) bool {
+		victims = append(victims, it.e)
+		return true
+	})
+	for _, v := range victims {
+		e.drop(v)
+	}
+}
+
+// Version returns the version of the last Apply.
+func (e *Engine) Version() kv.Version { return kv.Version(e.version.Load()) }
+
+// Stats returns the live pair count and bytes and the evictions so far.
+func (e *Engine) Stats() engine.Stats {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	return engine.Stats{Keys: e.keys, Bytes: e.bytes, Evictions: e.evictions}
+}
+
+// Coldest returns copies of up to n keys in eviction order, coldest first,
+// for a storage-hierarchy migrator. It returns nil when the engine keeps no
+// eviction order (durable with no Eviction option). It does not count as a
+// reference.
+func (e *Engine) Coldest(n int) [][]byte {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.pol == nil || e.closed || n <= 0 {
+		return nil
+	}
+	out := make([][]byte, 0, min(n, int(e.keys)))
+	e.pol.coldest(func(ent *entry) bool {
+		out = append(out, append([]byte(nil), ent.key...))
+		return len(out) < n
+	})
+	return out
+}
+
+// Close drops the engine's data. Later calls return ErrClosed; a second
+// Close returns nil.
+func (e *Engine) Close() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.closed = true
+	e.tree = nil // e.pol stays: Get reads it without the lock
+	return nil
+}

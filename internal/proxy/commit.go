@@ -1,0 +1,413 @@
+// Package proxy holds the GRV proxy and the commit proxy of the transaction
+// pipeline.
+//
+// The commit proxy takes whole transactions (read version, read and write
+// conflict ranges, mutations), batches them, and for each batch: gets a
+// commit version from the sequencer, refuses transactions that would push a
+// durable pool past its capacity (pool_full), asks the resolver which of the
+// rest conflict, tags each mutation of the committed ones with the stashes
+// that own its shard, appends the batch to the log and replies once the log
+// has made it durable. Batches are pipelined: the next batch is resolved
+// while earlier ones wait for the log, and replies go out in version order.
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+
+	"github.com/distash/distash/config"
+	"github.com/distash/distash/internal/kv"
+	"github.com/distash/distash/internal/resolver"
+	"github.com/distash/distash/internal/sequencer"
+	"github.com/distash/distash/internal/shardmap"
+	"github.com/distash/distash/internal/txlog"
+)
+
+// Txn is a transaction to commit.
+type Txn struct {
+	ReadVersion    kv.Version
+	ReadConflicts  []kv.KeyRange
+	WriteConflicts []kv.KeyRange
+	Mutations      []kv.Mutation
+}
+
+// Appender is the part of the log the commit proxy writes to.
+type Appender interface {
+	Append(e *txlog.Entry) *txlog.Future
+}
+
+// StashUsage tells the proxy how full a stash is.
+type StashUsage interface {
+	// Usage returns the stash's live bytes and the version they include.
+	Usage(tag kv.Tag) (usedBytes int64, applied kv.Version)
+}
+
+// CommitOptions configure a commit proxy.
+type CommitOptions struct {
+	Config    *config.Config
+	Sequencer *sequencer.Sequencer
+	Resolver  *resolver.Resolver
+	Log       Appender
+	Shards    *shardmap.Map
+	Usage     StashUsage
+	// PoolTags maps a pool name to its stashes' tags.
+	PoolTags map[string][]kv.Tag
+	// MaxBatch bounds the transactions of one batch.
+	MaxBatch int
+	Logger   *slog.Logger
+}
+
+type commitReq struct {
+	txn    Txn
+	system bool
+	reply  chan commitResult
+}
+
+type commitResult struct {
+	version kv.Version
+	err     error
+}
+
+type inflight struct {
+	version kv.Version
+	future  *txlog.Future
+	reqs    []*commitReq
+	results []commitResult
+	pending map[kv.Tag]int64 // bytes this batch adds per stash
+}
+
+// Counters are the commit proxy's running totals.
+type Counters struct {
+	Commits, Conflicts, TooOld, PoolFull, Batches int64
+}
+
+// CommitProxy batches and commits transactions. Start it with Run.
+type CommitProxy struct {
+	opts  CommitOptions
+	reqs  chan *commitReq
+	waits chan *inflight
+
+	mu     sync.Mutex
+	shards *shardmap.Map // Protected by mu.
+	// pending holds bytes committed to each durable stash that the stash
+	// has not applied yet, oldest first. Only the batching loop touches it.
+	pending map[kv.Tag][]pendingBytes
+
+	commits, conflicts, tooOld, poolFull, batches atomic.Int64
+}
+
+type pendingBytes struct {
+	version kv.Version
+	bytes   int64
+}
+
+// NewCommitProxy returns a commit proxy.
+func NewCommitProxy(opts CommitOptions) *CommitProxy {
+	if opts.MaxBatch <= 0 {
+		opts.MaxBatch = 512
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	return &CommitProxy{
+		opts:    opts,
+		reqs:    make(chan *commitReq, 4096),
+		waits:   make(chan *inflight, 256),
+		shards:  opts.Shards,
+		pending: make(map[kv.Tag][]pendingBytes),
+	}
+}
+
+// Shards returns a copy of the current shard map.
+func (p *CommitProxy) Shards() *shardmap.Map {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return shardmap.New(p.shards.Shards())
+}
+
+// Counters returns the running totals.
+func (p *CommitProxy) Counters() Counters {
+	return Counters{Commits: p.commits.Load(), Conflicts: p.conflicts.Load(), TooOld: p.tooOld.Load(), PoolFull: p.poolFull.Load(), Batches: p.batches.Load()}
+}
+
+// Commit validates txn, commits it and returns its commit version.
+func (p *CommitProxy) Commit(ctx context.Context, txn Txn) (kv.Version, error) {
+	if err := Validate(p.opts.Config, txn); err != nil {
+		return 0, err
+	}
+	return p.submit(ctx, &commitReq{txn: txn})
+}
+
+// CommitSystem commits a transaction of system keys (\xff), which user
+// transactions may not write.
+func (p *CommitProxy) CommitSystem(ctx context.Context, txn Txn) (kv.Version, error) {
+	return p.submit(ctx, &commitReq{txn: txn, system: true})
+}
+
+func (p *CommitProxy) submit(ctx context.Context, r *commitReq) (kv.Version, error) {
+	r.reply = make(chan commitResult, 1)
+	select {
+	case p.reqs <- r:
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+	select {
+	case res := <-r.reply:
+		return res.version, res.err
+	case <-ctx.Done():
+		// The transaction may still commit.
+		return 0, kv.Errorf(kv.CodeCommitUnknownResult, "%v while waiting for the commit", ctx.Err())
+	}
+}
+
+// Validate checks a user transaction's sizes and that every key it writes
+// lies in a pool.
+func Validate(cfg *config.Config, txn Txn) error {
+	size := 0
+	for _, m := range txn.Mutations {
+		if len(m.Key) > kv.MaxKeyBytes {
+			return kv.Errorf(kv.CodeKeyTooLarge, "key of %d bytes (limit %d)", len(m.Key), kv.MaxKeyBytes)
+		}
+		switch m.Type {
+		case kv.MutSet:
+			if len(m.Param) > kv.MaxValueBytes {
+				return kv.Errorf(kv.CodeValueTooLarge, "value of %d bytes for key %.40q (limit %d)", len(m.Param), m.Key, kv.MaxValueBytes)
+			}
+		case kv.MutClearRange:
+			if len(m.Param) > kv.MaxKeyBytes {
+				return kv.Errorf(kv.CodeKeyTooLarge, "end key of %d bytes (limit %d)", len(m.Param), kv.MaxKeyBytes)
+			}
+		case kv.MutAdd, kv.MutMax, kv.MutMin:
+			if len(m.Param) > 8 {
+				return kv.Errorf(kv.CodeInvalidMutation, "%s operand of %d bytes (at most 8)", m.Type, len(m.Param))
+			}
+		case kv.MutClear:
+		default:
+			return kv.Errorf(kv.CodeInvalidMutation, "unknown mutation type %d", m.Type)
+		}
+		if err := checkInPool(cfg, m); err != nil {
+			return err
+		}
+		size += m.Bytes()
+	}
+	for _, r := range txn.ReadConflicts {
+		size += len(r.Begin) + len(r.End)
+	}
+	for _, r := range txn.WriteConflicts {
+		size += len(r.Begin) + len(r.End)
+	}
+	if size > kv.MaxTransactionBytes {
+		return kv.Errorf(kv.CodeTransactionTooLarge, "transaction of %d bytes (limit %d)", size, kv.MaxTransactionBytes)
+	}
+	return nil
+}
+
+func checkInPool(cfg *config.Config, m kv.Mutation) error {
+	pool, ok := cfg.PoolForKey(m.Key)
+	if !ok {
+		return kv.Errorf(kv.CodeKeyOutsidePools, "key %.60q is in no pool", m.Key)
+	}
+	if m.Type == kv.MutClearRange {
+		end := kv.PrefixEnd([]byte(pool.Prefix))
+		if bytes.Compare(m.Param, m.Key) < 0 {
+			return kv.Errorf(kv.CodeInvalidMutation, "clear range end %.60q before begin %.60q", m.Param, m.Key)
+		}
+		if end != nil && bytes.Compare(m.Param, end) > 0 {
+			return kv.Errorf(kv.CodeKeyOutsidePools, "clear range [%.60q, %.60q) leaves pool %q", m.Key, m.Param, pool.Name)
+		}
+	}
+	return nil
+}
+
+// Run batches and commits until ctx is done.
+func (p *CommitProxy) Run(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		p.replyLoop()
+	}()
+	defer func() {
+		close(p.waits)
+		<-done
+	}()
+	for {
+		var batch []*commitReq
+		select {
+		case <-ctx.Done():
+			return nil
+		case r := <-p.reqs:
+			batch = append(batch, r)
+		}
+	drain:
+		for len(batch) < p.opts.MaxBatch {
+			select {
+			case r := <-p.reqs:
+				batch = append(batch, r)
+			default:
+				break drain
+			}
+		}
+		inf := p.commitBatch(batch)
+		select {
+		case p.waits <- inf:
+		case <-ctx.Done():
+			for _, r := range batch {
+				r.reply <- commitResult{err: kv.Errorf(kv.CodeCommitUnknownResult, "cluster stopping")}
+			}
+			return nil
+		}
+	}
+}
+
+// commitBatch resolves, tags and appends one batch; the log's future is
+// waited for by replyLoop.
+func (p *CommitProxy) commitBatch(batch []*commitReq) *inflight {
+	prev, version := p.opts.Sequencer.NextCommitVersion()
+	p.batches.Add(1)
+	inf := &inflight{version: version, reqs: batch, results: make([]commitResult, len(batch)), pending: map[kv.Tag]int64{}}
+
+	p.mu.Lock()
+	defer p.mu.Unlock()
+
+	// Capacity first: a transaction that would overfill a durable pool is
+	// refused before the resolver records its writes.
+	var toResolve []resolver.Txn
+	var idx []int
+	for i, r := range batch {
+		if err := p.checkCapacity(r.txn, inf.pending); err != nil {
+			inf.results[i] = commitResult{err: err}
+			p.poolFull.Add(1)
+			continue
+		}
+		toResolve = append(toResolve, resolver.Txn{ReadVersion: r.txn.ReadVersion, ReadRanges: r.txn.ReadConflicts, WriteRanges: r.txn.WriteConflicts})
+		idx = append(idx, i)
+	}
+	outcomes := p.opts.Resolver.Resolve(version, toResolve)
+
+	entry := &txlog.Entry{Version: version, PrevVersion: prev}
+	for j, o := range outcomes {
+		i := idx[j]
+		switch o {
+		case resolver.TooOld:
+			inf.results[i] = commitResult{err: kv.Errorf(kv.CodeTransactionTooOld, "read version %d is older than the resolver's window", batch[i].txn.ReadVersion)}
+			p.tooOld.Add(1)
+			continue
+		case resolver.Conflict:
+			inf.results[i] = commitResult{err: kv.Errorf(kv.CodeNotCommitted, "a key read at version %d was written by a later commit", batch[i].txn.ReadVersion)}
+			p.conflicts.Add(1)
+			continue
+		}
+		inf.results[i] = commitResult{version: version}
+		for _, m := range batch[i].txn.Mutations {
+			p.tag(entry, m)
+			if batch[i].system {
+				if _, err := p.shards.Apply(m); err != nil {
+					p.opts.Logger.Error("bad shard map mutation", "err", err)
+				}
+			}
+		}
+	}
+	for tag, n := range inf.pending {
+		p.pending[tag] = append(p.pending[tag], pendingBytes{version: version, bytes: n})
+	}
+	inf.future = p.opts.Log.Append(entry)
+	return inf
+}
+
+// tag appends m to the entry with the tags of the stashes owning its keys;
+// a clear range is split at shard boundaries.
+func (p *CommitProxy) tag(e *txlog.Entry, m kv.Mutation) {
+	if m.Type == kv.MutClearRange {
+		for _, s := range p.shards.Intersect(m.Key, m.Param) {
+			piece := m
+			piece.Key, piece.Param = s.Begin, s.End
+			e.Mutations = append(e.Mutations, txlog.TaggedMutation{Mutation: piece, Tags: s.Team})
+		}
+		return
+	}
+	s, ok := p.shards.Lookup(m.Key)
+	if !ok {
+		p.opts.Logger.Error("mutation outside every shard", "key", fmt.Sprintf("%q", m.Key))
+		return
+	}
+	e.Mutations = append(e.Mutations, txlog.TaggedMutation{Mutation: m, Tags: s.Team})
+}
+
+// checkCapacity refuses txn if a durable stash it writes would exceed its
+// capacity, counting bytes committed but not yet applied. On success the
+// transaction's bytes are added to batchPending. Called with mu held.
+func (p *CommitProxy) checkCapacity(txn Txn, batchPending map[kv.Tag]int64) error {
+	var add map[kv.Tag]int64
+	var poolOf map[kv.Tag]*config.Pool
+	for _, m := range txn.Mutations {
+		if m.Type == kv.MutClear || m.Type == kv.MutClearRange {
+			continue
+		}
+		pool, ok := p.opts.Config.PoolForKey(m.Key)
+		if !ok || pool.Ephemeral() || pool.Capacity <= 0 {
+			continue
+		}
+		s, ok := p.shards.Lookup(m.Key)
+		if !ok {
+			continue
+		}
+		n := int64(len(m.Key) + len(m.Param))
+		if m.Type.IsAtomic() {
+			n = int64(len(m.Key) + 8)
+		}
+		if add == nil {
+			add, poolOf = map[kv.Tag]int64{}, map[kv.Tag]*config.Pool{}
+		}
+		for _, t := range s.Team {
+			add[t] += n
+			poolOf[t] = pool
+		}
+	}
+	for t, n := range add {
+		used, applied := p.opts.Usage.Usage(t)
+		q := p.pending[t]
+		for len(q) > 0 && q[0].version <= applied {
+			q = q[1:]
+		}
+		p.pending[t] = q
+		var inflight int64
+		for _, pb := range q {
+			inflight += pb.bytes
+		}
+		total := used + inflight + batchPending[t] + n
+		if pool := poolOf[t]; total > int64(pool.Capacity) {
+			return kv.Errorf(kv.CodePoolFull, "pool %q is full: a stash holds %d bytes of its %d, this transaction adds %d", pool.Name, used+inflight+batchPending[t], int64(pool.Capacity), n)
+		}
+	}
+	for t, n := range add {
+		batchPending[t] += n
+	}
+	return nil
+}
+
+// replyLoop waits for each batch's log append, in version order, then
+// reports the committed version and answers the clients.
+func (p *CommitProxy) replyLoop() {
+	for inf := range p.waits {
+		err := inf.future.Wait(context.Background())
+		if err != nil {
+			p.opts.Logger.Error("log append failed", "version", inf.version, "err", err)
+		} else {
+			p.opts.Sequencer.ReportCommitted(inf.version)
+		}
+		for i, r := range inf.reqs {
+			res := inf.results[i]
+			if err != nil && res.err == nil {
+				res = commitResult{err: kv.Errorf(kv.CodeCommitUnknownResult, "log append failed: %v", err)}
+			}
+			if res.err == nil {
+				p.commits.Add(1)
+			}
+			r.reply <- res
+		}
+	}
+}

@@ -1,0 +1,583 @@
+// Package stash is the storage server of one stash instance.
+//
+// A stash pulls the mutations of its own tag from the log, applies them in
+// version order to an in-memory MVCC window, and serves reads at any version
+// inside that window. Versions that fall out of the window (older than the
+// newest by the MVCC window, or earlier when the window outgrows its memory
+// budget) are flushed to the stash's storage engine, and the log is told it
+// may drop them (pop).
+//
+// Invariants:
+//  1. The engine holds the state as of durable; the window holds every
+//     mutation with version in (durable, applied].
+//  2. A read at version v is served only if minReadable <= v <= applied; the
+//     answer is the newest window entry at or below v, else the engine's
+//     value. minReadable is raised before a flush touches the engine, and a
+//     reader pins it for the length of its read, so the engine never shows
+//     a reader a version newer than it asked for.
+//  3. Atomic operations are resolved at apply time, against the latest value.
+//  4. A volatile (dram) stash restarts empty at the log's end; a durable one
+//     restarts at its engine's version and catches up from the log.
+package stash
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/distash/distash/internal/engine"
+	"github.com/distash/distash/internal/kv"
+	"github.com/distash/distash/internal/txlog"
+)
+
+// Log is the part of the transaction log a stash uses.
+type Log interface {
+	Peek(ctx context.Context, tag kv.Tag, after kv.Version, maxBytes int) ([]txlog.Message, kv.Version, error)
+	Pop(tag kv.Tag, upTo kv.Version)
+}
+
+// Options configure a stash.
+type Options struct {
+	Tag    kv.Tag
+	Pool   string
+	Index  int // index of the stash within its pool
+	Engine engine.Engine
+	Log    Log
+	// Volatile stashes lose their data on restart: they start at StartVersion
+	// with an empty engine and pop as they apply.
+	Volatile     bool
+	StartVersion kv.Version
+	// Ephemeral pools count hits and misses.
+	Ephemeral bool
+	// TrackBytes keeps an exact count of live key+value bytes (durable pools:
+	// the commit proxy checks capacity against it).
+	TrackBytes    bool
+	CapacityBytes int64
+	// WindowVersions is the MVCC window (5 s = 5e6 versions).
+	WindowVersions kv.Version
+	// WindowBytes bounds the window's memory; older versions are flushed
+	// early when it is exceeded (reads of them then get transaction_too_old).
+	WindowBytes int64
+	// FlushInterval is how often versions leaving the window are flushed.
+	FlushInterval time.Duration
+	// FutureWait is how long a read at a version the stash has not reached waits.
+	FutureWait time.Duration
+	Logger     *slog.Logger
+}
+
+// Stash is one storage server. Create it with New, then Run it.
+type Stash struct {
+	opts Options
+	eng  engine.Engine
+
+	// pin is held shared by every read for its whole duration and exclusively
+	// by a flush while it raises minReadable (invariant 2).
+	pin sync.RWMutex
+	mu  sync.RWMutex
+	win *window // Protected by mu.
+	// applied is the newest version applied to the window. Protected by mu.
+	applied kv.Version
+	// minReadable is the oldest version reads may ask for. Protected by mu.
+	minReadable kv.Version
+	// durable is the engine's version. Protected by mu.
+	durable kv.Version
+	// liveBytes and liveKeys count live pairs when TrackBytes. Protected by mu.
+	liveBytes, liveKeys int64
+	// appliedCh is closed and replaced whenever applied advances. Protected by mu.
+	appliedCh chan struct{}
+
+	owned atomic.Pointer[[]kv.KeyRange]
+
+	hits, misses, reads atomic.Int64
+	flushNow            chan struct{}
+}
+
+// New returns a stash over an opened engine.
+func New(opts Options) *Stash {
+	if opts.WindowVersions <= 0 {
+		opts.WindowVersions = 5 * kv.VersionsPerSecond
+	}
+	if opts.WindowBytes <= 0 {
+		opts.WindowBytes = 64 << 20
+	}
+	if opts.FlushInterval <= 0 {
+		opts.FlushInterval = 100 * time.Millisecond
+	}
+	if opts.FutureWait <= 0 {
+		opts.FutureWait = time.Second
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	s := &Stash{opts: opts, eng: opts.Engine, win: newWindow(), appliedCh: make(chan struct{}), flushNow: make(chan struct{}, 1)}
+	v := opts.Engine.Version()
+	if opts.Volatile && opts.StartVersion > v {
+		v = opts.StartVersion
+	}
+	s.applied, s.durable, s.minReadable = v, v, v
+	st := opts.Engine.Stats()
+	s.liveBytes, s.liveKeys = st.Bytes, st.Keys
+	empty := []kv.KeyRange{}
+	s.owned.Store(&empty)
+	return s
+}
+
+// Tag is the stash's tag.
+func (s *Stash) Tag() kv.Tag { return s.opts.Tag }
+
+// SetOwned sets the key ranges this stash serves.
+func (s *Stash) SetOwned(ranges []kv.KeyRange) { s.owned.Store(&ranges) }
+
+func (s *Stash) owns(begin, end []byte) bool {
+	for _, r := range *s.owned.Load() {
+		if bytes.Compare(begin, r.Begin) >= 0 && (r.End == nil || (end != nil && bytes.Compare(end, r.End) <= 0)) {
+			return true
+		}
+	}
+	return false
+}
+
+// Run pulls from the log and flushes until ctx is done.
+func (s *Stash) Run(ctx context.Context) error {
+	if s.opts.Volatile {
+		s.opts.Log.Pop(s.opts.Tag, s.AppliedVersion())
+	}
+	errc := make(chan error, 2)
+	go func() { errc <- s.pullLoop(ctx) }()
+	go func() { errc <- s.flushLoop(ctx) }()
+	err := <-errc
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+func (s *Stash) pullLoop(ctx context.Context) error {
+	for {
+		after := s.AppliedVersion()
+		msgs, end, err := s.opts.Log.Peek(ctx, s.opts.Tag, after, 4<<20)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			s.opts.Logger.Warn("stash peek failed", "tag", s.opts.Tag, "err", err)
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(50 * time.Millisecond):
+			}
+			continue
+		}
+		if err := s.apply(msgs, end); err != nil {
+			return err
+		}
+	}
+}
+
+// apply adds messages to the window and advances applied to end.
+func (s *Stash) apply(msgs []txlog.Message, end kv.Version) error {
+	s.mu.Lock()
+	for _, m := range msgs {
+		if m.Version <= s.applied {
+			continue // already durable in the engine (restart) or applied
+		}
+		for _, mut := range m.Mutations {
+			if err := s.applyMutation(m.Version, mut); err != nil {
+				s.mu.Unlock()
+				return err
+			}
+		}
+	}
+	if end > s.applied {
+		s.applied = end
+		close(s.appliedCh)
+		s.appliedCh = make(chan struct{})
+	}
+	over := s.win.bytes > s.opts.WindowBytes
+	s.mu.Unlock()
+	if over {
+		select {
+		case s.flushNow <- struct{}{}:
+		default:
+		}
+	}
+	return nil
+}
+
+// current returns the newest value of key: window first, then engine.
+// Called with mu held.
+func (s *Stash) current(key []byte) ([]byte, bool, error) {
+	if v, present, found := s.win.at(key, s.applied+1<<62); found {
+		return v, present, nil
+	}
+	return s.eng.Get(key)
+}
+
+func (s *Stash) applyMutation(v kv.Version, m kv.Mutation) error {
+	switch m.Type {
+	case kv.MutSet:
+		if err := s.account(m.Key, int64(len(m.Param)), true); err != nil {
+			return err
+		}
+		s.win.put(v, m.Key, m.Param, true, m.Cost)
+	case kv.MutClear:
+		if err := s.account(m.Key, 0, false); err != nil {
+			return err
+		}
+		s.win.put(v, m.Key, nil, false, 0)
+	case kv.MutClearRange:
+		if s.opts.TrackBytes {
+			if err := s.accountRange(m.Key, m.Param); err != nil {
+				return err
+			}
+		}
+		s.win.clearRange(v, m.Key, m.Param)
+	case kv.MutAdd, kv.MutMax, kv.MutMin:
+		old, present, err := s.current(m.Key)
+		if err != nil {
+			return err
+		}
+		nv := kv.ApplyAtomic(m.Type, old, present, m.Param)
+		if err := s.account(m.Key, int64(len(nv)), true); err != nil {
+			return err
+		}
+		s.win.put(v, m.Key, nv, true, m.Cost)
+	}
+	return nil
+}
+
+// account updates the live byte count for a write of key. Called with mu held.
+func (s *Stash) account(key []byte, newValueLen int64, present bool) error {
+	if !s.opts.TrackBytes {
+		return nil
+	}
+	old, wasPresent, err := s.current(key)
+	if err != nil {
+		return err
+	}
+	if wasPresent {
+		s.liveBytes -= int64(len(key) + len(old))
+		s.liveKeys--
+	}
+	if present {
+		s.liveBytes += int64(len(key)) + newValueLen
+		s.liveKeys++
+	}
+	return nil
+}
+
+func (s *Stash) accountRange(begin, end []byte) error {
+	// Every live key in the range at the latest version goes away.
+	kvs, _, err := s.scanLocked(begin, end, s.applied, 0, 0, false)
+	if err != nil {
+		return err
+	}
+	for _, p := range kvs {
+		s.liveBytes -= int64(len(p.Key) + len(p.Value))
+		s.liveKeys--
+	}
+	return nil
+}
+
+func (s *Stash) flushLoop(ctx context.Context) error {
+	t := time.NewTicker(s.opts.FlushInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		case <-s.flushNow:
+		}
+		if err := s.flush(); err != nil {
+			s.opts.Logger.Error("stash flush failed", "tag", s.opts.Tag, "pool", s.opts.Pool, "err", err)
+			return err
+		}
+	}
+}
+
+// flush moves versions that left the window (by age or by memory) into the engine.
+func (s *Stash) flush() error {
+	s.mu.RLock()
+	target := s.applied - s.opts.WindowVersions
+	if s.win.bytes > s.opts.WindowBytes {
+		if t := s.win.targetForBytes(s.opts.WindowBytes / 2); t > target {
+			target = t
+		}
+	}
+	if target > s.applied {
+		target = s.applied
+	}
+	durable := s.durable
+	applied := s.applied
+	s.mu.RUnlock()
+	if target <= durable {
+		if s.opts.Volatile {
+			s.opts.Log.Pop(s.opts.Tag, applied)
+		}
+		return nil
+	}
+	// Raise minReadable first, waiting out readers of older versions.
+	s.pin.Lock()
+	s.mu.Lock()
+	s.minReadable = target
+	p := s.win.plan(target)
+	s.mu.Unlock()
+	s.pin.Unlock()
+
+	b := &engine.Batch{Version: target}
+	for _, rc := range p.rangeClears {
+		b.Writes = append(b.Writes, engine.Write{Key: rc.begin, End: rc.end})
+	}
+	for i, wk := range p.keys {
+		h := p.latest[i]
+		if h.present {
+			b.Writes = append(b.Writes, engine.Write{Key: wk.key, Value: h.value, Cost: h.cost})
+		} else {
+			b.Writes = append(b.Writes, engine.Write{Key: wk.key})
+		}
+	}
+	if err := s.eng.Apply(b); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.durable = target
+	s.win.drop(target)
+	s.mu.Unlock()
+	if s.opts.Volatile {
+		s.opts.Log.Pop(s.opts.Tag, applied)
+	} else {
+		s.opts.Log.Pop(s.opts.Tag, target)
+	}
+	return nil
+}
+
+// waitFor waits until applied >= v, and checks v is still readable. It
+// returns with pin held shared; the caller releases it.
+func (s *Stash) waitFor(ctx context.Context, v kv.Version) error {
+	deadline := time.NewTimer(s.opts.FutureWait)
+	defer deadline.Stop()
+	for {
+		s.pin.RLock()
+		s.mu.RLock()
+		applied, minReadable, ch := s.applied, s.minReadable, s.appliedCh
+		s.mu.RUnlock()
+		if v < minReadable {
+			s.pin.RUnlock()
+			return kv.Errorf(kv.CodeTransactionTooOld, "read version %d is older than stash %d keeps (%d)", v, s.opts.Tag, minReadable)
+		}
+		if v <= applied {
+			return nil
+		}
+		s.pin.RUnlock()
+		select {
+		case <-ch:
+		case <-deadline.C:
+			return kv.Errorf(kv.CodeFutureVersion, "stash %d has reached version %d, not %d", s.opts.Tag, applied, v)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// Get reads keys at version v.
+func (s *Stash) Get(ctx context.Context, v kv.Version, keys [][]byte) ([][]byte, []bool, error) {
+	for _, k := range keys {
+		if !s.owns(k, kv.KeyAfter(k)) {
+			return nil, nil, kv.Errorf(kv.CodeWrongShardServer, "stash %d does not hold key %q", s.opts.Tag, k)
+		}
+	}
+	if err := s.waitFor(ctx, v); err != nil {
+		return nil, nil, err
+	}
+	defer s.pin.RUnlock()
+	values := make([][]byte, len(keys))
+	present := make([]bool, len(keys))
+	for i, k := range keys {
+		s.mu.RLock()
+		val, ok, found := s.win.at(k, v)
+		s.mu.RUnlock()
+		if !found {
+			var err error
+			val, ok, err = s.eng.Get(k)
+			if err != nil {
+				return nil, nil, err
+			}
+		}
+		values[i], present[i] = val, ok
+		if s.opts.Ephemeral {
+			if ok {
+				s.hits.Add(1)
+			} else {
+				s.misses.Add(1)
+			}
+		}
+	}
+	s.reads.Add(int64(len(keys)))
+	return values, present, nil
+}
+
+// GetRange reads [begin, end) at version v, at most limit pairs (0: no
+// limit) and about byteLimit bytes; more reports that it stopped early.
+func (s *Stash) GetRange(ctx context.Context, v kv.Version, begin, end []byte, limit int, byteLimit int64, reverse bool) ([]kv.KeyValue, bool, error) {
+	if !s.owns(begin, end) {
+		return nil, false, kv.Errorf(kv.CodeWrongShardServer, "stash %d does not hold range [%q, %q)", s.opts.Tag, begin, end)
+	}
+	if err := s.waitFor(ctx, v); err != nil {
+		return nil, false, err
+	}
+	defer s.pin.RUnlock()
+	s.reads.Add(1)
+	s.mu.RLock()
+	o := s.win.overlay(begin, end, v)
+	s.mu.RUnlock()
+	return s.merge(o, begin, end, limit, byteLimit, reverse)
+}
+
+// scanLocked is GetRange for callers holding mu (byte accounting).
+func (s *Stash) scanLocked(begin, end []byte, v kv.Version, limit int, byteLimit int64, reverse bool) ([]kv.KeyValue, bool, error) {
+	return s.merge(s.win.overlay(begin, end, v), begin, end, limit, byteLimit, reverse)
+}
+
+// merge combines the window overlay with an engine scan of [begin, end).
+func (s *Stash) merge(o overlay, begin, end []byte, limit int, byteLimit int64, reverse bool) ([]kv.KeyValue, bool, error) {
+	var out []kv.KeyValue
+	var size int64
+	full := func() bool {
+		return (limit > 0 && len(out) >= limit) || (byteLimit > 0 && size >= byteLimit)
+	}
+	emit := func(k, v []byte) {
+		out = append(out, kv.KeyValue{Key: append([]byte(nil), k...), Value: append([]byte(nil), v...)})
+		size += int64(len(k) + len(v))
+	}
+	// Overlay cursor in scan order.
+	n := len(o.keys)
+	idx := func(i int) int {
+		if reverse {
+			return n - 1 - i
+		}
+		return i
+	}
+	before := func(a, b []byte) bool { // a comes before b in scan order
+		if reverse {
+			return bytes.Compare(a, b) > 0
+		}
+		return bytes.Compare(a, b) < 0
+	}
+	i := 0
+	more := false
+	err := s.eng.Scan(begin, end, reverse, func(k, v []byte) bool {
+		for i < n && before(o.keys[idx(i)], k) {
+			j := idx(i)
+			i++
+			if o.present[j] {
+				if full() {
+					more = true
+					return false
+				}
+				emit(o.keys[j], o.values[j])
+			}
+		}
+		if i < n && bytes.Equal(o.keys[idx(i)], k) {
+			j := idx(i)
+			i++
+			if o.present[j] {
+				if full() {
+					more = true
+					return false
+				}
+				emit(o.keys[j], o.values[j])
+			}
+			return true
+		}
+		if o.cleared(k) {
+			return true
+		}
+		if full() {
+			more = true
+			return false
+		}
+		emit(k, v)
+		return true
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	for !more && i < n {
+		j := idx(i)
+		i++
+		if o.present[j] {
+			if full() {
+				more = true
+				break
+			}
+			emit(o.keys[j], o.values[j])
+		}
+	}
+	return out, more, nil
+}
+
+// AppliedVersion is the newest version applied.
+func (s *Stash) AppliedVersion() kv.Version {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.applied
+}
+
+// Stats describes the stash.
+type Stats struct {
+	Tag                      kv.Tag
+	Pool                     string
+	Index                    int
+	Keys, Bytes              int64 // live pairs (exact when TrackBytes, else the engine's)
+	EngineBytes, WindowBytes int64
+	Hits, Misses, Evictions  int64
+	Reads                    int64
+	Applied, Durable         kv.Version
+	CapacityBytes            int64
+}
+
+// Stats returns the stash's sizes and counters.
+func (s *Stash) Stats() Stats {
+	es := s.eng.Stats()
+	s.mu.RLock()
+	st := Stats{
+		Tag: s.opts.Tag, Pool: s.opts.Pool, Index: s.opts.Index,
+		EngineBytes: es.Bytes, WindowBytes: s.win.bytes, Evictions: es.Evictions,
+		Applied: s.applied, Durable: s.durable, CapacityBytes: s.opts.CapacityBytes,
+		Keys: es.Keys, Bytes: es.Bytes,
+	}
+	if s.opts.TrackBytes {
+		st.Keys, st.Bytes = s.liveKeys, s.liveBytes
+	}
+	s.mu.RUnlock()
+	st.Hits, st.Misses, st.Reads = s.hits.Load(), s.misses.Load(), s.reads.Load()
+	return st
+}
+
+// UsedBytes is the live byte count checked against capacity.
+func (s *Stash) UsedBytes() int64 {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.opts.TrackBytes {
+		return s.liveBytes
+	}
+	return s.eng.Stats().Bytes
+}
+
+// Close closes the engine. Run must have returned.
+func (s *Stash) Close() error { return s.eng.Close() }
+
+// Usage returns the live bytes checked against capacity and the version
+// they include, read together.
+func (s *Stash) Usage() (usedBytes int64, applied kv.Version) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.opts.TrackBytes {
+		return s.liveBytes, s.applied
+	}
+	return s.eng.Stats().Bytes, s.applied
+}

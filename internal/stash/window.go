@@ -1,0 +1,278 @@
+package stash
+
+import (
+	"bytes"
+
+	"github.com/google/btree"
+
+	"github.com/distash/distash/internal/kv"
+)
+
+// version of one key in the MVCC window. present=false is a clear.
+type versioned struct {
+	version kv.Version
+	value   []byte
+	present bool
+	cost    uint32
+}
+
+// windowKey is a key's history inside the window, oldest first.
+type windowKey struct {
+	key  []byte
+	hist []versioned
+}
+
+func lessWindowKey(a, b *windowKey) bool { return bytes.Compare(a.key, b.key) < 0 }
+
+// rangeClear is a clear of [begin, end) at version.
+type rangeClear struct {
+	version    kv.Version
+	begin, end []byte
+}
+
+// versionKeys lists the keys a version touched, so a flush visits only them.
+type versionKeys struct {
+	version kv.Version
+	keys    [][]byte
+	bytes   int64
+}
+
+// window is the in-memory MVCC window of a stash: every mutation with a
+// version in (durable, applied]. It is not safe for concurrent use; the
+// stash guards it.
+type window struct {
+	keys        *btree.BTreeG[*windowKey]
+	rangeClears []rangeClear // oldest first
+	queue       []versionKeys
+	bytes       int64
+}
+
+func newWindow() *window {
+	return &window{keys: btree.NewG(16, lessWindowKey)}
+}
+
+const entryOverhead = 48
+
+// latest returns the newest version of key in the window at or below v,
+// taking range clears into account. found=false means the window says
+// nothing and the engine's value stands.
+func (w *window) at(key []byte, v kv.Version) (value []byte, present, found bool) {
+	var best kv.Version = -1
+	if wk, ok := w.keys.Get(&windowKey{key: key}); ok {
+		for i := len(wk.hist) - 1; i >= 0; i-- {
+			if h := wk.hist[i]; h.version <= v {
+				best, value, present, found = h.version, h.value, h.present, true
+				break
+			}
+		}
+	}
+	for i := len(w.rangeClears) - 1; i >= 0; i-- {
+		rc := w.rangeClears[i]
+		if rc.version <= v && rc.version > best && bytes.Compare(key, rc.begin) >= 0 && bytes.Compare(key, rc.end) < 0 {
+			return nil, false, true
+		}
+	}
+	return value, present, found
+}
+
+// clearedAt reports whether a range clear newer than floor and at or below v
+// covers key.
+func (w *window) clearedAt(key []byte, v kv.Version) bool {
+	for i := len(w.rangeClears) - 1; i >= 0; i-- {
+		rc := w.rangeClears[i]
+		if rc.version <= v && bytes.Compare(key, rc.begin) >= 0 && bytes.Compare(key, rc.end) < 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// put records a new version of key. Versions arrive in increasing order.
+func (w *window) put(v kv.Version, key []byte, value []byte, present bool, cost uint32) {
+	wk, ok := w.keys.Get(&windowKey{key: key})
+	if !ok {
+		wk = &windowKey{key: append([]byte(nil), key...)}
+		w.keys.ReplaceOrInsert(wk)
+	}
+	wk.hist = append(wk.hist, versioned{version: v, value: value, present: present, cost: cost})
+	n := int64(len(key) + len(value) + entryOverhead)
+	w.bytes += n
+	w.noteKey(v, wk.key, n)
+}
+
+func (w *window) noteKey(v kv.Version, key []byte, n int64) {
+	if len(w.queue) == 0 || w.queue[len(w.queue)-1].version != v {
+		w.queue = append(w.queue, versionKeys{version: v})
+	}
+	q := &w.queue[len(w.queue)-1]
+	q.keys = append(q.keys, key)
+	q.bytes += n
+}
+
+// clearRange records a clear of [begin, end) at v: a tombstone for every
+// window key inside, and a range clear for keys only the engine holds.
+func (w *window) clearRange(v kv.Version, begin, end []byte) {
+	var inside [][]byte
+	w.keys.AscendRange(&windowKey{key: begin}, &windowKey{key: end}, func(wk *windowKey) bool {
+		inside = append(inside, wk.key)
+		return true
+	})
+	for _, k := range inside {
+		w.put(v, k, nil, false, 0)
+	}
+	w.rangeClears = append(w.rangeClears, rangeClear{version: v, begin: append([]byte(nil), begin...), end: append([]byte(nil), end...)})
+	n := int64(len(begin) + len(end) + entryOverhead)
+	w.bytes += n
+	if len(w.queue) == 0 || w.queue[len(w.queue)-1].version != v {
+		w.queue = append(w.queue, versionKeys{version: v})
+	}
+	w.queue[len(w.queue)-1].bytes += n
+}
+
+// flushPlan is what moving versions <= target into the engine writes: range
+// clears first, then the newest state of every point key.
+type flushPlan struct {
+	target      kv.Version
+	rangeClears []rangeClear
+	keys        []*windowKey
+	latest      []versioned
+}
+
+// plan collects the writes of versions <= target without changing the window.
+func (w *window) plan(target kv.Version) flushPlan {
+	p := flushPlan{target: target}
+	for _, rc := range w.rangeClears {
+		if rc.version > target {
+			break
+		}
+		p.rangeClears = append(p.rangeClears, rc)
+	}
+	seen := make(map[string]bool)
+	for _, q := range w.queue {
+		if q.version > target {
+			break
+		}
+		for _, k := range q.keys {
+			if seen[string(k)] {
+				continue
+			}
+			seen[string(k)] = true
+			wk, ok := w.keys.Get(&windowKey{key: k})
+			if !ok {
+				continue
+			}
+			var last *versioned
+			for i := range wk.hist {
+				if wk.hist[i].version <= target {
+					last = &wk.hist[i]
+				}
+			}
+			if last != nil {
+				p.keys = append(p.keys, wk)
+				p.latest = append(p.latest, *last)
+			}
+		}
+	}
+	return p
+}
+
+// drop removes versions <= target from the window after they reached the engine.
+func (w *window) drop(target kv.Version) {
+	n := 0
+	for n < len(w.rangeClears) && w.rangeClears[n].version <= target {
+		rc := w.rangeClears[n]
+		w.bytes -= int64(len(rc.begin) + len(rc.end) + entryOverhead)
+		n++
+	}
+	w.rangeClears = append(w.rangeClears[:0:0], w.rangeClears[n:]...)
+	q := 0
+	for q < len(w.queue) && w.queue[q].version <= target {
+		for _, k := range w.queue[q].keys {
+			wk, ok := w.keys.Get(&windowKey{key: k})
+			if !ok {
+				continue
+			}
+			i := 0
+			for i < len(wk.hist) && wk.hist[i].version <= target {
+				w.bytes -= int64(len(wk.key) + len(wk.hist[i].value) + entryOverhead)
+				i++
+			}
+			if i == len(wk.hist) {
+				w.keys.Delete(wk)
+			} else if i > 0 {
+				wk.hist = append(wk.hist[:0:0], wk.hist[i:]...)
+			}
+		}
+		q++
+	}
+	w.queue = append(w.queue[:0:0], w.queue[q:]...)
+}
+
+// targetForBytes returns the smallest version whose flush leaves at most
+// limit bytes in the window.
+func (w *window) targetForBytes(limit int64) kv.Version {
+	remaining := w.bytes
+	var target kv.Version
+	for _, q := range w.queue {
+		if remaining <= limit {
+			break
+		}
+		remaining -= q.bytes
+		target = q.version
+	}
+	return target
+}
+
+// overlay is a window's view of a key range at a version, for merging with
+// an engine scan.
+type overlay struct {
+	keys        [][]byte
+	values      [][]byte
+	present     []bool
+	rangeClears []rangeClear
+}
+
+func (w *window) overlay(begin, end []byte, v kv.Version) overlay {
+	var o overlay
+	visit := func(wk *windowKey) bool {
+		for i := len(wk.hist) - 1; i >= 0; i-- {
+			if h := wk.hist[i]; h.version <= v {
+				present := h.present && !w.clearedAfter(wk.key, h.version, v)
+				o.keys = append(o.keys, wk.key)
+				o.values = append(o.values, h.value)
+				o.present = append(o.present, present)
+				break
+			}
+		}
+		return true
+	}
+	if end == nil {
+		w.keys.AscendGreaterOrEqual(&windowKey{key: begin}, visit)
+	} else {
+		w.keys.AscendRange(&windowKey{key: begin}, &windowKey{key: end}, visit)
+	}
+	for _, rc := range w.rangeClears {
+		if rc.version <= v {
+			o.rangeClears = append(o.rangeClears, rc)
+		}
+	}
+	return o
+}
+
+func (w *window) clearedAfter(key []byte, after, v kv.Version) bool {
+	for _, rc := range w.rangeClears {
+		if rc.version > after && rc.version <= v && bytes.Compare(key, rc.begin) >= 0 && bytes.Compare(key, rc.end) < 0 {
+			return true
+		}
+	}
+	return false
+}
+
+func (o *overlay) cleared(key []byte) bool {
+	for _, rc := range o.rangeClears {
+		if bytes.Compare(key, rc.begin) >= 0 && bytes.Compare(key, rc.end) < 0 {
+			return true
+		}
+	}
+	return false
+}

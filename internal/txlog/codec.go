@@ -1,0 +1,272 @@
+package txlog
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/distash/distash/internal/kv"
+)
+
+// Raft log records are hand-encoded:
+//
+//	record   = kind:byte codecVersion:byte body
+//	entry    = version:varint prevVersion:varint nMutations:uvarint mutation*
+//	mutation = type:byte cost:uvarint keyLen:uvarint key paramLen:uvarint param nTags:uvarint tag:uvarint*
+//	pop      = nTags:uvarint (tag:uvarint popped:varint)*
+//
+// Decoding never panics: every count and length is checked against the bytes
+// that remain, and trailing garbage is an error.
+const (
+	recEntry byte = 1
+	recPop   byte = 2
+
+	codecVersion byte = 1
+
+	// minMutationBytes is the smallest encoding of one mutation (type, cost,
+	// key length, param length, tag count).
+	minMutationBytes = 5
+)
+
+// ErrCorrupt is returned (wrapped) when a log record or snapshot cannot be
+// decoded.
+var ErrCorrupt = errors.New("txlog: corrupt record")
+
+// TagVersion is one tag's popped version, as carried by a pop command.
+type TagVersion struct {
+	Tag     kv.Tag
+	Version kv.Version
+}
+
+// record is one decoded raft log command.
+type record struct {
+	kind  byte
+	entry Entry        // kind == recEntry
+	pops  []TagVersion // kind == recPop
+}
+
+// entrySize is an upper bound of the encoded size of e.
+func entrySize(e *Entry) int {
+	n := 2 + 2*binary.MaxVarintLen64 + binary.MaxVarintLen64
+	for i := range e.Mutations {
+		m := &e.Mutations[i]
+		n += 1 + 3*binary.MaxVarintLen32 + len(m.Key) + len(m.Param) + binary.MaxVarintLen32 + len(m.Tags)*binary.MaxVarintLen32
+	}
+	return n
+}
+
+// encodeEntry returns the raft command for e.
+func encodeEntry(e *Entry) []byte {
+	return appendEntry(make([]byte, 0, entrySize(e)), e)
+}
+
+func appendEntry(b []byte, e *Entry) []byte {
+	b = append(b, recEntry, codecVersion)
+	b = binary.AppendVarint(b, int64(e.Version))
+	b = binary.AppendVarint(b, int64(e.PrevVersion))
+	b = binary.AppendUvarint(b, uint64(len(e.Mutations)))
+	for i := range e.Mutations {
+		m := &e.Mutations[i]
+		b = append(b, byte(m.Type))
+		b = binary.AppendUvarint(b, uint64(m.Cost))
+		b = binary.AppendUvarint(b, uint64(len(m.Key)))
+		b = append(b, m.Key...)
+		b = binary.AppendUvarint(b, uint64(len(m.Param)))
+		b = append(b, m.Param...)
+		b = binary.AppendUvarint(b, uint64(len(m.Tags)))
+		for _, t := range m.Tags {
+			b = binary.AppendUvarint(b, uint64(t))
+		}
+	}
+	return b
+}
+
+// encodePop returns the raft command carrying the popped version of every
+// tag of the current tag set (sorted by tag, so equal sets encode equally).
+func encodePop(pops []TagVersion) []byte {
+	pops = slices.Clone(pops)
+	slices.SortFunc(pops, func(a, b TagVersion) int {
+		switch {
+		case a.Tag < b.Tag:
+			return -1
+		case a.Tag > b.Tag:
+			return 1
+		}
+		return 0
+	})
+	b := make([]byte, 0, 3+len(pops)*(binary.MaxVarintLen32+binary.MaxVarintLen64))
+	b = append(b, recPop, codecVersion)
+	b = binary.AppendUvarint(b, uint64(len(pops)))
+	for _, p := range pops {
+		b = binary.AppendUvarint(b, uint64(p.Tag))
+		b = binary.AppendVarint(b, int64(p.Version))
+	}
+	return b
+}
+
+// reader decodes from a byte slice, remembering the first error.
+type reader struct {
+	b   []byte
+	off int
+	err error
+}
+
+func (r *reader) fail(format string, args ...any) {
+	if r.err == nil {
+		r.err = fmt.Errorf("%w: %s at offset %d", ErrCorrupt, fmt.Sprintf(format, args...), r.off)
+	}
+}
+
+func (r *reader) remaining() int { return len(r.b) - r.off }
+
+func (r *reader) byte() byte {
+	if r.err != nil {
+		return 0
+	}
+	if r.off >= len(r.b) {
+		r.fail("truncated")
+		return 0
+	}
+	c := r.b[r.off]
+	r.off++
+	return c
+}
+
+func (r *reader) uvarint() uint64 {
+	if r.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(r.b[r.off:])
+	if n <= 0 {
+		r.fail("bad uvarint")
+		return 0
+	}
+	r.off += n
+	return v
+}
+
+func (r *reader) uint32() uint32 {
+	v := r.uvarint()
+	if v > math.MaxUint32 {
+		r.fail("value %d overflows uint32", v)
+		return 0
+	}
+	return uint32(v)
+}
+
+func (r *reader) varint() int64 {
+	if r.err != nil {
+		return 0
+	}
+	v, n := binary.Varint(r.b[r.off:])
+	if n <= 0 {
+		r.fail("bad varint")
+		return 0
+	}
+	r.off += n
+	return v
+}
+
+// bytes returns the next n bytes, aliasing the input (capacity clipped so an
+// append by a reader never overwrites the neighbours). nil for n == 0.
+func (r *reader) bytes(n uint64) []byte {
+	if r.err != nil {
+		return nil
+	}
+	if n > uint64(r.remaining()) {
+		r.fail("length %d exceeds the %d bytes left", n, r.remaining())
+		return nil
+	}
+	if n == 0 {
+		return nil
+	}
+	s := r.b[r.off : r.off+int(n) : r.off+int(n)]
+	r.off += int(n)
+	return s
+}
+
+// count reads an element count and checks that at least min bytes per
+// element remain, so corrupt counts cannot cause huge allocations.
+func (r *reader) count(min int) int {
+	n := r.uvarint()
+	if r.err != nil {
+		return 0
+	}
+	if n > uint64(r.remaining()/min) {
+		r.fail("count %d too large for %d bytes left", n, r.remaining())
+		return 0
+	}
+	return int(n)
+}
+
+// decodeRecord decodes one raft command. Keys and params of the decoded
+// mutations alias b.
+func decodeRecord(b []byte) (record, error) {
+	r := &reader{b: b}
+	var rec record
+	rec.kind = r.byte()
+	if v := r.byte(); r.err == nil && v != codecVersion {
+		r.fail("unknown codec version %d", v)
+	}
+	if r.err != nil {
+		return record{}, r.err
+	}
+	switch rec.kind {
+	case recEntry:
+		decodeEntryBody(r, &rec.entry)
+	case recPop:
+		n := r.count(2)
+		if n > 0 {
+			rec.pops = make([]TagVersion, n)
+		}
+		for i := 0; i < n && r.err == nil; i++ {
+			rec.pops[i] = TagVersion{Tag: kv.Tag(r.uint32()), Version: kv.Version(r.varint())}
+		}
+	default:
+		r.fail("unknown record kind %d", rec.kind)
+	}
+	if r.err == nil && r.remaining() != 0 {
+		r.fail("%d trailing bytes", r.remaining())
+	}
+	if r.err != nil {
+		return record{}, r.err
+	}
+	return rec, nil
+}
+
+func decodeEntryBody(r *reader, e *Entry) {
+	e.Version = kv.Version(r.varint())
+	e.PrevVersion = kv.Version(r.varint())
+	n := r.count(minMutationBytes)
+	if r.err != nil {
+		return
+	}
+	if n > 0 {
+		e.Mutations = make([]TaggedMutation, n)
+	}
+	var tagBuf []kv.Tag // tags of several mutations share one backing array
+	for i := 0; i < n && r.err == nil; i++ {
+		m := &e.Mutations[i]
+		m.Type = kv.MutationType(r.byte())
+		if r.err == nil && (m.Type < kv.MutSet || m.Type > kv.MutMin) {
+			r.fail("unknown mutation type %d", m.Type)
+		}
+		m.Cost = r.uint32()
+		m.Key = r.bytes(r.uvarint())
+		m.Param = r.bytes(r.uvarint())
+		nt := r.count(1)
+		if r.err != nil || nt == 0 {
+			continue
+		}
+		if cap(tagBuf)-len(tagBuf) < nt {
+			tagBuf = make([]kv.Tag, 0, max(nt, 2*(n-i)))
+		}
+		start := len(tagBuf)
+		for j := 0; j < nt; j++ {
+			tagBuf = append(tagBuf, kv.Tag(r.uint32()))
+		}
+		m.Tags = tagBuf[start:len(tagBuf):len(tagBuf)]
+	}
+}

@@ -1,0 +1,442 @@
+package txlog
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"log/slog"
+	"slices"
+	"sort"
+	"sync"
+	"sync/atomic"
+
+	"github.com/distash/distash/internal/kv"
+	"github.com/hashicorp/raft"
+)
+
+// msgOverhead is the per-mutation size counted against Peek's maxBytes on
+// top of key and param bytes.
+const msgOverhead = 16
+
+// fsmEntry is one committed, not yet trimmed entry: its raft command (kept
+// verbatim, for snapshots) and how much of the index refers to it.
+type fsmEntry struct {
+	version kv.Version
+	raw     []byte
+}
+
+// tagMsg is one Message of a tag's queue, with its size for maxBytes.
+type tagMsg struct {
+	msg  Message
+	size int
+}
+
+// fsm is the raft state machine of one replica: the committed entries not yet
+// popped by every tag, indexed per tag, plus the replicated popped versions.
+// Apply is deterministic, so every replica (and every restart) trims the same
+// way and agrees on snapshots.
+type fsm struct {
+	replica int
+	logger  *slog.Logger
+	notify  func()
+
+	mu      sync.RWMutex
+	entries []fsmEntry            // increasing versions, all > trimmed
+	index   map[kv.Tag][]tagMsg   // per tag: its messages, increasing versions
+	popped  map[kv.Tag]kv.Version // replicated popped version of every tag of the set
+	trimmed kv.Version            // every entry <= trimmed has been dropped
+	bytes   int64                 // sum of len(raw) over entries
+	last    atomic.Int64          // version of the last applied entry (written under mu)
+
+	// scratch for grouping an entry's mutations by tag (apply goroutine only)
+	groups []tagGroup
+}
+
+type tagGroup struct {
+	tag  kv.Tag
+	n    int
+	size int
+	muts []kv.Mutation
+}
+
+func newFSM(replica int, logger *slog.Logger, notify func()) *fsm {
+	return &fsm{
+		replica: replica,
+		logger:  logger,
+		notify:  notify,
+		index:   make(map[kv.Tag][]tagMsg),
+		popped:  make(map[kv.Tag]kv.Version),
+	}
+}
+
+func (f *fsm) lastVersion() kv.Version { return kv.Version(f.last.Load()) }
+
+// Apply implements raft.FSM.
+func (f *fsm) Apply(l *raft.Log) any {
+	return f.ApplyBatch([]*raft.Log{l})[0]
+}
+
+// ApplyBatch implements raft.BatchingFSM: one lock and one wake-up of
+// waiting peeks per batch.
+func (f *fsm) ApplyBatch(logs []*raft.Log) []any {
+	resps := make([]any, len(logs))
+	changed := false
+	f.mu.Lock()
+	for i, l := range logs {
+		if l.Type != raft.LogCommand {
+			continue
+		}
+		if err := f.applyLocked(l.Data); err != nil {
+			resps[i] = err
+			if !errors.Is(err, ErrPrevVersion) {
+				f.logger.Error("txlog: cannot apply raft log", "replica", f.replica, "index", l.Index, "err", err)
+			}
+			continue
+		}
+		changed = true
+	}
+	f.mu.Unlock()
+	if changed {
+		f.notify()
+	}
+	return resps
+}
+
+func (f *fsm) applyLocked(data []byte) error {
+	rec, err := decodeRecord(data)
+	if err != nil {
+		return err
+	}
+	switch rec.kind {
+	case recEntry:
+		e := &rec.entry
+		last := f.lastVersion()
+		if e.Version <= last || e.PrevVersion != last {
+			return fmt.Errorf("%w: entry %d has prev %d, log ends at %d", ErrPrevVersion, e.Version, e.PrevVersion, last)
+		}
+		f.addLocked(e, data)
+	case recPop:
+		f.popLocked(rec.pops)
+	}
+	return nil
+}
+
+// addLocked appends a decoded entry whose raft command is raw and indexes
+// its mutations per tag (a mutation listed twice for one tag counts once).
+func (f *fsm) addLocked(e *Entry, raw []byte) {
+	groups := f.groups[:0]
+	find := func(t kv.Tag) *tagGroup {
+		for i := range groups {
+			if groups[i].tag == t {
+				return &groups[i]
+			}
+		}
+		groups = append(groups, tagGroup{tag: t})
+		return &groups[len(groups)-1]
+	}
+	total := 0
+	for i := range e.Mutations {
+		m := &e.Mutations[i]
+		for j, t := range m.Tags {
+			if slices.Contains(m.Tags[:j], t) {
+				continue
+			}
+			g := find(t)
+			g.n++
+			g.size += m.Bytes() + msgOverhead
+			total++
+		}
+	}
+	if total > 0 {
+		// One backing array for every tag's mutations of this entry.
+		backing := make([]kv.Mutation, total)
+		off := 0
+		for i := range groups {
+			g := &groups[i]
+			g.muts = backing[off : off : off+g.n]
+			off += g.n
+		}
+		for i := range e.Mutations {
+			m := &e.Mutations[i]
+			for j, t := range m.Tags {
+				if slices.Contains(m.Tags[:j], t) {
+					continue
+				}
+				g := find(t)
+				g.muts = append(g.muts, m.Mutation)
+			}
+		}
+		for i := range groups {
+			g := &groups[i]
+			f.index[g.tag] = append(f.index[g.tag], tagMsg{msg: Message{Version: e.Version, Mutations: g.muts}, size: g.size})
+			g.muts = nil
+		}
+	}
+	f.groups = groups[:0]
+	f.entries = append(f.entries, fsmEntry{version: e.Version, raw: raw})
+	f.bytes += int64(len(raw))
+	f.last.Store(int64(e.Version))
+}
+
+// popLocked raises the popped versions of the tags in pops (popped versions
+// never go down), makes pops' tags the tag set, and drops every entry at or
+// below the minimum popped version. An empty tag set trims nothing.
+func (f *fsm) popLocked(pops []TagVersion) {
+	next := make(map[kv.Tag]kv.Version, len(pops))
+	for _, p := range pops {
+		v := max(p.Version, f.popped[p.Tag], next[p.Tag])
+		next[p.Tag] = v
+	}
+	f.popped = next
+	if len(next) == 0 {
+		return
+	}
+	minPopped := kv.Version(0)
+	first := true
+	for _, v := range next {
+		if first || v < minPopped {
+			minPopped, first = v, false
+		}
+	}
+	f.trimLocked(minPopped)
+}
+
+func (f *fsm) trimLocked(upTo kv.Version) {
+	if upTo <= f.trimmed {
+		return
+	}
+	f.trimmed = upTo
+	k := sort.Search(len(f.entries), func(i int) bool { return f.entries[i].version > upTo })
+	for i := 0; i < k; i++ {
+		f.bytes -= int64(len(f.entries[i].raw))
+	}
+	clear(f.entries[:k]) // let the trimmed commands be collected
+	f.entries = f.entries[k:]
+	if len(f.entries) == 0 {
+		f.entries = nil
+	}
+	for t, q := range f.index {
+		k := sort.Search(len(q), func(i int) bool { return q[i].msg.Version > upTo })
+		if k == 0 {
+			continue
+		}
+		if k == len(q) {
+			delete(f.index, t)
+			continue
+		}
+		clear(q[:k])
+		f.index[t] = q[k:]
+	}
+}
+
+// peek returns tag's messages with versions in (after, end], stopping after
+// about maxBytes (then end is the last message's version).
+func (f *fsm) peek(tag kv.Tag, after kv.Version, maxBytes int) ([]Message, kv.Version, error) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if after < f.trimmed {
+		return nil, 0, fmt.Errorf("%w: tag %d peeks after %d but the log is trimmed up to %d", ErrTrimmed, tag, after, f.trimmed)
+	}
+	end := f.lastVersion()
+	q := f.index[tag]
+	i := sort.Search(len(q), func(i int) bool { return q[i].msg.Version > after })
+	var msgs []Message
+	size := 0
+	for ; i < len(q); i++ {
+		msgs = append(msgs, q[i].msg)
+		size += q[i].size
+		if maxBytes > 0 && size >= maxBytes && i+1 < len(q) {
+			end = q[i].msg.Version
+			break
+		}
+	}
+	return msgs, end, nil
+}
+
+type fsmState struct {
+	Entries   int
+	Bytes     int64
+	Popped    map[kv.Tag]kv.Version
+	MinPopped kv.Version
+	Trimmed   kv.Version
+	Last      kv.Version
+}
+
+func (f *fsm) state() fsmState {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	s := fsmState{
+		Entries: len(f.entries),
+		Bytes:   f.bytes,
+		Popped:  make(map[kv.Tag]kv.Version, len(f.popped)),
+		Trimmed: f.trimmed,
+		Last:    f.lastVersion(),
+	}
+	first := true
+	for t, v := range f.popped {
+		s.Popped[t] = v
+		if first || v < s.MinPopped {
+			s.MinPopped, first = v, false
+		}
+	}
+	return s
+}
+
+// Snapshot format (all integers varint/uvarint unless noted):
+//
+//	magic "TXLS" snapVersion:byte last trimmed nPopped (tag popped)* nEntries (len raw)* crc32c:4 bytes big-endian
+var snapMagic = [4]byte{'T', 'X', 'L', 'S'}
+
+const snapVersion byte = 1
+
+var crcTable = crc32.MakeTable(crc32.Castagnoli)
+
+type fsmSnapshot struct {
+	last, trimmed kv.Version
+	popped        []TagVersion
+	entries       []fsmEntry
+}
+
+// Snapshot implements raft.FSM. It copies only slice headers: entries are
+// immutable once applied, so Persist can run concurrently with Apply.
+func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	s := &fsmSnapshot{
+		last:    f.lastVersion(),
+		trimmed: f.trimmed,
+		entries: slices.Clone(f.entries),
+	}
+	for t, v := range f.popped {
+		s.popped = append(s.popped, TagVersion{Tag: t, Version: v})
+	}
+	slices.SortFunc(s.popped, func(a, b TagVersion) int {
+		if a.Tag < b.Tag {
+			return -1
+		} else if a.Tag > b.Tag {
+			return 1
+		}
+		return 0
+	})
+	return s, nil
+}
+
+func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
+	if err := s.write(sink); err != nil {
+		_ = sink.Cancel()
+		return err
+	}
+	return sink.Close()
+}
+
+func (s *fsmSnapshot) write(w io.Writer) error {
+	crc := crc32.New(crcTable)
+	bw := bufio.NewWriterSize(io.MultiWriter(w, crc), 1<<20)
+	var b []byte
+	b = append(b, snapMagic[:]...)
+	b = append(b, snapVersion)
+	b = binary.AppendVarint(b, int64(s.last))
+	b = binary.AppendVarint(b, int64(s.trimmed))
+	b = binary.AppendUvarint(b, uint64(len(s.popped)))
+	for _, p := range s.popped {
+		b = binary.AppendUvarint(b, uint64(p.Tag))
+		b = binary.AppendVarint(b, int64(p.Version))
+	}
+	b = binary.AppendUvarint(b, uint64(len(s.entries)))
+	if _, err := bw.Write(b); err != nil {
+		return err
+	}
+	for _, e := range s.entries {
+		b = binary.AppendUvarint(b[:0], uint64(len(e.raw)))
+		if _, err := bw.Write(b); err != nil {
+			return err
+		}
+		if _, err := bw.Write(e.raw); err != nil {
+			return err
+		}
+	}
+	if err := bw.Flush(); err != nil {
+		return err
+	}
+	_, err := w.Write(binary.BigEndian.AppendUint32(nil, crc.Sum32()))
+	return err
+}
+
+func (s *fsmSnapshot) Release() {}
+
+// Restore implements raft.FSM: it replaces the whole state with the
+// snapshot's.
+func (f *fsm) Restore(rc io.ReadCloser) error {
+	defer rc.Close()
+	data, err := io.ReadAll(rc)
+	if err != nil {
+		return err
+	}
+	nf, err := decodeSnapshot(data, f.replica, f.logger, f.notify)
+	if err != nil {
+		return err
+	}
+	f.mu.Lock()
+	f.entries, f.index, f.popped, f.trimmed, f.bytes = nf.entries, nf.index, nf.popped, nf.trimmed, nf.bytes
+	f.last.Store(nf.last.Load())
+	f.mu.Unlock()
+	f.notify()
+	return nil
+}
+
+// decodeSnapshot rebuilds a state machine from a snapshot, rejecting any
+// corruption with an error.
+func decodeSnapshot(data []byte, replica int, logger *slog.Logger, notify func()) (*fsm, error) {
+	if len(data) < len(snapMagic)+1+4 {
+		return nil, fmt.Errorf("%w: snapshot too short (%d bytes)", ErrCorrupt, len(data))
+	}
+	body, sum := data[:len(data)-4], binary.BigEndian.Uint32(data[len(data)-4:])
+	if crc32.Checksum(body, crcTable) != sum {
+		return nil, fmt.Errorf("%w: snapshot checksum mismatch", ErrCorrupt)
+	}
+	if [4]byte(body[:4]) != snapMagic || body[4] != snapVersion {
+		return nil, fmt.Errorf("%w: bad snapshot header", ErrCorrupt)
+	}
+	r := &reader{b: body, off: 5}
+	last := kv.Version(r.varint())
+	trimmed := kv.Version(r.varint())
+	nf := newFSM(replica, logger, notify)
+	np := r.count(2)
+	for i := 0; i < np && r.err == nil; i++ {
+		t := kv.Tag(r.uint32())
+		nf.popped[t] = kv.Version(r.varint())
+	}
+	ne := r.count(1)
+	for i := 0; i < ne && r.err == nil; i++ {
+		raw := r.bytes(r.uvarint())
+		if r.err != nil {
+			break
+		}
+		rec, err := decodeRecord(raw)
+		if err != nil {
+			return nil, fmt.Errorf("snapshot entry %d: %w", i, err)
+		}
+		if rec.kind != recEntry {
+			return nil, fmt.Errorf("%w: snapshot entry %d is not an entry", ErrCorrupt, i)
+		}
+		if rec.entry.Version <= nf.lastVersion() || rec.entry.Version <= trimmed {
+			return nil, fmt.Errorf("%w: snapshot entry %d has version %d out of order", ErrCorrupt, i, rec.entry.Version)
+		}
+		nf.addLocked(&rec.entry, raw)
+	}
+	if r.err == nil && r.remaining() != 0 {
+		r.fail("%d trailing bytes", r.remaining())
+	}
+	if r.err != nil {
+		return nil, r.err
+	}
+	if nf.lastVersion() > last {
+		return nil, fmt.Errorf("%w: snapshot entries go past its last version", ErrCorrupt)
+	}
+	nf.last.Store(int64(last))
+	nf.trimmed = trimmed
+	return nf, nil
+}

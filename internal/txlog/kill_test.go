@@ -1,0 +1,175 @@
+package txlog
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/distash/distash/internal/kv"
+)
+
+const (
+	killDirEnv      = "TXLOG_KILL9_DIR"
+	killReplicasEnv = "TXLOG_KILL9_REPLICAS"
+)
+
+// TestKill9Child is the child process of TestKill9Durability: it appends
+// entries 1, 2, 3, ... pipelined, prints "acked <v>" for each acknowledged
+// one, pops now and then, snapshots often, and runs until it is killed.
+func TestKill9Child(t *testing.T) {
+	dir := os.Getenv(killDirEnv)
+	if dir == "" {
+		t.Skip("helper process of TestKill9Durability")
+	}
+	replicas, _ := strconv.Atoi(os.Getenv(killReplicasEnv))
+	opts := testOptions(dir, replicas, 1, 2)
+	opts.SnapshotThreshold = 300
+	opts.SnapshotInterval = 50 * time.Millisecond
+	opts.TrailingLogs = 100
+	l, err := Open(opts)
+	if err != nil {
+		fmt.Println("open failed:", err)
+		os.Exit(2)
+	}
+	out := bufio.NewWriter(os.Stdout)
+	fmt.Fprintf(out, "start %d\n", l.LastVersion())
+	out.Flush()
+	v := l.LastVersion()
+	var window []*Future
+	for i := 0; i < 1_000_000; i++ {
+		e := &Entry{Version: v + 1, PrevVersion: v, Mutations: []TaggedMutation{mut(fmt.Sprint(v+1), 1, 2)}}
+		v++
+		window = append(window, l.Append(e))
+		if len(window) < 64 {
+			continue
+		}
+		f := window[0]
+		window = window[1:]
+		if err := f.Wait(context.Background()); err != nil {
+			fmt.Fprintf(out, "error %d %v\n", f.Version(), err)
+			out.Flush()
+			os.Exit(3)
+		}
+		// Acknowledged: it must survive the kill.
+		fmt.Fprintf(out, "acked %d\n", f.Version())
+		out.Flush()
+		if f.Version()%500 == 0 {
+			l.Pop(1, f.Version()-300)
+			l.Pop(2, f.Version()-400)
+		}
+	}
+	time.Sleep(time.Hour)
+}
+
+func TestKill9Durability(t *testing.T) {
+	if testing.Short() {
+		t.Skip("spawns a subprocess")
+	}
+	for _, replicas := range []int{1, 3} {
+		t.Run(fmt.Sprintf("replicas=%d", replicas), func(t *testing.T) {
+			dir := t.TempDir()
+			var acked []kv.Version
+			for round := 0; round < 2; round++ { // kill, recover, append more, kill again
+				acked = append(acked, runAndKill(t, dir, replicas, 1500)...)
+			}
+			if snaps, _ := os.ReadDir(filepath.Join(dir, "replica-0", "snapshots")); len(snaps) == 0 {
+				t.Errorf("the child took no raft snapshot")
+			}
+			l := openLog(t, testOptions(dir, replicas, 1, 2))
+			defer l.Close()
+			last := l.LastVersion()
+			got := entryVersions(l)
+			s := l.Stats()
+			t.Logf("%d acked over 2 kills; recovered last %d, %d entries in memory, trimmed %d", len(acked), last, len(got), s.Trimmed)
+			if len(got) == 0 || got[0] != s.Trimmed+1 || got[len(got)-1] != last {
+				t.Fatalf("recovered entries [%v..] do not cover (%d, %d]", got[:min(1, len(got))], s.Trimmed, last)
+			}
+			for i := 1; i < len(got); i++ {
+				if got[i] != got[i-1]+1 {
+					t.Fatalf("recovered log not contiguous: %d after %d", got[i], got[i-1])
+				}
+			}
+			for i, v := range acked {
+				if i > 0 && v <= acked[i-1] {
+					t.Fatalf("acked versions out of order: %d after %d", v, acked[i-1])
+				}
+				if v > last {
+					t.Fatalf("acknowledged version %d lost (log ends at %d)", v, last)
+				}
+			}
+			// every acknowledged version above the trim point is readable
+			msgs, _ := mustPeek(t, l, 1, s.Trimmed, 0)
+			present := map[kv.Version]bool{}
+			for _, m := range msgs {
+				present[m.Version] = true
+			}
+			for _, v := range acked {
+				if v > s.Trimmed && !present[v] {
+					t.Fatalf("acknowledged version %d not readable", v)
+				}
+			}
+		})
+	}
+}
+
+// runAndKill runs the child on dir until it acknowledged killAfter entries,
+// SIGKILLs it, and returns every version it acknowledged.
+func runAndKill(t *testing.T, dir string, replicas, killAfter int) []kv.Version {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestKill9Child$", "-test.count=1", "-test.timeout=2m")
+	cmd.Env = append(os.Environ(), killDirEnv+"="+dir, killReplicasEnv+"="+strconv.Itoa(replicas))
+	cmd.Stderr = os.Stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	killed := false
+	timer := time.AfterFunc(60*time.Second, func() { _ = cmd.Process.Kill() })
+	defer timer.Stop()
+	var acked []kv.Version
+	var start kv.Version = -1
+	sc := bufio.NewScanner(stdout)
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case strings.HasPrefix(line, "start "):
+			v, _ := strconv.ParseInt(strings.TrimPrefix(line, "start "), 10, 64)
+			start = kv.Version(v)
+		case strings.HasPrefix(line, "acked "):
+			v, err := strconv.ParseInt(strings.TrimPrefix(line, "acked "), 10, 64)
+			if err != nil {
+				t.Fatalf("bad line %q", line)
+			}
+			acked = append(acked, kv.Version(v))
+			if len(acked) == killAfter && !killed {
+				killed = true
+				if err := cmd.Process.Signal(os.Kill); err != nil { // SIGKILL
+					t.Fatal(err)
+				}
+			}
+		default:
+			t.Errorf("child: %s", line)
+		}
+	}
+	err = cmd.Wait()
+	if !killed {
+		t.Fatalf("child exited before the kill: %v", err)
+	}
+	if start < 0 {
+		t.Fatal("child did not start")
+	}
+	if len(acked) > 0 && acked[0] != start+1 {
+		t.Fatalf("child started at %d but acked %d first", start, acked[0])
+	}
+	return acked
+}

@@ -1,0 +1,181 @@
+package txlog
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	"go.etcd.io/bbolt"
+)
+
+// replica is one raft server of the log, with its own directory, stores,
+// in-memory transport and state machine.
+type replica struct {
+	index int
+	id    raft.ServerID
+	addr  raft.ServerAddress
+	dir   string
+
+	running bool
+	raft    *raft.Raft
+	fsm     *fsm
+	store   *raftboltdb.BoltStore
+	logs    raft.LogStore
+	snaps   *raft.FileSnapshotStore
+	trans   *raft.InmemTransport
+}
+
+// replicaRef is what callers outside l.mu may use of a running replica: a
+// stopped replica's raft only fails further calls.
+type replicaRef struct {
+	index int
+	raft  *raft.Raft
+	fsm   *fsm
+	logs  raft.LogStore
+}
+
+func (r *replica) ref() *replicaRef {
+	return &replicaRef{index: r.index, raft: r.raft, fsm: r.fsm, logs: r.logs}
+}
+
+func (l *Log) raftConfig(r *replica) *raft.Config {
+	c := raft.DefaultConfig()
+	c.LocalID = r.id
+	// One machine: fast failure detection and elections.
+	c.HeartbeatTimeout = 200 * time.Millisecond
+	c.ElectionTimeout = 200 * time.Millisecond
+	c.LeaderLeaseTimeout = 150 * time.Millisecond
+	c.CommitTimeout = 5 * time.Millisecond
+	c.MaxAppendEntries = 512
+	c.BatchApplyCh = true
+	c.SnapshotThreshold = l.opts.SnapshotThreshold
+	c.TrailingLogs = l.opts.TrailingLogs
+	c.SnapshotInterval = l.opts.SnapshotInterval
+	c.Logger = l.hlog.Named(string(r.id))
+	c.NoLegacyTelemetry = true
+	return c
+}
+
+// startReplicaLocked opens replica i from its directory (bootstrapping the
+// cluster configuration if the directory holds no raft state and bootstrap
+// is set) and connects it to the running replicas. l.mu must be held.
+func (l *Log) startReplicaLocked(i int, bootstrap bool) (err error) {
+	r := l.reps[i]
+	if r.running {
+		return fmt.Errorf("txlog: replica %d is running", i)
+	}
+	if err := os.MkdirAll(r.dir, 0o755); err != nil {
+		return err
+	}
+	store, err := raftboltdb.New(raftboltdb.Options{
+		Path:        filepath.Join(r.dir, "raft.db"),
+		BoltOptions: &bbolt.Options{Timeout: 2 * time.Second},
+		NoSync:      false, // every raft log write is fsynced
+	})
+	if err != nil {
+		return fmt.Errorf("txlog: replica %d: open raft store: %w", i, err)
+	}
+	defer func() {
+		if err != nil {
+			store.Close()
+		}
+	}()
+	logs, err := raft.NewLogCache(1024, store)
+	if err != nil {
+		return err
+	}
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(r.dir, 2, l.hlog.Named(string(r.id)+"-snap"))
+	if err != nil {
+		return fmt.Errorf("txlog: replica %d: snapshot store: %w", i, err)
+	}
+	_, trans := raft.NewInmemTransport(r.addr)
+	conf := l.raftConfig(r)
+	if bootstrap {
+		has, err := raft.HasExistingState(logs, store, snaps)
+		if err != nil {
+			return fmt.Errorf("txlog: replica %d: %w", i, err)
+		}
+		if !has {
+			var cfg raft.Configuration
+			for _, o := range l.reps {
+				cfg.Servers = append(cfg.Servers, raft.Server{Suffrage: raft.Voter, ID: o.id, Address: o.addr})
+			}
+			if err := raft.BootstrapCluster(conf, logs, store, snaps, trans, cfg); err != nil && !errors.Is(err, raft.ErrCantBootstrap) {
+				return fmt.Errorf("txlog: replica %d: bootstrap: %w", i, err)
+			}
+		}
+	}
+	f := newFSM(i, l.logger, l.notify)
+	rf, err := raft.NewRaft(conf, f, logs, store, snaps, trans)
+	if err != nil {
+		return fmt.Errorf("txlog: replica %d: %w", i, err)
+	}
+	r.raft, r.fsm, r.store, r.logs, r.snaps, r.trans = rf, f, store, logs, snaps, trans
+	r.running = true
+	for _, o := range l.reps {
+		if o != r && o.running {
+			o.trans.Connect(r.addr, r.trans)
+			r.trans.Connect(o.addr, o.trans)
+		}
+	}
+	return nil
+}
+
+// stopReplicaLocked crashes replica i: it disconnects its transport, shuts
+// its raft down and closes its stores. l.mu must be held.
+func (l *Log) stopReplicaLocked(i int) error {
+	r := l.reps[i]
+	if !r.running {
+		return fmt.Errorf("txlog: replica %d is not running", i)
+	}
+	r.running = false
+	for _, o := range l.reps {
+		if o.running {
+			o.trans.Disconnect(r.addr)
+		}
+	}
+	r.trans.DisconnectAll()
+	err := r.raft.Shutdown().Error()
+	if cerr := r.store.Close(); err == nil {
+		err = cerr
+	}
+	r.raft, r.fsm, r.store, r.logs, r.snaps, r.trans = nil, nil, nil, nil, nil, nil
+	return err
+}
+
+// StopReplica crashes replica i (for tests): its transport is disconnected,
+// its raft shut down and its stores closed. Appends in flight on it (if it
+// led) fail with ErrCommitUnknown.
+func (l *Log) StopReplica(i int) error {
+	if i < 0 || i >= len(l.reps) {
+		return fmt.Errorf("txlog: no replica %d", i)
+	}
+	select {
+	case <-l.closed:
+		return ErrClosed
+	default:
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.stopReplicaLocked(i)
+}
+
+// StartReplica restarts a stopped replica from its directory; raft catches
+// it up from the leader.
+func (l *Log) StartReplica(i int) error {
+	if i < 0 || i >= len(l.reps) {
+		return fmt.Errorf("txlog: no replica %d", i)
+	}
+	select {
+	case <-l.closed:
+		return ErrClosed
+	default:
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.startReplicaLocked(i, false)
+}

@@ -1,0 +1,388 @@
+// Package server starts a DiStash cluster embedded in one process: the
+// transaction log, sequencer, resolver, GRV and commit proxies and one
+// storage server per stash of every pool, with a gRPC endpoint that clients
+// (package distash) and the CLI use.
+//
+//	cfg := config.Default()
+//	srv, err := server.Start(ctx, server.Options{Dir: dir, Config: cfg})
+//	defer srv.Stop()
+//	db, err := distash.Open(ctx, srv.ClusterString())
+//
+// Everything durable lives under Options.Dir: the log's raft replicas, one
+// directory per durable stash, the system stash (shard map) and the
+// configuration the cluster was created with. Restarting on the same
+// directory recovers the cluster: durable stashes come back with their data
+// and catch up from the log; dram stashes come back empty.
+package server
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/distash/distash/config"
+	"github.com/distash/distash/internal/clock"
+	"github.com/distash/distash/internal/engine"
+	"github.com/distash/distash/internal/engine/engines"
+	"github.com/distash/distash/internal/kv"
+	"github.com/distash/distash/internal/proxy"
+	"github.com/distash/distash/internal/resolver"
+	"github.com/distash/distash/internal/sequencer"
+	"github.com/distash/distash/internal/shardmap"
+	"github.com/distash/distash/internal/stash"
+	"github.com/distash/distash/internal/txlog"
+	"github.com/distash/distash/internal/wire"
+)
+
+// Options configure an embedded cluster.
+type Options struct {
+	// Dir holds the cluster's files. Required.
+	Dir string
+	// Config is the cluster configuration. Required.
+	Config *config.Config
+	// ListenAddr is the gRPC address; default "127.0.0.1:0" (a free port).
+	ListenAddr string
+	// Logger receives the cluster's logs; default slog.Default().
+	Logger *slog.Logger
+	// FlushInterval is how often stashes flush versions leaving the MVCC
+	// window to their engines; default 100ms.
+	FlushInterval time.Duration
+}
+
+// Server is a running embedded cluster.
+type Server struct {
+	opts   Options
+	cfg    *config.Config
+	logger *slog.Logger
+
+	log     *txlog.Log
+	seq     *sequencer.Sequencer
+	res     *resolver.Resolver
+	commit  *proxy.CommitProxy
+	grv     *proxy.GRVProxy
+	stashes map[kv.Tag]*stash.Stash
+	order   []kv.Tag // stash tags in pool order, system first
+
+	grpcServer *grpc.Server
+	listener   net.Listener
+
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+	stopOnce sync.Once
+}
+
+// Start opens or creates the cluster in opts.Dir and serves it.
+func Start(ctx context.Context, opts Options) (*Server, error) {
+	if opts.Dir == "" {
+		return nil, errors.New("server: Options.Dir is required")
+	}
+	if opts.Config == nil {
+		return nil, errors.New("server: Options.Config is required")
+	}
+	if err := opts.Config.Validate(); err != nil {
+		return nil, err
+	}
+	if opts.ListenAddr == "" {
+		opts.ListenAddr = "127.0.0.1:0"
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
+		return nil, err
+	}
+	if err := checkConfigMatches(opts.Dir, opts.Config); err != nil {
+		return nil, err
+	}
+	s := &Server{opts: opts, cfg: opts.Config, logger: opts.Logger, stashes: map[kv.Tag]*stash.Stash{}}
+	if err := s.start(ctx); err != nil {
+		s.Stop()
+		return nil, err
+	}
+	return s, nil
+}
+
+// stashSpec describes one stash to open.
+type stashSpec struct {
+	tag   kv.Tag
+	pool  config.Pool
+	index int
+}
+
+func (s *Server) stashSpecs() ([]stashSpec, map[string][]kv.Tag) {
+	var specs []stashSpec
+	poolTags := map[string][]kv.Tag{}
+	next := shardmap.SystemTag + 1
+	for _, p := range s.cfg.Pools {
+		for i := 0; i < p.Stashes; i++ {
+			specs = append(specs, stashSpec{tag: next, pool: p, index: i})
+			poolTags[p.Name] = append(poolTags[p.Name], next)
+			next++
+		}
+	}
+	return specs, poolTags
+}
+
+func (s *Server) start(ctx context.Context) error {
+	specs, poolTags := s.stashSpecs()
+	tags := []kv.Tag{shardmap.SystemTag}
+	for _, sp := range specs {
+		tags = append(tags, sp.tag)
+	}
+	var err error
+	s.log, err = txlog.Open(txlog.Options{
+		Dir:      filepath.Join(s.opts.Dir, "log"),
+		Replicas: s.cfg.Log.Replicas,
+		Tags:     tags,
+		Logger:   s.logger,
+	})
+	if err != nil {
+		return fmt.Errorf("server: open log: %w", err)
+	}
+	recovered := s.log.LastVersion()
+	windowVersions := kv.Version(s.cfg.Cluster.MVCCWindow.Duration.Microseconds())
+	s.seq = sequencer.New(clock.Real{}, recovered)
+	s.res = resolver.NewAt(windowVersions, recovered)
+
+	runCtx, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
+
+	// The system stash holds the shard map.
+	sysEng, err := engines.Open("pebble", engine.Options{Dir: filepath.Join(s.opts.Dir, "system")})
+	if err != nil {
+		return fmt.Errorf("server: open system stash: %w", err)
+	}
+	sys := stash.New(stash.Options{
+		Tag: shardmap.SystemTag, Pool: "system", Engine: sysEng, Log: s.log,
+		WindowVersions: windowVersions, FlushInterval: s.opts.FlushInterval, Logger: s.logger,
+	})
+	sys.SetOwned([]kv.KeyRange{shardmap.SystemRange})
+	s.addStash(runCtx, sys)
+
+	for _, sp := range specs {
+		st, err := s.openStash(sp, windowVersions, recovered)
+		if err != nil {
+			return err
+		}
+		s.addStash(runCtx, st)
+	}
+
+	shards, fresh, err := s.loadShardMap(ctx, sys, recovered, poolTags)
+	if err != nil {
+		return err
+	}
+	for _, sp := range specs {
+		s.stashes[sp.tag].SetOwned(shards.RangesOf(sp.tag))
+	}
+
+	s.commit = proxy.NewCommitProxy(proxy.CommitOptions{
+		Config: s.cfg, Sequencer: s.seq, Resolver: s.res, Log: s.log,
+		Shards: shards, Usage: usageOf(s.stashes), PoolTags: poolTags, Logger: s.logger,
+	})
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.commit.Run(runCtx)
+	}()
+	s.grv = proxy.NewGRVProxy(s.seq, nil)
+
+	if fresh {
+		// A new cluster: record its shard map through the commit pipeline.
+		txn := proxy.Txn{ReadVersion: s.seq.CommittedVersion()}
+		for _, sh := range shards.Shards() {
+			k, v := shardmap.Encode(sh)
+			txn.Mutations = append(txn.Mutations, kv.Mutation{Type: kv.MutSet, Key: k, Param: v})
+			txn.WriteConflicts = append(txn.WriteConflicts, kv.PointRange(k))
+		}
+		if _, err := s.commit.CommitSystem(ctx, txn); err != nil {
+			return fmt.Errorf("server: record the initial shard map: %w", err)
+		}
+		if err := writeConfig(s.opts.Dir, s.cfg); err != nil {
+			return err
+		}
+	}
+
+	s.listener, err = net.Listen("tcp", s.opts.ListenAddr)
+	if err != nil {
+		return fmt.Errorf("server: listen on %s: %w", s.opts.ListenAddr, err)
+	}
+	s.grpcServer = grpc.NewServer(grpc.MaxRecvMsgSize(64<<20), grpc.MaxSendMsgSize(64<<20))
+	wire.RegisterDiStashServer(s.grpcServer, &service{s: s})
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		if err := s.grpcServer.Serve(s.listener); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			s.logger.Error("grpc serve", "err", err)
+		}
+	}()
+	s.logger.Info("distash cluster started", "addr", s.listener.Addr().String(), "dir", s.opts.Dir, "recovered_version", recovered, "pools", len(s.cfg.Pools))
+	return nil
+}
+
+func (s *Server) openStash(sp stashSpec, windowVersions, recovered kv.Version) (*stash.Stash, error) {
+	dir := filepath.Join(s.opts.Dir, "stash", fmt.Sprintf("%s-%d", sp.pool.Name, sp.index))
+	if !sp.pool.Volatile() {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	eng, err := engines.Open(sp.pool.Engine, engine.Options{
+		Dir: dir, CapacityBytes: int64(sp.pool.Capacity), Ephemeral: sp.pool.Ephemeral(), Eviction: sp.pool.Eviction,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("server: open stash %s-%d: %w", sp.pool.Name, sp.index, err)
+	}
+	windowBytes := int64(64 << 20)
+	if sp.pool.Ephemeral() && sp.pool.Capacity > 0 {
+		// Keep the window of a small cache small too.
+		windowBytes = max(min(int64(sp.pool.Capacity)/2, windowBytes), 256<<10)
+	}
+	return stash.New(stash.Options{
+		Tag: sp.tag, Pool: sp.pool.Name, Index: sp.index, Engine: eng, Log: s.log,
+		Volatile: sp.pool.Volatile(), StartVersion: recovered,
+		Ephemeral: sp.pool.Ephemeral(), TrackBytes: !sp.pool.Ephemeral(), CapacityBytes: int64(sp.pool.Capacity),
+		WindowVersions: windowVersions, WindowBytes: windowBytes, FlushInterval: s.opts.FlushInterval, Logger: s.logger,
+	}), nil
+}
+
+func (s *Server) addStash(ctx context.Context, st *stash.Stash) {
+	s.stashes[st.Tag()] = st
+	s.order = append(s.order, st.Tag())
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		if err := st.Run(ctx); err != nil {
+			s.logger.Error("stash stopped", "tag", st.Tag(), "err", err)
+		}
+	}()
+}
+
+// loadShardMap reads the shard map from the system stash once it has caught
+// up with the recovered log; a new cluster gets the initial map.
+func (s *Server) loadShardMap(ctx context.Context, sys *stash.Stash, recovered kv.Version, poolTags map[string][]kv.Tag) (*shardmap.Map, bool, error) {
+	if recovered > 0 {
+		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		for sys.AppliedVersion() < recovered {
+			select {
+			case <-rctx.Done():
+				return nil, false, fmt.Errorf("server: system stash did not catch up with the log: %w", rctx.Err())
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+		v := sys.AppliedVersion()
+		kvs, _, err := sys.GetRange(rctx, v, shardmap.KeyServersPrefix, kv.PrefixEnd(shardmap.KeyServersPrefix), 0, 0, false)
+		if err != nil {
+			return nil, false, fmt.Errorf("server: read the shard map: %w", err)
+		}
+		if len(kvs) > 0 {
+			m := shardmap.New(nil)
+			for _, p := range kvs {
+				if _, err := m.Apply(kv.Mutation{Type: kv.MutSet, Key: p.Key, Param: p.Value}); err != nil {
+					return nil, false, err
+				}
+			}
+			return m, false, nil
+		}
+	}
+	var specs []shardmap.PoolSpec
+	for _, p := range s.cfg.Pools {
+		specs = append(specs, shardmap.PoolSpec{Name: p.Name, Prefix: []byte(p.Prefix), Tags: poolTags[p.Name], Replication: p.Replication})
+	}
+	return shardmap.Initial(specs), true, nil
+}
+
+// ClusterString is the address clients pass to distash.Open.
+func (s *Server) ClusterString() string { return s.listener.Addr().String() }
+
+// Config returns the cluster's configuration.
+func (s *Server) Config() *config.Config { return s.cfg }
+
+// Stop shuts the cluster down and closes its files. Safe to call twice.
+func (s *Server) Stop() {
+	s.stopOnce.Do(func() {
+		if s.grpcServer != nil {
+			s.grpcServer.Stop()
+		}
+		if s.cancel != nil {
+			s.cancel()
+		}
+		s.wg.Wait()
+		for _, t := range s.order {
+			if err := s.stashes[t].Close(); err != nil {
+				s.logger.Warn("close stash", "tag", t, "err", err)
+			}
+		}
+		if s.log != nil {
+			if err := s.log.Close(); err != nil {
+				s.logger.Warn("close log", "err", err)
+			}
+		}
+	})
+}
+
+type usageMap map[kv.Tag]*stash.Stash
+
+func usageOf(m map[kv.Tag]*stash.Stash) usageMap { return usageMap(m) }
+
+func (u usageMap) Usage(tag kv.Tag) (int64, kv.Version) {
+	st, ok := u[tag]
+	if !ok {
+		return 0, 0
+	}
+	return st.Usage()
+}
+
+const configFile = "cluster.toml"
+
+// checkConfigMatches refuses to start a cluster on a directory created with
+// different pools: changing pools is a reconfiguration, not supported yet.
+func checkConfigMatches(dir string, cfg *config.Config) error {
+	data, err := os.ReadFile(filepath.Join(dir, configFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	old, err := config.Parse(data)
+	if err != nil {
+		return fmt.Errorf("server: %s: %w", filepath.Join(dir, configFile), err)
+	}
+	if len(old.Pools) != len(cfg.Pools) {
+		return fmt.Errorf("server: %s was created with %d pools, the configuration has %d; changing pools is not supported yet", dir, len(old.Pools), len(cfg.Pools))
+	}
+	for i, p := range cfg.Pools {
+		o := old.Pools[i]
+		if o.Name != p.Name || o.Prefix != p.Prefix || o.Engine != p.Engine || o.Stashes != p.Stashes || o.Replication != p.Replication || o.Medium != p.Medium || o.Mode != p.Mode {
+			return fmt.Errorf("server: pool[%d] (%q) differs from the one %s was created with; changing pools is not supported yet", i, p.Name, dir)
+		}
+	}
+	if old.Log.Replicas != cfg.Log.Replicas {
+		return fmt.Errorf("server: log.replicas is %d but %s was created with %d", cfg.Log.Replicas, dir, old.Log.Replicas)
+	}
+	return nil
+}
+
+func writeConfig(dir string, cfg *config.Config) error {
+	data, err := cfg.Marshal()
+	if err != nil {
+		return err
+	}
+	tmp := filepath.Join(dir, configFile+".tmp")
+	if err := os.WriteFile(tmp, data, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(dir, configFile))
+}
+
+var _ = bytes.Compare

@@ -1,0 +1,140 @@
+package server
+
+import (
+	"context"
+	"sort"
+
+	"github.com/distash/distash/internal/kv"
+	"github.com/distash/distash/internal/proxy"
+	"github.com/distash/distash/internal/wire"
+)
+
+// service implements the gRPC API over the cluster's roles.
+type service struct {
+	wire.UnimplementedDiStashServer
+	s *Server
+}
+
+func wireErr(err error) *wire.Error {
+	if err == nil {
+		return nil
+	}
+	return &wire.Error{Code: int32(kv.CodeOf(err)), Detail: err.Error()}
+}
+
+func (v *service) GetReadVersion(ctx context.Context, _ *wire.GetReadVersionRequest) (*wire.GetReadVersionResponse, error) {
+	rv, err := v.s.grv.GetReadVersion(ctx)
+	return &wire.GetReadVersionResponse{Version: int64(rv), Error: wireErr(err)}, nil
+}
+
+func fromWireRanges(rs []*wire.KeyRange) []kv.KeyRange {
+	out := make([]kv.KeyRange, len(rs))
+	for i, r := range rs {
+		out[i] = kv.KeyRange{Begin: r.Begin, End: r.End}
+	}
+	return out
+}
+
+func (v *service) Commit(ctx context.Context, req *wire.CommitRequest) (*wire.CommitResponse, error) {
+	txn := proxy.Txn{
+		ReadVersion:    kv.Version(req.ReadVersion),
+		ReadConflicts:  fromWireRanges(req.ReadConflicts),
+		WriteConflicts: fromWireRanges(req.WriteConflicts),
+		Mutations:      make([]kv.Mutation, len(req.Mutations)),
+	}
+	for i, m := range req.Mutations {
+		txn.Mutations[i] = kv.Mutation{Type: kv.MutationType(m.Type), Key: m.Key, Param: m.Param, Cost: m.Cost}
+	}
+	cv, err := v.s.commit.Commit(ctx, txn)
+	return &wire.CommitResponse{Version: int64(cv), Error: wireErr(err)}, nil
+}
+
+func (v *service) Read(ctx context.Context, req *wire.ReadRequest) (*wire.ReadResponse, error) {
+	st, ok := v.s.stashes[kv.Tag(req.Stash)]
+	if !ok {
+		return &wire.ReadResponse{Error: wireErr(kv.Errorf(kv.CodeWrongShardServer, "no stash %d", req.Stash))}, nil
+	}
+	vals, present, err := st.Get(ctx, kv.Version(req.Version), req.Keys)
+	if err != nil {
+		return &wire.ReadResponse{Error: wireErr(err)}, nil
+	}
+	resp := &wire.ReadResponse{Values: make([]*wire.Value, len(vals))}
+	for i := range vals {
+		resp.Values[i] = &wire.Value{Present: present[i], Value: vals[i]}
+	}
+	return resp, nil
+}
+
+func (v *service) ReadRange(ctx context.Context, req *wire.ReadRangeRequest) (*wire.ReadRangeResponse, error) {
+	st, ok := v.s.stashes[kv.Tag(req.Stash)]
+	if !ok {
+		return &wire.ReadRangeResponse{Error: wireErr(kv.Errorf(kv.CodeWrongShardServer, "no stash %d", req.Stash))}, nil
+	}
+	byteLimit := req.ByteLimit
+	if byteLimit <= 0 {
+		byteLimit = 1 << 20
+	}
+	kvs, more, err := st.GetRange(ctx, kv.Version(req.Version), req.Begin, req.End, int(req.Limit), byteLimit, req.Reverse)
+	if err != nil {
+		return &wire.ReadRangeResponse{Error: wireErr(err)}, nil
+	}
+	resp := &wire.ReadRangeResponse{Kvs: make([]*wire.KeyValue, len(kvs)), More: more}
+	for i, p := range kvs {
+		resp.Kvs[i] = &wire.KeyValue{Key: p.Key, Value: p.Value}
+	}
+	return resp, nil
+}
+
+func (v *service) Locations(ctx context.Context, req *wire.LocationsRequest) (*wire.LocationsResponse, error) {
+	resp := &wire.LocationsResponse{}
+	for _, sh := range v.s.commit.Shards().Intersect(req.Begin, req.End) {
+		ws := &wire.Shard{Begin: sh.Begin, End: sh.End, Pool: sh.Pool}
+		for _, t := range sh.Team {
+			ws.Stashes = append(ws.Stashes, uint32(t))
+		}
+		resp.Shards = append(resp.Shards, ws)
+	}
+	return resp, nil
+}
+
+func (v *service) poolInfos() []*wire.PoolInfo {
+	var out []*wire.PoolInfo
+	for _, p := range v.s.cfg.Pools {
+		out = append(out, &wire.PoolInfo{
+			Name: p.Name, Prefix: []byte(p.Prefix), Medium: p.Medium, Mode: p.Mode, Engine: p.Engine,
+			Stashes: int32(p.Stashes), Replication: int32(p.Replication), CapacityBytes: int64(p.Capacity), Eviction: p.Eviction,
+		})
+	}
+	return out
+}
+
+func (v *service) ClusterInfo(ctx context.Context, _ *wire.ClusterInfoRequest) (*wire.ClusterInfoResponse, error) {
+	return &wire.ClusterInfoResponse{Pools: v.poolInfos(), MvccWindowMicros: v.s.cfg.Cluster.MVCCWindow.Microseconds()}, nil
+}
+
+func (v *service) Status(ctx context.Context, _ *wire.StatusRequest) (*wire.StatusResponse, error) {
+	c := v.s.commit.Counters()
+	resp := &wire.StatusResponse{
+		Pools: v.poolInfos(), CommittedVersion: int64(v.s.seq.CommittedVersion()),
+		Commits: c.Commits, Conflicts: c.Conflicts, TooOld: c.TooOld, PoolFull: c.PoolFull, CommitBatches: c.Batches,
+	}
+	ls := v.s.log.Stats()
+	resp.Log = &wire.LogStatus{
+		Replicas: int32(v.s.cfg.Log.Replicas), LastVersion: int64(ls.LastVersion),
+		EntriesInMemory: int64(ls.Entries), BytesInMemory: int64(ls.Bytes), MinPopped: int64(ls.MinPopped),
+	}
+	for _, t := range v.s.order {
+		st := v.s.stashes[t].Stats()
+		if st.Pool == "system" {
+			continue
+		}
+		resp.Stashes = append(resp.Stashes, &wire.StashStatus{
+			Id: uint32(st.Tag), Pool: st.Pool, Index: int32(st.Index), Keys: st.Keys, Bytes: st.Bytes,
+			EngineBytes: st.EngineBytes, WindowBytes: st.WindowBytes, Hits: st.Hits, Misses: st.Misses,
+			Evictions: st.Evictions, Version: int64(st.Applied), DurableVersion: int64(st.Durable),
+			CapacityBytes: st.CapacityBytes, Reads: st.Reads,
+		})
+	}
+	sort.SliceStable(resp.Stashes, func(i, j int) bool { return resp.Stashes[i].Id < resp.Stashes[j].Id })
+	return resp, nil
+}

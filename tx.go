@@ -1,0 +1,509 @@
+package distash
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"sync"
+
+	"github.com/google/btree"
+
+	"github.com/distash/distash/internal/kv"
+	"github.com/distash/distash/internal/wire"
+)
+
+// RangeOptions shape a GetRange: at most Limit pairs (0: all), in reverse
+// key order when Reverse is set.
+type RangeOptions struct {
+	Limit   int
+	Reverse bool
+}
+
+// KeyValue is one pair returned by GetRange.
+type KeyValue struct {
+	Key, Value []byte
+}
+
+// localWrite is the transaction's own state of one key: a known base (set
+// or cleared in this transaction) and atomic operations on top of it.
+type localWrite struct {
+	key       []byte
+	baseKnown bool // the base is value/present below, not the database's
+	value     []byte
+	present   bool
+	ops       []kv.Mutation // atomic ops after the base, in order
+}
+
+func lessLocal(a, b *localWrite) bool { return bytes.Compare(a.key, b.key) < 0 }
+
+// resolve returns the key's value given the database's value (used only
+// when the base is not known locally).
+func (w *localWrite) resolve(dbValue []byte, dbPresent bool) ([]byte, bool) {
+	v, ok := w.value, w.present
+	if !w.baseKnown {
+		v, ok = dbValue, dbPresent
+	}
+	for _, op := range w.ops {
+		v, ok = kv.ApplyAtomic(op.Type, v, ok, op.Param), true
+	}
+	return v, ok
+}
+
+// Tx is a transaction. Reads see a consistent snapshot at the transaction's
+// read version plus the transaction's own writes. A Tx is safe for
+// concurrent use by the goroutines of one transaction function.
+type Tx struct {
+	ctx context.Context
+	db  *DB
+
+	mu          sync.Mutex
+	readVersion kv.Version // 0 until fetched. Protected by mu.
+	writes      *btree.BTreeG[*localWrite]
+	cleared     []kv.KeyRange // ranges cleared in this transaction
+	mutations   []kv.Mutation
+	readConf    []kv.KeyRange
+	writeConf   []kv.KeyRange
+	size        int
+	err         error // first error of a write (returned at Commit)
+	committed   bool
+	commitVer   kv.Version
+}
+
+func newTx(ctx context.Context, db *DB) *Tx {
+	return &Tx{ctx: ctx, db: db, writes: btree.NewG(16, lessLocal)}
+}
+
+// Snapshot returns a view of the transaction whose reads add no read
+// conflict ranges: they cannot make the transaction fail, and they may miss
+// a concurrent write.
+func (tr *Tx) Snapshot() *Snapshot { return &Snapshot{tr: tr} }
+
+// Snapshot is a transaction's snapshot-read view.
+type Snapshot struct{ tr *Tx }
+
+// Get reads key without a read conflict.
+func (s *Snapshot) Get(key []byte) ([]byte, error) { return s.tr.get(key, true) }
+
+// GetMulti reads keys without read conflicts.
+func (s *Snapshot) GetMulti(keys [][]byte) ([][]byte, error) { return s.tr.getMulti(keys, true) }
+
+// GetRange reads a range without a read conflict.
+func (s *Snapshot) GetRange(begin, end []byte, opts RangeOptions) ([]KeyValue, error) {
+	return s.tr.getRange(begin, end, opts, true)
+}
+
+// ReadVersion returns the transaction's read version, fetching it if needed.
+func (tr *Tx) ReadVersion() (int64, error) {
+	v, err := tr.getReadVersion()
+	return int64(v), err
+}
+
+// SetReadVersion fixes the read version (e.g. to read at an older version).
+func (tr *Tx) SetReadVersion(v int64) {
+	tr.mu.Lock()
+	tr.readVersion = kv.Version(v)
+	tr.mu.Unlock()
+}
+
+// CommittedVersion is the version a successful Commit committed at.
+func (tr *Tx) CommittedVersion() int64 {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	return int64(tr.commitVer)
+}
+
+func (tr *Tx) getReadVersion() (kv.Version, error) {
+	tr.mu.Lock()
+	v := tr.readVersion
+	tr.mu.Unlock()
+	if v != 0 {
+		return v, nil
+	}
+	resp, err := tr.db.api.GetReadVersion(tr.ctx, &wire.GetReadVersionRequest{})
+	if err != nil {
+		return 0, rpcErr(err)
+	}
+	if err := fromWire(resp.Error); err != nil {
+		return 0, err
+	}
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	if tr.readVersion == 0 {
+		tr.readVersion = kv.Version(resp.Version)
+	}
+	return tr.readVersion, nil
+}
+
+// rpcErr turns a transport failure into a retryable-or-not DiStash error.
+func rpcErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return err
+	}
+	return err
+}
+
+func (tr *Tx) checkKey(key []byte) error {
+	if len(key) > kv.MaxKeyBytes {
+		return errorf(kv.CodeKeyTooLarge, "key of %d bytes (limit %d)", len(key), kv.MaxKeyBytes)
+	}
+	if _, ok := tr.db.poolFor(key); !ok {
+		return errorf(kv.CodeKeyOutsidePools, "key %.60q is in no pool", key)
+	}
+	return nil
+}
+
+func (tr *Tx) usable() error {
+	if tr.committed {
+		return ErrUsedDuringCommit
+	}
+	return tr.err
+}
+
+// Get returns the value of key, or nil if it is absent (or evicted from an
+// ephemeral pool), and adds key to the transaction's read conflicts.
+func (tr *Tx) Get(key []byte) ([]byte, error) { return tr.get(key, false) }
+
+func (tr *Tx) get(key []byte, snapshot bool) ([]byte, error) {
+	vals, err := tr.getMulti([][]byte{key}, snapshot)
+	if err != nil {
+		return nil, err
+	}
+	return vals[0], nil
+}
+
+// GetMulti reads several keys, with one request per stash, in parallel.
+// Values come back in the order of keys; absent keys give nil.
+func (tr *Tx) GetMulti(keys [][]byte) ([][]byte, error) { return tr.getMulti(keys, false) }
+
+func (tr *Tx) getMulti(keys [][]byte, snapshot bool) ([][]byte, error) {
+	tr.mu.Lock()
+	if err := tr.usable(); err != nil {
+		tr.mu.Unlock()
+		return nil, err
+	}
+	out := make([][]byte, len(keys))
+	var need []int
+	local := make([]*localWrite, len(keys))
+	for i, k := range keys {
+		if err := tr.checkKey(k); err != nil {
+			tr.mu.Unlock()
+			return nil, err
+		}
+		w, ok := tr.writes.Get(&localWrite{key: k})
+		if !ok && tr.inCleared(k) {
+			continue // cleared in this transaction: absent
+		}
+		if ok && w.baseKnown {
+			v, present := w.resolve(nil, false)
+			if present {
+				out[i] = v
+			}
+			continue
+		}
+		if ok {
+			local[i] = w
+		}
+		need = append(need, i)
+	}
+	tr.mu.Unlock()
+	if len(need) == 0 {
+		return out, nil
+	}
+	rv, err := tr.getReadVersion()
+	if err != nil {
+		return nil, err
+	}
+	dbKeys := make([][]byte, len(need))
+	for j, i := range need {
+		dbKeys[j] = keys[i]
+	}
+	vals, present, err := tr.db.readKeys(tr.ctx, rv, dbKeys)
+	if err != nil {
+		return nil, err
+	}
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	for j, i := range need {
+		v, ok := vals[j], present[j]
+		if w := local[i]; w != nil {
+			v, ok = w.resolve(v, ok)
+		}
+		if ok {
+			out[i] = v
+			if out[i] == nil {
+				out[i] = []byte{}
+			}
+		}
+		if !snapshot {
+			tr.addReadConflict(kv.PointRange(keys[i]))
+		}
+	}
+	return out, nil
+}
+
+func (tr *Tx) inCleared(k []byte) bool {
+	for _, r := range tr.cleared {
+		if r.Contains(k) {
+			return true
+		}
+	}
+	return false
+}
+
+func (tr *Tx) addReadConflict(r kv.KeyRange) {
+	tr.readConf = append(tr.readConf, r)
+	tr.size += len(r.Begin) + len(r.End)
+}
+
+// readKeys reads keys at version rv, one request per stash, in parallel.
+func (db *DB) readKeys(ctx context.Context, rv kv.Version, keys [][]byte) ([][]byte, []bool, error) {
+	vals := make([][]byte, len(keys))
+	present := make([]bool, len(keys))
+	for attempt := 0; ; attempt++ {
+		byStash := map[uint32][]int{}
+		for i, k := range keys {
+			s, ok := db.shardOf(k)
+			if !ok {
+				return nil, nil, errorf(kv.CodeKeyOutsidePools, "key %.60q is in no shard", k)
+			}
+			id := db.pickReplica(s.stashes)
+			byStash[id] = append(byStash[id], i)
+		}
+		var wg sync.WaitGroup
+		errs := make(chan error, len(byStash))
+		for id, idx := range byStash {
+			wg.Add(1)
+			go func(id uint32, idx []int) {
+				defer wg.Done()
+				req := &wire.ReadRequest{Stash: id, Version: int64(rv), Keys: make([][]byte, len(idx))}
+				for j, i := range idx {
+					req.Keys[j] = keys[i]
+				}
+				done := db.track(id)
+				resp, err := db.api.Read(ctx, req)
+				done()
+				if err != nil {
+					errs <- err
+					return
+				}
+				if err := fromWire(resp.Error); err != nil {
+					errs <- err
+					return
+				}
+				for j, i := range idx {
+					vals[i], present[i] = resp.Values[j].Value, resp.Values[j].Present
+				}
+			}(id, idx)
+		}
+		wg.Wait()
+		close(errs)
+		var first error
+		for err := range errs {
+			if first == nil {
+				first = err
+			}
+		}
+		if first != nil && errors.Is(first, ErrWrongShardServer) && attempt < 3 {
+			if err := db.refreshShards(ctx); err != nil {
+				return nil, nil, err
+			}
+			continue
+		}
+		return vals, present, first
+	}
+}
+
+// Set writes value to key.
+func (tr *Tx) Set(key, value []byte) { tr.SetWithCost(key, value, 0) }
+
+// SetWithCost writes value to key with the cost of recomputing it, which
+// an ephemeral pool with camp eviction uses to keep costly entries longer.
+func (tr *Tx) SetWithCost(key, value []byte, cost uint32) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	if tr.usable() != nil {
+		return
+	}
+	if err := tr.checkKey(key); err != nil {
+		tr.err = err
+		return
+	}
+	if len(value) > kv.MaxValueBytes {
+		tr.err = errorf(kv.CodeValueTooLarge, "value of %d bytes for key %.40q (limit %d)", len(value), key, kv.MaxValueBytes)
+		return
+	}
+	key, value = clone(key), clone(value)
+	if value == nil {
+		value = []byte{}
+	}
+	tr.writes.ReplaceOrInsert(&localWrite{key: key, baseKnown: true, value: value, present: true})
+	tr.addMutation(kv.Mutation{Type: kv.MutSet, Key: key, Param: value, Cost: cost}, kv.PointRange(key))
+}
+
+// Clear removes key.
+func (tr *Tx) Clear(key []byte) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	if tr.usable() != nil {
+		return
+	}
+	if err := tr.checkKey(key); err != nil {
+		tr.err = err
+		return
+	}
+	key = clone(key)
+	tr.writes.ReplaceOrInsert(&localWrite{key: key, baseKnown: true})
+	tr.addMutation(kv.Mutation{Type: kv.MutClear, Key: key}, kv.PointRange(key))
+}
+
+// ClearRange removes every key in [begin, end). The range must lie in one pool.
+func (tr *Tx) ClearRange(begin, end []byte) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	if tr.usable() != nil {
+		return
+	}
+	if err := tr.checkKey(begin); err != nil {
+		tr.err = err
+		return
+	}
+	if bytes.Compare(end, begin) <= 0 {
+		return // empty range
+	}
+	p, _ := tr.db.poolFor(begin)
+	if pe := kv.PrefixEnd(p.prefix); pe != nil && bytes.Compare(end, pe) > 0 {
+		tr.err = errorf(kv.CodeKeyOutsidePools, "clear range [%.60q, %.60q) leaves pool %q", begin, end, p.name)
+		return
+	}
+	begin, end = clone(begin), clone(end)
+	var inside []*localWrite
+	tr.writes.AscendRange(&localWrite{key: begin}, &localWrite{key: end}, func(w *localWrite) bool {
+		inside = append(inside, w)
+		return true
+	})
+	for _, w := range inside {
+		tr.writes.Delete(w)
+	}
+	r := kv.KeyRange{Begin: begin, End: end}
+	tr.cleared = append(tr.cleared, r)
+	tr.addMutation(kv.Mutation{Type: kv.MutClearRange, Key: begin, Param: end}, r)
+}
+
+// Add adds delta to the little-endian int64 at key (absent counts as 0),
+// without a read conflict: concurrent Adds never conflict.
+func (tr *Tx) Add(key []byte, delta int64) { tr.atomic(kv.MutAdd, key, delta) }
+
+// Max stores the larger of the int64 at key and v.
+func (tr *Tx) Max(key []byte, v int64) { tr.atomic(kv.MutMax, key, v) }
+
+// Min stores the smaller of the int64 at key and v (absent keys take v).
+func (tr *Tx) Min(key []byte, v int64) { tr.atomic(kv.MutMin, key, v) }
+
+func (tr *Tx) atomic(t kv.MutationType, key []byte, operand int64) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	if tr.usable() != nil {
+		return
+	}
+	if err := tr.checkKey(key); err != nil {
+		tr.err = err
+		return
+	}
+	key = clone(key)
+	m := kv.Mutation{Type: t, Key: key, Param: kv.EncodeInt64(operand)}
+	w, ok := tr.writes.Get(&localWrite{key: key})
+	if !ok {
+		w = &localWrite{key: key}
+		if tr.inCleared(key) {
+			w.baseKnown = true
+		}
+		tr.writes.ReplaceOrInsert(w)
+	}
+	w.ops = append(w.ops, m)
+	tr.addMutation(m, kv.PointRange(key))
+}
+
+func (tr *Tx) addMutation(m kv.Mutation, conflict kv.KeyRange) {
+	tr.mutations = append(tr.mutations, m)
+	tr.writeConf = append(tr.writeConf, conflict)
+	tr.size += m.Bytes() + len(conflict.Begin) + len(conflict.End)
+	if tr.size > kv.MaxTransactionBytes && tr.err == nil {
+		tr.err = errorf(kv.CodeTransactionTooLarge, "transaction of %d bytes (limit %d)", tr.size, kv.MaxTransactionBytes)
+	}
+}
+
+func clone(b []byte) []byte {
+	if b == nil {
+		return nil
+	}
+	return append([]byte{}, b...)
+}
+
+// Commit commits the transaction's writes. A transaction without writes
+// commits without contacting the cluster. On ErrNotCommitted nothing was
+// written; retry with a new transaction (Transact does this for you).
+func (tr *Tx) Commit() error {
+	tr.mu.Lock()
+	if err := tr.usable(); err != nil {
+		tr.mu.Unlock()
+		return err
+	}
+	tr.committed = true
+	if len(tr.mutations) == 0 && len(tr.writeConf) == 0 {
+		tr.mu.Unlock()
+		return nil
+	}
+	tr.mu.Unlock()
+	rv, err := tr.getReadVersion()
+	if err != nil {
+		return err
+	}
+	tr.mu.Lock()
+	req := &wire.CommitRequest{ReadVersion: int64(rv)}
+	for _, r := range tr.readConf {
+		req.ReadConflicts = append(req.ReadConflicts, &wire.KeyRange{Begin: r.Begin, End: r.End})
+	}
+	for _, r := range tr.writeConf {
+		req.WriteConflicts = append(req.WriteConflicts, &wire.KeyRange{Begin: r.Begin, End: r.End})
+	}
+	for _, m := range tr.mutations {
+		req.Mutations = append(req.Mutations, &wire.Mutation{Type: uint32(m.Type), Key: m.Key, Param: m.Param, Cost: m.Cost})
+	}
+	tr.mu.Unlock()
+	resp, err := tr.db.api.Commit(tr.ctx, req)
+	if err != nil {
+		if tr.ctx.Err() != nil {
+			return errorf(kv.CodeCommitUnknownResult, "%v", err)
+		}
+		return errorf(kv.CodeCommitUnknownResult, "commit request failed: %v", err)
+	}
+	if err := fromWire(resp.Error); err != nil {
+		return err
+	}
+	tr.mu.Lock()
+	tr.commitVer = kv.Version(resp.Version)
+	tr.mu.Unlock()
+	return nil
+}
+
+// AddReadConflictRange makes the transaction conflict with any commit that
+// writes into [begin, end) after its read version.
+func (tr *Tx) AddReadConflictRange(begin, end []byte) {
+	tr.mu.Lock()
+	tr.addReadConflict(kv.KeyRange{Begin: clone(begin), End: clone(end)})
+	tr.mu.Unlock()
+}
+
+// AddWriteConflictRange makes concurrent readers of [begin, end) conflict
+// with this transaction as if it had written there.
+func (tr *Tx) AddWriteConflictRange(begin, end []byte) {
+	tr.mu.Lock()
+	r := kv.KeyRange{Begin: clone(begin), End: clone(end)}
+	tr.writeConf = append(tr.writeConf, r)
+	tr.size += len(r.Begin) + len(r.End)
+	tr.mu.Unlock()
+}

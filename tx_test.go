@@ -1,0 +1,251 @@
+package distash_test
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/distash/distash"
+)
+
+func TestSetGetAcrossPools(t *testing.T) {
+	c := startCluster(t, twoPools)
+	ctx := ctxT(t, 20*time.Second)
+	err := c.db.Transact(ctx, func(tr *distash.Tx) error {
+		tr.Set([]byte("d/k"), []byte("data"))
+		tr.Set([]byte("c/k"), []byte("cache"))
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = c.db.ReadTransact(ctx, func(tr *distash.Tx) error {
+		vals, err := tr.GetMulti([][]byte{[]byte("d/k"), []byte("c/k"), []byte("d/absent")})
+		if err != nil {
+			return err
+		}
+		if string(vals[0]) != "data" || string(vals[1]) != "cache" || vals[2] != nil {
+			t.Fatalf("GetMulti = %q", vals)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestReadYourWritesAndRanges(t *testing.T) {
+	c := startCluster(t, twoPools)
+	ctx := ctxT(t, 20*time.Second)
+	err := c.db.Transact(ctx, func(tr *distash.Tx) error {
+		for i := 0; i < 10; i++ {
+			tr.Set([]byte(fmt.Sprintf("d/r%02d", i)), []byte{byte('0' + i)})
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = c.db.Transact(ctx, func(tr *distash.Tx) error {
+		tr.Set([]byte("d/r03x"), []byte("new"))
+		tr.Clear([]byte("d/r05"))
+		tr.ClearRange([]byte("d/r07"), []byte("d/r09"))
+		tr.Add([]byte("d/r08"), 5) // on a key cleared in this transaction: starts from absent
+		v, err := tr.Get([]byte("d/r03x"))
+		if err != nil || string(v) != "new" {
+			t.Fatalf("read own set = %q, %v", v, err)
+		}
+		if v, _ := tr.Get([]byte("d/r05")); v != nil {
+			t.Fatalf("read own clear = %q", v)
+		}
+		kvs, err := tr.GetRange([]byte("d/r"), []byte("d/s"), distash.RangeOptions{})
+		if err != nil {
+			return err
+		}
+		var keys []string
+		for _, p := range kvs {
+			keys = append(keys, string(p.Key))
+		}
+		want := "[d/r00 d/r01 d/r02 d/r03 d/r03x d/r04 d/r06 d/r08 d/r09]"
+		if fmt.Sprint(keys) != want {
+			t.Fatalf("range = %v, want %v", keys, want)
+		}
+		if distash.Int64(kvs[7].Value) != 5 {
+			t.Fatalf("d/r08 = %v", kvs[7].Value)
+		}
+		rev, err := tr.GetRange([]byte("d/r"), []byte("d/s"), distash.RangeOptions{Limit: 3, Reverse: true})
+		if err != nil {
+			return err
+		}
+		if len(rev) != 3 || string(rev[0].Key) != "d/r09" || string(rev[2].Key) != "d/r06" {
+			t.Fatalf("reverse limit 3 = %v", rev)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Committed state matches what the transaction saw.
+	err = c.db.ReadTransact(ctx, func(tr *distash.Tx) error {
+		kvs, err := tr.GetRange([]byte("d/r"), []byte("d/s"), distash.RangeOptions{Limit: 5})
+		if err != nil {
+			return err
+		}
+		if len(kvs) != 5 || string(kvs[4].Key) != "d/r03x" || string(kvs[4].Value) != "new" {
+			t.Fatalf("limit 5 = %q", kvs)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestAtomicOpsDoNotConflict(t *testing.T) {
+	c := startCluster(t, twoPools)
+	ctx := ctxT(t, 30*time.Second)
+	key := []byte("d/counter")
+	t1, _ := c.db.CreateTransaction(ctx)
+	t2, _ := c.db.CreateTransaction(ctx)
+	// Both read something so they have read versions, then add.
+	t1.Get([]byte("d/x"))
+	t2.Get([]byte("d/x"))
+	t1.Add(key, 3)
+	t2.Add(key, 4)
+	t1.Max([]byte("d/max"), 10)
+	t2.Max([]byte("d/max"), 7)
+	t2.Min([]byte("d/min"), -2)
+	if err := t1.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if err := t2.Commit(); err != nil {
+		t.Fatalf("concurrent adds conflicted: %v", err)
+	}
+	c.db.ReadTransact(ctx, func(tr *distash.Tx) error {
+		vals, err := tr.GetMulti([][]byte{key, []byte("d/max"), []byte("d/min")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if distash.Int64(vals[0]) != 7 || distash.Int64(vals[1]) != 10 || distash.Int64(vals[2]) != -2 {
+			t.Fatalf("atomics = %d %d %d", distash.Int64(vals[0]), distash.Int64(vals[1]), distash.Int64(vals[2]))
+		}
+		return nil
+	})
+}
+
+func TestConflictAndManualCommit(t *testing.T) {
+	c := startCluster(t, twoPools)
+	ctx := ctxT(t, 20*time.Second)
+	k := []byte("d/x")
+	t1, _ := c.db.CreateTransaction(ctx)
+	if _, err := t1.Get(k); err != nil {
+		t.Fatal(err)
+	}
+	t2, _ := c.db.CreateTransaction(ctx)
+	t2.Set(k, []byte("t2"))
+	if err := t2.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	t1.Set(k, []byte("t1"))
+	err := t1.Commit()
+	if !errors.Is(err, distash.ErrNotCommitted) {
+		t.Fatalf("t1 commit = %v, want ErrNotCommitted", err)
+	}
+	var de *distash.Error
+	if !errors.As(err, &de) || de.Code != 1020 || !de.Retryable() {
+		t.Fatalf("error %v has no code 1020", err)
+	}
+	// Snapshot reads add no conflict.
+	t3, _ := c.db.CreateTransaction(ctx)
+	t3.Snapshot().Get(k)
+	t4, _ := c.db.CreateTransaction(ctx)
+	t4.Set(k, []byte("t4"))
+	if err := t4.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	t3.Set([]byte("d/y"), []byte("t3"))
+	if err := t3.Commit(); err != nil {
+		t.Fatalf("snapshot read conflicted: %v", err)
+	}
+	if err := t3.Commit(); !errors.Is(err, distash.ErrUsedDuringCommit) {
+		t.Fatalf("second commit = %v", err)
+	}
+}
+
+func TestTransactHonoursContext(t *testing.T) {
+	c := startCluster(t, twoPools)
+	ctx := ctxT(t, 300*time.Millisecond)
+	calls := 0
+	err := c.db.Transact(ctx, func(tr *distash.Tx) error {
+		calls++
+		return distash.ErrNotCommitted // always retryable
+	})
+	if err == nil || !errors.Is(err, ctx.Err()) && ctx.Err() == nil {
+		t.Fatalf("Transact = %v after %d calls", err, calls)
+	}
+	if calls < 2 {
+		t.Fatalf("Transact did not retry: %d calls", calls)
+	}
+}
+
+func TestBadInputLeavesDatabaseUnchanged(t *testing.T) {
+	c := startCluster(t, twoPools)
+	ctx := ctxT(t, 20*time.Second)
+	if err := c.db.Transact(ctx, func(tr *distash.Tx) error { tr.Set([]byte("d/keep"), []byte("v")); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name string
+		fn   func(tr *distash.Tx)
+		want error
+	}{
+		{"key too large", func(tr *distash.Tx) { tr.Set(append([]byte("d/"), make([]byte, 10_001)...), []byte("v")) }, distash.ErrKeyTooLarge},
+		{"value too large", func(tr *distash.Tx) { tr.Set([]byte("d/big"), make([]byte, 100_001)) }, distash.ErrValueTooLarge},
+		{"transaction too large", func(tr *distash.Tx) {
+			for i := 0; i < 120; i++ {
+				tr.Set([]byte(fmt.Sprintf("d/t%03d", i)), make([]byte, 90_000))
+			}
+		}, distash.ErrTransactionTooLarge},
+		{"key outside pools", func(tr *distash.Tx) { tr.Set([]byte("x/nowhere"), []byte("v")) }, distash.ErrKeyOutsidePools},
+		{"system key", func(tr *distash.Tx) { tr.Set([]byte("\xff/keyServers/d/"), []byte("v")) }, distash.ErrKeyOutsidePools},
+		{"clear range leaving the pool", func(tr *distash.Tx) { tr.ClearRange([]byte("d/a"), []byte("e")) }, distash.ErrKeyOutsidePools},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			err := c.db.Transact(ctx, func(tr *distash.Tx) error {
+				tr.Set([]byte("d/keep"), []byte("changed")) // must not land
+				tc.fn(tr)
+				return nil
+			})
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("err = %v, want %v", err, tc.want)
+			}
+		})
+	}
+	if _, err := c.db.Pool("nope"); !errors.Is(err, distash.ErrUnknownPool) {
+		t.Fatalf("Pool(nope) = %v", err)
+	}
+	c.db.ReadTransact(ctx, func(tr *distash.Tx) error {
+		v, err := tr.Get([]byte("d/keep"))
+		if err != nil || !bytes.Equal(v, []byte("v")) {
+			t.Fatalf("d/keep = %q, %v: bad input changed the database", v, err)
+		}
+		if _, err := tr.Get([]byte("x/1")); !errors.Is(err, distash.ErrKeyOutsidePools) {
+			t.Fatalf("Get outside pools = %v", err)
+		}
+		return nil
+	})
+}
+
+func TestPoolHandles(t *testing.T) {
+	c := startCluster(t, twoPools)
+	p, err := c.db.Pool("cache")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Name() != "cache" || string(p.Prefix()) != "c/" || string(p.Key([]byte("k"))) != "c/k" || !p.Ephemeral() || p.Medium() != "dram" {
+		t.Fatalf("pool = %s %q %v %s", p.Name(), p.Prefix(), p.Ephemeral(), p.Medium())
+	}
+}
