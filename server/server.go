@@ -386,3 +386,35 @@ func writeConfig(dir string, cfg *config.Config) error {
 }
 
 var _ = bytes.Compare
+
+// StashStats describes one stash of a running cluster.
+type StashStats struct {
+	Tag                      uint32
+	Pool                     string
+	Index                    int
+	Keys, Bytes              int64 // live pairs at the newest version
+	EngineBytes, WindowBytes int64 // held by the engine (ephemeral: within capacity) and by the MVCC window
+	Hits, Misses, Evictions  int64
+	Reads                    int64
+	AppliedVersion           int64
+	DurableVersion           int64
+	CapacityBytes            int64
+}
+
+// Stashes returns the statistics of every stash, in pool order.
+func (s *Server) Stashes() []StashStats {
+	var out []StashStats
+	for _, t := range s.order {
+		st := s.stashes[t].Stats()
+		if st.Pool == "system" {
+			continue
+		}
+		out = append(out, StashStats{
+			Tag: uint32(st.Tag), Pool: st.Pool, Index: st.Index, Keys: st.Keys, Bytes: st.Bytes,
+			EngineBytes: st.EngineBytes, WindowBytes: st.WindowBytes, Hits: st.Hits, Misses: st.Misses,
+			Evictions: st.Evictions, Reads: st.Reads, AppliedVersion: int64(st.Applied), DurableVersion: int64(st.Durable),
+			CapacityBytes: st.CapacityBytes,
+		})
+	}
+	return out
+}

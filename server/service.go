@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"sort"
 
 	"github.com/distash/distash/internal/kv"
@@ -18,6 +19,10 @@ type service struct {
 func wireErr(err error) *wire.Error {
 	if err == nil {
 		return nil
+	}
+	var ke *kv.Error
+	if errors.As(err, &ke) {
+		return &wire.Error{Code: int32(ke.Code), Detail: ke.Detail}
 	}
 	return &wire.Error{Code: int32(kv.CodeOf(err)), Detail: err.Error()}
 }

@@ -449,8 +449,19 @@ func checkState(t *testing.T, r *Resolver, m *model, probes [][]byte) {
 		keys = append(keys, e.key)
 		return true
 	})
-	for _, k := range append(keys, probes...) {
-		if got, want := m.norm(r.floor(k).v), m.value(k); got != want {
+	canon := m.canonical()
+	for i, k := range append(keys, probes...) {
+		j, found := slices.BinarySearchFunc(canon, k, func(e entry, k []byte) int { return bytes.Compare(e.key, k) })
+		if !found {
+			j-- // the floor: canon[0] is the empty key
+		}
+		want := canon[j].v
+		if i%16 == 0 { // cross-check the canonical form by brute force
+			if bf := m.value(k); bf != want {
+				t.Fatalf("model: key %q: canonical %d, brute force %d", k, want, bf)
+			}
+		}
+		if got := m.norm(r.floor(k).v); got != want {
 			t.Fatalf("key %q: version %d, model %d", k, got, want)
 		}
 	}

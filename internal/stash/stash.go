@@ -552,6 +552,21 @@ func (s *Stash) Stats() Stats {
 	}
 	if s.opts.TrackBytes {
 		st.Keys, st.Bytes = s.liveKeys, s.liveBytes
+	} else {
+		// Add the window's newest state to the engine's counts.
+		s.win.keys.Ascend(func(wk *windowKey) bool {
+			h := wk.hist[len(wk.hist)-1]
+			old, inEngine, _ := s.eng.Get(wk.key)
+			if inEngine {
+				st.Keys--
+				st.Bytes -= int64(len(wk.key) + len(old))
+			}
+			if h.present && !s.win.clearedAfter(wk.key, h.version, s.applied) {
+				st.Keys++
+				st.Bytes += int64(len(wk.key) + len(h.value))
+			}
+			return true
+		})
 	}
 	s.mu.RUnlock()
 	st.Hits, st.Misses, st.Reads = s.hits.Load(), s.misses.Load(), s.reads.Load()

@@ -6,13 +6,20 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"testing"
 	"time"
 
 	"github.com/distash/distash/internal/kv"
 )
 
-func discardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+// discardLogger drops logs, unless TXLOG_TEST_LOG is set.
+func discardLogger() *slog.Logger {
+	if os.Getenv("TXLOG_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
 
 func testOptions(dir string, replicas int, tags ...kv.Tag) Options {
 	return Options{Dir: dir, Replicas: replicas, Tags: tags, Logger: discardLogger(), PopInterval: 20 * time.Millisecond}

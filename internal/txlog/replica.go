@@ -26,7 +26,7 @@ type replica struct {
 	store   *raftboltdb.BoltStore
 	logs    raft.LogStore
 	snaps   *raft.FileSnapshotStore
-	trans   *raft.InmemTransport
+	trans   *transport
 }
 
 // replicaRef is what callers outside l.mu may use of a running replica: a
@@ -46,9 +46,9 @@ func (l *Log) raftConfig(r *replica) *raft.Config {
 	c := raft.DefaultConfig()
 	c.LocalID = r.id
 	// One machine: fast failure detection and elections.
-	c.HeartbeatTimeout = 200 * time.Millisecond
-	c.ElectionTimeout = 200 * time.Millisecond
-	c.LeaderLeaseTimeout = 150 * time.Millisecond
+	c.HeartbeatTimeout = 250 * time.Millisecond
+	c.ElectionTimeout = 250 * time.Millisecond
+	c.LeaderLeaseTimeout = 250 * time.Millisecond
 	c.CommitTimeout = 5 * time.Millisecond
 	c.MaxAppendEntries = 512
 	c.BatchApplyCh = true
@@ -73,7 +73,7 @@ func (l *Log) startReplicaLocked(i int, bootstrap bool) (err error) {
 	}
 	store, err := raftboltdb.New(raftboltdb.Options{
 		Path:        filepath.Join(r.dir, "raft.db"),
-		BoltOptions: &bbolt.Options{Timeout: 2 * time.Second},
+		BoltOptions: &bbolt.Options{Timeout: 2 * time.Second, NoFreelistSync: true, FreelistType: bbolt.FreelistMapType},
 		NoSync:      false, // every raft log write is fsynced
 	})
 	if err != nil {
@@ -92,7 +92,7 @@ func (l *Log) startReplicaLocked(i int, bootstrap bool) (err error) {
 	if err != nil {
 		return fmt.Errorf("txlog: replica %d: snapshot store: %w", i, err)
 	}
-	_, trans := raft.NewInmemTransport(r.addr)
+	trans := newTransport(r.addr)
 	conf := l.raftConfig(r)
 	if bootstrap {
 		has, err := raft.HasExistingState(logs, store, snaps)
@@ -118,8 +118,8 @@ func (l *Log) startReplicaLocked(i int, bootstrap bool) (err error) {
 	r.running = true
 	for _, o := range l.reps {
 		if o != r && o.running {
-			o.trans.Connect(r.addr, r.trans)
-			r.trans.Connect(o.addr, o.trans)
+			o.trans.connect(r.trans)
+			r.trans.connect(o.trans)
 		}
 	}
 	return nil
@@ -135,10 +135,10 @@ func (l *Log) stopReplicaLocked(i int) error {
 	r.running = false
 	for _, o := range l.reps {
 		if o.running {
-			o.trans.Disconnect(r.addr)
+			o.trans.disconnect(r.addr)
 		}
 	}
-	r.trans.DisconnectAll()
+	r.trans.disconnectAll()
 	err := r.raft.Shutdown().Error()
 	if cerr := r.store.Close(); err == nil {
 		err = cerr

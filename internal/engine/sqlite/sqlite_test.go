@@ -1,0 +1,65 @@
+package sqliteengine_test
+
+import (
+	"testing"
+
+	"github.com/distash/distash/internal/engine"
+	"github.com/distash/distash/internal/engine/enginetest"
+	sqliteengine "github.com/distash/distash/internal/engine/sqlite"
+)
+
+func open(t *testing.T, opts engine.Options) engine.Engine {
+	t.Helper()
+	e, err := sqliteengine.Open(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func TestConformance(t *testing.T) {
+	enginetest.Run(t, open, open)
+}
+
+func TestNoDir(t *testing.T) {
+	if _, err := sqliteengine.Open(engine.Options{}); err == nil {
+		t.Fatal("Open without a Dir succeeded")
+	}
+}
+
+func TestClosed(t *testing.T) {
+	e := open(t, engine.Options{Dir: t.TempDir()})
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := e.Get([]byte("k")); err != sqliteengine.ErrClosed {
+		t.Fatalf("Get after Close: %v", err)
+	}
+	if err := e.Apply(&engine.Batch{}); err != sqliteengine.ErrClosed {
+		t.Fatalf("Apply after Close: %v", err)
+	}
+	if err := e.Scan(nil, nil, false, func(k, v []byte) bool { return true }); err != sqliteengine.ErrClosed {
+		t.Fatalf("Scan after Close: %v", err)
+	}
+	if err := e.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+}
+
+func BenchmarkApply(b *testing.B) {
+	e, err := sqliteengine.Open(engine.Options{Dir: b.TempDir()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer e.Close()
+	enginetest.BenchmarkApply(b, e)
+}
+
+func BenchmarkGet(b *testing.B) {
+	e, err := sqliteengine.Open(engine.Options{Dir: b.TempDir()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer e.Close()
+	enginetest.BenchmarkGet(b, e)
+}
