@@ -73,7 +73,7 @@ func (l *Log) startReplicaLocked(i int, bootstrap bool) (err error) {
 	}
 	store, err := raftboltdb.New(raftboltdb.Options{
 		Path:        filepath.Join(r.dir, "raft.db"),
-		BoltOptions: &bbolt.Options{Timeout: 2 * time.Second, NoFreelistSync: true, FreelistType: bbolt.FreelistMapType},
+		BoltOptions: &bbolt.Options{Timeout: 2 * time.Second},
 		NoSync:      false, // every raft log write is fsynced
 	})
 	if err != nil {

@@ -1,0 +1,178 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/distash/distash"
+)
+
+// buildBinary builds the distash command once per test run.
+func buildBinary(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "distash")
+	cmd := exec.Command("go", "build", "-o", bin, ".")
+	cmd.Stderr = os.Stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("go build: %v", err)
+	}
+	return bin
+}
+
+// startServer runs `distash server` and returns the process and its address.
+func startServer(t *testing.T, bin, dir string, extra ...string) (*exec.Cmd, string) {
+	t.Helper()
+	args := append([]string{"server", "--dir", dir, "--listen", "127.0.0.1:0"}, extra...)
+	cmd := exec.Command(bin, args...)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if addr, ok := strings.CutPrefix(sc.Text(), "listening on "); ok {
+				lines <- addr
+			}
+		}
+	}()
+	select {
+	case addr := <-lines:
+		return cmd, addr
+	case <-time.After(60 * time.Second):
+		cmd.Process.Kill()
+		t.Fatal("server did not start")
+	}
+	return nil, ""
+}
+
+// TestKill9KeepsAcknowledgedDurableWrites kills a real server process with
+// SIGKILL while clients commit; after a restart every acknowledged write of
+// the durable pool is there and the DRAM pool is empty.
+func TestKill9KeepsAcknowledgedDurableWrites(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and kills a real server process")
+	}
+	bin := buildBinary(t)
+	dir := t.TempDir()
+	proc, addr := startServer(t, bin, dir)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	db, err := distash.Open(ctx, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	acked := map[string]string{}
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for w := 0; w < 8; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				k, v := fmt.Sprintf("item:%d:%06d", w, i), fmt.Sprintf("value %d %d", w, i)
+				tr, err := db.CreateTransaction(ctx)
+				if err != nil {
+					return
+				}
+				tr.Set([]byte("d/"+k), []byte(v))
+				tr.Set([]byte("c/"+k), []byte(v))
+				if err := tr.Commit(); err != nil {
+					return // the server died: this write was not acknowledged
+				}
+				mu.Lock()
+				acked[k] = v
+				mu.Unlock()
+			}
+		}(w)
+	}
+	time.Sleep(1500 * time.Millisecond)
+	if err := proc.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	proc.Wait()
+	close(stop)
+	wg.Wait()
+	db.Close()
+	mu.Lock()
+	n := len(acked)
+	mu.Unlock()
+	if n == 0 {
+		t.Fatal("no write was acknowledged before the kill")
+	}
+	t.Logf("%d transactions acknowledged before SIGKILL", n)
+
+	proc2, addr2 := startServer(t, bin, dir)
+	defer func() {
+		proc2.Process.Signal(syscall.SIGTERM)
+		proc2.Wait()
+	}()
+	db2, err := distash.Open(ctx, addr2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db2.Close()
+	missing, cached := 0, 0
+	err = db2.ReadTransact(ctx, func(tr *distash.Tx) error {
+		missing, cached = 0, 0
+		for k, v := range acked {
+			vals, err := tr.GetMulti([][]byte{[]byte("d/" + k), []byte("c/" + k)})
+			if err != nil {
+				return err
+			}
+			if string(vals[0]) != v {
+				missing++
+			}
+			if vals[1] != nil {
+				cached++
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if missing > 0 {
+		t.Fatalf("%d of %d acknowledged durable writes lost after kill -9", missing, n)
+	}
+	if cached > 0 {
+		t.Fatalf("the DRAM pool kept %d keys across a restart", cached)
+	}
+}
+
+// TestServerRejectsMalformedConfig: a clear error naming the field, exit 1.
+func TestServerRejectsMalformedConfig(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	bin := buildBinary(t)
+	cfg := filepath.Join(t.TempDir(), "bad.toml")
+	os.WriteFile(cfg, []byte("[[pool]]\nname = \"x\"\nprefix = \"x/\"\nmedium = \"tape\"\nmode = \"durable\"\nengine = \"pebble\"\n"), 0o644)
+	out, err := exec.Command(bin, "server", "--config", cfg, "--dir", t.TempDir()).CombinedOutput()
+	if err == nil {
+		t.Fatal("server started with a malformed config")
+	}
+	if !strings.Contains(string(out), "medium") || !strings.Contains(string(out), "tape") {
+		t.Fatalf("error does not name the field: %s", out)
+	}
+}
