@@ -42,6 +42,7 @@ import (
 type DB struct {
 	conn  *grpc.ClientConn
 	api   wire.DiStashClient
+	grv   *grvBatcher
 	pools []*Pool
 
 	mu     sync.RWMutex
@@ -92,7 +93,8 @@ func dial(ctx context.Context, addr string) (*DB, error) {
 	if err != nil {
 		return nil, err
 	}
-	db := &DB{conn: conn, api: wire.NewDiStashClient(conn), load: map[uint32]*stashLoad{}}
+	api := wire.NewDiStashClient(conn)
+	db := &DB{conn: conn, api: api, grv: &grvBatcher{api: api}, load: map[uint32]*stashLoad{}}
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	info, err := db.api.ClusterInfo(cctx, &wire.ClusterInfoRequest{}, grpc.WaitForReady(true))

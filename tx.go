@@ -119,31 +119,16 @@ func (tr *Tx) getReadVersion() (kv.Version, error) {
 	if v != 0 {
 		return v, nil
 	}
-	resp, err := tr.db.api.GetReadVersion(tr.ctx, &wire.GetReadVersionRequest{})
+	rv, err := tr.db.grv.get(tr.ctx)
 	if err != nil {
-		return 0, rpcErr(err)
-	}
-	if err := fromWire(resp.Error); err != nil {
 		return 0, err
 	}
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
 	if tr.readVersion == 0 {
-		tr.readVersion = kv.Version(resp.Version)
+		tr.readVersion = rv
 	}
 	return tr.readVersion, nil
-}
-
-// rpcErr turns a transport failure into a retryable-or-not DiStash error.
-func rpcErr(err error) error {
-	if err == nil {
-		return nil
-	}
-	var e *Error
-	if errors.As(err, &e) {
-		return err
-	}
-	return err
 }
 
 func (tr *Tx) checkKey(key []byte) error {

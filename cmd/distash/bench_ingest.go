@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -13,6 +14,7 @@ import (
 
 func benchIngestCmd() *cobra.Command {
 	o := ingest.Options{}
+	var cpuProfile string
 	cmd := &cobra.Command{
 		Use:   "ingest",
 		Short: "Paper Fig. 9/10: single-key insert transactions into DRAM, Pebble and SQLite pools",
@@ -20,6 +22,17 @@ func benchIngestCmd() *cobra.Command {
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 			defer stop()
 			o.Progress = true
+			if cpuProfile != "" {
+				f, err := os.Create(cpuProfile)
+				if err != nil {
+					return err
+				}
+				defer f.Close()
+				if err := pprof.StartCPUProfile(f); err != nil {
+					return err
+				}
+				defer pprof.StopCPUProfile()
+			}
 			_, err := ingest.Run(ctx, o, os.Stdout)
 			return err
 		},
@@ -29,6 +42,7 @@ func benchIngestCmd() *cobra.Command {
 	cmd.Flags().DurationVar(&o.Duration, "duration", 10*time.Second, "length of each run")
 	cmd.Flags().IntVar(&o.ValueSize, "value-size", 100, "bytes per value")
 	cmd.Flags().StringVar(&o.OutDir, "out", "bench-out", "directory for the PNG")
+	cmd.Flags().StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile to this file")
 	cmd.Flags().StringVar(&o.Dir, "dir", "", "cluster directory (default: temporary)")
 	return cmd
 }

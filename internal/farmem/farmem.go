@@ -15,9 +15,9 @@
 //   - Every outstanding fetch occupies one of the core's P line-fill
 //     buffers. A prefetch or a miss issued while all P are busy first
 //     stalls until the oldest outstanding fetch completes.
-//   - Arrived lines stay in a small direct-mapped per-core cache
-//     (Config.CacheLines, default 512 lines = 32 KiB, an L1d); a line
-//     evicted from it must be fetched again.
+//   - Fetched lines stay in a small per-core cache (Config.CacheLines,
+//     default 512 lines = 32 KiB, 8-way set associative with FIFO
+//     replacement, an L1d); a line evicted from it must be fetched again.
 //
 // A Core keeps this state for one core and charges time to a Clock, which
 // is either real (stalls busy-wait on the monotonic clock) or virtual (a
@@ -47,6 +47,8 @@ const (
 	DefaultPrefetches = 12
 	// DefaultCacheLines is the per-core cache of arrived lines (32 KiB).
 	DefaultCacheLines = 512
+	// CacheWays is the associativity of the per-core cache.
+	CacheWays = 8
 )
 
 // Config describes the emulated memory of one core.
@@ -55,8 +57,9 @@ type Config struct {
 	Latency time.Duration
 	// Prefetches is P, the most fetches in flight per core; 0 means DefaultPrefetches.
 	Prefetches int
-	// CacheLines is the size of the per-core cache of arrived lines, rounded
-	// up to a power of two; 0 means DefaultCacheLines.
+	// CacheLines is the size of the per-core cache of fetched lines,
+	// rounded up to a power of two (at least CacheWays); 0 means
+	// DefaultCacheLines.
 	CacheLines int
 	// Virtual selects virtual (discrete-event) time instead of real time.
 	Virtual bool
@@ -70,7 +73,7 @@ func (c Config) WithDefaults() Config {
 	if c.CacheLines <= 0 {
 		c.CacheLines = DefaultCacheLines
 	}
-	n := 1
+	n := CacheWays
 	for n < c.CacheLines {
 		n <<= 1
 	}
@@ -190,9 +193,11 @@ type Core struct {
 	lfb         []int64
 	head, count int
 
-	tags  []uintptr // line number + 1 held by each cache slot, 0 if none
-	ready []int64   // arrival time of the line in each slot
-	mask  uintptr
+	// The cache: set s holds ways [s*CacheWays, (s+1)*CacheWays).
+	tags   []uintptr // line number + 1 held by each way, 0 if none
+	ready  []int64   // arrival time of the line in each way
+	victim []uint8   // next way to replace in each set (FIFO)
+	mask   uintptr   // sets - 1
 
 	st Stats
 }
@@ -201,14 +206,37 @@ type Core struct {
 func NewCore(cfg Config, clock *Clock) *Core {
 	cfg = cfg.WithDefaults()
 	return &Core{
-		clock: clock,
-		cfg:   cfg,
-		lat:   int64(cfg.Latency),
-		lfb:   make([]int64, cfg.Prefetches),
-		tags:  make([]uintptr, cfg.CacheLines),
-		ready: make([]int64, cfg.CacheLines),
-		mask:  uintptr(cfg.CacheLines - 1),
+		clock:  clock,
+		cfg:    cfg,
+		lat:    int64(cfg.Latency),
+		lfb:    make([]int64, cfg.Prefetches),
+		tags:   make([]uintptr, cfg.CacheLines),
+		ready:  make([]int64, cfg.CacheLines),
+		victim: make([]uint8, cfg.CacheLines/CacheWays),
+		mask:   uintptr(cfg.CacheLines/CacheWays - 1),
 	}
+}
+
+// lookup returns the way holding line l, or -1.
+func (c *Core) lookup(l uintptr) int {
+	base := int(l&c.mask) * CacheWays
+	tags := c.tags[base : base+CacheWays]
+	for i, t := range tags {
+		if t == l+1 {
+			return base + i
+		}
+	}
+	return -1
+}
+
+// fill puts line l, arriving at arrive, into its set in place of the
+// oldest line there.
+func (c *Core) fill(l uintptr, arrive int64) {
+	set := int(l & c.mask)
+	w := set*CacheWays + int(c.victim[set])
+	c.victim[set] = (c.victim[set] + 1) % CacheWays
+	c.tags[w] = l + 1
+	c.ready[w] = arrive
 }
 
 // Clock returns the core's clock.
@@ -269,14 +297,11 @@ func lines(p unsafe.Pointer, n uintptr) (first, last uintptr) {
 func (c *Core) Prefetch(p unsafe.Pointer, n uintptr) {
 	first, last := lines(p, n)
 	for l := first; l <= last; l++ {
-		i := l & c.mask
-		if c.tags[i] == l+1 {
+		if c.lookup(l) >= 0 {
 			c.st.Redundant++
 			continue
 		}
-		arrive := c.issue()
-		c.tags[i] = l + 1
-		c.ready[i] = arrive
+		c.fill(l, c.issue())
 		c.st.Prefetches++
 		prefetchT0(l * LineSize)
 	}
@@ -288,8 +313,7 @@ func (c *Core) Access(p unsafe.Pointer, n uintptr) {
 	first, last := lines(p, n)
 	for l := first; l <= last; l++ {
 		c.st.Accesses++
-		i := l & c.mask
-		if c.tags[i] == l+1 {
+		if i := c.lookup(l); i >= 0 {
 			r := c.ready[i]
 			if r <= c.clock.Last() {
 				continue
@@ -306,8 +330,7 @@ func (c *Core) Access(p unsafe.Pointer, n uintptr) {
 		arrive := c.issue()
 		now := c.clock.Last()
 		c.st.StallNs += c.clock.WaitUntil(arrive) - now
-		c.tags[i] = l + 1
-		c.ready[i] = arrive
+		c.fill(l, arrive)
 	}
 }
 

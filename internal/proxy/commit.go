@@ -58,7 +58,12 @@ type CommitOptions struct {
 	PoolTags map[string][]kv.Tag
 	// MaxBatch bounds the transactions of one batch.
 	MaxBatch int
-	Logger   *slog.Logger
+	// MaxInflightBatches bounds the batches waiting for the log at once.
+	// While the log is busy, new transactions queue and form the next,
+	// larger batch: batching adapts to the log's speed, as FoundationDB's
+	// commit proxies do.
+	MaxInflightBatches int
+	Logger             *slog.Logger
 }
 
 type commitReq struct {
@@ -90,6 +95,7 @@ type CommitProxy struct {
 	opts  CommitOptions
 	reqs  chan *commitReq
 	waits chan *inflight
+	slots chan struct{} // one token per batch waiting for the log
 
 	mu     sync.Mutex
 	shards *shardmap.Map // Protected by mu.
@@ -113,7 +119,11 @@ func NewCommitProxy(opts CommitOptions) *CommitProxy {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	if opts.MaxInflightBatches <= 0 {
+		opts.MaxInflightBatches = 1
+	}
 	return &CommitProxy{
+		slots:   make(chan struct{}, opts.MaxInflightBatches),
 		opts:    opts,
 		reqs:    make(chan *commitReq, 4096),
 		waits:   make(chan *inflight, 256),
@@ -241,6 +251,14 @@ func (p *CommitProxy) Run(ctx context.Context) error {
 			return nil
 		case r := <-p.reqs:
 			batch = append(batch, r)
+		}
+		// Wait for a free slot; requests arriving meanwhile join this batch.
+		select {
+		case p.slots <- struct{}{}:
+		case <-ctx.Done():
+			r := batch[0]
+			r.reply <- commitResult{err: kv.Errorf(kv.CodeCommitUnknownResult, "cluster stopping")}
+			return nil
 		}
 	drain:
 		for len(batch) < p.opts.MaxBatch {
@@ -409,5 +427,6 @@ func (p *CommitProxy) replyLoop() {
 			}
 			r.reply <- res
 		}
+		<-p.slots
 	}
 }

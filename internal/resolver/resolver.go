@@ -2,6 +2,7 @@ package resolver
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"sync"
 
@@ -64,13 +65,46 @@ type Stats struct {
 }
 
 // entry is one boundary of the step function: the segment starting at key
-// (up to the next boundary) has version v.
+// (up to the next boundary) has version v. p0 and p1 hold the first 16 bytes
+// of key, big-endian and zero-padded, so that most comparisons in the tree
+// read only the entry itself and not the key bytes it points to.
 type entry struct {
-	key []byte
-	v   kv.Version
+	p0, p1 uint64
+	key    []byte
+	v      kv.Version
 }
 
-func lessEntry(a, b entry) bool { return bytes.Compare(a.key, b.key) < 0 }
+// mk returns the entry of key k at version v.
+func mk(k []byte, v kv.Version) entry {
+	e := entry{key: k, v: v}
+	if len(k) >= 16 {
+		e.p0 = binary.BigEndian.Uint64(k)
+		e.p1 = binary.BigEndian.Uint64(k[8:])
+		return e
+	}
+	var b [16]byte
+	copy(b[:], k)
+	e.p0 = binary.BigEndian.Uint64(b[:])
+	e.p1 = binary.BigEndian.Uint64(b[8:])
+	return e
+}
+
+// lessEntry orders entries as bytes.Compare orders their keys. When the
+// zero-padded prefixes differ they decide; when they are equal and one key
+// has at most 16 bytes, it is a prefix of the other (the other's bytes past
+// it within the prefix are zeros), so the shorter key is the smaller.
+func lessEntry(a, b entry) bool {
+	if a.p0 != b.p0 {
+		return a.p0 < b.p0
+	}
+	if a.p1 != b.p1 {
+		return a.p1 < b.p1
+	}
+	if len(a.key) <= 16 || len(b.key) <= 16 {
+		return len(a.key) < len(b.key)
+	}
+	return bytes.Compare(a.key[16:], b.key[16:]) < 0
+}
 
 const (
 	btreeDegree = 32
@@ -138,7 +172,7 @@ func NewAt(windowVersions, start kv.Version) *Resolver {
 		sweepBase:   sweepBase,
 		sweepFactor: sweepFactor,
 	}
-	r.tree.ReplaceOrInsert(entry{key: []byte{}, v: 0})
+	r.tree.ReplaceOrInsert(mk([]byte{}, 0))
 	r.take1 = func(e entry) bool {
 		r.hits[0] = e
 		r.nhits = 1
@@ -252,7 +286,7 @@ func isEmpty(b, e []byte) bool { return e != nil && bytes.Compare(b, e) >= 0 }
 
 // floor returns the boundary of the segment holding k.
 func (r *Resolver) floor(k []byte) entry {
-	r.tree.DescendLessOrEqual(entry{key: k}, r.take1)
+	r.tree.DescendLessOrEqual(mk(k, 0), r.take1)
 	e := r.hits[0]
 	r.hits[0] = entry{}
 	return e
@@ -271,9 +305,9 @@ func (r *Resolver) readConflicts(b, e []byte, rv kv.Version) bool {
 	}
 	r.checkRV, r.conflict = rv, false
 	if e == nil {
-		r.tree.AscendGreaterOrEqual(entry{key: b}, r.checkFn)
+		r.tree.AscendGreaterOrEqual(mk(b, 0), r.checkFn)
 	} else {
-		r.tree.AscendRange(entry{key: b}, entry{key: e}, r.checkFn)
+		r.tree.AscendRange(mk(b, 0), mk(e, 0), r.checkFn)
 	}
 	return r.conflict
 }
@@ -297,14 +331,15 @@ func (r *Resolver) write(b, e []byte, v kv.Version) {
 	// Boundaries in [b, e): the one at b (if any) is reused, the others go.
 	r.scratch = r.scratch[:0]
 	if e == nil {
-		r.tree.AscendGreaterOrEqual(entry{key: b}, r.collectFn)
+		r.tree.AscendGreaterOrEqual(mk(b, 0), r.collectFn)
 	} else {
-		r.tree.AscendRange(entry{key: b}, entry{key: e}, r.collectFn)
+		r.tree.AscendRange(mk(b, 0), mk(e, 0), r.collectFn)
 	}
-	var bKey []byte
+	var bEntry entry
+	bExists := false
 	for i, x := range r.scratch {
 		if i == 0 && bytes.Equal(x.key, b) {
-			bKey = x.key
+			bEntry, bExists = x, true
 			continue
 		}
 		r.tree.Delete(x)
@@ -312,15 +347,17 @@ func (r *Resolver) write(b, e []byte, v kv.Version) {
 	clear(r.scratch)
 	r.scratch = r.scratch[:0]
 	if e != nil && !endExists && endV != v {
-		r.tree.ReplaceOrInsert(entry{key: bytes.Clone(e), v: endV})
+		r.tree.ReplaceOrInsert(mk(bytes.Clone(e), endV))
 	}
-	if bKey == nil {
-		bKey = bytes.Clone(b)
-		if bKey == nil {
-			bKey = []byte{}
+	if !bExists {
+		k := bytes.Clone(b)
+		if k == nil {
+			k = []byte{}
 		}
+		bEntry = mk(k, 0)
 	}
-	r.tree.ReplaceOrInsert(entry{key: bKey, v: v})
+	bEntry.v = v
+	r.tree.ReplaceOrInsert(bEntry)
 }
 
 // writePoint sets the version of key k to v, the newest version.
@@ -330,7 +367,7 @@ func (r *Resolver) writePoint(k []byte, v kv.Version) {
 	// floor of k: nothing lies strictly between k and k+0x00.
 	r.pivot = append(append(r.pivot[:0], k...), 0)
 	r.nhits = 0
-	r.tree.DescendLessOrEqual(entry{key: r.pivot}, r.take2)
+	r.tree.DescendLessOrEqual(mk(r.pivot, 0), r.take2)
 	h0, h1, nh := r.hits[0], r.hits[1], r.nhits
 	r.hits = [2]entry{}
 	var fk entry // floor of k
@@ -352,15 +389,16 @@ func (r *Resolver) writePoint(k []byte, v kv.Version) {
 	case !endExists:
 		buf = make([]byte, n+1) // k and k+0x00 share one allocation
 		copy(buf, k)
-		r.tree.ReplaceOrInsert(entry{key: buf, v: fk.v})
+		r.tree.ReplaceOrInsert(mk(buf, fk.v))
 	case !kExists:
 		buf = make([]byte, n)
 		copy(buf, k)
 	}
 	if kExists {
-		r.tree.ReplaceOrInsert(entry{key: fk.key, v: v})
+		fk.v = v
+		r.tree.ReplaceOrInsert(fk)
 	} else {
-		r.tree.ReplaceOrInsert(entry{key: buf[:n:n], v: v})
+		r.tree.ReplaceOrInsert(mk(buf[:n:n], v))
 	}
 }
 
@@ -379,7 +417,7 @@ func (r *Resolver) sweep(budget int) {
 		// The predecessor's version (already swept, or not: merging with an
 		// unswept one is just as correct).
 		r.nhits = 0
-		r.tree.DescendLessOrEqual(entry{key: r.cursor}, r.take2)
+		r.tree.DescendLessOrEqual(mk(r.cursor, 0), r.take2)
 		p := r.hits[0]
 		if bytes.Equal(p.key, r.cursor) {
 			p = r.hits[1]
@@ -389,7 +427,7 @@ func (r *Resolver) sweep(budget int) {
 		if p.v <= r.oldest {
 			r.sweepPrev = 0
 		}
-		r.tree.AscendGreaterOrEqual(entry{key: r.cursor}, r.sweepFn)
+		r.tree.AscendGreaterOrEqual(mk(r.cursor, 0), r.sweepFn)
 	}
 	if !r.sweepStop {
 		r.cursor = nil
@@ -422,7 +460,8 @@ func (r *Resolver) sweepVisit(x entry) bool {
 		return true
 	}
 	if nv != x.v {
-		r.upd = append(r.upd, entry{key: x.key, v: nv})
+		x.v = nv
+		r.upd = append(r.upd, x)
 	}
 	r.sweepPrev = nv
 	return true

@@ -517,7 +517,7 @@ func TestDifferential(t *testing.T) {
 		{"full", 1 << 30, 0}, // a full pass every batch
 		{"off", 0, 0},        // never prunes
 	}
-	batches := 3000
+	batches := 2000
 	if testing.Short() {
 		batches = 500
 	}

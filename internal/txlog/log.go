@@ -678,9 +678,17 @@ func (l *Log) shutdown() error {
 	close(l.closed)
 	var errs []error
 	l.mu.Lock()
+	// Initiate every shutdown first, so no replica spends its last moments
+	// trying to reach peers already gone.
+	sfs := make([]raft.Future, len(l.reps))
 	for _, r := range l.reps {
 		if r.running {
-			errs = append(errs, l.stopReplicaLocked(r.index))
+			sfs[r.index] = r.raft.Shutdown()
+		}
+	}
+	for _, r := range l.reps {
+		if r.running {
+			errs = append(errs, l.stopReplicaLocked(r.index, sfs[r.index]))
 		}
 	}
 	l.mu.Unlock()

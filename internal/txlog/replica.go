@@ -126,8 +126,9 @@ func (l *Log) startReplicaLocked(i int, bootstrap bool) (err error) {
 }
 
 // stopReplicaLocked crashes replica i: it disconnects its transport, shuts
-// its raft down and closes its stores. l.mu must be held.
-func (l *Log) stopReplicaLocked(i int) error {
+// its raft down (sf, if not nil, is the future of a Shutdown already
+// initiated) and closes its stores. l.mu must be held.
+func (l *Log) stopReplicaLocked(i int, sf raft.Future) error {
 	r := l.reps[i]
 	if !r.running {
 		return fmt.Errorf("txlog: replica %d is not running", i)
@@ -139,7 +140,10 @@ func (l *Log) stopReplicaLocked(i int) error {
 		}
 	}
 	r.trans.disconnectAll()
-	err := r.raft.Shutdown().Error()
+	if sf == nil {
+		sf = r.raft.Shutdown()
+	}
+	err := sf.Error()
 	if cerr := r.store.Close(); err == nil {
 		err = cerr
 	}
@@ -161,7 +165,7 @@ func (l *Log) StopReplica(i int) error {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.stopReplicaLocked(i)
+	return l.stopReplicaLocked(i, nil)
 }
 
 // StartReplica restarts a stopped replica from its directory; raft catches

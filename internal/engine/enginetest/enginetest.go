@@ -416,7 +416,6 @@ func testScan(t *testing.T, open OpenFunc) {
 	}
 	// A larger scan, crossing whatever internal chunking an engine uses.
 	var ws []engine.Write
-	m := model{}
 	for i := 0; i < 1000; i++ {
 		ws = append(ws, Set(fmt.Sprintf("n%04d", i), fmt.Sprint(i)))
 	}
@@ -432,7 +431,6 @@ func testScan(t *testing.T, open OpenFunc) {
 			t.Fatalf("scan of 1000 keys out of order at %d: %q / %q", i, fwd[i], rev[999-i])
 		}
 	}
-	_ = m
 }
 
 func testScanCallsGet(t *testing.T, open OpenFunc) {
@@ -549,9 +547,9 @@ func testAtomicity(t *testing.T, open OpenFunc) {
 	h := newHarness(t, open, engine.Options{})
 	e := h.e
 	const group = 50
-	batches := 150
+	batches := 100
 	if testing.Short() {
-		batches = 50
+		batches = 40
 	}
 	var done atomic.Bool
 	var wg sync.WaitGroup
@@ -615,9 +613,9 @@ func testAtomicity(t *testing.T, open OpenFunc) {
 func testConcurrentReaders(t *testing.T, open OpenFunc) {
 	h := newHarness(t, open, engine.Options{})
 	e := h.e
-	batches := 200
+	batches := 150
 	if testing.Short() {
-		batches = 60
+		batches = 50
 	}
 	var done atomic.Bool
 	var wg sync.WaitGroup

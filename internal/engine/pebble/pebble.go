@@ -19,7 +19,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"sync"
 	"sync/atomic"
 
@@ -280,6 +279,8 @@ func (e *Engine) Stats() engine.Stats {
 
 // Close flushes nothing extra (every Apply is already synced) and closes
 // the database. A second Close returns nil.
+// Close must not run concurrently with other methods; calls made after it
+// return ErrClosed.
 func (e *Engine) Close() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -288,5 +289,3 @@ func (e *Engine) Close() error {
 	}
 	return e.db.Close()
 }
-
-var _ io.Closer = (*Engine)(nil)

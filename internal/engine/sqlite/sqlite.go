@@ -109,6 +109,13 @@ func Open(opts engine.Options) (_ *Engine, err error) {
 	if mode != "wal" {
 		return nil, fmt.Errorf("sqlite engine: journal mode is %q, want wal", mode)
 	}
+	var sync int
+	if err = e.wc.QueryRowContext(ctx, "PRAGMA synchronous").Scan(&sync); err != nil {
+		return nil, fmt.Errorf("sqlite engine: %w", err)
+	}
+	if sync != 2 {
+		return nil, fmt.Errorf("sqlite engine: synchronous is %d, want 2 (FULL)", sync)
+	}
 	if _, err = e.wc.ExecContext(ctx, schema); err != nil {
 		return nil, fmt.Errorf("sqlite engine: create schema: %w", err)
 	}
@@ -312,6 +319,8 @@ func (e *Engine) Stats() engine.Stats {
 }
 
 // Close closes the statements and connections. A second Close returns nil.
+// Close must not run concurrently with other methods; calls made after it
+// return ErrClosed.
 func (e *Engine) Close() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()

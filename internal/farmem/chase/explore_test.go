@@ -50,9 +50,9 @@ func TestExplore(t *testing.T) {
 				x0 = r.Throughput()
 				fmt.Println(p0, s.IOMode())
 			}
-			fmt.Printf("pf=%v L=%6.0f ops=%7d X=%8.0f norm=%.3f prob=%.3f best=%.3f worst=%.3f idle=%.3f late=%d lfbstall=%.0f stall=%.0f\n",
+			fmt.Printf("pf=%v L=%6.0f ops=%7d X=%8.0f norm=%.3f prob=%.3f sim=%.3f worst=%.3f idle=%.3f late=%d lfbstall=%.0f stall=%.0f\n",
 				pf, l, r.Ops, r.Throughput(), r.Throughput()/x0, p0.Normalized(model.Probabilistic, l, lats[0]),
-				p0.Normalized(model.Best, l, lats[0]), p0.Normalized(model.Worst, l, lats[0]),
+				p0.Normalized(model.Interleaved, l, lats[0]), p0.Normalized(model.Worst, l, lats[0]),
 				float64(r.IdleNs)/float64(r.ElapsedNs), r.Mem.Late, float64(r.Mem.LFBStallNs)/float64(r.Ops), float64(r.Mem.StallNs)/float64(r.Ops))
 		}
 	}

@@ -200,18 +200,100 @@ func expectedShortfall(x int, base float64, cls []Class, w []float64) float64 {
 	return rec(0, x, 0, 0)
 }
 
+// InterleavedSteps is the number of suboperations Interleaved simulates.
+const InterleavedSteps = 400_000
+
+// Interleaved evaluates the same random-interleaving assumption as
+// Probabilistic without the block approximation: it runs the core's
+// line-fill buffers over a seeded random sequence of suboperations (drawn
+// with the measured shares and durations) and returns the mean time per
+// operation at latency l (ns). Probabilistic checks the LFB constraint
+// once per block of P fetches; in fact every fetch must wait for the one P
+// fetches before it, so windows overlap and stalls near the knee
+// (L_mem ≈ P·(T_mem+T_sw) plus the IO work in between) are larger than the
+// closed form says. The result is deterministic.
+func (p Params) Interleaved(l float64) float64 {
+	if p.M <= 0 || p.F <= 0 || p.P <= 0 {
+		return p.CPU() + p.Misses*l
+	}
+	weights := []float64{p.M}
+	durs := []float64{p.A}
+	for _, o := range p.Others {
+		if o.N > 0 {
+			weights = append(weights, o.N)
+			durs = append(durs, o.D)
+		}
+	}
+	var total float64
+	for _, w := range weights {
+		total += w
+	}
+	cum := make([]float64, len(weights))
+	var acc float64
+	for i, w := range weights {
+		acc += w / total
+		cum[i] = acc
+	}
+	perSub := p.F / p.M
+	lfb := make([]float64, p.P) // arrival times in issue order
+	head, count := 0, 0
+	x := uint64(0x9e3779b97f4a7c15)
+	rnd := func() float64 { // xorshift64*
+		x ^= x >> 12
+		x ^= x << 25
+		x ^= x >> 27
+		return float64((x*2685821657736338717)>>11) / (1 << 53)
+	}
+	var t float64
+	for step := 0; step < InterleavedSteps; step++ {
+		u := rnd()
+		c := 0
+		for c < len(cum)-1 && u >= cum[c] {
+			c++
+		}
+		t += durs[c]
+		if c != 0 {
+			continue
+		}
+		fetches := int(perSub)
+		if rnd() < perSub-float64(fetches) {
+			fetches++
+		}
+		for f := 0; f < fetches; f++ {
+			for count > 0 && lfb[head] <= t {
+				head = (head + 1) % p.P
+				count--
+			}
+			if count == p.P {
+				t = lfb[head]
+				head = (head + 1) % p.P
+				count--
+			}
+			lfb[(head+count)%p.P] = t + l
+			count++
+		}
+	}
+	ops := InterleavedSteps / total
+	return t/ops + p.Misses*l
+}
+
 // Variant names a model.
 type Variant int
 
 // Model variants.
 const (
+	// Probabilistic is the closed form (block approximation).
 	Probabilistic Variant = iota
+	// Interleaved is the random-interleaving assumption evaluated by simulation.
+	Interleaved
+	// Best is max(C, F·L/P).
 	Best
+	// Worst is max(M(T_mem+T_sw), F·L/P) + the IO work.
 	Worst
 )
 
 func (v Variant) String() string {
-	return [...]string{"probabilistic", "best", "worst"}[v]
+	return [...]string{"probabilistic", "interleaved", "best", "worst"}[v]
 }
 
 // OpNs returns the modelled time per operation of variant v at latency l.
@@ -221,6 +303,8 @@ func (p Params) OpNs(v Variant, l float64) float64 {
 		return p.Best(l)
 	case Worst:
 		return p.Worst(l)
+	case Interleaved:
+		return p.Interleaved(l)
 	}
 	return p.Probabilistic(l)
 }

@@ -116,6 +116,20 @@ type Result struct {
 	Mem       farmem.Stats
 	IOs       int64
 	IOWaitNs  int64 // from submission to the thread's resumption, summed
+	// CPUNs is the CPU time of the core's OS thread (real time; -1 if
+	// unknown): below ElapsedNs when the thread was preempted.
+	CPUNs int64
+	// CleanSlices and DirtySlices count the slices kept and dropped (see
+	// RunOptions.Slice).
+	CleanSlices, DirtySlices int
+}
+
+// CPUShare returns CPUNs/ElapsedNs (1 in virtual time or when unknown).
+func (r Result) CPUShare() float64 {
+	if r.Virtual || r.CPUNs <= 0 || r.ElapsedNs <= 0 {
+		return 1
+	}
+	return float64(r.CPUNs) / float64(r.ElapsedNs)
 }
 
 // Throughput returns operations per second.
@@ -210,10 +224,23 @@ type RunOptions struct {
 	Warmup time.Duration
 	// MaxOps stops after this many measured operations (0: no limit).
 	MaxOps int64
+	// Slice, in real time, measures in slices of this length and keeps
+	// only the slices in which the core's OS thread was on a CPU for at
+	// least MinCPUShare of the time: on a shared machine, a slice in which
+	// the thread was preempted does not measure the emulated core. The run
+	// goes on until Duration of clean slices or MaxWall. 0 measures the
+	// whole Duration as one slice and keeps it.
+	Slice time.Duration
+	// MinCPUShare is the least share of a slice the thread must have run;
+	// 0 means 0.95.
+	MinCPUShare float64
+	// MaxWall bounds a sliced run's measuring time; 0 means 20*Duration.
+	MaxWall time.Duration
 }
 
 type snapshot struct {
 	at     int64
+	cpu    int64
 	ops    int64
 	kinds  [NumKinds]KindStats
 	idle   int64
@@ -223,7 +250,31 @@ type snapshot struct {
 }
 
 func (s *Scheduler) snap() snapshot {
-	return snapshot{at: s.clock.Last(), ops: s.ops, kinds: s.kinds, idle: s.idle, mem: s.core.Stats(), ios: s.ios, ioWait: s.ioWait}
+	cpu := int64(-1)
+	if !s.clock.Virtual() {
+		cpu = threadCPU()
+	}
+	return snapshot{at: s.clock.Now(), cpu: cpu, ops: s.ops, kinds: s.kinds, idle: s.idle, mem: s.core.Stats(), ios: s.ios, ioWait: s.ioWait}
+}
+
+// add accumulates the difference b - a into r.
+func (r *Result) add(a, b snapshot) {
+	r.Ops += b.ops - a.ops
+	r.ElapsedNs += b.at - a.at
+	if a.cpu >= 0 && b.cpu >= 0 && r.CPUNs >= 0 {
+		r.CPUNs += b.cpu - a.cpu
+	} else {
+		r.CPUNs = -1
+	}
+	r.IdleNs += b.idle - a.idle
+	r.Mem = r.Mem.Add(b.mem.Sub(a.mem))
+	r.IOs += b.ios - a.ios
+	r.IOWaitNs += b.ioWait - a.ioWait
+	for i := range r.Kinds {
+		r.Kinds[i].Count += b.kinds[i].Count - a.kinds[i].Count
+		r.Kinds[i].Ns += b.kinds[i].Ns - a.kinds[i].Ns
+		r.Kinds[i].StallNs += b.kinds[i].StallNs - a.kinds[i].StallNs
+	}
 }
 
 // ErrBusy is returned by Run while another Run is in progress.
@@ -232,7 +283,8 @@ var ErrBusy = errors.New("ult: scheduler already running")
 // Run starts Config.Tasks threads running body and resumes them until the
 // run is over; body should loop while t.Running(), ending each operation
 // with t.EndOp(). Run returns after every thread's body has returned. In
-// real time the calling goroutine is locked to its OS thread meanwhile.
+// real time the calling goroutine is locked to its OS thread meanwhile (the
+// threads, being coroutines, run on that OS thread too).
 func (s *Scheduler) Run(ctx context.Context, ro RunOptions, body func(t *Task)) (Result, error) {
 	if s.running {
 		return Result{}, ErrBusy
@@ -242,7 +294,17 @@ func (s *Scheduler) Run(ctx context.Context, ro RunOptions, body func(t *Task)) 
 	if ro.Duration <= 0 && ro.MaxOps <= 0 {
 		return Result{}, errors.New("ult: a run needs a Duration or MaxOps")
 	}
-	if !s.clock.Virtual() {
+	clk := s.clock
+	if clk.Virtual() || ro.Slice <= 0 {
+		ro.Slice = 0
+	}
+	if ro.MinCPUShare <= 0 {
+		ro.MinCPUShare = 0.95
+	}
+	if ro.MaxWall <= 0 {
+		ro.MaxWall = 20 * ro.Duration
+	}
+	if !clk.Virtual() {
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
 	}
@@ -257,17 +319,26 @@ func (s *Scheduler) Run(ctx context.Context, ro RunOptions, body func(t *Task)) 
 		}
 	}()
 
-	clk := s.clock
+	res := Result{Virtual: clk.Virtual(), Tasks: len(s.tasks), IOMode: s.io.mode()}
+	if clk.Virtual() {
+		res.CPUNs = -1
+	}
 	start := clk.Now()
 	measureFrom := start + int64(ro.Warmup)
-	stopAt := int64(-1)
-	if ro.Duration > 0 {
-		stopAt = measureFrom + int64(ro.Duration)
-	}
-	var first, last snapshot
+	wallLimit := measureFrom + int64(ro.MaxWall)
+	var sliceStart snapshot
+	sliceEnd := int64(-1)
 	measuring := false
+	begin := func() {
+		sliceStart, measuring = s.snap(), true
+		if ro.Slice > 0 {
+			sliceEnd = sliceStart.at + int64(ro.Slice)
+		} else if ro.Duration > 0 {
+			sliceEnd = sliceStart.at + int64(ro.Duration)
+		}
+	}
 	if ro.Warmup <= 0 {
-		first, measuring = s.snap(), true
+		begin()
 	}
 	live := len(s.tasks)
 	prev := clk.Now()
@@ -307,43 +378,55 @@ func (s *Scheduler) Run(ctx context.Context, ro RunOptions, body func(t *Task)) 
 			prev = s.idleWait(ctx, prev)
 		}
 		now := clk.Last()
-		if !measuring && now >= measureFrom {
-			first, measuring = s.snap(), true
-		}
 		rounds++
-		if !s.stopping && measuring {
-			done := (stopAt >= 0 && now >= stopAt) || (ro.MaxOps > 0 && s.ops-first.ops >= ro.MaxOps)
-			if !done && rounds&63 == 0 && ctx.Err() != nil {
-				done = true
+		if s.stopping {
+			continue
+		}
+		if !measuring {
+			if now >= measureFrom {
+				begin()
 			}
-			if done {
-				last = s.snap()
+			continue
+		}
+		stop := rounds&63 == 0 && ctx.Err() != nil
+		opsSoFar := res.Ops + s.ops - sliceStart.ops
+		if ro.MaxOps > 0 && opsSoFar >= ro.MaxOps {
+			stop = true
+		}
+		if stop || (sliceEnd >= 0 && now >= sliceEnd) {
+			end := s.snap()
+			var d Result
+			d.add(sliceStart, end)
+			clean := ro.Slice <= 0 || d.CPUNs < 0 || float64(d.CPUNs) >= ro.MinCPUShare*float64(d.ElapsedNs)
+			if clean {
+				res.add(sliceStart, end)
+				res.CleanSlices++
+			} else {
+				res.DirtySlices++
+			}
+			if ro.Duration > 0 && res.ElapsedNs >= int64(ro.Duration) {
+				stop = true
+			}
+			if ro.MaxOps > 0 && res.Ops >= ro.MaxOps {
+				stop = true
+			}
+			if end.at >= wallLimit {
+				stop = true
+			}
+			if stop {
 				s.stopping = true
+				continue
 			}
+			sliceStart = end
+			sliceEnd = end.at + int64(ro.Slice)
+			prev = clk.Now()
 		}
 	}
-	if !s.stopping { // every body returned on its own
-		last = s.snap()
+	if !s.stopping && measuring { // every body returned on its own
+		res.add(sliceStart, s.snap())
+		res.CleanSlices++
 	}
-	r := Result{
-		Virtual:   clk.Virtual(),
-		Tasks:     len(s.tasks),
-		IOMode:    s.io.mode(),
-		Ops:       last.ops - first.ops,
-		ElapsedNs: last.at - first.at,
-		IdleNs:    last.idle - first.idle,
-		Mem:       last.mem.Sub(first.mem),
-		IOs:       last.ios - first.ios,
-		IOWaitNs:  last.ioWait - first.ioWait,
-	}
-	for i := range r.Kinds {
-		r.Kinds[i] = KindStats{
-			Count:   last.kinds[i].Count - first.kinds[i].Count,
-			Ns:      last.kinds[i].Ns - first.kinds[i].Ns,
-			StallNs: last.kinds[i].StallNs - first.kinds[i].StallNs,
-		}
-	}
-	return r, ctx.Err()
+	return res, ctx.Err()
 }
 
 // idleWait waits until some thread can run: a virtual clock jumps to the

@@ -1,0 +1,69 @@
+package distash
+
+import (
+	"context"
+	"sync"
+
+	"github.com/distash/distash/internal/kv"
+	"github.com/distash/distash/internal/wire"
+)
+
+// grvBatcher shares read-version requests of concurrent transactions: while
+// one request is in flight, new callers queue and are all answered by the
+// next one. A caller is only ever answered by a request sent after it
+// arrived, so it sees every commit acknowledged before it asked (strict
+// serializability), as FoundationDB's client batches GRVs.
+type grvBatcher struct {
+	api wire.DiStashClient
+
+	mu       sync.Mutex
+	inflight bool       // a request is on the wire. Protected by mu.
+	waiting  []chan grv // callers for the next request. Protected by mu.
+}
+
+type grv struct {
+	version kv.Version
+	err     error
+}
+
+func (b *grvBatcher) get(ctx context.Context) (kv.Version, error) {
+	ch := make(chan grv, 1)
+	b.mu.Lock()
+	b.waiting = append(b.waiting, ch)
+	if !b.inflight {
+		b.inflight = true
+		go b.send()
+	}
+	b.mu.Unlock()
+	select {
+	case r := <-ch:
+		return r.version, r.err
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+}
+
+// send issues requests until no caller is waiting.
+func (b *grvBatcher) send() {
+	for {
+		b.mu.Lock()
+		batch := b.waiting
+		b.waiting = nil
+		if len(batch) == 0 {
+			b.inflight = false
+			b.mu.Unlock()
+			return
+		}
+		b.mu.Unlock()
+		var r grv
+		resp, err := b.api.GetReadVersion(context.Background(), &wire.GetReadVersionRequest{})
+		if err != nil {
+			r.err = err
+		} else if r.err = fromWire(resp.Error); r.err == nil {
+			r.version = kv.Version(resp.Version)
+		}
+		for _, ch := range batch {
+			ch <- r
+		}
+	}
+}
