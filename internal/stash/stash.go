@@ -207,10 +207,14 @@ func (s *Stash) apply(msgs []txlog.Message, end kv.Version) error {
 	return nil
 }
 
+// maxVersion is above every version: reads at it see the newest state,
+// including mutations of the batch being applied.
+const maxVersion = kv.Version(1<<63 - 1)
+
 // current returns the newest value of key: window first, then engine.
 // Called with mu held.
 func (s *Stash) current(key []byte) ([]byte, bool, error) {
-	if v, present, found := s.win.at(key, s.applied+1<<62); found {
+	if v, present, found := s.win.at(key, maxVersion); found {
 		return v, present, nil
 	}
 	return s.eng.Get(key)
@@ -271,7 +275,7 @@ func (s *Stash) account(key []byte, newValueLen int64, present bool) error {
 
 func (s *Stash) accountRange(begin, end []byte) error {
 	// Every live key in the range at the latest version goes away.
-	kvs, _, err := s.scanLocked(begin, end, s.applied, 0, 0, false)
+	kvs, _, err := s.scanLocked(begin, end, maxVersion, 0, 0, false)
 	if err != nil {
 		return err
 	}

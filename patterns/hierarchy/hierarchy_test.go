@@ -427,7 +427,20 @@ func checkAccounting(t *testing.T, ctx context.Context, h *Hierarchy, ks [][]byt
 					return err
 				}
 				if idx == nil {
-					t.Errorf("tier %d: key %s has no index entry at its access time", i, k)
+					var found []int64
+					for b := 0; b < buckets; b++ {
+						begin, end := tier.indexRange(b)
+						kvs, err := tr.GetRange(begin, end, distash.RangeOptions{})
+						if err != nil {
+							return err
+						}
+						for _, kv := range kvs {
+							if s, kk, ok := tier.decodeIndex(kv.Key); ok && bytes.Equal(kk, k) {
+								found = append(found, s)
+							}
+						}
+					}
+					t.Errorf("tier %d: key %s has no index entry at its access time %d (entries at %v)", i, k, distash.Int64(vals[1]), found)
 				}
 			}
 			u, err := h.usageOf(tr, tier)

@@ -873,9 +873,11 @@ func (e *Engine) writeFrame(payload []byte, count uint32, version int64, flags u
 	fresh := e.fillBuffer(s, off, payload)
 	e.mu.Lock()
 	s.wb = append(s.wb, fresh...)
-	for i := range fresh {
-		e.wbList = append(e.wbList, wbChunk{s: s, idx: len(s.wb) - len(fresh) + i})
-		e.wbBytes += chunkSize
+	for i, ch := range fresh {
+		if ch != nil {
+			e.wbList = append(e.wbList, wbChunk{s: s, idx: len(s.wb) - len(fresh) + i})
+			e.wbBytes += chunkSize
+		}
 	}
 	for e.wbBytes > e.cfg.WriteBufferBytes && len(e.wbList) > 0 {
 		c := e.wbList[0]
@@ -910,6 +912,11 @@ func (e *Engine) fillBuffer(s *segment, off int64, frame []byte) []*chunk {
 			if ch == nil {
 				continue // dropped: those bytes are read from the file
 			}
+		case c*chunkSize < off && !(c == 0 && off <= segHeaderSize):
+			// The chunk would start with bytes written before this
+			// buffer held the segment (after recovery): leave it out.
+			fresh = append(fresh, nil)
+			continue
 		default:
 			ch = new(chunk)
 			fresh = append(fresh, ch)

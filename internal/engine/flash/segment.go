@@ -20,6 +20,7 @@ type segment struct {
 	// Protected by Engine.mu.
 	size  int64    // bytes written (header included)
 	live  int64    // padded bytes of entries the index points at
+	tomb  int64    // padded bytes of tombstones the cleaner kept here
 	wb    []*chunk // write buffer: chunk i holds bytes [i*chunkSize, (i+1)*chunkSize), nil if not held
 	keys  *bloom.BloomFilter
 	gone  bool // removed from the engine (cleaned); the file goes when unpinned

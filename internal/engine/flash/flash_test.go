@@ -1,0 +1,37 @@
+package flash_test
+
+import (
+	"testing"
+
+	"github.com/distash/distash/internal/engine"
+	"github.com/distash/distash/internal/engine/enginetest"
+	"github.com/distash/distash/internal/engine/flash"
+)
+
+func openWith(cfg flash.Config) func(t *testing.T, opts engine.Options) engine.Engine {
+	return func(t *testing.T, opts engine.Options) engine.Engine {
+		t.Helper()
+		e, err := flash.OpenConfig(opts, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e
+	}
+}
+
+func TestConformance(t *testing.T) {
+	open := openWith(flash.Config{})
+	enginetest.Run(t, open, open)
+}
+
+// TestConformanceSmall runs the suite with tiny segments, write buffer and
+// cache, so that rotation, cleaning, buffer misses and cache evictions all
+// happen while it runs.
+func TestConformanceSmall(t *testing.T) {
+	open := openWith(flash.Config{SegmentBytes: 16 << 10, WriteBufferBytes: 64 << 10, CacheBytes: 32 << 10, IndexBuckets: 1})
+	enginetest.Run(t, open, open)
+}
+
+func TestConformanceEphemeral(t *testing.T) {
+	enginetest.RunEphemeral(t, openWith(flash.Config{}))
+}

@@ -1,0 +1,288 @@
+package stash
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/distash/distash/internal/engine"
+	"github.com/distash/distash/internal/engine/memory"
+	pebbleengine "github.com/distash/distash/internal/engine/pebble"
+	"github.com/distash/distash/internal/kv"
+	"github.com/distash/distash/internal/txlog"
+)
+
+// fakeLog is an in-memory log for one tag that injects faults: Peek fails
+// now and then and returns at most a few messages at a time.
+type fakeLog struct {
+	mu      sync.Mutex
+	msgs    []txlog.Message
+	end     kv.Version
+	popped  kv.Version
+	changed chan struct{}
+	rng     *rand.Rand
+}
+
+func newFakeLog(seed uint64) *fakeLog {
+	return &fakeLog{changed: make(chan struct{}), rng: rand.New(rand.NewPCG(seed, 1))}
+}
+
+func (l *fakeLog) push(m txlog.Message) {
+	l.mu.Lock()
+	l.msgs = append(l.msgs, m)
+	l.end = m.Version
+	close(l.changed)
+	l.changed = make(chan struct{})
+	l.mu.Unlock()
+}
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+var errInjected = errors.New("injected peek failure")
+
+func (l *fakeLog) Peek(ctx context.Context, tag kv.Tag, after kv.Version, maxBytes int) ([]txlog.Message, kv.Version, error) {
+	for {
+		l.mu.Lock()
+		if l.rng.IntN(20) == 0 {
+			l.mu.Unlock()
+			return nil, 0, errInjected
+		}
+		if l.end > after {
+			i := sort.Search(len(l.msgs), func(i int) bool { return l.msgs[i].Version > after })
+			n := min(len(l.msgs)-i, 1+l.rng.IntN(4))
+			out := append([]txlog.Message(nil), l.msgs[i:i+n]...)
+			end := out[len(out)-1].Version
+			l.mu.Unlock()
+			return out, end, nil
+		}
+		ch := l.changed
+		l.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return nil, 0, ctx.Err()
+		}
+	}
+}
+
+func (l *fakeLog) Pop(tag kv.Tag, upTo kv.Version) {
+	l.mu.Lock()
+	if upTo > l.popped {
+		l.popped = upTo
+	}
+	l.mu.Unlock()
+}
+
+// model replays mutations to answer reads at any version.
+type model struct {
+	msgs []txlog.Message
+}
+
+func (m *model) stateAt(v kv.Version) map[string][]byte {
+	st := map[string][]byte{}
+	for _, msg := range m.msgs {
+		if msg.Version > v {
+			break
+		}
+		for _, mut := range msg.Mutations {
+			switch mut.Type {
+			case kv.MutSet:
+				st[string(mut.Key)] = mut.Param
+			case kv.MutClear:
+				delete(st, string(mut.Key))
+			case kv.MutClearRange:
+				for k := range st {
+					if k >= string(mut.Key) && k < string(mut.Param) {
+						delete(st, k)
+					}
+				}
+			default:
+				old, ok := st[string(mut.Key)]
+				st[string(mut.Key)] = kv.ApplyAtomic(mut.Type, old, ok, mut.Param)
+			}
+		}
+	}
+	return st
+}
+
+func randomMutation(rng *rand.Rand) kv.Mutation {
+	key := func() []byte { return []byte(fmt.Sprintf("k%02d", rng.IntN(40))) }
+	switch r := rng.IntN(10); {
+	case r < 5:
+		return kv.Mutation{Type: kv.MutSet, Key: key(), Param: []byte(fmt.Sprintf("v%d", rng.IntN(1000)))}
+	case r < 7:
+		return kv.Mutation{Type: kv.MutClear, Key: key()}
+	case r < 8:
+		a, b := key(), key()
+		if bytes.Compare(a, b) > 0 {
+			a, b = b, a
+		}
+		return kv.Mutation{Type: kv.MutClearRange, Key: a, Param: append(b, 0)}
+	default:
+		return kv.Mutation{Type: kv.MutAdd, Key: key(), Param: kv.EncodeInt64(int64(rng.IntN(5)))}
+	}
+}
+
+// TestDifferentialAgainstModel applies random mutations through a faulty
+// log while concurrent readers check point and range reads at random
+// versions against a replay model; a tiny window and frequent flushes make
+// reads race with flushes to the engine.
+func TestDifferentialAgainstModel(t *testing.T) {
+	for _, engName := range []string{"memory", "pebble"} {
+		t.Run(engName, func(t *testing.T) {
+			var eng engine.Engine
+			var err error
+			if engName == "memory" {
+				eng, err = memory.Open(engine.Options{})
+			} else {
+				eng, err = pebbleengine.Open(engine.Options{Dir: t.TempDir()})
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			log := newFakeLog(7)
+			s := New(Options{Tag: 1, Engine: eng, Log: log, WindowVersions: 20, FlushInterval: time.Millisecond, TrackBytes: true, Logger: quiet})
+			s.SetOwned([]kv.KeyRange{{Begin: []byte("k"), End: []byte("l")}})
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			go func() { s.Run(ctx); close(done) }()
+			defer func() { cancel(); <-done; s.Close() }()
+
+			rng := rand.New(rand.NewPCG(42, 42))
+			var mu sync.Mutex
+			m := &model{}
+			for v := kv.Version(1); v <= 400; v++ {
+				msg := txlog.Message{Version: v}
+				for i := 0; i < 1+rng.IntN(3); i++ {
+					msg.Mutations = append(msg.Mutations, randomMutation(rng))
+				}
+				mu.Lock()
+				m.msgs = append(m.msgs, msg)
+				mu.Unlock()
+				log.push(msg)
+			}
+			var wg sync.WaitGroup
+			var checked, tooOld int
+			var cmu sync.Mutex
+			for r := 0; r < 4; r++ {
+				wg.Add(1)
+				go func(seed uint64) {
+					defer wg.Done()
+					rng := rand.New(rand.NewPCG(seed, 3))
+					for i := 0; i < 300; i++ {
+						v := kv.Version(300 + rng.IntN(101))
+						want := m.stateAt(v)
+						if rng.IntN(2) == 0 {
+							k := []byte(fmt.Sprintf("k%02d", rng.IntN(40)))
+							vals, present, err := s.Get(ctx, v, [][]byte{k})
+							if errors.Is(err, kv.Errorf(kv.CodeTransactionTooOld, "")) {
+								cmu.Lock()
+								tooOld++
+								cmu.Unlock()
+								continue
+							}
+							if err != nil {
+								t.Error(err)
+								return
+							}
+							w, ok := want[string(k)]
+							if present[0] != ok || !bytes.Equal(vals[0], w) {
+								t.Errorf("Get(%s) at %d = %q/%v, model %q/%v", k, v, vals[0], present[0], w, ok)
+								return
+							}
+						} else {
+							reverse := rng.IntN(2) == 0
+							limit := rng.IntN(6)
+							kvs, _, err := s.GetRange(ctx, v, []byte("k"), []byte("l"), limit, 0, reverse)
+							if errors.Is(err, kv.Errorf(kv.CodeTransactionTooOld, "")) {
+								continue
+							}
+							if err != nil {
+								t.Error(err)
+								return
+							}
+							var keys []string
+							for k := range want {
+								keys = append(keys, k)
+							}
+							sort.Strings(keys)
+							if reverse {
+								sort.Sort(sort.Reverse(sort.StringSlice(keys)))
+							}
+							if limit > 0 && len(keys) > limit {
+								keys = keys[:limit]
+							}
+							if len(kvs) != len(keys) {
+								t.Errorf("GetRange at %d (limit %d, reverse %v) = %d pairs, model %d", v, limit, reverse, len(kvs), len(keys))
+								return
+							}
+							for j, p := range kvs {
+								if string(p.Key) != keys[j] || !bytes.Equal(p.Value, want[keys[j]]) {
+									t.Errorf("GetRange at %d: pair %d = %s=%q, model %s=%q", v, j, p.Key, p.Value, keys[j], want[keys[j]])
+									return
+								}
+							}
+						}
+						cmu.Lock()
+						checked++
+						cmu.Unlock()
+					}
+				}(uint64(r))
+			}
+			wg.Wait()
+			// Byte accounting matches the final state.
+			deadline := time.Now().Add(5 * time.Second)
+			for s.AppliedVersion() < 400 && time.Now().Before(deadline) {
+				time.Sleep(time.Millisecond)
+			}
+			final := m.stateAt(400)
+			var bytesWant int64
+			for k, v := range final {
+				bytesWant += int64(len(k) + len(v))
+			}
+			used, _ := s.Usage()
+			if used != bytesWant {
+				t.Errorf("live bytes %d, model %d", used, bytesWant)
+			}
+			t.Logf("%d reads checked, %d too old", checked, tooOld)
+			if checked < 100 {
+				t.Fatalf("only %d reads checked", checked)
+			}
+		})
+	}
+}
+
+// TestReadsBeyondAppliedWaitThenFail: a read at a version the stash has not
+// reached waits, and fails with future_version after FutureWait.
+func TestReadsBeyondAppliedWaitThenFail(t *testing.T) {
+	eng, _ := memory.Open(engine.Options{})
+	log := newFakeLog(1)
+	s := New(Options{Tag: 1, Engine: eng, Log: log, FutureWait: 50 * time.Millisecond, Logger: quiet})
+	s.SetOwned([]kv.KeyRange{{Begin: []byte("a"), End: []byte("z")}})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go s.Run(ctx)
+	log.push(txlog.Message{Version: 5, Mutations: []kv.Mutation{{Type: kv.MutSet, Key: []byte("k"), Param: []byte("v")}}})
+	if _, _, err := s.Get(ctx, 10, [][]byte{[]byte("k")}); !errors.Is(err, kv.Errorf(kv.CodeFutureVersion, "")) {
+		t.Fatalf("read ahead = %v", err)
+	}
+	go func() {
+		time.Sleep(10 * time.Millisecond)
+		log.push(txlog.Message{Version: 10})
+	}()
+	vals, present, err := s.Get(ctx, 10, [][]byte{[]byte("k")})
+	if err != nil || !present[0] || string(vals[0]) != "v" {
+		t.Fatalf("read after catch-up = %q %v %v", vals, present, err)
+	}
+	if _, _, err := s.Get(ctx, 10, [][]byte{[]byte("zz")}); !errors.Is(err, kv.Errorf(kv.CodeWrongShardServer, "")) {
+		t.Fatalf("read outside owned ranges = %v", err)
+	}
+}
