@@ -418,3 +418,6 @@ func (s *Server) Stashes() []StashStats {
 	}
 	return out
 }
+
+// LogStats describes the transaction log.
+func (s *Server) LogStats() txlog.Stats { return s.log.Stats() }

@@ -18,6 +18,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/distash/distash/config"
 	"github.com/distash/distash/internal/kv"
@@ -63,6 +64,9 @@ type CommitOptions struct {
 	// larger batch: batching adapts to the log's speed, as FoundationDB's
 	// commit proxies do.
 	MaxInflightBatches int
+	// IdleCommitInterval is how long the proxy waits without transactions
+	// before it commits an empty batch to advance versions (default 250ms).
+	IdleCommitInterval time.Duration
 	Logger             *slog.Logger
 }
 
@@ -118,6 +122,9 @@ func NewCommitProxy(opts CommitOptions) *CommitProxy {
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
+	}
+	if opts.IdleCommitInterval <= 0 {
+		opts.IdleCommitInterval = 250 * time.Millisecond
 	}
 	if opts.MaxInflightBatches <= 0 {
 		opts.MaxInflightBatches = 1
@@ -246,18 +253,25 @@ func (p *CommitProxy) Run(ctx context.Context) error {
 	}()
 	for {
 		var batch []*commitReq
+		idle := time.NewTimer(p.opts.IdleCommitInterval)
 		select {
 		case <-ctx.Done():
+			idle.Stop()
 			return nil
 		case r := <-p.reqs:
 			batch = append(batch, r)
+		case <-idle.C:
+			// Nothing to commit: commit an empty batch so versions keep
+			// advancing at the stashes and they can flush and pop the log.
 		}
+		idle.Stop()
 		// Wait for a free slot; requests arriving meanwhile join this batch.
 		select {
 		case p.slots <- struct{}{}:
 		case <-ctx.Done():
-			r := batch[0]
-			r.reply <- commitResult{err: kv.Errorf(kv.CodeCommitUnknownResult, "cluster stopping")}
+			for _, r := range batch {
+				r.reply <- commitResult{err: kv.Errorf(kv.CodeCommitUnknownResult, "cluster stopping")}
+			}
 			return nil
 		}
 	drain:

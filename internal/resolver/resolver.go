@@ -107,7 +107,7 @@ func lessEntry(a, b entry) bool {
 }
 
 const (
-	btreeDegree = 64
+	btreeDegree = 32
 	// sweepBase and sweepFactor set the pruning budget of one batch:
 	// sweepBase + sweepFactor*(boundaries the batch added).
 	sweepBase   = 128

@@ -33,11 +33,12 @@
 //
 // Get reads S0, S1, ... in turn and stops at the first tier holding the
 // key. A hit in S0 is a read (plus, in a managed tier, a conflict-free
-// recency update, below). A hit in S_i, i >= 1, promotes: the key is written
-// to S0 and, in exclusive mode, removed from S_i, in the transaction that
-// read it, with read conflicts on every tier it looked at, so a concurrent
-// put or move makes the promotion retry instead of resurrecting an old
-// value.
+// recency update, below). A hit in S_i, i >= 1, promotes, in the
+// transaction that read it and with read conflicts on every tier it looked
+// at (so a concurrent put or move makes the promotion retry instead of
+// resurrecting an old value): in exclusive mode the key moves from S_i to
+// S0; in inclusive mode it is copied to every tier above S_i (S0..S_i-1),
+// so that a copy evicted from an ephemeral S0 is found again one tier down.
 //
 // Put writes S0. In exclusive mode it removes the key from every other tier
 // in the same transaction. In inclusive mode it also writes the last tier,
@@ -53,7 +54,7 @@
 //
 //	value   prefix | s | ns "v/" key                    the key's value
 //	atime   prefix | s | ns "t/" key                    last access, int64 LE
-//	index   prefix | b | ns "i/" be64(atime) key        empty; ordered by time
+//	index   prefix | b | ns "i/" be64(atime) key        0x01; ordered by time
 //	usage   prefix | b | ns "u"                         int64 LE bytes, per bucket
 //
 // where s is a spread byte from a stable hash of the key (so a tier's keys

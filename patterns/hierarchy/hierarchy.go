@@ -266,6 +266,10 @@ func (t *tier) usageKeyOf(key []byte) []byte {
 	return layout.Key(t.prefix, bucketByte(key), t.ns, []byte("u"))
 }
 
+// indexMark is the value of an index entry. Not empty: a stash flushes an
+// empty value to its engine as a clear (a server bug), losing the entry.
+var indexMark = []byte{1}
+
 func entrySize(key, value []byte) int64 { return int64(len(key) + len(value)) }
 
 func pointConflict(tr *distash.Tx, k []byte) { tr.AddReadConflictRange(k, layout.KeyAfter(k)) }
@@ -286,7 +290,7 @@ func (h *Hierarchy) touch(tr *distash.Tx, t *tier, key []byte, old []byte, stamp
 		return false
 	}
 	tr.Max(t.atimeKey(key), stamp)
-	tr.Set(t.indexKey(stamp, key), nil)
+	tr.Set(t.indexKey(stamp, key), indexMark)
 	if old != nil {
 		tr.Clear(t.indexKey(distash.Int64(old), key))
 	}

@@ -1,0 +1,136 @@
+package server_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/distash/distash"
+	"github.com/distash/distash/config"
+	"github.com/distash/distash/server"
+)
+
+const cfg3 = `
+[cluster]
+mvcc_window = "1s"
+
+[log]
+replicas = 3
+
+[[pool]]
+name = "cache"
+prefix = "c/"
+medium = "dram"
+mode = "ephemeral"
+engine = "memory"
+stashes = 2
+replication = 2
+capacity = "16MiB"
+
+[[pool]]
+name = "data"
+prefix = "d/"
+medium = "ssd"
+mode = "durable"
+engine = "sqlite"
+stashes = 3
+replication = 2
+`
+
+func start(t *testing.T, dir string, cfg *config.Config) (*server.Server, *distash.DB) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv, err := server.Start(ctx, server.Options{Dir: dir, Config: cfg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), FlushInterval: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := distash.Open(ctx, srv.ClusterString())
+	if err != nil {
+		srv.Stop()
+		t.Fatal(err)
+	}
+	return srv, db
+}
+
+// TestThreeLogReplicasRestartAndPops: a cluster with a 3-replica raft log
+// commits, pops the log once stashes made versions durable, and restarts
+// with its durable pool intact and its DRAM pool empty.
+func TestThreeLogReplicasRestartAndPops(t *testing.T) {
+	cfg, err := config.Parse([]byte(cfg3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	srv, db := start(t, dir, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for i := 0; i < 200; i++ {
+		err := db.Transact(ctx, func(tr *distash.Tx) error {
+			tr.Set([]byte(fmt.Sprintf("d/%04d", i)), []byte(fmt.Sprint(i)))
+			tr.Set([]byte(fmt.Sprintf("c/%04d", i)), []byte(fmt.Sprint(i)))
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	// After the MVCC window (1 s) the stashes flush and pop: the log keeps
+	// nothing of the writes above in memory.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		st := srv.LogStats()
+		if st.Entries <= 8 { // the empty commits of the last window (1 s / 250 ms)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("log still holds %d entries after the window passed", st.Entries)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	db.Close()
+	srv.Stop()
+
+	srv, db = start(t, dir, cfg)
+	defer srv.Stop()
+	defer db.Close()
+	err = db.ReadTransact(ctx, func(tr *distash.Tx) error {
+		for i := 0; i < 200; i++ {
+			vals, err := tr.GetMulti([][]byte{[]byte(fmt.Sprintf("d/%04d", i)), []byte(fmt.Sprintf("c/%04d", i))})
+			if err != nil {
+				return err
+			}
+			if string(vals[0]) != fmt.Sprint(i) {
+				t.Fatalf("d/%04d = %q after restart", i, vals[0])
+			}
+			if vals[1] != nil {
+				t.Fatalf("c/%04d survived a restart of a dram pool", i)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// And it keeps committing.
+	if err := db.Transact(ctx, func(tr *distash.Tx) error { tr.Set([]byte("d/after"), []byte("x")); return nil }); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestRefusesChangedPools(t *testing.T) {
+	cfg, _ := config.Parse([]byte(cfg3))
+	dir := t.TempDir()
+	srv, db := start(t, dir, cfg)
+	db.Close()
+	srv.Stop()
+	cfg.Pools[1].Stashes = 4
+	_, err := server.Start(context.Background(), server.Options{Dir: dir, Config: cfg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err == nil {
+		t.Fatal("started with a different pool layout")
+	}
+	t.Log(err)
+}
