@@ -55,6 +55,11 @@
 //     (and of k) and at most two inserts, and no key allocation when its
 //     boundaries already exist; writing a segment already at v is a no-op.
 //
+// Tree entries carry the first 16 bytes of their key inline (zero-padded,
+// as two big-endian words), so that comparisons during a descent rarely
+// follow the key pointer: a descent of a tree of a million boundaries costs
+// cache misses on the nodes only.
+//
 // Transactions of a batch are processed in order against the same map, so an
 // earlier committed transaction's writes (at the batch version) are visible to
 // the later ones: this is the intra-batch conflict check.

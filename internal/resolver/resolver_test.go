@@ -335,7 +335,8 @@ type genConfig struct {
 	maxLen   int
 	window   kv.Version
 	maxStep  int
-	narrow   bool // mostly points and prefix ranges, few wide ranges
+	narrow   bool   // mostly points and prefix ranges, few wide ranges
+	prefix   string // prepended to most keys
 }
 
 type gen struct {
@@ -351,6 +352,9 @@ func (g *gen) key() []byte {
 	k := make([]byte, n)
 	for i := range k {
 		k[i] = g.cfg.alphabet[g.rng.IntN(len(g.cfg.alphabet))]
+	}
+	if g.cfg.prefix != "" && g.rng.IntN(10) > 0 {
+		k = append([]byte(g.cfg.prefix), k...)
 	}
 	if g.rng.IntN(8) == 0 {
 		k = append(k, 0) // exercise k+0x00 boundaries
@@ -506,6 +510,8 @@ func TestDifferential(t *testing.T) {
 		{"small", genConfig{alphabet: "abc", maxLen: 3, window: 200, maxStep: 40}},
 		// A larger key space: deeper trees, longer-lived boundaries.
 		{"large", genConfig{alphabet: "abcdefgh", maxLen: 4, window: 400, maxStep: 30, narrow: true}},
+		// Keys straddling the 16-byte inline prefix of the tree entries.
+		{"long", genConfig{alphabet: "a\x00\xff", maxLen: 4, window: 200, maxStep: 40, prefix: "0123456789abcd"}},
 	}
 	prunings := []struct {
 		name         string
@@ -524,6 +530,11 @@ func TestDifferential(t *testing.T) {
 	for _, c := range configs {
 		cfg := c.cfg
 		probes := allKeys(cfg.alphabet, cfg.maxLen)
+		if cfg.prefix != "" {
+			for _, k := range slices.Clone(probes) {
+				probes = append(probes, append([]byte(cfg.prefix), k...))
+			}
+		}
 		for _, p := range prunings {
 			for seed := range uint64(3) {
 				t.Run(fmt.Sprintf("%s/%s/seed%d", c.name, p.name, seed), func(t *testing.T) {
@@ -658,5 +669,29 @@ func TestConcurrentStats(t *testing.T) {
 	wg.Wait()
 	if s := r.Stats(); s.Txns != 1000 || s.Batches != 1000 {
 		t.Fatalf("stats %+v", s)
+	}
+}
+
+// TestLessEntry checks the prefix-accelerated order against bytes.Compare,
+// on keys around the 16-byte inline prefix, with zero bytes and shared
+// prefixes.
+func TestLessEntry(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	key := func() []byte {
+		k := make([]byte, rng.IntN(24))
+		for i := range k {
+			k[i] = []byte{0, 1, 0x7f, 0x80, 0xff}[rng.IntN(5)]
+		}
+		return k
+	}
+	for range 200_000 {
+		a, b := key(), key()
+		if rng.IntN(3) == 0 { // share a long prefix
+			n := rng.IntN(len(a) + 1)
+			b = append(a[:n:n], b...)
+		}
+		if got, want := lessEntry(mk(a, 0), mk(b, 0)), bytes.Compare(a, b) < 0; got != want {
+			t.Fatalf("less(%x, %x) = %v, want %v", a, b, got, want)
+		}
 	}
 }

@@ -27,7 +27,7 @@ mode = "ephemeral"
 engine = "memory"
 stashes = 2
 replication = 1
-capacity = "3KiB"
+capacity = "1500B"
 
 [[pool]]
 name = "dram2"

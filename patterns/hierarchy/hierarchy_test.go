@@ -358,7 +358,7 @@ func TestInclusiveNeverServesOlder(t *testing.T) {
 	c := startCluster(t, tiersConfig)
 	ctx := ctxT(t, 40*time.Second)
 	h, err := New(c.db, Options{Tiers: []string{"dram", "nvm", "hdd"}, Mode: Inclusive,
-		CapacityBytes:      map[string]int64{"nvm": 2000},
+		CapacityBytes:      map[string]int64{"nvm": 800},
 		RecencyGranularity: time.Millisecond})
 	if err != nil {
 		t.Fatal(err)

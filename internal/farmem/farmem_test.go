@@ -1,0 +1,116 @@
+package farmem
+
+import (
+	"testing"
+	"time"
+	"unsafe"
+)
+
+func virtualCore(lat time.Duration, p int) (*Core, *Clock) {
+	clk := NewClock(true)
+	return NewCore(Config{Latency: lat, Prefetches: p, Virtual: true}, clk), clk
+}
+
+func TestMissStallsForLatency(t *testing.T) {
+	c, clk := virtualCore(5*time.Microsecond, 4)
+	buf := make([]byte, 4*LineSize)
+	p := unsafe.Pointer(&buf[0])
+	c.Access(p, 1)
+	if clk.Now() != 5000 {
+		t.Fatalf("a miss took %d ns; want 5000", clk.Now())
+	}
+	c.Access(p, 1) // now cached
+	if clk.Now() != 5000 {
+		t.Fatalf("a hit took %d ns", clk.Now()-5000)
+	}
+	if s := c.Stats(); s.Misses != 1 || s.Accesses != 2 || s.StallNs != 5000 {
+		t.Fatalf("stats %+v", s)
+	}
+}
+
+func TestPrefetchHidesLatency(t *testing.T) {
+	c, clk := virtualCore(2*time.Microsecond, 4)
+	buf := make([]byte, 8*LineSize)
+	a := unsafe.Pointer(&buf[0])
+	b := unsafe.Pointer(&buf[4*LineSize])
+	c.Prefetch(a, 1)
+	clk.Spend(3 * time.Microsecond) // other work, longer than the latency
+	c.Access(a, 1)
+	if clk.Now() != 3000 {
+		t.Fatalf("an access to a line prefetched long enough ago stalled: now %d", clk.Now())
+	}
+	c.Prefetch(b, 1)
+	clk.Spend(500 * time.Nanosecond)
+	c.Access(b, 1) // arrives at 3000+2000
+	if clk.Now() != 5000 {
+		t.Fatalf("a late line should stall until its arrival: now %d", clk.Now())
+	}
+	if s := c.Stats(); s.Late != 1 || s.Misses != 0 || s.Prefetches != 2 || s.StallNs != 1500 {
+		t.Fatalf("stats %+v", s)
+	}
+}
+
+func TestLineFillBufferLimit(t *testing.T) {
+	const p = 3
+	c, clk := virtualCore(10*time.Microsecond, p)
+	buf := make([]byte, 16*LineSize)
+	for i := 0; i < p; i++ {
+		c.Prefetch(unsafe.Pointer(&buf[i*LineSize]), 1)
+	}
+	if clk.Now() != 0 {
+		t.Fatalf("P prefetches stalled: %d", clk.Now())
+	}
+	c.Prefetch(unsafe.Pointer(&buf[p*LineSize]), 1) // waits for the first to arrive
+	if clk.Now() != 10000 {
+		t.Fatalf("the (P+1)th prefetch issued at %d; want 10000", clk.Now())
+	}
+	if s := c.Stats(); s.LFBStallNs != 10000 {
+		t.Fatalf("stats %+v", s)
+	}
+	// Prefetching a line in flight or present costs nothing.
+	c.Prefetch(unsafe.Pointer(&buf[0]), 1)
+	c.Prefetch(unsafe.Pointer(&buf[p*LineSize]), 1)
+	if s := c.Stats(); s.Redundant != 2 || clk.Now() != 10000 {
+		t.Fatalf("stats %+v at %d", s, clk.Now())
+	}
+	// A range spans lines.
+	c.Prefetch(unsafe.Pointer(&buf[8*LineSize+10]), 2*LineSize)
+	if s := c.Stats(); s.Prefetches != p+1+3 {
+		t.Fatalf("a 128-byte range at offset 10 should fetch 3 lines: %+v", s)
+	}
+}
+
+func TestCacheEvictsOldestInSet(t *testing.T) {
+	c, _ := virtualCore(time.Microsecond, 12)
+	sets := DefaultCacheLines / CacheWays
+	buf := make([]byte, (CacheWays+2)*sets*LineSize+LineSize)
+	base := (uintptr(unsafe.Pointer(&buf[0])) + LineSize - 1) &^ (LineSize - 1)
+	line := func(i int) unsafe.Pointer { // lines i*sets all map to one set
+		return unsafe.Add(unsafe.Pointer(&buf[0]), int(base-uintptr(unsafe.Pointer(&buf[0])))+i*sets*LineSize)
+	}
+	for i := 0; i <= CacheWays; i++ {
+		c.Access(line(i), 1)
+	}
+	before := c.Stats().Misses
+	c.Access(line(CacheWays), 1) // still there
+	c.Access(line(1), 1)         // still there
+	if c.Stats().Misses != before {
+		t.Fatal("recent lines were evicted")
+	}
+	c.Access(line(0), 1) // the oldest was replaced
+	if c.Stats().Misses != before+1 {
+		t.Fatal("the oldest line of a full set was not replaced")
+	}
+}
+
+func TestRealClockSpins(t *testing.T) {
+	c := NewCore(Config{Latency: 200 * time.Microsecond}, NewClock(false))
+	buf := make([]byte, LineSize)
+	start := time.Now()
+	c.Access(unsafe.Pointer(&buf[0]), 1)
+	if d := time.Since(start); d < 200*time.Microsecond {
+		t.Fatalf("a real-time miss took %v", d)
+	}
+	Direct.Prefetch(unsafe.Pointer(&buf[0]), LineSize) // must not fault
+	PrefetchLine(nil)
+}

@@ -1,0 +1,194 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/distash/distash/config"
+	"github.com/distash/distash/internal/clock"
+	"github.com/distash/distash/internal/kv"
+	"github.com/distash/distash/internal/resolver"
+	"github.com/distash/distash/internal/sequencer"
+	"github.com/distash/distash/internal/shardmap"
+	"github.com/distash/distash/internal/txlog"
+)
+
+const testConfig = `
+[[pool]]
+name = "cache"
+prefix = "c/"
+medium = "dram"
+mode = "ephemeral"
+engine = "memory"
+stashes = 2
+replication = 2
+
+[[pool]]
+name = "data"
+prefix = "d/"
+medium = "ssd"
+mode = "durable"
+engine = "pebble"
+stashes = 2
+replication = 1
+capacity = "1KiB"
+`
+
+type fixedUsage map[kv.Tag]int64
+
+func (u fixedUsage) Usage(tag kv.Tag) (int64, kv.Version) { return u[tag], 0 }
+
+func newProxy(t *testing.T, usage StashUsage) (*CommitProxy, *txlog.Log, *sequencer.Sequencer) {
+	t.Helper()
+	cfg, err := config.Parse([]byte(testConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tags := []kv.Tag{0, 1, 2, 3, 4}
+	log, err := txlog.Open(txlog.Options{Dir: t.TempDir(), Tags: tags, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { log.Close() })
+	seq := sequencer.New(clock.Real{}, log.LastVersion())
+	shards := shardmap.Initial([]shardmap.PoolSpec{
+		{Name: "cache", Prefix: []byte("c/"), Tags: []kv.Tag{1, 2}, Replication: 2},
+		{Name: "data", Prefix: []byte("d/"), Tags: []kv.Tag{3, 4}, Replication: 1},
+	})
+	p := NewCommitProxy(CommitOptions{Config: cfg, Sequencer: seq, Resolver: resolver.New(5_000_000), Log: log, Shards: shards, Usage: usage,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { p.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return p, log, seq
+}
+
+func set(k, v string) kv.Mutation {
+	return kv.Mutation{Type: kv.MutSet, Key: []byte(k), Param: []byte(v)}
+}
+
+func TestValidateRejectsBadTransactions(t *testing.T) {
+	cfg, _ := config.Parse([]byte(testConfig))
+	cases := []struct {
+		m    kv.Mutation
+		code kv.Code
+	}{
+		{set("x/1", "v"), kv.CodeKeyOutsidePools},
+		{set("\xff/keyServers/", "v"), kv.CodeKeyOutsidePools},
+		{kv.Mutation{Type: kv.MutSet, Key: make([]byte, kv.MaxKeyBytes+1)}, kv.CodeKeyTooLarge},
+		{kv.Mutation{Type: kv.MutSet, Key: []byte("d/k"), Param: make([]byte, kv.MaxValueBytes+1)}, kv.CodeValueTooLarge},
+		{kv.Mutation{Type: kv.MutClearRange, Key: []byte("d/b"), Param: []byte("d/a")}, kv.CodeInvalidMutation},
+		{kv.Mutation{Type: kv.MutClearRange, Key: []byte("d/a"), Param: []byte("e/")}, kv.CodeKeyOutsidePools},
+		{kv.Mutation{Type: kv.MutAdd, Key: []byte("d/a"), Param: make([]byte, 9)}, kv.CodeInvalidMutation},
+		{kv.Mutation{Type: 99, Key: []byte("d/a")}, kv.CodeInvalidMutation},
+	}
+	for _, c := range cases {
+		err := Validate(cfg, Txn{Mutations: []kv.Mutation{c.m}})
+		if kv.CodeOf(err) != c.code {
+			t.Errorf("%s %.20q: %v, want %s", c.m.Type, c.m.Key, err, c.code.Name())
+		}
+	}
+	big := Txn{}
+	for i := 0; i < 101; i++ {
+		big.Mutations = append(big.Mutations, kv.Mutation{Type: kv.MutSet, Key: []byte(fmt.Sprintf("d/%d", i)), Param: make([]byte, 100_000)})
+	}
+	if kv.CodeOf(Validate(cfg, big)) != kv.CodeTransactionTooLarge {
+		t.Error("10 MB transaction accepted")
+	}
+}
+
+// TestConcurrentCommitsBatchAndTag: many concurrent commits get distinct or
+// shared (batched) versions in order, and each mutation is logged with the
+// tags of its shard's team.
+func TestConcurrentCommitsBatchAndTag(t *testing.T) {
+	p, log, seq := newProxy(t, fixedUsage{})
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	versions := make([]kv.Version, 64)
+	for i := range versions {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			v, err := p.Commit(ctx, Txn{ReadVersion: seq.CommittedVersion(), Mutations: []kv.Mutation{set(fmt.Sprintf("c/%02d", i), "x")},
+				WriteConflicts: []kv.KeyRange{kv.PointRange([]byte(fmt.Sprintf("c/%02d", i)))}})
+			if err != nil {
+				t.Error(err)
+			}
+			versions[i] = v
+		}(i)
+	}
+	wg.Wait()
+	for _, v := range versions {
+		if v > seq.CommittedVersion() {
+			t.Fatalf("reply at %d before committed version %d", v, seq.CommittedVersion())
+		}
+	}
+	// Both cache stashes (replication 2) got all 64 sets.
+	for _, tag := range []kv.Tag{1, 2} {
+		msgs, _, err := log.Peek(ctx, tag, 0, 1<<20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, m := range msgs {
+			n += len(m.Mutations)
+		}
+		if n != 64 {
+			t.Fatalf("tag %d got %d mutations, want 64", tag, n)
+		}
+	}
+	if c := p.Counters(); c.Commits != 64 || c.Batches > 64 {
+		t.Fatalf("counters %+v", c)
+	}
+}
+
+func TestConflictsAndTooOld(t *testing.T) {
+	p, _, seq := newProxy(t, fixedUsage{})
+	ctx := context.Background()
+	k := []byte("d/k")
+	if _, err := p.Commit(ctx, Txn{Mutations: []kv.Mutation{set("d/first", "0")}}); err != nil {
+		t.Fatal(err)
+	}
+	rv := seq.CommittedVersion()
+	if _, err := p.Commit(ctx, Txn{ReadVersion: rv, Mutations: []kv.Mutation{set("d/k", "1")}, WriteConflicts: []kv.KeyRange{kv.PointRange(k)}}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := p.Commit(ctx, Txn{ReadVersion: rv, ReadConflicts: []kv.KeyRange{kv.PointRange(k)}, Mutations: []kv.Mutation{set("d/j", "2")}})
+	if kv.CodeOf(err) != kv.CodeNotCommitted {
+		t.Fatalf("stale read committed: %v", err)
+	}
+	time.Sleep(10 * time.Millisecond)
+	_, err = p.Commit(ctx, Txn{ReadVersion: seq.CommittedVersion() - 6_000_000, ReadConflicts: []kv.KeyRange{kv.PointRange(k)}, Mutations: []kv.Mutation{set("d/j", "2")}})
+	if kv.CodeOf(err) != kv.CodeTransactionTooOld {
+		t.Fatalf("read version older than the window: %v", err)
+	}
+}
+
+// TestCapacityCountsInflightBytes: a durable stash at 900 of 1024 bytes
+// takes one 100-byte write, and the next is refused while the first is not
+// yet applied.
+func TestCapacityCountsInflightBytes(t *testing.T) {
+	usage := fixedUsage{3: 900, 4: 900}
+	p, _, seq := newProxy(t, usage)
+	ctx := context.Background()
+	v := string(make([]byte, 90))
+	// d/ with first byte < 0x80 after the prefix lives on stash 3.
+	if _, err := p.Commit(ctx, Txn{ReadVersion: seq.CommittedVersion(), Mutations: []kv.Mutation{set("d/a", v)}}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := p.Commit(ctx, Txn{ReadVersion: seq.CommittedVersion(), Mutations: []kv.Mutation{set("d/b", v), set("c/b", v)}})
+	if !errors.Is(err, kv.Errorf(kv.CodePoolFull, "")) {
+		t.Fatalf("second write = %v, want pool_full", err)
+	}
+	// The ephemeral pool has no such limit; clears are always accepted.
+	if _, err := p.Commit(ctx, Txn{ReadVersion: seq.CommittedVersion(), Mutations: []kv.Mutation{set("c/b", v), {Type: kv.MutClear, Key: []byte("d/a")}}}); err != nil {
+		t.Fatal(err)
+	}
+}
