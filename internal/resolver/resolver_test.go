@@ -471,17 +471,6 @@ func checkState(t *testing.T, r *Resolver, m *model, probes [][]byte) {
 	}
 }
 
-func sample(rng *rand.Rand, keys [][]byte, n int) [][]byte {
-	if len(keys) <= n {
-		return keys
-	}
-	out := make([][]byte, n)
-	for i := range out {
-		out[i] = keys[rng.IntN(len(keys))]
-	}
-	return out
-}
-
 func allKeys(alphabet string, maxLen int) [][]byte {
 	out := [][]byte{{}}
 	prev := [][]byte{{}}

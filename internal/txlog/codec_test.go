@@ -83,13 +83,13 @@ func TestDecodeRejectsCorrupt(t *testing.T) {
 		}
 	}
 	bad := [][]byte{
-		append(bytes.Clone(b), 0),          // trailing byte
-		append([]byte{9, codecVersion}, b[2:]...), // unknown kind
-		append([]byte{recEntry, 2}, b[2:]...),     // unknown codec version
-		{recEntry, codecVersion, 2, 0, 0xff, 0xff, 0xff, 0xff, 0x0f},                // huge count
-		{recEntry, codecVersion, 2, 0, 1, 0, 0, 0xff, 0xff, 0xff, 0xff, 0x0f, 0, 0}, // huge key length
-		{recEntry, codecVersion, 2, 0, 1, 77, 0, 0, 0, 0},                           // bad mutation type
-		{recPop, codecVersion, 1, 0xff, 0xff, 0xff, 0xff, 0x7f, 0},                  // tag overflows uint32
+		append(bytes.Clone(b), 0),                                                                      // trailing byte
+		append([]byte{9, codecVersion}, b[2:]...),                                                      // unknown kind
+		append([]byte{recEntry, 2}, b[2:]...),                                                          // unknown codec version
+		{recEntry, codecVersion, 2, 0, 0xff, 0xff, 0xff, 0xff, 0x0f},                                   // huge count
+		{recEntry, codecVersion, 2, 0, 1, 0, 0, 0xff, 0xff, 0xff, 0xff, 0x0f, 0, 0},                    // huge key length
+		{recEntry, codecVersion, 2, 0, 1, 77, 0, 0, 0, 0},                                              // bad mutation type
+		{recPop, codecVersion, 1, 0xff, 0xff, 0xff, 0xff, 0x7f, 0},                                     // tag overflows uint32
 		{recPop, codecVersion, 1, 1, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80}, // bad varint
 	}
 	for i, c := range bad {

@@ -90,6 +90,7 @@ var (
 type Future struct {
 	version kv.Version
 	af      raft.ApplyFuture
+	stopped <-chan struct{} // closed once the replica af was submitted to is stopped
 	done    chan struct{}
 	err     error
 }
@@ -275,7 +276,7 @@ func Open(opts Options) (*Log, error) {
 		}
 	}
 	l.popMu.Unlock()
-	if err := l.flushPops(); err != nil {
+	if err := l.flushPops(opts.LeaderTimeout); err != nil {
 		return fail(err)
 	}
 	go l.popLoop()
@@ -320,13 +321,33 @@ func checkMeta(dir string, replicas int) error {
 func (l *Log) complete() {
 	defer close(l.complDone)
 	for f := range l.pending {
-		err := f.af.Error()
+		err := awaitFuture(f.af, f.stopped)
 		if err != nil {
 			err = fmt.Errorf("%w: %w", ErrCommitUnknown, err)
 		} else if re, ok := f.af.Response().(error); ok && re != nil {
 			err = re
 		}
 		f.finish(err)
+	}
+}
+
+// awaitFuture waits for a raft future of a replica. Raft never answers
+// futures still queued when it shuts down, so once the replica is stopped
+// it gives up with raft.ErrRaftShutdown (the waiting goroutine is then
+// leaked: at most the few futures that were queued).
+func awaitFuture(rf raft.Future, stopped <-chan struct{}) error {
+	errc := make(chan error, 1)
+	go func() { errc <- rf.Error() }()
+	select {
+	case err := <-errc:
+		return err
+	case <-stopped:
+		select {
+		case err := <-errc:
+			return err
+		default:
+			return raft.ErrRaftShutdown
+		}
 	}
 }
 
@@ -354,7 +375,7 @@ func (l *Log) Append(e *Entry) *Future {
 		f.finish(ErrNoLeader)
 		return f
 	}
-	f.af = r.raft.Apply(buf, 0)
+	f.af, f.stopped = r.raft.Apply(buf, 0), r.stopped
 	l.pending <- f
 	return f
 }
@@ -376,7 +397,7 @@ func (l *Log) Resync(ctx context.Context) (kv.Version, error) {
 		if dl, ok := ctx.Deadline(); ok {
 			timeout = time.Until(dl)
 		}
-		if err := r.raft.Barrier(timeout).Error(); err != nil {
+		if err := awaitFuture(r.raft.Barrier(timeout), r.stopped); err != nil {
 			if ctx.Err() != nil {
 				return 0, fmt.Errorf("txlog: resync: %w", err)
 			}
@@ -537,7 +558,7 @@ func (l *Log) SyncPops(ctx context.Context) error {
 	default:
 	}
 	done := make(chan error, 1)
-	go func() { done <- l.flushPops() }()
+	go func() { done <- l.flushPops(l.opts.LeaderTimeout) }()
 	select {
 	case err := <-done:
 		return err
@@ -546,7 +567,7 @@ func (l *Log) SyncPops(ctx context.Context) error {
 	}
 }
 
-func (l *Log) flushPops() error {
+func (l *Log) flushPops(timeout time.Duration) error {
 	l.flushMu.Lock()
 	defer l.flushMu.Unlock()
 	l.popMu.Lock()
@@ -561,12 +582,12 @@ func (l *Log) flushPops() error {
 	l.popDirty = false
 	l.popMu.Unlock()
 	err := func() error {
-		r := l.waitLeader(l.opts.LeaderTimeout)
+		r := l.waitLeader(timeout)
 		if r == nil {
 			return ErrNoLeader
 		}
-		af := r.raft.Apply(encodePop(pops), l.opts.LeaderTimeout)
-		if err := af.Error(); err != nil {
+		af := r.raft.Apply(encodePop(pops), timeout)
+		if err := awaitFuture(af, r.stopped); err != nil {
 			return err
 		}
 		if re, ok := af.Response().(error); ok && re != nil {
@@ -592,7 +613,7 @@ func (l *Log) popLoop() {
 		case <-l.stopPops:
 			return
 		case <-t.C:
-			if err := l.flushPops(); err != nil {
+			if err := l.flushPops(l.opts.LeaderTimeout); err != nil {
 				l.logger.Warn("txlog: pop flush failed", "err", err)
 			}
 		}
@@ -655,7 +676,7 @@ func (l *Log) Close() error {
 	l.closeOnce.Do(func() {
 		close(l.stopPops)
 		<-l.popsDone
-		if err := l.flushPops(); err != nil {
+		if err := l.flushPops(min(l.opts.LeaderTimeout, 2*time.Second)); err != nil {
 			l.logger.Warn("txlog: final pop flush failed", "err", err)
 		}
 		l.closeErr = l.shutdown()

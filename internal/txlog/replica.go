@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
-	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
-	"go.etcd.io/bbolt"
 )
 
 // replica is one raft server of the log, with its own directory, stores,
@@ -21,9 +19,10 @@ type replica struct {
 	dir   string
 
 	running bool
+	stopped chan struct{} // closed when the running raft has shut down
 	raft    *raft.Raft
 	fsm     *fsm
-	store   *raftboltdb.BoltStore
+	store   *pebbleStore
 	logs    raft.LogStore
 	snaps   *raft.FileSnapshotStore
 	trans   *transport
@@ -32,14 +31,15 @@ type replica struct {
 // replicaRef is what callers outside l.mu may use of a running replica: a
 // stopped replica's raft only fails further calls.
 type replicaRef struct {
-	index int
-	raft  *raft.Raft
-	fsm   *fsm
-	logs  raft.LogStore
+	index   int
+	stopped <-chan struct{}
+	raft    *raft.Raft
+	fsm     *fsm
+	logs    raft.LogStore
 }
 
 func (r *replica) ref() *replicaRef {
-	return &replicaRef{index: r.index, raft: r.raft, fsm: r.fsm, logs: r.logs}
+	return &replicaRef{index: r.index, stopped: r.stopped, raft: r.raft, fsm: r.fsm, logs: r.logs}
 }
 
 func (l *Log) raftConfig(r *replica) *raft.Config {
@@ -71,13 +71,10 @@ func (l *Log) startReplicaLocked(i int, bootstrap bool) (err error) {
 	if err := os.MkdirAll(r.dir, 0o755); err != nil {
 		return err
 	}
-	store, err := raftboltdb.New(raftboltdb.Options{
-		Path:        filepath.Join(r.dir, "raft.db"),
-		BoltOptions: &bbolt.Options{Timeout: 2 * time.Second},
-		NoSync:      false, // every raft log write is fsynced
-	})
+	// raft's log and stable store: Pebble, one fdatasync per stored batch.
+	store, err := openPebbleStore(filepath.Join(r.dir, "raft"))
 	if err != nil {
-		return fmt.Errorf("txlog: replica %d: open raft store: %w", i, err)
+		return fmt.Errorf("txlog: replica %d: %w", i, err)
 	}
 	defer func() {
 		if err != nil {
@@ -116,6 +113,7 @@ func (l *Log) startReplicaLocked(i int, bootstrap bool) (err error) {
 	}
 	r.raft, r.fsm, r.store, r.logs, r.snaps, r.trans = rf, f, store, logs, snaps, trans
 	r.running = true
+	r.stopped = make(chan struct{})
 	for _, o := range l.reps {
 		if o != r && o.running {
 			o.trans.connect(r.trans)
@@ -144,6 +142,7 @@ func (l *Log) stopReplicaLocked(i int, sf raft.Future) error {
 		sf = r.raft.Shutdown()
 	}
 	err := sf.Error()
+	close(r.stopped) // raft answers no more futures: stop waiting for them
 	if cerr := r.store.Close(); err == nil {
 		err = cerr
 	}

@@ -28,12 +28,31 @@ func (c *counterMachine) step() bool {
 	return c.n&0xffff != 0
 }
 
-// MeasureSwitch measures switch costs with n switches each (n >= 1000
-// gives stable figures; it takes about n*0.3 µs).
+// MeasureSwitch measures switch costs with n switches each, and returns
+// the least of five measurements of each (on a shared machine the least is
+// the one least disturbed by other processes). It takes about 5*n*0.5 µs.
 func MeasureSwitch(n int) (SwitchCosts, error) {
 	if n < 1000 {
 		n = 1000
 	}
+	var best SwitchCosts
+	for i := 0; i < 5; i++ {
+		c, err := measureSwitch(n)
+		if err != nil {
+			return c, err
+		}
+		if i == 0 {
+			best = c
+			continue
+		}
+		best.Coroutine = min(best.Coroutine, c.Coroutine)
+		best.Scheduler = min(best.Scheduler, c.Scheduler)
+		best.StateMachine = min(best.StateMachine, c.StateMachine)
+	}
+	return best, nil
+}
+
+func measureSwitch(n int) (SwitchCosts, error) {
 	var c SwitchCosts
 
 	next, stop := iter.Pull(func(yield func(struct{}) bool) {

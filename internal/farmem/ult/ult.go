@@ -33,6 +33,7 @@ import (
 	"math/rand"
 	"os"
 	"runtime"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -326,6 +327,7 @@ func (s *Scheduler) Run(ctx context.Context, ro RunOptions, body func(t *Task)) 
 	start := clk.Now()
 	measureFrom := start + int64(ro.Warmup)
 	wallLimit := measureFrom + int64(ro.MaxWall)
+	var dirty Result // the slices dropped, reported if none was kept
 	var sliceStart snapshot
 	sliceEnd := int64(-1)
 	measuring := false
@@ -355,6 +357,12 @@ func (s *Scheduler) Run(ctx context.Context, ro RunOptions, body func(t *Task)) 
 				}
 				t.waiting = false
 				s.ioWait += prev - t.req.submitAt
+			}
+			if t.await != nil {
+				if !t.await.Load() {
+					continue
+				}
+				t.await = nil
 			}
 			if s.swCost > 0 {
 				clk.Spend(time.Duration(s.swCost))
@@ -403,6 +411,7 @@ func (s *Scheduler) Run(ctx context.Context, ro RunOptions, body func(t *Task)) 
 				res.CleanSlices++
 			} else {
 				res.DirtySlices++
+				dirty.add(sliceStart, end)
 			}
 			if ro.Duration > 0 && res.ElapsedNs >= int64(ro.Duration) {
 				stop = true
@@ -412,6 +421,11 @@ func (s *Scheduler) Run(ctx context.Context, ro RunOptions, body func(t *Task)) 
 			}
 			if end.at >= wallLimit {
 				stop = true
+				if res.CleanSlices == 0 {
+					// No slice ran undisturbed: report them all.
+					dirty.Virtual, dirty.Tasks, dirty.IOMode, dirty.DirtySlices = res.Virtual, res.Tasks, res.IOMode, res.DirtySlices
+					res = dirty
+				}
 			}
 			if stop {
 				s.stopping = true
@@ -443,6 +457,10 @@ func (s *Scheduler) idleWait(ctx context.Context, from int64) int64 {
 				next = t.req.readyAt
 			}
 		}
+		if next < 0 { // only threads awaiting other goroutines
+			runtime.Gosched()
+			return clk.Now()
+		}
 		now := clk.WaitUntil(next)
 		s.idle += now - from
 		return now
@@ -451,7 +469,10 @@ func (s *Scheduler) idleWait(ctx context.Context, from int64) int64 {
 		s.io.poll()
 		now := clk.Now()
 		for _, t := range s.tasks {
-			if !t.finished && (!t.waiting || (t.req.done && t.req.readyAt <= now)) {
+			if t.finished {
+				continue
+			}
+			if (!t.waiting || (t.req.done && t.req.readyAt <= now)) && (t.await == nil || t.await.Load()) {
 				s.idle += now - from
 				return now
 			}
@@ -486,6 +507,7 @@ type Task struct {
 	kind     Kind
 	req      ioReq
 	waiting  bool
+	await    *atomic.Bool
 	finished bool
 }
 
@@ -555,6 +577,21 @@ func (t *Task) ReadAt(f *os.File, buf []byte, off int64) (int, error) {
 	r.buf, r.f = nil, nil
 	return n, err
 }
+
+// Await yields until done is set (by another goroutine, for example one
+// that commits writes): the thread is not resumed before, so waiting costs
+// no switches. It ends a pre-IO suboperation, as a read submission does.
+func (t *Task) Await(done *atomic.Bool) {
+	if done.Load() {
+		return
+	}
+	t.await = done
+	t.switchOut(KindPre)
+}
+
+// Cooperative reports that a Task can yield (farmem.Ctx users may spin on
+// Yield instead of blocking).
+func (t *Task) Cooperative() bool { return true }
 
 // Yield lets the other threads run (a wait suboperation ends here).
 func (t *Task) Yield() { t.switchOut(KindWait) }

@@ -9,8 +9,8 @@
 //
 //	pool prefix | spread byte | namespace | kind | ...
 //
-// where the spread byte comes from a stable hash of the key (FNV-1a, the same
-// in every process and every release).
+// where the spread byte comes from a stable hash of the key (the same in
+// every process and every release).
 package layout
 
 import (
@@ -19,11 +19,20 @@ import (
 	"hash/fnv"
 )
 
-// Hash is the stable 64-bit FNV-1a hash of b.
+// Hash is a stable 64-bit hash of b: FNV-1a, then the finalizer of
+// MurmurHash3 (fmix64) so that every output bit depends on every input bit
+// (FNV-1a alone leaves the top byte nearly constant for short keys that
+// differ in their last bytes, which would put them all on one stash).
 func Hash(b []byte) uint64 {
 	h := fnv.New64a()
 	h.Write(b)
-	return h.Sum64()
+	x := h.Sum64()
+	x ^= x >> 33
+	x *= 0xff51afd7ed558ccd
+	x ^= x >> 33
+	x *= 0xc4ceb9fe1a85ec53
+	x ^= x >> 33
+	return x
 }
 
 // SpreadByte is the byte that places key among a pool's shards.

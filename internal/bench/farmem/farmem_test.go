@@ -1,0 +1,109 @@
+package farmem
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/distash/distash/internal/farmem/model"
+)
+
+// TestVirtualSweep runs the microbenchmark's sweep in virtual time and
+// checks the acceptance figures: with prefetching and IO, 5 µs keeps at
+// least 0.85 of the 0.1 µs throughput, without prefetching it falls as
+// the model says, and the interleaving model is within 5% everywhere.
+func TestVirtualSweep(t *testing.T) {
+	dir := t.TempDir()
+	var out bytes.Buffer
+	rep, err := RunReport(context.Background(), Options{
+		Workloads:     []string{"chase"},
+		Virtual:       true,
+		Ops:           12000,
+		DeviceLatency: 80 * time.Microsecond,
+		FileBytes:     8 << 20,
+		ChainItems:    1 << 16,
+		IOPre:         2 * time.Microsecond,
+		Dir:           dir,
+		OutDir:        dir,
+		Progress:      func(string) {},
+	}, &out)
+	t.Log(out.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Series) != 4 {
+		t.Fatalf("%d series", len(rep.Series))
+	}
+	for _, s := range rep.Series {
+		for _, p := range s.Points {
+			if e := p.Error(model.Interleaved); e > 0.05 || e < -0.05 {
+				t.Errorf("%s at %v: measured %.3f, model %.3f", s.Name(), p.Latency, p.Normalized, p.Model[model.Interleaved])
+			}
+		}
+		p5, _ := s.At(5 * time.Microsecond)
+		switch {
+		case s.Prefetch && s.IO && p5.Normalized < 0.85:
+			t.Errorf("%s: %.3f at 5µs", s.Name(), p5.Normalized)
+		case !s.Prefetch && p5.Normalized > 0.5:
+			t.Errorf("%s: %.3f at 5µs without prefetching", s.Name(), p5.Normalized)
+		}
+	}
+	if st, err := os.Stat(filepath.Join(dir, "farmem.png")); err != nil || st.Size() == 0 {
+		t.Fatalf("no PNG: %v", err)
+	}
+	if !strings.Contains(out.String(), "summary") {
+		t.Fatal("no summary printed")
+	}
+}
+
+// TestEngineSweepRuns runs a tiny real-time sweep of the engine workload:
+// it checks the plumbing (answers are verified inside), not the figures.
+func TestEngineSweepRuns(t *testing.T) {
+	dir := t.TempDir()
+	var out bytes.Buffer
+	rep, err := RunReport(context.Background(), Options{
+		Workloads:     []string{"ycsb"},
+		Latencies:     []time.Duration{100 * time.Nanosecond, 5 * time.Microsecond},
+		Prefetch:      []bool{true},
+		IO:            []bool{true},
+		Duration:      60 * time.Millisecond,
+		Tasks:         32,
+		Keys:          5000,
+		DeviceLatency: 20 * time.Microsecond,
+		Dir:           dir,
+		OutDir:        dir,
+	}, &out)
+	t.Log(out.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Series) != 1 || rep.Series[0].Points[1].Result.Ops == 0 {
+		t.Fatalf("report %+v", rep.Series)
+	}
+}
+
+// TestFull runs the default sweep when FARMEM_BENCH names an output
+// directory (minutes; real time).
+func TestFull(t *testing.T) {
+	outDir := os.Getenv("FARMEM_BENCH")
+	if outDir == "" {
+		t.Skip("set FARMEM_BENCH=<dir> to run the full benchmark")
+	}
+	opts := Options{OutDir: outDir, Dir: os.Getenv("FARMEM_DIR")}
+	if os.Getenv("FARMEM_VIRTUAL") != "" {
+		opts.Virtual = true
+	}
+	if w := os.Getenv("FARMEM_WORKLOADS"); w != "" {
+		opts.Workloads = strings.Split(w, ",")
+	}
+	if d, err := time.ParseDuration(os.Getenv("FARMEM_DURATION")); err == nil {
+		opts.Duration = d
+	}
+	if err := Run(context.Background(), opts, os.Stdout); err != nil {
+		t.Fatal(err)
+	}
+}
