@@ -22,7 +22,7 @@ func main() {
 	}
 	root.AddCommand(serverCmd(), demoCmd(), cliCmd(), benchCmd())
 	if err := root.Execute(); err != nil {
-		fmt.Fprintln(os.Stderr, "distash:", err)
+		fmt.Fprintln(os.Stderr, "Error:", err)
 		os.Exit(1)
 	}
 }

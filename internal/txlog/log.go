@@ -219,7 +219,7 @@ func Open(opts Options) (*Log, error) {
 		opts:   opts,
 		logger: logger,
 		hlog: hclog.FromStandardLogger(slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
-			&hclog.LoggerOptions{Name: "raft", Level: hclog.Warn}),
+			&hclog.LoggerOptions{Name: "raft", Level: hclog.Error}), // elections are routine on one machine
 		pending:    make(chan *Future, 8192),
 		complDone:  make(chan struct{}),
 		popPending: make(map[kv.Tag]kv.Version),

@@ -19,6 +19,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 
@@ -72,7 +73,8 @@ func Open(opts engine.Options) (*Engine, error) {
 	cache := pebble.NewCache(CacheBytes)
 	defer cache.Unref()
 	po := &pebble.Options{
-		Cache: cache,
+		Cache:  cache,
+		Logger: quietLogger{},
 	}
 	db, err := pebble.Open(opts.Dir, po)
 	if err != nil {
@@ -288,4 +290,16 @@ func (e *Engine) Close() error {
 		return nil
 	}
 	return e.db.Close()
+}
+
+// quietLogger drops Pebble's informational messages (WAL replay on every
+// reopen) and passes errors to slog.
+type quietLogger struct{}
+
+func (quietLogger) Infof(string, ...any) {}
+func (quietLogger) Errorf(format string, args ...any) {
+	slog.Error("pebble engine: " + fmt.Sprintf(format, args...))
+}
+func (quietLogger) Fatalf(format string, args ...any) {
+	panic(fmt.Sprintf("pebble engine: "+format, args...))
 }
