@@ -395,6 +395,7 @@ type StashStats struct {
 	Keys, Bytes              int64 // live pairs at the newest version
 	EngineBytes, WindowBytes int64 // held by the engine (ephemeral: within capacity) and by the MVCC window
 	Hits, Misses, Evictions  int64
+	FilterNegatives          int64 // absent-key reads answered by a Bloom filter
 	Reads                    int64
 	AppliedVersion           int64
 	DurableVersion           int64
@@ -412,7 +413,7 @@ func (s *Server) Stashes() []StashStats {
 		out = append(out, StashStats{
 			Tag: uint32(st.Tag), Pool: st.Pool, Index: st.Index, Keys: st.Keys, Bytes: st.Bytes,
 			EngineBytes: st.EngineBytes, WindowBytes: st.WindowBytes, Hits: st.Hits, Misses: st.Misses,
-			Evictions: st.Evictions, Reads: st.Reads, AppliedVersion: int64(st.Applied), DurableVersion: int64(st.Durable),
+			Evictions: st.Evictions, FilterNegatives: st.FilterNegatives, Reads: st.Reads, AppliedVersion: int64(st.Applied), DurableVersion: int64(st.Durable),
 			CapacityBytes: st.CapacityBytes,
 		})
 	}

@@ -137,7 +137,7 @@ func (v *service) Status(ctx context.Context, _ *wire.StatusRequest) (*wire.Stat
 			Id: uint32(st.Tag), Pool: st.Pool, Index: int32(st.Index), Keys: st.Keys, Bytes: st.Bytes,
 			EngineBytes: st.EngineBytes, WindowBytes: st.WindowBytes, Hits: st.Hits, Misses: st.Misses,
 			Evictions: st.Evictions, Version: int64(st.Applied), DurableVersion: int64(st.Durable),
-			CapacityBytes: st.CapacityBytes, Reads: st.Reads,
+			CapacityBytes: st.CapacityBytes, Reads: st.Reads, FilterNegatives: st.FilterNegatives,
 		})
 	}
 	sort.SliceStable(resp.Stashes, func(i, j int) bool { return resp.Stashes[i].Id < resp.Stashes[j].Id })

@@ -188,14 +188,14 @@ func printStatusTo(out io.Writer, st *wire.StatusResponse) {
 		modes[p.Name] = p.Mode
 	}
 	w = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(w, "STASH\tPOOL\tKEYS\tBYTES\tWINDOW\tREADS\tHITS\tMISSES\tEVICTIONS\tVERSION")
+	fmt.Fprintln(w, "STASH\tPOOL\tKEYS\tBYTES\tWINDOW\tREADS\tHITS\tMISSES\tEVICTIONS\tFILTERED\tVERSION")
 	for _, s := range st.Stashes {
 		hits, misses, ev := "-", "-", "-"
 		if modes[s.Pool] == "ephemeral" {
 			hits, misses, ev = strconv.FormatInt(s.Hits, 10), strconv.FormatInt(s.Misses, 10), strconv.FormatInt(s.Evictions, 10)
 		}
-		fmt.Fprintf(w, "%d\t%s-%d\t%d\t%s\t%s\t%d\t%s\t%s\t%s\t%d\n", s.Id, s.Pool, s.Index, s.Keys, humanize.IBytes(uint64(s.Bytes)),
-			humanize.IBytes(uint64(s.WindowBytes)), s.Reads, hits, misses, ev, s.Version)
+		fmt.Fprintf(w, "%d\t%s-%d\t%d\t%s\t%s\t%d\t%s\t%s\t%s\t%d\t%d\n", s.Id, s.Pool, s.Index, s.Keys, humanize.IBytes(uint64(s.Bytes)),
+			humanize.IBytes(uint64(s.WindowBytes)), s.Reads, hits, misses, ev, s.FilterNegatives, s.Version)
 	}
 	w.Flush()
 }

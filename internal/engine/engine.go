@@ -71,6 +71,9 @@ type Stats struct {
 	Keys      int64
 	Bytes     int64
 	Evictions int64 // pairs dropped to stay within capacity (ephemeral engines)
+	// FilterNegatives counts Gets of absent keys answered by a Bloom filter
+	// without a device read.
+	FilterNegatives int64
 }
 
 // Options configure an engine when it is opened.

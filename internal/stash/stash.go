@@ -539,6 +539,7 @@ type Stats struct {
 	Keys, Bytes              int64 // live pairs (exact when TrackBytes, else the engine's)
 	EngineBytes, WindowBytes int64
 	Hits, Misses, Evictions  int64
+	FilterNegatives          int64 // absent-key reads answered by a Bloom filter
 	Reads                    int64
 	Applied, Durable         kv.Version
 	CapacityBytes            int64
@@ -550,7 +551,7 @@ func (s *Stash) Stats() Stats {
 	s.mu.RLock()
 	st := Stats{
 		Tag: s.opts.Tag, Pool: s.opts.Pool, Index: s.opts.Index,
-		EngineBytes: es.Bytes, WindowBytes: s.win.bytes, Evictions: es.Evictions,
+		EngineBytes: es.Bytes, WindowBytes: s.win.bytes, Evictions: es.Evictions, FilterNegatives: es.FilterNegatives,
 		Applied: s.applied, Durable: s.durable, CapacityBytes: s.opts.CapacityBytes,
 		Keys: es.Keys, Bytes: es.Bytes,
 	}

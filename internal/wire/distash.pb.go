@@ -1144,23 +1144,24 @@ func (x *ClusterInfoResponse) GetMvccWindowMicros() int64 {
 }
 
 type StashStatus struct {
-	state          protoimpl.MessageState `protogen:"open.v1"`
-	Id             uint32                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
-	Pool           string                 `protobuf:"bytes,2,opt,name=pool,proto3" json:"pool,omitempty"`
-	Index          int32                  `protobuf:"varint,3,opt,name=index,proto3" json:"index,omitempty"`
-	Keys           int64                  `protobuf:"varint,4,opt,name=keys,proto3" json:"keys,omitempty"`
-	Bytes          int64                  `protobuf:"varint,5,opt,name=bytes,proto3" json:"bytes,omitempty"`                                // live key+value bytes (durable pools: checked against capacity)
-	EngineBytes    int64                  `protobuf:"varint,6,opt,name=engine_bytes,json=engineBytes,proto3" json:"engine_bytes,omitempty"` // bytes held by the engine (ephemeral pools: resident, within capacity)
-	WindowBytes    int64                  `protobuf:"varint,7,opt,name=window_bytes,json=windowBytes,proto3" json:"window_bytes,omitempty"` // bytes of the in-memory MVCC window
-	Hits           int64                  `protobuf:"varint,8,opt,name=hits,proto3" json:"hits,omitempty"`
-	Misses         int64                  `protobuf:"varint,9,opt,name=misses,proto3" json:"misses,omitempty"`
-	Evictions      int64                  `protobuf:"varint,10,opt,name=evictions,proto3" json:"evictions,omitempty"`
-	Version        int64                  `protobuf:"varint,11,opt,name=version,proto3" json:"version,omitempty"` // applied version
-	DurableVersion int64                  `protobuf:"varint,12,opt,name=durable_version,json=durableVersion,proto3" json:"durable_version,omitempty"`
-	CapacityBytes  int64                  `protobuf:"varint,13,opt,name=capacity_bytes,json=capacityBytes,proto3" json:"capacity_bytes,omitempty"`
-	Reads          int64                  `protobuf:"varint,14,opt,name=reads,proto3" json:"reads,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	Id              uint32                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Pool            string                 `protobuf:"bytes,2,opt,name=pool,proto3" json:"pool,omitempty"`
+	Index           int32                  `protobuf:"varint,3,opt,name=index,proto3" json:"index,omitempty"`
+	Keys            int64                  `protobuf:"varint,4,opt,name=keys,proto3" json:"keys,omitempty"`
+	Bytes           int64                  `protobuf:"varint,5,opt,name=bytes,proto3" json:"bytes,omitempty"`                                // live key+value bytes (durable pools: checked against capacity)
+	EngineBytes     int64                  `protobuf:"varint,6,opt,name=engine_bytes,json=engineBytes,proto3" json:"engine_bytes,omitempty"` // bytes held by the engine (ephemeral pools: resident, within capacity)
+	WindowBytes     int64                  `protobuf:"varint,7,opt,name=window_bytes,json=windowBytes,proto3" json:"window_bytes,omitempty"` // bytes of the in-memory MVCC window
+	Hits            int64                  `protobuf:"varint,8,opt,name=hits,proto3" json:"hits,omitempty"`
+	Misses          int64                  `protobuf:"varint,9,opt,name=misses,proto3" json:"misses,omitempty"`
+	Evictions       int64                  `protobuf:"varint,10,opt,name=evictions,proto3" json:"evictions,omitempty"`
+	Version         int64                  `protobuf:"varint,11,opt,name=version,proto3" json:"version,omitempty"` // applied version
+	DurableVersion  int64                  `protobuf:"varint,12,opt,name=durable_version,json=durableVersion,proto3" json:"durable_version,omitempty"`
+	CapacityBytes   int64                  `protobuf:"varint,13,opt,name=capacity_bytes,json=capacityBytes,proto3" json:"capacity_bytes,omitempty"`
+	Reads           int64                  `protobuf:"varint,14,opt,name=reads,proto3" json:"reads,omitempty"`
+	FilterNegatives int64                  `protobuf:"varint,15,opt,name=filter_negatives,json=filterNegatives,proto3" json:"filter_negatives,omitempty"` // absent-key reads answered by a Bloom filter, no device read
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *StashStatus) Reset() {
@@ -1287,6 +1288,13 @@ func (x *StashStatus) GetCapacityBytes() int64 {
 func (x *StashStatus) GetReads() int64 {
 	if x != nil {
 		return x.Reads
+	}
+	return 0
+}
+
+func (x *StashStatus) GetFilterNegatives() int64 {
+	if x != nil {
+		return x.FilterNegatives
 	}
 	return 0
 }
@@ -1590,7 +1598,7 @@ const file_distash_proto_rawDesc = "" +
 	"\x12ClusterInfoRequest\"o\n" +
 	"\x13ClusterInfoResponse\x12*\n" +
 	"\x05pools\x18\x01 \x03(\v2\x14.distash.v1.PoolInfoR\x05pools\x12,\n" +
-	"\x12mvcc_window_micros\x18\x02 \x01(\x03R\x10mvccWindowMicros\"\x81\x03\n" +
+	"\x12mvcc_window_micros\x18\x02 \x01(\x03R\x10mvccWindowMicros\"\xac\x03\n" +
 	"\vStashStatus\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x12\n" +
 	"\x04pool\x18\x02 \x01(\tR\x04pool\x12\x14\n" +
@@ -1606,7 +1614,8 @@ const file_distash_proto_rawDesc = "" +
 	"\aversion\x18\v \x01(\x03R\aversion\x12'\n" +
 	"\x0fdurable_version\x18\f \x01(\x03R\x0edurableVersion\x12%\n" +
 	"\x0ecapacity_bytes\x18\r \x01(\x03R\rcapacityBytes\x12\x14\n" +
-	"\x05reads\x18\x0e \x01(\x03R\x05reads\"\xbd\x01\n" +
+	"\x05reads\x18\x0e \x01(\x03R\x05reads\x12)\n" +
+	"\x10filter_negatives\x18\x0f \x01(\x03R\x0ffilterNegatives\"\xbd\x01\n" +
 	"\tLogStatus\x12\x1a\n" +
 	"\breplicas\x18\x01 \x01(\x05R\breplicas\x12!\n" +
 	"\flast_version\x18\x02 \x01(\x03R\vlastVersion\x12*\n" +

@@ -29,6 +29,7 @@ const (
 	ReadModifyWrite
 )
 
+// String names the policy: "write-around", "write-through", "read-modify-write".
 func (p Policy) String() string {
 	switch p {
 	case WriteAround:
@@ -72,8 +73,10 @@ type Family struct {
 
 // Query names one cached result: a family applied to args.
 type Query struct {
+	// Family is the name of a registered Family.
 	Family string
-	Args   []byte
+	// Args are the query's parameters, passed to Compute and Apply.
+	Args []byte
 }
 
 // Backend holds the data. Its reads must add read conflicts to tr (as
@@ -824,6 +827,7 @@ type Mismatch struct {
 	Problem string
 }
 
+// String describes the mismatch in one line.
 func (m Mismatch) String() string {
 	return fmt.Sprintf("%s: %s(%q): %s (cached %q, computed %q)", m.Pool, m.Query.Family, m.Query.Args, m.Problem, m.Cached, m.Computed)
 }

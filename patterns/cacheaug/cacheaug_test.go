@@ -406,7 +406,7 @@ func TestTwoLevelsWithEviction(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	time.Sleep(1500 * time.Millisecond)
+	time.Sleep(2500 * time.Millisecond) // > mvcc_window: the versions reach the engines
 	before := s.Stats()
 	for _, q := range qs {
 		if _, err := s.Get(ctx, q); err != nil {

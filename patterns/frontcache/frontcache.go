@@ -78,6 +78,7 @@ const (
 	Update
 )
 
+// String is "invalidate" or "update".
 func (p WritePolicy) String() string {
 	switch p {
 	case Invalidate:
@@ -118,8 +119,8 @@ type Options struct {
 	Ways int
 	// WritePolicy is what writes do to front copies. Default Invalidate.
 	WritePolicy WritePolicy
-	// Float64 draws admission and replacement decisions, in [0, 1).
-	// Default math/rand/v2's Float64.
+	// Float64 draws admission and replacement decisions, in [0, 1); it
+	// must be safe for concurrent use. Default math/rand/v2's Float64.
 	Float64 func() float64
 }
 

@@ -44,7 +44,8 @@
 // in the same transaction. In inclusive mode it also writes the last tier,
 // overwrites a copy in an intermediate durable tier and removes a copy from
 // an intermediate ephemeral tier, so all copies are equal at every version
-// and a get never serves an older value.
+// and a get never serves an older value. PutCold writes the last tier only
+// and removes the key from the tiers above (a bulk load of cold data).
 //
 // # Managed tiers, usage and recency
 //

@@ -26,6 +26,7 @@ const (
 	Inclusive
 )
 
+// String is "exclusive" or "inclusive".
 func (m Mode) String() string {
 	switch m {
 	case Exclusive:
@@ -390,6 +391,13 @@ func (h *Hierarchy) GetTx(tr *distash.Tx, key []byte) ([]byte, error) {
 	return v, err
 }
 
+// LookupTx is GetTx that also reports the tier the key was found in (-1:
+// in none).
+func (h *Hierarchy) LookupTx(tr *distash.Tx, key []byte) ([]byte, int, error) {
+	v, res, err := h.get(tr, key, true)
+	return v, res.tier, err
+}
+
 func (h *Hierarchy) count(res getResult) {
 	if res.tier < 0 {
 		h.misses.Add(1)
@@ -479,7 +487,23 @@ func (h *Hierarchy) PutTx(tr *distash.Tx, key, value []byte) error {
 	if value == nil {
 		value = []byte{}
 	}
-	return h.write(tr, key, value)
+	return h.write(tr, key, value, 0)
+}
+
+// PutCold writes key into the last tier only, in one transaction, removing
+// it (or its copies) from the tiers above: a bulk load of cold data, such
+// as importing a data set onto the slowest, densest tier. Later gets
+// promote it as usual.
+func (h *Hierarchy) PutCold(ctx context.Context, key, value []byte) error {
+	return h.db.Transact(ctx, func(tr *distash.Tx) error { return h.PutColdTx(tr, key, value) })
+}
+
+// PutColdTx is PutCold inside the caller's transaction.
+func (h *Hierarchy) PutColdTx(tr *distash.Tx, key, value []byte) error {
+	if value == nil {
+		value = []byte{}
+	}
+	return h.write(tr, key, value, len(h.tiers)-1)
 }
 
 // Delete removes key from every tier in one transaction.
@@ -488,10 +512,10 @@ func (h *Hierarchy) Delete(ctx context.Context, key []byte) error {
 }
 
 // DeleteTx is Delete inside the caller's transaction.
-func (h *Hierarchy) DeleteTx(tr *distash.Tx, key []byte) error { return h.write(tr, key, nil) }
+func (h *Hierarchy) DeleteTx(tr *distash.Tx, key []byte) error { return h.write(tr, key, nil, 0) }
 
-// write puts value (nil: deletes) under key.
-func (h *Hierarchy) write(tr *distash.Tx, key, value []byte) error {
+// write puts value (nil: deletes) under key into tier top.
+func (h *Hierarchy) write(tr *distash.Tx, key, value []byte, top int) error {
 	var managed []int
 	for i, t := range h.tiers {
 		if t.managed {
@@ -522,20 +546,20 @@ func (h *Hierarchy) write(tr *distash.Tx, key, value []byte) error {
 		switch {
 		case value == nil:
 			keep = false
-		case i == 0:
+		case i == top:
 			keep = true
-		case h.mode == Exclusive:
+		case h.mode == Exclusive || i < top:
 			keep = false
 		case i == last:
 			keep = true
-		default: // inclusive, intermediate: keep a durable copy fresh, drop an ephemeral one
+		default: // inclusive, below top: keep a durable copy fresh, drop an ephemeral one
 			keep = t.managed && old.value != nil
 		}
 		if keep {
 			tr.Set(t.valueKey(key), value)
 			if t.managed {
 				addUsage(tr, t, key, size-oldSize)
-				if i == 0 || old.atime == nil {
+				if i == top || old.atime == nil {
 					h.touch(tr, t, key, old.atime, stamp)
 				}
 			}

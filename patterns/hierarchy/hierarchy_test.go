@@ -114,6 +114,16 @@ func TestGetPromotesAndMigratorDemotes(t *testing.T) {
 	if v, tier, _ := h.Lookup(ctx, []byte("absent")); v != nil || tier != -1 {
 		t.Fatalf("absent key: %q, tier %d", v, tier)
 	}
+	// PutCold loads into the last tier only, replacing the copy above.
+	if err := h.PutCold(ctx, key(0), []byte("cold")); err != nil {
+		t.Fatal(err)
+	}
+	if where, _ := h.Where(ctx, key(0)); len(where) != 1 || where[0] != 2 {
+		t.Fatalf("cold key in %v, want [2]", where)
+	}
+	if v, tier, err := h.Lookup(ctx, key(0)); err != nil || tier != 2 || string(v) != "cold" {
+		t.Fatalf("Lookup(cold) = %q, tier %d, %v", v, tier, err)
+	}
 	if err := h.Delete(ctx, key(4)); err != nil {
 		t.Fatal(err)
 	}

@@ -30,6 +30,7 @@ import (
 	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
 
 	"github.com/distash/distash/internal/engine"
+	"github.com/distash/distash/internal/engine/keyfilter"
 	"github.com/distash/distash/internal/kv"
 )
 
@@ -65,6 +66,10 @@ type Engine struct {
 
 	get                     *sql.Stmt // reader
 	fwd, fwdOpen, rev, revO *sql.Stmt // reader scans, bounded and unbounded above
+
+	// filter answers Gets of absent keys without a query.
+	filter    atomic.Pointer[keyfilter.Filter]
+	negatives atomic.Int64 // Gets answered by the filter
 
 	version atomic.Int64
 	keys    atomic.Int64
@@ -127,6 +132,11 @@ func Open(opts engine.Options) (_ *Engine, err error) {
 	e.version.Store(version)
 	e.keys.Store(keys)
 	e.bytes.Store(size)
+	f := keyfilter.New(uint(2 * keys))
+	if err = e.scanKeys(ctx, f); err != nil {
+		return nil, err
+	}
+	e.filter.Store(f)
 
 	for _, p := range []struct {
 		s **sql.Stmt
@@ -180,6 +190,10 @@ func blob(b []byte) []byte {
 func (e *Engine) Get(key []byte) ([]byte, bool, error) {
 	if e.closed.Load() {
 		return nil, false, ErrClosed
+	}
+	if !e.filter.Load().MayContain(key) {
+		e.negatives.Add(1)
+		return nil, false, nil
 	}
 	var v []byte
 	err := e.get.QueryRow(blob(key)).Scan(&v)
@@ -288,6 +302,7 @@ func (e *Engine) Apply(b *engine.Batch) (err error) {
 			}
 			continue
 		}
+		e.filter.Load().Add(key) // before the key becomes visible
 		if _, err := e.put.ExecContext(ctx, key, blob(w.Value)); err != nil {
 			return err
 		}
@@ -307,7 +322,33 @@ func (e *Engine) Apply(b *engine.Batch) (err error) {
 	e.version.Store(int64(b.Version))
 	e.keys.Store(keys)
 	e.bytes.Store(size)
+	if e.filter.Load().Full() {
+		// Rebuild from the table; e.mu keeps writers out meanwhile, and
+		// readers use the old filter until the new one replaces it.
+		nf := keyfilter.New(uint(2 * keys))
+		if err := e.scanKeys(ctx, nf); err != nil {
+			return err
+		}
+		e.filter.Store(nf)
+	}
 	return nil
+}
+
+// scanKeys adds every stored key to f.
+func (e *Engine) scanKeys(ctx context.Context, f *keyfilter.Filter) error {
+	rows, err := e.wc.QueryContext(ctx, "SELECT k FROM kv")
+	if err != nil {
+		return fmt.Errorf("sqlite engine: build key filter: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var k []byte
+		if err := rows.Scan(&k); err != nil {
+			return err
+		}
+		f.Add(k)
+	}
+	return rows.Err()
 }
 
 // Version returns the version of the last Apply.
@@ -315,7 +356,7 @@ func (e *Engine) Version() kv.Version { return kv.Version(e.version.Load()) }
 
 // Stats returns the live pair count and bytes; Evictions is always 0.
 func (e *Engine) Stats() engine.Stats {
-	return engine.Stats{Keys: e.keys.Load(), Bytes: e.bytes.Load()}
+	return engine.Stats{Keys: e.keys.Load(), Bytes: e.bytes.Load(), FilterNegatives: e.negatives.Load()}
 }
 
 // Close closes the statements and connections. A second Close returns nil.

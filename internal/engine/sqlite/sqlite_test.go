@@ -1,6 +1,7 @@
 package sqliteengine_test
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/distash/distash/internal/engine"
@@ -62,4 +63,26 @@ func BenchmarkGet(b *testing.B) {
 	}
 	defer e.Close()
 	enginetest.BenchmarkGet(b, e)
+}
+
+func TestAbsentKeysCostNoQuery(t *testing.T) {
+	e, err := sqliteengine.Open(engine.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	if err := e.Apply(&engine.Batch{Version: 1, Writes: []engine.Write{{Key: []byte("present"), Value: []byte("v")}}}); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 100; i++ {
+		if _, ok, err := e.Get([]byte(fmt.Sprintf("absent-%d", i))); ok || err != nil {
+			t.Fatal(ok, err)
+		}
+	}
+	if v, ok, _ := e.Get([]byte("present")); !ok || string(v) != "v" {
+		t.Fatal("present key filtered out")
+	}
+	if n := e.Stats().FilterNegatives; n < 90 {
+		t.Fatalf("only %d of 100 absent lookups answered by the filter", n)
+	}
 }
