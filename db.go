@@ -344,3 +344,19 @@ func Int64(b []byte) int64 { return kv.DecodeInt64(b) }
 
 // EncodeInt64 returns v as the 8-byte little-endian value Add, Max and Min use.
 func EncodeInt64(v int64) []byte { return kv.EncodeInt64(v) }
+
+// ColdestKeys returns up to n keys of an ephemeral pool in its stashes'
+// eviction order, coldest first: the keys the pool would evict next. A
+// storage hierarchy demotes these to the next tier. Keys written within the
+// last MVCC window are not included. Pools whose engine keeps no recency
+// order (durable pools) return an error.
+func (db *DB) ColdestKeys(ctx context.Context, pool *Pool, n int) ([][]byte, error) {
+	resp, err := db.api.Coldest(ctx, &wire.ColdestRequest{Pool: pool.name, Limit: int32(n)})
+	if err != nil {
+		return nil, err
+	}
+	if err := fromWire(resp.Error); err != nil {
+		return nil, err
+	}
+	return resp.Keys, nil
+}

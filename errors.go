@@ -64,6 +64,9 @@ var (
 	ErrKeyOutsidePools = codeErr(kv.CodeKeyOutsidePools)
 	// ErrUnknownPool: DB.Pool was given a name no pool has.
 	ErrUnknownPool = codeErr(kv.CodeUnknownPool)
+	// ErrUnsupported: the pool cannot do what was asked (ColdestKeys of a
+	// pool whose engine keeps no recency order).
+	ErrUnsupported = codeErr(kv.CodeUnsupported)
 	// ErrInvalidMutation: a malformed mutation (an atomic operand longer than
 	// 8 bytes, a clear range whose end precedes its begin).
 	ErrInvalidMutation = codeErr(kv.CodeInvalidMutation)

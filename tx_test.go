@@ -249,3 +249,52 @@ func TestPoolHandles(t *testing.T) {
 		t.Fatalf("pool = %s %q %v %s", p.Name(), p.Prefix(), p.Ephemeral(), p.Medium())
 	}
 }
+
+func TestColdestKeysFollowEvictionOrder(t *testing.T) {
+	c := startCluster(t, `
+[cluster]
+mvcc_window = "1s"
+
+[[pool]]
+name = "cache"
+prefix = "c/"
+medium = "dram"
+mode = "ephemeral"
+engine = "memory"
+capacity = "1MiB"
+
+[[pool]]
+name = "data"
+prefix = "d/"
+medium = "ssd"
+mode = "durable"
+engine = "pebble"
+`)
+	ctx := ctxT(t, 30*time.Second)
+	for i := 0; i < 10; i++ {
+		if err := c.db.Transact(ctx, func(tr *distash.Tx) error { tr.Set([]byte(fmt.Sprintf("c/k%d", i)), []byte("v")); return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cache, _ := c.db.Pool("cache")
+	// Wait until the writes left the MVCC window for the engine.
+	var keys [][]byte
+	deadline := time.Now().Add(10 * time.Second)
+	for len(keys) < 10 && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+		var err error
+		if keys, err = c.db.ColdestKeys(ctx, cache, 3); err != nil {
+			t.Fatal(err)
+		}
+		if len(keys) == 3 {
+			break
+		}
+	}
+	if len(keys) != 3 || string(keys[0]) != "c/k0" {
+		t.Fatalf("coldest = %q", keys)
+	}
+	data, _ := c.db.Pool("data")
+	if _, err := c.db.ColdestKeys(ctx, data, 3); !errors.Is(err, distash.ErrUnsupported) {
+		t.Fatalf("coldest of a durable pool = %v", err)
+	}
+}

@@ -64,13 +64,14 @@ type Server struct {
 	cfg    *config.Config
 	logger *slog.Logger
 
-	log     *txlog.Log
-	seq     *sequencer.Sequencer
-	res     *resolver.Resolver
-	commit  *proxy.CommitProxy
-	grv     *proxy.GRVProxy
-	stashes map[kv.Tag]*stash.Stash
-	order   []kv.Tag // stash tags in pool order, system first
+	log      *txlog.Log
+	seq      *sequencer.Sequencer
+	res      *resolver.Resolver
+	commit   *proxy.CommitProxy
+	grv      *proxy.GRVProxy
+	stashes  map[kv.Tag]*stash.Stash
+	order    []kv.Tag // stash tags in pool order, system first
+	poolTags map[string][]kv.Tag
 
 	grpcServer *grpc.Server
 	listener   net.Listener
@@ -134,6 +135,7 @@ func (s *Server) stashSpecs() ([]stashSpec, map[string][]kv.Tag) {
 
 func (s *Server) start(ctx context.Context) error {
 	specs, poolTags := s.stashSpecs()
+	s.poolTags = poolTags
 	tags := []kv.Tag{shardmap.SystemTag}
 	for _, sp := range specs {
 		tags = append(tags, sp.tag)

@@ -143,3 +143,45 @@ func (v *service) Status(ctx context.Context, _ *wire.StatusRequest) (*wire.Stat
 	sort.SliceStable(resp.Stashes, func(i, j int) bool { return resp.Stashes[i].Id < resp.Stashes[j].Id })
 	return resp, nil
 }
+
+func (v *service) Coldest(ctx context.Context, req *wire.ColdestRequest) (*wire.ColdestResponse, error) {
+	tags, ok := v.s.poolTags[req.Pool]
+	if !ok {
+		return &wire.ColdestResponse{Error: wireErr(kv.Errorf(kv.CodeUnknownPool, "no pool named %q", req.Pool))}, nil
+	}
+	n := int(req.Limit)
+	if n <= 0 {
+		n = 100
+	}
+	// Each stash's coldest keys, interleaved so every stash's coldest come
+	// first; a key replicated on several stashes appears once.
+	var lists [][][]byte
+	for _, t := range tags {
+		keys, ok := v.s.stashes[t].Coldest(n)
+		if !ok {
+			return &wire.ColdestResponse{Error: wireErr(kv.Errorf(kv.CodeUnsupported, "pool %q: its engine keeps no recency order (only ephemeral memory pools do)", req.Pool))}, nil
+		}
+		lists = append(lists, keys)
+	}
+	seen := map[string]bool{}
+	resp := &wire.ColdestResponse{}
+	for i := 0; len(resp.Keys) < n; i++ {
+		progressed := false
+		for _, l := range lists {
+			if i < len(l) {
+				progressed = true
+				if !seen[string(l[i])] {
+					seen[string(l[i])] = true
+					resp.Keys = append(resp.Keys, l[i])
+				}
+			}
+		}
+		if !progressed {
+			break
+		}
+	}
+	if len(resp.Keys) > n {
+		resp.Keys = resp.Keys[:n]
+	}
+	return resp, nil
+}

@@ -89,3 +89,12 @@ type Options struct {
 	// Eviction is "lru" or "camp" for ephemeral engines.
 	Eviction string
 }
+
+// RecencyOrdered is implemented by engines that keep their keys in eviction
+// order (the memory engine with lru or camp eviction). A storage hierarchy
+// reads it to demote the coldest keys of a tier.
+type RecencyOrdered interface {
+	// Coldest returns up to n keys, coldest (next to be evicted) first, or
+	// nil if the engine keeps no such order.
+	Coldest(n int) [][]byte
+}

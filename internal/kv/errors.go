@@ -22,6 +22,7 @@ const (
 	CodePoolFull            Code = 2200
 	CodeKeyOutsidePools     Code = 2201
 	CodeUnknownPool         Code = 2202
+	CodeUnsupported         Code = 2203
 	CodeInternal            Code = 4100
 )
 
@@ -66,6 +67,8 @@ func (c Code) Name() string {
 		return "key_outside_pools"
 	case CodeUnknownPool:
 		return "unknown_pool"
+	case CodeUnsupported:
+		return "unsupported"
 	case CodeInternal:
 		return "internal_error"
 	}

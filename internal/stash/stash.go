@@ -601,3 +601,15 @@ func (s *Stash) Usage() (usedBytes int64, applied kv.Version) {
 	}
 	return s.eng.Stats().Bytes, s.applied
 }
+
+// Coldest returns up to n keys of the engine in eviction order, coldest
+// first; ok is false when the engine keeps no recency order. Keys written in
+// the last MVCC window are not in the engine yet and are never the coldest.
+func (s *Stash) Coldest(n int) (keys [][]byte, ok bool) {
+	r, isOrdered := s.eng.(engine.RecencyOrdered)
+	if !isOrdered {
+		return nil, false
+	}
+	keys = r.Coldest(n)
+	return keys, keys != nil || s.eng.Stats().Keys == 0
+}

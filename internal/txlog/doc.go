@@ -8,9 +8,11 @@
 // tagged with the stashes that own its key. Every Entry is one raft log
 // record (a compact binary codec, see codec.go) replicated by
 // github.com/hashicorp/raft to Options.Replicas replicas that all run in this
-// process over raft's in-memory transport, each with its own directory
-// (Dir/replica-<i>), a raft-boltdb log/stable store with fsync on, and a
-// raft.FileSnapshotStore.
+// process over raft's in-memory transport (plus the heartbeat fast path
+// raft's network transport has, see transport.go), each with its own
+// directory (Dir/replica-<i>), a Pebble raft log/stable store (pebblestore.go:
+// one synced Pebble batch, i.e. one WAL fdatasync, per stored raft batch) and
+// a raft.FileSnapshotStore.
 //
 // Each replica's raft state machine keeps in memory the committed entries
 // that some tag has not popped yet, indexed per tag: Peek(tag, after) is a
@@ -50,8 +52,7 @@
 //     backwards for a given replica set, and a tag sees every message with a
 //     version in (after, end].
 //
-// Raft is tuned for one machine (200 ms heartbeat/election timeouts, 5 ms
-// commit timeout, 512-record batches with BatchApplyCh): concurrent Appends
-// are pipelined and raft writes a whole batch in one fsynced bolt
-// transaction.
+// Raft is tuned for one machine (250 ms heartbeat/election/lease timeouts,
+// 5 ms commit timeout, 512-record batches with BatchApplyCh): concurrent
+// Appends are pipelined and raft writes a whole batch with one fdatasync.
 package txlog

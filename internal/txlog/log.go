@@ -79,7 +79,8 @@ var (
 	// the log's last version.
 	ErrCommitUnknown = errors.New("txlog: commit result unknown")
 	// ErrNoLeader is returned when no raft leader appeared within
-	// Options.LeaderTimeout; the entry was not submitted.
+	// Options.LeaderTimeout; the entry was not submitted (definitely not
+	// committed), nor will later appends be until Resync.
 	ErrNoLeader = errors.New("txlog: no raft leader")
 	// ErrTrimmed is returned by Peek for a version below what the log has
 	// already dropped.
@@ -155,6 +156,7 @@ type Log struct {
 
 	appendMu     sync.Mutex
 	lastAppended kv.Version
+	unsubmitted  bool // an append found no leader: fail the next ones until Resync
 	closing      bool
 	pending      chan *Future
 	complDone    chan struct{}
@@ -369,9 +371,15 @@ func (l *Log) Append(e *Entry) *Future {
 		return f
 	}
 	l.lastAppended = e.Version
+	if l.unsubmitted {
+		// It would chain onto an entry that is not in the log.
+		f.finish(fmt.Errorf("%w: an earlier append was not submitted, Resync first", ErrNoLeader))
+		return f
+	}
 	buf := encodeEntry(e)
 	r := l.waitLeader(l.opts.LeaderTimeout)
 	if r == nil {
+		l.unsubmitted = true
 		f.finish(ErrNoLeader)
 		return f
 	}
@@ -405,7 +413,7 @@ func (l *Log) Resync(ctx context.Context) (kv.Version, error) {
 		}
 		v := r.fsm.lastVersion()
 		l.appendMu.Lock()
-		l.lastAppended = v
+		l.lastAppended, l.unsubmitted = v, false
 		l.appendMu.Unlock()
 		return v, nil
 	}

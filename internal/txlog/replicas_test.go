@@ -3,6 +3,8 @@ package txlog
 import (
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -119,6 +121,9 @@ func TestThreeReplicas(t *testing.T) {
 	if vs, _, _ := replicaVersions(l, follower); len(vs) != 40 || vs[0] != 111 {
 		t.Fatalf("restarted follower holds %d entries from %v", len(vs), vs[:1])
 	}
+	if snaps, _ := os.ReadDir(filepath.Join(opts.Dir, fmt.Sprintf("replica-%d", follower), "snapshots")); len(snaps) == 0 {
+		t.Fatalf("restarted follower caught up without installing a snapshot")
+	}
 
 	// Stop the leader with appends in flight: each acknowledged one must be
 	// in the log; the others may or may not be.
@@ -180,5 +185,47 @@ func TestThreeReplicas(t *testing.T) {
 	waitConverged(t, l, next-1)
 	if s := l.Stats(); s.Running != 3 || s.LastVersion != next-1 {
 		t.Fatalf("final stats %+v", s)
+	}
+}
+
+func TestCloseWithoutQuorum(t *testing.T) {
+	opts := testOptions(t.TempDir(), 3, 1)
+	opts.LeaderTimeout = time.Second
+	l := openLog(t, opts)
+	a := newAppender(t, l)
+	a.mustAppend(1, mut("a", 1))
+	leader := l.Stats().Leader
+	for i := 0; i < 3; i++ {
+		if i != leader {
+			if err := l.StopReplica(i); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// The leader cannot commit; its futures fail once it steps down or
+	// shuts down, never hang.
+	var fs []*Future
+	for v := kv.Version(2); v < 50; v++ {
+		fs = append(fs, a.append(v, mut(fmt.Sprint(v), 1)))
+	}
+	l.Pop(1, 1)
+	start := time.Now()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fs {
+		err := f.Wait(ctxT(t))
+		if err == nil || !(errors.Is(err, ErrCommitUnknown) || errors.Is(err, ErrNoLeader)) {
+			t.Fatalf("append %d without quorum: %v", f.Version(), err)
+		}
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Fatalf("Close without quorum took %v", d)
+	}
+	// Reopening with all replicas recovers at least the committed entry.
+	l = openLog(t, opts)
+	defer l.Close()
+	if v := l.LastVersion(); v < 1 {
+		t.Fatalf("LastVersion after reopen %d", v)
 	}
 }

@@ -1519,6 +1519,111 @@ func (x *StatusResponse) GetCommitBatches() int64 {
 	return 0
 }
 
+// ColdestRequest asks a pool's stashes for their coldest keys (eviction order).
+type ColdestRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Pool          string                 `protobuf:"bytes,1,opt,name=pool,proto3" json:"pool,omitempty"`
+	Limit         int32                  `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ColdestRequest) Reset() {
+	*x = ColdestRequest{}
+	mi := &file_distash_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ColdestRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ColdestRequest) ProtoMessage() {}
+
+func (x *ColdestRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_distash_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ColdestRequest.ProtoReflect.Descriptor instead.
+func (*ColdestRequest) Descriptor() ([]byte, []int) {
+	return file_distash_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *ColdestRequest) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
+}
+
+func (x *ColdestRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+type ColdestResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Keys          [][]byte               `protobuf:"bytes,1,rep,name=keys,proto3" json:"keys,omitempty"`
+	Error         *Error                 `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ColdestResponse) Reset() {
+	*x = ColdestResponse{}
+	mi := &file_distash_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ColdestResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ColdestResponse) ProtoMessage() {}
+
+func (x *ColdestResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_distash_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ColdestResponse.ProtoReflect.Descriptor instead.
+func (*ColdestResponse) Descriptor() ([]byte, []int) {
+	return file_distash_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *ColdestResponse) GetKeys() [][]byte {
+	if x != nil {
+		return x.Keys
+	}
+	return nil
+}
+
+func (x *ColdestResponse) GetError() *Error {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
 var File_distash_proto protoreflect.FileDescriptor
 
 const file_distash_proto_rawDesc = "" +
@@ -1633,7 +1738,13 @@ const file_distash_proto_rawDesc = "" +
 	"\atoo_old\x18\x06 \x01(\x03R\x06tooOld\x12\x1b\n" +
 	"\tpool_full\x18\a \x01(\x03R\bpoolFull\x12'\n" +
 	"\x03log\x18\b \x01(\v2\x15.distash.v1.LogStatusR\x03log\x12%\n" +
-	"\x0ecommit_batches\x18\t \x01(\x03R\rcommitBatches2\x83\x04\n" +
+	"\x0ecommit_batches\x18\t \x01(\x03R\rcommitBatches\":\n" +
+	"\x0eColdestRequest\x12\x12\n" +
+	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x14\n" +
+	"\x05limit\x18\x02 \x01(\x05R\x05limit\"N\n" +
+	"\x0fColdestResponse\x12\x12\n" +
+	"\x04keys\x18\x01 \x03(\fR\x04keys\x12'\n" +
+	"\x05error\x18\x02 \x01(\v2\x11.distash.v1.ErrorR\x05error2\xc7\x04\n" +
 	"\aDiStash\x12W\n" +
 	"\x0eGetReadVersion\x12!.distash.v1.GetReadVersionRequest\x1a\".distash.v1.GetReadVersionResponse\x12?\n" +
 	"\x06Commit\x12\x19.distash.v1.CommitRequest\x1a\x1a.distash.v1.CommitResponse\x129\n" +
@@ -1641,7 +1752,8 @@ const file_distash_proto_rawDesc = "" +
 	"\tReadRange\x12\x1c.distash.v1.ReadRangeRequest\x1a\x1d.distash.v1.ReadRangeResponse\x12H\n" +
 	"\tLocations\x12\x1c.distash.v1.LocationsRequest\x1a\x1d.distash.v1.LocationsResponse\x12N\n" +
 	"\vClusterInfo\x12\x1e.distash.v1.ClusterInfoRequest\x1a\x1f.distash.v1.ClusterInfoResponse\x12?\n" +
-	"\x06Status\x12\x19.distash.v1.StatusRequest\x1a\x1a.distash.v1.StatusResponseB*Z(github.com/distash/distash/internal/wireb\x06proto3"
+	"\x06Status\x12\x19.distash.v1.StatusRequest\x1a\x1a.distash.v1.StatusResponse\x12B\n" +
+	"\aColdest\x12\x1a.distash.v1.ColdestRequest\x1a\x1b.distash.v1.ColdestResponseB*Z(github.com/distash/distash/internal/wireb\x06proto3"
 
 var (
 	file_distash_proto_rawDescOnce sync.Once
@@ -1655,7 +1767,7 @@ func file_distash_proto_rawDescGZIP() []byte {
 	return file_distash_proto_rawDescData
 }
 
-var file_distash_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_distash_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_distash_proto_goTypes = []any{
 	(*Error)(nil),                  // 0: distash.v1.Error
 	(*Mutation)(nil),               // 1: distash.v1.Mutation
@@ -1680,6 +1792,8 @@ var file_distash_proto_goTypes = []any{
 	(*LogStatus)(nil),              // 20: distash.v1.LogStatus
 	(*StatusRequest)(nil),          // 21: distash.v1.StatusRequest
 	(*StatusResponse)(nil),         // 22: distash.v1.StatusResponse
+	(*ColdestRequest)(nil),         // 23: distash.v1.ColdestRequest
+	(*ColdestResponse)(nil),        // 24: distash.v1.ColdestResponse
 }
 var file_distash_proto_depIdxs = []int32{
 	0,  // 0: distash.v1.GetReadVersionResponse.error:type_name -> distash.v1.Error
@@ -1697,25 +1811,28 @@ var file_distash_proto_depIdxs = []int32{
 	16, // 12: distash.v1.StatusResponse.pools:type_name -> distash.v1.PoolInfo
 	19, // 13: distash.v1.StatusResponse.stashes:type_name -> distash.v1.StashStatus
 	20, // 14: distash.v1.StatusResponse.log:type_name -> distash.v1.LogStatus
-	5,  // 15: distash.v1.DiStash.GetReadVersion:input_type -> distash.v1.GetReadVersionRequest
-	7,  // 16: distash.v1.DiStash.Commit:input_type -> distash.v1.CommitRequest
-	9,  // 17: distash.v1.DiStash.Read:input_type -> distash.v1.ReadRequest
-	11, // 18: distash.v1.DiStash.ReadRange:input_type -> distash.v1.ReadRangeRequest
-	13, // 19: distash.v1.DiStash.Locations:input_type -> distash.v1.LocationsRequest
-	17, // 20: distash.v1.DiStash.ClusterInfo:input_type -> distash.v1.ClusterInfoRequest
-	21, // 21: distash.v1.DiStash.Status:input_type -> distash.v1.StatusRequest
-	6,  // 22: distash.v1.DiStash.GetReadVersion:output_type -> distash.v1.GetReadVersionResponse
-	8,  // 23: distash.v1.DiStash.Commit:output_type -> distash.v1.CommitResponse
-	10, // 24: distash.v1.DiStash.Read:output_type -> distash.v1.ReadResponse
-	12, // 25: distash.v1.DiStash.ReadRange:output_type -> distash.v1.ReadRangeResponse
-	15, // 26: distash.v1.DiStash.Locations:output_type -> distash.v1.LocationsResponse
-	18, // 27: distash.v1.DiStash.ClusterInfo:output_type -> distash.v1.ClusterInfoResponse
-	22, // 28: distash.v1.DiStash.Status:output_type -> distash.v1.StatusResponse
-	22, // [22:29] is the sub-list for method output_type
-	15, // [15:22] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	0,  // 15: distash.v1.ColdestResponse.error:type_name -> distash.v1.Error
+	5,  // 16: distash.v1.DiStash.GetReadVersion:input_type -> distash.v1.GetReadVersionRequest
+	7,  // 17: distash.v1.DiStash.Commit:input_type -> distash.v1.CommitRequest
+	9,  // 18: distash.v1.DiStash.Read:input_type -> distash.v1.ReadRequest
+	11, // 19: distash.v1.DiStash.ReadRange:input_type -> distash.v1.ReadRangeRequest
+	13, // 20: distash.v1.DiStash.Locations:input_type -> distash.v1.LocationsRequest
+	17, // 21: distash.v1.DiStash.ClusterInfo:input_type -> distash.v1.ClusterInfoRequest
+	21, // 22: distash.v1.DiStash.Status:input_type -> distash.v1.StatusRequest
+	23, // 23: distash.v1.DiStash.Coldest:input_type -> distash.v1.ColdestRequest
+	6,  // 24: distash.v1.DiStash.GetReadVersion:output_type -> distash.v1.GetReadVersionResponse
+	8,  // 25: distash.v1.DiStash.Commit:output_type -> distash.v1.CommitResponse
+	10, // 26: distash.v1.DiStash.Read:output_type -> distash.v1.ReadResponse
+	12, // 27: distash.v1.DiStash.ReadRange:output_type -> distash.v1.ReadRangeResponse
+	15, // 28: distash.v1.DiStash.Locations:output_type -> distash.v1.LocationsResponse
+	18, // 29: distash.v1.DiStash.ClusterInfo:output_type -> distash.v1.ClusterInfoResponse
+	22, // 30: distash.v1.DiStash.Status:output_type -> distash.v1.StatusResponse
+	24, // 31: distash.v1.DiStash.Coldest:output_type -> distash.v1.ColdestResponse
+	24, // [24:32] is the sub-list for method output_type
+	16, // [16:24] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_distash_proto_init() }
@@ -1729,7 +1846,7 @@ func file_distash_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_distash_proto_rawDesc), len(file_distash_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   23,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -30,6 +30,7 @@ const (
 	DiStash_Locations_FullMethodName      = "/distash.v1.DiStash/Locations"
 	DiStash_ClusterInfo_FullMethodName    = "/distash.v1.DiStash/ClusterInfo"
 	DiStash_Status_FullMethodName         = "/distash.v1.DiStash/Status"
+	DiStash_Coldest_FullMethodName        = "/distash.v1.DiStash/Coldest"
 )
 
 // DiStashClient is the client API for DiStash service.
@@ -43,6 +44,7 @@ type DiStashClient interface {
 	Locations(ctx context.Context, in *LocationsRequest, opts ...grpc.CallOption) (*LocationsResponse, error)
 	ClusterInfo(ctx context.Context, in *ClusterInfoRequest, opts ...grpc.CallOption) (*ClusterInfoResponse, error)
 	Status(ctx context.Context, in *StatusRequest, opts ...grpc.CallOption) (*StatusResponse, error)
+	Coldest(ctx context.Context, in *ColdestRequest, opts ...grpc.CallOption) (*ColdestResponse, error)
 }
 
 type diStashClient struct {
@@ -123,6 +125,16 @@ func (c *diStashClient) Status(ctx context.Context, in *StatusRequest, opts ...g
 	return out, nil
 }
 
+func (c *diStashClient) Coldest(ctx context.Context, in *ColdestRequest, opts ...grpc.CallOption) (*ColdestResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ColdestResponse)
+	err := c.cc.Invoke(ctx, DiStash_Coldest_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // DiStashServer is the server API for DiStash service.
 // All implementations must embed UnimplementedDiStashServer
 // for forward compatibility.
@@ -134,6 +146,7 @@ type DiStashServer interface {
 	Locations(context.Context, *LocationsRequest) (*LocationsResponse, error)
 	ClusterInfo(context.Context, *ClusterInfoRequest) (*ClusterInfoResponse, error)
 	Status(context.Context, *StatusRequest) (*StatusResponse, error)
+	Coldest(context.Context, *ColdestRequest) (*ColdestResponse, error)
 	mustEmbedUnimplementedDiStashServer()
 }
 
@@ -164,6 +177,9 @@ func (UnimplementedDiStashServer) ClusterInfo(context.Context, *ClusterInfoReque
 }
 func (UnimplementedDiStashServer) Status(context.Context, *StatusRequest) (*StatusResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Status not implemented")
+}
+func (UnimplementedDiStashServer) Coldest(context.Context, *ColdestRequest) (*ColdestResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Coldest not implemented")
 }
 func (UnimplementedDiStashServer) mustEmbedUnimplementedDiStashServer() {}
 func (UnimplementedDiStashServer) testEmbeddedByValue()                 {}
@@ -312,6 +328,24 @@ func _DiStash_Status_Handler(srv interface{}, ctx context.Context, dec func(inte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _DiStash_Coldest_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ColdestRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(DiStashServer).Coldest(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: DiStash_Coldest_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(DiStashServer).Coldest(ctx, req.(*ColdestRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // DiStash_ServiceDesc is the grpc.ServiceDesc for DiStash service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -346,6 +380,10 @@ var DiStash_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Status",
 			Handler:    _DiStash_Status_Handler,
+		},
+		{
+			MethodName: "Coldest",
+			Handler:    _DiStash_Coldest_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -24,7 +24,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"io"
 	"math"
 	"math/rand"
@@ -110,7 +109,7 @@ type Options struct {
 	// time waiting for commits and the run measures the disk's sync
 	// latency rather than the lookups the model is about.
 	Durable bool
-	OutDir     string // where farmem.png goes [.]
+	OutDir  string // where farmem.png goes [.]
 	// Progress receives progress lines; nil prints them to out with "# ".
 	Progress func(msg string)
 }
@@ -625,7 +624,19 @@ type noPrefetch struct{ *ult.Task }
 
 func (noPrefetch) Prefetch(p unsafe.Pointer, n uintptr) {}
 
-func ycsbKey(i uint64) []byte { return []byte(fmt.Sprintf("user%012d", i)) }
+func ycsbKey(i uint64) []byte { return appendKey(nil, i) }
+
+// appendKey appends "user" and i in 12 digits to dst (without fmt, which
+// would allocate on the core's hot path).
+func appendKey(dst []byte, i uint64) []byte {
+	dst = append(dst, "user"...)
+	var d [12]byte
+	for j := 11; j >= 0; j-- {
+		d[j] = byte('0' + i%10)
+		i /= 10
+	}
+	return append(dst, d[:]...)
+}
 
 func ycsbValue(i uint64, size int, rng *rand.Rand) []byte {
 	v := make([]byte, max(size, 8))
@@ -773,16 +784,17 @@ func runYCSBPoint(ctx context.Context, o Options, e *flash.Engine, z *zipf, vers
 		if !prefetch {
 			c = noPrefetch{t}
 		}
+		kbuf := make([]byte, 0, 16)
 		for t.Running() {
 			i := scramble(z.next(rng.Float64()), n)
-			key := ycsbKey(i)
+			key := appendKey(kbuf[:0], i)
 			if rng.Float64() < o.ReadShare {
 				v, ok, err := e.GetCtx(c, key)
 				if err != nil || !ok || len(v) < 8 || binary.BigEndian.Uint64(v) != i {
 					bad.CompareAndSwap(nil, fmt.Sprintf("Get(%s) = %d bytes, %v, %v", key, len(v), ok, err))
 				}
 			} else {
-				u := &update{key: key, value: ycsbValue(i, o.ValueBytes, rng)}
+				u := &update{key: ycsbKey(i), value: ycsbValue(i, o.ValueBytes, rng)}
 				for {
 					select {
 					case updates <- u:
@@ -845,11 +857,14 @@ func (z *zipf) next(u float64) uint64 {
 	return r
 }
 
-// scramble spreads popular ranks over the key space (YCSB's scrambled zipfian).
+// scramble spreads popular ranks over the key space (YCSB's scrambled
+// zipfian): FNV-1a of the rank's eight bytes, modulo n.
 func scramble(rank, n uint64) uint64 {
-	h := fnv.New64a()
-	var b [8]byte
-	binary.LittleEndian.PutUint64(b[:], rank)
-	h.Write(b[:])
-	return h.Sum64() % n
+	h := uint64(14695981039346656037)
+	for i := 0; i < 8; i++ {
+		h ^= rank & 0xff
+		h *= 1099511628211
+		rank >>= 8
+	}
+	return h % n
 }

@@ -45,8 +45,18 @@ func plotReport(rep *Report, path string) error {
 		p.X.Label.Text = "memory latency L_mem [µs]"
 		p.Y.Label.Text = fmt.Sprintf("throughput normalized to L_mem=%gµs", float64(rep.Options.Latencies[0])/1000)
 		p.X.Scale = plot.LogScale{}
-		p.X.Tick.Marker = plot.LogTicks{Prec: -1}
-		p.Y.Min, p.Y.Max = 0, 1.1
+		var ticks []plot.Tick
+		for _, l := range rep.Options.Latencies {
+			ticks = append(ticks, plot.Tick{Value: float64(l) / 1000, Label: fmt.Sprintf("%g", float64(l)/1000)})
+		}
+		p.X.Tick.Marker = plot.ConstantTicks(ticks)
+		top := 1.1
+		for _, s := range byW[w] {
+			for _, pt := range s.Points {
+				top = max(top, pt.Normalized*1.05)
+			}
+		}
+		p.Y.Min, p.Y.Max = 0, top
 		p.Legend.Top = false
 		p.Legend.Left = true
 		for i, s := range byW[w] {

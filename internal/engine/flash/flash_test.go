@@ -35,3 +35,10 @@ func TestConformanceSmall(t *testing.T) {
 func TestConformanceEphemeral(t *testing.T) {
 	enginetest.RunEphemeral(t, openWith(flash.Config{}))
 }
+
+// TestConformanceDirectIO runs the suite with every read going to the
+// file through O_DIRECT (no write buffer, no cache).
+func TestConformanceDirectIO(t *testing.T) {
+	open := openWith(flash.Config{DirectIO: true, WriteBufferBytes: -1, CacheBytes: -1, SegmentBytes: 64 << 10})
+	enginetest.Run(t, open, open)
+}
