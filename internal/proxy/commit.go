@@ -39,6 +39,9 @@ type Txn struct {
 // Appender is the part of the log the commit proxy writes to.
 type Appender interface {
 	Append(e *txlog.Entry) *txlog.Future
+	// Resync returns the log's last committed version once no append is in
+	// flight, after an append failed.
+	Resync(ctx context.Context) (kv.Version, error)
 }
 
 // StashUsage tells the proxy how full a stash is.
@@ -108,6 +111,9 @@ type CommitProxy struct {
 	pending map[kv.Tag][]pendingBytes
 
 	commits, conflicts, tooOld, poolFull, batches atomic.Int64
+	// needResync is set when an append failed: the next batch must chain
+	// from the log's actual last version.
+	needResync atomic.Bool
 }
 
 type pendingBytes struct {
@@ -283,6 +289,16 @@ func (p *CommitProxy) Run(ctx context.Context) error {
 				break drain
 			}
 		}
+		if p.needResync.Load() {
+			if err := p.resync(ctx); err != nil {
+				p.opts.Logger.Error("log resync failed", "err", err)
+				for _, r := range batch {
+					r.reply <- commitResult{err: kv.Errorf(kv.CodeCommitUnknownResult, "log unavailable: %v", err)}
+				}
+				<-p.slots
+				continue
+			}
+		}
 		inf := p.commitBatch(batch)
 		select {
 		case p.waits <- inf:
@@ -293,6 +309,35 @@ func (p *CommitProxy) Run(ctx context.Context) error {
 			return nil
 		}
 	}
+}
+
+// resync waits for every other batch to leave the log, then chains the
+// sequencer to the log's last committed version. Called holding one slot.
+func (p *CommitProxy) resync(ctx context.Context) error {
+	held := 1
+	defer func() {
+		for ; held > 1; held-- {
+			<-p.slots
+		}
+	}()
+	for held < p.opts.MaxInflightBatches {
+		select {
+		case p.slots <- struct{}{}:
+			held++
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	last, err := p.opts.Log.Resync(rctx)
+	if err != nil {
+		return err
+	}
+	p.opts.Sequencer.Resync(last)
+	p.needResync.Store(false)
+	p.opts.Logger.Warn("commit proxy resynced with the log", "version", last)
+	return nil
 }
 
 // commitBatch resolves, tags and appends one batch; the log's future is
@@ -428,6 +473,7 @@ func (p *CommitProxy) replyLoop() {
 		err := inf.future.Wait(context.Background())
 		if err != nil {
 			p.opts.Logger.Error("log append failed", "version", inf.version, "err", err)
+			p.needResync.Store(true)
 		} else {
 			p.opts.Sequencer.ReportCommitted(inf.version)
 		}

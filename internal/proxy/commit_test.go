@@ -192,3 +192,93 @@ func TestCapacityCountsInflightBytes(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestLeaderLossResyncs: with a 3-replica log, the raft leader stops while
+// transactions commit. Commits in flight may end with commit_unknown_result;
+// the proxy resyncs with the log and later commits succeed, and every
+// acknowledged commit is in the log.
+func TestLeaderLossResyncs(t *testing.T) {
+	cfg, _ := config.Parse([]byte(testConfig))
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	log, err := txlog.Open(txlog.Options{Dir: t.TempDir(), Replicas: 3, Tags: []kv.Tag{0, 1, 2, 3, 4}, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer log.Close()
+	seq := sequencer.New(clock.Real{}, log.LastVersion())
+	shards := shardmap.Initial([]shardmap.PoolSpec{
+		{Name: "cache", Prefix: []byte("c/"), Tags: []kv.Tag{1, 2}, Replication: 2},
+		{Name: "data", Prefix: []byte("d/"), Tags: []kv.Tag{3, 4}, Replication: 1},
+	})
+	p := NewCommitProxy(CommitOptions{Config: cfg, Sequencer: seq, Resolver: resolver.New(5_000_000), Log: log, Shards: shards, Usage: fixedUsage{}, Logger: quiet})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { p.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+
+	var mu sync.Mutex
+	acked := map[string]bool{}
+	commit := func(key string) error {
+		_, err := p.Commit(ctx, Txn{Mutations: []kv.Mutation{set(key, "v")}})
+		if err == nil {
+			mu.Lock()
+			acked[key] = true
+			mu.Unlock()
+		}
+		return err
+	}
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for w := 0; w < 4; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				commit(fmt.Sprintf("c/%d/%d", w, i))
+			}
+		}(w)
+	}
+	time.Sleep(300 * time.Millisecond)
+	leader := log.Stats().Leader
+	if err := log.StopReplica(leader); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1500 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	// After the new leader took over, commits succeed again.
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		err := commit("c/after")
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no commit after leader loss: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	msgs, _, err := log.Peek(ctx, 1, 0, 64<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inLog := map[string]bool{}
+	for _, m := range msgs {
+		for _, mut := range m.Mutations {
+			inLog[string(mut.Key)] = true
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for k := range acked {
+		if !inLog[k] {
+			t.Fatalf("acknowledged commit %s is not in the log", k)
+		}
+	}
+	t.Logf("%d commits acknowledged across a leader change (leader was replica %d, now %d)", len(acked), leader, log.Stats().Leader)
+}

@@ -21,13 +21,14 @@ type Sequencer struct {
 
 	mu        sync.Mutex
 	last      kv.Version // last version handed out. Protected by mu.
+	chain     kv.Version // version the next batch chains from (the log's last). Protected by mu.
 	committed kv.Version // latest version durable in the log and acknowledged. Protected by mu.
 }
 
 // New returns a sequencer whose versions follow recovered, the last version
 // known to be in the log (0 for a new cluster).
 func New(c clock.Clock, recovered kv.Version) *Sequencer {
-	return &Sequencer{clock: c, last: recovered, committed: recovered}
+	return &Sequencer{clock: c, last: recovered, chain: recovered, committed: recovered}
 }
 
 // NextCommitVersion returns the previous version handed out and a new,
@@ -35,13 +36,25 @@ func New(c clock.Clock, recovered kv.Version) *Sequencer {
 func (s *Sequencer) NextCommitVersion() (prev, v kv.Version) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	prev = s.last
+	prev = s.chain
 	v = kv.Version(s.clock.Now().UnixMicro())
-	if v <= prev {
-		v = prev + 1
+	if v <= s.last {
+		v = s.last + 1
 	}
-	s.last = v
+	s.last, s.chain = v, v
 	return prev, v
+}
+
+// Resync makes the next batch chain from logLast, the log's last committed
+// version, after an append whose outcome was unknown. Versions keep
+// increasing past every version handed out.
+func (s *Sequencer) Resync(logLast kv.Version) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.chain = logLast
+	if logLast > s.committed {
+		s.committed = logLast
+	}
 }
 
 // ReportCommitted records that every version up to v is durable and

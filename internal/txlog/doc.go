@@ -45,9 +45,10 @@
 //     because an earlier append was lost (ErrPrevVersion, definitely not
 //     committed).
 //   - Raft failures of an in-flight append (leader lost, shutdown) are
-//     reported as ErrCommitUnknown: the entry may still commit. After any
-//     append error the appender waits for its in-flight futures, calls
-//     Resync, and chains from the version it returns.
+//     reported as ErrCommitUnknown: the entry may still commit. ErrNoLeader
+//     means the entry was never submitted (and later appends fail fast until
+//     Resync). After any append error the appender waits for its in-flight
+//     futures, calls Resync, and chains from the version it returns.
 //   - Peek only returns committed entries; its end version never goes
 //     backwards for a given replica set, and a tag sees every message with a
 //     version in (after, end].
