@@ -442,10 +442,16 @@ func (tr *Tx) Commit() error {
 		tr.mu.Unlock()
 		return nil
 	}
+	blind := len(tr.readConf) == 0 && tr.readVersion == 0
 	tr.mu.Unlock()
-	rv, err := tr.getReadVersion()
-	if err != nil {
-		return err
+	var rv kv.Version
+	if !blind {
+		// A transaction that read nothing conflicts with nothing: it needs
+		// no read version and serializes at its commit version.
+		var err error
+		if rv, err = tr.getReadVersion(); err != nil {
+			return err
+		}
 	}
 	tr.mu.Lock()
 	req := &wire.CommitRequest{ReadVersion: int64(rv)}
