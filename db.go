@@ -118,7 +118,7 @@ func (db *DB) Close() error { return db.conn.Close() }
 func (db *DB) refreshShards(ctx context.Context) error {
 	resp, err := db.api.Locations(ctx, &wire.LocationsRequest{Begin: []byte{}, End: []byte{0xff, 0xff}})
 	if err != nil {
-		return err
+		return transportErr(err)
 	}
 	if err := fromWire(resp.Error); err != nil {
 		return err

@@ -46,6 +46,9 @@ var (
 	// ErrCommitUnknownResult: the commit may or may not have happened.
 	// Transact retries it, so transactions should be idempotent.
 	ErrCommitUnknownResult = codeErr(kv.CodeCommitUnknownResult)
+	// ErrConnectionFailed: a read or read-version request failed in transit.
+	// Retryable: reads have no effects.
+	ErrConnectionFailed = codeErr(kv.CodeConnectionFailed)
 	// ErrFutureVersion: a stash has not caught up with the read version yet. Retryable.
 	ErrFutureVersion = codeErr(kv.CodeFutureVersion)
 	// ErrWrongShardServer: a stash no longer holds a key. Retryable; the
@@ -76,6 +79,19 @@ var (
 
 func errorf(c kv.Code, format string, args ...any) *Error {
 	return &Error{Code: int(c), Message: fmt.Sprintf(format, args...)}
+}
+
+// transportErr wraps a failed RPC that has no effects (a read) as a
+// retryable ErrConnectionFailed, keeping the cause.
+func transportErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	var de *Error
+	if errors.As(err, &de) {
+		return err
+	}
+	return &Error{Code: int(kv.CodeConnectionFailed), Message: err.Error()}
 }
 
 func fromWire(e *wire.Error) error {

@@ -58,7 +58,7 @@ func (b *grvBatcher) send() {
 		var r grv
 		resp, err := b.api.GetReadVersion(context.Background(), &wire.GetReadVersionRequest{})
 		if err != nil {
-			r.err = err
+			r.err = transportErr(err)
 		} else if r.err = fromWire(resp.Error); r.err == nil {
 			r.version = kv.Version(resp.Version)
 		}

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+
 	"github.com/distash/distash"
 	"github.com/distash/distash/config"
 	"github.com/distash/distash/server"
@@ -40,15 +42,21 @@ type cluster struct {
 	db  *distash.DB
 	dir string
 	cfg *config.Config
+	// interceptor, if set, wraps the server's RPCs (fault injection).
+	interceptor grpc.UnaryServerInterceptor
 }
 
 func startCluster(t testing.TB, toml string) *cluster {
+	return startClusterWith(t, toml, nil)
+}
+
+func startClusterWith(t testing.TB, toml string, interceptor grpc.UnaryServerInterceptor) *cluster {
 	t.Helper()
 	cfg, err := config.Parse([]byte(toml))
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &cluster{dir: t.TempDir(), cfg: cfg}
+	c := &cluster{dir: t.TempDir(), cfg: cfg, interceptor: interceptor}
 	c.start(t)
 	t.Cleanup(c.stop)
 	return c
@@ -58,7 +66,7 @@ func (c *cluster) start(t testing.TB) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	srv, err := server.Start(ctx, server.Options{Dir: c.dir, Config: c.cfg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), FlushInterval: 20 * time.Millisecond})
+	srv, err := server.Start(ctx, server.Options{Dir: c.dir, Config: c.cfg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), FlushInterval: 20 * time.Millisecond, Interceptor: c.interceptor})
 	if err != nil {
 		t.Fatal(err)
 	}

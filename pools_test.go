@@ -2,13 +2,19 @@ package distash_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/distash/distash"
 )
@@ -88,9 +94,47 @@ func TestFigure7RaceAbortsTheStaleFill(t *testing.T) {
 // cache. Every audit sees the same total; at the end every cached balance
 // equals its durable balance.
 func TestBankInvariantAcrossPools(t *testing.T) {
-	c := startCluster(t, twoPools)
-	const accounts, clients, initial = 24, 32, 1000
-	duration := 4 * time.Second
+	runBank(t, startCluster(t, twoPools), 32, 4*time.Second)
+}
+
+// TestBankInvariantUnderTransportFaults runs the bank through a server that
+// drops requests before handling them, drops replies after handling them
+// (a commit may have happened: commit_unknown_result), and delays calls.
+func TestBankInvariantUnderTransportFaults(t *testing.T) {
+	var dropped, lostReplies atomic.Int64
+	var mu sync.Mutex
+	rng := rand.New(rand.NewPCG(11, 13))
+	faults := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		mu.Lock()
+		r, delay := rng.Float64(), time.Duration(rng.IntN(1000))*time.Microsecond
+		mu.Unlock()
+		if strings.HasSuffix(info.FullMethod, "ClusterInfo") || strings.HasSuffix(info.FullMethod, "Locations") {
+			return handler(ctx, req)
+		}
+		time.Sleep(delay)
+		switch {
+		case r < 0.03:
+			dropped.Add(1)
+			return nil, status.Error(codes.Unavailable, "injected: request dropped")
+		case r < 0.06:
+			resp, err := handler(ctx, req)
+			if err != nil {
+				return resp, err
+			}
+			lostReplies.Add(1)
+			return nil, status.Error(codes.Unavailable, "injected: reply lost")
+		}
+		return handler(ctx, req)
+	}
+	runBank(t, startClusterWith(t, twoPools, faults), 16, 2*time.Second)
+	t.Logf("%d requests dropped, %d replies lost", dropped.Load(), lostReplies.Load())
+	if dropped.Load() == 0 || lostReplies.Load() == 0 {
+		t.Fatal("no faults injected")
+	}
+}
+
+func runBank(t *testing.T, c *cluster, clients int, duration time.Duration) {
+	const accounts, initial = 24, 1000
 	if testing.Short() {
 		duration = time.Second
 	}

@@ -191,7 +191,7 @@ func (it *rangeIter) fetch() error {
 	})
 	done()
 	if err != nil {
-		return err
+		return transportErr(err)
 	}
 	if err := fromWire(resp.Error); err != nil {
 		return err

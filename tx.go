@@ -272,7 +272,7 @@ func (db *DB) readKeys(ctx context.Context, rv kv.Version, keys [][]byte) ([][]b
 				resp, err := db.api.Read(ctx, req)
 				done()
 				if err != nil {
-					errs <- err
+					errs <- transportErr(err)
 					return
 				}
 				if err := fromWire(resp.Error); err != nil {

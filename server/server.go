@@ -56,6 +56,8 @@ type Options struct {
 	// FlushInterval is how often stashes flush versions leaving the MVCC
 	// window to their engines; default 100ms.
 	FlushInterval time.Duration
+	// Interceptor, if set, wraps every gRPC call (tests inject faults with it).
+	Interceptor grpc.UnaryServerInterceptor
 }
 
 // Server is a running embedded cluster.
@@ -217,7 +219,11 @@ func (s *Server) start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("server: listen on %s: %w", s.opts.ListenAddr, err)
 	}
-	s.grpcServer = grpc.NewServer(grpc.MaxRecvMsgSize(64<<20), grpc.MaxSendMsgSize(64<<20))
+	gopts := []grpc.ServerOption{grpc.MaxRecvMsgSize(64 << 20), grpc.MaxSendMsgSize(64 << 20)}
+	if s.opts.Interceptor != nil {
+		gopts = append(gopts, grpc.UnaryInterceptor(s.opts.Interceptor))
+	}
+	s.grpcServer = grpc.NewServer(gopts...)
 	wire.RegisterDiStashServer(s.grpcServer, &service{s: s})
 	s.wg.Add(1)
 	go func() {

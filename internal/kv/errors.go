@@ -13,6 +13,7 @@ const (
 	CodeTransactionTooOld   Code = 1007
 	CodeFutureVersion       Code = 1009
 	CodeNotCommitted        Code = 1020
+	CodeConnectionFailed    Code = 1026
 	CodeCommitUnknownResult Code = 1021
 	CodeProcessBehind       Code = 1037
 	CodeTransactionTooLarge Code = 2101
@@ -30,7 +31,7 @@ const (
 func (c Code) Retryable() bool {
 	switch c {
 	case CodeNotCommitted, CodeTransactionTooOld, CodeFutureVersion, CodeCommitUnknownResult,
-		CodeWrongShardServer, CodeProcessBehind:
+		CodeWrongShardServer, CodeProcessBehind, CodeConnectionFailed:
 		return true
 	}
 	return false
@@ -51,6 +52,8 @@ func (c Code) Name() string {
 		return "not_committed"
 	case CodeCommitUnknownResult:
 		return "commit_unknown_result"
+	case CodeConnectionFailed:
+		return "connection_failed"
 	case CodeProcessBehind:
 		return "process_behind"
 	case CodeTransactionTooLarge:
