@@ -29,6 +29,13 @@
 // concurrent write committed and filled the cache after that write had set
 // it) or two write-throughs whose cache updates crossed.
 //
+// A stale entry lasts until the key's next write-through or eviction, so
+// on a small hot key set most anomalies are repaired before the run ends
+// and the count after quiescence understates them. The run therefore also
+// counts stale reads: reads that returned a version older than one whose
+// write-through had completed before the read began. Both counts must be 0
+// on DiStash.
+//
 // A write-through cache that never loses an entry would, once warm, never
 // miss, and the racing fill would never run. A real cache loses entries to
 // its replacement policy; the workload stands for that by evicting the
@@ -57,6 +64,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/HdrHistogram/hdrhistogram-go"
@@ -177,9 +185,20 @@ func (r Result) Setup(name string) *SetupResult {
 // SetupResult is one setup's figures.
 type SetupResult struct {
 	Setup string
+	// Servers names the servers that ran it, with their versions.
+	Servers string
 	// Ops counts the completed reads and writes (evictions are not
 	// operations of the workload: they stand for the cache's replacement).
 	Ops, Reads, Hits, Fills, Writes, Evictions int64
+	// StaleReads counts reads that returned a version older than one whose
+	// write-through had completed before the read began: a lasting
+	// anomaly observed while it lasted (anomalies that later writes or
+	// evictions repaired do not show in Audit).
+	StaleReads int64
+	// StaleReadsFill counts the stale reads that hit an entry left by a
+	// read-through fill (Figure 7); the others hit an entry left by a
+	// write-through whose cache update crossed another's.
+	StaleReadsFill int64
 	// Retries counts transaction attempts beyond the first (DiStash aborts
 	// one of two conflicting transactions; the two-store setup never
 	// retries).
@@ -301,6 +320,8 @@ type backend interface {
 	// snapshot reads every key's cached value (absent if not cached) and
 	// data value.
 	snapshot(ctx context.Context, keys []string) (cache, data map[string]string, err error)
+	// servers names the servers and their versions.
+	servers(ctx context.Context) string
 	close()
 }
 
@@ -308,11 +329,12 @@ type backend interface {
 // transaction attempts an operation took (1 without retries).
 type client interface {
 	// read is the read-through: on a miss it reads the data, calls
-	// beforeFill, and fills the cache.
-	read(ctx context.Context, key string, beforeFill func()) (hit bool, attempts int, err error)
+	// beforeFill, and fills the cache. It returns the version read and,
+	// on a hit, the origin of the cache entry (0 on a miss).
+	read(ctx context.Context, key string, beforeFill func()) (ver int64, origin byte, attempts int, err error)
 	// write is the write-through: it increments the key's version in the
-	// data, then sets the cache to it.
-	write(ctx context.Context, key string) (attempts int, err error)
+	// data, then sets the cache to it. It returns the version written.
+	write(ctx context.Context, key string) (ver int64, attempts int, err error)
 	// evict drops key's cache entry.
 	evict(ctx context.Context, key string) error
 	close()
@@ -360,8 +382,9 @@ func Run(ctx context.Context, o Options, out io.Writer) (Result, error) {
 		if err != nil {
 			return res, fmt.Errorf("anomalies: %s: %w", s, err)
 		}
-		fmt.Fprintf(out, "  %d ops, %.0f ops/s, p50 %s, p99 %s, %d stale cached values\n", r.Ops, r.OpsPerSec,
-			r.P50.Round(time.Microsecond), r.P99.Round(time.Microsecond), r.Audit.Stale)
+		fmt.Fprintf(out, "  on %s\n", r.Servers)
+		fmt.Fprintf(out, "  %d ops, %.0f ops/s, p50 %s, p99 %s, %d stale reads, %d stale cached values\n", r.Ops, r.OpsPerSec,
+			r.P50.Round(time.Microsecond), r.P99.Round(time.Microsecond), r.StaleReads, r.Audit.Stale)
 		res.Setups = append(res.Setups, r)
 	}
 	printTable(out, res)
@@ -369,22 +392,28 @@ func Run(ctx context.Context, o Options, out io.Writer) (Result, error) {
 }
 
 func printTable(out io.Writer, res Result) {
-	fmt.Fprintf(out, "\n%-15s %9s %9s %9s %9s %6s %7s %7s %7s %8s %6s %6s %6s\n",
-		"setup", "ops", "ops/s", "p50", "p99", "hit%", "fills", "writes", "evicts", "retries", "errors", "cached", "stale")
+	fmt.Fprintf(out, "\n%-15s %9s %9s %9s %9s %6s %7s %7s %7s %8s %6s %6s %11s %6s\n",
+		"setup", "ops", "ops/s", "p50", "p99", "hit%", "fills", "writes", "evicts", "retries", "errors", "cached", "stale reads", "stale")
 	for _, r := range res.Setups {
 		hit := 0.0
 		if r.Reads > 0 {
 			hit = 100 * float64(r.Hits) / float64(r.Reads)
 		}
-		fmt.Fprintf(out, "%-15s %9d %9.0f %9s %9s %6.1f %7d %7d %7d %8d %6d %6d %6d\n",
+		fmt.Fprintf(out, "%-15s %9d %9.0f %9s %9s %6.1f %7d %7d %7d %8d %6d %6d %11d %6d\n",
 			r.Setup, r.Ops, r.OpsPerSec, r.P50.Round(time.Microsecond), r.P99.Round(time.Microsecond), hit,
-			r.Fills, r.Writes, r.Evictions, r.Retries, r.Errors, r.Audit.Cached, r.Audit.Stale)
+			r.Fills, r.Writes, r.Evictions, r.Retries, r.Errors, r.Audit.Cached, r.StaleReads, r.Audit.Stale)
 	}
+	fmt.Fprintln(out, "\nstale: cached values that disagree with the data after the run quiesced (the anomalies);")
+	fmt.Fprintln(out, "stale reads: reads, during the run, that returned an older version than a write-through completed before they began.")
 	fmt.Fprintln(out)
 	for _, r := range res.Setups {
 		a := r.Audit
+		reads := fmt.Sprintf("%d stale reads", r.StaleReads)
+		if r.StaleReads > 0 {
+			reads += fmt.Sprintf(" (%d hit an entry left by a fill, %d one left by a write-through)", r.StaleReadsFill, r.StaleReads-r.StaleReadsFill)
+		}
 		if a.Stale == 0 {
-			fmt.Fprintf(out, "%s: 0 anomalies: all %d cached values of %d keys equal the data.\n", r.Setup, a.Cached, a.Keys)
+			fmt.Fprintf(out, "%s: 0 anomalies: all %d cached values of %d keys equal the data; %s.\n", r.Setup, a.Cached, a.Keys, reads)
 			continue
 		}
 		fmt.Fprintf(out, "%s: %d anomalies: %d of %d cached values disagree with the data (%d left by a read-through fill that read the data before a concurrent write, Figure 7; %d by write-throughs whose cache updates crossed",
@@ -395,7 +424,7 @@ func printTable(out io.Writer, res Result) {
 		if a.Malformed > 0 {
 			fmt.Fprintf(out, "; %d malformed", a.Malformed)
 		}
-		fmt.Fprintf(out, "); the worst is %d version(s) behind.\n", a.MaxLag)
+		fmt.Fprintf(out, "); the worst is %d version(s) behind; %s.\n", a.MaxLag, reads)
 		for _, e := range a.Examples {
 			fmt.Fprintf(out, "    %s\n", e)
 		}
@@ -439,6 +468,9 @@ func runWorkload(ctx context.Context, b backend, setup string, o Options) (Setup
 		hist     = hdrhistogram.New(1, int64(maxLatency/time.Microsecond), 3)
 		firstErr error
 	)
+	// acked[i] is the highest version of keys[i] whose write-through has
+	// completed: a read that begins later must not return an older one.
+	acked := make([]atomic.Int64, len(keys))
 	start := time.Now()
 	deadline := start.Add(o.Duration)
 	var wg sync.WaitGroup
@@ -452,25 +484,37 @@ func runWorkload(ctx context.Context, b backend, setup string, o Options) (Setup
 			var r SetupResult
 			var opErr error
 			for time.Now().Before(deadline) && ctx.Err() == nil {
-				key := keys[pick()]
+				ki := pick()
+				key := keys[ki]
 				t0 := time.Now()
 				var attempts int
 				var err error
 				if rng.Float64() < o.ReadFraction {
-					var hit bool
-					hit, attempts, err = c.read(ctx, key, beforeFill)
+					floor := acked[ki].Load()
+					var ver int64
+					var origin byte
+					ver, origin, attempts, err = c.read(ctx, key, beforeFill)
 					if err == nil {
 						r.Reads++
-						if hit {
+						if origin != 0 {
 							r.Hits++
 						} else {
 							r.Fills++
 						}
+						if ver < floor {
+							r.StaleReads++
+							if origin == originFill {
+								r.StaleReadsFill++
+							}
+						}
 					}
 				} else {
-					attempts, err = c.write(ctx, key)
+					var ver int64
+					ver, attempts, err = c.write(ctx, key)
 					if err == nil {
 						r.Writes++
+						for cur := acked[ki].Load(); cur < ver && !acked[ki].CompareAndSwap(cur, ver); cur = acked[ki].Load() {
+						}
 					}
 				}
 				lat := time.Since(t0)
@@ -504,6 +548,8 @@ func runWorkload(ctx context.Context, b backend, setup string, o Options) (Setup
 			total.Fills += r.Fills
 			total.Writes += r.Writes
 			total.Evictions += r.Evictions
+			total.StaleReads += r.StaleReads
+			total.StaleReadsFill += r.StaleReadsFill
 			total.Retries += r.Retries
 			total.Errors += r.Errors
 			firstErr = cmpErr(firstErr, opErr)
@@ -523,6 +569,7 @@ func runWorkload(ctx context.Context, b backend, setup string, o Options) (Setup
 		return SetupResult{}, fmt.Errorf("audit: %w", err)
 	}
 	total.Setup = setup
+	total.Servers = b.servers(ctx)
 	total.Seconds = secs
 	total.OpsPerSec = float64(total.Ops) / secs
 	total.P50 = time.Duration(hist.ValueAtQuantile(50)) * time.Microsecond

@@ -132,8 +132,8 @@ func TestDiStashNoAnomalies(t *testing.T) {
 	if r.Errors != 0 {
 		t.Errorf("%d operations failed", r.Errors)
 	}
-	if r.Audit.Stale != 0 {
-		t.Fatalf("DiStash shows %d anomalies: %+v", r.Audit.Stale, r.Audit)
+	if r.Audit.Stale != 0 || r.StaleReads != 0 {
+		t.Fatalf("DiStash shows %d anomalies and %d stale reads: %+v", r.Audit.Stale, r.StaleReads, r.Audit)
 	}
 	if r.Audit.Cached == 0 {
 		t.Fatal("nothing cached after the run")
@@ -145,9 +145,10 @@ func TestDiStashNoAnomalies(t *testing.T) {
 
 // figure7 plays the race of the paper's Figure 7 step by step on b: client
 // 2 misses the cache and reads the data; client 1's write-through then runs
-// to completion; then client 2 fills the cache. It returns client 2's read
-// outcome and the audit of key k.
-func figure7(t *testing.T, ctx context.Context, b backend) (hit bool, attempts int, a Audit) {
+// to completion; then client 2 fills the cache. It returns whether client
+// 2's read hit the cache and after how many attempts, the version a
+// subsequent read returns (the write made it 1), and the audit of the key.
+func figure7(t *testing.T, ctx context.Context, b backend) (hit bool, attempts int, later int64, a Audit) {
 	t.Helper()
 	keys := []string{"k"}
 	if err := b.load(ctx, keys); err != nil {
@@ -164,23 +165,26 @@ func figure7(t *testing.T, ctx context.Context, b backend) (hit bool, attempts i
 	}
 	defer c2.close()
 	wrote := false
-	hit, attempts, err = c2.read(ctx, "k", func() {
+	_, origin, attempts, err := c2.read(ctx, "k", func() {
 		if wrote {
 			return
 		}
 		wrote = true
-		if _, err := c1.write(ctx, "k"); err != nil {
+		if _, _, err := c1.write(ctx, "k"); err != nil {
 			t.Errorf("client 1 write: %v", err)
 		}
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
+	if later, _, _, err = c1.read(ctx, "k", func() {}); err != nil {
+		t.Fatal(err)
+	}
 	cache, data, err := b.snapshot(ctx, keys)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return hit, attempts, audit(keys, cache, data)
+	return origin != 0, attempts, later, audit(keys, cache, data)
 }
 
 // TestDiStashFigure7 plays the Figure 7 interleaving on DiStash: the
@@ -194,9 +198,9 @@ func TestDiStashFigure7(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.close()
-	hit, attempts, a := figure7(t, ctx, b)
-	if a.Stale != 0 {
-		t.Fatalf("DiStash left a stale entry: %+v", a)
+	hit, attempts, later, a := figure7(t, ctx, b)
+	if a.Stale != 0 || later != 1 {
+		t.Fatalf("DiStash left a stale entry: %+v; a later read returned version %d, want 1", a, later)
 	}
 	if attempts != 2 || !hit {
 		t.Fatalf("client 2's read: hit %v after %d attempts, want a hit on the 2nd attempt (the 1st aborted)", hit, attempts)

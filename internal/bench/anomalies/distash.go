@@ -118,6 +118,18 @@ func (b *distashBackend) load(ctx context.Context, keys []string) error {
 	return nil
 }
 
+func (b *distashBackend) servers(context.Context) string {
+	return fmt.Sprintf("an embedded DiStash cluster (pools %s: %s %s %s, %s: %s %s %s; one stash each)",
+		b.cache.Name(), b.cache.Medium(), mode(b.cache), b.cache.Engine(), b.data.Name(), b.data.Medium(), mode(b.data), b.data.Engine())
+}
+
+func mode(p *distash.Pool) string {
+	if p.Durable() {
+		return "durable"
+	}
+	return "ephemeral"
+}
+
 func (b *distashBackend) newClient(context.Context) (client, error) { return distashClient{b}, nil }
 
 func (b *distashBackend) snapshot(ctx context.Context, keys []string) (cache, data map[string]string, err error) {
@@ -152,7 +164,7 @@ func (b *distashBackend) snapshot(ctx context.Context, keys []string) (cache, da
 // distashClient runs each operation as one DiStash transaction (Figure 5).
 type distashClient struct{ b *distashBackend }
 
-func (c distashClient) read(ctx context.Context, key string, beforeFill func()) (hit bool, attempts int, err error) {
+func (c distashClient) read(ctx context.Context, key string, beforeFill func()) (ver int64, origin byte, attempts int, err error) {
 	ck, dk := c.b.cacheKey(key), c.b.dataKey(key)
 	err = c.b.db.Transact(ctx, func(tr *distash.Tx) error {
 		attempts++
@@ -160,24 +172,30 @@ func (c distashClient) read(ctx context.Context, key string, beforeFill func()) 
 		if err != nil {
 			return err
 		}
-		if hit = v != nil; hit {
+		origin = 0
+		if v != nil {
+			var ok bool
+			if ver, origin, ok = parseCache(string(v)); !ok {
+				return fmt.Errorf("cache key %q holds %q, not a cached version", key, v)
+			}
 			return nil
 		}
 		d, err := tr.Get(dk)
 		if err != nil {
 			return err
 		}
-		if d == nil {
-			return fmt.Errorf("data key %q missing", key)
+		var ok bool
+		if ver, ok = parseData(string(d)); !ok {
+			return fmt.Errorf("data key %q holds %q, not a version", key, d)
 		}
 		beforeFill()
 		tr.Set(ck, []byte(cacheValue(string(d), originFill)))
 		return nil
 	})
-	return hit, attempts, err
+	return ver, origin, attempts, err
 }
 
-func (c distashClient) write(ctx context.Context, key string) (attempts int, err error) {
+func (c distashClient) write(ctx context.Context, key string) (ver int64, attempts int, err error) {
 	ck, dk := c.b.cacheKey(key), c.b.dataKey(key)
 	err = c.b.db.Transact(ctx, func(tr *distash.Tx) error {
 		attempts++
@@ -185,16 +203,17 @@ func (c distashClient) write(ctx context.Context, key string) (attempts int, err
 		if err != nil {
 			return err
 		}
-		ver, ok := parseData(string(d))
+		old, ok := parseData(string(d))
 		if !ok {
 			return fmt.Errorf("data key %q holds %q, not a version", key, d)
 		}
-		nv := dataValue(ver + 1)
+		ver = old + 1
+		nv := dataValue(ver)
 		tr.Set(dk, []byte(nv))
 		tr.Set(ck, []byte(cacheValue(nv, originWrite)))
 		return nil
 	})
-	return attempts, err
+	return ver, attempts, err
 }
 
 func (c distashClient) evict(ctx context.Context, key string) error {

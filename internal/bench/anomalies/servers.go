@@ -23,8 +23,13 @@ import (
 // InstallHint names the Debian packages the Redis/PostgreSQL setup needs.
 const InstallHint = "apt-get update && apt-get install -y redis-server postgresql"
 
-// pgBinGlob is where Debian's postgresql packages put the server binaries.
-const pgBinGlob = "/usr/lib/postgresql/*/bin"
+// Where the peers' binaries are looked for besides PATH: Debian's
+// postgresql packages put the server binaries in pgBinGlob. Variables for
+// the tests.
+var (
+	pgBinGlob      = "/usr/lib/postgresql/*/bin"
+	redisExtraDirs = []string{"/usr/bin", "/usr/sbin"}
+)
 
 // binaries are the peer servers' executables.
 type binaries struct {
@@ -40,7 +45,7 @@ func findBinaries() (binaries, error) {
 	}
 	var b binaries
 	var missing []string
-	b.redisServer = lookPath("redis-server", "/usr/bin", "/usr/sbin")
+	b.redisServer = lookPath("redis-server", redisExtraDirs...)
 	if b.redisServer == "" {
 		missing = append(missing, "redis-server (Debian package redis-server)")
 	}

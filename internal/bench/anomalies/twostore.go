@@ -37,12 +37,15 @@ func connectTwoStore(ctx context.Context, p *peers, clients int) (*twoStore, err
 	return s, nil
 }
 
+// close disconnects and stops the servers; it may be called again.
 func (s *twoStore) close() {
 	if s.admin != nil {
 		s.admin.Close(context.Background())
+		s.admin = nil
 	}
 	if s.rdb != nil {
 		s.rdb.Close()
+		s.rdb = nil
 	}
 	if s.peers != nil {
 		s.peers.stop()
@@ -68,6 +71,20 @@ func (s *twoStore) load(ctx context.Context, keys []string) error {
 		return fmt.Errorf("postgres: vacuum: %w", err)
 	}
 	return nil
+}
+
+func (s *twoStore) servers(ctx context.Context) string {
+	redisVersion, pgVersion := "?", "?"
+	if info, err := s.rdb.InfoMap(ctx, "server").Result(); err == nil {
+		if v := info["Server"]["redis_version"]; v != "" {
+			redisVersion = v
+		}
+	}
+	var v string
+	if err := s.admin.QueryRow(ctx, `SHOW server_version`).Scan(&v); err == nil {
+		pgVersion = v
+	}
+	return fmt.Sprintf("redis-server %s (no persistence) and PostgreSQL %s (default durability: fsync, synchronous_commit on), private, on loopback", redisVersion, pgVersion)
 }
 
 func (s *twoStore) newClient(ctx context.Context) (client, error) {
@@ -115,40 +132,52 @@ type twoStoreClient struct {
 	pg  *pgx.Conn
 }
 
-func (c *twoStoreClient) read(ctx context.Context, key string, beforeFill func()) (hit bool, attempts int, err error) {
+func (c *twoStoreClient) read(ctx context.Context, key string, beforeFill func()) (ver int64, origin byte, attempts int, err error) {
 	// Transaction 1: look up the cache.
-	_, err = c.rdb.Get(ctx, key).Result()
+	v, err := c.rdb.Get(ctx, key).Result()
 	if err == nil {
-		return true, 1, nil
+		var ok bool
+		if ver, origin, ok = parseCache(v); !ok {
+			return 0, 0, 1, fmt.Errorf("redis: key %q holds %q, not a cached version", key, v)
+		}
+		return ver, origin, 1, nil
 	}
 	if !errors.Is(err, redis.Nil) {
-		return false, 1, fmt.Errorf("redis get: %w", err)
+		return 0, 0, 1, fmt.Errorf("redis get: %w", err)
 	}
 	// Transaction 2: read the data.
 	var d string
 	if err := c.pg.QueryRow(ctx, `SELECT v FROM kv WHERE k = $1`, key).Scan(&d); err != nil {
-		return false, 1, fmt.Errorf("postgres select: %w", err)
+		return 0, 0, 1, fmt.Errorf("postgres select: %w", err)
+	}
+	ver, ok := parseData(d)
+	if !ok {
+		return 0, 0, 1, fmt.Errorf("postgres: key %q holds %q, not a version", key, d)
 	}
 	beforeFill()
 	// Transaction 3: fill the cache.
 	if err := c.rdb.Set(ctx, key, cacheValue(d, originFill), 0).Err(); err != nil {
-		return false, 1, fmt.Errorf("redis set: %w", err)
+		return 0, 0, 1, fmt.Errorf("redis set: %w", err)
 	}
-	return false, 1, nil
+	return ver, 0, 1, nil
 }
 
-func (c *twoStoreClient) write(ctx context.Context, key string) (attempts int, err error) {
+func (c *twoStoreClient) write(ctx context.Context, key string) (ver int64, attempts int, err error) {
 	// Transaction 1: update the data (an atomic read-modify-write of the
 	// version).
 	var nv string
 	if err := c.pg.QueryRow(ctx, `UPDATE kv SET v = (v::bigint + 1)::text WHERE k = $1 RETURNING v`, key).Scan(&nv); err != nil {
-		return 1, fmt.Errorf("postgres update: %w", err)
+		return 0, 1, fmt.Errorf("postgres update: %w", err)
+	}
+	ver, ok := parseData(nv)
+	if !ok {
+		return 0, 1, fmt.Errorf("postgres: key %q updated to %q, not a version", key, nv)
 	}
 	// Transaction 2: update the cache.
 	if err := c.rdb.Set(ctx, key, cacheValue(nv, originWrite), 0).Err(); err != nil {
-		return 1, fmt.Errorf("redis set: %w", err)
+		return 0, 1, fmt.Errorf("redis set: %w", err)
 	}
-	return 1, nil
+	return ver, 1, nil
 }
 
 func (c *twoStoreClient) evict(ctx context.Context, key string) error {
