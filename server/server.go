@@ -35,6 +35,7 @@ import (
 	"github.com/distash/distash/internal/engine/engines"
 	"github.com/distash/distash/internal/kv"
 	"github.com/distash/distash/internal/proxy"
+	"github.com/distash/distash/internal/ratekeeper"
 	"github.com/distash/distash/internal/resolver"
 	"github.com/distash/distash/internal/sequencer"
 	"github.com/distash/distash/internal/shardmap"
@@ -71,6 +72,7 @@ type Server struct {
 	res      *resolver.Resolver
 	commit   *proxy.CommitProxy
 	grv      *proxy.GRVProxy
+	rk       *ratekeeper.Ratekeeper
 	stashes  map[kv.Tag]*stash.Stash
 	order    []kv.Tag // stash tags in pool order, system first
 	poolTags map[string][]kv.Tag
@@ -188,16 +190,23 @@ func (s *Server) start(ctx context.Context) error {
 		s.stashes[sp.tag].SetOwned(shards.RangesOf(sp.tag))
 	}
 
+	s.rk = ratekeeper.New(s.rateSample, 100*time.Millisecond)
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.rk.Run(runCtx)
+	}()
 	s.commit = proxy.NewCommitProxy(proxy.CommitOptions{
 		Config: s.cfg, Sequencer: s.seq, Resolver: s.res, Log: s.log,
 		Shards: shards, Usage: usageOf(s.stashes), PoolTags: poolTags, Logger: s.logger,
+		Throttle: s.rk,
 	})
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
 		s.commit.Run(runCtx)
 	}()
-	s.grv = proxy.NewGRVProxy(s.seq, nil)
+	s.grv = proxy.NewGRVProxy(s.seq, s.rk)
 
 	if fresh {
 		// A new cluster: record its shard map through the commit pipeline.
@@ -307,6 +316,16 @@ func (s *Server) loadShardMap(ctx context.Context, sys *stash.Stash, recovered k
 		specs = append(specs, shardmap.PoolSpec{Name: p.Name, Prefix: []byte(p.Prefix), Tags: poolTags[p.Name], Replication: p.Replication})
 	}
 	return shardmap.Initial(specs), true, nil
+}
+
+// rateSample is what the ratekeeper watches.
+func (s *Server) rateSample() ratekeeper.Sample {
+	smp := ratekeeper.Sample{Committed: s.seq.CommittedVersion(), Commits: s.commit.Counters().Commits}
+	for _, t := range s.order {
+		applied, wb, wl := s.stashes[t].Pressure()
+		smp.Stashes = append(smp.Stashes, ratekeeper.StashSample{Applied: applied, WindowBytes: wb, WindowLimitBytes: wl})
+	}
+	return smp
 }
 
 // ClusterString is the address clients pass to distash.Open.

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"math"
 	"sort"
 
 	"github.com/distash/distash/internal/kv"
@@ -122,6 +123,9 @@ func (v *service) Status(ctx context.Context, _ *wire.StatusRequest) (*wire.Stat
 	resp := &wire.StatusResponse{
 		Pools: v.poolInfos(), CommittedVersion: int64(v.s.seq.CommittedVersion()),
 		Commits: c.Commits, Conflicts: c.Conflicts, TooOld: c.TooOld, PoolFull: c.PoolFull, CommitBatches: c.Batches,
+	}
+	if rate, reason := v.s.rk.Status(); !math.IsInf(rate, 1) {
+		resp.RateLimit, resp.RateLimitReason = rate, reason
 	}
 	ls := v.s.log.Stats()
 	resp.Log = &wire.LogStatus{

@@ -172,6 +172,9 @@ func printStatus(st *wire.StatusResponse) { printStatusTo(os.Stdout, st) }
 func printStatusTo(out io.Writer, st *wire.StatusResponse) {
 	fmt.Fprintf(out, "committed version %d   commits %d   conflicts %d   too old %d   pool full %d   log: %d replica(s), %d entries in memory\n\n",
 		st.CommittedVersion, st.Commits, st.Conflicts, st.TooOld, st.PoolFull, st.Log.GetReplicas(), st.Log.GetEntriesInMemory())
+	if st.RateLimit > 0 {
+		fmt.Fprintf(out, "ratekeeper: limiting to %.0f transactions/s: %s\n\n", st.RateLimit, st.RateLimitReason)
+	}
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(w, "POOL\tPREFIX\tMEDIUM\tMODE\tENGINE\tSTASHES\tR\tCAPACITY/STASH")
 	for _, p := range st.Pools {

@@ -58,6 +58,9 @@ type CommitOptions struct {
 	Log       Appender
 	Shards    *shardmap.Map
 	Usage     StashUsage
+	// Throttle, if set, is waited on by transactions without a read
+	// version (blind writes skip the GRV proxy, where throttling happens).
+	Throttle Throttle
 	// PoolTags maps a pool name to its stashes' tags.
 	PoolTags map[string][]kv.Tag
 	// MaxBatch bounds the transactions of one batch.
@@ -161,6 +164,11 @@ func (p *CommitProxy) Counters() Counters {
 func (p *CommitProxy) Commit(ctx context.Context, txn Txn) (kv.Version, error) {
 	if err := Validate(p.opts.Config, txn); err != nil {
 		return 0, err
+	}
+	if txn.ReadVersion == 0 && p.opts.Throttle != nil {
+		if err := p.opts.Throttle.Wait(ctx); err != nil {
+			return 0, err
+		}
 	}
 	return p.submit(ctx, &commitReq{txn: txn})
 }

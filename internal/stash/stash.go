@@ -542,6 +542,7 @@ type Stats struct {
 	FilterNegatives          int64 // absent-key reads answered by a Bloom filter
 	Reads                    int64
 	Applied, Durable         kv.Version
+	WindowLimitBytes         int64
 	CapacityBytes            int64
 }
 
@@ -552,7 +553,7 @@ func (s *Stash) Stats() Stats {
 	st := Stats{
 		Tag: s.opts.Tag, Pool: s.opts.Pool, Index: s.opts.Index,
 		EngineBytes: es.Bytes, WindowBytes: s.win.bytes, Evictions: es.Evictions, FilterNegatives: es.FilterNegatives,
-		Applied: s.applied, Durable: s.durable, CapacityBytes: s.opts.CapacityBytes,
+		Applied: s.applied, Durable: s.durable, CapacityBytes: s.opts.CapacityBytes, WindowLimitBytes: s.opts.WindowBytes,
 		Keys: es.Keys, Bytes: es.Bytes,
 	}
 	if s.opts.TrackBytes {
@@ -612,4 +613,12 @@ func (s *Stash) Coldest(n int) (keys [][]byte, ok bool) {
 	}
 	keys = r.Coldest(n)
 	return keys, keys != nil || s.eng.Stats().Keys == 0
+}
+
+// Pressure returns what the ratekeeper watches: the applied version and the
+// window's bytes and budget. It is cheaper than Stats.
+func (s *Stash) Pressure() (applied kv.Version, windowBytes, windowLimit int64) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.applied, s.win.bytes, s.opts.WindowBytes
 }

@@ -1422,6 +1422,8 @@ type StatusResponse struct {
 	PoolFull         int64                  `protobuf:"varint,7,opt,name=pool_full,json=poolFull,proto3" json:"pool_full,omitempty"`
 	Log              *LogStatus             `protobuf:"bytes,8,opt,name=log,proto3" json:"log,omitempty"`
 	CommitBatches    int64                  `protobuf:"varint,9,opt,name=commit_batches,json=commitBatches,proto3" json:"commit_batches,omitempty"`
+	RateLimit        float64                `protobuf:"fixed64,10,opt,name=rate_limit,json=rateLimit,proto3" json:"rate_limit,omitempty"` // transactions/s Ratekeeper allows; 0 = unlimited
+	RateLimitReason  string                 `protobuf:"bytes,11,opt,name=rate_limit_reason,json=rateLimitReason,proto3" json:"rate_limit_reason,omitempty"`
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache
 }
@@ -1517,6 +1519,20 @@ func (x *StatusResponse) GetCommitBatches() int64 {
 		return x.CommitBatches
 	}
 	return 0
+}
+
+func (x *StatusResponse) GetRateLimit() float64 {
+	if x != nil {
+		return x.RateLimit
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetRateLimitReason() string {
+	if x != nil {
+		return x.RateLimitReason
+	}
+	return ""
 }
 
 // ColdestRequest asks a pool's stashes for their coldest keys (eviction order).
@@ -1728,7 +1744,7 @@ const file_distash_proto_rawDesc = "" +
 	"\x0fbytes_in_memory\x18\x04 \x01(\x03R\rbytesInMemory\x12\x1d\n" +
 	"\n" +
 	"min_popped\x18\x05 \x01(\x03R\tminPopped\"\x0f\n" +
-	"\rStatusRequest\"\xda\x02\n" +
+	"\rStatusRequest\"\xa5\x03\n" +
 	"\x0eStatusResponse\x12*\n" +
 	"\x05pools\x18\x01 \x03(\v2\x14.distash.v1.PoolInfoR\x05pools\x121\n" +
 	"\astashes\x18\x02 \x03(\v2\x17.distash.v1.StashStatusR\astashes\x12+\n" +
@@ -1738,7 +1754,11 @@ const file_distash_proto_rawDesc = "" +
 	"\atoo_old\x18\x06 \x01(\x03R\x06tooOld\x12\x1b\n" +
 	"\tpool_full\x18\a \x01(\x03R\bpoolFull\x12'\n" +
 	"\x03log\x18\b \x01(\v2\x15.distash.v1.LogStatusR\x03log\x12%\n" +
-	"\x0ecommit_batches\x18\t \x01(\x03R\rcommitBatches\":\n" +
+	"\x0ecommit_batches\x18\t \x01(\x03R\rcommitBatches\x12\x1d\n" +
+	"\n" +
+	"rate_limit\x18\n" +
+	" \x01(\x01R\trateLimit\x12*\n" +
+	"\x11rate_limit_reason\x18\v \x01(\tR\x0frateLimitReason\":\n" +
 	"\x0eColdestRequest\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x05R\x05limit\"N\n" +

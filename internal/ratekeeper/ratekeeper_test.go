@@ -1,0 +1,73 @@
+package ratekeeper
+
+import (
+	"context"
+	"math"
+	"testing"
+	"time"
+)
+
+func TestControllerThrottlesAndRecovers(t *testing.T) {
+	c := NewController()
+	now := time.Unix(0, 0)
+	healthy := Sample{Committed: 10_000_000, Stashes: []StashSample{{Applied: 10_000_000, WindowBytes: 10, WindowLimitBytes: 100}}}
+	if r := c.Observe(now, healthy); !math.IsInf(r, 1) {
+		t.Fatalf("healthy cluster throttled to %v", r)
+	}
+	// A stash falls 3 s behind while 5000 txn/s commit: the rate drops below that.
+	now = now.Add(time.Second)
+	behind := Sample{Committed: 13_000_000, Commits: 5000, Stashes: []StashSample{{Applied: 10_000_000, WindowLimitBytes: 100}}}
+	r := c.Observe(now, behind)
+	if r >= 5000 || r < MinRate || c.Reason == "" {
+		t.Fatalf("lagging stash: rate %v (%q)", r, c.Reason)
+	}
+	// Still behind: the rate keeps falling, never below MinRate.
+	for i := 0; i < 50; i++ {
+		now = now.Add(100 * time.Millisecond)
+		r = c.Observe(now, behind)
+	}
+	if r != MinRate {
+		t.Fatalf("rate after sustained lag = %v, want %v", r, float64(MinRate))
+	}
+	// Window pressure alone also throttles.
+	c2 := NewController()
+	full := Sample{Committed: 1, Stashes: []StashSample{{Applied: 1, WindowBytes: 90, WindowLimitBytes: 100}}}
+	if r := c2.Observe(now, full); math.IsInf(r, 1) {
+		t.Fatal("window pressure did not throttle")
+	}
+	// Caught up: the rate grows, then the limit is lifted.
+	caught := Sample{Committed: 20_000_000, Commits: 6000, Stashes: []StashSample{{Applied: 20_000_000, WindowLimitBytes: 100}}}
+	for i := 0; i < 40 && !math.IsInf(r, 1); i++ {
+		now = now.Add(100 * time.Millisecond)
+		prev := r
+		r = c.Observe(now, caught)
+		if r < prev {
+			t.Fatalf("rate fell while healthy: %v -> %v", prev, r)
+		}
+	}
+	if !math.IsInf(r, 1) {
+		t.Fatalf("limit not lifted after recovery: %v", r)
+	}
+}
+
+func TestWaitHonoursRate(t *testing.T) {
+	r := New(func() Sample { return Sample{} }, time.Hour)
+	r.ctl.rate = 200 // transactions/s
+	start := time.Now()
+	ctx := context.Background()
+	for i := 0; i < 40; i++ {
+		if err := r.Wait(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if d := time.Since(start); d < 150*time.Millisecond {
+		t.Fatalf("40 waits at 200/s took %v", d)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	r.ctl.rate = 0.001
+	r.tokens = 0
+	if err := r.Wait(cctx); err == nil {
+		t.Fatal("Wait ignored a cancelled context")
+	}
+}
