@@ -298,3 +298,47 @@ engine = "pebble"
 		t.Fatalf("coldest of a durable pool = %v", err)
 	}
 }
+
+// TestEmptyValueSurvivesFlush: a key set to an empty value stays present
+// after it leaves the MVCC window for the engine (it is not a clear).
+func TestEmptyValueSurvivesFlush(t *testing.T) {
+	c := startCluster(t, `
+[cluster]
+mvcc_window = "1s"
+
+[[pool]]
+name = "cache"
+prefix = "c/"
+medium = "dram"
+mode = "ephemeral"
+engine = "memory"
+
+[[pool]]
+name = "data"
+prefix = "d/"
+medium = "ssd"
+mode = "durable"
+engine = "sqlite"
+`)
+	ctx := ctxT(t, 30*time.Second)
+	if err := c.db.Transact(ctx, func(tr *distash.Tx) error {
+		tr.Set([]byte("d/empty"), nil)
+		tr.Set([]byte("c/empty"), []byte{})
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1500 * time.Millisecond) // past the window: now in the engines
+	c.db.ReadTransact(ctx, func(tr *distash.Tx) error {
+		vals, err := tr.GetMulti([][]byte{[]byte("d/empty"), []byte("c/empty")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, v := range vals {
+			if v == nil || len(v) != 0 {
+				t.Fatalf("key %d: empty value read as %v (absent)", i, v)
+			}
+		}
+		return nil
+	})
+}

@@ -39,6 +39,9 @@ import (
 
 	"github.com/distash/distash"
 	"github.com/distash/distash/config"
+	// The flash engine registers itself when imported; a binary offers it
+	// by importing the package.
+	_ "github.com/distash/distash/internal/engine/flash"
 	"github.com/distash/distash/patterns/cacheaug"
 	"github.com/distash/distash/patterns/hierarchy"
 	"github.com/distash/distash/server"
@@ -250,9 +253,10 @@ func main() {
 	fmt.Printf("results stats: %+v\n", results.Stats())
 }
 
-// startCluster starts the embedded cluster with a flash staging pool, or,
-// if the flash engine is not available in this build, with a DRAM staging
-// pool instead (same role, volatile medium).
+// startCluster starts the embedded cluster with the staging pool on SSD
+// stashes with the flash engine (imported above). Should the flash engine
+// fail to open, it falls back to a DRAM staging pool (engine memory: the
+// same role on a volatile medium) and says so.
 func startCluster(ctx context.Context) (*distash.DB, func()) {
 	for _, staging := range []string{stagingFlash, stagingMemory} {
 		dir, err := os.MkdirTemp("", "distash-example-")
@@ -263,7 +267,7 @@ func startCluster(ctx context.Context) (*distash.DB, func()) {
 		if err != nil {
 			os.RemoveAll(dir)
 			if staging == stagingFlash {
-				fmt.Printf("the flash engine is not available (%v):\nstaging the graph in a DRAM pool (engine memory) instead of an SSD one\n", err)
+				fmt.Printf("the flash engine did not start (%v):\nstaging the graph in a DRAM pool (engine memory) instead of an SSD one\n", err)
 				continue
 			}
 			log.Fatal(err)

@@ -89,6 +89,9 @@ func (w *window) clearedAt(key []byte, v kv.Version) bool {
 
 // put records a new version of key. Versions arrive in increasing order.
 func (w *window) put(v kv.Version, key []byte, value []byte, present bool, cost uint32) {
+	if present && value == nil {
+		value = []byte{} // an empty value, not a clear (the wire turns empty into nil)
+	}
 	wk, ok := w.keys.Get(&windowKey{key: key})
 	if !ok {
 		wk = &windowKey{key: append([]byte(nil), key...)}

@@ -88,7 +88,8 @@
 // Migrate makes one pass over the managed tiers, top-down: when a tier's
 // usage exceeds HighWater × capacity, it reads the coldest index entries
 // (merging the heads of the 16 buckets) and moves keys one transaction per
-// key to the next tier, until usage falls to LowWater × capacity. A move
+// key (MigrateParallelism moves at a time) to the next tier, until usage
+// falls to LowWater × capacity. A move
 // reads the value and atime with conflicts; it skips (and clears) a stale
 // entry, and skips a key touched since the scan (its atime moved), so a key
 // accessed during migration stays. The moved key keeps its access time in

@@ -9,12 +9,13 @@ import (
 
 	"github.com/distash/distash"
 	"github.com/distash/distash/config"
+	_ "github.com/distash/distash/internal/engine/flash" // registers engine "flash"
 	"github.com/distash/distash/server"
 )
 
-// tiersConfig has one pool per medium plus a second dram pool: enough for
-// exclusive (nvm > ssd > hdd) and inclusive (dram > nvm > hdd) hierarchies
-// and for the bad orders.
+// tiersConfig has one pool per medium, a second dram pool and an
+// ephemeral flash SSD pool: enough for exclusive (nvm > ssd > hdd) and
+// inclusive (dram > nvm > hdd) hierarchies and for the bad inputs.
 const tiersConfig = `
 [cluster]
 mvcc_window = "1s" # evictions reach the engine sooner
@@ -56,6 +57,16 @@ mode = "durable"
 engine = "pebble"
 stashes = 2
 replication = 1
+
+[[pool]]
+name = "flashssd"
+prefix = "x/"
+medium = "ssd"
+mode = "ephemeral"
+engine = "flash"
+stashes = 1
+replication = 1
+capacity = "1MiB"
 
 [[pool]]
 name = "hdd"

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -44,6 +45,7 @@ const (
 	DefaultLowWater           = 0.75
 	DefaultRecencyGranularity = 10 * time.Millisecond
 	DefaultMigrateBatch       = 32
+	DefaultMigrateParallelism = 4
 )
 
 // buckets is the number of index and usage buckets per tier.
@@ -74,6 +76,11 @@ type Options struct {
 	// MigrateBatch is how many index entries the migrator reads at a time.
 	// Default 32.
 	MigrateBatch int
+	// MigrateParallelism is how many moves (each its own transaction) the
+	// migrator runs at once. Default 4. Moves in flight when the tier
+	// reaches LowWater still finish, so a pass may move up to
+	// MigrateParallelism-1 keys more than needed.
+	MigrateParallelism int
 }
 
 // Hierarchy is a storage hierarchy over DiStash pools. It is safe for
@@ -89,6 +96,7 @@ type Hierarchy struct {
 	now   func() time.Time
 	gran  time.Duration
 	batch int
+	par   int
 
 	hits          []atomic.Int64 // per tier
 	misses        atomic.Int64
@@ -152,6 +160,13 @@ func New(db *distash.DB, opts Options) (*Hierarchy, error) {
 	}
 	if h.batch < 0 {
 		return nil, fmt.Errorf("hierarchy: negative MigrateBatch %d", h.batch)
+	}
+	h.par = opts.MigrateParallelism
+	if h.par == 0 {
+		h.par = DefaultMigrateParallelism
+	}
+	if h.par < 0 {
+		return nil, fmt.Errorf("hierarchy: negative MigrateParallelism %d", h.par)
 	}
 	seen := map[string]int{}
 	for i, name := range opts.Tiers {
@@ -718,22 +733,50 @@ func (h *Hierarchy) migrateTier(ctx context.Context, i int, st *MigrateStats) er
 		if len(entries) == 0 {
 			return nil
 		}
-		for _, e := range entries {
-			moved, size, err := h.moveOne(ctx, i, e.stamp, e.key)
-			if err != nil {
-				return err
-			}
-			if moved {
-				st.Moved[i]++
-				h.demotions.Add(1)
-				usage -= size
-			} else {
-				st.Stale++
-				h.staleIndex.Add(1)
-			}
-			if usage <= target {
-				break
-			}
+		// Move the batch, coldest first, h.par moves at a time, each its
+		// own transaction; stop handing out moves at the low-water mark.
+		var (
+			mu      sync.Mutex
+			left    = usage // Protected by mu.
+			next    int     // Protected by mu.
+			firstEr error   // Protected by mu.
+			wg      sync.WaitGroup
+		)
+		for w := 0; w < h.par; w++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					mu.Lock()
+					if next >= len(entries) || left <= target || firstEr != nil {
+						mu.Unlock()
+						return
+					}
+					e := entries[next]
+					next++
+					mu.Unlock()
+					moved, size, err := h.moveOne(ctx, i, e.stamp, e.key)
+					mu.Lock()
+					switch {
+					case err != nil:
+						if firstEr == nil {
+							firstEr = err
+						}
+					case moved:
+						st.Moved[i]++
+						h.demotions.Add(1)
+						left -= size
+					default:
+						st.Stale++
+						h.staleIndex.Add(1)
+					}
+					mu.Unlock()
+				}
+			}()
+		}
+		wg.Wait()
+		if firstEr != nil {
+			return firstEr
 		}
 		if usage, err = h.readUsage(ctx, t); err != nil {
 			return err

@@ -28,6 +28,7 @@ func TestBadInput(t *testing.T) {
 		{"slow first", Options{Tiers: []string{"hdd", "ssd"}, Mode: Exclusive}, `ordered fastest first (dram < nvm < ssd < hdd): tier 0 "hdd" (hdd) is slower than tier 1 "ssd" (ssd)`, nil},
 		{"slow in the middle", Options{Tiers: []string{"dram", "hdd", "ssd"}, Mode: Inclusive}, `tier 1 "hdd" (hdd) is slower than tier 2 "ssd"`, nil},
 		{"exclusive over ephemeral", Options{Tiers: []string{"dram", "ssd"}, Mode: Exclusive}, `tier 0 "dram" is ephemeral`, nil},
+		{"exclusive, ephemeral lower tier", Options{Tiers: []string{"nvm", "flashssd", "hdd"}, Mode: Exclusive}, `tier 1 "flashssd" is ephemeral`, nil},
 		{"inclusive, ephemeral last", Options{Tiers: []string{"dram", "dram2"}, Mode: Inclusive}, `last tier, but tier 1 "dram2" is not durable`, nil},
 		{"twice", Options{Tiers: []string{"ssd", "ssd"}, Mode: Exclusive}, `pool "ssd" is both tier 0 and tier 1`, nil},
 		{"one tier", Options{Tiers: []string{"ssd"}, Mode: Exclusive}, `at least two tiers`, nil},
@@ -49,9 +50,11 @@ func TestBadInput(t *testing.T) {
 			}
 		})
 	}
-	// Equal media are allowed; an inclusive hierarchy may have an ephemeral top.
-	if _, err := New(c.db, Options{Tiers: []string{"dram", "nvm", "hdd"}, Mode: Inclusive}); err != nil {
-		t.Fatal(err)
+	// An inclusive hierarchy may have ephemeral upper tiers; equal media are allowed.
+	for _, tiers := range [][]string{{"dram", "nvm", "hdd"}, {"dram", "flashssd", "ssd", "hdd"}} {
+		if _, err := New(c.db, Options{Tiers: tiers, Mode: Inclusive}); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
@@ -61,8 +64,8 @@ func TestGetPromotesAndMigratorDemotes(t *testing.T) {
 	var clock atomic.Int64
 	clock.Store(1_000_000)
 	h, err := New(c.db, Options{Tiers: []string{"nvm", "ssd", "hdd"}, Mode: Exclusive,
-		CapacityBytes: map[string]int64{"nvm": 100, "ssd": 1000},
-		Now:           func() time.Time { return time.Unix(0, clock.Add(int64(time.Second))) }})
+		CapacityBytes: map[string]int64{"nvm": 100, "ssd": 1000}, MigrateParallelism: 1,
+		Now: func() time.Time { return time.Unix(0, clock.Add(int64(time.Second))) }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,6 +205,7 @@ func runWorkload(t *testing.T, ctx context.Context, h *Hierarchy, nkeys int, d t
 				}
 				committed[i].Store(next)
 				puts.Add(1)
+				time.Sleep(2 * time.Millisecond) // leave the migrator room to keep up
 			}
 		}(w)
 	}
@@ -387,7 +391,30 @@ func TestInclusiveNeverServesOlder(t *testing.T) {
 			}
 		}
 	}
+	// S0 is ephemeral: evict its copies now and then (as a full DRAM stash
+	// would), so gets miss in S0, hit below, promote, and fill S1 past its
+	// capacity for the migrator, whatever the machine's speed.
+	evictDone := make(chan struct{})
+	evictStop := make(chan struct{})
+	go func() {
+		defer close(evictDone)
+		for {
+			select {
+			case <-evictStop:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+			h.db.Transact(ctx, func(tr *distash.Tx) error {
+				for _, k := range keys(nkeys)[:nkeys/2] {
+					tr.Clear(h.tiers[0].valueKey(k))
+				}
+				return nil
+			})
+		}
+	}()
 	latest := runWorkload(t, ctx, h, nkeys, 4*time.Second, copiesEqual)
+	close(evictStop)
+	<-evictDone
 	snap := snapshot(t, ctx, h, keys(nkeys))
 	copies := make([]int, len(h.tiers))
 	for i, k := range keys(nkeys) {
