@@ -70,7 +70,16 @@ type Tx struct {
 }
 
 func newTx(ctx context.Context, db *DB) *Tx {
-	return &Tx{ctx: ctx, db: db, writes: btree.NewG(16, lessLocal)}
+	return &Tx{ctx: ctx, db: db}
+}
+
+// writeBuffer returns the transaction's sorted write buffer, created on
+// the first write so read-only transactions allocate none. Called with mu held.
+func (tr *Tx) writeBuffer() *btree.BTreeG[*localWrite] {
+	if tr.writes == nil {
+		tr.writes = btree.NewG(8, lessLocal)
+	}
+	return tr.writes
 }
 
 // Snapshot returns a view of the transaction whose reads add no read
@@ -178,7 +187,11 @@ func (tr *Tx) getMulti(keys [][]byte, snapshot bool) ([][]byte, error) {
 			tr.mu.Unlock()
 			return nil, err
 		}
-		w, ok := tr.writes.Get(&localWrite{key: k})
+		var w *localWrite
+		var ok bool
+		if tr.writes != nil {
+			w, ok = tr.writes.Get(&localWrite{key: k})
+		}
 		if !ok && tr.inCleared(k) {
 			continue // cleared in this transaction: absent
 		}
@@ -325,7 +338,7 @@ func (tr *Tx) SetWithCost(key, value []byte, cost uint32) {
 	if value == nil {
 		value = []byte{}
 	}
-	tr.writes.ReplaceOrInsert(&localWrite{key: key, baseKnown: true, value: value, present: true})
+	tr.writeBuffer().ReplaceOrInsert(&localWrite{key: key, baseKnown: true, value: value, present: true})
 	tr.addMutation(kv.Mutation{Type: kv.MutSet, Key: key, Param: value, Cost: cost}, kv.PointRange(key))
 }
 
@@ -341,7 +354,7 @@ func (tr *Tx) Clear(key []byte) {
 		return
 	}
 	key = clone(key)
-	tr.writes.ReplaceOrInsert(&localWrite{key: key, baseKnown: true})
+	tr.writeBuffer().ReplaceOrInsert(&localWrite{key: key, baseKnown: true})
 	tr.addMutation(kv.Mutation{Type: kv.MutClear, Key: key}, kv.PointRange(key))
 }
 
@@ -366,12 +379,13 @@ func (tr *Tx) ClearRange(begin, end []byte) {
 	}
 	begin, end = clone(begin), clone(end)
 	var inside []*localWrite
-	tr.writes.AscendRange(&localWrite{key: begin}, &localWrite{key: end}, func(w *localWrite) bool {
+	wb := tr.writeBuffer()
+	wb.AscendRange(&localWrite{key: begin}, &localWrite{key: end}, func(w *localWrite) bool {
 		inside = append(inside, w)
 		return true
 	})
 	for _, w := range inside {
-		tr.writes.Delete(w)
+		wb.Delete(w)
 	}
 	r := kv.KeyRange{Begin: begin, End: end}
 	tr.cleared = append(tr.cleared, r)
@@ -400,13 +414,14 @@ func (tr *Tx) atomic(t kv.MutationType, key []byte, operand int64) {
 	}
 	key = clone(key)
 	m := kv.Mutation{Type: t, Key: key, Param: kv.EncodeInt64(operand)}
-	w, ok := tr.writes.Get(&localWrite{key: key})
+	wb := tr.writeBuffer()
+	w, ok := wb.Get(&localWrite{key: key})
 	if !ok {
 		w = &localWrite{key: key}
 		if tr.inCleared(key) {
 			w.baseKnown = true
 		}
-		tr.writes.ReplaceOrInsert(w)
+		wb.ReplaceOrInsert(w)
 	}
 	w.ops = append(w.ops, m)
 	tr.addMutation(m, kv.PointRange(key))

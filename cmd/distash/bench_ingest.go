@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/pprof"
+	"runtime/trace"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -14,7 +15,7 @@ import (
 
 func benchIngestCmd() *cobra.Command {
 	o := ingest.Options{}
-	var cpuProfile string
+	var cpuProfile, traceFile string
 	cmd := &cobra.Command{
 		Use:   "ingest",
 		Short: "Paper Fig. 9/10: single-key insert transactions into DRAM, Pebble and SQLite pools",
@@ -22,6 +23,17 @@ func benchIngestCmd() *cobra.Command {
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 			defer stop()
 			o.Progress = true
+			if traceFile != "" {
+				f, err := os.Create(traceFile)
+				if err != nil {
+					return err
+				}
+				defer f.Close()
+				if err := trace.Start(f); err != nil {
+					return err
+				}
+				defer trace.Stop()
+			}
 			if cpuProfile != "" {
 				f, err := os.Create(cpuProfile)
 				if err != nil {
@@ -43,6 +55,7 @@ func benchIngestCmd() *cobra.Command {
 	cmd.Flags().IntVar(&o.ValueSize, "value-size", 100, "bytes per value")
 	cmd.Flags().StringVar(&o.OutDir, "out", "bench-out", "directory for the PNG")
 	cmd.Flags().StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile to this file")
+	cmd.Flags().StringVar(&traceFile, "trace", "", "write a Go execution trace to this file")
 	cmd.Flags().StringVar(&o.Dir, "dir", "", "cluster directory (default: temporary)")
 	return cmd
 }
