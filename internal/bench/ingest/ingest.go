@@ -237,6 +237,15 @@ func plotTimeline(results []Result, path string) error {
 	p.Legend.Top = true
 	palette := []color.RGBA{{0x1f, 0x77, 0xb4, 255}, {0xff, 0x7f, 0x0e, 255}, {0x2c, 0xa0, 0x2c, 255}, {0xd6, 0x27, 0x28, 255},
 		{0x94, 0x67, 0xbd, 255}, {0x8c, 0x56, 0x4b, 255}, {0xe3, 0x77, 0xc2, 255}, {0x7f, 0x7f, 0x7f, 255}, {0xbc, 0xbd, 0x22, 255}}
+	maxY := 0.0
+	for _, r := range results {
+		for _, v := range r.Timeline {
+			maxY = max(maxY, v)
+		}
+	}
+	// Leave the top third free for the legend.
+	p.Y.Min, p.Y.Max = 0, maxY*1.5
+	p.Legend.Left = true
 	for i, r := range results {
 		pts := make(plotter.XYs, len(r.Timeline))
 		for j, v := range r.Timeline {
