@@ -342,3 +342,58 @@ engine = "sqlite"
 		return nil
 	})
 }
+
+// TestFlashEnginePools: the flash engine serves an ephemeral SSD pool and a
+// durable SSD pool of a cluster, across a restart.
+func TestFlashEnginePools(t *testing.T) {
+	const cfg = `
+[[pool]]
+name = "stage"
+prefix = "s/"
+medium = "ssd"
+mode = "ephemeral"
+engine = "flash"
+capacity = "1MiB"
+
+[[pool]]
+name = "data"
+prefix = "d/"
+medium = "ssd"
+mode = "durable"
+engine = "flash"
+`
+	c := startCluster(t, cfg)
+	ctx := ctxT(t, 60*time.Second)
+	for i := 0; i < 50; i++ {
+		if err := c.db.Transact(ctx, func(tr *distash.Tx) error {
+			tr.Set([]byte(fmt.Sprintf("d/%03d", i)), []byte(fmt.Sprint(i)))
+			tr.Set([]byte(fmt.Sprintf("s/%03d", i)), []byte(fmt.Sprint(i)))
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check := func(stageWanted bool) {
+		c.db.ReadTransact(ctx, func(tr *distash.Tx) error {
+			kvs, err := tr.GetRange([]byte("d/"), []byte("d0"), distash.RangeOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(kvs) != 50 || string(kvs[49].Value) != "49" {
+				t.Fatalf("durable flash pool holds %d pairs", len(kvs))
+			}
+			v, err := tr.Get([]byte("s/007"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if stageWanted && string(v) != "7" {
+				t.Fatalf("ephemeral flash pool: s/007 = %q", v)
+			}
+			return nil
+		})
+	}
+	check(true)
+	c.stop()
+	c.start(t)
+	check(false)
+}

@@ -33,6 +33,7 @@ import (
 	"github.com/distash/distash/internal/clock"
 	"github.com/distash/distash/internal/engine"
 	"github.com/distash/distash/internal/engine/engines"
+	_ "github.com/distash/distash/internal/engine/flash" // registers engine "flash"
 	"github.com/distash/distash/internal/kv"
 	"github.com/distash/distash/internal/proxy"
 	"github.com/distash/distash/internal/ratekeeper"
@@ -258,6 +259,17 @@ func (s *Server) openStash(sp stashSpec, windowVersions, recovered kv.Version) (
 	if err != nil {
 		return nil, fmt.Errorf("server: open stash %s-%d: %w", sp.pool.Name, sp.index, err)
 	}
+	volatile := sp.pool.Volatile()
+	if popped := s.log.Popped(sp.tag); eng.Version() < popped {
+		// The engine came back older than what the log still holds for it:
+		// it lost data (an ephemeral flash engine starts empty, for one).
+		if !sp.pool.Ephemeral() {
+			eng.Close()
+			return nil, fmt.Errorf("server: stash %s-%d of durable pool %q is at version %d but the log dropped its versions up to %d: its data is lost",
+				sp.pool.Name, sp.index, sp.pool.Name, eng.Version(), popped)
+		}
+		volatile = true // an ephemeral pool may restart empty
+	}
 	windowBytes := int64(64 << 20)
 	if sp.pool.Ephemeral() && sp.pool.Capacity > 0 {
 		// Keep the window of a small cache small too.
@@ -265,7 +277,7 @@ func (s *Server) openStash(sp stashSpec, windowVersions, recovered kv.Version) (
 	}
 	return stash.New(stash.Options{
 		Tag: sp.tag, Pool: sp.pool.Name, Index: sp.index, Engine: eng, Log: s.log,
-		Volatile: sp.pool.Volatile(), StartVersion: recovered,
+		Volatile: volatile, StartVersion: recovered,
 		Ephemeral: sp.pool.Ephemeral(), TrackBytes: !sp.pool.Ephemeral(), CapacityBytes: int64(sp.pool.Capacity),
 		WindowVersions: windowVersions, WindowBytes: windowBytes, FlushInterval: s.opts.FlushInterval, Logger: s.logger,
 	}), nil

@@ -40,7 +40,7 @@ func plotReport(rep *Report, path string) error {
 		p := plot.New()
 		p.Title.Text = map[string]string{
 			"chase": "microbenchmark: pointer chase + 4 KiB read",
-			"ycsb":  "flash engine, YCSB 95% reads, zipfian",
+			"ycsb":  "flash engine, YCSB read-mostly, zipfian",
 		}[w]
 		p.X.Label.Text = "memory latency L_mem [µs]"
 		p.Y.Label.Text = fmt.Sprintf("throughput normalized to L_mem=%gµs", float64(rep.Options.Latencies[0])/1000)
@@ -61,9 +61,24 @@ func plotReport(rep *Report, path string) error {
 		p.Legend.Left = true
 		for i, s := range byW[w] {
 			col := seriesColors[i%len(seriesColors)]
-			var pts plotter.XYs
+			var pts, bad plotter.XYs
 			for _, pt := range s.Points {
-				pts = append(pts, plotter.XY{X: float64(pt.Latency) / 1000, Y: pt.Normalized})
+				xy := plotter.XY{X: float64(pt.Latency) / 1000, Y: pt.Normalized}
+				if pt.Disturbed {
+					bad = append(bad, xy)
+				} else {
+					pts = append(pts, xy)
+				}
+			}
+			if len(bad) > 0 { // preempted runs: crosses, not in the legend
+				sc, err := plotter.NewScatter(bad)
+				if err != nil {
+					return err
+				}
+				sc.GlyphStyle.Color = col
+				sc.GlyphStyle.Radius = vg.Points(3)
+				sc.GlyphStyle.Shape = draw.CrossGlyph{}
+				p.Add(sc)
 			}
 			sc, err := plotter.NewScatter(pts)
 			if err != nil {

@@ -80,14 +80,12 @@ func (c *readCache) get(ctx farmem.Ctx, l loc) (key, value []byte, ok bool) {
 	k := cacheKey(l)
 	s := c.set(k)
 	line := unsafe.Pointer(&c.tags[s*waysPerSet])
-	if c.far {
+	if c.far { // fetch the line before taking the lock (see GetCtx)
 		ctx.Prefetch(line, farmem.LineSize)
+		ctx.Access(line, farmem.LineSize)
 	}
 	mu := &c.locks[s%cacheStripes]
 	mu.Lock()
-	if c.far {
-		ctx.Access(line, farmem.LineSize)
-	}
 	var e cacheEntry
 	for w := uint64(0); w < waysPerSet; w++ {
 		if c.tags[s*waysPerSet+w] == k {

@@ -277,3 +277,21 @@ func TestLookupsOnUserLevelThreads(t *testing.T) {
 	}
 	_ = os.Getenv
 }
+
+func TestColdest(t *testing.T) {
+	e, err := flash.Open(engine.Options{Dir: t.TempDir(), Ephemeral: true, CapacityBytes: 1 << 20, Eviction: "lru"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	apply(t, e, 1, set("a", "1"), set("b", "2"), set("c", "3"))
+	get(t, e, "a") // a becomes the most recent
+	if got := fmt.Sprintf("%q", e.Coldest(2)); got != `["b" "c"]` {
+		t.Fatalf("Coldest(2) = %s", got)
+	}
+	d := mustOpen(t, t.TempDir(), flash.Config{})
+	defer d.Close()
+	if d.Coldest(5) != nil {
+		t.Fatal("a durable engine has an eviction order")
+	}
+}

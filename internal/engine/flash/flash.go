@@ -195,7 +195,10 @@ type commitReq struct {
 	done chan struct{}
 }
 
-var _ engine.Engine = (*Engine)(nil)
+var (
+	_ engine.Engine         = (*Engine)(nil)
+	_ engine.RecencyOrdered = (*Engine)(nil)
+)
 
 // Open opens the engine in opts.Dir with the default Config.
 func Open(opts engine.Options) (*Engine, error) { return OpenConfig(opts, Config{}) }
@@ -418,13 +421,18 @@ restart:
 	b := h & tbl.mask
 	for probe := uint64(0); probe <= tbl.mask; probe++ {
 		p := tbl.bucketPtr(b)
+		// Fetch the line (a user-level thread yields in Prefetch), then
+		// take the lock and read it: a stall on a line that has not
+		// arrived is spent outside the lock, so a writer never waits for
+		// a far-memory load. (Access only accounts time; the bucket is
+		// read below, under the lock.)
 		c.Prefetch(p, farmem.LineSize)
+		c.Access(p, farmem.LineSize)
 		e.rlock(c)
 		if e.tbl.Load() != tbl {
 			e.mu.RUnlock()
 			goto restart
 		}
-		c.Access(p, farmem.LineSize)
 		locs, end := candidates(tbl.bucket(b), sig, lbuf[:0])
 		n := 0
 		for _, l := range locs {
@@ -1007,6 +1015,24 @@ func (e *Engine) rebuildLocked() *table {
 	})
 	e.tbl.Store(t)
 	return t
+}
+
+// Coldest implements engine.RecencyOrdered: up to n keys, next to be
+// evicted first; nil unless the engine is ephemeral with a capacity.
+func (e *Engine) Coldest(n int) [][]byte {
+	if e.pol == nil || n <= 0 || e.closed.Load() {
+		return nil
+	}
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	e.pmu.Lock()
+	defer e.pmu.Unlock()
+	out := make([][]byte, 0, min(n, int(e.keys.Load())))
+	e.pol.coldest(func(p *pnode) bool {
+		out = append(out, append([]byte(nil), p.key...))
+		return len(out) < n
+	})
+	return out
 }
 
 // Close implements engine.Engine. A durable engine's data is already on

@@ -23,6 +23,8 @@ type policy interface {
 	touch(n *pnode)  // a reference
 	remove(n *pnode) // the key left
 	evict() *pnode   // the coldest key, removed from the order
+	// coldest calls fn for the keys, coldest first, until fn returns false.
+	coldest(fn func(n *pnode) bool)
 }
 
 func newPolicy(name string) policy {
@@ -75,6 +77,14 @@ func (l *lru) evict() *pnode {
 	return n
 }
 
+func (l *lru) coldest(fn func(n *pnode) bool) {
+	for n := l.head.prev; n != &l.head; n = n.prev {
+		if !fn(n) {
+			return
+		}
+	}
+}
+
 // camp keeps priorities H = L + cost/size and evicts the smallest, raising
 // L to it; ties go to the least recently used.
 type camp struct {
@@ -116,3 +126,5 @@ func (c *camp) evict() *pnode {
 	}
 	return n
 }
+
+func (c *camp) coldest(fn func(n *pnode) bool) { c.tree.Ascend(fn) }
