@@ -2,16 +2,12 @@ package distash_test
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
 
-	"github.com/distash/distash"
-	"github.com/distash/distash/config"
-	"github.com/distash/distash/server"
+	"github.com/distash/distash/distashtest"
 )
 
 // twoPools is the paper's cache-augmented configuration: a DRAM ephemeral
@@ -37,60 +33,12 @@ stashes = 2
 replication = 2
 `
 
-type cluster struct {
-	srv *server.Server
-	db  *distash.DB
-	dir string
-	cfg *config.Config
-	// interceptor, if set, wraps the server's RPCs (fault injection).
-	interceptor grpc.UnaryServerInterceptor
-}
+type cluster = distashtest.Cluster
 
-func startCluster(t testing.TB, toml string) *cluster {
-	return startClusterWith(t, toml, nil)
-}
+func startCluster(t testing.TB, toml string) *cluster { return distashtest.Start(t, toml) }
 
 func startClusterWith(t testing.TB, toml string, interceptor grpc.UnaryServerInterceptor) *cluster {
-	t.Helper()
-	cfg, err := config.Parse([]byte(toml))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := &cluster{dir: t.TempDir(), cfg: cfg, interceptor: interceptor}
-	c.start(t)
-	t.Cleanup(c.stop)
-	return c
+	return distashtest.StartWith(t, toml, distashtest.Options{Interceptor: interceptor})
 }
 
-func (c *cluster) start(t testing.TB) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	srv, err := server.Start(ctx, server.Options{Dir: c.dir, Config: c.cfg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), FlushInterval: 20 * time.Millisecond, Interceptor: c.interceptor})
-	if err != nil {
-		t.Fatal(err)
-	}
-	db, err := distash.Open(ctx, srv.ClusterString())
-	if err != nil {
-		srv.Stop()
-		t.Fatal(err)
-	}
-	c.srv, c.db = srv, db
-}
-
-func (c *cluster) stop() {
-	if c.db != nil {
-		c.db.Close()
-		c.db = nil
-	}
-	if c.srv != nil {
-		c.srv.Stop()
-		c.srv = nil
-	}
-}
-
-func ctxT(t testing.TB, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
+func ctxT(t testing.TB, d time.Duration) context.Context { return distashtest.Context(t, d) }

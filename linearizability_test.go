@@ -73,9 +73,9 @@ func TestSingleKeyHistoriesAreLinearizable(t *testing.T) {
 				var err error
 				if rng.IntN(2) == 0 {
 					in.write, in.value = true, fmt.Sprintf("%d-%d", cl, i)
-					err = c.db.Transact(ctx, func(tr *distash.Tx) error { tr.Set([]byte(k), []byte(in.value)); return nil })
+					err = c.DB.Transact(ctx, func(tr *distash.Tx) error { tr.Set([]byte(k), []byte(in.value)); return nil })
 				} else {
-					err = c.db.ReadTransact(ctx, func(tr *distash.Tx) error {
+					err = c.DB.ReadTransact(ctx, func(tr *distash.Tx) error {
 						v, err := tr.Get([]byte(k))
 						out = string(v)
 						return err

@@ -31,11 +31,11 @@ func TestFigure7RaceAbortsTheStaleFill(t *testing.T) {
 			c := startCluster(t, twoPools)
 			ctx := ctxT(t, 20*time.Second)
 			data, cache := []byte("d/user:1"), []byte("c/user:1")
-			if err := c.db.Transact(ctx, func(tr *distash.Tx) error { tr.Set(data, []byte("v1")); return nil }); err != nil {
+			if err := c.DB.Transact(ctx, func(tr *distash.Tx) error { tr.Set(data, []byte("v1")); return nil }); err != nil {
 				t.Fatal(err)
 			}
 			// Step 1: the reader misses in the cache and reads the data pool.
-			reader, _ := c.db.CreateTransaction(ctx)
+			reader, _ := c.DB.CreateTransaction(ctx)
 			if v, err := reader.Get(cache); err != nil || v != nil {
 				t.Fatalf("cache lookup = %q, %v; want a miss", v, err)
 			}
@@ -44,7 +44,7 @@ func TestFigure7RaceAbortsTheStaleFill(t *testing.T) {
 				t.Fatalf("data read = %q, %v", stale, err)
 			}
 			// Step 2: the writer updates the data (and the cache) and commits.
-			err = c.db.Transact(ctx, func(tr *distash.Tx) error {
+			err = c.DB.Transact(ctx, func(tr *distash.Tx) error {
 				tr.Set(data, []byte("v2"))
 				if policy == "write-through" {
 					tr.Set(cache, []byte("v2"))
@@ -62,7 +62,7 @@ func TestFigure7RaceAbortsTheStaleFill(t *testing.T) {
 				t.Fatalf("stale fill committed (err = %v): the cache would hold v1 while the data holds v2", err)
 			}
 			// Step 4: the retry (read-through again) sees v2.
-			err = c.db.Transact(ctx, func(tr *distash.Tx) error {
+			err = c.DB.Transact(ctx, func(tr *distash.Tx) error {
 				v, err := tr.Get(cache)
 				if err != nil || v != nil {
 					return err
@@ -77,7 +77,7 @@ func TestFigure7RaceAbortsTheStaleFill(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			c.db.ReadTransact(ctx, func(tr *distash.Tx) error {
+			c.DB.ReadTransact(ctx, func(tr *distash.Tx) error {
 				v, err := tr.Get(cache)
 				if err != nil || string(v) != "v2" {
 					t.Fatalf("cache after retry = %q, %v; want v2", v, err)
@@ -141,7 +141,7 @@ func runBank(t *testing.T, c *cluster, clients int, duration time.Duration) {
 	ctx := ctxT(t, duration+60*time.Second)
 	dataKey := func(i int) []byte { return []byte(fmt.Sprintf("d/acct:%02d", i)) }
 	cacheKey := func(i int) []byte { return []byte(fmt.Sprintf("c/acct:%02d", i)) }
-	err := c.db.Transact(ctx, func(tr *distash.Tx) error {
+	err := c.DB.Transact(ctx, func(tr *distash.Tx) error {
 		for i := 0; i < accounts; i++ {
 			tr.Set(dataKey(i), distash.EncodeInt64(initial))
 		}
@@ -177,7 +177,7 @@ func runBank(t *testing.T, c *cluster, clients int, duration time.Duration) {
 					from, to := rng.IntN(accounts), rng.IntN(accounts)
 					amount := int64(rng.IntN(50))
 					through := rng.IntN(2) == 0
-					err := c.db.Transact(ctx, func(tr *distash.Tx) error {
+					err := c.DB.Transact(ctx, func(tr *distash.Tx) error {
 						a, err := readThrough(tr, from)
 						if err != nil {
 							return err
@@ -207,7 +207,7 @@ func runBank(t *testing.T, c *cluster, clients int, duration time.Duration) {
 					}
 					transfers.Add(1)
 				} else {
-					err := c.db.Transact(ctx, func(tr *distash.Tx) error {
+					err := c.DB.Transact(ctx, func(tr *distash.Tx) error {
 						// Read-through of every account, batched: the cache
 						// first, then the data of the misses, filling them.
 						cacheKeys := make([][]byte, accounts)
@@ -257,7 +257,7 @@ func runBank(t *testing.T, c *cluster, clients int, duration time.Duration) {
 	if transfers.Load() == 0 || audits.Load() == 0 {
 		t.Fatal("workload did nothing")
 	}
-	err = c.db.ReadTransact(ctx, func(tr *distash.Tx) error {
+	err = c.DB.ReadTransact(ctx, func(tr *distash.Tx) error {
 		var sum int64
 		for i := 0; i < accounts; i++ {
 			vals, err := tr.GetMulti([][]byte{dataKey(i), cacheKey(i)})
@@ -320,7 +320,7 @@ func TestEphemeralPoolStaysWithinCapacity(t *testing.T) {
 	maxResident := int64(0)
 	for r := 0; r < rounds; r++ {
 		for i := 0; i < keys; i += perTxn {
-			err := c.db.Transact(ctx, func(tr *distash.Tx) error {
+			err := c.DB.Transact(ctx, func(tr *distash.Tx) error {
 				for j := i; j < i+perTxn; j++ {
 					tr.Set([]byte(fmt.Sprintf("c/k%04d", j)), value(j, r))
 				}
@@ -329,7 +329,7 @@ func TestEphemeralPoolStaysWithinCapacity(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			for _, st := range c.srv.Stashes() {
+			for _, st := range c.Server.Stashes() {
 				if st.Pool == "cache" {
 					maxResident = max(maxResident, st.EngineBytes)
 					if st.EngineBytes > capacity {
@@ -342,7 +342,7 @@ func TestEphemeralPoolStaysWithinCapacity(t *testing.T) {
 	// Let the window drain into the engine, then read everything.
 	time.Sleep(200 * time.Millisecond)
 	present := 0
-	err := c.db.ReadTransact(ctx, func(tr *distash.Tx) error {
+	err := c.DB.ReadTransact(ctx, func(tr *distash.Tx) error {
 		present = 0
 		for i := 0; i < keys; i++ {
 			v, err := tr.Get([]byte(fmt.Sprintf("c/k%04d", i)))
@@ -363,7 +363,7 @@ func TestEphemeralPoolStaysWithinCapacity(t *testing.T) {
 		t.Fatal(err)
 	}
 	var evictions int64
-	for _, st := range c.srv.Stashes() {
+	for _, st := range c.Server.Stashes() {
 		if st.Pool == "cache" {
 			evictions = st.Evictions
 			if st.EngineBytes > capacity {
@@ -391,7 +391,7 @@ func TestDurablePoolFullRefusesWholeTransaction(t *testing.T) {
 	var written int
 	var fullErr error
 	for i := 0; i < 200; i++ {
-		err := c.db.Transact(ctx, func(tr *distash.Tx) error {
+		err := c.DB.Transact(ctx, func(tr *distash.Tx) error {
 			tr.Set([]byte(fmt.Sprintf("d/k%04d", i)), value)
 			tr.Set([]byte(fmt.Sprintf("c/k%04d", i)), value)
 			return nil
@@ -409,7 +409,7 @@ func TestDurablePoolFullRefusesWholeTransaction(t *testing.T) {
 		t.Fatalf("pool of 64 KiB took %d writes of ~1 KB", written)
 	}
 	t.Logf("pool full after %d writes: %v", written, fullErr)
-	err := c.db.ReadTransact(ctx, func(tr *distash.Tx) error {
+	err := c.DB.ReadTransact(ctx, func(tr *distash.Tx) error {
 		for i := 0; i < written; i++ {
 			v, err := tr.Get([]byte(fmt.Sprintf("d/k%04d", i)))
 			if err != nil {
@@ -431,12 +431,12 @@ func TestDurablePoolFullRefusesWholeTransaction(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c.db.Transact(ctx, func(tr *distash.Tx) error { tr.ClearRange([]byte("d/k0000"), []byte("d/k0030")); return nil }); err != nil {
+	if err := c.DB.Transact(ctx, func(tr *distash.Tx) error { tr.ClearRange([]byte("d/k0000"), []byte("d/k0030")); return nil }); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		err := c.db.Transact(ctx, func(tr *distash.Tx) error { tr.Set([]byte("d/again"), value); return nil })
+		err := c.DB.Transact(ctx, func(tr *distash.Tx) error { tr.Set([]byte("d/again"), value); return nil })
 		if err == nil {
 			break
 		}

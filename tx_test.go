@@ -13,7 +13,7 @@ import (
 func TestSetGetAcrossPools(t *testing.T) {
 	c := startCluster(t, twoPools)
 	ctx := ctxT(t, 20*time.Second)
-	err := c.db.Transact(ctx, func(tr *distash.Tx) error {
+	err := c.DB.Transact(ctx, func(tr *distash.Tx) error {
 		tr.Set([]byte("d/k"), []byte("data"))
 		tr.Set([]byte("c/k"), []byte("cache"))
 		return nil
@@ -21,7 +21,7 @@ func TestSetGetAcrossPools(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = c.db.ReadTransact(ctx, func(tr *distash.Tx) error {
+	err = c.DB.ReadTransact(ctx, func(tr *distash.Tx) error {
 		vals, err := tr.GetMulti([][]byte{[]byte("d/k"), []byte("c/k"), []byte("d/absent")})
 		if err != nil {
 			return err
@@ -39,7 +39,7 @@ func TestSetGetAcrossPools(t *testing.T) {
 func TestReadYourWritesAndRanges(t *testing.T) {
 	c := startCluster(t, twoPools)
 	ctx := ctxT(t, 20*time.Second)
-	err := c.db.Transact(ctx, func(tr *distash.Tx) error {
+	err := c.DB.Transact(ctx, func(tr *distash.Tx) error {
 		for i := 0; i < 10; i++ {
 			tr.Set([]byte(fmt.Sprintf("d/r%02d", i)), []byte{byte('0' + i)})
 		}
@@ -48,7 +48,7 @@ func TestReadYourWritesAndRanges(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = c.db.Transact(ctx, func(tr *distash.Tx) error {
+	err = c.DB.Transact(ctx, func(tr *distash.Tx) error {
 		tr.Set([]byte("d/r03x"), []byte("new"))
 		tr.Clear([]byte("d/r05"))
 		tr.ClearRange([]byte("d/r07"), []byte("d/r09"))
@@ -88,7 +88,7 @@ func TestReadYourWritesAndRanges(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Committed state matches what the transaction saw.
-	err = c.db.ReadTransact(ctx, func(tr *distash.Tx) error {
+	err = c.DB.ReadTransact(ctx, func(tr *distash.Tx) error {
 		kvs, err := tr.GetRange([]byte("d/r"), []byte("d/s"), distash.RangeOptions{Limit: 5})
 		if err != nil {
 			return err
@@ -107,8 +107,8 @@ func TestAtomicOpsDoNotConflict(t *testing.T) {
 	c := startCluster(t, twoPools)
 	ctx := ctxT(t, 30*time.Second)
 	key := []byte("d/counter")
-	t1, _ := c.db.CreateTransaction(ctx)
-	t2, _ := c.db.CreateTransaction(ctx)
+	t1, _ := c.DB.CreateTransaction(ctx)
+	t2, _ := c.DB.CreateTransaction(ctx)
 	// Both read something so they have read versions, then add.
 	t1.Get([]byte("d/x"))
 	t2.Get([]byte("d/x"))
@@ -123,7 +123,7 @@ func TestAtomicOpsDoNotConflict(t *testing.T) {
 	if err := t2.Commit(); err != nil {
 		t.Fatalf("concurrent adds conflicted: %v", err)
 	}
-	c.db.ReadTransact(ctx, func(tr *distash.Tx) error {
+	c.DB.ReadTransact(ctx, func(tr *distash.Tx) error {
 		vals, err := tr.GetMulti([][]byte{key, []byte("d/max"), []byte("d/min")})
 		if err != nil {
 			t.Fatal(err)
@@ -139,11 +139,11 @@ func TestConflictAndManualCommit(t *testing.T) {
 	c := startCluster(t, twoPools)
 	ctx := ctxT(t, 20*time.Second)
 	k := []byte("d/x")
-	t1, _ := c.db.CreateTransaction(ctx)
+	t1, _ := c.DB.CreateTransaction(ctx)
 	if _, err := t1.Get(k); err != nil {
 		t.Fatal(err)
 	}
-	t2, _ := c.db.CreateTransaction(ctx)
+	t2, _ := c.DB.CreateTransaction(ctx)
 	t2.Set(k, []byte("t2"))
 	if err := t2.Commit(); err != nil {
 		t.Fatal(err)
@@ -158,9 +158,9 @@ func TestConflictAndManualCommit(t *testing.T) {
 		t.Fatalf("error %v has no code 1020", err)
 	}
 	// Snapshot reads add no conflict.
-	t3, _ := c.db.CreateTransaction(ctx)
+	t3, _ := c.DB.CreateTransaction(ctx)
 	t3.Snapshot().Get(k)
-	t4, _ := c.db.CreateTransaction(ctx)
+	t4, _ := c.DB.CreateTransaction(ctx)
 	t4.Set(k, []byte("t4"))
 	if err := t4.Commit(); err != nil {
 		t.Fatal(err)
@@ -178,7 +178,7 @@ func TestTransactHonoursContext(t *testing.T) {
 	c := startCluster(t, twoPools)
 	ctx := ctxT(t, 300*time.Millisecond)
 	calls := 0
-	err := c.db.Transact(ctx, func(tr *distash.Tx) error {
+	err := c.DB.Transact(ctx, func(tr *distash.Tx) error {
 		calls++
 		return distash.ErrNotCommitted // always retryable
 	})
@@ -193,7 +193,7 @@ func TestTransactHonoursContext(t *testing.T) {
 func TestBadInputLeavesDatabaseUnchanged(t *testing.T) {
 	c := startCluster(t, twoPools)
 	ctx := ctxT(t, 20*time.Second)
-	if err := c.db.Transact(ctx, func(tr *distash.Tx) error { tr.Set([]byte("d/keep"), []byte("v")); return nil }); err != nil {
+	if err := c.DB.Transact(ctx, func(tr *distash.Tx) error { tr.Set([]byte("d/keep"), []byte("v")); return nil }); err != nil {
 		t.Fatal(err)
 	}
 	cases := []struct {
@@ -214,7 +214,7 @@ func TestBadInputLeavesDatabaseUnchanged(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			err := c.db.Transact(ctx, func(tr *distash.Tx) error {
+			err := c.DB.Transact(ctx, func(tr *distash.Tx) error {
 				tr.Set([]byte("d/keep"), []byte("changed")) // must not land
 				tc.fn(tr)
 				return nil
@@ -224,10 +224,10 @@ func TestBadInputLeavesDatabaseUnchanged(t *testing.T) {
 			}
 		})
 	}
-	if _, err := c.db.Pool("nope"); !errors.Is(err, distash.ErrUnknownPool) {
+	if _, err := c.DB.Pool("nope"); !errors.Is(err, distash.ErrUnknownPool) {
 		t.Fatalf("Pool(nope) = %v", err)
 	}
-	c.db.ReadTransact(ctx, func(tr *distash.Tx) error {
+	c.DB.ReadTransact(ctx, func(tr *distash.Tx) error {
 		v, err := tr.Get([]byte("d/keep"))
 		if err != nil || !bytes.Equal(v, []byte("v")) {
 			t.Fatalf("d/keep = %q, %v: bad input changed the database", v, err)
@@ -241,7 +241,7 @@ func TestBadInputLeavesDatabaseUnchanged(t *testing.T) {
 
 func TestPoolHandles(t *testing.T) {
 	c := startCluster(t, twoPools)
-	p, err := c.db.Pool("cache")
+	p, err := c.DB.Pool("cache")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -272,18 +272,18 @@ engine = "pebble"
 `)
 	ctx := ctxT(t, 30*time.Second)
 	for i := 0; i < 10; i++ {
-		if err := c.db.Transact(ctx, func(tr *distash.Tx) error { tr.Set([]byte(fmt.Sprintf("c/k%d", i)), []byte("v")); return nil }); err != nil {
+		if err := c.DB.Transact(ctx, func(tr *distash.Tx) error { tr.Set([]byte(fmt.Sprintf("c/k%d", i)), []byte("v")); return nil }); err != nil {
 			t.Fatal(err)
 		}
 	}
-	cache, _ := c.db.Pool("cache")
+	cache, _ := c.DB.Pool("cache")
 	// Wait until the writes left the MVCC window for the engine.
 	var keys [][]byte
 	deadline := time.Now().Add(10 * time.Second)
 	for len(keys) < 10 && time.Now().Before(deadline) {
 		time.Sleep(100 * time.Millisecond)
 		var err error
-		if keys, err = c.db.ColdestKeys(ctx, cache, 3); err != nil {
+		if keys, err = c.DB.ColdestKeys(ctx, cache, 3); err != nil {
 			t.Fatal(err)
 		}
 		if len(keys) == 3 {
@@ -293,8 +293,8 @@ engine = "pebble"
 	if len(keys) != 3 || string(keys[0]) != "c/k0" {
 		t.Fatalf("coldest = %q", keys)
 	}
-	data, _ := c.db.Pool("data")
-	if _, err := c.db.ColdestKeys(ctx, data, 3); !errors.Is(err, distash.ErrUnsupported) {
+	data, _ := c.DB.Pool("data")
+	if _, err := c.DB.ColdestKeys(ctx, data, 3); !errors.Is(err, distash.ErrUnsupported) {
 		t.Fatalf("coldest of a durable pool = %v", err)
 	}
 }
@@ -321,7 +321,7 @@ mode = "durable"
 engine = "sqlite"
 `)
 	ctx := ctxT(t, 30*time.Second)
-	if err := c.db.Transact(ctx, func(tr *distash.Tx) error {
+	if err := c.DB.Transact(ctx, func(tr *distash.Tx) error {
 		tr.Set([]byte("d/empty"), nil)
 		tr.Set([]byte("c/empty"), []byte{})
 		return nil
@@ -329,7 +329,7 @@ engine = "sqlite"
 		t.Fatal(err)
 	}
 	time.Sleep(1500 * time.Millisecond) // past the window: now in the engines
-	c.db.ReadTransact(ctx, func(tr *distash.Tx) error {
+	c.DB.ReadTransact(ctx, func(tr *distash.Tx) error {
 		vals, err := tr.GetMulti([][]byte{[]byte("d/empty"), []byte("c/empty")})
 		if err != nil {
 			t.Fatal(err)
@@ -365,7 +365,7 @@ engine = "flash"
 	c := startCluster(t, cfg)
 	ctx := ctxT(t, 60*time.Second)
 	for i := 0; i < 50; i++ {
-		if err := c.db.Transact(ctx, func(tr *distash.Tx) error {
+		if err := c.DB.Transact(ctx, func(tr *distash.Tx) error {
 			tr.Set([]byte(fmt.Sprintf("d/%03d", i)), []byte(fmt.Sprint(i)))
 			tr.Set([]byte(fmt.Sprintf("s/%03d", i)), []byte(fmt.Sprint(i)))
 			return nil
@@ -374,7 +374,7 @@ engine = "flash"
 		}
 	}
 	check := func(stageWanted bool) {
-		c.db.ReadTransact(ctx, func(tr *distash.Tx) error {
+		c.DB.ReadTransact(ctx, func(tr *distash.Tx) error {
 			kvs, err := tr.GetRange([]byte("d/"), []byte("d0"), distash.RangeOptions{})
 			if err != nil {
 				t.Fatal(err)
@@ -393,7 +393,7 @@ engine = "flash"
 		})
 	}
 	check(true)
-	c.stop()
-	c.start(t)
+	c.Stop()
+	c.Restart(t)
 	check(false)
 }

@@ -99,7 +99,7 @@ func TestBadInput(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := New(c.db, tc.opts)
+			_, err := New(c.DB, tc.opts)
 			if err == nil {
 				t.Fatalf("New accepted %+v", tc.opts)
 			}
@@ -111,7 +111,7 @@ func TestBadInput(t *testing.T) {
 			}
 		})
 	}
-	s, err := New(c.db, Options{CachePools: []string{"cache"}, DataPool: "data", Families: fams})
+	s, err := New(c.DB, Options{CachePools: []string{"cache"}, DataPool: "data", Families: fams})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +123,7 @@ func TestBadInput(t *testing.T) {
 func TestReadThroughAndPolicies(t *testing.T) {
 	c := startCluster(t, cacheConfig)
 	ctx := ctxT(t, 30*time.Second)
-	s, err := New(c.db, Options{CachePools: []string{"bigcache"}, DataPool: "data", Families: []Family{sumFamily, ptrFamily}})
+	s, err := New(c.DB, Options{CachePools: []string{"bigcache"}, DataPool: "data", Families: []Family{sumFamily, ptrFamily}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,7 +195,7 @@ func TestReadThroughAndPolicies(t *testing.T) {
 func TestFigure7RaceIsPrevented(t *testing.T) {
 	c := startCluster(t, cacheConfig)
 	ctx := ctxT(t, 30*time.Second)
-	s, err := New(c.db, Options{CachePools: []string{"bigcache"}, DataPool: "data", Families: []Family{sumFamily}})
+	s, err := New(c.DB, Options{CachePools: []string{"bigcache"}, DataPool: "data", Families: []Family{sumFamily}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -207,7 +207,7 @@ func TestFigure7RaceIsPrevented(t *testing.T) {
 		if err := s.Invalidate(ctx, q); err != nil {
 			t.Fatal(err)
 		}
-		fill, err := c.db.CreateTransaction(ctx)
+		fill, err := c.DB.CreateTransaction(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -379,7 +379,7 @@ func TestConcurrentPolicies(t *testing.T) {
 		{"all-three-mixed", "mix/", []Policy{WriteAround, WriteThrough, ReadModifyWrite}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s, err := New(c.db, Options{CachePools: []string{"bigcache"}, DataPool: "data", Namespace: tc.tag,
+			s, err := New(c.DB, Options{CachePools: []string{"bigcache"}, DataPool: "data", Namespace: tc.tag,
 				Families: []Family{sumFamily, ptrFamily}})
 			if err != nil {
 				t.Fatal(err)
@@ -394,7 +394,7 @@ func TestConcurrentPolicies(t *testing.T) {
 func TestTwoLevelsWithEviction(t *testing.T) {
 	c := startCluster(t, cacheConfig)
 	ctx := ctxT(t, 30*time.Second)
-	s, err := New(c.db, Options{CachePools: []string{"cache", "results"}, DataPool: "data", Families: []Family{sumFamily, ptrFamily}})
+	s, err := New(c.DB, Options{CachePools: []string{"cache", "results"}, DataPool: "data", Families: []Family{sumFamily, ptrFamily}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -95,20 +95,20 @@ func loadRatio(before, after map[uint32]int64) (ratio float64, total int64, per 
 func BenchmarkFrontCache(b *testing.B) {
 	c := startCluster(b, benchConfig)
 	ctx := context.Background()
-	conn, err := grpc.NewClient(c.srv.ClusterString(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(c.Server.ClusterString(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer conn.Close()
 	status := wire.NewDiStashClient(conn)
 
-	fc, err := New(c.db, Options{FrontPool: "front", SlowPool: "slow", AdmitProbability: 0.1})
+	fc, err := New(c.DB, Options{FrontPool: "front", SlowPool: "slow", AdmitProbability: 0.1})
 	if err != nil {
 		b.Fatal(err)
 	}
 	value := make([]byte, 100)
 	for i := 0; i < benchKeys; i += 1000 {
-		err := c.db.Transact(ctx, func(tr *distash.Tx) error {
+		err := c.DB.Transact(ctx, func(tr *distash.Tx) error {
 			for j := i; j < min(i+1000, benchKeys); j++ {
 				tr.Set(fc.SlowKey(benchKey(uint64(j))), value)
 			}
@@ -166,7 +166,7 @@ func BenchmarkFrontCache(b *testing.B) {
 	}
 	b.Run("without-front-cache", func(b *testing.B) {
 		workload(b, "direct", func(k []byte) error {
-			return c.db.ReadTransact(ctx, func(tr *distash.Tx) error {
+			return c.DB.ReadTransact(ctx, func(tr *distash.Tx) error {
 				_, err := tr.Get(fc.SlowKey(k))
 				return err
 			})

@@ -33,7 +33,7 @@ func TestBadInput(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := New(c.db, tc.opts)
+			_, err := New(c.DB, tc.opts)
 			if err == nil {
 				t.Fatalf("New accepted %+v", tc.opts)
 			}
@@ -56,7 +56,7 @@ func TestSizeIsBounded(t *testing.T) {
 	}
 	c := startCluster(t, frontConfig)
 	ctx := ctxT(t, 30*time.Second)
-	fc, err := New(c.db, Options{FrontPool: "front", SlowPool: "slow", Ways: 4})
+	fc, err := New(c.DB, Options{FrontPool: "front", SlowPool: "slow", Ways: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +102,7 @@ func TestNeverOlderThanSlowPool(t *testing.T) {
 	for _, policy := range []WritePolicy{Invalidate, Update} {
 		t.Run(policy.String(), func(t *testing.T) {
 			ctx := ctxT(t, 30*time.Second)
-			fc, err := New(c.db, Options{FrontPool: "front", SlowPool: "slow", Namespace: policy.String() + "/",
+			fc, err := New(c.DB, Options{FrontPool: "front", SlowPool: "slow", Namespace: policy.String() + "/",
 				AdmitProbability: 0.7, Entries: 16, Ways: 4, WritePolicy: policy})
 			if err != nil {
 				t.Fatal(err)

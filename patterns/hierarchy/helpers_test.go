@@ -2,15 +2,10 @@ package hierarchy
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"testing"
 	"time"
 
-	"github.com/distash/distash"
-	"github.com/distash/distash/config"
-	_ "github.com/distash/distash/internal/engine/flash" // registers engine "flash"
-	"github.com/distash/distash/server"
+	"github.com/distash/distash/distashtest"
 )
 
 // tiersConfig has one pool per medium, a second dram pool and an
@@ -78,39 +73,8 @@ stashes = 1
 replication = 1
 `
 
-type cluster struct {
-	srv *server.Server
-	db  *distash.DB
-}
+type cluster = distashtest.Cluster
 
-func startCluster(t testing.TB, toml string) *cluster {
-	t.Helper()
-	cfg, err := config.Parse([]byte(toml))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	srv, err := server.Start(ctx, server.Options{Dir: t.TempDir(), Config: cfg,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), FlushInterval: 20 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	db, err := distash.Open(ctx, srv.ClusterString())
-	if err != nil {
-		srv.Stop()
-		t.Fatal(err)
-	}
-	c := &cluster{srv: srv, db: db}
-	t.Cleanup(func() {
-		c.db.Close()
-		c.srv.Stop()
-	})
-	return c
-}
+func startCluster(t testing.TB, toml string) *cluster { return distashtest.Start(t, toml) }
 
-func ctxT(t testing.TB, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
+func ctxT(t testing.TB, d time.Duration) context.Context { return distashtest.Context(t, d) }

@@ -38,7 +38,7 @@ func TestBadInput(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := New(c.db, tc.opts)
+			_, err := New(c.DB, tc.opts)
 			if err == nil {
 				t.Fatalf("New accepted %+v", tc.opts)
 			}
@@ -52,7 +52,7 @@ func TestBadInput(t *testing.T) {
 	}
 	// An inclusive hierarchy may have ephemeral upper tiers; equal media are allowed.
 	for _, tiers := range [][]string{{"dram", "nvm", "hdd"}, {"dram", "flashssd", "ssd", "hdd"}} {
-		if _, err := New(c.db, Options{Tiers: tiers, Mode: Inclusive}); err != nil {
+		if _, err := New(c.DB, Options{Tiers: tiers, Mode: Inclusive}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -63,7 +63,7 @@ func TestGetPromotesAndMigratorDemotes(t *testing.T) {
 	ctx := ctxT(t, 30*time.Second)
 	var clock atomic.Int64
 	clock.Store(1_000_000)
-	h, err := New(c.db, Options{Tiers: []string{"nvm", "ssd", "hdd"}, Mode: Exclusive,
+	h, err := New(c.DB, Options{Tiers: []string{"nvm", "ssd", "hdd"}, Mode: Exclusive,
 		CapacityBytes: map[string]int64{"nvm": 100, "ssd": 1000}, MigrateParallelism: 1,
 		Now: func() time.Time { return time.Unix(0, clock.Add(int64(time.Second))) }})
 	if err != nil {
@@ -325,7 +325,7 @@ func snapshot(t *testing.T, ctx context.Context, h *Hierarchy, ks [][]byte) map[
 func TestExclusiveUnderConcurrency(t *testing.T) {
 	c := startCluster(t, tiersConfig)
 	ctx := ctxT(t, 40*time.Second)
-	h, err := New(c.db, Options{Tiers: []string{"nvm", "ssd", "hdd"}, Mode: Exclusive,
+	h, err := New(c.DB, Options{Tiers: []string{"nvm", "ssd", "hdd"}, Mode: Exclusive,
 		CapacityBytes:      map[string]int64{"nvm": 1500, "ssd": 3000},
 		RecencyGranularity: time.Millisecond})
 	if err != nil {
@@ -371,7 +371,7 @@ func TestExclusiveUnderConcurrency(t *testing.T) {
 func TestInclusiveNeverServesOlder(t *testing.T) {
 	c := startCluster(t, tiersConfig)
 	ctx := ctxT(t, 40*time.Second)
-	h, err := New(c.db, Options{Tiers: []string{"dram", "nvm", "hdd"}, Mode: Inclusive,
+	h, err := New(c.DB, Options{Tiers: []string{"dram", "nvm", "hdd"}, Mode: Inclusive,
 		CapacityBytes:      map[string]int64{"nvm": 800},
 		RecencyGranularity: time.Millisecond})
 	if err != nil {

@@ -1,0 +1,100 @@
+// Package distashtest starts embedded DiStash clusters for tests: one call
+// gives a running cluster in a temporary directory and a connected client,
+// both stopped when the test ends.
+//
+//	c := distashtest.Start(t, toml)
+//	err := c.DB.Transact(distashtest.Context(t, 10*time.Second), func(tr *distash.Tx) error { ... })
+package distashtest
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/distash/distash"
+	"github.com/distash/distash/config"
+	"github.com/distash/distash/server"
+)
+
+// Options shape a test cluster.
+type Options struct {
+	// Interceptor, if set, wraps every RPC the server handles (inject faults with it).
+	Interceptor grpc.UnaryServerInterceptor
+	// FlushInterval is the stashes' flush period; default 20ms, so tests
+	// see versions reach the engines quickly.
+	FlushInterval time.Duration
+}
+
+// Cluster is a running embedded cluster and a client connected to it.
+type Cluster struct {
+	Server *server.Server
+	DB     *distash.DB
+	Dir    string
+	Config *config.Config
+	opts   Options
+}
+
+// Start parses toml, starts a cluster in a temporary directory and opens a
+// client; the test fails if either fails. The cluster stops when the test ends.
+func Start(t testing.TB, toml string) *Cluster { return StartWith(t, toml, Options{}) }
+
+// StartWith is Start with options.
+func StartWith(t testing.TB, toml string, o Options) *Cluster {
+	t.Helper()
+	cfg, err := config.Parse([]byte(toml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.FlushInterval == 0 {
+		o.FlushInterval = 20 * time.Millisecond
+	}
+	c := &Cluster{Dir: t.TempDir(), Config: cfg, opts: o}
+	c.Restart(t)
+	t.Cleanup(c.Stop)
+	return c
+}
+
+// Restart starts the cluster again on its directory after Stop (and is how
+// Start starts it the first time).
+func (c *Cluster) Restart(t testing.TB) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv, err := server.Start(ctx, server.Options{
+		Dir: c.Dir, Config: c.Config, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		FlushInterval: c.opts.FlushInterval, Interceptor: c.opts.Interceptor,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := distash.Open(ctx, srv.ClusterString())
+	if err != nil {
+		srv.Stop()
+		t.Fatal(err)
+	}
+	c.Server, c.DB = srv, db
+}
+
+// Stop closes the client and stops the cluster, keeping its directory.
+// Safe to call twice.
+func (c *Cluster) Stop() {
+	if c.DB != nil {
+		c.DB.Close()
+		c.DB = nil
+	}
+	if c.Server != nil {
+		c.Server.Stop()
+		c.Server = nil
+	}
+}
+
+// Context returns a context that ends after d or with the test.
+func Context(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
