@@ -16,16 +16,31 @@ import (
 	"github.com/distash/distash"
 )
 
-// buildBinary builds the distash command once per test run.
+var (
+	buildOnce sync.Once
+	builtBin  string
+	buildErr  error
+)
+
+// buildBinary builds the distash command once per test run (the tests that
+// run real server processes share it).
 func buildBinary(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "distash")
-	cmd := exec.Command("go", "build", "-o", bin, ".")
-	cmd.Stderr = os.Stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("go build: %v", err)
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "distash-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		builtBin = filepath.Join(dir, "distash")
+		cmd := exec.Command("go", "build", "-o", builtBin, ".")
+		cmd.Stderr = os.Stderr
+		buildErr = cmd.Run()
+	})
+	if buildErr != nil {
+		t.Fatalf("go build: %v", buildErr)
 	}
-	return bin
+	return builtBin
 }
 
 // startServer runs `distash server` and returns the process and its address.
@@ -175,4 +190,12 @@ func TestServerRejectsMalformedConfig(t *testing.T) {
 	if !strings.Contains(string(out), "medium") || !strings.Contains(string(out), "tape") {
 		t.Fatalf("error does not name the field: %s", out)
 	}
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if builtBin != "" {
+		os.RemoveAll(filepath.Dir(builtBin))
+	}
+	os.Exit(code)
 }
