@@ -397,3 +397,52 @@ engine = "flash"
 	c.Restart(t)
 	check(false)
 }
+
+// TestReadVersionOlderThanWindowIsTooOld: a transaction whose read version
+// fell out of the MVCC window gets ErrTransactionTooOld on reads and on
+// commit; Transact retries it with a new read version.
+func TestReadVersionOlderThanWindowIsTooOld(t *testing.T) {
+	c := startCluster(t, `
+[cluster]
+mvcc_window = "1s"
+
+[[pool]]
+name = "data"
+prefix = "d/"
+medium = "ssd"
+mode = "durable"
+engine = "pebble"
+`)
+	ctx := ctxT(t, 30*time.Second)
+	if err := c.DB.Transact(ctx, func(tr *distash.Tx) error { tr.Set([]byte("d/k"), []byte("v")); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	old, _ := c.DB.CreateTransaction(ctx)
+	if _, err := old.Get([]byte("d/k")); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1500 * time.Millisecond)
+	if _, err := old.Get([]byte("d/other")); !errors.Is(err, distash.ErrTransactionTooOld) {
+		t.Fatalf("read at an expired version = %v", err)
+	}
+	old.Set([]byte("d/k"), []byte("late"))
+	if err := old.Commit(); !errors.Is(err, distash.ErrTransactionTooOld) {
+		t.Fatalf("commit at an expired version = %v", err)
+	}
+	attempts := 0
+	err := c.DB.Transact(ctx, func(tr *distash.Tx) error {
+		attempts++
+		if attempts == 1 {
+			tr.SetReadVersion(1) // long gone
+		}
+		v, err := tr.Get([]byte("d/k"))
+		if err != nil {
+			return err
+		}
+		tr.Set([]byte("d/k2"), v)
+		return nil
+	})
+	if err != nil || attempts != 2 {
+		t.Fatalf("Transact after too-old: %v after %d attempts", err, attempts)
+	}
+}
