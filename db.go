@@ -40,10 +40,11 @@ import (
 
 // DB is a handle to a DiStash cluster. It is safe for concurrent use.
 type DB struct {
-	conn  *grpc.ClientConn
-	api   wire.DiStashClient
-	grv   *grvBatcher
-	pools []*Pool
+	conn    *grpc.ClientConn
+	api     wire.DiStashClient
+	grv     *grvBatcher
+	commits *commitStreamer
+	pools   []*Pool
 
 	mu     sync.RWMutex
 	shards []shard // Protected by mu. Sorted by begin.
@@ -94,7 +95,7 @@ func dial(ctx context.Context, addr string) (*DB, error) {
 		return nil, err
 	}
 	api := wire.NewDiStashClient(conn)
-	db := &DB{conn: conn, api: api, grv: &grvBatcher{api: api}, load: map[uint32]*stashLoad{}}
+	db := &DB{conn: conn, api: api, grv: &grvBatcher{api: api}, commits: &commitStreamer{api: api}, load: map[uint32]*stashLoad{}}
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	info, err := db.api.ClusterInfo(cctx, &wire.ClusterInfoRequest{}, grpc.WaitForReady(true))
@@ -113,7 +114,10 @@ func dial(ctx context.Context, addr string) (*DB, error) {
 }
 
 // Close releases the connection.
-func (db *DB) Close() error { return db.conn.Close() }
+func (db *DB) Close() error {
+	db.commits.close()
+	return db.conn.Close()
+}
 
 func (db *DB) refreshShards(ctx context.Context) error {
 	resp, err := db.api.Locations(ctx, &wire.LocationsRequest{Begin: []byte{}, End: []byte{0xff, 0xff}})

@@ -37,8 +37,8 @@ type cluster = distashtest.Cluster
 
 func startCluster(t testing.TB, toml string) *cluster { return distashtest.Start(t, toml) }
 
-func startClusterWith(t testing.TB, toml string, interceptor grpc.UnaryServerInterceptor) *cluster {
-	return distashtest.StartWith(t, toml, distashtest.Options{Interceptor: interceptor})
+func startClusterWith(t testing.TB, toml string, unary grpc.UnaryServerInterceptor, stream grpc.StreamServerInterceptor) *cluster {
+	return distashtest.StartWith(t, toml, distashtest.Options{Interceptor: unary, StreamInterceptor: stream})
 }
 
 func ctxT(t testing.TB, d time.Duration) context.Context { return distashtest.Context(t, d) }

@@ -126,11 +126,46 @@ func TestBankInvariantUnderTransportFaults(t *testing.T) {
 		}
 		return handler(ctx, req)
 	}
-	runBank(t, startClusterWith(t, twoPools, faults), 16, 2*time.Second)
-	t.Logf("%d requests dropped, %d replies lost", dropped.Load(), lostReplies.Load())
-	if dropped.Load() == 0 || lostReplies.Load() == 0 {
+	// Commits travel on a stream: break it now and then, before or after a
+	// commit was handled (every commit in flight on it has an unknown result).
+	var broken atomic.Int64
+	streamFaults := func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		return handler(srv, &faultyStream{ServerStream: ss, fail: func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			if rng.Float64() < 0.01 {
+				broken.Add(1)
+				return true
+			}
+			return false
+		}})
+	}
+	runBank(t, startClusterWith(t, twoPools, faults, streamFaults), 16, 2*time.Second)
+	t.Logf("%d requests dropped, %d replies lost, %d commit streams broken", dropped.Load(), lostReplies.Load(), broken.Load())
+	if dropped.Load() == 0 || lostReplies.Load() == 0 || broken.Load() == 0 {
 		t.Fatal("no faults injected")
 	}
+}
+
+// faultyStream breaks a stream when fail says so: on a receive (the request
+// is lost) or on a send (the request was handled, its reply is lost).
+type faultyStream struct {
+	grpc.ServerStream
+	fail func() bool
+}
+
+func (f *faultyStream) RecvMsg(m any) error {
+	if f.fail() {
+		return status.Error(codes.Unavailable, "injected: stream broken before a request")
+	}
+	return f.ServerStream.RecvMsg(m)
+}
+
+func (f *faultyStream) SendMsg(m any) error {
+	if f.fail() {
+		return status.Error(codes.Unavailable, "injected: stream broken before a reply")
+	}
+	return f.ServerStream.SendMsg(m)
 }
 
 func runBank(t *testing.T, c *cluster, clients int, duration time.Duration) {

@@ -480,7 +480,7 @@ func (tr *Tx) Commit() error {
 		req.Mutations = append(req.Mutations, &wire.Mutation{Type: uint32(m.Type), Key: m.Key, Param: m.Param, Cost: m.Cost})
 	}
 	tr.mu.Unlock()
-	resp, err := tr.db.api.Commit(tr.ctx, req)
+	resp, err := tr.db.commits.commit(tr.ctx, req)
 	if err != nil {
 		if tr.ctx.Err() != nil {
 			return errorf(kv.CodeCommitUnknownResult, "%v", err)

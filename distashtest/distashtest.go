@@ -22,8 +22,10 @@ import (
 
 // Options shape a test cluster.
 type Options struct {
-	// Interceptor, if set, wraps every RPC the server handles (inject faults with it).
-	Interceptor grpc.UnaryServerInterceptor
+	// Interceptor and StreamInterceptor, if set, wrap every RPC the server
+	// handles (inject faults with them).
+	Interceptor       grpc.UnaryServerInterceptor
+	StreamInterceptor grpc.StreamServerInterceptor
 	// FlushInterval is the stashes' flush period; default 20ms, so tests
 	// see versions reach the engines quickly.
 	FlushInterval time.Duration
@@ -66,7 +68,7 @@ func (c *Cluster) Restart(t testing.TB) {
 	defer cancel()
 	srv, err := server.Start(ctx, server.Options{
 		Dir: c.Dir, Config: c.Config, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		FlushInterval: c.opts.FlushInterval, Interceptor: c.opts.Interceptor,
+		FlushInterval: c.opts.FlushInterval, Interceptor: c.opts.Interceptor, StreamInterceptor: c.opts.StreamInterceptor,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -58,8 +58,10 @@ type Options struct {
 	// FlushInterval is how often stashes flush versions leaving the MVCC
 	// window to their engines; default 100ms.
 	FlushInterval time.Duration
-	// Interceptor, if set, wraps every gRPC call (tests inject faults with it).
-	Interceptor grpc.UnaryServerInterceptor
+	// Interceptor and StreamInterceptor, if set, wrap every gRPC call
+	// (tests inject faults with them).
+	Interceptor       grpc.UnaryServerInterceptor
+	StreamInterceptor grpc.StreamServerInterceptor
 }
 
 // Server is a running embedded cluster.
@@ -232,6 +234,9 @@ func (s *Server) start(ctx context.Context) error {
 	gopts := []grpc.ServerOption{grpc.MaxRecvMsgSize(64 << 20), grpc.MaxSendMsgSize(64 << 20)}
 	if s.opts.Interceptor != nil {
 		gopts = append(gopts, grpc.UnaryInterceptor(s.opts.Interceptor))
+	}
+	if s.opts.StreamInterceptor != nil {
+		gopts = append(gopts, grpc.StreamInterceptor(s.opts.StreamInterceptor))
 	}
 	s.grpcServer = grpc.NewServer(gopts...)
 	wire.RegisterDiStashServer(s.grpcServer, &service{s: s})

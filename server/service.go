@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"sort"
+	"sync"
 
 	"github.com/distash/distash/internal/kv"
 	"github.com/distash/distash/internal/proxy"
@@ -188,4 +189,27 @@ func (v *service) Coldest(ctx context.Context, req *wire.ColdestRequest) (*wire.
 		resp.Keys = resp.Keys[:n]
 	}
 	return resp, nil
+}
+
+// CommitStream commits each request as it arrives, concurrently, and sends
+// each reply with its request's id.
+func (v *service) CommitStream(stream wire.DiStash_CommitStreamServer) error {
+	ctx := stream.Context()
+	var sendMu sync.Mutex
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for {
+		req, err := stream.Recv()
+		if err != nil {
+			return nil // the client closed the stream or it broke
+		}
+		wg.Add(1)
+		go func(req *wire.CommitStreamRequest) {
+			defer wg.Done()
+			resp, _ := v.Commit(ctx, req.Request)
+			sendMu.Lock()
+			defer sendMu.Unlock()
+			stream.Send(&wire.CommitStreamResponse{Id: req.Id, Response: resp})
+		}(req)
+	}
 }

@@ -1640,6 +1640,113 @@ func (x *ColdestResponse) GetError() *Error {
 	return nil
 }
 
+// CommitStream carries many commits over one stream, matched by id: no
+// per-request HTTP/2 stream setup. If the stream breaks, every commit in
+// flight on it has an unknown result.
+type CommitStreamRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Request       *CommitRequest         `protobuf:"bytes,2,opt,name=request,proto3" json:"request,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CommitStreamRequest) Reset() {
+	*x = CommitStreamRequest{}
+	mi := &file_distash_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CommitStreamRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CommitStreamRequest) ProtoMessage() {}
+
+func (x *CommitStreamRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_distash_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CommitStreamRequest.ProtoReflect.Descriptor instead.
+func (*CommitStreamRequest) Descriptor() ([]byte, []int) {
+	return file_distash_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *CommitStreamRequest) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *CommitStreamRequest) GetRequest() *CommitRequest {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+type CommitStreamResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Response      *CommitResponse        `protobuf:"bytes,2,opt,name=response,proto3" json:"response,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CommitStreamResponse) Reset() {
+	*x = CommitStreamResponse{}
+	mi := &file_distash_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CommitStreamResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CommitStreamResponse) ProtoMessage() {}
+
+func (x *CommitStreamResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_distash_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CommitStreamResponse.ProtoReflect.Descriptor instead.
+func (*CommitStreamResponse) Descriptor() ([]byte, []int) {
+	return file_distash_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *CommitStreamResponse) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *CommitStreamResponse) GetResponse() *CommitResponse {
+	if x != nil {
+		return x.Response
+	}
+	return nil
+}
+
 var File_distash_proto protoreflect.FileDescriptor
 
 const file_distash_proto_rawDesc = "" +
@@ -1764,10 +1871,17 @@ const file_distash_proto_rawDesc = "" +
 	"\x05limit\x18\x02 \x01(\x05R\x05limit\"N\n" +
 	"\x0fColdestResponse\x12\x12\n" +
 	"\x04keys\x18\x01 \x03(\fR\x04keys\x12'\n" +
-	"\x05error\x18\x02 \x01(\v2\x11.distash.v1.ErrorR\x05error2\xc7\x04\n" +
+	"\x05error\x18\x02 \x01(\v2\x11.distash.v1.ErrorR\x05error\"Z\n" +
+	"\x13CommitStreamRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x123\n" +
+	"\arequest\x18\x02 \x01(\v2\x19.distash.v1.CommitRequestR\arequest\"^\n" +
+	"\x14CommitStreamResponse\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x126\n" +
+	"\bresponse\x18\x02 \x01(\v2\x1a.distash.v1.CommitResponseR\bresponse2\x9e\x05\n" +
 	"\aDiStash\x12W\n" +
 	"\x0eGetReadVersion\x12!.distash.v1.GetReadVersionRequest\x1a\".distash.v1.GetReadVersionResponse\x12?\n" +
-	"\x06Commit\x12\x19.distash.v1.CommitRequest\x1a\x1a.distash.v1.CommitResponse\x129\n" +
+	"\x06Commit\x12\x19.distash.v1.CommitRequest\x1a\x1a.distash.v1.CommitResponse\x12U\n" +
+	"\fCommitStream\x12\x1f.distash.v1.CommitStreamRequest\x1a .distash.v1.CommitStreamResponse(\x010\x01\x129\n" +
 	"\x04Read\x12\x17.distash.v1.ReadRequest\x1a\x18.distash.v1.ReadResponse\x12H\n" +
 	"\tReadRange\x12\x1c.distash.v1.ReadRangeRequest\x1a\x1d.distash.v1.ReadRangeResponse\x12H\n" +
 	"\tLocations\x12\x1c.distash.v1.LocationsRequest\x1a\x1d.distash.v1.LocationsResponse\x12N\n" +
@@ -1787,7 +1901,7 @@ func file_distash_proto_rawDescGZIP() []byte {
 	return file_distash_proto_rawDescData
 }
 
-var file_distash_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_distash_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_distash_proto_goTypes = []any{
 	(*Error)(nil),                  // 0: distash.v1.Error
 	(*Mutation)(nil),               // 1: distash.v1.Mutation
@@ -1814,6 +1928,8 @@ var file_distash_proto_goTypes = []any{
 	(*StatusResponse)(nil),         // 22: distash.v1.StatusResponse
 	(*ColdestRequest)(nil),         // 23: distash.v1.ColdestRequest
 	(*ColdestResponse)(nil),        // 24: distash.v1.ColdestResponse
+	(*CommitStreamRequest)(nil),    // 25: distash.v1.CommitStreamRequest
+	(*CommitStreamResponse)(nil),   // 26: distash.v1.CommitStreamResponse
 }
 var file_distash_proto_depIdxs = []int32{
 	0,  // 0: distash.v1.GetReadVersionResponse.error:type_name -> distash.v1.Error
@@ -1832,27 +1948,31 @@ var file_distash_proto_depIdxs = []int32{
 	19, // 13: distash.v1.StatusResponse.stashes:type_name -> distash.v1.StashStatus
 	20, // 14: distash.v1.StatusResponse.log:type_name -> distash.v1.LogStatus
 	0,  // 15: distash.v1.ColdestResponse.error:type_name -> distash.v1.Error
-	5,  // 16: distash.v1.DiStash.GetReadVersion:input_type -> distash.v1.GetReadVersionRequest
-	7,  // 17: distash.v1.DiStash.Commit:input_type -> distash.v1.CommitRequest
-	9,  // 18: distash.v1.DiStash.Read:input_type -> distash.v1.ReadRequest
-	11, // 19: distash.v1.DiStash.ReadRange:input_type -> distash.v1.ReadRangeRequest
-	13, // 20: distash.v1.DiStash.Locations:input_type -> distash.v1.LocationsRequest
-	17, // 21: distash.v1.DiStash.ClusterInfo:input_type -> distash.v1.ClusterInfoRequest
-	21, // 22: distash.v1.DiStash.Status:input_type -> distash.v1.StatusRequest
-	23, // 23: distash.v1.DiStash.Coldest:input_type -> distash.v1.ColdestRequest
-	6,  // 24: distash.v1.DiStash.GetReadVersion:output_type -> distash.v1.GetReadVersionResponse
-	8,  // 25: distash.v1.DiStash.Commit:output_type -> distash.v1.CommitResponse
-	10, // 26: distash.v1.DiStash.Read:output_type -> distash.v1.ReadResponse
-	12, // 27: distash.v1.DiStash.ReadRange:output_type -> distash.v1.ReadRangeResponse
-	15, // 28: distash.v1.DiStash.Locations:output_type -> distash.v1.LocationsResponse
-	18, // 29: distash.v1.DiStash.ClusterInfo:output_type -> distash.v1.ClusterInfoResponse
-	22, // 30: distash.v1.DiStash.Status:output_type -> distash.v1.StatusResponse
-	24, // 31: distash.v1.DiStash.Coldest:output_type -> distash.v1.ColdestResponse
-	24, // [24:32] is the sub-list for method output_type
-	16, // [16:24] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	7,  // 16: distash.v1.CommitStreamRequest.request:type_name -> distash.v1.CommitRequest
+	8,  // 17: distash.v1.CommitStreamResponse.response:type_name -> distash.v1.CommitResponse
+	5,  // 18: distash.v1.DiStash.GetReadVersion:input_type -> distash.v1.GetReadVersionRequest
+	7,  // 19: distash.v1.DiStash.Commit:input_type -> distash.v1.CommitRequest
+	25, // 20: distash.v1.DiStash.CommitStream:input_type -> distash.v1.CommitStreamRequest
+	9,  // 21: distash.v1.DiStash.Read:input_type -> distash.v1.ReadRequest
+	11, // 22: distash.v1.DiStash.ReadRange:input_type -> distash.v1.ReadRangeRequest
+	13, // 23: distash.v1.DiStash.Locations:input_type -> distash.v1.LocationsRequest
+	17, // 24: distash.v1.DiStash.ClusterInfo:input_type -> distash.v1.ClusterInfoRequest
+	21, // 25: distash.v1.DiStash.Status:input_type -> distash.v1.StatusRequest
+	23, // 26: distash.v1.DiStash.Coldest:input_type -> distash.v1.ColdestRequest
+	6,  // 27: distash.v1.DiStash.GetReadVersion:output_type -> distash.v1.GetReadVersionResponse
+	8,  // 28: distash.v1.DiStash.Commit:output_type -> distash.v1.CommitResponse
+	26, // 29: distash.v1.DiStash.CommitStream:output_type -> distash.v1.CommitStreamResponse
+	10, // 30: distash.v1.DiStash.Read:output_type -> distash.v1.ReadResponse
+	12, // 31: distash.v1.DiStash.ReadRange:output_type -> distash.v1.ReadRangeResponse
+	15, // 32: distash.v1.DiStash.Locations:output_type -> distash.v1.LocationsResponse
+	18, // 33: distash.v1.DiStash.ClusterInfo:output_type -> distash.v1.ClusterInfoResponse
+	22, // 34: distash.v1.DiStash.Status:output_type -> distash.v1.StatusResponse
+	24, // 35: distash.v1.DiStash.Coldest:output_type -> distash.v1.ColdestResponse
+	27, // [27:36] is the sub-list for method output_type
+	18, // [18:27] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_distash_proto_init() }
@@ -1866,7 +1986,7 @@ func file_distash_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_distash_proto_rawDesc), len(file_distash_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   25,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

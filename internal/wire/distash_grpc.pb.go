@@ -25,6 +25,7 @@ const _ = grpc.SupportPackageIsVersion9
 const (
 	DiStash_GetReadVersion_FullMethodName = "/distash.v1.DiStash/GetReadVersion"
 	DiStash_Commit_FullMethodName         = "/distash.v1.DiStash/Commit"
+	DiStash_CommitStream_FullMethodName   = "/distash.v1.DiStash/CommitStream"
 	DiStash_Read_FullMethodName           = "/distash.v1.DiStash/Read"
 	DiStash_ReadRange_FullMethodName      = "/distash.v1.DiStash/ReadRange"
 	DiStash_Locations_FullMethodName      = "/distash.v1.DiStash/Locations"
@@ -39,6 +40,7 @@ const (
 type DiStashClient interface {
 	GetReadVersion(ctx context.Context, in *GetReadVersionRequest, opts ...grpc.CallOption) (*GetReadVersionResponse, error)
 	Commit(ctx context.Context, in *CommitRequest, opts ...grpc.CallOption) (*CommitResponse, error)
+	CommitStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[CommitStreamRequest, CommitStreamResponse], error)
 	Read(ctx context.Context, in *ReadRequest, opts ...grpc.CallOption) (*ReadResponse, error)
 	ReadRange(ctx context.Context, in *ReadRangeRequest, opts ...grpc.CallOption) (*ReadRangeResponse, error)
 	Locations(ctx context.Context, in *LocationsRequest, opts ...grpc.CallOption) (*LocationsResponse, error)
@@ -74,6 +76,19 @@ func (c *diStashClient) Commit(ctx context.Context, in *CommitRequest, opts ...g
 	}
 	return out, nil
 }
+
+func (c *diStashClient) CommitStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[CommitStreamRequest, CommitStreamResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &DiStash_ServiceDesc.Streams[0], DiStash_CommitStream_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[CommitStreamRequest, CommitStreamResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type DiStash_CommitStreamClient = grpc.BidiStreamingClient[CommitStreamRequest, CommitStreamResponse]
 
 func (c *diStashClient) Read(ctx context.Context, in *ReadRequest, opts ...grpc.CallOption) (*ReadResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
@@ -141,6 +156,7 @@ func (c *diStashClient) Coldest(ctx context.Context, in *ColdestRequest, opts ..
 type DiStashServer interface {
 	GetReadVersion(context.Context, *GetReadVersionRequest) (*GetReadVersionResponse, error)
 	Commit(context.Context, *CommitRequest) (*CommitResponse, error)
+	CommitStream(grpc.BidiStreamingServer[CommitStreamRequest, CommitStreamResponse]) error
 	Read(context.Context, *ReadRequest) (*ReadResponse, error)
 	ReadRange(context.Context, *ReadRangeRequest) (*ReadRangeResponse, error)
 	Locations(context.Context, *LocationsRequest) (*LocationsResponse, error)
@@ -162,6 +178,9 @@ func (UnimplementedDiStashServer) GetReadVersion(context.Context, *GetReadVersio
 }
 func (UnimplementedDiStashServer) Commit(context.Context, *CommitRequest) (*CommitResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Commit not implemented")
+}
+func (UnimplementedDiStashServer) CommitStream(grpc.BidiStreamingServer[CommitStreamRequest, CommitStreamResponse]) error {
+	return status.Error(codes.Unimplemented, "method CommitStream not implemented")
 }
 func (UnimplementedDiStashServer) Read(context.Context, *ReadRequest) (*ReadResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Read not implemented")
@@ -237,6 +256,13 @@ func _DiStash_Commit_Handler(srv interface{}, ctx context.Context, dec func(inte
 	}
 	return interceptor(ctx, in, info, handler)
 }
+
+func _DiStash_CommitStream_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(DiStashServer).CommitStream(&grpc.GenericServerStream[CommitStreamRequest, CommitStreamResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type DiStash_CommitStreamServer = grpc.BidiStreamingServer[CommitStreamRequest, CommitStreamResponse]
 
 func _DiStash_Read_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ReadRequest)
@@ -386,6 +412,13 @@ var DiStash_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _DiStash_Coldest_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "CommitStream",
+			Handler:       _DiStash_CommitStream_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+	},
 	Metadata: "distash.proto",
 }
