@@ -159,7 +159,10 @@ type Engine struct {
 	pol policy
 
 	keys, bytes, evictions atomic.Int64
-	version                atomic.Int64
+	// indexNegatives counts Gets of absent keys the in-memory index answered
+	// without reading a segment file.
+	indexNegatives atomic.Int64
+	version        atomic.Int64
 
 	// Group commit.
 	qmu     sync.Mutex
@@ -357,7 +360,8 @@ func (e *Engine) Version() kv.Version { return kv.Version(e.version.Load()) }
 func (e *Engine) Stats() engine.Stats {
 	e.mu.RLock()
 	defer e.mu.RUnlock()
-	return engine.Stats{Keys: e.keys.Load(), Bytes: e.bytes.Load(), Evictions: e.evictions.Load()}
+	return engine.Stats{Keys: e.keys.Load(), Bytes: e.bytes.Load(), Evictions: e.evictions.Load(),
+		FilterNegatives: e.indexNegatives.Load()}
 }
 
 // Metrics returns the engine's internal counters.
@@ -416,6 +420,7 @@ func (e *Engine) GetCtx(c farmem.Ctx, key []byte) ([]byte, bool, error) {
 	sig := sigOf(h)
 	var lbuf [slotsPerBucket]loc
 	var cands [slotsPerBucket]candidate
+	deviceRead := false
 restart:
 	tbl := e.tbl.Load()
 	b := h & tbl.mask
@@ -446,6 +451,7 @@ restart:
 			} else {
 				s.pin()
 				cands[n].seg = s
+				deviceRead = true
 			}
 			n++
 		}
@@ -473,6 +479,9 @@ restart:
 			return val, true, nil
 		}
 		if end {
+			if !deviceRead {
+				e.indexNegatives.Add(1)
+			}
 			return nil, false, nil
 		}
 		b = (b + 1) & tbl.mask

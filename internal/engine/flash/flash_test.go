@@ -1,6 +1,7 @@
 package flash_test
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/distash/distash/internal/engine"
@@ -41,4 +42,23 @@ func TestConformanceEphemeral(t *testing.T) {
 func TestConformanceDirectIO(t *testing.T) {
 	open := openWith(flash.Config{DirectIO: true, WriteBufferBytes: -1, CacheBytes: -1, SegmentBytes: 64 << 10})
 	enginetest.Run(t, open, open)
+}
+
+func TestAbsentKeysCostNoDeviceRead(t *testing.T) {
+	e, err := flash.Open(engine.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	if err := e.Apply(&engine.Batch{Version: 1, Writes: []engine.Write{{Key: []byte("present"), Value: []byte("v")}}}); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 100; i++ {
+		if _, ok, err := e.Get([]byte(fmt.Sprintf("absent-%d", i))); ok || err != nil {
+			t.Fatal(ok, err)
+		}
+	}
+	if n := e.Stats().FilterNegatives; n < 95 {
+		t.Fatalf("only %d of 100 absent lookups answered by the index", n)
+	}
 }
