@@ -22,6 +22,7 @@ type commitStreamer struct {
 
 type commitStream struct {
 	st      wire.DiStash_CommitStreamClient
+	sendMu  sync.Mutex // gRPC allows one sender at a time on a stream
 	cancel  context.CancelFunc
 	pending map[uint64]chan *wire.CommitResponse // Protected by commitStreamer.mu.
 }
@@ -46,14 +47,17 @@ func (c *commitStreamer) commit(ctx context.Context, req *wire.CommitRequest) (*
 	c.nextID++
 	id := c.nextID
 	s.pending[id] = ch
-	// gRPC allows one sender at a time on a stream: send under mu.
-	if err := s.st.Send(&wire.CommitStreamRequest{Id: id, Request: req}); err != nil {
-		delete(s.pending, id)
-		c.breakLocked(s)
+	c.mu.Unlock()
+	// Send outside mu, so replies keep flowing to receive meanwhile.
+	s.sendMu.Lock()
+	err := s.st.Send(&wire.CommitStreamRequest{Id: id, Request: req})
+	s.sendMu.Unlock()
+	if err != nil {
+		c.mu.Lock()
+		c.breakLocked(s) // fails this commit too: its outcome is unknown
 		c.mu.Unlock()
 		return nil, err
 	}
-	c.mu.Unlock()
 	select {
 	case resp, ok := <-ch:
 		if !ok {
