@@ -446,3 +446,45 @@ engine = "pebble"
 		t.Fatalf("Transact after too-old: %v after %d attempts", err, attempts)
 	}
 }
+
+// TestDurablePoolRecency: a durable pool with recency = true keeps its keys
+// in access order at the stashes (reads and writes), and after a restart
+// every key starts cold, in key order.
+func TestDurablePoolRecency(t *testing.T) {
+	c := startCluster(t, `
+[cluster]
+mvcc_window = "1s"
+
+[[pool]]
+name = "data"
+prefix = "d/"
+medium = "ssd"
+mode = "durable"
+engine = "pebble"
+recency = true
+`)
+	ctx := ctxT(t, 30*time.Second)
+	for _, k := range []string{"d/b", "d/a", "d/c"} {
+		if err := c.DB.Transact(ctx, func(tr *distash.Tx) error { tr.Set([]byte(k), []byte("v")); return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.DB.ReadTransact(ctx, func(tr *distash.Tx) error { _, err := tr.Get([]byte("d/b")); return err })
+	data, _ := c.DB.Pool("data")
+	keys, err := c.DB.ColdestKeys(ctx, data, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprintf("%s", keys); got != "[d/a d/c d/b]" {
+		t.Fatalf("coldest = %s, want [d/a d/c d/b]", got)
+	}
+	time.Sleep(1500 * time.Millisecond) // past the window: the engine holds every key
+	c.Stop()
+	c.Restart(t)
+	if keys, err = c.DB.ColdestKeys(ctx, data, 10); err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprintf("%s", keys); got != "[d/a d/b d/c]" {
+		t.Fatalf("coldest after restart = %s, want key order", got)
+	}
+}

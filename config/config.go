@@ -96,6 +96,10 @@ type Pool struct {
 	Replication int    `toml:"replication"` // replicas of each shard, <= Stashes
 	Capacity    Size   `toml:"capacity"`    // per stash
 	Eviction    string `toml:"eviction"`    // lru | camp (ephemeral pools only)
+	// Recency makes the stashes of a durable pool keep their keys in access
+	// order, for DB.ColdestKeys (a storage hierarchy's migrator demotes the
+	// coldest). Ephemeral pools always keep it (their eviction order).
+	Recency bool `toml:"recency"`
 }
 
 // Ephemeral reports whether the pool may evict.

@@ -643,20 +643,20 @@ engine = "pebble"
 		{"pool typo", pool + pool2 + "capacty = \"1GiB\"\n",
 			[]string{`pool[1] ("data").capacty: unknown key (did you mean capacity?)`}},
 		{"pool unrelated", pool + "color = \"red\"\n",
-			[]string{`pool[0] ("cache").color: unknown key (valid keys: capacity, engine, eviction, medium, mode, name, prefix, replication, stashes)`}},
+			[]string{`pool[0] ("cache").color: unknown key (valid keys: capacity, engine, eviction, medium, mode, name, prefix, recency, replication, stashes)`}},
 		{"pool subtable", pool + "[pool.extra]\nx = 1\n",
-			[]string{`pool[0] ("cache").extra: unknown key (valid keys: capacity, engine, eviction, medium, mode, name, prefix, replication, stashes)`}},
+			[]string{`pool[0] ("cache").extra: unknown key (valid keys: capacity, engine, eviction, medium, mode, name, prefix, recency, replication, stashes)`}},
 		{"case", "[Cluster]\nmvcc_window = \"2s\"\n" + pool + "Stashes = 2\n",
 			[]string{
 				`Cluster: unknown key (keys are case-sensitive: did you mean cluster?)`,
 				`pool[0] ("cache").Stashes: unknown key (keys are case-sensitive: did you mean stashes?)`,
 			}},
 		{"inline pool array", `pool = [{name = "a", prefix = "a", medium = "ssd", mode = "durable", engine = "pebble", zz = 1}]`,
-			[]string{`pool[0] ("a").zz: unknown key (valid keys: capacity, engine, eviction, medium, mode, name, prefix, replication, stashes)`}},
+			[]string{`pool[0] ("a").zz: unknown key (valid keys: capacity, engine, eviction, medium, mode, name, prefix, recency, replication, stashes)`}},
 		{"same key in two pools", pool + "zone = 1\n" + pool2 + "zone = 2\n",
 			[]string{
-				`pool[0] ("cache").zone: unknown key (valid keys: capacity, engine, eviction, medium, mode, name, prefix, replication, stashes)`,
-				`pool[1] ("data").zone: unknown key (valid keys: capacity, engine, eviction, medium, mode, name, prefix, replication, stashes)`,
+				`pool[0] ("cache").zone: unknown key (valid keys: capacity, engine, eviction, medium, mode, name, prefix, recency, replication, stashes)`,
+				`pool[1] ("data").zone: unknown key (valid keys: capacity, engine, eviction, medium, mode, name, prefix, recency, replication, stashes)`,
 			}},
 	}
 	for _, tt := range tests {

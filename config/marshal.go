@@ -25,6 +25,7 @@ type outPool struct {
 	Replication int    `toml:"replication"`
 	Capacity    Size   `toml:"capacity,omitzero"`
 	Eviction    string `toml:"eviction,omitempty"`
+	Recency     bool   `toml:"recency,omitempty"`
 }
 
 // Marshal writes the configuration as TOML that Parse reads back to an equal

@@ -36,6 +36,7 @@ type rawPool struct {
 	Replication *int   `toml:"replication"`
 	Capacity    Size   `toml:"capacity"`
 	Eviction    string `toml:"eviction"`
+	Recency     bool   `toml:"recency"`
 }
 
 // schema lists the keys each table may hold.
@@ -43,7 +44,7 @@ var schema = map[string][]string{
 	"":        {"cluster", "log", "pool"},
 	"cluster": {"failure_wait", "mvcc_window"},
 	"log":     {"replicas"},
-	"pool":    {"name", "prefix", "medium", "mode", "engine", "stashes", "replication", "capacity", "eviction"},
+	"pool":    {"name", "prefix", "medium", "mode", "engine", "stashes", "replication", "capacity", "eviction", "recency"},
 }
 
 // Parse reads a TOML configuration, applies the defaults of absent keys and
@@ -94,6 +95,7 @@ func Parse(data []byte) (*Config, error) {
 			Replication: DefaultReplication,
 			Capacity:    rp.Capacity,
 			Eviction:    rp.Eviction,
+			Recency:     rp.Recency,
 		}
 		if rp.Stashes != nil {
 			p.Stashes = *rp.Stashes

@@ -284,6 +284,7 @@ func (s *Server) openStash(sp stashSpec, windowVersions, recovered kv.Version) (
 		Tag: sp.tag, Pool: sp.pool.Name, Index: sp.index, Engine: eng, Log: s.log,
 		Volatile: volatile, StartVersion: recovered,
 		Ephemeral: sp.pool.Ephemeral(), TrackBytes: !sp.pool.Ephemeral(), CapacityBytes: int64(sp.pool.Capacity),
+		TrackRecency:   sp.pool.Recency,
 		WindowVersions: windowVersions, WindowBytes: windowBytes, FlushInterval: s.opts.FlushInterval, Logger: s.logger,
 	}), nil
 }

@@ -164,7 +164,7 @@ func (v *service) Coldest(ctx context.Context, req *wire.ColdestRequest) (*wire.
 	for _, t := range tags {
 		keys, ok := v.s.stashes[t].Coldest(n)
 		if !ok {
-			return &wire.ColdestResponse{Error: wireErr(kv.Errorf(kv.CodeUnsupported, "pool %q: its engine keeps no recency order (only ephemeral memory pools do)", req.Pool))}, nil
+			return &wire.ColdestResponse{Error: wireErr(kv.Errorf(kv.CodeUnsupported, "pool %q keeps no recency order (ephemeral pools do; set recency = true for a durable pool)", req.Pool))}, nil
 		}
 		lists = append(lists, keys)
 	}

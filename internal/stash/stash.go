@@ -56,6 +56,9 @@ type Options struct {
 	// the commit proxy checks capacity against it).
 	TrackBytes    bool
 	CapacityBytes int64
+	// TrackRecency keeps the stash's keys in access order for Coldest, when
+	// its engine keeps none (durable pools with recency = true).
+	TrackRecency bool
 	// WindowVersions is the MVCC window (5 s = 5e6 versions).
 	WindowVersions kv.Version
 	// WindowBytes bounds the window's memory; older versions are flushed
@@ -93,6 +96,9 @@ type Stash struct {
 
 	hits, misses, reads atomic.Int64
 	flushNow            chan struct{}
+
+	// rec is the access order of keys when TrackRecency (nil otherwise).
+	rec *recency
 }
 
 // New returns a stash over an opened engine.
@@ -122,6 +128,14 @@ func New(opts Options) *Stash {
 	s.liveBytes, s.liveKeys = st.Bytes, st.Keys
 	empty := []kv.KeyRange{}
 	s.owned.Store(&empty)
+	if _, ordered := opts.Engine.(engine.RecencyOrdered); opts.TrackRecency && !ordered {
+		s.rec = newRecency()
+		// Every key the engine holds starts cold, in key order.
+		opts.Engine.Scan(nil, nil, false, func(k, _ []byte) bool {
+			s.rec.addCold(k)
+			return true
+		})
+	}
 	return s
 }
 
@@ -227,11 +241,17 @@ func (s *Stash) applyMutation(v kv.Version, m kv.Mutation) error {
 			return err
 		}
 		s.win.put(v, m.Key, m.Param, true, m.Cost)
+		if s.rec != nil {
+			s.rec.touch(m.Key)
+		}
 	case kv.MutClear:
 		if err := s.account(m.Key, 0, false); err != nil {
 			return err
 		}
 		s.win.put(v, m.Key, nil, false, 0)
+		if s.rec != nil {
+			s.rec.remove(m.Key)
+		}
 	case kv.MutClearRange:
 		if s.opts.TrackBytes {
 			if err := s.accountRange(m.Key, m.Param); err != nil {
@@ -239,6 +259,9 @@ func (s *Stash) applyMutation(v kv.Version, m kv.Mutation) error {
 			}
 		}
 		s.win.clearRange(v, m.Key, m.Param)
+		if s.rec != nil {
+			s.rec.removeRange(m.Key, m.Param)
+		}
 	case kv.MutAdd, kv.MutMax, kv.MutMin:
 		old, present, err := s.current(m.Key)
 		if err != nil {
@@ -249,6 +272,9 @@ func (s *Stash) applyMutation(v kv.Version, m kv.Mutation) error {
 			return err
 		}
 		s.win.put(v, m.Key, nv, true, m.Cost)
+		if s.rec != nil {
+			s.rec.touch(m.Key)
+		}
 	}
 	return nil
 }
@@ -412,6 +438,9 @@ func (s *Stash) Get(ctx context.Context, v kv.Version, keys [][]byte) ([][]byte,
 			}
 		}
 		values[i], present[i] = val, ok
+		if ok && s.rec != nil {
+			s.rec.touch(k)
+		}
 		if s.opts.Ephemeral {
 			if ok {
 				s.hits.Add(1)
@@ -607,6 +636,9 @@ func (s *Stash) Usage() (usedBytes int64, applied kv.Version) {
 // first; ok is false when the engine keeps no recency order. Keys written in
 // the last MVCC window are not in the engine yet and are never the coldest.
 func (s *Stash) Coldest(n int) (keys [][]byte, ok bool) {
+	if s.rec != nil {
+		return s.rec.coldest(n), true
+	}
 	r, isOrdered := s.eng.(engine.RecencyOrdered)
 	if !isOrdered {
 		return nil, false
