@@ -81,6 +81,14 @@ type Options struct {
 	// reaches LowWater still finish, so a pass may move up to
 	// MigrateParallelism-1 keys more than needed.
 	MigrateParallelism int
+	// StashRecency takes the order of demotion from the stashes: the
+	// migrator asks DB.ColdestKeys for a tier's coldest keys (the pools of
+	// managed tiers need recency = true in the cluster configuration), and
+	// the hierarchy keeps no access-time index of its own, only each key's
+	// access time, which a move checks so that a key touched meanwhile
+	// stays. Without it the hierarchy orders keys by its own transactional
+	// access-time index.
+	StashRecency bool
 }
 
 // Hierarchy is a storage hierarchy over DiStash pools. It is safe for
@@ -97,6 +105,8 @@ type Hierarchy struct {
 	gran  time.Duration
 	batch int
 	par   int
+	// stashRecency: demotion order from DB.ColdestKeys, no index (Options.StashRecency).
+	stashRecency bool
 
 	hits          []atomic.Int64 // per tier
 	misses        atomic.Int64
@@ -133,6 +143,7 @@ func New(db *distash.DB, opts Options) (*Hierarchy, error) {
 		db: db, mode: opts.Mode, ns: opts.Namespace,
 		high: opts.HighWater, low: opts.LowWater,
 		now: opts.Now, gran: opts.RecencyGranularity, batch: opts.MigrateBatch,
+		stashRecency: opts.StashRecency,
 	}
 	if h.ns == "" {
 		h.ns = DefaultNamespace
@@ -306,11 +317,65 @@ func (h *Hierarchy) touch(tr *distash.Tx, t *tier, key []byte, old []byte, stamp
 		return false
 	}
 	tr.Max(t.atimeKey(key), stamp)
+	if h.stashRecency {
+		return true // the stashes keep the order; the access time alone guards moves
+	}
 	tr.Set(t.indexKey(stamp, key), indexMark)
 	if old != nil {
 		tr.Clear(t.indexKey(distash.Int64(old), key))
 	}
 	return true
+}
+
+// keyOfValueKey returns the hierarchy key of one of tier t's value keys
+// (prefix | spread byte | namespace | "v/" | key); ok is false for its
+// other keys (access times, index, usage) and other data in the pool.
+func (t *tier) keyOfValueKey(raw []byte) ([]byte, bool) {
+	head := len(t.prefix) + 1
+	if len(raw) < head || !bytes.HasPrefix(raw, t.prefix) {
+		return nil, false
+	}
+	rest := raw[head:]
+	if !bytes.HasPrefix(rest, []byte(t.ns)) || !bytes.HasPrefix(rest[len(t.ns):], []byte("v/")) {
+		return nil, false
+	}
+	key := rest[len(t.ns)+2:]
+	if layout.SpreadByte(key) != raw[len(t.prefix)] {
+		return nil, false
+	}
+	return append([]byte(nil), key...), true
+}
+
+// coldestFromStashes returns up to batch of tier t's coldest keys as its
+// stashes order them, each with its access time (0 when none).
+func (h *Hierarchy) coldestFromStashes(ctx context.Context, t *tier) ([]indexEntry, error) {
+	raw, err := h.db.ColdestKeys(ctx, t.pool, 4*h.batch)
+	if err != nil {
+		return nil, fmt.Errorf("hierarchy: coldest keys of tier %q: %w", t.pool.Name(), err)
+	}
+	var keys [][]byte
+	for _, r := range raw {
+		if k, ok := t.keyOfValueKey(r); ok && len(keys) < h.batch {
+			keys = append(keys, k)
+		}
+	}
+	var out []indexEntry
+	err = h.db.ReadTransact(ctx, func(tr *distash.Tx) error {
+		out = out[:0]
+		atimes := make([][]byte, len(keys))
+		for i, k := range keys {
+			atimes[i] = t.atimeKey(k)
+		}
+		vals, err := tr.Snapshot().GetMulti(atimes)
+		if err != nil {
+			return err
+		}
+		for i, k := range keys {
+			out = append(out, indexEntry{stamp: distash.Int64(vals[i]), key: k})
+		}
+		return nil
+	})
+	return out, err
 }
 
 // forget removes the recency of key from managed tier t (atime read by snapshot).
@@ -726,7 +791,11 @@ func (h *Hierarchy) migrateTier(ctx context.Context, i int, st *MigrateStats) er
 	}
 	target := int64(h.low * float64(t.capacityBytes))
 	for usage > target {
-		entries, err := h.coldest(ctx, t)
+		coldest := h.coldest
+		if h.stashRecency {
+			coldest = h.coldestFromStashes
+		}
+		entries, err := coldest(ctx, t)
 		if err != nil {
 			return err
 		}
