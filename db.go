@@ -284,6 +284,11 @@ func (p *Pool) CapacityBytes() int64 { return p.info.CapacityBytes }
 // Stashes is the number of stashes in the pool.
 func (p *Pool) Stashes() int { return int(p.info.Stashes) }
 
+// KeepsRecency reports whether the pool's stashes keep their keys in access
+// order, so that ColdestKeys works: ephemeral pools (their eviction order)
+// and durable pools configured with recency = true.
+func (p *Pool) KeepsRecency() bool { return p.info.Recency }
+
 // Replication is the pool's replication degree.
 func (p *Pool) Replication() int { return int(p.info.Replication) }
 

@@ -110,6 +110,7 @@ func (v *service) poolInfos() []*wire.PoolInfo {
 		out = append(out, &wire.PoolInfo{
 			Name: p.Name, Prefix: []byte(p.Prefix), Medium: p.Medium, Mode: p.Mode, Engine: p.Engine,
 			Stashes: int32(p.Stashes), Replication: int32(p.Replication), CapacityBytes: int64(p.Capacity), Eviction: p.Eviction,
+			Recency: p.Recency || p.Ephemeral(),
 		})
 	}
 	return out

@@ -958,6 +958,7 @@ type PoolInfo struct {
 	Replication   int32                  `protobuf:"varint,7,opt,name=replication,proto3" json:"replication,omitempty"`
 	CapacityBytes int64                  `protobuf:"varint,8,opt,name=capacity_bytes,json=capacityBytes,proto3" json:"capacity_bytes,omitempty"`
 	Eviction      string                 `protobuf:"bytes,9,opt,name=eviction,proto3" json:"eviction,omitempty"`
+	Recency       bool                   `protobuf:"varint,10,opt,name=recency,proto3" json:"recency,omitempty"` // stashes keep keys in access order (DB.ColdestKeys)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1053,6 +1054,13 @@ func (x *PoolInfo) GetEviction() string {
 		return x.Eviction
 	}
 	return ""
+}
+
+func (x *PoolInfo) GetRecency() bool {
+	if x != nil {
+		return x.Recency
+	}
+	return false
 }
 
 type ClusterInfoRequest struct {
@@ -1812,7 +1820,7 @@ const file_distash_proto_rawDesc = "" +
 	"\x04pool\x18\x04 \x01(\tR\x04pool\"g\n" +
 	"\x11LocationsResponse\x12)\n" +
 	"\x06shards\x18\x01 \x03(\v2\x11.distash.v1.ShardR\x06shards\x12'\n" +
-	"\x05error\x18\x02 \x01(\v2\x11.distash.v1.ErrorR\x05error\"\xf9\x01\n" +
+	"\x05error\x18\x02 \x01(\v2\x11.distash.v1.ErrorR\x05error\"\x93\x02\n" +
 	"\bPoolInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06prefix\x18\x02 \x01(\fR\x06prefix\x12\x16\n" +
@@ -1822,7 +1830,9 @@ const file_distash_proto_rawDesc = "" +
 	"\astashes\x18\x06 \x01(\x05R\astashes\x12 \n" +
 	"\vreplication\x18\a \x01(\x05R\vreplication\x12%\n" +
 	"\x0ecapacity_bytes\x18\b \x01(\x03R\rcapacityBytes\x12\x1a\n" +
-	"\beviction\x18\t \x01(\tR\beviction\"\x14\n" +
+	"\beviction\x18\t \x01(\tR\beviction\x12\x18\n" +
+	"\arecency\x18\n" +
+	" \x01(\bR\arecency\"\x14\n" +
 	"\x12ClusterInfoRequest\"o\n" +
 	"\x13ClusterInfoResponse\x12*\n" +
 	"\x05pools\x18\x01 \x03(\v2\x14.distash.v1.PoolInfoR\x05pools\x12,\n" +

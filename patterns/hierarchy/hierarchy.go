@@ -139,6 +139,13 @@ func New(db *distash.DB, opts Options) (*Hierarchy, error) {
 	if opts.Mode != Exclusive && opts.Mode != Inclusive {
 		return nil, fmt.Errorf("hierarchy: Mode must be Exclusive or Inclusive, got %v", opts.Mode)
 	}
+	if opts.StashRecency {
+		for _, name := range opts.Tiers {
+			if p, err := db.Pool(name); err == nil && p.Durable() && !p.KeepsRecency() {
+				return nil, fmt.Errorf("hierarchy: StashRecency needs the stashes of tier %q to keep recency: set recency = true for that pool", name)
+			}
+		}
+	}
 	h := &Hierarchy{
 		db: db, mode: opts.Mode, ns: opts.Namespace,
 		high: opts.HighWater, low: opts.LowWater,

@@ -512,6 +512,9 @@ func TestExclusiveWithStashRecency(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if _, err := New(startCluster(t, tiersConfig).DB, Options{Tiers: []string{"nvm", "ssd", "hdd"}, Mode: Exclusive, StashRecency: true}); err == nil {
+		t.Fatal("StashRecency accepted pools that keep no recency")
+	}
 	const nkeys = 120
 	exactlyOne := func(snap map[string][][]byte) {
 		for k, vals := range snap {
