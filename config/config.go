@@ -35,6 +35,7 @@
 //	replication = 2        # replicas of each shard, 1..stashes, default 1
 //	capacity    = "256MiB" # per stash, default 0 = unlimited
 //	eviction    = "lru"    # lru | camp, ephemeral pools only, default lru
+//	recency     = false    # durable pools: stashes keep keys in access order (DB.ColdestKeys)
 //
 // Unknown keys are errors (keys are case-sensitive). Problems are reported
 // as [*FieldError] values naming the field, e.g.
