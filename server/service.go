@@ -193,24 +193,53 @@ func (v *service) Coldest(ctx context.Context, req *wire.ColdestRequest) (*wire.
 }
 
 // CommitStream commits each request as it arrives, concurrently, and sends
-// each reply with its request's id.
+// each reply with its request's id. If a reply cannot be sent the stream
+// ends, so the client fails every commit in flight on it (unknown result)
+// instead of waiting for a reply that will not come.
 func (v *service) CommitStream(stream wire.DiStash_CommitStreamServer) error {
 	ctx := stream.Context()
 	var sendMu sync.Mutex
 	var wg sync.WaitGroup
+	sendFailed := make(chan error, 1)
+	received := make(chan *wire.CommitStreamRequest)
+	recvDone := make(chan error, 1)
+	go func() {
+		for {
+			req, err := stream.Recv()
+			if err != nil {
+				recvDone <- err
+				return
+			}
+			select {
+			case received <- req:
+			case <-ctx.Done():
+				recvDone <- ctx.Err()
+				return
+			}
+		}
+	}()
 	defer wg.Wait()
 	for {
-		req, err := stream.Recv()
-		if err != nil {
+		select {
+		case err := <-sendFailed:
+			return err
+		case <-recvDone:
 			return nil // the client closed the stream or it broke
+		case req := <-received:
+			wg.Add(1)
+			go func(req *wire.CommitStreamRequest) {
+				defer wg.Done()
+				resp, _ := v.Commit(ctx, req.Request)
+				sendMu.Lock()
+				err := stream.Send(&wire.CommitStreamResponse{Id: req.Id, Response: resp})
+				sendMu.Unlock()
+				if err != nil {
+					select {
+					case sendFailed <- err:
+					default:
+					}
+				}
+			}(req)
 		}
-		wg.Add(1)
-		go func(req *wire.CommitStreamRequest) {
-			defer wg.Done()
-			resp, _ := v.Commit(ctx, req.Request)
-			sendMu.Lock()
-			defer sendMu.Unlock()
-			stream.Send(&wire.CommitStreamResponse{Id: req.Id, Response: resp})
-		}(req)
 	}
 }
