@@ -820,3 +820,24 @@ func testDurability(t *testing.T, open, reopen OpenFunc) {
 	}
 	checkModel(t, h.e, m)
 }
+
+// RunClosed checks that a closed engine answers Get, Apply and Scan with
+// errClosed and that a second Close returns nil. e must be open.
+func RunClosed(t *testing.T, e engine.Engine, errClosed error) {
+	t.Helper()
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := e.Get([]byte("k")); err != errClosed {
+		t.Fatalf("Get after Close: %v", err)
+	}
+	if err := e.Apply(&engine.Batch{}); err != errClosed {
+		t.Fatalf("Apply after Close: %v", err)
+	}
+	if err := e.Scan(nil, nil, false, func(k, v []byte) bool { return true }); err != errClosed {
+		t.Fatalf("Scan after Close: %v", err)
+	}
+	if err := e.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+}

@@ -62,22 +62,7 @@ func TestUnknownEviction(t *testing.T) {
 }
 
 func TestClosed(t *testing.T) {
-	e := open(t, engine.Options{})
-	if err := e.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := e.Get([]byte("k")); err != memory.ErrClosed {
-		t.Fatalf("Get after Close: %v", err)
-	}
-	if err := e.Apply(&engine.Batch{}); err != memory.ErrClosed {
-		t.Fatalf("Apply after Close: %v", err)
-	}
-	if err := e.Scan(nil, nil, false, func(k, v []byte) bool { return true }); err != memory.ErrClosed {
-		t.Fatalf("Scan after Close: %v", err)
-	}
-	if err := e.Close(); err != nil {
-		t.Fatalf("second Close: %v", err)
-	}
+	enginetest.RunClosed(t, open(t, engine.Options{}), memory.ErrClosed)
 }
 
 func keys(ks [][]byte) []string {

@@ -28,22 +28,7 @@ func TestNoDir(t *testing.T) {
 }
 
 func TestClosed(t *testing.T) {
-	e := open(t, engine.Options{Dir: t.TempDir()})
-	if err := e.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := e.Get([]byte("k")); err != pebbleengine.ErrClosed {
-		t.Fatalf("Get after Close: %v", err)
-	}
-	if err := e.Apply(&engine.Batch{}); err != pebbleengine.ErrClosed {
-		t.Fatalf("Apply after Close: %v", err)
-	}
-	if err := e.Scan(nil, nil, false, func(k, v []byte) bool { return true }); err != pebbleengine.ErrClosed {
-		t.Fatalf("Scan after Close: %v", err)
-	}
-	if err := e.Close(); err != nil {
-		t.Fatalf("second Close: %v", err)
-	}
+	enginetest.RunClosed(t, open(t, engine.Options{Dir: t.TempDir()}), pebbleengine.ErrClosed)
 }
 
 func BenchmarkApply(b *testing.B) {
