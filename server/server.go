@@ -16,7 +16,6 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -430,7 +429,6 @@ func writeConfig(dir string, cfg *config.Config) error {
 	return os.Rename(tmp, filepath.Join(dir, configFile))
 }
 
-var _ = bytes.Compare
 
 // StashStats describes one stash of a running cluster.
 type StashStats struct {
