@@ -429,7 +429,6 @@ func writeConfig(dir string, cfg *config.Config) error {
 	return os.Rename(tmp, filepath.Join(dir, configFile))
 }
 
-
 // StashStats describes one stash of a running cluster.
 type StashStats struct {
 	Tag                      uint32
