@@ -128,6 +128,11 @@ type Metrics struct {
 	DiskReads      int64
 	Commits        int64 // group commits (frames written by Apply)
 	Batches        int64 // batches applied
+	// Restarts counts lookups that began again because the index was
+	// rebuilt under them; LockWaits counts yields of user-level threads
+	// waiting for a writer to release the index.
+	Restarts  int64
+	LockWaits int64
 }
 
 // Engine is the flash engine. Create one with Open or OpenConfig.
@@ -183,7 +188,7 @@ type Engine struct {
 	closed atomic.Bool
 
 	m struct {
-		gcRuns, relocated, torn, bufferHits, cacheHits, diskReads, commits, batches atomic.Int64
+		gcRuns, relocated, torn, bufferHits, cacheHits, diskReads, commits, batches, restarts, lockWaits atomic.Int64
 	}
 }
 
@@ -381,6 +386,8 @@ func (e *Engine) Metrics() Metrics {
 	m.DiskReads = e.m.diskReads.Load()
 	m.Commits = e.m.commits.Load()
 	m.Batches = e.m.batches.Load()
+	m.Restarts = e.m.restarts.Load()
+	m.LockWaits = e.m.lockWaits.Load()
 	return m
 }
 
@@ -395,6 +402,7 @@ type cooperative interface{ Cooperative() bool }
 func (e *Engine) rlock(c farmem.Ctx) {
 	if co, ok := c.(cooperative); ok && co.Cooperative() {
 		for !e.mu.TryRLock() {
+			e.m.lockWaits.Add(1)
 			c.Yield()
 		}
 		return
@@ -436,6 +444,7 @@ restart:
 		e.rlock(c)
 		if e.tbl.Load() != tbl {
 			e.mu.RUnlock()
+			e.m.restarts.Add(1)
 			goto restart
 		}
 		locs, end := candidates(tbl.bucket(b), sig, lbuf[:0])
