@@ -114,3 +114,17 @@ func TestRealClockSpins(t *testing.T) {
 	Direct.Prefetch(unsafe.Pointer(&buf[0]), LineSize) // must not fault
 	PrefetchLine(nil)
 }
+
+func TestMeasureWaitPenalty(t *testing.T) {
+	got := MeasureWaitPenalty([]time.Duration{0, 2 * time.Microsecond}, 20*time.Millisecond)
+	if len(got) != 2 || got[0].Wait != 0 || got[1].Wait != 2*time.Microsecond {
+		t.Fatalf("MeasureWaitPenalty = %+v", got)
+	}
+	for _, p := range got {
+		// Work after a wait cannot be faster than a fraction of work back
+		// to back, nor absurdly slower; anything else is a broken probe.
+		if !(p.Ratio > 0.3 && p.Ratio < 50) {
+			t.Fatalf("ratio %v after %v", p.Ratio, p.Wait)
+		}
+	}
+}

@@ -255,8 +255,11 @@ type Report struct {
 	DeviceLatency time.Duration
 	DeviceNote    string
 	IOBackend     string
-	Series        []*Series
-	PNG           string
+	// WaitPenalty is the machine's slowdown of work right after a
+	// busy-wait, at the sweep's latencies (see farmem.MeasureWaitPenalty).
+	WaitPenalty []farmem.WaitPenalty
+	Series      []*Series
+	PNG         string
 }
 
 // Run runs the benchmark, prints tables to out and writes farmem.png to
@@ -297,6 +300,18 @@ func RunReport(ctx context.Context, opts Options, out io.Writer) (*Report, error
 	rep.Switch = sw
 	fmt.Fprintf(out, "user-level thread switch: %v in the scheduler (T_sw: resume, yield, accounting), %v bare iter.Pull coroutine, %v a state machine's step call\n",
 		sw.Scheduler, sw.Coroutine, sw.StateMachine)
+
+	progress("measuring how much slower work runs right after a busy-wait")
+	rep.WaitPenalty = farmem.MeasureWaitPenalty(opts.Latencies, 200*time.Millisecond)
+	fmt.Fprintf(out, "work right after a busy-wait (a real-time stall) takes")
+	for i, p := range rep.WaitPenalty {
+		sep := ","
+		if i == 0 {
+			sep = ""
+		}
+		fmt.Fprintf(out, "%s %.2fx after %s", sep, p.Ratio, fmtLat(p.Wait))
+	}
+	fmt.Fprintf(out, " of the time it takes back to back (1.00 on a machine whose core keeps its caches while it spins; the model assumes 1)\n")
 
 	if opts.IOMode == IOEmulated {
 		if opts.DeviceLatency > 0 {
