@@ -3,6 +3,7 @@ package farmem
 import (
 	"math/rand"
 	"runtime"
+	"sort"
 	"time"
 )
 
@@ -21,7 +22,7 @@ type WaitPenalty struct {
 // the caches may cool while the vCPU spins, and then the code after each
 // stall runs slower. The model assumes the CPU time per operation is the
 // same at every latency; this probe measures how far the machine departs
-// from that. It takes about len(waits) * budget.
+// from that. It takes about 1.5 * len(waits) * budget.
 func MeasureWaitPenalty(waits []time.Duration, budget time.Duration) []WaitPenalty {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
@@ -38,10 +39,10 @@ func MeasureWaitPenalty(waits []time.Duration, budget time.Duration) []WaitPenal
 		}
 		return clk.Now() - start
 	}
-	measure := func(wait time.Duration) float64 {
+	measure := func(wait time.Duration, d time.Duration) float64 {
 		rng := rand.New(rand.NewSource(1))
 		var ns, n int64
-		end := clk.Now() + int64(budget)
+		end := clk.Now() + int64(d)
 		for clk.Now() < end {
 			ns += work(rng)
 			n++
@@ -51,10 +52,23 @@ func MeasureWaitPenalty(waits []time.Duration, budget time.Duration) []WaitPenal
 		}
 		return float64(ns) / float64(n)
 	}
-	base := measure(0)
+	// On a shared machine the speed of the core drifts over tens of
+	// milliseconds; comparing each wait against a back-to-back run right
+	// before it, in many short rounds, and keeping the median ratio,
+	// leaves that drift out.
+	const rounds = 21
+	chunk := budget / rounds
+	ratios := make([][]float64, len(waits))
+	for r := 0; r < rounds; r++ {
+		for i, w := range waits {
+			base := measure(0, chunk/2)
+			ratios[i] = append(ratios[i], measure(w, chunk)/base)
+		}
+	}
 	out := make([]WaitPenalty, len(waits))
 	for i, w := range waits {
-		out[i] = WaitPenalty{Wait: w, Ratio: measure(w) / base}
+		sort.Float64s(ratios[i])
+		out[i] = WaitPenalty{Wait: w, Ratio: ratios[i][rounds/2]}
 	}
 	if sink == 1 {
 		println() // keep sink live
