@@ -76,10 +76,12 @@ type Options struct {
 	// runs in real time.
 	Virtual      bool
 	VirtualCosts *VirtualCosts
-	Duration     time.Duration // measured time per point in real time [1s]
+	Duration     time.Duration // measured time per point in real time [2s]
 	// Rounds, in real time, splits Duration into rounds over the whole
-	// latency sweep and keeps each point's fastest round [5]: on a shared
-	// machine a disturbance only ever slows a run down. A point whose
+	// latency sweep and keeps each point's fastest round [10]: on a shared
+	// machine a disturbance only ever slows a run down (measured on this
+	// VM: the same point's rounds spread by ±10-20% with the thread on a
+	// CPU all the time; five rounds left single points 15-20% off). A point whose
 	// best round still shows the core's thread preempted (CPU share
 	// below 0.9) is measured again, up to 4 times, and flagged if it
 	// stays disturbed.
@@ -88,7 +90,7 @@ type Options struct {
 	// [30000]: a count rather than a time, because threads without
 	// prefetching finish operations in bursts of a whole round.
 	Ops    int64
-	Warmup time.Duration // [Duration/5; virtual 2ms]
+	Warmup time.Duration // before each run [min(Duration/5, 100ms); virtual 2ms]
 	Tasks  int           // user-level threads on the core [128]
 	// Prefetches is P, the line-fill buffers of the emulated core [12].
 	Prefetches int
@@ -136,19 +138,19 @@ func (o *Options) defaults() {
 		o.IO = []bool{true, false}
 	}
 	if o.Duration <= 0 {
-		o.Duration = time.Second
+		o.Duration = 2 * time.Second
 	}
 	if o.Ops <= 0 {
 		o.Ops = 30000
 	}
 	if o.Rounds <= 0 {
-		o.Rounds = 5
+		o.Rounds = 10
 	}
 	if o.Virtual {
 		o.Rounds = 1
 	}
 	if o.Warmup <= 0 {
-		o.Warmup = o.Duration / 5
+		o.Warmup = min(o.Duration/5, 100*time.Millisecond)
 		if o.Virtual {
 			o.Warmup = 2 * time.Millisecond
 		}
@@ -687,7 +689,15 @@ func dataFile(dir string, size int64, direct bool) (*os.File, int64, error) {
 				return nil, 0, err
 			}
 		}
+		// Write the file back now: the kernel would otherwise do it
+		// during the first measurements, on the other CPU and the
+		// memory bus, and slow them down (measured: the first round of
+		// every point 10-25% slower than the rest).
+		err = f.Sync()
 		f.Close()
+		if err != nil {
+			return nil, 0, err
+		}
 	}
 	flag := os.O_RDONLY
 	if direct {
@@ -793,6 +803,7 @@ func runYCSB(ctx context.Context, o Options, rep *Report, dir string, out io.Wri
 			e.Close()
 			return nil, err
 		}
+		syscall.Sync() // write the loaded log back before measuring (see dataFile)
 		if !io { // warm the cache
 			for i := 0; i < o.Keys; i++ {
 				e.Get(ycsbKey(uint64(i)))
