@@ -803,7 +803,8 @@ func runYCSB(ctx context.Context, o Options, rep *Report, dir string, out io.Wri
 			e.Close()
 			return nil, err
 		}
-		syscall.Sync() // write the loaded log back before measuring (see dataFile)
+		// Write the loaded log back before measuring (see dataFile).
+		syscall.Sync()
 		if !io { // warm the cache
 			for i := 0; i < o.Keys; i++ {
 				e.Get(ycsbKey(uint64(i)))
