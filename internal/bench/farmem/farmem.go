@@ -205,8 +205,14 @@ type VirtualCosts struct {
 type Point struct {
 	Latency    time.Duration
 	Result     ult.Result
-	Throughput float64 // ops/s
-	Normalized float64 // to the series' first point
+	Throughput float64 // ops/s, the fastest round's
+	// Normalized is the throughput relative to the series' first point:
+	// the median over the sweep's rounds of this point's throughput over
+	// the first point's in the same round (see finish).
+	Normalized float64
+	// Rounds holds the throughput of each round over the sweep, 0 for a
+	// round in which the core's thread was preempted.
+	Rounds []float64
 	// Model is the modelled normalized throughput per model.Variant.
 	Model [4]float64
 	// Disturbed is set when no run of the point had the core's thread on
@@ -400,6 +406,7 @@ func (o Options) runOptions(virtual bool) ult.RunOptions {
 // keeping each point's fastest round.
 func sweep(o Options, s *Series, progress func(string), run func(l time.Duration) (ult.Result, error)) error {
 	s.Points = make([]Point, len(o.Latencies))
+	rounds := make([][]float64, len(o.Latencies))
 	for round := 1; round <= o.Rounds; round++ {
 		for i, l := range o.Latencies {
 			msg := fmt.Sprintf("%s: L_mem %s", s.Name(), fmtLat(l))
@@ -412,8 +419,16 @@ func sweep(o Options, s *Series, progress func(string), run func(l time.Duration
 			if err != nil {
 				return err
 			}
+			x := r.Throughput()
+			if r.CPUShare() < minCPUShare {
+				x = 0
+			}
+			rounds[i] = append(rounds[i], x)
 			keep(&s.Points[i], l, r)
 		}
+	}
+	for i := range s.Points {
+		s.Points[i].Rounds = rounds[i]
 	}
 	for i, l := range o.Latencies {
 		for retry := 0; retry < 4 && !o.Virtual && s.Points[i].Result.CPUShare() < minCPUShare; retry++ {
@@ -440,7 +455,7 @@ func keep(p *Point, l time.Duration, r ult.Result) {
 	x := r.Throughput()
 	okNew, okOld := r.CPUShare() >= minCPUShare, p.Result.CPUShare() >= minCPUShare
 	if p.Result.Ops == 0 || (okNew && !okOld) || (okNew == okOld && x > p.Throughput) {
-		*p = Point{Latency: l, Result: r, Throughput: x}
+		p.Latency, p.Result, p.Throughput = l, r, x
 	}
 }
 
@@ -454,11 +469,37 @@ func finish(s *Series, p int, tsw float64) {
 	l0 := float64(first.Latency)
 	for i := range s.Points {
 		pt := &s.Points[i]
-		pt.Normalized = pt.Throughput / first.Throughput
+		pt.Normalized = normalize(*pt, first)
 		for v := model.Probabilistic; v <= model.Worst; v++ {
 			pt.Model[v] = s.Params.Normalized(v, float64(pt.Latency), l0)
 		}
 	}
+}
+
+// normalize returns p's throughput relative to base's. On a shared
+// machine the speed of the core drifts over seconds, and a whole round over
+// the sweep tends to be fast or slow together (measured: the same point's
+// rounds 83k-125k ops/s, with the thread on a CPU all the time), so the
+// ratio of the fastest rounds of two points depends on which points had a
+// lucky round. The median over rounds of the ratio within each round leaves
+// the drift and single outliers out. With fewer than three rounds clean
+// for both points it falls back to the ratio of the fastest rounds.
+func normalize(p, base Point) float64 {
+	var ratios []float64
+	for i := range min(len(p.Rounds), len(base.Rounds)) {
+		if p.Rounds[i] > 0 && base.Rounds[i] > 0 {
+			ratios = append(ratios, p.Rounds[i]/base.Rounds[i])
+		}
+	}
+	if len(ratios) < 3 {
+		return p.Throughput / base.Throughput
+	}
+	sort.Float64s(ratios)
+	n := len(ratios)
+	if n%2 == 1 {
+		return ratios[n/2]
+	}
+	return (ratios[n/2-1] + ratios[n/2]) / 2
 }
 
 func printSeries(out io.Writer, s *Series) {

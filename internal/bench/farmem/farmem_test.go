@@ -109,3 +109,17 @@ func TestFull(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestNormalizePairsRounds(t *testing.T) {
+	base := Point{Throughput: 120, Rounds: []float64{100, 120, 80, 0, 90}}
+	// Every clean round of p is half its round's baseline, although p's
+	// fastest round (70) is well over half the baseline's fastest (120).
+	p := Point{Throughput: 70, Rounds: []float64{50, 60, 40, 70, 45}}
+	if got := normalize(p, base); got != 0.5 {
+		t.Fatalf("normalize = %v, want 0.5 (round 4 is disturbed for the baseline and must not count)", got)
+	}
+	few := Point{Throughput: 60, Rounds: []float64{60}}
+	if got := normalize(few, base); got != 0.5 {
+		t.Fatalf("with one round normalize = %v, want the ratio of the fastest, 0.5", got)
+	}
+}
