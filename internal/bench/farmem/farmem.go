@@ -210,9 +210,8 @@ type Point struct {
 	// the median over the sweep's rounds of this point's throughput over
 	// the first point's in the same round (see finish).
 	Normalized float64
-	// Rounds holds the throughput of each round over the sweep, 0 for a
-	// round in which the core's thread was preempted.
-	Rounds []float64
+	// Runs holds each round's result over the sweep, in order.
+	Runs []ult.Result
 	// Model is the modelled normalized throughput per model.Variant.
 	Model [4]float64
 	// Disturbed is set when no run of the point had the core's thread on
@@ -406,7 +405,7 @@ func (o Options) runOptions(virtual bool) ult.RunOptions {
 // keeping each point's fastest round.
 func sweep(o Options, s *Series, progress func(string), run func(l time.Duration) (ult.Result, error)) error {
 	s.Points = make([]Point, len(o.Latencies))
-	rounds := make([][]float64, len(o.Latencies))
+	runs := make([][]ult.Result, len(o.Latencies))
 	for round := 1; round <= o.Rounds; round++ {
 		for i, l := range o.Latencies {
 			msg := fmt.Sprintf("%s: L_mem %s", s.Name(), fmtLat(l))
@@ -419,16 +418,12 @@ func sweep(o Options, s *Series, progress func(string), run func(l time.Duration
 			if err != nil {
 				return err
 			}
-			x := r.Throughput()
-			if r.CPUShare() < minCPUShare {
-				x = 0
-			}
-			rounds[i] = append(rounds[i], x)
+			runs[i] = append(runs[i], r)
 			keep(&s.Points[i], l, r)
 		}
 	}
 	for i := range s.Points {
-		s.Points[i].Rounds = rounds[i]
+		s.Points[i].Runs = runs[i]
 	}
 	for i, l := range o.Latencies {
 		for retry := 0; retry < 4 && !o.Virtual && s.Points[i].Result.CPUShare() < minCPUShare; retry++ {
@@ -465,7 +460,7 @@ func finish(s *Series, p int, tsw float64) {
 		return
 	}
 	first := s.Points[0]
-	s.Params = model.FromResult(first.Result, p, tsw)
+	s.Params = model.FromResult(typical(first), p, tsw)
 	l0 := float64(first.Latency)
 	for i := range s.Points {
 		pt := &s.Points[i]
@@ -475,6 +470,9 @@ func finish(s *Series, p int, tsw float64) {
 		}
 	}
 }
+
+// clean reports whether r ran with the core's thread on a CPU.
+func clean(r ult.Result) bool { return r.Ops > 0 && r.CPUShare() >= minCPUShare }
 
 // normalize returns p's throughput relative to base's. On a shared
 // machine the speed of the core drifts over seconds, and a whole round over
@@ -486,20 +484,43 @@ func finish(s *Series, p int, tsw float64) {
 // for both points it falls back to the ratio of the fastest rounds.
 func normalize(p, base Point) float64 {
 	var ratios []float64
-	for i := range min(len(p.Rounds), len(base.Rounds)) {
-		if p.Rounds[i] > 0 && base.Rounds[i] > 0 {
-			ratios = append(ratios, p.Rounds[i]/base.Rounds[i])
+	for i := range min(len(p.Runs), len(base.Runs)) {
+		if clean(p.Runs[i]) && clean(base.Runs[i]) {
+			ratios = append(ratios, p.Runs[i].Throughput()/base.Runs[i].Throughput())
 		}
 	}
 	if len(ratios) < 3 {
 		return p.Throughput / base.Throughput
 	}
-	sort.Float64s(ratios)
-	n := len(ratios)
+	return median(ratios)
+}
+
+func median(xs []float64) float64 {
+	sort.Float64s(xs)
+	n := len(xs)
 	if n%2 == 1 {
-		return ratios[n/2]
+		return xs[n/2]
 	}
-	return (ratios[n/2-1] + ratios[n/2]) / 2
+	return (xs[n/2-1] + xs[n/2]) / 2
+}
+
+// typical returns the clean round of p with the median throughput (the
+// lower of the middle two), or p's fastest round if fewer than three were
+// clean. The model's parameters come from the baseline's typical round, so
+// that they describe the same conditions as the normalisation (the fastest
+// round's shorter C would make every stall-bound point read high).
+func typical(p Point) ult.Result {
+	var rs []ult.Result
+	for _, r := range p.Runs {
+		if clean(r) {
+			rs = append(rs, r)
+		}
+	}
+	if len(rs) < 3 {
+		return p.Result
+	}
+	sort.Slice(rs, func(i, j int) bool { return rs[i].Throughput() < rs[j].Throughput() })
+	return rs[(len(rs)-1)/2]
 }
 
 func printSeries(out io.Writer, s *Series) {
@@ -509,7 +530,7 @@ func printSeries(out io.Writer, s *Series) {
 		fmt.Fprintf(out, "  %s\n", s.Note)
 	}
 	pre, post := p.Other("io-pre"), p.Other("io-post")
-	fmt.Fprintf(out, "  measured at %v: M=%.2f suboperations with a prefetch (F=%.2f lines), %.2f demand misses, T_sw=%.0fns T_mem=%.0fns",
+	fmt.Fprintf(out, "  measured at %v (its median round): M=%.2f suboperations with a prefetch (F=%.2f lines), %.2f demand misses, T_sw=%.0fns T_mem=%.0fns",
 		s.Points[0].Latency, p.M, p.F, p.Misses, p.Tsw, p.A-p.Tsw)
 	fmt.Fprintf(out, " io-pre %.2fx%.0fns io-post %.2fx%.0fns", pre.N, pre.D, post.N, post.D)
 	if w := p.Other("wait"); w.N > 0 {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/distash/distash/internal/farmem/model"
+	"github.com/distash/distash/internal/farmem/ult"
 )
 
 // TestVirtualSweep runs the microbenchmark's sweep in virtual time and
@@ -111,15 +112,21 @@ func TestFull(t *testing.T) {
 }
 
 func TestNormalizePairsRounds(t *testing.T) {
-	base := Point{Throughput: 120, Rounds: []float64{100, 120, 80, 0, 90}}
+	run := func(ops int64, share float64) ult.Result {
+		return ult.Result{Ops: ops, ElapsedNs: 1e9, CPUNs: int64(share * 1e9)}
+	}
+	base := Point{Throughput: 120, Runs: []ult.Result{run(100, 1), run(120, 1), run(80, 1), run(130, 0.5), run(90, 1)}}
 	// Every clean round of p is half its round's baseline, although p's
 	// fastest round (70) is well over half the baseline's fastest (120).
-	p := Point{Throughput: 70, Rounds: []float64{50, 60, 40, 70, 45}}
+	p := Point{Throughput: 70, Runs: []ult.Result{run(50, 1), run(60, 1), run(40, 1), run(70, 1), run(45, 1)}}
 	if got := normalize(p, base); got != 0.5 {
 		t.Fatalf("normalize = %v, want 0.5 (round 4 is disturbed for the baseline and must not count)", got)
 	}
-	few := Point{Throughput: 60, Rounds: []float64{60}}
+	few := Point{Throughput: 60, Runs: []ult.Result{run(60, 1)}}
 	if got := normalize(few, base); got != 0.5 {
 		t.Fatalf("with one round normalize = %v, want the ratio of the fastest, 0.5", got)
+	}
+	if got := typical(base).Ops; got != 90 {
+		t.Fatalf("typical round has %d ops, want the median clean round's 90", got)
 	}
 }
