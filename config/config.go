@@ -37,6 +37,12 @@
 //	eviction    = "lru"    # lru | camp, ephemeral pools only, default lru
 //	recency     = false    # durable pools: stashes keep keys in access order (DB.ColdestKeys)
 //
+//	[pool.flash]           # optional, engine flash only; per stash
+//	cache        = "8MiB"  # DRAM read cache, default 8MiB, "0" disables
+//	write_buffer = "4MiB"  # recent log bytes kept in DRAM, default 4MiB, "0" disables
+//	segment      = "64MiB" # log segment file size, default 64MiB, >= 1MiB
+//	direct_io    = false   # read values with O_DIRECT
+//
 // Unknown keys are errors (keys are case-sensitive). Problems are reported
 // as [*FieldError] values naming the field, e.g.
 //
@@ -101,7 +107,28 @@ type Pool struct {
 	// order, for DB.ColdestKeys (a storage hierarchy's migrator demotes the
 	// coldest). Ephemeral pools always keep it (their eviction order).
 	Recency bool `toml:"recency"`
+	// Flash tunes the stashes of a pool whose engine is flash ([pool.flash]);
+	// nil, like absent keys, keeps the engine's defaults.
+	Flash *Flash `toml:"flash"`
 }
+
+// Flash holds the settings of the flash engine (docs/flash.md).
+type Flash struct {
+	// Cache is each stash's DRAM read cache; default 8MiB, "0" disables it.
+	Cache *Size `toml:"cache,omitempty"`
+	// WriteBuffer is how much of the log's most recent bytes each stash
+	// keeps in DRAM to serve reads; default 4MiB, "0" disables it.
+	WriteBuffer *Size `toml:"write_buffer,omitempty"`
+	// Segment is the size of the log's segment files, the unit of
+	// cleaning; default 64MiB, at least 1MiB.
+	Segment Size `toml:"segment,omitzero"`
+	// DirectIO reads values with O_DIRECT, bypassing the page cache, where
+	// the file system allows it.
+	DirectIO bool `toml:"direct_io,omitempty"`
+}
+
+// MinFlashSegment is the smallest [Flash.Segment] accepted.
+const MinFlashSegment = 1 << 20
 
 // Ephemeral reports whether the pool may evict.
 func (p Pool) Ephemeral() bool { return p.Mode == "ephemeral" }

@@ -272,6 +272,25 @@ func TestValidate(t *testing.T) {
 			c.Pools[1].Engine = "flash"
 			c.Pools[1].Eviction = "camp"
 		}, nil},
+		{"flash settings", func(c *Config) {
+			c.Pools[1].Engine = "flash"
+			zero, big := Size(0), 64*MiB
+			c.Pools[1].Flash = &Flash{Cache: &big, WriteBuffer: &zero, Segment: 16 * MiB, DirectIO: true}
+		}, nil},
+		{"flash settings on another engine", func(c *Config) { c.Pools[1].Flash = &Flash{} },
+			[]string{`pool[1] ("data").flash: settings of engine flash, but engine is pebble (remove the [pool.flash] table)`}},
+		{"flash segment too small", func(c *Config) {
+			c.Pools[1].Engine = "flash"
+			c.Pools[1].Flash = &Flash{Segment: 64 * KiB}
+		}, []string{`pool[1] ("data").flash.segment: must be at least 1MiB, got 64KiB`}},
+		{"flash negative cache", func(c *Config) {
+			c.Pools[1].Engine = "flash"
+			neg := Size(-1)
+			c.Pools[1].Flash = &Flash{Cache: &neg, WriteBuffer: &neg}
+		}, []string{
+			`pool[1] ("data").flash.cache: must not be negative, got -1`,
+			`pool[1] ("data").flash.write_buffer: must not be negative, got -1`,
+		}},
 		{"eviction on durable pool", func(c *Config) { c.Pools[1].Eviction = "lru" },
 			[]string{`pool[1] ("data").eviction: only ephemeral pools evict, but mode is durable (remove eviction)`}},
 		{"eviction unknown", func(c *Config) { c.Pools[0].Eviction = "fifo" },
@@ -516,7 +535,10 @@ func TestRoundTrip(t *testing.T) {
 			{Name: "cold-data", Prefix: "z", Medium: "hdd", Mode: "durable", Engine: "sqlite",
 				Stashes: 1, Replication: 1},
 			{Name: "x", Prefix: "\u2603", Medium: "ssd", Mode: "durable", Engine: "flash",
-				Stashes: 4, Replication: 3, Capacity: 7 * TiB},
+				Stashes: 4, Replication: 3, Capacity: 7 * TiB,
+				Flash: &Flash{Cache: new(Size(0)), WriteBuffer: new(16 * MiB), Segment: 128 * MiB, DirectIO: true}},
+			{Name: "y", Prefix: "y", Medium: "ssd", Mode: "durable", Engine: "flash",
+				Stashes: 1, Replication: 1, Flash: &Flash{Segment: 2 * MiB}},
 		},
 	}
 	if err := rich.Validate(); err != nil {
@@ -643,20 +665,20 @@ engine = "pebble"
 		{"pool typo", pool + pool2 + "capacty = \"1GiB\"\n",
 			[]string{`pool[1] ("data").capacty: unknown key (did you mean capacity?)`}},
 		{"pool unrelated", pool + "color = \"red\"\n",
-			[]string{`pool[0] ("cache").color: unknown key (valid keys: capacity, engine, eviction, medium, mode, name, prefix, recency, replication, stashes)`}},
+			[]string{`pool[0] ("cache").color: unknown key (valid keys: capacity, engine, eviction, flash, medium, mode, name, prefix, recency, replication, stashes)`}},
 		{"pool subtable", pool + "[pool.extra]\nx = 1\n",
-			[]string{`pool[0] ("cache").extra: unknown key (valid keys: capacity, engine, eviction, medium, mode, name, prefix, recency, replication, stashes)`}},
+			[]string{`pool[0] ("cache").extra: unknown key (valid keys: capacity, engine, eviction, flash, medium, mode, name, prefix, recency, replication, stashes)`}},
 		{"case", "[Cluster]\nmvcc_window = \"2s\"\n" + pool + "Stashes = 2\n",
 			[]string{
 				`Cluster: unknown key (keys are case-sensitive: did you mean cluster?)`,
 				`pool[0] ("cache").Stashes: unknown key (keys are case-sensitive: did you mean stashes?)`,
 			}},
 		{"inline pool array", `pool = [{name = "a", prefix = "a", medium = "ssd", mode = "durable", engine = "pebble", zz = 1}]`,
-			[]string{`pool[0] ("a").zz: unknown key (valid keys: capacity, engine, eviction, medium, mode, name, prefix, recency, replication, stashes)`}},
+			[]string{`pool[0] ("a").zz: unknown key (valid keys: capacity, engine, eviction, flash, medium, mode, name, prefix, recency, replication, stashes)`}},
 		{"same key in two pools", pool + "zone = 1\n" + pool2 + "zone = 2\n",
 			[]string{
-				`pool[0] ("cache").zone: unknown key (valid keys: capacity, engine, eviction, medium, mode, name, prefix, recency, replication, stashes)`,
-				`pool[1] ("data").zone: unknown key (valid keys: capacity, engine, eviction, medium, mode, name, prefix, recency, replication, stashes)`,
+				`pool[0] ("cache").zone: unknown key (valid keys: capacity, engine, eviction, flash, medium, mode, name, prefix, recency, replication, stashes)`,
+				`pool[1] ("data").zone: unknown key (valid keys: capacity, engine, eviction, flash, medium, mode, name, prefix, recency, replication, stashes)`,
 			}},
 	}
 	for _, tt := range tests {
@@ -774,5 +796,68 @@ func TestWarnings(t *testing.T) {
 	}
 	if !reflect.DeepEqual(w, want) {
 		t.Fatalf("Warnings() = %q\nwant %q", w, want)
+	}
+}
+
+func TestParseFlashTable(t *testing.T) {
+	c, err := Parse([]byte(`
+[[pool]]
+name = "data"
+prefix = "d/"
+medium = "ssd"
+mode = "durable"
+engine = "flash"
+[pool.flash]
+cache = "256MiB"
+write_buffer = 0
+segment = "32MiB"
+direct_io = true
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := c.Pools[0].Flash
+	if f == nil || f.Cache == nil || *f.Cache != 256*MiB || f.WriteBuffer == nil || *f.WriteBuffer != 0 ||
+		f.Segment != 32*MiB || !f.DirectIO {
+		t.Fatalf("flash settings = %+v", f)
+	}
+	_, err = Parse([]byte(`
+[[pool]]
+name = "data"
+prefix = "d/"
+medium = "ssd"
+mode = "durable"
+engine = "flash"
+[pool.flash]
+cach = "1MiB"
+`))
+	if err == nil || err.Error() != `pool[0] ("data").flash.cach: unknown key (did you mean cache?)` {
+		t.Fatalf("a misspelt flash key: err = %v", err)
+	}
+}
+
+// TestREADMEExample: the configuration shown in the README parses.
+func TestREADMEExample(t *testing.T) {
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(readme)
+	i := strings.Index(s, "## Configuration")
+	if i < 0 {
+		t.Fatal("README has no Configuration section")
+	}
+	s = s[i:]
+	start := strings.Index(s, "```toml\n")
+	end := strings.Index(s[start+8:], "```")
+	if start < 0 || end < 0 {
+		t.Fatal("no toml block in the README's Configuration section")
+	}
+	c, err := Parse([]byte(s[start+8 : start+8+end]))
+	if err != nil {
+		t.Fatalf("the README's configuration: %v", err)
+	}
+	if len(c.Pools) != 3 || c.Pools[2].Flash == nil || *c.Pools[2].Flash.Cache != 64*MiB {
+		t.Fatalf("the README's configuration parsed to %+v", c.Pools)
 	}
 }

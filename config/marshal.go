@@ -26,6 +26,7 @@ type outPool struct {
 	Capacity    Size   `toml:"capacity,omitzero"`
 	Eviction    string `toml:"eviction,omitempty"`
 	Recency     bool   `toml:"recency,omitempty"`
+	Flash       *Flash `toml:"flash,omitempty"`
 }
 
 // Marshal writes the configuration as TOML that Parse reads back to an equal

@@ -37,14 +37,16 @@ type rawPool struct {
 	Capacity    Size   `toml:"capacity"`
 	Eviction    string `toml:"eviction"`
 	Recency     bool   `toml:"recency"`
+	Flash       *Flash `toml:"flash"`
 }
 
 // schema lists the keys each table may hold.
 var schema = map[string][]string{
-	"":        {"cluster", "log", "pool"},
-	"cluster": {"failure_wait", "mvcc_window"},
-	"log":     {"replicas"},
-	"pool":    {"name", "prefix", "medium", "mode", "engine", "stashes", "replication", "capacity", "eviction", "recency"},
+	"":           {"cluster", "log", "pool"},
+	"cluster":    {"failure_wait", "mvcc_window"},
+	"log":        {"replicas"},
+	"pool":       {"name", "prefix", "medium", "mode", "engine", "stashes", "replication", "capacity", "eviction", "recency", "flash"},
+	"pool.flash": {"cache", "write_buffer", "segment", "direct_io"},
 }
 
 // Parse reads a TOML configuration, applies the defaults of absent keys and
@@ -96,6 +98,7 @@ func Parse(data []byte) (*Config, error) {
 			Capacity:    rp.Capacity,
 			Eviction:    rp.Eviction,
 			Recency:     rp.Recency,
+			Flash:       rp.Flash,
 		}
 		if rp.Stashes != nil {
 			p.Stashes = *rp.Stashes
@@ -210,10 +213,27 @@ outer:
 		if len(k) > 1 {
 			table, leaf = k[0], k[1]
 		}
+		if len(k) > 2 && k[0] == "pool" && k[1] == "flash" {
+			table, leaf = "pool.flash", k[2]
+		}
 		msg := "unknown key" + suggest(leaf, schema[table])
 		switch {
 		case len(k) == 1:
 			add(&FieldError{Field: k.String(), Msg: msg})
+		case table == "pool.flash":
+			found := false
+			for i, p := range pools {
+				if f, ok := p["flash"].(map[string]any); ok {
+					if _, ok := f[leaf]; ok {
+						name, _ := p["name"].(string)
+						add(&FieldError{Field: poolLabel(i, name) + ".flash." + toml.Key{leaf}.String(), Msg: msg})
+						found = true
+					}
+				}
+			}
+			if !found {
+				add(&FieldError{Field: toml.Key(k[:3]).String(), Msg: msg})
+			}
 		case table == "pool":
 			found := false
 			for i, p := range pools {
@@ -241,6 +261,9 @@ func known(k toml.Key) bool {
 	case 2:
 		keys, ok := schema[k[0]]
 		return ok && contains(keys, k[1])
+	case 3:
+		keys, ok := schema[k[0]+"."+k[1]]
+		return ok && contains(keys, k[2])
 	}
 	return false
 }

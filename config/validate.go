@@ -182,6 +182,20 @@ func (c *Config) Validate() error {
 		if p.Capacity < 0 {
 			fail(field("capacity"), "must not be negative, got %d", int64(p.Capacity))
 		}
+		if f := p.Flash; f != nil {
+			if engineOK && p.Engine != "flash" {
+				fail(field("flash"), "settings of engine flash, but engine is %s (remove the [pool.flash] table)", p.Engine)
+			}
+			if f.Cache != nil && *f.Cache < 0 {
+				fail(field("flash.cache"), "must not be negative, got %d", int64(*f.Cache))
+			}
+			if f.WriteBuffer != nil && *f.WriteBuffer < 0 {
+				fail(field("flash.write_buffer"), "must not be negative, got %d", int64(*f.WriteBuffer))
+			}
+			if f.Segment != 0 && f.Segment < MinFlashSegment {
+				fail(field("flash.segment"), "must be at least 1MiB, got %s", f.Segment)
+			}
+		}
 	}
 
 	// Prefix overlaps: each key must belong to exactly one pool.

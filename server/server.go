@@ -32,7 +32,7 @@ import (
 	"github.com/distash/distash/internal/clock"
 	"github.com/distash/distash/internal/engine"
 	"github.com/distash/distash/internal/engine/engines"
-	_ "github.com/distash/distash/internal/engine/flash" // registers engine "flash"
+	"github.com/distash/distash/internal/engine/flash"
 	"github.com/distash/distash/internal/kv"
 	"github.com/distash/distash/internal/proxy"
 	"github.com/distash/distash/internal/ratekeeper"
@@ -250,6 +250,30 @@ func (s *Server) start(ctx context.Context) error {
 	return nil
 }
 
+// engineTuning returns the engine-specific settings of pool p's stashes
+// (engine.Options.Tuning), nil for the engine's defaults.
+func engineTuning(p config.Pool) any {
+	if p.Engine != "flash" || p.Flash == nil {
+		return nil
+	}
+	f := p.Flash
+	c := flash.Config{SegmentBytes: int64(f.Segment), DirectIO: f.DirectIO}
+	// In the configuration 0 disables the cache or the buffer; in
+	// flash.Config 0 means the default and a negative size disables.
+	bytesOrOff := func(s *config.Size) int64 {
+		if s == nil {
+			return 0
+		}
+		if *s == 0 {
+			return -1
+		}
+		return int64(*s)
+	}
+	c.CacheBytes = bytesOrOff(f.Cache)
+	c.WriteBufferBytes = bytesOrOff(f.WriteBuffer)
+	return c
+}
+
 func (s *Server) openStash(sp stashSpec, windowVersions, recovered kv.Version) (*stash.Stash, error) {
 	dir := filepath.Join(s.opts.Dir, "stash", fmt.Sprintf("%s-%d", sp.pool.Name, sp.index))
 	if !sp.pool.Volatile() {
@@ -259,6 +283,7 @@ func (s *Server) openStash(sp stashSpec, windowVersions, recovered kv.Version) (
 	}
 	eng, err := engines.Open(sp.pool.Engine, engine.Options{
 		Dir: dir, CapacityBytes: int64(sp.pool.Capacity), Ephemeral: sp.pool.Ephemeral(), Eviction: sp.pool.Eviction,
+		Tuning: engineTuning(sp.pool),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("server: open stash %s-%d: %w", sp.pool.Name, sp.index, err)

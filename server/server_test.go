@@ -1,10 +1,12 @@
 package server_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"log/slog"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -133,4 +135,76 @@ func TestRefusesChangedPools(t *testing.T) {
 		t.Fatal("started with a different pool layout")
 	}
 	t.Log(err)
+}
+
+// TestFlashPoolSettings: a [pool.flash] table reaches the pool's engines
+// (1 MiB segments: a few MiB of values fill several segment files), and the
+// pool serves every value with its read cache and write buffer turned off.
+func TestFlashPoolSettings(t *testing.T) {
+	cfg, err := config.Parse([]byte(`
+[cluster]
+mvcc_window = "1s"
+
+[[pool]]
+name = "data"
+prefix = "d/"
+medium = "ssd"
+mode = "durable"
+engine = "flash"
+
+[pool.flash]
+segment = "1MiB"
+cache = "0"
+write_buffer = "0"
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	srv, db := start(t, dir, cfg)
+	defer srv.Stop()
+	defer db.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	value := func(i int) []byte { return bytes.Repeat([]byte{byte(i)}, 16<<10) }
+	const n = 256 // 4 MiB of values
+	for start := 0; start < n; start += 16 {
+		if err := db.Transact(ctx, func(tx *distash.Tx) error {
+			for i := start; i < start+16; i++ {
+				tx.Set([]byte(fmt.Sprintf("d/%04d", i)), value(i))
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	segDir := filepath.Join(dir, "stash", "data-0")
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		segs, _ := filepath.Glob(filepath.Join(segDir, "*.seg"))
+		if len(segs) >= 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d segment files in %s after writing 4 MiB; want several of 1 MiB", len(segs), segDir)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// Past the MVCC window the reads come from the engine.
+	time.Sleep(time.Second)
+	if err := db.ReadTransact(ctx, func(tx *distash.Tx) error {
+		for i := 0; i < n; i++ {
+			v, err := tx.Get([]byte(fmt.Sprintf("d/%04d", i)))
+			if err != nil {
+				return err
+			}
+			if !bytes.Equal(v, value(i)) {
+				return fmt.Errorf("d/%04d: %d bytes, want %d bytes of %d", i, len(v), 16<<10, i)
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
 }

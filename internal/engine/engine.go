@@ -88,6 +88,9 @@ type Options struct {
 	Ephemeral bool
 	// Eviction is "lru" or "camp" for ephemeral engines.
 	Eviction string
+	// Tuning holds engine-specific settings: a flash.Config for the flash
+	// engine; nil means the engine's defaults. Other engines take none.
+	Tuning any
 }
 
 // RecencyOrdered is implemented by engines that keep their keys in eviction

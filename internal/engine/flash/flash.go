@@ -67,7 +67,13 @@ import (
 )
 
 func init() {
-	engines.Register("flash", func(o engine.Options) (engine.Engine, error) { return Open(o) })
+	engines.Register("flash", func(o engine.Options) (engine.Engine, error) {
+		cfg, ok := o.Tuning.(Config)
+		if !ok && o.Tuning != nil {
+			return nil, fmt.Errorf("flash: engine.Options.Tuning is a %T, want a flash.Config", o.Tuning)
+		}
+		return OpenConfig(o, cfg)
+	})
 }
 
 // ErrClosed is returned by the methods of a closed engine.

@@ -2,11 +2,14 @@ package flash_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/distash/distash/internal/engine"
+	"github.com/distash/distash/internal/engine/engines"
 	"github.com/distash/distash/internal/engine/enginetest"
 	"github.com/distash/distash/internal/engine/flash"
+	"github.com/distash/distash/internal/kv"
 )
 
 func openWith(cfg flash.Config) func(t *testing.T, opts engine.Options) engine.Engine {
@@ -60,5 +63,28 @@ func TestAbsentKeysCostNoDeviceRead(t *testing.T) {
 	}
 	if n := e.Stats().FilterNegatives; n < 95 {
 		t.Fatalf("only %d of 100 absent lookups answered by the index", n)
+	}
+}
+
+// TestRegisteredTakesTuning: the engine registered as "flash" takes its
+// flash.Config from engine.Options.Tuning and refuses anything else there.
+func TestRegisteredTakesTuning(t *testing.T) {
+	if _, err := engines.Open("flash", engine.Options{Dir: t.TempDir(), Tuning: 42}); err == nil ||
+		!strings.Contains(err.Error(), "want a flash.Config") {
+		t.Fatalf("Tuning 42: err = %v", err)
+	}
+	dir := t.TempDir()
+	e, err := engines.Open("flash", engine.Options{Dir: dir, Tuning: flash.Config{SegmentBytes: 64 << 10}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	for v := 1; v <= 8; v++ {
+		if err := e.Apply(&engine.Batch{Version: kv.Version(v), Writes: []engine.Write{{Key: []byte(fmt.Sprint(v)), Value: make([]byte, 32<<10)}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := e.(*flash.Engine).Metrics().Segments; n < 3 {
+		t.Fatalf("256 KiB written into 64 KiB segments left %d segments: the Tuning was not applied", n)
 	}
 }
