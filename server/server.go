@@ -294,8 +294,8 @@ func (s *Server) openStash(sp stashSpec, windowVersions, recovered kv.Version) (
 		// it lost data (an ephemeral flash engine starts empty, for one).
 		if !sp.pool.Ephemeral() {
 			eng.Close()
-			return nil, fmt.Errorf("server: stash %s-%d of durable pool %q is at version %d but the log dropped its versions up to %d: its data is lost",
-				sp.pool.Name, sp.index, sp.pool.Name, eng.Version(), popped)
+			return nil, fmt.Errorf("server: stash %s-%d of durable pool %q is at version %d but the log dropped its versions up to %d: its data is lost (its files are in %s; restore them, or start from an empty data directory)",
+				sp.pool.Name, sp.index, sp.pool.Name, eng.Version(), popped, dir)
 		}
 		volatile = true // an ephemeral pool may restart empty
 	}

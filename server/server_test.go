@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -207,4 +209,65 @@ write_buffer = "0"
 	}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestDurableStashThatLostDataRefusesToStart: an engine that comes back
+// older than what the log has dropped for it (here its segment files are
+// gone; a segment cut at a frame boundary looks the same to the engine)
+// is lost data, and the server says so instead of serving a stale pool.
+func TestDurableStashThatLostDataRefusesToStart(t *testing.T) {
+	cfg, err := config.Parse([]byte(`
+[cluster]
+mvcc_window = "1s"
+
+[[pool]]
+name = "data"
+prefix = "d/"
+medium = "ssd"
+mode = "durable"
+engine = "flash"
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	srv, db := start(t, dir, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for i := 0; i < 50; i++ {
+		if err := db.Transact(ctx, func(tr *distash.Tx) error {
+			tr.Set([]byte(fmt.Sprintf("d/%04d", i)), []byte("v"))
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for srv.LogStats().Entries > 8 {
+		if time.Now().After(deadline) {
+			t.Fatalf("log still holds %d entries after the window passed", srv.LogStats().Entries)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	db.Close()
+	srv.Stop()
+
+	segs, _ := filepath.Glob(filepath.Join(dir, "stash", "data-0", "*.seg"))
+	if len(segs) == 0 {
+		t.Fatal("no segment files to lose")
+	}
+	for _, s := range segs {
+		if err := os.Remove(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv, err = server.Start(ctx, server.Options{Dir: dir, Config: cfg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err == nil {
+		srv.Stop()
+		t.Fatal("started a durable pool whose stash lost data the log had dropped")
+	}
+	if !strings.Contains(err.Error(), `durable pool "data"`) || !strings.Contains(err.Error(), "its data is lost") {
+		t.Fatalf("error does not say which pool lost data: %v", err)
+	}
+	t.Log(err)
 }
