@@ -220,37 +220,40 @@ outer:
 		switch {
 		case len(k) == 1:
 			add(&FieldError{Field: k.String(), Msg: msg})
-		case table == "pool.flash":
+		case table == "pool" || table == "pool.flash":
+			sub := k[1:2] // the key's path inside its pool
+			if table == "pool.flash" {
+				sub = k[1:3]
+			}
 			found := false
 			for i, p := range pools {
-				if f, ok := p["flash"].(map[string]any); ok {
-					if _, ok := f[leaf]; ok {
-						name, _ := p["name"].(string)
-						add(&FieldError{Field: poolLabel(i, name) + ".flash." + toml.Key{leaf}.String(), Msg: msg})
-						found = true
-					}
-				}
-			}
-			if !found {
-				add(&FieldError{Field: toml.Key(k[:3]).String(), Msg: msg})
-			}
-		case table == "pool":
-			found := false
-			for i, p := range pools {
-				if _, ok := p[leaf]; ok {
+				if holds(p, sub) {
 					name, _ := p["name"].(string)
-					add(&FieldError{Field: poolLabel(i, name) + "." + toml.Key{leaf}.String(), Msg: msg})
+					add(&FieldError{Field: poolLabel(i, name) + "." + toml.Key(sub).String(), Msg: msg})
 					found = true
 				}
 			}
 			if !found {
-				add(&FieldError{Field: toml.Key(k[:2]).String(), Msg: msg})
+				add(&FieldError{Field: toml.Key(k[:1+len(sub)]).String(), Msg: msg})
 			}
 		default:
 			add(&FieldError{Field: toml.Key(k[:2]).String(), Msg: msg})
 		}
 	}
 	return joinErrors(errs)
+}
+
+// holds reports whether the plain table m has the key at path (nested tables).
+func holds(m map[string]any, path []string) bool {
+	for _, k := range path[:len(path)-1] {
+		sub, ok := m[k].(map[string]any)
+		if !ok {
+			return false
+		}
+		m = sub
+	}
+	_, ok := m[path[len(path)-1]]
+	return ok
 }
 
 // known reports whether k is in the schema, with exact case.

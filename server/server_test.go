@@ -60,6 +60,23 @@ func start(t *testing.T, dir string, cfg *config.Config) (*server.Server, *dista
 	return srv, db
 }
 
+// waitForPops waits until the stashes have made everything but the last
+// MVCC window (1 s in these tests) durable and the log has dropped it.
+func waitForPops(t *testing.T, srv *server.Server) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		n := srv.LogStats().Entries
+		if n <= 8 { // the empty commits of the last window (1 s / 250 ms)
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("log still holds %d entries after the window passed", n)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // TestThreeLogReplicasRestartAndPops: a cluster with a 3-replica raft log
 // commits, pops the log once stashes made versions durable, and restarts
 // with its durable pool intact and its DRAM pool empty.
@@ -84,17 +101,7 @@ func TestThreeLogReplicasRestartAndPops(t *testing.T) {
 	}
 	// After the MVCC window (1 s) the stashes flush and pop: the log keeps
 	// nothing of the writes above in memory.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		st := srv.LogStats()
-		if st.Entries <= 8 { // the empty commits of the last window (1 s / 250 ms)
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("log still holds %d entries after the window passed", st.Entries)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitForPops(t, srv)
 	db.Close()
 	srv.Stop()
 
@@ -242,13 +249,7 @@ engine = "flash"
 			t.Fatal(err)
 		}
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for srv.LogStats().Entries > 8 {
-		if time.Now().After(deadline) {
-			t.Fatalf("log still holds %d entries after the window passed", srv.LogStats().Entries)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitForPops(t, srv)
 	db.Close()
 	srv.Stop()
 
