@@ -14,7 +14,10 @@ import (
 
 	"github.com/distash/distash"
 	"github.com/distash/distash/config"
+	"github.com/distash/distash/internal/wire"
 	"github.com/distash/distash/server"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 )
 
 const cfg3 = `
@@ -215,6 +218,29 @@ write_buffer = "0"
 		return nil
 	}); err != nil {
 		t.Fatal(err)
+	}
+
+	// The status shows the engine's counters: with neither cache nor
+	// buffer, the reads above went to the segment files.
+	conn, err := grpc.NewClient(srv.ClusterString(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	st, err := wire.NewDiStashClient(conn).Status(ctx, &wire.StatusRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	counters := map[string]int64{}
+	for _, s := range st.Stashes {
+		if s.Pool == "data" {
+			for _, c := range s.EngineCounters {
+				counters[c.Name] = c.Value
+			}
+		}
+	}
+	if counters["segments"] < 3 || counters["file_reads"] < n || counters["cache_hits"] != 0 || counters["buffer_hits"] != 0 {
+		t.Fatalf("engine counters in the status: %v", counters)
 	}
 }
 

@@ -139,12 +139,16 @@ func (v *service) Status(ctx context.Context, _ *wire.StatusRequest) (*wire.Stat
 		if st.Pool == "system" {
 			continue
 		}
-		resp.Stashes = append(resp.Stashes, &wire.StashStatus{
+		ws := &wire.StashStatus{
 			Id: uint32(st.Tag), Pool: st.Pool, Index: int32(st.Index), Keys: st.Keys, Bytes: st.Bytes,
 			EngineBytes: st.EngineBytes, WindowBytes: st.WindowBytes, Hits: st.Hits, Misses: st.Misses,
 			Evictions: st.Evictions, Version: int64(st.Applied), DurableVersion: int64(st.Durable),
 			CapacityBytes: st.CapacityBytes, Reads: st.Reads, FilterNegatives: st.FilterNegatives,
-		})
+		}
+		for _, c := range st.Engine {
+			ws.EngineCounters = append(ws.EngineCounters, &wire.EngineCounter{Name: c.Name, Value: c.Value})
+		}
+		resp.Stashes = append(resp.Stashes, ws)
 	}
 	sort.SliceStable(resp.Stashes, func(i, j int) bool { return resp.Stashes[i].Id < resp.Stashes[j].Id })
 	return resp, nil

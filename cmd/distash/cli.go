@@ -201,6 +201,29 @@ func printStatusTo(out io.Writer, st *wire.StatusResponse) {
 			humanize.IBytes(uint64(s.WindowBytes)), s.Reads, hits, misses, ev, s.FilterNegatives, s.Version)
 	}
 	w.Flush()
+	engines := map[string]string{}
+	for _, p := range st.Pools {
+		engines[p.Name] = p.Engine
+	}
+	header := false
+	for _, s := range st.Stashes {
+		if len(s.EngineCounters) == 0 {
+			continue
+		}
+		if !header {
+			fmt.Fprintln(out, "\nEngine counters:")
+			header = true
+		}
+		parts := make([]string, len(s.EngineCounters))
+		for i, c := range s.EngineCounters {
+			v := strconv.FormatInt(c.Value, 10)
+			if strings.HasSuffix(c.Name, "_bytes") {
+				v = humanize.IBytes(uint64(max(c.Value, 0)))
+			}
+			parts[i] = strings.ReplaceAll(c.Name, "_", " ") + " " + v
+		}
+		fmt.Fprintf(out, "  %s-%d (%s): %s\n", s.Pool, s.Index, engines[s.Pool], strings.Join(parts, ", "))
+	}
 }
 
 func envOr(name, def string) string {

@@ -76,6 +76,19 @@ type Stats struct {
 	FilterNegatives int64
 }
 
+// Counter is one named figure of an engine's internals, for status
+// displays. Names are lower_snake_case; those ending in _bytes are sizes.
+type Counter struct {
+	Name  string
+	Value int64
+}
+
+// Counted is implemented by engines that report counters of their
+// internals beyond Stats (the flash engine: segments, cleaning, cache).
+type Counted interface {
+	Counters() []Counter
+}
+
 // Options configure an engine when it is opened.
 type Options struct {
 	// Dir is where a durable engine keeps its files. Unused by memory.

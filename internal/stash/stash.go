@@ -573,6 +573,9 @@ type Stats struct {
 	Applied, Durable         kv.Version
 	WindowLimitBytes         int64
 	CapacityBytes            int64
+	// Engine holds the engine's own counters, if it reports any
+	// (engine.Counted).
+	Engine []engine.Counter
 }
 
 // Stats returns the stash's sizes and counters.
@@ -584,6 +587,9 @@ func (s *Stash) Stats() Stats {
 		EngineBytes: es.Bytes, WindowBytes: s.win.bytes, Evictions: es.Evictions, FilterNegatives: es.FilterNegatives,
 		Applied: s.applied, Durable: s.durable, CapacityBytes: s.opts.CapacityBytes, WindowLimitBytes: s.opts.WindowBytes,
 		Keys: es.Keys, Bytes: es.Bytes,
+	}
+	if c, ok := s.eng.(engine.Counted); ok {
+		st.Engine = c.Counters()
 	}
 	if s.opts.TrackBytes {
 		st.Keys, st.Bytes = s.liveKeys, s.liveBytes

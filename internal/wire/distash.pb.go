@@ -1168,6 +1168,7 @@ type StashStatus struct {
 	CapacityBytes   int64                  `protobuf:"varint,13,opt,name=capacity_bytes,json=capacityBytes,proto3" json:"capacity_bytes,omitempty"`
 	Reads           int64                  `protobuf:"varint,14,opt,name=reads,proto3" json:"reads,omitempty"`
 	FilterNegatives int64                  `protobuf:"varint,15,opt,name=filter_negatives,json=filterNegatives,proto3" json:"filter_negatives,omitempty"` // absent-key reads answered by a Bloom filter, no device read
+	EngineCounters  []*EngineCounter       `protobuf:"bytes,16,rep,name=engine_counters,json=engineCounters,proto3" json:"engine_counters,omitempty"`     // the engine's own figures (flash: segments, cleaning, cache)
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
 }
@@ -1307,6 +1308,65 @@ func (x *StashStatus) GetFilterNegatives() int64 {
 	return 0
 }
 
+func (x *StashStatus) GetEngineCounters() []*EngineCounter {
+	if x != nil {
+		return x.EngineCounters
+	}
+	return nil
+}
+
+type EngineCounter struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"` // lower_snake_case; names ending in _bytes are sizes
+	Value         int64                  `protobuf:"varint,2,opt,name=value,proto3" json:"value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EngineCounter) Reset() {
+	*x = EngineCounter{}
+	mi := &file_distash_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EngineCounter) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EngineCounter) ProtoMessage() {}
+
+func (x *EngineCounter) ProtoReflect() protoreflect.Message {
+	mi := &file_distash_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EngineCounter.ProtoReflect.Descriptor instead.
+func (*EngineCounter) Descriptor() ([]byte, []int) {
+	return file_distash_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *EngineCounter) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *EngineCounter) GetValue() int64 {
+	if x != nil {
+		return x.Value
+	}
+	return 0
+}
+
 type LogStatus struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
 	Replicas        int32                  `protobuf:"varint,1,opt,name=replicas,proto3" json:"replicas,omitempty"`
@@ -1320,7 +1380,7 @@ type LogStatus struct {
 
 func (x *LogStatus) Reset() {
 	*x = LogStatus{}
-	mi := &file_distash_proto_msgTypes[20]
+	mi := &file_distash_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1332,7 +1392,7 @@ func (x *LogStatus) String() string {
 func (*LogStatus) ProtoMessage() {}
 
 func (x *LogStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[20]
+	mi := &file_distash_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1345,7 +1405,7 @@ func (x *LogStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogStatus.ProtoReflect.Descriptor instead.
 func (*LogStatus) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{20}
+	return file_distash_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *LogStatus) GetReplicas() int32 {
@@ -1391,7 +1451,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_distash_proto_msgTypes[21]
+	mi := &file_distash_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1403,7 +1463,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[21]
+	mi := &file_distash_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1416,7 +1476,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{21}
+	return file_distash_proto_rawDescGZIP(), []int{22}
 }
 
 type StatusResponse struct {
@@ -1438,7 +1498,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_distash_proto_msgTypes[22]
+	mi := &file_distash_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1450,7 +1510,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[22]
+	mi := &file_distash_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1463,7 +1523,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{22}
+	return file_distash_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *StatusResponse) GetPools() []*PoolInfo {
@@ -1554,7 +1614,7 @@ type ColdestRequest struct {
 
 func (x *ColdestRequest) Reset() {
 	*x = ColdestRequest{}
-	mi := &file_distash_proto_msgTypes[23]
+	mi := &file_distash_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1566,7 +1626,7 @@ func (x *ColdestRequest) String() string {
 func (*ColdestRequest) ProtoMessage() {}
 
 func (x *ColdestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[23]
+	mi := &file_distash_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1579,7 +1639,7 @@ func (x *ColdestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ColdestRequest.ProtoReflect.Descriptor instead.
 func (*ColdestRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{23}
+	return file_distash_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ColdestRequest) GetPool() string {
@@ -1606,7 +1666,7 @@ type ColdestResponse struct {
 
 func (x *ColdestResponse) Reset() {
 	*x = ColdestResponse{}
-	mi := &file_distash_proto_msgTypes[24]
+	mi := &file_distash_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1618,7 +1678,7 @@ func (x *ColdestResponse) String() string {
 func (*ColdestResponse) ProtoMessage() {}
 
 func (x *ColdestResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[24]
+	mi := &file_distash_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1631,7 +1691,7 @@ func (x *ColdestResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ColdestResponse.ProtoReflect.Descriptor instead.
 func (*ColdestResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{24}
+	return file_distash_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ColdestResponse) GetKeys() [][]byte {
@@ -1661,7 +1721,7 @@ type CommitStreamRequest struct {
 
 func (x *CommitStreamRequest) Reset() {
 	*x = CommitStreamRequest{}
-	mi := &file_distash_proto_msgTypes[25]
+	mi := &file_distash_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1673,7 +1733,7 @@ func (x *CommitStreamRequest) String() string {
 func (*CommitStreamRequest) ProtoMessage() {}
 
 func (x *CommitStreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[25]
+	mi := &file_distash_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1686,7 +1746,7 @@ func (x *CommitStreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitStreamRequest.ProtoReflect.Descriptor instead.
 func (*CommitStreamRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{25}
+	return file_distash_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *CommitStreamRequest) GetId() uint64 {
@@ -1713,7 +1773,7 @@ type CommitStreamResponse struct {
 
 func (x *CommitStreamResponse) Reset() {
 	*x = CommitStreamResponse{}
-	mi := &file_distash_proto_msgTypes[26]
+	mi := &file_distash_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1725,7 +1785,7 @@ func (x *CommitStreamResponse) String() string {
 func (*CommitStreamResponse) ProtoMessage() {}
 
 func (x *CommitStreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[26]
+	mi := &file_distash_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1738,7 +1798,7 @@ func (x *CommitStreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitStreamResponse.ProtoReflect.Descriptor instead.
 func (*CommitStreamResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{26}
+	return file_distash_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *CommitStreamResponse) GetId() uint64 {
@@ -1836,7 +1896,7 @@ const file_distash_proto_rawDesc = "" +
 	"\x12ClusterInfoRequest\"o\n" +
 	"\x13ClusterInfoResponse\x12*\n" +
 	"\x05pools\x18\x01 \x03(\v2\x14.distash.v1.PoolInfoR\x05pools\x12,\n" +
-	"\x12mvcc_window_micros\x18\x02 \x01(\x03R\x10mvccWindowMicros\"\xac\x03\n" +
+	"\x12mvcc_window_micros\x18\x02 \x01(\x03R\x10mvccWindowMicros\"\xf0\x03\n" +
 	"\vStashStatus\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x12\n" +
 	"\x04pool\x18\x02 \x01(\tR\x04pool\x12\x14\n" +
@@ -1853,7 +1913,11 @@ const file_distash_proto_rawDesc = "" +
 	"\x0fdurable_version\x18\f \x01(\x03R\x0edurableVersion\x12%\n" +
 	"\x0ecapacity_bytes\x18\r \x01(\x03R\rcapacityBytes\x12\x14\n" +
 	"\x05reads\x18\x0e \x01(\x03R\x05reads\x12)\n" +
-	"\x10filter_negatives\x18\x0f \x01(\x03R\x0ffilterNegatives\"\xbd\x01\n" +
+	"\x10filter_negatives\x18\x0f \x01(\x03R\x0ffilterNegatives\x12B\n" +
+	"\x0fengine_counters\x18\x10 \x03(\v2\x19.distash.v1.EngineCounterR\x0eengineCounters\"9\n" +
+	"\rEngineCounter\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value\"\xbd\x01\n" +
 	"\tLogStatus\x12\x1a\n" +
 	"\breplicas\x18\x01 \x01(\x05R\breplicas\x12!\n" +
 	"\flast_version\x18\x02 \x01(\x03R\vlastVersion\x12*\n" +
@@ -1911,7 +1975,7 @@ func file_distash_proto_rawDescGZIP() []byte {
 	return file_distash_proto_rawDescData
 }
 
-var file_distash_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_distash_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_distash_proto_goTypes = []any{
 	(*Error)(nil),                  // 0: distash.v1.Error
 	(*Mutation)(nil),               // 1: distash.v1.Mutation
@@ -1933,13 +1997,14 @@ var file_distash_proto_goTypes = []any{
 	(*ClusterInfoRequest)(nil),     // 17: distash.v1.ClusterInfoRequest
 	(*ClusterInfoResponse)(nil),    // 18: distash.v1.ClusterInfoResponse
 	(*StashStatus)(nil),            // 19: distash.v1.StashStatus
-	(*LogStatus)(nil),              // 20: distash.v1.LogStatus
-	(*StatusRequest)(nil),          // 21: distash.v1.StatusRequest
-	(*StatusResponse)(nil),         // 22: distash.v1.StatusResponse
-	(*ColdestRequest)(nil),         // 23: distash.v1.ColdestRequest
-	(*ColdestResponse)(nil),        // 24: distash.v1.ColdestResponse
-	(*CommitStreamRequest)(nil),    // 25: distash.v1.CommitStreamRequest
-	(*CommitStreamResponse)(nil),   // 26: distash.v1.CommitStreamResponse
+	(*EngineCounter)(nil),          // 20: distash.v1.EngineCounter
+	(*LogStatus)(nil),              // 21: distash.v1.LogStatus
+	(*StatusRequest)(nil),          // 22: distash.v1.StatusRequest
+	(*StatusResponse)(nil),         // 23: distash.v1.StatusResponse
+	(*ColdestRequest)(nil),         // 24: distash.v1.ColdestRequest
+	(*ColdestResponse)(nil),        // 25: distash.v1.ColdestResponse
+	(*CommitStreamRequest)(nil),    // 26: distash.v1.CommitStreamRequest
+	(*CommitStreamResponse)(nil),   // 27: distash.v1.CommitStreamResponse
 }
 var file_distash_proto_depIdxs = []int32{
 	0,  // 0: distash.v1.GetReadVersionResponse.error:type_name -> distash.v1.Error
@@ -1954,35 +2019,36 @@ var file_distash_proto_depIdxs = []int32{
 	14, // 9: distash.v1.LocationsResponse.shards:type_name -> distash.v1.Shard
 	0,  // 10: distash.v1.LocationsResponse.error:type_name -> distash.v1.Error
 	16, // 11: distash.v1.ClusterInfoResponse.pools:type_name -> distash.v1.PoolInfo
-	16, // 12: distash.v1.StatusResponse.pools:type_name -> distash.v1.PoolInfo
-	19, // 13: distash.v1.StatusResponse.stashes:type_name -> distash.v1.StashStatus
-	20, // 14: distash.v1.StatusResponse.log:type_name -> distash.v1.LogStatus
-	0,  // 15: distash.v1.ColdestResponse.error:type_name -> distash.v1.Error
-	7,  // 16: distash.v1.CommitStreamRequest.request:type_name -> distash.v1.CommitRequest
-	8,  // 17: distash.v1.CommitStreamResponse.response:type_name -> distash.v1.CommitResponse
-	5,  // 18: distash.v1.DiStash.GetReadVersion:input_type -> distash.v1.GetReadVersionRequest
-	7,  // 19: distash.v1.DiStash.Commit:input_type -> distash.v1.CommitRequest
-	25, // 20: distash.v1.DiStash.CommitStream:input_type -> distash.v1.CommitStreamRequest
-	9,  // 21: distash.v1.DiStash.Read:input_type -> distash.v1.ReadRequest
-	11, // 22: distash.v1.DiStash.ReadRange:input_type -> distash.v1.ReadRangeRequest
-	13, // 23: distash.v1.DiStash.Locations:input_type -> distash.v1.LocationsRequest
-	17, // 24: distash.v1.DiStash.ClusterInfo:input_type -> distash.v1.ClusterInfoRequest
-	21, // 25: distash.v1.DiStash.Status:input_type -> distash.v1.StatusRequest
-	23, // 26: distash.v1.DiStash.Coldest:input_type -> distash.v1.ColdestRequest
-	6,  // 27: distash.v1.DiStash.GetReadVersion:output_type -> distash.v1.GetReadVersionResponse
-	8,  // 28: distash.v1.DiStash.Commit:output_type -> distash.v1.CommitResponse
-	26, // 29: distash.v1.DiStash.CommitStream:output_type -> distash.v1.CommitStreamResponse
-	10, // 30: distash.v1.DiStash.Read:output_type -> distash.v1.ReadResponse
-	12, // 31: distash.v1.DiStash.ReadRange:output_type -> distash.v1.ReadRangeResponse
-	15, // 32: distash.v1.DiStash.Locations:output_type -> distash.v1.LocationsResponse
-	18, // 33: distash.v1.DiStash.ClusterInfo:output_type -> distash.v1.ClusterInfoResponse
-	22, // 34: distash.v1.DiStash.Status:output_type -> distash.v1.StatusResponse
-	24, // 35: distash.v1.DiStash.Coldest:output_type -> distash.v1.ColdestResponse
-	27, // [27:36] is the sub-list for method output_type
-	18, // [18:27] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	20, // 12: distash.v1.StashStatus.engine_counters:type_name -> distash.v1.EngineCounter
+	16, // 13: distash.v1.StatusResponse.pools:type_name -> distash.v1.PoolInfo
+	19, // 14: distash.v1.StatusResponse.stashes:type_name -> distash.v1.StashStatus
+	21, // 15: distash.v1.StatusResponse.log:type_name -> distash.v1.LogStatus
+	0,  // 16: distash.v1.ColdestResponse.error:type_name -> distash.v1.Error
+	7,  // 17: distash.v1.CommitStreamRequest.request:type_name -> distash.v1.CommitRequest
+	8,  // 18: distash.v1.CommitStreamResponse.response:type_name -> distash.v1.CommitResponse
+	5,  // 19: distash.v1.DiStash.GetReadVersion:input_type -> distash.v1.GetReadVersionRequest
+	7,  // 20: distash.v1.DiStash.Commit:input_type -> distash.v1.CommitRequest
+	26, // 21: distash.v1.DiStash.CommitStream:input_type -> distash.v1.CommitStreamRequest
+	9,  // 22: distash.v1.DiStash.Read:input_type -> distash.v1.ReadRequest
+	11, // 23: distash.v1.DiStash.ReadRange:input_type -> distash.v1.ReadRangeRequest
+	13, // 24: distash.v1.DiStash.Locations:input_type -> distash.v1.LocationsRequest
+	17, // 25: distash.v1.DiStash.ClusterInfo:input_type -> distash.v1.ClusterInfoRequest
+	22, // 26: distash.v1.DiStash.Status:input_type -> distash.v1.StatusRequest
+	24, // 27: distash.v1.DiStash.Coldest:input_type -> distash.v1.ColdestRequest
+	6,  // 28: distash.v1.DiStash.GetReadVersion:output_type -> distash.v1.GetReadVersionResponse
+	8,  // 29: distash.v1.DiStash.Commit:output_type -> distash.v1.CommitResponse
+	27, // 30: distash.v1.DiStash.CommitStream:output_type -> distash.v1.CommitStreamResponse
+	10, // 31: distash.v1.DiStash.Read:output_type -> distash.v1.ReadResponse
+	12, // 32: distash.v1.DiStash.ReadRange:output_type -> distash.v1.ReadRangeResponse
+	15, // 33: distash.v1.DiStash.Locations:output_type -> distash.v1.LocationsResponse
+	18, // 34: distash.v1.DiStash.ClusterInfo:output_type -> distash.v1.ClusterInfoResponse
+	23, // 35: distash.v1.DiStash.Status:output_type -> distash.v1.StatusResponse
+	25, // 36: distash.v1.DiStash.Coldest:output_type -> distash.v1.ColdestResponse
+	28, // [28:37] is the sub-list for method output_type
+	19, // [19:28] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_distash_proto_init() }
@@ -1996,7 +2062,7 @@ func file_distash_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_distash_proto_rawDesc), len(file_distash_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   27,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

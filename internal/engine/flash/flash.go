@@ -212,6 +212,7 @@ type commitReq struct {
 var (
 	_ engine.Engine         = (*Engine)(nil)
 	_ engine.RecencyOrdered = (*Engine)(nil)
+	_ engine.Counted        = (*Engine)(nil)
 )
 
 // Open opens the engine in opts.Dir with the default Config.
@@ -395,6 +396,24 @@ func (e *Engine) Metrics() Metrics {
 	m.Restarts = e.m.restarts.Load()
 	m.LockWaits = e.m.lockWaits.Load()
 	return m
+}
+
+// Counters implements engine.Counted with the figures an operator of a
+// flash pool watches: how big the log is against its live data, how much
+// cleaning it took, and where reads were served from.
+func (e *Engine) Counters() []engine.Counter {
+	m := e.Metrics()
+	return []engine.Counter{
+		{Name: "segments", Value: int64(m.Segments)},
+		{Name: "log_bytes", Value: m.LogBytes},
+		{Name: "live_bytes", Value: m.LiveBytes},
+		{Name: "segments_cleaned", Value: m.GCRuns},
+		{Name: "relocated_bytes", Value: m.RelocatedBytes},
+		{Name: "buffer_hits", Value: m.BufferHits},
+		{Name: "cache_hits", Value: m.CacheHits},
+		{Name: "file_reads", Value: m.DiskReads},
+		{Name: "group_commits", Value: m.Commits},
+	}
 }
 
 // Get implements engine.Engine with no far-memory emulation.

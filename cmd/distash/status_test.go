@@ -1,0 +1,37 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/distash/distash/internal/wire"
+)
+
+// TestStatusShowsEngineCounters: stashes whose engine reports counters (the
+// flash engine) get a line of them under the stash table; others none.
+func TestStatusShowsEngineCounters(t *testing.T) {
+	st := &wire.StatusResponse{
+		Log: &wire.LogStatus{Replicas: 1},
+		Pools: []*wire.PoolInfo{
+			{Name: "cache", Prefix: []byte("c/"), Medium: "dram", Mode: "ephemeral", Engine: "memory", Stashes: 1, Replication: 1},
+			{Name: "data", Prefix: []byte("d/"), Medium: "ssd", Mode: "durable", Engine: "flash", Stashes: 1, Replication: 1},
+		},
+		Stashes: []*wire.StashStatus{
+			{Id: 1, Pool: "cache", Index: 0},
+			{Id: 2, Pool: "data", Index: 0, EngineCounters: []*wire.EngineCounter{
+				{Name: "segments", Value: 3}, {Name: "log_bytes", Value: 121 << 20}, {Name: "cache_hits", Value: 42},
+			}},
+		},
+	}
+	var out bytes.Buffer
+	printStatusTo(&out, st)
+	got := out.String()
+	want := "Engine counters:\n  data-0 (flash): segments 3, log bytes 121 MiB, cache hits 42\n"
+	if !strings.HasSuffix(got, want) {
+		t.Fatalf("status ends:\n%s\nwant it to end with:\n%s", got, want)
+	}
+	if strings.Contains(got, "cache-0 (") {
+		t.Fatalf("a memory stash got an engine line:\n%s", got)
+	}
+}
