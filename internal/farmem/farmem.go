@@ -63,6 +63,9 @@ type Config struct {
 	CacheLines int
 	// Virtual selects virtual (discrete-event) time instead of real time.
 	Virtual bool
+	// SkipStalls, in real time, makes stalls cost no real time: the clock
+	// jumps over them instead of busy-waiting (see NewSkipClock).
+	SkipStalls bool
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -90,6 +93,8 @@ func (c Config) WithDefaults() Config {
 // concurrent use.
 type Clock struct {
 	virtual bool
+	skip    bool
+	skipped int64 // time jumped over by a skipping clock
 	last    int64
 	base    time.Time
 }
@@ -97,13 +102,29 @@ type Clock struct {
 // NewClock returns a clock at time 0.
 func NewClock(virtual bool) *Clock { return &Clock{virtual: virtual, base: time.Now()} }
 
+// NewSkipClock returns a real clock that skips stalls: it runs with the
+// monotonic clock, but waiting (WaitUntil) moves it forward at once
+// instead of spinning. Computation stays real (Spend spins); only the
+// emulated stalls cost no real time. A busy-wait of several microseconds
+// on a shared machine slows the code after it (MeasureWaitPenalty), which
+// a real stalled load would not do; skipping the wait leaves the core's
+// caches as they were.
+func NewSkipClock() *Clock { return &Clock{skip: true, base: time.Now()} }
+
 // Virtual reports whether c is a virtual clock.
 func (c *Clock) Virtual() bool { return c.virtual }
+
+// Skips reports whether c skips stalls (NewSkipClock).
+func (c *Clock) Skips() bool { return c.skip }
+
+// Skipped returns the time a skipping clock has jumped over so far; the
+// real time since the clock was made is Now() - Skipped().
+func (c *Clock) Skipped() int64 { return c.skipped }
 
 // Now reads the clock (a real clock costs one monotonic-clock read).
 func (c *Clock) Now() int64 {
 	if !c.virtual {
-		c.last = int64(time.Since(c.base))
+		c.last = int64(time.Since(c.base)) + c.skipped
 	}
 	return c.last
 }
@@ -116,6 +137,13 @@ func (c *Clock) Last() int64 { return c.last }
 func (c *Clock) WaitUntil(t int64) int64 {
 	if c.virtual {
 		if t > c.last {
+			c.last = t
+		}
+		return c.last
+	}
+	if c.skip {
+		if now := c.Now(); t > now {
+			c.skipped += t - now
 			c.last = t
 		}
 		return c.last
@@ -137,7 +165,10 @@ func (c *Clock) Spend(d time.Duration) {
 		c.last += int64(d)
 		return
 	}
-	c.WaitUntil(c.Now() + int64(d))
+	// Computation is real, also on a skipping clock.
+	end := c.Now() + int64(d)
+	for c.Now() < end {
+	}
 }
 
 // Stats counts one core's far-memory traffic.

@@ -128,3 +128,29 @@ func TestMeasureWaitPenalty(t *testing.T) {
 		}
 	}
 }
+
+func TestSkipClockJumpsOverStalls(t *testing.T) {
+	clk := NewSkipClock()
+	c := NewCore(Config{Latency: 50 * time.Millisecond, Prefetches: 4, SkipStalls: true}, clk)
+	buf := make([]byte, 4*LineSize)
+	start := time.Now()
+	c.Access(unsafe.Pointer(&buf[0]), 1) // a 50 ms miss
+	if real := time.Since(start); real > 20*time.Millisecond {
+		t.Fatalf("a skipped stall took %v of real time", real)
+	}
+	if now := clk.Now(); now < int64(50*time.Millisecond) {
+		t.Fatalf("clock at %v after a 50 ms stall", time.Duration(now))
+	}
+	if s := c.Stats(); s.Misses != 1 || s.StallNs < int64(50*time.Millisecond) {
+		t.Fatalf("stats %+v", s)
+	}
+	if clk.Skipped() < int64(49*time.Millisecond) {
+		t.Fatalf("skipped %v", time.Duration(clk.Skipped()))
+	}
+	// Computation is real.
+	start = time.Now()
+	clk.Spend(5 * time.Millisecond)
+	if real := time.Since(start); real < 5*time.Millisecond {
+		t.Fatalf("Spend(5ms) took %v of real time", real)
+	}
+}

@@ -76,7 +76,12 @@ type Options struct {
 	// runs in real time.
 	Virtual      bool
 	VirtualCosts *VirtualCosts
-	Duration     time.Duration // measured time per point in real time [2s]
+	// SkipStalls runs real time with far-memory stalls skipped instead of
+	// busy-waited (farmem.NewSkipClock): the code's own work is real and
+	// measured, the stalls cost no real time, so a long stall does not
+	// slow the code after it the way a busy-wait does on a shared machine.
+	SkipStalls bool
+	Duration   time.Duration // measured time per point in real time [2s]
 	// Rounds, in real time, splits Duration into rounds over the whole
 	// latency sweep and keeps each point's fastest round [10]: on a shared
 	// machine a disturbance only ever slows a run down (measured on this
@@ -228,9 +233,11 @@ type Series struct {
 	Prefetch bool
 	IO       bool
 	Virtual  bool
-	Params   model.Params // measured at the first latency
-	Points   []Point
-	Note     string
+	// SkipStalls: real time with stalls skipped (Options.SkipStalls).
+	SkipStalls bool
+	Params     model.Params // measured at the first latency
+	Points     []Point
+	Note       string
 }
 
 // Name is the series' label.
@@ -381,7 +388,7 @@ func configs(o Options) [][2]bool {
 func (o Options) schedConfig(lat time.Duration, virtual bool, dev time.Duration, seed int64) ult.Config {
 	return ult.Config{
 		Tasks: o.Tasks,
-		Mem:   farmem.Config{Latency: lat, Prefetches: o.Prefetches, Virtual: virtual},
+		Mem:   farmem.Config{Latency: lat, Prefetches: o.Prefetches, Virtual: virtual, SkipStalls: o.SkipStalls && !virtual},
 		IO:    ult.IOConfig{Latency: dev, Jitter: 0.5, NoRead: virtual},
 		Seed:  seed,
 	}
@@ -525,7 +532,14 @@ func typical(p Point) ult.Result {
 
 func printSeries(out io.Writer, s *Series) {
 	p := s.Params
-	fmt.Fprintf(out, "\n%s%s\n", s.Name(), map[bool]string{true: " (virtual time)", false: ""}[s.Virtual])
+	mode := ""
+	switch {
+	case s.Virtual:
+		mode = " (virtual time)"
+	case s.SkipStalls:
+		mode = " (real time, stalls skipped)"
+	}
+	fmt.Fprintf(out, "\n%s%s\n", s.Name(), mode)
 	if s.Note != "" {
 		fmt.Fprintf(out, "  %s\n", s.Note)
 	}
@@ -708,7 +722,7 @@ func runChase(ctx context.Context, o Options, rep *Report, dir string, out io.Wr
 	}
 	var series []*Series
 	for _, c := range configs(o) {
-		s := &Series{Workload: "chase", Prefetch: c[0], IO: c[1], Virtual: o.Virtual}
+		s := &Series{Workload: "chase", Prefetch: c[0], IO: c[1], Virtual: o.Virtual, SkipStalls: o.SkipStalls && !o.Virtual}
 		err := sweep(o, s, progress, func(l time.Duration) (ult.Result, error) {
 			cfg := o.schedConfig(l, o.Virtual, dev, 1)
 			cfg.SwitchCost = swCost
@@ -873,7 +887,7 @@ func runYCSB(ctx context.Context, o Options, rep *Report, dir string, out io.Wri
 			}
 		}
 		for _, c := range byIO[io] {
-			s := &Series{Workload: "ycsb", Prefetch: c[0], IO: io, Note: note}
+			s := &Series{Workload: "ycsb", Prefetch: c[0], IO: io, Note: note, SkipStalls: o.SkipStalls}
 			if o.Virtual {
 				s.Note += " (real time: the engine does not run in virtual time)"
 			}

@@ -120,17 +120,22 @@ type Result struct {
 	// CPUNs is the CPU time of the core's OS thread (real time; -1 if
 	// unknown): below ElapsedNs when the thread was preempted.
 	CPUNs int64
+	// SkippedNs is the part of ElapsedNs a skipping clock jumped over
+	// (stalls that cost no real time; see farmem.NewSkipClock).
+	SkippedNs int64
 	// CleanSlices and DirtySlices count the slices kept and dropped (see
 	// RunOptions.Slice).
 	CleanSlices, DirtySlices int
 }
 
-// CPUShare returns CPUNs/ElapsedNs (1 in virtual time or when unknown).
+// CPUShare returns the share of the real time the core's thread was on a
+// CPU: CPUNs/(ElapsedNs-SkippedNs) (1 in virtual time or when unknown).
 func (r Result) CPUShare() float64 {
-	if r.Virtual || r.CPUNs <= 0 || r.ElapsedNs <= 0 {
+	real := r.ElapsedNs - r.SkippedNs
+	if r.Virtual || r.CPUNs <= 0 || real <= 0 {
 		return 1
 	}
-	return float64(r.CPUNs) / float64(r.ElapsedNs)
+	return float64(r.CPUNs) / float64(real)
 }
 
 // Throughput returns operations per second.
@@ -177,6 +182,9 @@ func New(cfg Config) (*Scheduler, error) {
 	}
 	cfg.Mem = cfg.Mem.WithDefaults()
 	clock := farmem.NewClock(cfg.Mem.Virtual)
+	if cfg.Mem.SkipStalls && !cfg.Mem.Virtual {
+		clock = farmem.NewSkipClock()
+	}
 	s := &Scheduler{
 		cfg:    cfg,
 		clock:  clock,
@@ -240,14 +248,15 @@ type RunOptions struct {
 }
 
 type snapshot struct {
-	at     int64
-	cpu    int64
-	ops    int64
-	kinds  [NumKinds]KindStats
-	idle   int64
-	mem    farmem.Stats
-	ios    int64
-	ioWait int64
+	at      int64
+	skipped int64
+	cpu     int64
+	ops     int64
+	kinds   [NumKinds]KindStats
+	idle    int64
+	mem     farmem.Stats
+	ios     int64
+	ioWait  int64
 }
 
 func (s *Scheduler) snap() snapshot {
@@ -255,13 +264,14 @@ func (s *Scheduler) snap() snapshot {
 	if !s.clock.Virtual() {
 		cpu = threadCPU()
 	}
-	return snapshot{at: s.clock.Now(), cpu: cpu, ops: s.ops, kinds: s.kinds, idle: s.idle, mem: s.core.Stats(), ios: s.ios, ioWait: s.ioWait}
+	return snapshot{at: s.clock.Now(), skipped: s.clock.Skipped(), cpu: cpu, ops: s.ops, kinds: s.kinds, idle: s.idle, mem: s.core.Stats(), ios: s.ios, ioWait: s.ioWait}
 }
 
 // add accumulates the difference b - a into r.
 func (r *Result) add(a, b snapshot) {
 	r.Ops += b.ops - a.ops
 	r.ElapsedNs += b.at - a.at
+	r.SkippedNs += b.skipped - a.skipped
 	if a.cpu >= 0 && b.cpu >= 0 && r.CPUNs >= 0 {
 		r.CPUNs += b.cpu - a.cpu
 	} else {
@@ -405,7 +415,7 @@ func (s *Scheduler) Run(ctx context.Context, ro RunOptions, body func(t *Task)) 
 			end := s.snap()
 			var d Result
 			d.add(sliceStart, end)
-			clean := ro.Slice <= 0 || d.CPUNs < 0 || float64(d.CPUNs) >= ro.MinCPUShare*float64(d.ElapsedNs)
+			clean := ro.Slice <= 0 || d.CPUNs < 0 || float64(d.CPUNs) >= ro.MinCPUShare*float64(d.ElapsedNs-d.SkippedNs)
 			if clean {
 				res.add(sliceStart, end)
 				res.CleanSlices++
@@ -468,6 +478,7 @@ func (s *Scheduler) idleWait(ctx context.Context, from int64) int64 {
 	for spins := 0; ; spins++ {
 		s.io.poll()
 		now := clk.Now()
+		next := int64(-1) // the earliest completion of a read already done
 		for _, t := range s.tasks {
 			if t.finished {
 				continue
@@ -476,6 +487,16 @@ func (s *Scheduler) idleWait(ctx context.Context, from int64) int64 {
 				s.idle += now - from
 				return now
 			}
+			if t.waiting && t.req.done && (next < 0 || t.req.readyAt < next) {
+				next = t.req.readyAt
+			}
+		}
+		if clk.Skips() && next >= 0 {
+			// The read is done but the emulated device is not: a
+			// skipping clock jumps to its completion.
+			now = clk.WaitUntil(next)
+			s.idle += now - from
+			return now
 		}
 		if spins&1023 == 1023 && ctx.Err() != nil {
 			s.idle += now - from

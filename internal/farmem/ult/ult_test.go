@@ -141,3 +141,43 @@ func TestMeasureSwitch(t *testing.T) {
 		t.Fatalf("%+v", c)
 	}
 }
+
+// TestSkipStalls: with a skipping clock, stalls and the device's latency
+// advance the clock without costing real time, the run is still bounded by
+// them (throughput as if they had been waited out), and the thread's CPU
+// share is taken over the real time only.
+func TestSkipStalls(t *testing.T) {
+	f := testFile(t)
+	const lat, dev = 200 * time.Microsecond, 2 * time.Millisecond
+	s, err := New(Config{Tasks: 4, Mem: farmem.Config{Latency: lat, SkipStalls: true},
+		IO: IOConfig{Mode: IOInline, Latency: dev}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if !s.Clock().Skips() {
+		t.Fatal("SkipStalls did not give a skipping clock")
+	}
+	bad := 0
+	start := time.Now()
+	r, err := s.Run(context.Background(), RunOptions{MaxOps: 400}, body(t, f, &bad))
+	real := time.Since(start)
+	if err != nil || bad != 0 {
+		t.Fatal(err, bad)
+	}
+	// Each operation stalls 200 µs on its line (the threads share it, so
+	// often less) and waits 2 ms for its read with 4 threads: 400 ops take
+	// at least 200 ms of the clock's time, but skipped, far less real time.
+	if r.ElapsedNs < int64(200*time.Millisecond) || r.SkippedNs < r.ElapsedNs/2 {
+		t.Fatalf("elapsed %v, skipped %v", time.Duration(r.ElapsedNs), time.Duration(r.SkippedNs))
+	}
+	if real > time.Duration(r.ElapsedNs)/2 {
+		t.Fatalf("the run took %v of real time for %v of clock time: the stalls were not skipped", real, time.Duration(r.ElapsedNs))
+	}
+	if x := r.Throughput(); x > 4/dev.Seconds()*1.1 {
+		t.Fatalf("throughput %.0f beyond what the device allows", x)
+	}
+	if sh := r.CPUShare(); sh > 0 && sh < 0.2 {
+		t.Fatalf("CPU share %.2f: skipped time counted as time off the CPU", sh)
+	}
+}
