@@ -52,6 +52,9 @@ type Class struct {
 	Name string
 	N    float64 // per operation
 	D    float64 // mean duration in ns, switch included, stalls excluded
+	// Samples, if any, are measured durations (ns) whose mean is D;
+	// Interleaved draws from them instead of using D for every one.
+	Samples []float64
 }
 
 // Params are the model's inputs, in nanoseconds and counts per operation.
@@ -60,6 +63,9 @@ type Params struct {
 	M float64
 	// A is their mean duration, T_mem + T_sw.
 	A float64
+	// ASamples, if any, are measured durations of memory suboperations
+	// (mean A), drawn from by Interleaved.
+	ASamples []float64
 	// F is the number of lines prefetched from far memory per operation (M
 	// when each memory suboperation fetches one line).
 	F float64
@@ -218,10 +224,12 @@ func (p Params) Interleaved(l float64) float64 {
 	}
 	weights := []float64{p.M}
 	durs := []float64{p.A}
+	samples := [][]float64{p.ASamples}
 	for _, o := range p.Others {
 		if o.N > 0 {
 			weights = append(weights, o.N)
 			durs = append(durs, o.D)
+			samples = append(samples, o.Samples)
 		}
 	}
 	var total float64
@@ -251,7 +259,11 @@ func (p Params) Interleaved(l float64) float64 {
 		for c < len(cum)-1 && u >= cum[c] {
 			c++
 		}
-		t += durs[c]
+		if xs := samples[c]; len(xs) > 0 {
+			t += xs[int(rnd()*float64(len(xs)))]
+		} else {
+			t += durs[c]
+		}
 		if c != 0 {
 			continue
 		}
@@ -324,19 +336,20 @@ func FromResult(r ult.Result, p int, tsw float64) Params {
 	}
 	mem := r.Kinds[ult.KindMem]
 	out := Params{
-		M:      float64(mem.Count) / ops,
-		A:      mem.MeanNs(),
-		F:      float64(r.Mem.Prefetches) / ops,
-		Misses: float64(r.Mem.Misses) / ops,
-		P:      p,
-		Tsw:    tsw,
+		M:        float64(mem.Count) / ops,
+		A:        mem.MeanNs(),
+		ASamples: r.Samples[ult.KindMem],
+		F:        float64(r.Mem.Prefetches) / ops,
+		Misses:   float64(r.Mem.Misses) / ops,
+		P:        p,
+		Tsw:      tsw,
 	}
 	for _, k := range []ult.Kind{ult.KindPre, ult.KindPost, ult.KindWait} {
 		ks := r.Kinds[k]
 		if ks.Count == 0 {
 			continue
 		}
-		out.Others = append(out.Others, Class{Name: k.String(), N: float64(ks.Count) / ops, D: ks.MeanNs()})
+		out.Others = append(out.Others, Class{Name: k.String(), N: float64(ks.Count) / ops, D: ks.MeanNs(), Samples: r.Samples[k]})
 	}
 	return out
 }

@@ -30,7 +30,7 @@ func TestBoundsWithoutIO(t *testing.T) {
 }
 
 func TestOrdering(t *testing.T) {
-	p := model.Params{M: 10, A: 215, F: 10, P: 12, Others: []model.Class{{"io-pre", 1, 1115}, {"io-post", 1, 1115}}}
+	p := model.Params{M: 10, A: 215, F: 10, P: 12, Others: []model.Class{{Name: "io-pre", N: 1, D: 1115}, {Name: "io-post", N: 1, D: 1115}}}
 	for l := 100.0; l <= 20000; l *= 1.5 {
 		best, prob, inter, worst := p.Best(l), p.Probabilistic(l), p.Interleaved(l), p.Worst(l)
 		if !(best <= prob*1.0001 && prob <= worst*1.0001 && best <= inter*1.01 && inter <= worst*1.01) {
@@ -109,5 +109,25 @@ func TestVirtualTimeAgreement(t *testing.T) {
 				t.Errorf("closed-form model off by %.1f%%", 100*worstProb)
 			}
 		})
+	}
+}
+
+// TestInterleavedDrawsSamples: measured durations replace the means in the
+// simulation. Samples all equal to the mean change nothing; samples that
+// vary around the same mean make some windows short, so near the knee the
+// core stalls more.
+func TestInterleavedDrawsSamples(t *testing.T) {
+	p := model.Params{M: 10, A: 433, F: 10, P: 12, Others: []model.Class{{Name: "io-post", N: 1, D: 296}}}
+	const knee = 5000.0
+	flat := p
+	flat.ASamples = []float64{433, 433, 433}
+	// (Drawing consumes random numbers, so the interleaving differs a little.)
+	if a, b := p.Interleaved(knee), flat.Interleaved(knee); math.Abs(a/b-1) > 0.001 {
+		t.Fatalf("constant samples changed the model: %v vs %v", a, b)
+	}
+	varied := p
+	varied.ASamples = []float64{100, 766, 200, 666, 433} // mean 433
+	if a, b := p.Interleaved(knee), varied.Interleaved(knee); !(b > a*1.01) {
+		t.Fatalf("varied durations: %v ns per operation, constant %v: want more stalls", b, a)
 	}
 }

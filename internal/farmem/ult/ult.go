@@ -126,7 +126,14 @@ type Result struct {
 	// CleanSlices and DirtySlices count the slices kept and dropped (see
 	// RunOptions.Slice).
 	CleanSlices, DirtySlices int
+	// Samples holds, per kind, a uniform sample (up to SampleSize) of the
+	// measured suboperations' durations in ns, switch included, stalls
+	// excluded: the distribution whose mean KindStats.MeanNs gives.
+	Samples [NumKinds][]float64
 }
+
+// SampleSize is the most durations Result.Samples keeps per kind.
+const SampleSize = 4096
 
 // CPUShare returns the share of the real time the core's thread was on a
 // CPU: CPUNs/(ElapsedNs-SkippedNs) (1 in virtual time or when unknown).
@@ -169,6 +176,9 @@ type Scheduler struct {
 	stopping bool
 	ops      int64
 	kinds    [NumKinds]KindStats
+	samples  [NumKinds][]float64 // reservoir of durations while measuring
+	seen     [NumKinds]int64     // suboperations offered to samples
+	srng     *rand.Rand          // the reservoir's own, so sampling leaves other draws as they were
 	idle     int64
 	ios      int64
 	ioWait   int64
@@ -320,6 +330,10 @@ func (s *Scheduler) Run(ctx context.Context, ro RunOptions, body func(t *Task)) 
 		defer runtime.UnlockOSThread()
 	}
 	s.stopping = false
+	s.srng = rand.New(rand.NewSource(s.cfg.Seed + 1))
+	for k := range s.samples {
+		s.samples[k], s.seen[k] = nil, 0
+	}
 	s.tasks = s.tasks[:0]
 	for i := 0; i < s.cfg.Tasks; i++ {
 		s.tasks = append(s.tasks, s.spawn(i, body))
@@ -383,7 +397,11 @@ func (s *Scheduler) Run(ctx context.Context, ro RunOptions, body func(t *Task)) 
 			k := &s.kinds[t.kind]
 			k.Count++
 			k.Ns += now - prev
-			k.StallNs += s.core.Stalls() - stalls
+			stalled := s.core.Stalls() - stalls
+			k.StallNs += stalled
+			if measuring {
+				s.sample(t.kind, float64(now-prev-stalled))
+			}
 			prev = now
 			if !ok {
 				t.finished = true
@@ -450,7 +468,23 @@ func (s *Scheduler) Run(ctx context.Context, ro RunOptions, body func(t *Task)) 
 		res.add(sliceStart, s.snap())
 		res.CleanSlices++
 	}
+	for k := range s.samples {
+		res.Samples[k] = s.samples[k]
+	}
 	return res, ctx.Err()
+}
+
+// sample offers one duration of kind k to its reservoir (Vitter's
+// algorithm R, so the sample stays uniform over the run).
+func (s *Scheduler) sample(k Kind, d float64) {
+	s.seen[k]++
+	if len(s.samples[k]) < SampleSize {
+		s.samples[k] = append(s.samples[k], d)
+		return
+	}
+	if j := s.srng.Int63n(s.seen[k]); j < SampleSize {
+		s.samples[k][j] = d
+	}
 }
 
 // idleWait waits until some thread can run: a virtual clock jumps to the

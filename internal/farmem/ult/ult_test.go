@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"reflect"
 	"runtime"
 	"testing"
 	"time"
@@ -66,7 +67,7 @@ func TestVirtualDeterministic(t *testing.T) {
 		return r
 	}
 	a, b := run(), run()
-	if a != b {
+	if !reflect.DeepEqual(a, b) {
 		t.Fatalf("two virtual runs differ:\n%+v\n%+v", a, b)
 	}
 	if a.ElapsedNs < int64(5*time.Millisecond) || a.ElapsedNs > int64(5*time.Millisecond+10*time.Microsecond) || a.Ops == 0 {
