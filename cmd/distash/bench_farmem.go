@@ -41,7 +41,7 @@ farmem.png. See docs/flash.md.`,
 	cmd.Flags().DurationSliceVar(&latencies, "latencies", nil, "L_mem values (default 0.1,0.5,1,2,3,5,10,20 µs)")
 	cmd.Flags().StringSliceVar(&o.Workloads, "workloads", nil, "chase, ycsb (default both)")
 	cmd.Flags().BoolVar(&o.Virtual, "virtual", false, "run the microbenchmark in virtual time (deterministic, no waiting)")
-	cmd.Flags().BoolVar(&o.SkipStalls, "skip-stalls", false, "real time, but far-memory stalls cost no real time (the clock jumps over them instead of busy-waiting)")
+	cmd.Flags().BoolVar(&o.BusyWait, "busy-wait", false, "busy-wait through far-memory stalls in real time (default: the clock jumps over them; the code's own work is real either way)")
 	cmd.Flags().DurationVar(&o.Duration, "duration", 0, "measured time per point, in 10 rounds over the sweep (default 2s)")
 	cmd.Flags().IntVar(&o.Tasks, "tasks", 0, "user-level threads per core (default 128)")
 	cmd.Flags().IntVar(&o.Prefetches, "prefetches", 0, "P, prefetches in flight per core (default 12)")
