@@ -149,11 +149,8 @@ func TestRefusesChangedPools(t *testing.T) {
 	t.Log(err)
 }
 
-// TestFlashPoolSettings: a [pool.flash] table reaches the pool's engines
-// (1 MiB segments: a few MiB of values fill several segment files), and the
-// pool serves every value with its read cache and write buffer turned off.
-func TestFlashPoolSettings(t *testing.T) {
-	cfg, err := config.Parse([]byte(`
+// flashPool is a cluster of one durable flash pool, d/.
+const flashPool = `
 [cluster]
 mvcc_window = "1s"
 
@@ -163,7 +160,13 @@ prefix = "d/"
 medium = "ssd"
 mode = "durable"
 engine = "flash"
+`
 
+// TestFlashPoolSettings: a [pool.flash] table reaches the pool's engines
+// (1 MiB segments: a few MiB of values fill several segment files), and the
+// pool serves every value with its read cache and write buffer turned off.
+func TestFlashPoolSettings(t *testing.T) {
+	cfg, err := config.Parse([]byte(flashPool + `
 [pool.flash]
 segment = "1MiB"
 cache = "0"
@@ -249,17 +252,7 @@ write_buffer = "0"
 // gone; a segment cut at a frame boundary looks the same to the engine)
 // is lost data, and the server says so instead of serving a stale pool.
 func TestDurableStashThatLostDataRefusesToStart(t *testing.T) {
-	cfg, err := config.Parse([]byte(`
-[cluster]
-mvcc_window = "1s"
-
-[[pool]]
-name = "data"
-prefix = "d/"
-medium = "ssd"
-mode = "durable"
-engine = "flash"
-`))
+	cfg, err := config.Parse([]byte(flashPool))
 	if err != nil {
 		t.Fatal(err)
 	}
