@@ -14,7 +14,6 @@ package proxy
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -363,6 +362,12 @@ func (p *CommitProxy) commitBatch(batch []*commitReq) *inflight {
 	var toResolve []resolver.Txn
 	var idx []int
 	for i, r := range batch {
+		// A mutation that no shard owns would reach no stash: refuse the
+		// transaction rather than acknowledge a write that is dropped.
+		if err := p.checkTaggable(r.txn); err != nil {
+			inf.results[i] = commitResult{err: err}
+			continue
+		}
 		if err := p.checkCapacity(r.txn, inf.pending); err != nil {
 			inf.results[i] = commitResult{err: err}
 			p.poolFull.Add(1)
@@ -386,10 +391,18 @@ func (p *CommitProxy) commitBatch(batch []*commitReq) *inflight {
 			p.conflicts.Add(1)
 			continue
 		}
+		tagged, err := p.tagAll(batch[i].txn.Mutations)
+		if err != nil {
+			// checkTaggable passed, so this is a bug; the transaction
+			// fails and nothing of it reaches the log.
+			p.opts.Logger.Error("commit proxy: untaggable mutation after the check", "err", err)
+			inf.results[i] = commitResult{err: err}
+			continue
+		}
 		inf.results[i] = commitResult{version: version}
-		for _, m := range batch[i].txn.Mutations {
-			p.tag(entry, m)
-			if batch[i].system {
+		entry.Mutations = append(entry.Mutations, tagged...)
+		if batch[i].system {
+			for _, m := range batch[i].txn.Mutations {
 				if _, err := p.shards.Apply(m); err != nil {
 					p.opts.Logger.Error("bad shard map mutation", "err", err)
 				}
@@ -403,23 +416,42 @@ func (p *CommitProxy) commitBatch(batch []*commitReq) *inflight {
 	return inf
 }
 
-// tag appends m to the entry with the tags of the stashes owning its keys;
-// a clear range is split at shard boundaries.
-func (p *CommitProxy) tag(e *txlog.Entry, m kv.Mutation) {
-	if m.Type == kv.MutClearRange {
-		for _, s := range p.shards.Intersect(m.Key, m.Param) {
-			piece := m
-			piece.Key, piece.Param = s.Begin, s.End
-			e.Mutations = append(e.Mutations, txlog.TaggedMutation{Mutation: piece, Tags: s.Team})
+// checkTaggable returns an error naming the first mutation of txn that no
+// shard owns. Called with mu held.
+func (p *CommitProxy) checkTaggable(txn Txn) error {
+	for _, m := range txn.Mutations {
+		if m.Type == kv.MutClearRange {
+			continue // the pieces of a clear range that no shard owns hold no keys
 		}
-		return
+		if s, ok := p.shards.Lookup(m.Key); !ok || len(s.Team) == 0 {
+			return kv.Errorf(kv.CodeKeyOutsidePools, "key %.60q is in no shard of the cluster's shard map", m.Key)
+		}
 	}
-	s, ok := p.shards.Lookup(m.Key)
-	if !ok {
-		p.opts.Logger.Error("mutation outside every shard", "key", fmt.Sprintf("%q", m.Key))
-		return
+	return nil
+}
+
+// tagAll returns the mutations with the tags of the stashes owning their
+// keys; a clear range is split at shard boundaries. It fails if a
+// mutation would reach no stash: the commit proxy never acknowledges a
+// write that is not in the log under some stash's tag. Called with mu held.
+func (p *CommitProxy) tagAll(muts []kv.Mutation) ([]txlog.TaggedMutation, error) {
+	out := make([]txlog.TaggedMutation, 0, len(muts))
+	for _, m := range muts {
+		if m.Type == kv.MutClearRange {
+			for _, s := range p.shards.Intersect(m.Key, m.Param) {
+				piece := m
+				piece.Key, piece.Param = s.Begin, s.End
+				out = append(out, txlog.TaggedMutation{Mutation: piece, Tags: s.Team})
+			}
+			continue
+		}
+		s, ok := p.shards.Lookup(m.Key)
+		if !ok || len(s.Team) == 0 {
+			return nil, kv.Errorf(kv.CodeInternal, "mutation of key %.60q is in no shard", m.Key)
+		}
+		out = append(out, txlog.TaggedMutation{Mutation: m, Tags: s.Team})
 	}
-	e.Mutations = append(e.Mutations, txlog.TaggedMutation{Mutation: m, Tags: s.Team})
+	return out, nil
 }
 
 // checkCapacity refuses txn if a durable stash it writes would exceed its

@@ -282,3 +282,62 @@ func TestLeaderLossResyncs(t *testing.T) {
 	}
 	t.Logf("%d commits acknowledged across a leader change (leader was replica %d, now %d)", len(acked), leader, log.Stats().Leader)
 }
+
+// TestNeverAcknowledgesAnUntaggedMutation: when the configuration names a
+// pool the shard map does not cover (its prefix changed after the map was
+// recorded), a transaction writing there is refused whole, nothing of it
+// reaches the log, and other transactions commit.
+func TestNeverAcknowledgesAnUntaggedMutation(t *testing.T) {
+	cfg, _ := config.Parse([]byte(testConfig))
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	log, err := txlog.Open(txlog.Options{Dir: t.TempDir(), Tags: []kv.Tag{0, 1, 2}, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer log.Close()
+	seq := sequencer.New(clock.Real{}, log.LastVersion())
+	// Only the cache pool is in the shard map: d/ keys have no shard.
+	shards := shardmap.Initial([]shardmap.PoolSpec{{Name: "cache", Prefix: []byte("c/"), Tags: []kv.Tag{1, 2}, Replication: 2}})
+	p := NewCommitProxy(CommitOptions{Config: cfg, Sequencer: seq, Resolver: resolver.New(5_000_000), Log: log, Shards: shards, Usage: fixedUsage{}, Logger: quiet})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { p.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+
+	var wg sync.WaitGroup
+	errs := make([]error, 3)
+	txns := []Txn{
+		{Mutations: []kv.Mutation{set("d/k1", "hello")}},
+		{Mutations: []kv.Mutation{set("c/k2", "x"), set("d/k2", "y")}},
+		{Mutations: []kv.Mutation{set("c/k3", "z")}},
+	}
+	for i := range txns {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			_, errs[i] = p.Commit(ctx, txns[i])
+		}(i)
+	}
+	wg.Wait()
+	for i := 0; i < 2; i++ {
+		if kv.CodeOf(errs[i]) != kv.CodeKeyOutsidePools {
+			t.Errorf("transaction %d writing a key no shard owns: %v, want key_outside_pools", i, errs[i])
+		}
+	}
+	if errs[2] != nil {
+		t.Fatalf("transaction inside the shard map: %v", errs[2])
+	}
+	msgs, _, err := log.Peek(ctx, 1, 0, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for _, m := range msgs {
+		for _, mut := range m.Mutations {
+			keys = append(keys, string(mut.Key))
+		}
+	}
+	if len(keys) != 1 || keys[0] != "c/k3" {
+		t.Fatalf("log holds %q, want only c/k3", keys)
+	}
+}
