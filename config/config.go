@@ -31,9 +31,12 @@
 //	                       # required: ephemeral (may evict when full) or
 //	                       # durable (keeps every acknowledged write)
 //	engine      = "memory" # required: memory | pebble | sqlite | flash
-//	stashes     = 3        # number of stash instances, >= 1, default 1
+//	stashes     = 3        # number of stash instances, 1..1000, default 1
+//	                       # (an embedded cluster runs at most
+//	                       # server.MaxStashesPerProcess in all)
 //	replication = 2        # replicas of each shard, 1..stashes, default 1
-//	capacity    = "256MiB" # per stash, default 0 = unlimited
+//	capacity    = "256MiB" # per stash, > 0, or "unlimited" (the default
+//	                       # when absent); 0 is refused: it would hold nothing
 //	eviction    = "lru"    # lru | camp, ephemeral pools only, default lru
 //	recency     = false    # durable pools: stashes keep keys in access order (DB.ColdestKeys)
 //
@@ -101,7 +104,7 @@ type Pool struct {
 	Engine      string `toml:"engine"`      // memory | pebble | sqlite | flash
 	Stashes     int    `toml:"stashes"`     // number of stash instances
 	Replication int    `toml:"replication"` // replicas of each shard, <= Stashes
-	Capacity    Size   `toml:"capacity"`    // per stash
+	Capacity    Size   `toml:"capacity"`    // per stash; 0 = unlimited ("unlimited" in TOML)
 	Eviction    string `toml:"eviction"`    // lru | camp (ephemeral pools only)
 	// Recency makes the stashes of a durable pool keep their keys in access
 	// order, for DB.ColdestKeys (a storage hierarchy's migrator demotes the
@@ -126,6 +129,13 @@ type Flash struct {
 	// the file system allows it.
 	DirectIO bool `toml:"direct_io,omitempty"`
 }
+
+// Unlimited is how a configuration spells a capacity without a limit.
+const Unlimited = "unlimited"
+
+// MaxStashesPerPool bounds a pool's stashes: each is a storage server with
+// its own engine, window and goroutines.
+const MaxStashesPerPool = 1000
 
 // MinFlashSegment is the smallest [Flash.Segment] accepted.
 const MinFlashSegment = 1 << 20

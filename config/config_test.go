@@ -161,7 +161,13 @@ engine = "pebble"
 		name, toml, wantErr string
 	}{
 		{"failure_wait 0 is allowed", "[cluster]\nfailure_wait = \"0s\"\n" + pool, ""},
-		{"capacity 0 is unlimited", pool + "capacity = \"0\"\n", ""},
+		{"capacity unlimited", pool + "capacity = \"unlimited\"\n", ""},
+		{"capacity UNLIMITED", pool + "capacity = \"UNLIMITED\"\n", ""},
+		{"capacity 0 is refused", pool + "capacity = \"0\"\n", `pool[0] ("p").capacity: 0 bytes holds nothing; write capacity = "unlimited" for no limit (the default when capacity is absent)`},
+		{"capacity integer 0 is refused", pool + "capacity = 0\n", `pool[0] ("p").capacity: 0 bytes holds nothing; write capacity = "unlimited" for no limit (the default when capacity is absent)`},
+		{"capacity integer bytes", pool + "capacity = 4096\n", ""},
+		{"capacity negative integer", pool + "capacity = -1\n", "TOML line 8, column 12 (key pool.capacity): invalid size -1: must not be negative"},
+		{"stashes over the limit", pool + "stashes = 100000\n", `pool[0] ("p").stashes: must be at most 1000, got 100000`},
 		{"log replicas 0", "[log]\nreplicas = 0\n" + pool, "log.replicas: must be 1 or more, got 0"},
 		{"stashes 0", pool + "stashes = 0\n", `pool[0] ("p").stashes: must be 1 or more, got 0`},
 		{"replication 0", pool + "replication = 0\n", `pool[0] ("p").replication: must be 1 or more, got 0`},
@@ -859,5 +865,39 @@ func TestREADMEExample(t *testing.T) {
 	}
 	if len(c.Pools) != 3 || c.Pools[2].Flash == nil || *c.Pools[2].Flash.Cache != 64*MiB {
 		t.Fatalf("the README's configuration parsed to %+v", c.Pools)
+	}
+}
+
+func TestCheckSameClusterNamesTheFirstDifference(t *testing.T) {
+	created := Default()
+	tests := []struct {
+		name   string
+		mutate func(c *Config)
+		want   string
+	}{
+		{"same", func(c *Config) {}, ""},
+		{"capacity may change", func(c *Config) { c.Pools[1].Capacity = 2 * GiB }, ""},
+		{"mvcc window may change", func(c *Config) { c.Cluster.MVCCWindow.Duration = time.Second }, ""},
+		{"prefix", func(c *Config) { c.Pools[1].Prefix = "e/" },
+			`pool[1] ("data").prefix: "e/" here, but the cluster was created with "d/"; changing it is not supported yet`},
+		{"first of several", func(c *Config) { c.Pools[0].Stashes = 3; c.Pools[1].Engine = "sqlite" },
+			`pool[0] ("cache").stashes: 3 here, but the cluster was created with 2; changing it is not supported yet`},
+		{"log replicas", func(c *Config) { c.Log.Replicas = 3 },
+			"log.replicas: 3 here, but the cluster was created with 1; changing it is not supported yet"},
+		{"pool count", func(c *Config) { c.Pools = c.Pools[:1] },
+			"pool: 1 pools here, but the cluster was created with 2; changing it is not supported yet"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := Default()
+			tt.mutate(c)
+			err := c.CheckSameCluster(created)
+			switch {
+			case tt.want == "" && err != nil:
+				t.Fatalf("unexpected error: %v", err)
+			case tt.want != "" && (err == nil || err.Error() != tt.want):
+				t.Fatalf("error = %v\nwant %s", err, tt.want)
+			}
+		})
 	}
 }

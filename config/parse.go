@@ -34,10 +34,36 @@ type rawPool struct {
 	Engine      string `toml:"engine"`
 	Stashes     *int   `toml:"stashes"`
 	Replication *int   `toml:"replication"`
-	Capacity    Size   `toml:"capacity"`
-	Eviction    string `toml:"eviction"`
-	Recency     bool   `toml:"recency"`
-	Flash       *Flash `toml:"flash"`
+	Capacity    *rawCapacity `toml:"capacity"`
+	Eviction    string       `toml:"eviction"`
+	Recency     bool         `toml:"recency"`
+	Flash       *Flash       `toml:"flash"`
+}
+
+// rawCapacity is a capacity as written: a size, or "unlimited".
+type rawCapacity struct {
+	size      Size
+	unlimited bool
+}
+
+// UnmarshalTOML takes a size string, a plain integer of bytes, or
+// "unlimited".
+func (c *rawCapacity) UnmarshalTOML(v any) error {
+	switch x := v.(type) {
+	case int64:
+		if x < 0 {
+			return fmt.Errorf("invalid size %d: must not be negative", x)
+		}
+		c.size = Size(x)
+		return nil
+	case string:
+		if strings.EqualFold(strings.TrimSpace(x), Unlimited) {
+			c.unlimited = true
+			return nil
+		}
+		return c.size.UnmarshalText([]byte(x))
+	}
+	return fmt.Errorf("invalid size %v: %s, or %q", v, sizeHelp, Unlimited)
 }
 
 // schema lists the keys each table may hold.
@@ -86,6 +112,7 @@ func Parse(data []byte) (*Config, error) {
 	if raw.Log.Replicas != nil {
 		c.Log.Replicas = *raw.Log.Replicas
 	}
+	var zeroCapacity []error
 	for _, rp := range raw.Pools {
 		p := Pool{
 			Name:        rp.Name,
@@ -95,13 +122,21 @@ func Parse(data []byte) (*Config, error) {
 			Engine:      rp.Engine,
 			Stashes:     DefaultStashes,
 			Replication: DefaultReplication,
-			Capacity:    rp.Capacity,
 			Eviction:    rp.Eviction,
 			Recency:     rp.Recency,
 			Flash:       rp.Flash,
 		}
 		if rp.Stashes != nil {
 			p.Stashes = *rp.Stashes
+		}
+		if rc := rp.Capacity; rc != nil && !rc.unlimited {
+			if rc.size == 0 {
+				// 0 used to mean unlimited, silently; a durable pool
+				// that meant "empty" or "unlimited" must say which.
+				zeroCapacity = append(zeroCapacity, &FieldError{Field: poolLabel(len(c.Pools), p.Name) + ".capacity",
+					Msg: fmt.Sprintf("0 bytes holds nothing; write capacity = %q for no limit (the default when capacity is absent)", Unlimited)})
+			}
+			p.Capacity = rc.size
 		}
 		if rp.Replication != nil {
 			p.Replication = *rp.Replication
@@ -111,8 +146,11 @@ func Parse(data []byte) (*Config, error) {
 		}
 		c.Pools = append(c.Pools, p)
 	}
-	if err := c.Validate(); err != nil {
-		return nil, err
+	if err := c.Validate(); err != nil || len(zeroCapacity) > 0 {
+		if err != nil {
+			zeroCapacity = append(zeroCapacity, err)
+		}
+		return nil, joinErrors(zeroCapacity)
 	}
 	return c, nil
 }

@@ -71,7 +71,7 @@ func validName(s string) bool {
 // within their sets; dram needs engine memory and engine memory needs dram;
 // durable pools need a non-volatile medium; ephemeral pools need an engine
 // that can evict (memory or flash) and an eviction policy, durable pools have
-// none; stashes >= 1; 1 <= replication <= stashes; capacity >= 0;
+// none; 1 <= stashes <= MaxStashesPerPool; 1 <= replication <= stashes; capacity >= 0;
 // mvcc_window in [1s, 1h]; failure_wait >= 0; log replicas in [1, 7].
 func (c *Config) Validate() error {
 	if c == nil {
@@ -170,8 +170,11 @@ func (c *Config) Validate() error {
 		}
 
 		// counts
-		if p.Stashes < 1 {
+		switch {
+		case p.Stashes < 1:
 			fail(field("stashes"), "must be 1 or more, got %d", p.Stashes)
+		case p.Stashes > MaxStashesPerPool:
+			fail(field("stashes"), "must be at most %d, got %d", MaxStashesPerPool, p.Stashes)
 		}
 		switch {
 		case p.Replication < 1:
