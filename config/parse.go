@@ -27,13 +27,13 @@ type rawConfig struct {
 }
 
 type rawPool struct {
-	Name        string `toml:"name"`
-	Prefix      string `toml:"prefix"`
-	Medium      string `toml:"medium"`
-	Mode        string `toml:"mode"`
-	Engine      string `toml:"engine"`
-	Stashes     *int   `toml:"stashes"`
-	Replication *int   `toml:"replication"`
+	Name        string       `toml:"name"`
+	Prefix      string       `toml:"prefix"`
+	Medium      string       `toml:"medium"`
+	Mode        string       `toml:"mode"`
+	Engine      string       `toml:"engine"`
+	Stashes     *int         `toml:"stashes"`
+	Replication *int         `toml:"replication"`
 	Capacity    *rawCapacity `toml:"capacity"`
 	Eviction    string       `toml:"eviction"`
 	Recency     bool         `toml:"recency"`
