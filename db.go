@@ -32,6 +32,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/distash/distash/internal/kv"
@@ -67,15 +68,23 @@ type stashLoad struct {
 }
 
 // Open connects to a cluster. clusterString is "host:port[,host:port...]";
-// the first address that answers is used.
-func Open(ctx context.Context, clusterString string) (*DB, error) {
+// the first address that answers is used. Options: WithTLS.
+func Open(ctx context.Context, clusterString string, opts ...Option) (*DB, error) {
+	var o openOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	creds := insecure.NewCredentials()
+	if o.tls != nil {
+		creds = credentials.NewTLS(o.tls)
+	}
 	var lastErr error
 	for _, addr := range strings.Split(clusterString, ",") {
 		addr = strings.TrimSpace(addr)
 		if addr == "" {
 			continue
 		}
-		db, err := dial(ctx, addr)
+		db, err := dial(ctx, addr, creds)
 		if err == nil {
 			return db, nil
 		}
@@ -87,9 +96,9 @@ func Open(ctx context.Context, clusterString string) (*DB, error) {
 	return nil, fmt.Errorf("distash: open %q: %w", clusterString, lastErr)
 }
 
-func dial(ctx context.Context, addr string) (*DB, error) {
+func dial(ctx context.Context, addr string, creds credentials.TransportCredentials) (*DB, error) {
 	conn, err := grpc.NewClient(addr,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithTransportCredentials(creds),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20)))
 	if err != nil {
 		return nil, err

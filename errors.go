@@ -70,6 +70,10 @@ var (
 	// ErrUnsupported: the pool cannot do what was asked (ColdestKeys of a
 	// pool whose engine keeps no recency order).
 	ErrUnsupported = codeErr(kv.CodeUnsupported)
+	// ErrStashUnavailable: the stash asked has failed (its engine or its
+	// log pull stopped) and is being restarted; the client reads from
+	// another replica of the shard, and Transact retries. Retryable.
+	ErrStashUnavailable = codeErr(kv.CodeStashUnavailable)
 	// ErrInvalidMutation: a malformed mutation (an atomic operand longer than
 	// 8 bytes, a clear range whose end precedes its begin).
 	ErrInvalidMutation = codeErr(kv.CodeInvalidMutation)

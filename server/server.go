@@ -16,7 +16,9 @@
 package server
 
 import (
+	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -51,7 +53,12 @@ type Options struct {
 	// Config is the cluster configuration. Required.
 	Config *config.Config
 	// ListenAddr is the gRPC address; default "127.0.0.1:0" (a free port).
+	// Start logs a warning when it is not a loopback address and TLS is nil.
 	ListenAddr string
+	// TLS, if set, makes the gRPC endpoint serve TLS with this server-side
+	// configuration; TLSConfigFromFiles builds one that requires client
+	// certificates signed by a CA (mutual TLS). Nil: plaintext.
+	TLS *tls.Config
 	// Logger receives the cluster's logs; default slog.Default().
 	Logger *slog.Logger
 	// FlushInterval is how often stashes flush versions leaving the MVCC
@@ -188,21 +195,35 @@ func (s *Server) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	hasConfigRecord := false
+	if !fresh {
+		created, err := readConfigRecord(ctx, sys)
+		if err != nil {
+			return err
+		}
+		if created != nil {
+			hasConfigRecord = true
+			if err := s.cfg.CheckSameCluster(created); err != nil {
+				return fmt.Errorf("server: the cluster in %s: %w", s.opts.Dir, err)
+			}
+		}
+	}
 	for _, sp := range specs {
 		s.stashes[sp.tag].SetOwned(shards.RangesOf(sp.tag))
 	}
 
 	s.rk = ratekeeper.New(s.rateSample, 100*time.Millisecond)
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		s.rk.Run(runCtx)
-	}()
 	s.commit = proxy.NewCommitProxy(proxy.CommitOptions{
 		Config: s.cfg, Sequencer: s.seq, Resolver: s.res, Log: s.log,
 		Shards: shards, Usage: usageOf(s.stashes), PoolTags: poolTags, Logger: s.logger,
 		Throttle: s.rk,
 	})
+	// The ratekeeper samples the commit proxy: start it once that exists.
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.rk.Run(runCtx)
+	}()
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
@@ -210,19 +231,38 @@ func (s *Server) start(ctx context.Context) error {
 	}()
 	s.grv = proxy.NewGRVProxy(s.seq, s.rk)
 
-	if fresh {
-		// A new cluster: record its shard map through the commit pipeline.
-		txn := proxy.Txn{ReadVersion: s.seq.CommittedVersion()}
-		for _, sh := range shards.Shards() {
-			k, v := shardmap.Encode(sh)
-			txn.Mutations = append(txn.Mutations, kv.Mutation{Type: kv.MutSet, Key: k, Param: v})
-			txn.WriteConflicts = append(txn.WriteConflicts, kv.PointRange(k))
-		}
-		if _, err := s.commit.CommitSystem(ctx, txn); err != nil {
-			return fmt.Errorf("server: record the initial shard map: %w", err)
-		}
-		if err := writeConfig(s.opts.Dir, s.cfg); err != nil {
+	if err := checkShardsMatchPools(shards, s.cfg); err != nil {
+		return fmt.Errorf("server: the cluster in %s: %w", s.opts.Dir, err)
+	}
+	// cluster.toml is a copy of the configuration for people and the first
+	// check of the next start. On a new cluster it is written before the
+	// shard map: if the process dies between the two, the next start finds
+	// the file and an empty shard map and bootstraps again with the same
+	// configuration.
+	if err := writeConfig(s.opts.Dir, s.cfg); err != nil {
+		return err
+	}
+	if fresh || !hasConfigRecord {
+		// The shard map and the configuration are recorded in one
+		// transaction, so a cluster with a shard map always knows the
+		// configuration it was made with. (A cluster made before
+		// configurations were recorded gets its record now.)
+		cfgBytes, err := s.cfg.Marshal()
+		if err != nil {
 			return err
+		}
+		txn := proxy.Txn{ReadVersion: s.seq.CommittedVersion()}
+		if fresh {
+			for _, sh := range shards.Shards() {
+				k, v := shardmap.Encode(sh)
+				txn.Mutations = append(txn.Mutations, kv.Mutation{Type: kv.MutSet, Key: k, Param: v})
+				txn.WriteConflicts = append(txn.WriteConflicts, kv.PointRange(k))
+			}
+		}
+		txn.Mutations = append(txn.Mutations, kv.Mutation{Type: kv.MutSet, Key: configKey, Param: cfgBytes})
+		txn.WriteConflicts = append(txn.WriteConflicts, kv.PointRange(configKey))
+		if _, err := s.commit.CommitSystem(ctx, txn); err != nil {
+			return fmt.Errorf("server: record the initial shard map and configuration: %w", err)
 		}
 	}
 
@@ -230,13 +270,19 @@ func (s *Server) start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("server: listen on %s: %w", s.opts.ListenAddr, err)
 	}
+	s.warnIfExposed()
 	gopts := []grpc.ServerOption{grpc.MaxRecvMsgSize(64 << 20), grpc.MaxSendMsgSize(64 << 20)}
+	gopts = append(gopts, s.credsOption()...)
+	// Panic recovery runs innermost, around the handlers themselves.
+	unary := []grpc.UnaryServerInterceptor{s.recoverUnary}
+	stream := []grpc.StreamServerInterceptor{s.recoverStream}
 	if s.opts.Interceptor != nil {
-		gopts = append(gopts, grpc.UnaryInterceptor(s.opts.Interceptor))
+		unary = append([]grpc.UnaryServerInterceptor{s.opts.Interceptor}, unary...)
 	}
 	if s.opts.StreamInterceptor != nil {
-		gopts = append(gopts, grpc.StreamInterceptor(s.opts.StreamInterceptor))
+		stream = append([]grpc.StreamServerInterceptor{s.opts.StreamInterceptor}, stream...)
 	}
+	gopts = append(gopts, grpc.ChainUnaryInterceptor(unary...), grpc.ChainStreamInterceptor(stream...))
 	s.grpcServer = grpc.NewServer(gopts...)
 	wire.RegisterDiStashServer(s.grpcServer, &service{s: s})
 	s.wg.Add(1)
@@ -413,8 +459,15 @@ func (u usageMap) Usage(tag kv.Tag) (int64, kv.Version) {
 
 const configFile = "cluster.toml"
 
-// checkConfigMatches refuses to start a cluster on a directory created with
-// different pools: changing pools is a reconfiguration, not supported yet.
+// configKey is the system key holding the configuration the cluster was
+// created with (TOML), written in the transaction that records the first
+// shard map.
+var configKey = []byte("\xff/conf/cluster")
+
+// checkConfigMatches refuses to start a cluster on a directory whose
+// cluster.toml records different pools, before anything is opened:
+// changing pools is a reconfiguration, not supported yet. The record in
+// the system key space is checked again once the log is recovered.
 func checkConfigMatches(dir string, cfg *config.Config) error {
 	data, err := os.ReadFile(filepath.Join(dir, configFile))
 	if errors.Is(err, os.ErrNotExist) {
@@ -427,31 +480,80 @@ func checkConfigMatches(dir string, cfg *config.Config) error {
 	if err != nil {
 		return fmt.Errorf("server: %s: %w", filepath.Join(dir, configFile), err)
 	}
-	if len(old.Pools) != len(cfg.Pools) {
-		return fmt.Errorf("server: %s was created with %d pools, the configuration has %d; changing pools is not supported yet", dir, len(old.Pools), len(cfg.Pools))
-	}
-	for i, p := range cfg.Pools {
-		o := old.Pools[i]
-		if o.Name != p.Name || o.Prefix != p.Prefix || o.Engine != p.Engine || o.Stashes != p.Stashes || o.Replication != p.Replication || o.Medium != p.Medium || o.Mode != p.Mode {
-			return fmt.Errorf("server: pool[%d] (%q) differs from the one %s was created with; changing pools is not supported yet", i, p.Name, dir)
-		}
-	}
-	if old.Log.Replicas != cfg.Log.Replicas {
-		return fmt.Errorf("server: log.replicas is %d but %s was created with %d", cfg.Log.Replicas, dir, old.Log.Replicas)
+	if err := cfg.CheckSameCluster(old); err != nil {
+		return fmt.Errorf("server: the cluster in %s: %w", dir, err)
 	}
 	return nil
 }
 
+// readConfigRecord returns the configuration recorded in the system key
+// space, nil if there is none (a cluster created before it was recorded).
+func readConfigRecord(ctx context.Context, sys *stash.Stash) (*config.Config, error) {
+	vals, present, err := sys.Get(ctx, sys.AppliedVersion(), [][]byte{configKey})
+	if err != nil {
+		return nil, fmt.Errorf("server: read the recorded configuration: %w", err)
+	}
+	if !present[0] {
+		return nil, nil
+	}
+	created, err := config.Parse(vals[0])
+	if err != nil {
+		return nil, fmt.Errorf("server: the recorded configuration (%q) does not parse: %w", configKey, err)
+	}
+	return created, nil
+}
+
+// checkShardsMatchPools checks that the shard map covers each pool's whole
+// prefix with shards of that pool: a mutation the configuration accepts
+// must have a stash to go to.
+func checkShardsMatchPools(m *shardmap.Map, cfg *config.Config) error {
+	for i, p := range cfg.Pools {
+		begin, end := []byte(p.Prefix), kv.PrefixEnd([]byte(p.Prefix))
+		at := begin
+		for _, sh := range m.Intersect(begin, end) {
+			if sh.Pool != p.Name || !bytes.Equal(sh.Begin, at) || len(sh.Team) == 0 {
+				break
+			}
+			at = sh.End
+		}
+		if !bytes.Equal(at, end) {
+			return fmt.Errorf("pool[%d] (%q) with prefix %q is not covered by the shard map from %.40q on: the configuration does not match the one the cluster was created with", i, p.Name, p.Prefix, at)
+		}
+	}
+	return nil
+}
+
+// writeConfig writes cluster.toml durably: the file, then its directory.
 func writeConfig(dir string, cfg *config.Config) error {
 	data, err := cfg.Marshal()
 	if err != nil {
 		return err
 	}
 	tmp := filepath.Join(dir, configFile+".tmp")
-	if err := os.WriteFile(tmp, data, 0o644); err != nil {
+	f, err := os.Create(tmp)
+	if err != nil {
 		return err
 	}
-	return os.Rename(tmp, filepath.Join(dir, configFile))
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, configFile)); err != nil {
+		return err
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
 }
 
 // StashStats describes one stash of a running cluster.

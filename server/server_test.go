@@ -143,10 +143,48 @@ func TestRefusesChangedPools(t *testing.T) {
 	srv.Stop()
 	cfg.Pools[1].Stashes = 4
 	_, err := server.Start(context.Background(), server.Options{Dir: dir, Config: cfg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err == nil {
-		t.Fatal("started with a different pool layout")
+	if err == nil || !strings.Contains(err.Error(), `pool[1] ("data").stashes: 4 here, but the cluster was created with 3`) {
+		t.Fatalf("start with a different pool layout: %v", err)
 	}
-	t.Log(err)
+}
+
+// TestConfigIsRecordedWithTheShardMap: the configuration a cluster was
+// created with lives in its system key space, so a changed prefix is
+// refused even when cluster.toml is gone (before, any configuration was
+// then accepted and writes under the new prefix were acknowledged and
+// dropped), naming the first field that differs.
+func TestConfigIsRecordedWithTheShardMap(t *testing.T) {
+	cfg, _ := config.Parse([]byte(cfg3))
+	dir := t.TempDir()
+	srv, db := start(t, dir, cfg)
+	ctx := context.Background()
+	if err := db.Transact(ctx, func(tr *distash.Tx) error { tr.Set([]byte("d/k1"), []byte("hello")); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	srv.Stop()
+	if err := os.Remove(filepath.Join(dir, "cluster.toml")); err != nil {
+		t.Fatal(err)
+	}
+	changed, _ := config.Parse([]byte(strings.Replace(cfg3, `prefix = "d/"`, `prefix = "e/"`, 1)))
+	_, err := server.Start(ctx, server.Options{Dir: dir, Config: changed, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err == nil || !strings.Contains(err.Error(), `pool[1] ("data").prefix: "e/" here, but the cluster was created with "d/"`) {
+		t.Fatalf("start with a changed prefix and no cluster.toml: %v", err)
+	}
+	// The original configuration still starts, with the data, and writes
+	// cluster.toml again.
+	srv, db = start(t, dir, cfg)
+	defer srv.Stop()
+	defer db.Close()
+	if err := db.ReadTransact(ctx, func(tr *distash.Tx) error {
+		v, err := tr.Get([]byte("d/k1"))
+		if err == nil && string(v) != "hello" {
+			t.Fatalf("d/k1 = %q", v)
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // flashPool is a cluster of one durable flash pool, d/.

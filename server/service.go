@@ -3,12 +3,16 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
+	"runtime/debug"
 	"sort"
 	"sync"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/distash/distash/internal/kv"
-	"github.com/distash/distash/internal/proxy"
 	"github.com/distash/distash/internal/wire"
 )
 
@@ -43,20 +47,18 @@ func fromWireRanges(rs []*wire.KeyRange) []kv.KeyRange {
 }
 
 func (v *service) Commit(ctx context.Context, req *wire.CommitRequest) (*wire.CommitResponse, error) {
-	txn := proxy.Txn{
-		ReadVersion:    kv.Version(req.ReadVersion),
-		ReadConflicts:  fromWireRanges(req.ReadConflicts),
-		WriteConflicts: fromWireRanges(req.WriteConflicts),
-		Mutations:      make([]kv.Mutation, len(req.Mutations)),
-	}
-	for i, m := range req.Mutations {
-		txn.Mutations[i] = kv.Mutation{Type: kv.MutationType(m.Type), Key: m.Key, Param: m.Param, Cost: m.Cost}
+	txn, err := fromWireCommit(req)
+	if err != nil {
+		return &wire.CommitResponse{Error: wireErr(err)}, nil
 	}
 	cv, err := v.s.commit.Commit(ctx, txn)
 	return &wire.CommitResponse{Version: int64(cv), Error: wireErr(err)}, nil
 }
 
 func (v *service) Read(ctx context.Context, req *wire.ReadRequest) (*wire.ReadResponse, error) {
+	if err := checkRead(req); err != nil {
+		return &wire.ReadResponse{Error: wireErr(err)}, nil
+	}
 	st, ok := v.s.stashes[kv.Tag(req.Stash)]
 	if !ok {
 		return &wire.ReadResponse{Error: wireErr(kv.Errorf(kv.CodeWrongShardServer, "no stash %d", req.Stash))}, nil
@@ -73,6 +75,9 @@ func (v *service) Read(ctx context.Context, req *wire.ReadRequest) (*wire.ReadRe
 }
 
 func (v *service) ReadRange(ctx context.Context, req *wire.ReadRangeRequest) (*wire.ReadRangeResponse, error) {
+	if err := checkReadRange(req); err != nil {
+		return &wire.ReadRangeResponse{Error: wireErr(err)}, nil
+	}
 	st, ok := v.s.stashes[kv.Tag(req.Stash)]
 	if !ok {
 		return &wire.ReadRangeResponse{Error: wireErr(kv.Errorf(kv.CodeWrongShardServer, "no stash %d", req.Stash))}, nil
@@ -93,6 +98,9 @@ func (v *service) ReadRange(ctx context.Context, req *wire.ReadRangeRequest) (*w
 }
 
 func (v *service) Locations(ctx context.Context, req *wire.LocationsRequest) (*wire.LocationsResponse, error) {
+	if err := checkRange("range", req.Begin, req.End); err != nil {
+		return &wire.LocationsResponse{Error: wireErr(err)}, nil
+	}
 	resp := &wire.LocationsResponse{}
 	for _, sh := range v.s.commit.Shards().Intersect(req.Begin, req.End) {
 		ws := &wire.Shard{Begin: sh.Begin, End: sh.End, Pool: sh.Pool}
@@ -155,6 +163,9 @@ func (v *service) Status(ctx context.Context, _ *wire.StatusRequest) (*wire.Stat
 }
 
 func (v *service) Coldest(ctx context.Context, req *wire.ColdestRequest) (*wire.ColdestResponse, error) {
+	if err := checkColdest(req); err != nil {
+		return &wire.ColdestResponse{Error: wireErr(err)}, nil
+	}
 	tags, ok := v.s.poolTags[req.Pool]
 	if !ok {
 		return &wire.ColdestResponse{Error: wireErr(kv.Errorf(kv.CodeUnknownPool, "no pool named %q", req.Pool))}, nil
@@ -233,7 +244,18 @@ func (v *service) CommitStream(stream wire.DiStash_CommitStreamServer) error {
 			wg.Add(1)
 			go func(req *wire.CommitStreamRequest) {
 				defer wg.Done()
-				resp, _ := v.Commit(ctx, req.Request)
+				// A panic here would end the process: no interceptor
+				// covers goroutines a handler starts.
+				defer func() {
+					if r := recover(); r != nil {
+						v.s.logger.Error("panic in commit stream", "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+						select {
+						case sendFailed <- status.Error(codes.Internal, "internal error in CommitStream"):
+						default:
+						}
+					}
+				}()
+				resp, _ := v.Commit(ctx, req.GetRequest())
 				sendMu.Lock()
 				err := stream.Send(&wire.CommitStreamResponse{Id: req.Id, Response: resp})
 				sendMu.Unlock()

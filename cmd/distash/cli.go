@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -14,6 +15,7 @@ import (
 	"github.com/dustin/go-humanize"
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/encoding/protojson"
 
@@ -24,30 +26,39 @@ import (
 func cliCmd() *cobra.Command {
 	var cluster string
 	var timeout time.Duration
+	var tlsf tlsFlags
 	cmd := &cobra.Command{
 		Use:   "cli",
 		Short: "Talk to a running cluster: get, set, clear, getrange, status",
 		Long: `Talk to a running cluster. Keys and values are strings in which \xNN
-escapes stand for arbitrary bytes; output is printed the same way.`,
+escapes stand for arbitrary bytes; output is printed the same way.
+A cluster that serves mutual TLS needs --tls-cert, --tls-key and --tls-ca
+(or $DISTASH_TLS_CERT, $DISTASH_TLS_KEY, $DISTASH_TLS_CA): this client's
+certificate and key, and the CA that signed the server's certificate.`,
 	}
 	cmd.PersistentFlags().StringVar(&cluster, "cluster", envOr("DISTASH_CLUSTER", defaultCluster), "cluster address(es), host:port[,host:port] (env DISTASH_CLUSTER)")
 	cmd.PersistentFlags().DurationVar(&timeout, "timeout", 10*time.Second, "give up after this long")
+	tlsf.add(cmd.PersistentFlags(), "client", true)
 
-	withDB := func(fn func(ctx context.Context, db *distash.DB, args []string) error) func(*cobra.Command, []string) error {
+	withDB := func(fn func(ctx context.Context, db *distash.DB, out io.Writer, args []string) error) func(*cobra.Command, []string) error {
 		return func(cmd *cobra.Command, args []string) error {
-			ctx, cancel := context.WithTimeout(context.Background(), timeout)
-			defer cancel()
-			db, err := distash.Open(ctx, cluster)
+			tlsConfig, err := tlsf.client()
 			if err != nil {
 				return err
 			}
+			ctx, cancel := context.WithTimeout(context.Background(), timeout)
+			defer cancel()
+			db, err := distash.Open(ctx, cluster, distash.WithTLS(tlsConfig))
+			if err != nil {
+				return tlsHint(err, tlsConfig)
+			}
 			defer db.Close()
-			return fn(ctx, db, args)
+			return fn(ctx, db, cmd.OutOrStdout(), args)
 		}
 	}
 	get := &cobra.Command{
 		Use: "get KEY", Short: "Print the value of KEY", Args: cobra.ExactArgs(1),
-		RunE: withDB(func(ctx context.Context, db *distash.DB, args []string) error {
+		RunE: withDB(func(ctx context.Context, db *distash.DB, out io.Writer, args []string) error {
 			var v []byte
 			err := db.ReadTransact(ctx, func(tr *distash.Tx) error {
 				var err error
@@ -58,16 +69,16 @@ escapes stand for arbitrary bytes; output is printed the same way.`,
 				return err
 			}
 			if v == nil {
-				fmt.Printf("%s: not found\n", escape(unescape(args[0])))
+				fmt.Fprintf(out, "%s: not found\n", escape(unescape(args[0])))
 				return nil
 			}
-			fmt.Println(escape(v))
+			fmt.Fprintln(out, escape(v))
 			return nil
 		}),
 	}
 	set := &cobra.Command{
 		Use: "set KEY VALUE", Short: "Set KEY to VALUE", Args: cobra.ExactArgs(2),
-		RunE: withDB(func(ctx context.Context, db *distash.DB, args []string) error {
+		RunE: withDB(func(ctx context.Context, db *distash.DB, out io.Writer, args []string) error {
 			var tr0 *distash.Tx
 			err := db.Transact(ctx, func(tr *distash.Tx) error {
 				tr0 = tr
@@ -77,13 +88,13 @@ escapes stand for arbitrary bytes; output is printed the same way.`,
 			if err != nil {
 				return err
 			}
-			fmt.Printf("committed at version %d\n", tr0.CommittedVersion())
+			fmt.Fprintf(out, "committed at version %d\n", tr0.CommittedVersion())
 			return nil
 		}),
 	}
 	clear := &cobra.Command{
 		Use: "clear KEY [END]", Short: "Clear KEY, or every key in [KEY, END)", Args: cobra.RangeArgs(1, 2),
-		RunE: withDB(func(ctx context.Context, db *distash.DB, args []string) error {
+		RunE: withDB(func(ctx context.Context, db *distash.DB, out io.Writer, args []string) error {
 			err := db.Transact(ctx, func(tr *distash.Tx) error {
 				if len(args) == 2 {
 					tr.ClearRange(unescape(args[0]), unescape(args[1]))
@@ -93,7 +104,7 @@ escapes stand for arbitrary bytes; output is printed the same way.`,
 				return nil
 			})
 			if err == nil {
-				fmt.Println("cleared")
+				fmt.Fprintln(out, "cleared")
 			}
 			return err
 		}),
@@ -102,7 +113,7 @@ escapes stand for arbitrary bytes; output is printed the same way.`,
 	var reverse bool
 	getrange := &cobra.Command{
 		Use: "getrange BEGIN END", Short: "Print the pairs in [BEGIN, END)", Args: cobra.ExactArgs(2),
-		RunE: withDB(func(ctx context.Context, db *distash.DB, args []string) error {
+		RunE: withDB(func(ctx context.Context, db *distash.DB, out io.Writer, args []string) error {
 			var kvs []distash.KeyValue
 			err := db.ReadTransact(ctx, func(tr *distash.Tx) error {
 				var err error
@@ -113,9 +124,9 @@ escapes stand for arbitrary bytes; output is printed the same way.`,
 				return err
 			}
 			for _, p := range kvs {
-				fmt.Printf("%s = %s\n", escape(p.Key), escape(p.Value))
+				fmt.Fprintf(out, "%s = %s\n", escape(p.Key), escape(p.Value))
 			}
-			fmt.Printf("(%d pairs)\n", len(kvs))
+			fmt.Fprintf(out, "(%d pairs)\n", len(kvs))
 			return nil
 		}),
 	}
@@ -125,11 +136,15 @@ escapes stand for arbitrary bytes; output is printed the same way.`,
 	status := &cobra.Command{
 		Use: "status [json]", Short: "Show pools and stashes: bytes, keys, hits, misses, evictions", Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, cancel := context.WithTimeout(context.Background(), timeout)
-			defer cancel()
-			st, err := fetchStatus(ctx, cluster)
+			tlsConfig, err := tlsf.client()
 			if err != nil {
 				return err
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), timeout)
+			defer cancel()
+			st, err := fetchStatus(ctx, cluster, tlsConfig)
+			if err != nil {
+				return tlsHint(err, tlsConfig)
 			}
 			if len(args) == 1 {
 				if args[0] != "json" {
@@ -142,10 +157,10 @@ escapes stand for arbitrary bytes; output is printed the same way.`,
 				var pretty any
 				_ = json.Unmarshal(b, &pretty)
 				out, _ := json.MarshalIndent(pretty, "", "  ")
-				fmt.Println(string(out))
+				fmt.Fprintln(cmd.OutOrStdout(), string(out))
 				return nil
 			}
-			printStatus(st)
+			printStatusTo(cmd.OutOrStdout(), st)
 			return nil
 		},
 	}
@@ -153,9 +168,13 @@ escapes stand for arbitrary bytes; output is printed the same way.`,
 	return cmd
 }
 
-func fetchStatus(ctx context.Context, cluster string) (*wire.StatusResponse, error) {
+func fetchStatus(ctx context.Context, cluster string, tlsConfig *tls.Config) (*wire.StatusResponse, error) {
 	addr := strings.Split(cluster, ",")[0]
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	creds := insecure.NewCredentials()
+	if tlsConfig != nil {
+		creds = credentials.NewTLS(tlsConfig)
+	}
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
 	if err != nil {
 		return nil, err
 	}
@@ -166,8 +185,6 @@ func fetchStatus(ctx context.Context, cluster string) (*wire.StatusResponse, err
 	}
 	return st, nil
 }
-
-func printStatus(st *wire.StatusResponse) { printStatusTo(os.Stdout, st) }
 
 func printStatusTo(out io.Writer, st *wire.StatusResponse) {
 	fmt.Fprintf(out, "committed version %d   commits %d   conflicts %d   too old %d   pool full %d   log: %d replica(s), %d entries in memory\n\n",

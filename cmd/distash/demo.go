@@ -194,7 +194,7 @@ func runDemo(ctx context.Context, cfg *config.Config, dir string, o demoOptions,
 
 	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	status, err := fetchStatus(sctx, srv.ClusterString())
+	status, err := fetchStatus(sctx, srv.ClusterString(), nil)
 	if err != nil {
 		return err
 	}

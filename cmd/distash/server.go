@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"os"
@@ -19,6 +18,7 @@ const defaultCluster = "127.0.0.1:4500"
 func serverCmd() *cobra.Command {
 	var configPath, dir, listen string
 	var verbose bool
+	var tlsf tlsFlags
 	cmd := &cobra.Command{
 		Use:   "server",
 		Short: "Run an embedded cluster (all roles in this process) until interrupted",
@@ -27,7 +27,13 @@ proxies and every stash of every pool, serving clients over gRPC.
 Without --config it uses the built-in default configuration (a DRAM
 ephemeral pool "cache" with prefix c/ and an SSD durable pool "data" with
 prefix d/). Data lives under --dir; restarting on the same directory
-recovers the cluster. Prints "listening on ADDR" once it serves.`,
+recovers the cluster. Prints "listening on ADDR" once it serves.
+
+Every client that connects may read, write and clear every key: --listen
+defaults to 127.0.0.1, and a non-loopback address without TLS draws a
+warning. With --tls-cert, --tls-key and --tls-ca the server presents its
+certificate and accepts only clients whose certificate the CA signed
+(mutual TLS); see docs/security.md.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg := config.Default()
 			if configPath != "" {
@@ -41,13 +47,17 @@ recovers the cluster. Prints "listening on ADDR" once it serves.`,
 				level = slog.LevelInfo
 			}
 			logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			srv, err := server.Start(ctx, server.Options{Dir: dir, Config: cfg, ListenAddr: listen, Logger: logger})
+			tlsConfig, err := tlsf.server(logger)
 			if err != nil {
 				return err
 			}
-			fmt.Printf("listening on %s\n", srv.ClusterString())
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			srv, err := server.Start(ctx, server.Options{Dir: dir, Config: cfg, ListenAddr: listen, TLS: tlsConfig, Logger: logger})
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "listening on %s\n", srv.ClusterString())
 			<-ctx.Done()
 			fmt.Fprintln(os.Stderr, "stopping")
 			srv.Stop()
@@ -56,7 +66,8 @@ recovers the cluster. Prints "listening on ADDR" once it serves.`,
 	}
 	cmd.Flags().StringVar(&configPath, "config", "", "cluster configuration (TOML); default: the built-in one")
 	cmd.Flags().StringVar(&dir, "dir", "distash-data", "directory for the cluster's files")
-	cmd.Flags().StringVar(&listen, "listen", defaultCluster, "gRPC listen address (port 0: any free port)")
+	cmd.Flags().StringVar(&listen, "listen", defaultCluster, "gRPC listen address (port 0: any free port); beyond loopback, use TLS")
+	tlsf.add(cmd.Flags(), "server", false)
 	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "log at info level")
 	return cmd
 }

@@ -24,6 +24,7 @@ const (
 	CodeKeyOutsidePools     Code = 2201
 	CodeUnknownPool         Code = 2202
 	CodeUnsupported         Code = 2203
+	CodeStashUnavailable    Code = 2204
 	CodeInternal            Code = 4100
 )
 
@@ -31,7 +32,7 @@ const (
 func (c Code) Retryable() bool {
 	switch c {
 	case CodeNotCommitted, CodeTransactionTooOld, CodeFutureVersion, CodeCommitUnknownResult,
-		CodeWrongShardServer, CodeProcessBehind, CodeConnectionFailed:
+		CodeWrongShardServer, CodeProcessBehind, CodeConnectionFailed, CodeStashUnavailable:
 		return true
 	}
 	return false
@@ -72,6 +73,8 @@ func (c Code) Name() string {
 		return "unknown_pool"
 	case CodeUnsupported:
 		return "unsupported"
+	case CodeStashUnavailable:
+		return "stash_unavailable"
 	case CodeInternal:
 		return "internal_error"
 	}

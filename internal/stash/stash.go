@@ -97,6 +97,13 @@ type Stash struct {
 	hits, misses, reads atomic.Int64
 	flushNow            chan struct{}
 
+	// failure is set, once, when Run stops on an error: from then on reads
+	// fail fast with stash_unavailable, so clients use another replica
+	// instead of waiting for versions this stash will never apply.
+	failure    atomic.Pointer[error]
+	failedC    chan struct{} // closed when failure is set
+	failedOnce sync.Once
+
 	// rec is the access order of keys when TrackRecency (nil otherwise).
 	rec *recency
 }
@@ -118,7 +125,7 @@ func New(opts Options) *Stash {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	s := &Stash{opts: opts, eng: opts.Engine, win: newWindow(), appliedCh: make(chan struct{}), flushNow: make(chan struct{}, 1)}
+	s := &Stash{opts: opts, eng: opts.Engine, win: newWindow(), appliedCh: make(chan struct{}), flushNow: make(chan struct{}, 1), failedC: make(chan struct{})}
 	v := opts.Engine.Version()
 	if opts.Volatile && opts.StartVersion > v {
 		v = opts.StartVersion
@@ -154,19 +161,71 @@ func (s *Stash) owns(begin, end []byte) bool {
 	return false
 }
 
-// Run pulls from the log and flushes until ctx is done.
+// Run pulls from the log and flushes until ctx is done or one of them
+// fails. It returns only once both have stopped, so the engine may be
+// closed after it. After an error the stash is failed (Failed reports it)
+// and its reads fail fast.
 func (s *Stash) Run(ctx context.Context) error {
 	if s.opts.Volatile {
 		s.opts.Log.Pop(s.opts.Tag, s.AppliedVersion())
 	}
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
 	errc := make(chan error, 2)
-	go func() { errc <- s.pullLoop(ctx) }()
-	go func() { errc <- s.flushLoop(ctx) }()
-	err := <-errc
-	if ctx.Err() != nil {
-		return nil
+	go func() { errc <- s.pullLoop(runCtx) }()
+	go func() { errc <- s.flushLoop(runCtx) }()
+	var err error
+	select {
+	case err = <-errc:
+		stop()
+		if err2 := <-errc; err == nil {
+			err = err2
+		}
+	case <-s.failedC: // a read found the engine broken
+		stop()
+		<-errc
+		<-errc
 	}
-	return err
+	if err != nil {
+		s.fail(err)
+	}
+	return s.Failed()
+}
+
+// fail marks the stash failed with err, once.
+func (s *Stash) fail(err error) {
+	s.failedOnce.Do(func() {
+		s.failure.Store(&err)
+		close(s.failedC)
+	})
+}
+
+// Failed returns the error that stopped the stash, nil while it runs.
+func (s *Stash) Failed() error {
+	if p := s.failure.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// failedCh is closed when the stash fails.
+func (s *Stash) failedCh() <-chan struct{} { return s.failedC }
+
+// engineReadFailed fails the stash after its engine failed a read: an
+// engine that cannot read what it acknowledged is broken, and the stash
+// is restarted or replaced rather than serving errors or wrong data.
+func (s *Stash) engineReadFailed(err error) error {
+	s.opts.Logger.Error("stash engine read failed", "tag", s.opts.Tag, "pool", s.opts.Pool, "err", err)
+	s.fail(err)
+	return s.unavailable()
+}
+
+// unavailable is the error reads of a failed stash get.
+func (s *Stash) unavailable() error {
+	if err := s.Failed(); err != nil {
+		return kv.Errorf(kv.CodeStashUnavailable, "stash %d (pool %q, #%d) has failed: %v", s.opts.Tag, s.opts.Pool, s.opts.Index, err)
+	}
+	return nil
 }
 
 func (s *Stash) pullLoop(ctx context.Context) error {
@@ -186,6 +245,7 @@ func (s *Stash) pullLoop(ctx context.Context) error {
 			continue
 		}
 		if err := s.apply(msgs, end); err != nil {
+			s.opts.Logger.Error("stash apply failed", "tag", s.opts.Tag, "pool", s.opts.Pool, "err", err)
 			return err
 		}
 	}
@@ -391,6 +451,9 @@ func (s *Stash) waitFor(ctx context.Context, v kv.Version) error {
 	deadline := time.NewTimer(s.opts.FutureWait)
 	defer deadline.Stop()
 	for {
+		if err := s.unavailable(); err != nil {
+			return err
+		}
 		s.pin.RLock()
 		s.mu.RLock()
 		applied, minReadable, ch := s.applied, s.minReadable, s.appliedCh
@@ -405,6 +468,7 @@ func (s *Stash) waitFor(ctx context.Context, v kv.Version) error {
 		s.pin.RUnlock()
 		select {
 		case <-ch:
+		case <-s.failedCh():
 		case <-deadline.C:
 			return kv.Errorf(kv.CodeFutureVersion, "stash %d has reached version %d, not %d", s.opts.Tag, applied, v)
 		case <-ctx.Done():
@@ -434,7 +498,7 @@ func (s *Stash) Get(ctx context.Context, v kv.Version, keys [][]byte) ([][]byte,
 			var err error
 			val, ok, err = s.eng.Get(k)
 			if err != nil {
-				return nil, nil, err
+				return nil, nil, s.engineReadFailed(err)
 			}
 		}
 		values[i], present[i] = val, ok
@@ -467,7 +531,11 @@ func (s *Stash) GetRange(ctx context.Context, v kv.Version, begin, end []byte, l
 	s.mu.RLock()
 	o := s.win.overlay(begin, end, v)
 	s.mu.RUnlock()
-	return s.merge(o, begin, end, limit, byteLimit, reverse)
+	kvs, more, err := s.merge(o, begin, end, limit, byteLimit, reverse)
+	if err != nil {
+		return nil, false, s.engineReadFailed(err)
+	}
+	return kvs, more, nil
 }
 
 // scanLocked is GetRange for callers holding mu (byte accounting).

@@ -1,0 +1,81 @@
+package server
+
+import (
+	"crypto/tls"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+
+	"github.com/distash/distash/internal/tlsconf"
+)
+
+// TLSConfigFromFiles returns a server TLS configuration for Options.TLS:
+// the cluster presents the certificate in certFile (with its private key in
+// keyFile) and accepts only clients that present a certificate a CA in
+// caFile signed (tls.RequireAndVerifyClientCert, TLS 1.2 or newer). Errors
+// name the file at fault.
+//
+// The files are re-read at the first handshake after one of them changes,
+// so certificates can be rotated without a restart; if the new files do not
+// load, the previous certificates stay in use and the failure is logged to
+// slog.Default().
+func TLSConfigFromFiles(certFile, keyFile, caFile string) (*tls.Config, error) {
+	return tlsconf.Server(tlsconf.Files{Cert: certFile, Key: keyFile, CA: caFile}, func(err error) {
+		slog.Default().Error("reloading TLS certificates failed", "err", err)
+	})
+}
+
+// credsOption returns the gRPC server option for Options.TLS, none without.
+func (s *Server) credsOption() []grpc.ServerOption {
+	if s.opts.TLS == nil {
+		return nil
+	}
+	return []grpc.ServerOption{grpc.Creds(loggingCreds{credentials.NewTLS(s.opts.TLS), s.logger})}
+}
+
+// loggingCreds logs refused handshakes: the client only sees its
+// connection closed (often as "broken pipe"), and gRPC logs the reason
+// only at its info level, so without this an operator could not tell a
+// client with a certificate of the wrong CA from a network fault.
+type loggingCreds struct {
+	credentials.TransportCredentials
+	logger *slog.Logger
+}
+
+func (c loggingCreds) ServerHandshake(conn net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	out, info, err := c.TransportCredentials.ServerHandshake(conn)
+	// io.EOF: closed before a word, as TCP health checks do; not worth a warning.
+	if err != nil && !errors.Is(err, io.EOF) {
+		c.logger.Warn("refused a connection: TLS handshake failed", "remote", conn.RemoteAddr().String(), "err", err)
+	}
+	return out, info, err
+}
+
+func (c loggingCreds) Clone() credentials.TransportCredentials {
+	return loggingCreds{c.TransportCredentials.Clone(), c.logger}
+}
+
+// warnIfExposed warns when the cluster listens beyond the loopback
+// interface without mutual TLS: every connected client may read, write and
+// clear every key of every pool (there is no per-user authorization), so
+// the port itself is the only protection.
+func (s *Server) warnIfExposed() {
+	addr, _ := s.listener.Addr().(*net.TCPAddr)
+	if addr != nil && addr.IP.IsLoopback() {
+		return
+	}
+	t := s.opts.TLS
+	switch {
+	case t == nil:
+		s.logger.Warn("WARNING: serving without TLS on a non-loopback address: anyone who can reach this port can read, write and clear every key of every pool. "+
+			"Enable mutual TLS (distash server --tls-cert F --tls-key F --tls-ca F, or server.Options.TLS; see docs/security.md) or listen on 127.0.0.1",
+			"addr", s.listener.Addr().String())
+	case t.GetConfigForClient == nil && t.ClientAuth != tls.RequireAndVerifyClientCert:
+		s.logger.Warn("WARNING: TLS does not require verified client certificates (tls.RequireAndVerifyClientCert): anyone who can reach this port can read, write and clear every key of every pool. See docs/security.md",
+			"addr", s.listener.Addr().String())
+	}
+}
