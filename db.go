@@ -65,6 +65,18 @@ type shard struct {
 type stashLoad struct {
 	inflight  atomic.Int64
 	latencyNs atomic.Int64 // moving average
+	// downUntil (unix ns): the stash answered stash_unavailable, so reads
+	// avoid it until then if another replica can serve.
+	downUntil atomic.Int64
+}
+
+// stashDownFor is how long a stash that answered stash_unavailable is
+// avoided; its server restarts it within about this time.
+const stashDownFor = 2 * time.Second
+
+// markDown makes reads avoid stash id for a while.
+func (db *DB) markDown(id uint32) {
+	db.loadOf(id).downUntil.Store(time.Now().Add(stashDownFor).UnixNano())
 }
 
 // Open connects to a cluster. clusterString is "host:port[,host:port...]";
@@ -191,9 +203,11 @@ func (db *DB) loadOf(id uint32) *stashLoad {
 
 // pickReplica chooses the team member with the least expected wait:
 // requests in flight times recent latency, ties broken at random.
+// Stashes marked down come last: they are asked only when every replica is.
 func (db *DB) pickReplica(team []uint32) uint32 {
-	best, bestScore := team[0], int64(-1)
+	best, bestScore, bestDown := team[0], int64(-1), true
 	off := rand.IntN(len(team))
+	now := time.Now().UnixNano()
 	for i := range team {
 		id := team[(i+off)%len(team)]
 		l := db.loadOf(id)
@@ -202,8 +216,9 @@ func (db *DB) pickReplica(team []uint32) uint32 {
 			lat = 100_000
 		}
 		score := (l.inflight.Load() + 1) * lat
-		if bestScore < 0 || score < bestScore {
-			best, bestScore = id, score
+		down := l.downUntil.Load() > now
+		if bestScore < 0 || (bestDown && !down) || (down == bestDown && score < bestScore) {
+			best, bestScore, bestDown = id, score, down
 		}
 	}
 	return best

@@ -2,6 +2,7 @@ package distash
 
 import (
 	"bytes"
+	"errors"
 
 	"github.com/distash/distash/internal/kv"
 	"github.com/distash/distash/internal/wire"
@@ -184,17 +185,27 @@ func (it *rangeIter) fetch() error {
 		it.buf, it.pos = nil, 0
 		return nil
 	}
-	id := it.tr.db.pickReplica(s.stashes)
-	done := it.tr.db.track(id)
-	resp, err := it.tr.db.api.ReadRange(it.tr.ctx, &wire.ReadRangeRequest{
-		Stash: id, Version: int64(it.rv), Begin: begin, End: end, Limit: int32(it.page), Reverse: it.reverse,
-	})
-	done()
-	if err != nil {
-		return transportErr(err)
-	}
-	if err := fromWire(resp.Error); err != nil {
-		return err
+	var resp *wire.ReadRangeResponse
+	for attempt := 0; ; attempt++ {
+		id := it.tr.db.pickReplica(s.stashes)
+		done := it.tr.db.track(id)
+		var err error
+		resp, err = it.tr.db.api.ReadRange(it.tr.ctx, &wire.ReadRangeRequest{
+			Stash: id, Version: int64(it.rv), Begin: begin, End: end, Limit: int32(it.page), Reverse: it.reverse,
+		})
+		done()
+		if err != nil {
+			return transportErr(err)
+		}
+		err = fromWire(resp.Error)
+		if err != nil && errors.Is(err, ErrStashUnavailable) && attempt < 3 {
+			it.tr.db.markDown(id) // another replica serves
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		break
 	}
 	it.began = true
 	it.buf, it.pos, it.more = resp.Kvs, 0, resp.More

@@ -289,6 +289,9 @@ func (db *DB) readKeys(ctx context.Context, rv kv.Version, keys [][]byte) ([][]b
 					return
 				}
 				if err := fromWire(resp.Error); err != nil {
+					if errors.Is(err, ErrStashUnavailable) {
+						db.markDown(id)
+					}
 					errs <- err
 					return
 				}
@@ -310,6 +313,9 @@ func (db *DB) readKeys(ctx context.Context, rv kv.Version, keys [][]byte) ([][]b
 				return nil, nil, err
 			}
 			continue
+		}
+		if first != nil && errors.Is(first, ErrStashUnavailable) && attempt < 3 {
+			continue // the failed stash is marked down: another replica serves
 		}
 		return vals, present, first
 	}

@@ -82,8 +82,8 @@ type Server struct {
 	commit   *proxy.CommitProxy
 	grv      *proxy.GRVProxy
 	rk       *ratekeeper.Ratekeeper
-	stashes  map[kv.Tag]*stash.Stash
-	order    []kv.Tag // stash tags in pool order, system first
+	stashes  map[kv.Tag]*stashSlot // fixed once started; the stash in a slot changes on restart
+	order    []kv.Tag              // stash tags in pool order, system first
 	poolTags map[string][]kv.Tag
 
 	grpcServer *grpc.Server
@@ -117,7 +117,7 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	if err := checkConfigMatches(opts.Dir, opts.Config); err != nil {
 		return nil, err
 	}
-	s := &Server{opts: opts, cfg: opts.Config, logger: opts.Logger, stashes: map[kv.Tag]*stash.Stash{}}
+	s := &Server{opts: opts, cfg: opts.Config, logger: opts.Logger, stashes: map[kv.Tag]*stashSlot{}}
 	if err := s.start(ctx); err != nil {
 		s.Stop()
 		return nil, err
@@ -172,23 +172,32 @@ func (s *Server) start(ctx context.Context) error {
 	s.cancel = cancel
 
 	// The system stash holds the shard map.
-	sysEng, err := engines.Open("pebble", engine.Options{Dir: filepath.Join(s.opts.Dir, "system")})
-	if err != nil {
-		return fmt.Errorf("server: open system stash: %w", err)
+	openSystem := func() (*stash.Stash, error) {
+		sysEng, err := engines.Open("pebble", engine.Options{Dir: filepath.Join(s.opts.Dir, "system")})
+		if err != nil {
+			return nil, fmt.Errorf("server: open system stash: %w", err)
+		}
+		return stash.New(stash.Options{
+			Tag: shardmap.SystemTag, Pool: "system", Engine: sysEng, Log: s.log,
+			WindowVersions: windowVersions, FlushInterval: s.opts.FlushInterval, Logger: s.logger,
+		}), nil
 	}
-	sys := stash.New(stash.Options{
-		Tag: shardmap.SystemTag, Pool: "system", Engine: sysEng, Log: s.log,
-		WindowVersions: windowVersions, FlushInterval: s.opts.FlushInterval, Logger: s.logger,
-	})
-	sys.SetOwned([]kv.KeyRange{shardmap.SystemRange})
-	s.addStash(runCtx, sys)
+	sys, err := openSystem()
+	if err != nil {
+		return err
+	}
+	s.addStash(runCtx, shardmap.SystemTag, sys, openSystem)
+	s.stashes[shardmap.SystemTag].setOwned([]kv.KeyRange{shardmap.SystemRange})
 
 	for _, sp := range specs {
 		st, err := s.openStash(sp, windowVersions, recovered)
 		if err != nil {
 			return err
 		}
-		s.addStash(runCtx, st)
+		// A stash that fails is reopened from its files; a dram stash
+		// then starts empty at the log's end.
+		reopen := func() (*stash.Stash, error) { return s.openStash(sp, windowVersions, s.log.LastVersion()) }
+		s.addStash(runCtx, sp.tag, st, reopen)
 	}
 
 	shards, fresh, err := s.loadShardMap(ctx, sys, recovered, poolTags)
@@ -209,7 +218,7 @@ func (s *Server) start(ctx context.Context) error {
 		}
 	}
 	for _, sp := range specs {
-		s.stashes[sp.tag].SetOwned(shards.RangesOf(sp.tag))
+		s.stashes[sp.tag].setOwned(shards.RangesOf(sp.tag))
 	}
 
 	s.rk = ratekeeper.New(s.rateSample, 100*time.Millisecond)
@@ -320,6 +329,10 @@ func engineTuning(p config.Pool) any {
 	return c
 }
 
+// wrapEngine, if set (by tests of this package), wraps every stash engine
+// opened, to inject failures.
+var wrapEngine func(pool string, index int, e engine.Engine) engine.Engine
+
 func (s *Server) openStash(sp stashSpec, windowVersions, recovered kv.Version) (*stash.Stash, error) {
 	dir := filepath.Join(s.opts.Dir, "stash", fmt.Sprintf("%s-%d", sp.pool.Name, sp.index))
 	if !sp.pool.Volatile() {
@@ -333,6 +346,9 @@ func (s *Server) openStash(sp stashSpec, windowVersions, recovered kv.Version) (
 	})
 	if err != nil {
 		return nil, fmt.Errorf("server: open stash %s-%d: %w", sp.pool.Name, sp.index, err)
+	}
+	if wrapEngine != nil {
+		eng = wrapEngine(sp.pool.Name, sp.index, eng)
 	}
 	volatile := sp.pool.Volatile()
 	if popped := s.log.Popped(sp.tag); eng.Version() < popped {
@@ -359,16 +375,25 @@ func (s *Server) openStash(sp stashSpec, windowVersions, recovered kv.Version) (
 	}), nil
 }
 
-func (s *Server) addStash(ctx context.Context, st *stash.Stash) {
-	s.stashes[st.Tag()] = st
-	s.order = append(s.order, st.Tag())
+// addStash runs st in a new slot under supervision (see supervise).
+func (s *Server) addStash(ctx context.Context, tag kv.Tag, st *stash.Stash, reopen func() (*stash.Stash, error)) {
+	sl := newSlot(tag, st, reopen)
+	s.stashes[tag] = sl
+	s.order = append(s.order, tag)
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		if err := st.Run(ctx); err != nil {
-			s.logger.Error("stash stopped", "tag", st.Tag(), "err", err)
-		}
+		s.supervise(ctx, sl)
 	}()
+}
+
+// stash returns the stash serving tag now.
+func (s *Server) stash(tag kv.Tag) (*stash.Stash, bool) {
+	sl, ok := s.stashes[tag]
+	if !ok {
+		return nil, false
+	}
+	return sl.get(), true
 }
 
 // loadShardMap reads the shard map from the system stash once it has caught
@@ -410,7 +435,7 @@ func (s *Server) loadShardMap(ctx context.Context, sys *stash.Stash, recovered k
 func (s *Server) rateSample() ratekeeper.Sample {
 	smp := ratekeeper.Sample{Committed: s.seq.CommittedVersion(), Commits: s.commit.Counters().Commits}
 	for _, t := range s.order {
-		applied, wb, wl := s.stashes[t].Pressure()
+		applied, wb, wl := s.stashes[t].get().Pressure()
 		smp.Stashes = append(smp.Stashes, ratekeeper.StashSample{Applied: applied, WindowBytes: wb, WindowLimitBytes: wl})
 	}
 	return smp
@@ -433,7 +458,7 @@ func (s *Server) Stop() {
 		}
 		s.wg.Wait()
 		for _, t := range s.order {
-			if err := s.stashes[t].Close(); err != nil {
+			if err := s.stashes[t].get().Close(); err != nil {
 				s.logger.Warn("close stash", "tag", t, "err", err)
 			}
 		}
@@ -445,16 +470,16 @@ func (s *Server) Stop() {
 	})
 }
 
-type usageMap map[kv.Tag]*stash.Stash
+type usageMap map[kv.Tag]*stashSlot
 
-func usageOf(m map[kv.Tag]*stash.Stash) usageMap { return usageMap(m) }
+func usageOf(m map[kv.Tag]*stashSlot) usageMap { return usageMap(m) }
 
 func (u usageMap) Usage(tag kv.Tag) (int64, kv.Version) {
-	st, ok := u[tag]
+	sl, ok := u[tag]
 	if !ok {
 		return 0, 0
 	}
-	return st.Usage()
+	return sl.get().Usage()
 }
 
 const configFile = "cluster.toml"
@@ -569,17 +594,23 @@ type StashStats struct {
 	AppliedVersion           int64
 	DurableVersion           int64
 	CapacityBytes            int64
+	Health                   string // HealthHealthy, HealthRestarting or HealthFailed
+	Restarts                 int64  // restarts after failures
+	LastError                string // what stopped it last, "" if it never failed
 }
 
 // Stashes returns the statistics of every stash, in pool order.
 func (s *Server) Stashes() []StashStats {
 	var out []StashStats
 	for _, t := range s.order {
-		st := s.stashes[t].Stats()
+		sl := s.stashes[t]
+		st := sl.get().Stats()
 		if st.Pool == "system" {
 			continue
 		}
+		h := sl.healthNow()
 		out = append(out, StashStats{
+			Health: h.Health, Restarts: h.Restarts, LastError: h.LastErr,
 			Tag: uint32(st.Tag), Pool: st.Pool, Index: st.Index, Keys: st.Keys, Bytes: st.Bytes,
 			EngineBytes: st.EngineBytes, WindowBytes: st.WindowBytes, Hits: st.Hits, Misses: st.Misses,
 			Evictions: st.Evictions, FilterNegatives: st.FilterNegatives, Reads: st.Reads, AppliedVersion: int64(st.Applied), DurableVersion: int64(st.Durable),

@@ -59,7 +59,7 @@ func (v *service) Read(ctx context.Context, req *wire.ReadRequest) (*wire.ReadRe
 	if err := checkRead(req); err != nil {
 		return &wire.ReadResponse{Error: wireErr(err)}, nil
 	}
-	st, ok := v.s.stashes[kv.Tag(req.Stash)]
+	st, ok := v.s.stash(kv.Tag(req.Stash))
 	if !ok {
 		return &wire.ReadResponse{Error: wireErr(kv.Errorf(kv.CodeWrongShardServer, "no stash %d", req.Stash))}, nil
 	}
@@ -78,7 +78,7 @@ func (v *service) ReadRange(ctx context.Context, req *wire.ReadRangeRequest) (*w
 	if err := checkReadRange(req); err != nil {
 		return &wire.ReadRangeResponse{Error: wireErr(err)}, nil
 	}
-	st, ok := v.s.stashes[kv.Tag(req.Stash)]
+	st, ok := v.s.stash(kv.Tag(req.Stash))
 	if !ok {
 		return &wire.ReadRangeResponse{Error: wireErr(kv.Errorf(kv.CodeWrongShardServer, "no stash %d", req.Stash))}, nil
 	}
@@ -143,7 +143,8 @@ func (v *service) Status(ctx context.Context, _ *wire.StatusRequest) (*wire.Stat
 		EntriesInMemory: int64(ls.Entries), BytesInMemory: int64(ls.Bytes), MinPopped: int64(ls.MinPopped),
 	}
 	for _, t := range v.s.order {
-		st := v.s.stashes[t].Stats()
+		sl := v.s.stashes[t]
+		st := sl.get().Stats()
 		if st.Pool == "system" {
 			continue
 		}
@@ -153,6 +154,8 @@ func (v *service) Status(ctx context.Context, _ *wire.StatusRequest) (*wire.Stat
 			Evictions: st.Evictions, Version: int64(st.Applied), DurableVersion: int64(st.Durable),
 			CapacityBytes: st.CapacityBytes, Reads: st.Reads, FilterNegatives: st.FilterNegatives,
 		}
+		h := sl.healthNow()
+		ws.Health, ws.LastError, ws.Restarts, ws.HealthSinceUnixMs = h.Health, h.LastErr, h.Restarts, h.Since.UnixMilli()
 		for _, c := range st.Engine {
 			ws.EngineCounters = append(ws.EngineCounters, &wire.EngineCounter{Name: c.Name, Value: c.Value})
 		}
@@ -178,7 +181,7 @@ func (v *service) Coldest(ctx context.Context, req *wire.ColdestRequest) (*wire.
 	// first; a key replicated on several stashes appears once.
 	var lists [][][]byte
 	for _, t := range tags {
-		keys, ok := v.s.stashes[t].Coldest(n)
+		keys, ok := v.s.stashes[t].get().Coldest(n)
 		if !ok {
 			return &wire.ColdestResponse{Error: wireErr(kv.Errorf(kv.CodeUnsupported, "pool %q keeps no recency order (ephemeral pools do; set recency = true for a durable pool)", req.Pool))}, nil
 		}

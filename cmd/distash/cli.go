@@ -208,16 +208,30 @@ func printStatusTo(out io.Writer, st *wire.StatusResponse) {
 		modes[p.Name] = p.Mode
 	}
 	w = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(w, "STASH\tPOOL\tKEYS\tBYTES\tWINDOW\tREADS\tHITS\tMISSES\tEVICTIONS\tFILTERED\tVERSION")
+	fmt.Fprintln(w, "STASH\tPOOL\tKEYS\tBYTES\tWINDOW\tREADS\tHITS\tMISSES\tEVICTIONS\tFILTERED\tVERSION\tHEALTH")
 	for _, s := range st.Stashes {
 		hits, misses, ev := "-", "-", "-"
 		if modes[s.Pool] == "ephemeral" {
 			hits, misses, ev = strconv.FormatInt(s.Hits, 10), strconv.FormatInt(s.Misses, 10), strconv.FormatInt(s.Evictions, 10)
 		}
-		fmt.Fprintf(w, "%d\t%s-%d\t%d\t%s\t%s\t%d\t%s\t%s\t%s\t%d\t%d\n", s.Id, s.Pool, s.Index, s.Keys, humanize.IBytes(uint64(s.Bytes)),
-			humanize.IBytes(uint64(s.WindowBytes)), s.Reads, hits, misses, ev, s.FilterNegatives, s.Version)
+		health := s.Health
+		if s.Restarts > 0 {
+			health += fmt.Sprintf(" (%d restarts)", s.Restarts)
+		}
+		fmt.Fprintf(w, "%d\t%s-%d\t%d\t%s\t%s\t%d\t%s\t%s\t%s\t%d\t%d\t%s\n", s.Id, s.Pool, s.Index, s.Keys, humanize.IBytes(uint64(s.Bytes)),
+			humanize.IBytes(uint64(s.WindowBytes)), s.Reads, hits, misses, ev, s.FilterNegatives, s.Version, health)
 	}
 	w.Flush()
+	for _, s := range st.Stashes {
+		if s.LastError == "" {
+			continue
+		}
+		since := ""
+		if s.HealthSinceUnixMs > 0 {
+			since = fmt.Sprintf(" since %s", time.UnixMilli(s.HealthSinceUnixMs).Format(time.RFC3339))
+		}
+		fmt.Fprintf(out, "  %s-%d is %s%s; last failure: %s\n", s.Pool, s.Index, s.Health, since, s.LastError)
+	}
 	engines := map[string]string{}
 	for _, p := range st.Pools {
 		engines[p.Name] = p.Engine

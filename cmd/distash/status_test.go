@@ -18,8 +18,8 @@ func TestStatusShowsEngineCounters(t *testing.T) {
 			{Name: "data", Prefix: []byte("d/"), Medium: "ssd", Mode: "durable", Engine: "flash", Stashes: 1, Replication: 1},
 		},
 		Stashes: []*wire.StashStatus{
-			{Id: 1, Pool: "cache", Index: 0},
-			{Id: 2, Pool: "data", Index: 0, EngineCounters: []*wire.EngineCounter{
+			{Id: 1, Pool: "cache", Index: 0, Health: "healthy"},
+			{Id: 2, Pool: "data", Index: 0, Health: "restarting", Restarts: 2, LastError: "flash: bad frame", EngineCounters: []*wire.EngineCounter{
 				{Name: "segments", Value: 3}, {Name: "log_bytes", Value: 121 << 20}, {Name: "cache_hits", Value: 42},
 			}},
 		},
@@ -30,6 +30,9 @@ func TestStatusShowsEngineCounters(t *testing.T) {
 	want := "Engine counters:\n  data-0 (flash): segments 3, log bytes 121 MiB, cache hits 42\n"
 	if !strings.HasSuffix(got, want) {
 		t.Fatalf("status ends:\n%s\nwant it to end with:\n%s", got, want)
+	}
+	if !strings.Contains(got, "restarting (2 restarts)") || !strings.Contains(got, "data-0 is restarting; last failure: flash: bad frame") {
+		t.Fatalf("status does not show the failing stash:\n%s", got)
 	}
 	if strings.Contains(got, "cache-0 (") {
 		t.Fatalf("a memory stash got an engine line:\n%s", got)

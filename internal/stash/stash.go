@@ -104,6 +104,10 @@ type Stash struct {
 	failedC    chan struct{} // closed when failure is set
 	failedOnce sync.Once
 
+	closeOnce sync.Once
+	closeErr  error
+	closed    atomic.Bool // set under pin held exclusively
+
 	// rec is the access order of keys when TrackRecency (nil otherwise).
 	rec *recency
 }
@@ -648,6 +652,17 @@ type Stats struct {
 
 // Stats returns the stash's sizes and counters.
 func (s *Stash) Stats() Stats {
+	// Status may ask a failed stash whose engine is closed: hold pin so
+	// Close waits, and leave the engine's figures out once it is closed.
+	s.pin.RLock()
+	defer s.pin.RUnlock()
+	if s.closed.Load() {
+		s.mu.RLock()
+		defer s.mu.RUnlock()
+		return Stats{Tag: s.opts.Tag, Pool: s.opts.Pool, Index: s.opts.Index, Applied: s.applied, Durable: s.durable,
+			CapacityBytes: s.opts.CapacityBytes, WindowLimitBytes: s.opts.WindowBytes,
+			Hits: s.hits.Load(), Misses: s.misses.Load(), Reads: s.reads.Load()}
+	}
 	es := s.eng.Stats()
 	s.mu.RLock()
 	st := Stats{
@@ -684,24 +699,39 @@ func (s *Stash) Stats() Stats {
 
 // UsedBytes is the live byte count checked against capacity.
 func (s *Stash) UsedBytes() int64 {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if s.opts.TrackBytes {
-		return s.liveBytes
-	}
-	return s.eng.Stats().Bytes
+	used, _ := s.Usage()
+	return used
 }
 
-// Close closes the engine. Run must have returned.
-func (s *Stash) Close() error { return s.eng.Close() }
+// Close closes the engine once its readers are done; later calls return
+// nil. Run must have returned.
+func (s *Stash) Close() error {
+	s.closeOnce.Do(func() {
+		s.pin.Lock() // readers hold pin shared for their whole read
+		defer s.pin.Unlock()
+		s.closed.Store(true)
+		s.closeErr = s.eng.Close()
+	})
+	return s.closeErr
+}
+
+// Pool is the name of the stash's pool.
+func (s *Stash) Pool() string { return s.opts.Pool }
 
 // Usage returns the live bytes checked against capacity and the version
 // they include, read together.
 func (s *Stash) Usage() (usedBytes int64, applied kv.Version) {
+	if s.opts.TrackBytes {
+		s.mu.RLock()
+		defer s.mu.RUnlock()
+		return s.liveBytes, s.applied
+	}
+	s.pin.RLock()
+	defer s.pin.RUnlock()
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	if s.opts.TrackBytes {
-		return s.liveBytes, s.applied
+	if s.closed.Load() {
+		return 0, s.applied
 	}
 	return s.eng.Stats().Bytes, s.applied
 }
@@ -712,6 +742,11 @@ func (s *Stash) Usage() (usedBytes int64, applied kv.Version) {
 func (s *Stash) Coldest(n int) (keys [][]byte, ok bool) {
 	if s.rec != nil {
 		return s.rec.coldest(n), true
+	}
+	s.pin.RLock()
+	defer s.pin.RUnlock()
+	if s.closed.Load() {
+		return nil, true
 	}
 	r, isOrdered := s.eng.(engine.RecencyOrdered)
 	if !isOrdered {

@@ -512,12 +512,13 @@ func (x *CommitResponse) GetError() *Error {
 
 // ReadRequest reads point keys from one stash at a version.
 type ReadRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Stash         uint32                 `protobuf:"varint,1,opt,name=stash,proto3" json:"stash,omitempty"`
-	Version       int64                  `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
-	Keys          [][]byte               `protobuf:"bytes,3,rep,name=keys,proto3" json:"keys,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Stash          uint32                 `protobuf:"varint,1,opt,name=stash,proto3" json:"stash,omitempty"`
+	Version        int64                  `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	Keys           [][]byte               `protobuf:"bytes,3,rep,name=keys,proto3" json:"keys,omitempty"`
+	ReadSystemKeys bool                   `protobuf:"varint,4,opt,name=read_system_keys,json=readSystemKeys,proto3" json:"read_system_keys,omitempty"` // allow keys of the \xff system space (Tx.Options().SetReadSystemKeys)
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ReadRequest) Reset() {
@@ -569,6 +570,13 @@ func (x *ReadRequest) GetKeys() [][]byte {
 		return x.Keys
 	}
 	return nil
+}
+
+func (x *ReadRequest) GetReadSystemKeys() bool {
+	if x != nil {
+		return x.ReadSystemKeys
+	}
+	return false
 }
 
 type ReadResponse struct {
@@ -624,16 +632,17 @@ func (x *ReadResponse) GetError() *Error {
 }
 
 type ReadRangeRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Stash         uint32                 `protobuf:"varint,1,opt,name=stash,proto3" json:"stash,omitempty"`
-	Version       int64                  `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
-	Begin         []byte                 `protobuf:"bytes,3,opt,name=begin,proto3" json:"begin,omitempty"`
-	End           []byte                 `protobuf:"bytes,4,opt,name=end,proto3" json:"end,omitempty"`
-	Limit         int32                  `protobuf:"varint,5,opt,name=limit,proto3" json:"limit,omitempty"` // 0 = no limit
-	Reverse       bool                   `protobuf:"varint,6,opt,name=reverse,proto3" json:"reverse,omitempty"`
-	ByteLimit     int64                  `protobuf:"varint,7,opt,name=byte_limit,json=byteLimit,proto3" json:"byte_limit,omitempty"` // 0 = server default
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Stash          uint32                 `protobuf:"varint,1,opt,name=stash,proto3" json:"stash,omitempty"`
+	Version        int64                  `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	Begin          []byte                 `protobuf:"bytes,3,opt,name=begin,proto3" json:"begin,omitempty"`
+	End            []byte                 `protobuf:"bytes,4,opt,name=end,proto3" json:"end,omitempty"`
+	Limit          int32                  `protobuf:"varint,5,opt,name=limit,proto3" json:"limit,omitempty"` // 0 = no limit
+	Reverse        bool                   `protobuf:"varint,6,opt,name=reverse,proto3" json:"reverse,omitempty"`
+	ByteLimit      int64                  `protobuf:"varint,7,opt,name=byte_limit,json=byteLimit,proto3" json:"byte_limit,omitempty"`                  // 0 = server default
+	ReadSystemKeys bool                   `protobuf:"varint,8,opt,name=read_system_keys,json=readSystemKeys,proto3" json:"read_system_keys,omitempty"` // allow a range reaching into the \xff system space
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ReadRangeRequest) Reset() {
@@ -713,6 +722,13 @@ func (x *ReadRangeRequest) GetByteLimit() int64 {
 		return x.ByteLimit
 	}
 	return 0
+}
+
+func (x *ReadRangeRequest) GetReadSystemKeys() bool {
+	if x != nil {
+		return x.ReadSystemKeys
+	}
+	return false
 }
 
 type ReadRangeResponse struct {
@@ -1152,25 +1168,29 @@ func (x *ClusterInfoResponse) GetMvccWindowMicros() int64 {
 }
 
 type StashStatus struct {
-	state           protoimpl.MessageState `protogen:"open.v1"`
-	Id              uint32                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
-	Pool            string                 `protobuf:"bytes,2,opt,name=pool,proto3" json:"pool,omitempty"`
-	Index           int32                  `protobuf:"varint,3,opt,name=index,proto3" json:"index,omitempty"`
-	Keys            int64                  `protobuf:"varint,4,opt,name=keys,proto3" json:"keys,omitempty"`
-	Bytes           int64                  `protobuf:"varint,5,opt,name=bytes,proto3" json:"bytes,omitempty"`                                // live key+value bytes (durable pools: checked against capacity)
-	EngineBytes     int64                  `protobuf:"varint,6,opt,name=engine_bytes,json=engineBytes,proto3" json:"engine_bytes,omitempty"` // bytes held by the engine (ephemeral pools: resident, within capacity)
-	WindowBytes     int64                  `protobuf:"varint,7,opt,name=window_bytes,json=windowBytes,proto3" json:"window_bytes,omitempty"` // bytes of the in-memory MVCC window
-	Hits            int64                  `protobuf:"varint,8,opt,name=hits,proto3" json:"hits,omitempty"`
-	Misses          int64                  `protobuf:"varint,9,opt,name=misses,proto3" json:"misses,omitempty"`
-	Evictions       int64                  `protobuf:"varint,10,opt,name=evictions,proto3" json:"evictions,omitempty"`
-	Version         int64                  `protobuf:"varint,11,opt,name=version,proto3" json:"version,omitempty"` // applied version
-	DurableVersion  int64                  `protobuf:"varint,12,opt,name=durable_version,json=durableVersion,proto3" json:"durable_version,omitempty"`
-	CapacityBytes   int64                  `protobuf:"varint,13,opt,name=capacity_bytes,json=capacityBytes,proto3" json:"capacity_bytes,omitempty"`
-	Reads           int64                  `protobuf:"varint,14,opt,name=reads,proto3" json:"reads,omitempty"`
-	FilterNegatives int64                  `protobuf:"varint,15,opt,name=filter_negatives,json=filterNegatives,proto3" json:"filter_negatives,omitempty"` // absent-key reads answered by a Bloom filter, no device read
-	EngineCounters  []*EngineCounter       `protobuf:"bytes,16,rep,name=engine_counters,json=engineCounters,proto3" json:"engine_counters,omitempty"`     // the engine's own figures (flash: segments, cleaning, cache)
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	state             protoimpl.MessageState `protogen:"open.v1"`
+	Id                uint32                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Pool              string                 `protobuf:"bytes,2,opt,name=pool,proto3" json:"pool,omitempty"`
+	Index             int32                  `protobuf:"varint,3,opt,name=index,proto3" json:"index,omitempty"`
+	Keys              int64                  `protobuf:"varint,4,opt,name=keys,proto3" json:"keys,omitempty"`
+	Bytes             int64                  `protobuf:"varint,5,opt,name=bytes,proto3" json:"bytes,omitempty"`                                // live key+value bytes (durable pools: checked against capacity)
+	EngineBytes       int64                  `protobuf:"varint,6,opt,name=engine_bytes,json=engineBytes,proto3" json:"engine_bytes,omitempty"` // bytes held by the engine (ephemeral pools: resident, within capacity)
+	WindowBytes       int64                  `protobuf:"varint,7,opt,name=window_bytes,json=windowBytes,proto3" json:"window_bytes,omitempty"` // bytes of the in-memory MVCC window
+	Hits              int64                  `protobuf:"varint,8,opt,name=hits,proto3" json:"hits,omitempty"`
+	Misses            int64                  `protobuf:"varint,9,opt,name=misses,proto3" json:"misses,omitempty"`
+	Evictions         int64                  `protobuf:"varint,10,opt,name=evictions,proto3" json:"evictions,omitempty"`
+	Version           int64                  `protobuf:"varint,11,opt,name=version,proto3" json:"version,omitempty"` // applied version
+	DurableVersion    int64                  `protobuf:"varint,12,opt,name=durable_version,json=durableVersion,proto3" json:"durable_version,omitempty"`
+	CapacityBytes     int64                  `protobuf:"varint,13,opt,name=capacity_bytes,json=capacityBytes,proto3" json:"capacity_bytes,omitempty"`
+	Reads             int64                  `protobuf:"varint,14,opt,name=reads,proto3" json:"reads,omitempty"`
+	FilterNegatives   int64                  `protobuf:"varint,15,opt,name=filter_negatives,json=filterNegatives,proto3" json:"filter_negatives,omitempty"`           // absent-key reads answered by a Bloom filter, no device read
+	EngineCounters    []*EngineCounter       `protobuf:"bytes,16,rep,name=engine_counters,json=engineCounters,proto3" json:"engine_counters,omitempty"`               // the engine's own figures (flash: segments, cleaning, cache)
+	Health            string                 `protobuf:"bytes,17,opt,name=health,proto3" json:"health,omitempty"`                                                     // healthy | restarting | failed
+	LastError         string                 `protobuf:"bytes,18,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`                              // what stopped it last, empty if it never failed
+	Restarts          int64                  `protobuf:"varint,19,opt,name=restarts,proto3" json:"restarts,omitempty"`                                                // times it was restarted after failing
+	HealthSinceUnixMs int64                  `protobuf:"varint,20,opt,name=health_since_unix_ms,json=healthSinceUnixMs,proto3" json:"health_since_unix_ms,omitempty"` // when health last changed
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *StashStatus) Reset() {
@@ -1313,6 +1333,34 @@ func (x *StashStatus) GetEngineCounters() []*EngineCounter {
 		return x.EngineCounters
 	}
 	return nil
+}
+
+func (x *StashStatus) GetHealth() string {
+	if x != nil {
+		return x.Health
+	}
+	return ""
+}
+
+func (x *StashStatus) GetLastError() string {
+	if x != nil {
+		return x.LastError
+	}
+	return ""
+}
+
+func (x *StashStatus) GetRestarts() int64 {
+	if x != nil {
+		return x.Restarts
+	}
+	return 0
+}
+
+func (x *StashStatus) GetHealthSinceUnixMs() int64 {
+	if x != nil {
+		return x.HealthSinceUnixMs
+	}
+	return 0
 }
 
 type EngineCounter struct {
@@ -1849,14 +1897,15 @@ const file_distash_proto_rawDesc = "" +
 	"\tmutations\x18\x04 \x03(\v2\x14.distash.v1.MutationR\tmutations\"S\n" +
 	"\x0eCommitResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x03R\aversion\x12'\n" +
-	"\x05error\x18\x02 \x01(\v2\x11.distash.v1.ErrorR\x05error\"Q\n" +
+	"\x05error\x18\x02 \x01(\v2\x11.distash.v1.ErrorR\x05error\"{\n" +
 	"\vReadRequest\x12\x14\n" +
 	"\x05stash\x18\x01 \x01(\rR\x05stash\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x03R\aversion\x12\x12\n" +
-	"\x04keys\x18\x03 \x03(\fR\x04keys\"b\n" +
+	"\x04keys\x18\x03 \x03(\fR\x04keys\x12(\n" +
+	"\x10read_system_keys\x18\x04 \x01(\bR\x0ereadSystemKeys\"b\n" +
 	"\fReadResponse\x12)\n" +
 	"\x06values\x18\x01 \x03(\v2\x11.distash.v1.ValueR\x06values\x12'\n" +
-	"\x05error\x18\x02 \x01(\v2\x11.distash.v1.ErrorR\x05error\"\xb9\x01\n" +
+	"\x05error\x18\x02 \x01(\v2\x11.distash.v1.ErrorR\x05error\"\xe3\x01\n" +
 	"\x10ReadRangeRequest\x12\x14\n" +
 	"\x05stash\x18\x01 \x01(\rR\x05stash\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x03R\aversion\x12\x14\n" +
@@ -1865,7 +1914,8 @@ const file_distash_proto_rawDesc = "" +
 	"\x05limit\x18\x05 \x01(\x05R\x05limit\x12\x18\n" +
 	"\areverse\x18\x06 \x01(\bR\areverse\x12\x1d\n" +
 	"\n" +
-	"byte_limit\x18\a \x01(\x03R\tbyteLimit\"x\n" +
+	"byte_limit\x18\a \x01(\x03R\tbyteLimit\x12(\n" +
+	"\x10read_system_keys\x18\b \x01(\bR\x0ereadSystemKeys\"x\n" +
 	"\x11ReadRangeResponse\x12&\n" +
 	"\x03kvs\x18\x01 \x03(\v2\x14.distash.v1.KeyValueR\x03kvs\x12\x12\n" +
 	"\x04more\x18\x02 \x01(\bR\x04more\x12'\n" +
@@ -1896,7 +1946,7 @@ const file_distash_proto_rawDesc = "" +
 	"\x12ClusterInfoRequest\"o\n" +
 	"\x13ClusterInfoResponse\x12*\n" +
 	"\x05pools\x18\x01 \x03(\v2\x14.distash.v1.PoolInfoR\x05pools\x12,\n" +
-	"\x12mvcc_window_micros\x18\x02 \x01(\x03R\x10mvccWindowMicros\"\xf0\x03\n" +
+	"\x12mvcc_window_micros\x18\x02 \x01(\x03R\x10mvccWindowMicros\"\xf4\x04\n" +
 	"\vStashStatus\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x12\n" +
 	"\x04pool\x18\x02 \x01(\tR\x04pool\x12\x14\n" +
@@ -1914,7 +1964,12 @@ const file_distash_proto_rawDesc = "" +
 	"\x0ecapacity_bytes\x18\r \x01(\x03R\rcapacityBytes\x12\x14\n" +
 	"\x05reads\x18\x0e \x01(\x03R\x05reads\x12)\n" +
 	"\x10filter_negatives\x18\x0f \x01(\x03R\x0ffilterNegatives\x12B\n" +
-	"\x0fengine_counters\x18\x10 \x03(\v2\x19.distash.v1.EngineCounterR\x0eengineCounters\"9\n" +
+	"\x0fengine_counters\x18\x10 \x03(\v2\x19.distash.v1.EngineCounterR\x0eengineCounters\x12\x16\n" +
+	"\x06health\x18\x11 \x01(\tR\x06health\x12\x1d\n" +
+	"\n" +
+	"last_error\x18\x12 \x01(\tR\tlastError\x12\x1a\n" +
+	"\brestarts\x18\x13 \x01(\x03R\brestarts\x12/\n" +
+	"\x14health_since_unix_ms\x18\x14 \x01(\x03R\x11healthSinceUnixMs\"9\n" +
 	"\rEngineCounter\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x03R\x05value\"\xbd\x01\n" +

@@ -1,0 +1,300 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/distash/distash"
+	"github.com/distash/distash/config"
+	"github.com/distash/distash/internal/engine"
+	"github.com/distash/distash/internal/kv"
+	"github.com/distash/distash/internal/wire"
+)
+
+const superviseConfig = `
+[cluster]
+mvcc_window = "1s"
+
+[[pool]]
+name = "data"
+prefix = "d/"
+medium = "ssd"
+mode = "durable"
+engine = "pebble"
+stashes = 2
+replication = 2
+`
+
+// breakable fails Apply and Get once broken is set.
+type breakable struct {
+	engine.Engine
+	broken *atomic.Bool
+}
+
+var errInjected = errors.New("injected engine failure")
+
+func (b breakable) Apply(batch *engine.Batch) error {
+	if b.broken.Load() {
+		return errInjected
+	}
+	return b.Engine.Apply(batch)
+}
+
+func (b breakable) Get(key []byte) ([]byte, bool, error) {
+	if b.broken.Load() {
+		return nil, false, errInjected
+	}
+	return b.Engine.Get(key)
+}
+
+// withBrokenFirstEngine makes the first engine opened for data stash 0
+// breakable through the returned flag; failReopen makes every later open
+// of that stash fail.
+func withBrokenFirstEngine(t *testing.T, failReopen bool) *atomic.Bool {
+	broken := &atomic.Bool{}
+	var opens atomic.Int32
+	wrapEngine = func(pool string, index int, e engine.Engine) engine.Engine {
+		if pool != "data" || index != 0 {
+			return e
+		}
+		if opens.Add(1) == 1 {
+			return breakable{Engine: e, broken: broken}
+		}
+		if failReopen {
+			alwaysBroken := &atomic.Bool{}
+			alwaysBroken.Store(true)
+			return breakable{Engine: e, broken: alwaysBroken}
+		}
+		return e
+	}
+	oldDelays := restartDelays
+	restartDelays = []time.Duration{10 * time.Millisecond, 20 * time.Millisecond, 50 * time.Millisecond}
+	t.Cleanup(func() { wrapEngine, restartDelays = nil, oldDelays })
+	return broken
+}
+
+func startSupervised(t *testing.T) (*Server, *distash.DB) {
+	t.Helper()
+	cfg, err := config.Parse([]byte(superviseConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv, err := Start(ctx, Options{Dir: t.TempDir(), Config: cfg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), FlushInterval: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Stop)
+	db, err := distash.Open(ctx, srv.ClusterString())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return srv, db
+}
+
+// stashStatus returns the status of data stash 0 (tag 1).
+func stashStatus(t *testing.T, srv *Server) *wire.StashStatus {
+	resp, err := (&service{s: srv}).Status(context.Background(), &wire.StatusRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range resp.Stashes {
+		if st.Id == 1 {
+			return st
+		}
+	}
+	t.Fatal("no stash 1 in status")
+	return nil
+}
+
+// readAll reads every key in one read transaction and checks the values.
+func readAll(ctx context.Context, db *distash.DB, n int) error {
+	return db.ReadTransact(ctx, func(tr *distash.Tx) error {
+		keys := make([][]byte, n)
+		for i := range keys {
+			keys[i] = []byte(fmt.Sprintf("d/%03d", i))
+		}
+		vals, err := tr.GetMulti(keys)
+		if err != nil {
+			return err
+		}
+		for i, v := range vals {
+			if string(v) != fmt.Sprint(i) {
+				return fmt.Errorf("d/%03d = %q, want %d", i, v, i)
+			}
+		}
+		return nil
+	})
+}
+
+// readers runs concurrent reads until stop is closed and reports the first
+// error and how many read transactions took longer than a second.
+func readers(ctx context.Context, db *distash.DB, n int, stop chan struct{}) (wait func() (error, int)) {
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var first error
+	slow := 0
+	for w := 0; w < 4; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				start := time.Now()
+				err := readAll(ctx, db, n)
+				mu.Lock()
+				if err != nil && first == nil {
+					first = err
+				}
+				if time.Since(start) > time.Second {
+					slow++
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	return func() (error, int) { wg.Wait(); return first, slow }
+}
+
+// TestFailedStashRestartsAndReadsGoElsewhere: the engine of one replica
+// fails (a flush and its reads return errors). The stash reports itself
+// restarting, its reads fail fast so clients read the other replica, it is
+// reopened from its files, catches up from the log and serves every value
+// again, and status counts the restart and keeps the error.
+func TestFailedStashRestartsAndReadsGoElsewhere(t *testing.T) {
+	broken := withBrokenFirstEngine(t, false)
+	srv, db := startSupervised(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	const n = 100
+	for i := 0; i < n; i++ {
+		if err := db.Transact(ctx, func(tr *distash.Tx) error {
+			tr.Set([]byte(fmt.Sprintf("d/%03d", i)), []byte(fmt.Sprint(i)))
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stop := make(chan struct{})
+	wait := readers(ctx, db, n, stop)
+	broken.Store(true)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		st := stashStatus(t, srv)
+		if st.Restarts >= 1 && st.Health == HealthHealthy {
+			if st.LastError == "" {
+				t.Error("status lost the error that stopped the stash")
+			}
+			t.Logf("stash 1: health %s, restarts %d, last error %q", st.Health, st.Restarts, st.LastError)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("stash not restarted: %+v", st)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// Writes keep flowing to both replicas after the restart.
+	if err := db.Transact(ctx, func(tr *distash.Tx) error { tr.Set([]byte("d/after"), []byte("x")); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	close(stop)
+	if err, slow := wait(); err != nil || slow > 0 {
+		t.Fatalf("reads during the failure: error %v, %d read transactions over 1s", err, slow)
+	}
+	// The restarted stash itself serves every value.
+	v := &service{s: srv}
+	keys := make([][]byte, n)
+	for i := range keys {
+		keys[i] = []byte(fmt.Sprintf("d/%03d", i))
+	}
+	deadline = time.Now().Add(10 * time.Second)
+	for {
+		rv, err := srv.grv.GetReadVersion(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := v.Read(ctx, &wire.ReadRequest{Stash: 1, Version: int64(rv), Keys: keys})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.Error == nil {
+			for i, val := range resp.Values {
+				if string(val.Value) != fmt.Sprint(i) {
+					t.Fatalf("restarted stash: d/%03d = %q", i, val.Value)
+				}
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("restarted stash does not serve: %v", resp.Error)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestStashThatKeepsFailingIsMarkedFailed: a stash whose engine fails
+// after every reopen ends up failed; its reads fail at once with
+// stash_unavailable, and clients are served by the other replica.
+func TestStashThatKeepsFailingIsMarkedFailed(t *testing.T) {
+	broken := withBrokenFirstEngine(t, true)
+	srv, db := startSupervised(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	const n = 20
+	for i := 0; i < n; i++ {
+		if err := db.Transact(ctx, func(tr *distash.Tx) error {
+			tr.Set([]byte(fmt.Sprintf("d/%03d", i)), []byte(fmt.Sprint(i)))
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	broken.Store(true)
+	// Keep versions moving so the reopened stashes flush, and fail, too.
+	deadline := time.Now().Add(30 * time.Second)
+	for stashStatus(t, srv).Health != HealthFailed {
+		if time.Now().After(deadline) {
+			t.Fatalf("stash never marked failed: %+v", stashStatus(t, srv))
+		}
+		if err := db.Transact(ctx, func(tr *distash.Tx) error { tr.Set([]byte("d/tick"), []byte("x")); return nil }); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	st := stashStatus(t, srv)
+	t.Logf("stash 1: health %s, restarts %d, last error %q", st.Health, st.Restarts, st.LastError)
+	rv, err := srv.grv.GetReadVersion(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	resp, err := (&service{s: srv}).Read(ctx, &wire.ReadRequest{Stash: 1, Version: int64(rv), Keys: [][]byte{[]byte("d/000")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Error == nil || kv.Code(resp.Error.Code) != kv.CodeStashUnavailable {
+		t.Fatalf("read of a failed stash: %v, want stash_unavailable", resp.Error)
+	}
+	if d := time.Since(start); d > 100*time.Millisecond {
+		t.Fatalf("read of a failed stash took %v", d)
+	}
+	for i := 0; i < 5; i++ {
+		if err := readAll(ctx, db, n); err != nil {
+			t.Fatalf("reads with one failed replica: %v", err)
+		}
+	}
+}
