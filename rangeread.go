@@ -29,6 +29,15 @@ func (tr *Tx) getRange(begin, end []byte, opts RangeOptions, snapshot bool) ([]K
 	if bytes.Compare(begin, end) >= 0 {
 		return nil, nil
 	}
+	tr.mu.Lock()
+	system := tr.readSystemKeys
+	tr.mu.Unlock()
+	if !system && bytes.Compare(end, kv.SystemPrefix) > 0 {
+		if bytes.Compare(begin, kv.SystemPrefix) >= 0 {
+			return nil, errorf(kv.CodeKeyOutsidePools, "range [%.60q, %.60q) is in the system key space; call tr.Options().SetReadSystemKeys() to read it", begin, end)
+		}
+		end = kv.SystemPrefix // user keys only, as if the system space were not there
+	}
 	shards := tr.db.shardsIn(begin, end)
 	if len(shards) == 0 {
 		return nil, errorf(kv.CodeKeyOutsidePools, "range [%.60q, %.60q) is in no pool", begin, end)
@@ -192,6 +201,7 @@ func (it *rangeIter) fetch() error {
 		var err error
 		resp, err = it.tr.db.api.ReadRange(it.tr.ctx, &wire.ReadRangeRequest{
 			Stash: id, Version: int64(it.rv), Begin: begin, End: end, Limit: int32(it.page), Reverse: it.reverse,
+			ReadSystemKeys: bytes.Compare(end, kv.SystemPrefix) > 0,
 		})
 		done()
 		if err != nil {

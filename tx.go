@@ -67,6 +67,40 @@ type Tx struct {
 	err         error // first error of a write (returned at Commit)
 	committed   bool
 	commitVer   kv.Version
+	// readSystemKeys allows reads of the \xff system key space
+	// (Options().SetReadSystemKeys). Protected by mu.
+	readSystemKeys bool
+}
+
+// TransactionOptions sets options of one transaction: tr.Options().
+type TransactionOptions struct{ tr *Tx }
+
+// Options returns the transaction's options.
+func (tr *Tx) Options() TransactionOptions { return TransactionOptions{tr} }
+
+// SetReadSystemKeys lets the transaction read keys of the system key space
+// (those starting with byte 0xff: the shard map, the recorded
+// configuration), as FoundationDB's READ_SYSTEM_KEYS. Without it such
+// reads fail with ErrKeyOutsidePools. System keys are never writable.
+func (o TransactionOptions) SetReadSystemKeys() {
+	o.tr.mu.Lock()
+	o.tr.readSystemKeys = true
+	o.tr.mu.Unlock()
+}
+
+// checkReadKey is checkKey for reads: system keys are readable with
+// SetReadSystemKeys. Called with mu held.
+func (tr *Tx) checkReadKey(key []byte) error {
+	if bytes.HasPrefix(key, kv.SystemPrefix) {
+		if len(key) > kv.MaxKeyBytes {
+			return errorf(kv.CodeKeyTooLarge, "key of %d bytes (limit %d)", len(key), kv.MaxKeyBytes)
+		}
+		if !tr.readSystemKeys {
+			return errorf(kv.CodeKeyOutsidePools, "key %.60q is in the system key space; call tr.Options().SetReadSystemKeys() to read it", key)
+		}
+		return nil
+	}
+	return tr.checkKey(key)
 }
 
 func newTx(ctx context.Context, db *DB) *Tx {
@@ -183,7 +217,7 @@ func (tr *Tx) getMulti(keys [][]byte, snapshot bool) ([][]byte, error) {
 	var need []int
 	local := make([]*localWrite, len(keys))
 	for i, k := range keys {
-		if err := tr.checkKey(k); err != nil {
+		if err := tr.checkReadKey(k); err != nil {
 			tr.mu.Unlock()
 			return nil, err
 		}
@@ -219,7 +253,10 @@ func (tr *Tx) getMulti(keys [][]byte, snapshot bool) ([][]byte, error) {
 	for j, i := range need {
 		dbKeys[j] = keys[i]
 	}
-	vals, present, err := tr.db.readKeys(tr.ctx, rv, dbKeys)
+	tr.mu.Lock()
+	system := tr.readSystemKeys
+	tr.mu.Unlock()
+	vals, present, err := tr.db.readKeys(tr.ctx, rv, dbKeys, system)
 	if err != nil {
 		return nil, err
 	}
@@ -258,7 +295,7 @@ func (tr *Tx) addReadConflict(r kv.KeyRange) {
 }
 
 // readKeys reads keys at version rv, one request per stash, in parallel.
-func (db *DB) readKeys(ctx context.Context, rv kv.Version, keys [][]byte) ([][]byte, []bool, error) {
+func (db *DB) readKeys(ctx context.Context, rv kv.Version, keys [][]byte, readSystemKeys bool) ([][]byte, []bool, error) {
 	vals := make([][]byte, len(keys))
 	present := make([]bool, len(keys))
 	for attempt := 0; ; attempt++ {
@@ -277,7 +314,7 @@ func (db *DB) readKeys(ctx context.Context, rv kv.Version, keys [][]byte) ([][]b
 			wg.Add(1)
 			go func(id uint32, idx []int) {
 				defer wg.Done()
-				req := &wire.ReadRequest{Stash: id, Version: int64(rv), Keys: make([][]byte, len(idx))}
+				req := &wire.ReadRequest{Stash: id, Version: int64(rv), Keys: make([][]byte, len(idx)), ReadSystemKeys: readSystemKeys}
 				for j, i := range idx {
 					req.Keys[j] = keys[i]
 				}

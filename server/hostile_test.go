@@ -72,6 +72,18 @@ func TestHostileMessagesDoNotStopTheServer(t *testing.T) {
 	} else {
 		wantCode("backwards range", r.Error, kv.CodeInvalidMutation)
 	}
+	// System keys need the read_system_keys option, also on the wire.
+	sysRead := &wire.ReadRequest{Stash: 0, Version: 1 << 40, Keys: [][]byte{[]byte("\xff/conf/cluster")}}
+	if r, err := api.Read(ctx, sysRead); err != nil {
+		t.Error(err)
+	} else {
+		wantCode("system key read without the option", r.Error, kv.CodeKeyOutsidePools)
+	}
+	if r, err := api.ReadRange(ctx, &wire.ReadRangeRequest{Stash: 0, Begin: []byte("\xff"), End: []byte("\xff\xff")}); err != nil {
+		t.Error(err)
+	} else {
+		wantCode("system range read without the option", r.Error, kv.CodeKeyOutsidePools)
+	}
 	if _, err := api.Locations(ctx, &wire.LocationsRequest{}); err != nil {
 		t.Error(err)
 	}

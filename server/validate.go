@@ -101,8 +101,17 @@ func checkRead(req *wire.ReadRequest) error {
 		if len(k) > kv.MaxKeyBytes {
 			return kv.Errorf(kv.CodeKeyTooLarge, "key of %d bytes (limit %d)", len(k), kv.MaxKeyBytes)
 		}
+		if !req.ReadSystemKeys && bytes.HasPrefix(k, kv.SystemPrefix) {
+			return systemKeysRefused()
+		}
 	}
 	return nil
+}
+
+// systemKeysRefused is the error of a read of \xff keys without the
+// read_system_keys option.
+func systemKeysRefused() error {
+	return kv.Errorf(kv.CodeKeyOutsidePools, "a read of the system key space needs the read_system_keys option (tr.Options().SetReadSystemKeys())")
 }
 
 func checkReadRange(req *wire.ReadRangeRequest) error {
@@ -114,6 +123,9 @@ func checkReadRange(req *wire.ReadRangeRequest) error {
 	}
 	if req.ByteLimit < 0 {
 		return invalid("byte limit %d is negative", req.ByteLimit)
+	}
+	if !req.ReadSystemKeys && bytes.Compare(req.End, kv.SystemPrefix) > 0 {
+		return systemKeysRefused()
 	}
 	return checkRange("range", req.Begin, req.End)
 }
