@@ -46,6 +46,11 @@ import (
 	"github.com/distash/distash/internal/wire"
 )
 
+// MaxStashesPerProcess bounds the stashes of all pools that one embedded
+// cluster runs: each holds an engine (a Pebble stash up to about 20 MiB of
+// cache and memtable), an MVCC window and goroutines.
+const MaxStashesPerProcess = 256
+
 // Options configure an embedded cluster.
 type Options struct {
 	// Dir holds the cluster's files. Required.
@@ -110,6 +115,16 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
+	}
+	total := 0
+	for _, p := range opts.Config.Pools {
+		total += p.Stashes
+	}
+	if total > MaxStashesPerProcess {
+		return nil, fmt.Errorf("server: the configuration has %d stashes in all, more than the %d one process runs (each has its own engine, MVCC window and goroutines); use fewer stashes per pool", total, MaxStashesPerProcess)
+	}
+	for _, w := range opts.Config.Warnings() {
+		opts.Logger.Warn("configuration: " + w)
 	}
 	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
 		return nil, err

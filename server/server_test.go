@@ -329,3 +329,65 @@ func TestDurableStashThatLostDataRefusesToStart(t *testing.T) {
 	}
 	t.Log(err)
 }
+
+// TestBoundsAndWarnings: a configuration with more stashes than one
+// process runs is refused before anything is created, and the warnings
+// the configuration computes are logged.
+func TestBoundsAndWarnings(t *testing.T) {
+	many, err := config.Parse([]byte(`
+[[pool]]
+name = "a"
+prefix = "a/"
+medium = "dram"
+mode = "ephemeral"
+engine = "memory"
+capacity = "1MiB"
+stashes = 200
+
+[[pool]]
+name = "b"
+prefix = "b/"
+medium = "dram"
+mode = "ephemeral"
+engine = "memory"
+capacity = "1MiB"
+stashes = 200
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "cluster")
+	_, err = server.Start(context.Background(), server.Options{Dir: dir, Config: many, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err == nil || !strings.Contains(err.Error(), "400 stashes in all, more than the 256") {
+		t.Fatalf("400 stashes in one process: %v", err)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Fatalf("a refused configuration created %s", dir)
+	}
+
+	warned, _ := config.Parse([]byte(`
+[log]
+replicas = 2
+
+[[pool]]
+name = "a"
+prefix = "a/"
+medium = "dram"
+mode = "ephemeral"
+engine = "memory"
+`))
+	var logs bytes.Buffer
+	srv, err := server.Start(context.Background(), server.Options{Dir: t.TempDir(), Config: warned, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Stop()
+	for _, w := range warned.Warnings() {
+		if !strings.Contains(logs.String(), strings.ReplaceAll(w, `"`, `\"`)) { // the text handler escapes quotes
+			t.Errorf("warning %q not logged:\n%s", w, logs.String())
+		}
+	}
+	if len(warned.Warnings()) != 2 {
+		t.Errorf("warnings %q, want two (even log replicas, unlimited cache)", warned.Warnings())
+	}
+}
