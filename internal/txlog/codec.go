@@ -1,6 +1,7 @@
 package txlog
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -84,17 +85,16 @@ func appendEntry(b []byte, e *Entry) []byte {
 }
 
 // encodePop returns the raft command carrying the popped version of every
-// tag of the current tag set (sorted by tag, so equal sets encode equally).
+// tag of the current tag set (sorted by tag, then version, so equal sets
+// encode equally: the decoder accepts a tag listed twice, and an unstable
+// sort on the tag alone could order such a pair either way).
 func encodePop(pops []TagVersion) []byte {
 	pops = slices.Clone(pops)
 	slices.SortFunc(pops, func(a, b TagVersion) int {
-		switch {
-		case a.Tag < b.Tag:
-			return -1
-		case a.Tag > b.Tag:
-			return 1
+		if c := cmp.Compare(a.Tag, b.Tag); c != 0 {
+			return c
 		}
-		return 0
+		return cmp.Compare(a.Version, b.Version)
 	})
 	b := make([]byte, 0, 3+len(pops)*(binary.MaxVarintLen32+binary.MaxVarintLen64))
 	b = append(b, recPop, codecVersion)
@@ -111,11 +111,28 @@ type reader struct {
 	b   []byte
 	off int
 	err error
+	// what names the field being read, for the error message; decoders set
+	// it before each field (a constant string, so it costs nothing).
+	what string
 }
 
 func (r *reader) fail(format string, args ...any) {
-	if r.err == nil {
-		r.err = fmt.Errorf("%w: %s at offset %d", ErrCorrupt, fmt.Sprintf(format, args...), r.off)
+	if r.err != nil {
+		return
+	}
+	msg := fmt.Sprintf(format, args...)
+	if r.what != "" {
+		msg = r.what + ": " + msg
+	}
+	r.err = fmt.Errorf("%w: %s at offset %d", ErrCorrupt, msg, r.off)
+}
+
+// varintFail reports why binary.Uvarint or binary.Varint returned n <= 0.
+func (r *reader) varintFail(n int) {
+	if n == 0 {
+		r.fail("truncated varint")
+	} else {
+		r.fail("varint overflows 64 bits")
 	}
 }
 
@@ -140,7 +157,7 @@ func (r *reader) uvarint() uint64 {
 	}
 	v, n := binary.Uvarint(r.b[r.off:])
 	if n <= 0 {
-		r.fail("bad uvarint")
+		r.varintFail(n)
 		return 0
 	}
 	r.off += n
@@ -162,7 +179,7 @@ func (r *reader) varint() int64 {
 	}
 	v, n := binary.Varint(r.b[r.off:])
 	if n <= 0 {
-		r.fail("bad varint")
+		r.varintFail(n)
 		return 0
 	}
 	r.off += n
@@ -204,9 +221,10 @@ func (r *reader) count(min int) int {
 // decodeRecord decodes one raft command. Keys and params of the decoded
 // mutations alias b.
 func decodeRecord(b []byte) (record, error) {
-	r := &reader{b: b}
+	r := &reader{b: b, what: "record kind"}
 	var rec record
 	rec.kind = r.byte()
+	r.what = "codec version"
 	if v := r.byte(); r.err == nil && v != codecVersion {
 		r.fail("unknown codec version %d", v)
 	}
@@ -217,16 +235,22 @@ func decodeRecord(b []byte) (record, error) {
 	case recEntry:
 		decodeEntryBody(r, &rec.entry)
 	case recPop:
+		r.what = "pop count"
 		n := r.count(2)
 		if n > 0 {
 			rec.pops = make([]TagVersion, n)
 		}
 		for i := 0; i < n && r.err == nil; i++ {
-			rec.pops[i] = TagVersion{Tag: kv.Tag(r.uint32()), Version: kv.Version(r.varint())}
+			r.what = "pop tag"
+			t := kv.Tag(r.uint32())
+			r.what = "pop version"
+			rec.pops[i] = TagVersion{Tag: t, Version: kv.Version(r.varint())}
 		}
 	default:
+		r.what = "record kind"
 		r.fail("unknown record kind %d", rec.kind)
 	}
+	r.what = ""
 	if r.err == nil && r.remaining() != 0 {
 		r.fail("%d trailing bytes", r.remaining())
 	}
@@ -237,8 +261,11 @@ func decodeRecord(b []byte) (record, error) {
 }
 
 func decodeEntryBody(r *reader, e *Entry) {
+	r.what = "entry version"
 	e.Version = kv.Version(r.varint())
+	r.what = "entry prev version"
 	e.PrevVersion = kv.Version(r.varint())
+	r.what = "mutation count"
 	n := r.count(minMutationBytes)
 	if r.err != nil {
 		return
@@ -249,13 +276,18 @@ func decodeEntryBody(r *reader, e *Entry) {
 	var tagBuf []kv.Tag // tags of several mutations share one backing array
 	for i := 0; i < n && r.err == nil; i++ {
 		m := &e.Mutations[i]
+		r.what = "mutation type"
 		m.Type = kv.MutationType(r.byte())
 		if r.err == nil && (m.Type < kv.MutSet || m.Type > kv.MutMin) {
 			r.fail("unknown mutation type %d", m.Type)
 		}
+		r.what = "mutation cost"
 		m.Cost = r.uint32()
+		r.what = "mutation key"
 		m.Key = r.bytes(r.uvarint())
+		r.what = "mutation param"
 		m.Param = r.bytes(r.uvarint())
+		r.what = "mutation tag count"
 		nt := r.count(1)
 		if r.err != nil || nt == 0 {
 			continue
@@ -264,6 +296,7 @@ func decodeEntryBody(r *reader, e *Entry) {
 			tagBuf = make([]kv.Tag, 0, max(nt, 2*(n-i)))
 		}
 		start := len(tagBuf)
+		r.what = "mutation tag"
 		for j := 0; j < nt; j++ {
 			tagBuf = append(tagBuf, kv.Tag(r.uint32()))
 		}

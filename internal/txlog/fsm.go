@@ -334,7 +334,14 @@ func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
 
 func (s *fsmSnapshot) write(w io.Writer) error {
 	crc := crc32.New(crcTable)
-	bw := bufio.NewWriterSize(io.MultiWriter(w, crc), 1<<20)
+	// The buffer batches the small writes below; a snapshot smaller than
+	// its 1 MiB (an empty or nearly empty log, as in tests and fuzzing)
+	// gets a buffer of its own size instead.
+	size := 64 + len(s.popped)*(binary.MaxVarintLen32+binary.MaxVarintLen64)
+	for _, e := range s.entries {
+		size += binary.MaxVarintLen64 + len(e.raw)
+	}
+	bw := bufio.NewWriterSize(io.MultiWriter(w, crc), min(size, 1<<20))
 	var b []byte
 	b = append(b, snapMagic[:]...)
 	b = append(b, snapVersion)
@@ -400,16 +407,22 @@ func decodeSnapshot(data []byte, replica int, logger *slog.Logger, notify func()
 	if [4]byte(body[:4]) != snapMagic || body[4] != snapVersion {
 		return nil, fmt.Errorf("%w: bad snapshot header", ErrCorrupt)
 	}
-	r := &reader{b: body, off: 5}
+	r := &reader{b: body, off: 5, what: "snapshot last version"}
 	last := kv.Version(r.varint())
+	r.what = "snapshot trimmed version"
 	trimmed := kv.Version(r.varint())
 	nf := newFSM(replica, logger, notify)
+	r.what = "snapshot popped count"
 	np := r.count(2)
 	for i := 0; i < np && r.err == nil; i++ {
+		r.what = "snapshot popped tag"
 		t := kv.Tag(r.uint32())
+		r.what = "snapshot popped version"
 		nf.popped[t] = kv.Version(r.varint())
 	}
+	r.what = "snapshot entry count"
 	ne := r.count(1)
+	r.what = "snapshot entry"
 	for i := 0; i < ne && r.err == nil; i++ {
 		raw := r.bytes(r.uvarint())
 		if r.err != nil {
@@ -427,6 +440,7 @@ func decodeSnapshot(data []byte, replica int, logger *slog.Logger, notify func()
 		}
 		nf.addLocked(&rec.entry, raw)
 	}
+	r.what = "snapshot"
 	if r.err == nil && r.remaining() != 0 {
 		r.fail("%d trailing bytes", r.remaining())
 	}

@@ -1,6 +1,7 @@
 package txlog
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -79,7 +80,17 @@ func (s *pebbleStore) edge(last bool) (uint64, error) {
 	if !ok {
 		return 0, it.Error()
 	}
-	return binary.BigEndian.Uint64(it.Key()[1:]), nil
+	return parseLogKey(it.Key())
+}
+
+// parseLogKey returns the index of a key of the raft log. The keys come from
+// disk, so a short one (a damaged store, or a stray key written by something
+// else between 'l' and 'm') is an error rather than an index out of range.
+func parseLogKey(k []byte) (uint64, error) {
+	if len(k) != 9 || k[0] != 'l' {
+		return 0, fmt.Errorf("%w: raft log key %x is not 'l' and an 8-byte index", ErrCorrupt, k)
+	}
+	return binary.BigEndian.Uint64(k[1:]), nil
 }
 
 func (s *pebbleStore) FirstIndex() (uint64, error) {
@@ -103,7 +114,15 @@ func (s *pebbleStore) GetLog(index uint64, l *raft.Log) error {
 		return err
 	}
 	defer closer.Close()
-	return decodeRaftLog(v, l)
+	if err := decodeRaftLog(v, l); err != nil {
+		return fmt.Errorf("raft log %d: %w", index, err)
+	}
+	// A record stored under another index is as wrong as a garbled one, and
+	// raft would otherwise take it for the record it asked for.
+	if l.Index != index {
+		return fmt.Errorf("raft log %d: %w: the record holds index %d", index, ErrCorrupt, l.Index)
+	}
+	return nil
 }
 
 func (s *pebbleStore) StoreLog(l *raft.Log) error { return s.StoreLogs([]*raft.Log{l}) }
@@ -179,63 +198,73 @@ func (s *pebbleStore) GetUint64(key []byte) (uint64, error) {
 		return 0, err
 	}
 	if len(v) != 8 {
-		return 0, fmt.Errorf("txlog: stable value %q has %d bytes, want 8", key, len(v))
+		return 0, fmt.Errorf("txlog: stable value %q: %w: %d bytes, want 8", key, ErrCorrupt, len(v))
 	}
 	return binary.BigEndian.Uint64(v), nil
 }
 
 func (s *pebbleStore) Close() error { return s.db.Close() }
 
-// encodeRaftLog: index, term, type, appended-at (unix ns), data, extensions.
+// Raft log records in Pebble:
+//
+//	raftLog = index:uvarint term:uvarint type:byte appendedAt:varint dataLen:uvarint data extLen:uvarint extensions
+//
+// appendedAt is in Unix nanoseconds. Raft leaves it zero on the records it
+// writes itself at bootstrap; the zero time.Time has no Unix nanosecond value
+// (UnixNano is undefined before 1678), so it is stored as zeroAppendedAt, the
+// value earlier versions of this store wrote for it (they read it back as a
+// time in 1754): stores they wrote read back a zero time too. The instant
+// zeroAppendedAt would otherwise stand for, 1754-08-30 22:43:41.128654848
+// UTC, is never an append time.
+const zeroAppendedAt int64 = -6795364578871345152
+
+// encodeRaftLog returns the Pebble value of l.
 func encodeRaftLog(l *raft.Log) []byte {
-	b := make([]byte, 0, 32+len(l.Data)+len(l.Extensions))
+	at := zeroAppendedAt
+	if !l.AppendedAt.IsZero() {
+		at = l.AppendedAt.UnixNano()
+	}
+	b := make([]byte, 0, 4*binary.MaxVarintLen64+1+len(l.Data)+len(l.Extensions))
 	b = binary.AppendUvarint(b, l.Index)
 	b = binary.AppendUvarint(b, l.Term)
 	b = append(b, byte(l.Type))
-	b = binary.AppendVarint(b, l.AppendedAt.UnixNano())
+	b = binary.AppendVarint(b, at)
 	b = binary.AppendUvarint(b, uint64(len(l.Data)))
 	b = append(b, l.Data...)
 	b = binary.AppendUvarint(b, uint64(len(l.Extensions)))
 	return append(b, l.Extensions...)
 }
 
+// decodeRaftLog decodes a Pebble value into l. Data and Extensions are
+// copies (b is Pebble's buffer, valid only until its closer is closed), nil
+// when empty. Errors wrap ErrCorrupt and name the field that is wrong.
 func decodeRaftLog(b []byte, l *raft.Log) error {
-	bad := errors.New("txlog: corrupt raft record")
-	var n int
-	if l.Index, n = binary.Uvarint(b); n <= 0 {
-		return bad
+	r := &reader{b: b}
+	r.what = "raft record index"
+	index := r.uvarint()
+	r.what = "raft record term"
+	term := r.uvarint()
+	r.what = "raft record type"
+	typ := raft.LogType(r.byte())
+	r.what = "raft record appended-at"
+	at := r.varint()
+	r.what = "raft record data"
+	data := r.bytes(r.uvarint())
+	r.what = "raft record extensions"
+	ext := r.bytes(r.uvarint())
+	r.what = "raft record"
+	if r.err == nil && r.remaining() != 0 {
+		r.fail("%d trailing bytes", r.remaining())
 	}
-	b = b[n:]
-	if l.Term, n = binary.Uvarint(b); n <= 0 || len(b) <= n {
-		return bad
+	if r.err != nil {
+		return r.err
 	}
-	b = b[n:]
-	l.Type = raft.LogType(b[0])
-	b = b[1:]
-	at, n := binary.Varint(b)
-	if n <= 0 {
-		return bad
+	l.Index, l.Term, l.Type = index, term, typ
+	l.AppendedAt = time.Time{}
+	if at != zeroAppendedAt {
+		l.AppendedAt = time.Unix(0, at)
 	}
-	l.AppendedAt = time.Unix(0, at)
-	b = b[n:]
-	next := func() ([]byte, error) {
-		size, n := binary.Uvarint(b)
-		if n <= 0 || uint64(len(b)-n) < size {
-			return nil, bad
-		}
-		out := append([]byte(nil), b[n:n+int(size)]...)
-		b = b[n+int(size):]
-		return out, nil
-	}
-	var err error
-	if l.Data, err = next(); err != nil {
-		return err
-	}
-	if l.Extensions, err = next(); err != nil {
-		return err
-	}
-	if len(l.Extensions) == 0 {
-		l.Extensions = nil
-	}
+	l.Data = bytes.Clone(data) // nil stays nil
+	l.Extensions = bytes.Clone(ext)
 	return nil
 }
