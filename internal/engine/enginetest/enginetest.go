@@ -4,17 +4,21 @@
 // Run checks the semantics every engine shares: point and range writes,
 // scans in both directions, versions, exact Stats, batch atomicity,
 // concurrent readers during Apply (meaningful under -race), a randomized
-// differential test against a map model and, for durable engines, that
-// data, version and stats survive Close and reopen. RunEphemeral checks the
-// capacity and eviction behaviour of ephemeral engines.
+// differential test against a map model, and restarts: a durable engine
+// keeps exactly its data, version and stats across Close and reopen and
+// across a simulated crash; a volatile one comes back empty at version 0
+// (a restarted volatile stash rejoins empty at the log's end, so an engine
+// that kept anything would serve stale data). RunEphemeral checks the
+// capacity and eviction behaviour of ephemeral engines, restarts included.
 //
 // The suite only relies on the engine.Engine interface; an engine's own
-// test file supplies open (and reopen) functions that may adjust the
-// options they are given.
+// test file supplies open (and reopen, and crash) functions that may adjust
+// the options they are given.
 package enginetest
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"math/rand"
 	"sort"
@@ -31,6 +35,15 @@ import (
 // with a fresh temporary directory; the function may adjust other options.
 // It should fail the test rather than return an error.
 type OpenFunc func(t *testing.T, opts engine.Options) engine.Engine
+
+// CrashFunc simulates a crash of e, an engine opened with opts, between two
+// Applys: it leaves behind what e's files would hold had its process been
+// killed (kill -9) at that moment, and releases e (which the suite does not
+// use again) without the orderly shutdown of Close. It returns the options
+// to recover with: opts, or opts with another Dir when the crash is
+// simulated on a snapshot of the files (an engine that cannot be reopened
+// in-process before it is closed). A nil CrashFunc skips the crash tests.
+type CrashFunc func(t *testing.T, e engine.Engine, opts engine.Options) engine.Options
 
 // harness owns one engine of a test and closes it at cleanup.
 type harness struct {
@@ -67,6 +80,60 @@ func (h *harness) cycle(reopen OpenFunc) {
 	h.closed = true
 	h.e = reopen(h.t, h.opts)
 	h.closed = false
+}
+
+// crash crashes the engine with crash and recovers it with reopen.
+func (h *harness) crash(crash CrashFunc, reopen OpenFunc) {
+	h.t.Helper()
+	h.closed = true // crash releases the engine, even when it fails
+	h.opts = crash(h.t, h.e, h.opts)
+	h.e = reopen(h.t, h.opts)
+	h.closed = false
+}
+
+// restarter ends an engine's life and starts the next one.
+type restarter struct {
+	name    string
+	restart func(h *harness)
+	// volatile engines come back empty at version 0; others come back
+	// exactly as they were.
+	volatile bool
+}
+
+// restarters returns the ways of restarting an engine that Run and
+// RunEphemeral test: Close and reopen (open again for volatile engines,
+// whose reopen is nil), and a crash when the engine can simulate one.
+func restarters(open, reopen OpenFunc, crash CrashFunc) []restarter {
+	volatile := reopen == nil
+	if volatile {
+		reopen = open
+	}
+	rs := []restarter{{name: "Reopen", volatile: volatile, restart: func(h *harness) { h.cycle(reopen) }}}
+	if volatile {
+		rs[0].name = "Restart"
+	}
+	if crash != nil {
+		rs = append(rs, restarter{name: "Crash", volatile: volatile, restart: func(h *harness) { h.crash(crash, reopen) }})
+	}
+	return rs
+}
+
+// restart restarts the engine with r and checks it against m, which it
+// empties for a volatile engine; v is the version of the last Apply.
+func (h *harness) restart(r restarter, m model, v kv.Version) {
+	h.t.Helper()
+	r.restart(h)
+	if r.volatile {
+		for k := range m {
+			delete(m, k)
+		}
+		v = 0
+	}
+	if got := h.e.Version(); got != v {
+		h.t.Fatalf("Version after %s = %d; want %d", r.name, got, v)
+	}
+	checkModel(h.t, h.e, m)
+	checkGets(h.t, h.e, m)
 }
 
 // Set returns a Write setting key to value.
@@ -208,6 +275,16 @@ func checkModel(t testing.TB, e engine.Engine, m model) {
 	checkStats(t, e, nk, nb)
 }
 
+// checkGets reads every key of m with Get: engines may serve point reads
+// and scans from different places (the flash engine: index and write
+// buffer, or tree and file).
+func checkGets(t testing.TB, e engine.Engine, m model) {
+	t.Helper()
+	for k, v := range m {
+		checkGet(t, e, k, v, true)
+	}
+}
+
 func trunc(s []string) []string {
 	if len(s) > 20 {
 		return append(s[:20:20], "...")
@@ -222,29 +299,35 @@ func trunc1(b []byte) []byte {
 	return b
 }
 
-// Run runs the conformance suite. reopen is nil for engines that keep
-// nothing across Close; otherwise it must open the data an engine opened
-// with the same options left behind.
-func Run(t *testing.T, open func(t *testing.T, opts engine.Options) engine.Engine, reopen func(t *testing.T, opts engine.Options) engine.Engine) {
-	o := OpenFunc(open)
-	t.Run("Empty", func(t *testing.T) { testEmpty(t, o) })
-	t.Run("GetSetClear", func(t *testing.T) { testGetSetClear(t, o) })
-	t.Run("OddKeysAndValues", func(t *testing.T) { testOddKeys(t, o) })
-	t.Run("ClearRange", func(t *testing.T) { testClearRange(t, o) })
-	t.Run("BatchOrder", func(t *testing.T) { testBatchOrder(t, o) })
-	t.Run("Scan", func(t *testing.T) { testScan(t, o) })
-	t.Run("ScanCallsGet", func(t *testing.T) { testScanCallsGet(t, o) })
-	t.Run("Version", func(t *testing.T) { testVersion(t, o) })
-	t.Run("Stats", func(t *testing.T) { testStats(t, o) })
-	t.Run("NoAliasing", func(t *testing.T) { testNoAliasing(t, o) })
-	t.Run("LargePairs", func(t *testing.T) { testLargePairs(t, o) })
-	t.Run("Atomicity", func(t *testing.T) { testAtomicity(t, o) })
-	t.Run("ConcurrentReaders", func(t *testing.T) { testConcurrentReaders(t, o) })
-	t.Run("Randomized", func(t *testing.T) { testRandomized(t, o, nil) })
-	if reopen != nil {
-		r := OpenFunc(reopen)
-		t.Run("Durability", func(t *testing.T) { testDurability(t, o, r) })
-		t.Run("RandomizedReopen", func(t *testing.T) { testRandomized(t, o, r) })
+// Run runs the conformance suite. reopen is nil for volatile engines, which
+// keep nothing across Close (the suite restarts them with open and expects
+// them empty); otherwise it must open the data an engine opened with the
+// same options left behind. crash, if not nil, simulates a crash (see
+// CrashFunc).
+func Run(t *testing.T, open, reopen OpenFunc, crash CrashFunc) {
+	t.Run("Empty", func(t *testing.T) { testEmpty(t, open) })
+	t.Run("GetSetClear", func(t *testing.T) { testGetSetClear(t, open) })
+	t.Run("OddKeysAndValues", func(t *testing.T) { testOddKeys(t, open) })
+	t.Run("ClearRange", func(t *testing.T) { testClearRange(t, open) })
+	t.Run("BatchOrder", func(t *testing.T) { testBatchOrder(t, open) })
+	t.Run("Scan", func(t *testing.T) { testScan(t, open) })
+	t.Run("ScanCallsGet", func(t *testing.T) { testScanCallsGet(t, open) })
+	t.Run("Version", func(t *testing.T) { testVersion(t, open) })
+	t.Run("Stats", func(t *testing.T) { testStats(t, open) })
+	t.Run("NoAliasing", func(t *testing.T) { testNoAliasing(t, open) })
+	t.Run("LargePairs", func(t *testing.T) { testLargePairs(t, open) })
+	t.Run("Atomicity", func(t *testing.T) { testAtomicity(t, open) })
+	t.Run("ConcurrentReaders", func(t *testing.T) { testConcurrentReaders(t, open) })
+	t.Run("Randomized", func(t *testing.T) { testRandomized(t, open, nil) })
+	for _, r := range restarters(open, reopen, crash) {
+		if !r.volatile {
+			name := "Durability" // after a reopen; "DurabilityCrash" after a crash
+			if r.name != "Reopen" {
+				name += r.name
+			}
+			t.Run(name, func(t *testing.T) { testDurability(t, open, r) })
+		}
+		t.Run("Randomized"+r.name, func(t *testing.T) { testRandomized(t, open, &r) })
 	}
 }
 
@@ -684,9 +767,34 @@ func testConcurrentReaders(t *testing.T, open OpenFunc) {
 	}
 }
 
+// BigValueBytes is the size of the large values of the restart tests: the
+// values of issue 8, after which a reopened flash engine served reads of
+// its write buffer from the wrong place (once an active segment holds more
+// than one 64 KiB buffer chunk).
+const BigValueBytes = 99 << 10
+
+// BigValue returns value gen of key i, BigValueBytes of bytes that all
+// depend on i and gen, so that bytes read from the wrong place or the wrong
+// version never pass for the right ones.
+func BigValue(i, gen int) string {
+	return string(randomBytes(rand.New(rand.NewSource(int64(i)<<20|int64(gen))), BigValueBytes))
+}
+
+// randomBytes returns n random bytes drawn from rng a word at a time:
+// rand.Rand.Read draws them one by one, which under the race detector made
+// the generation of large values cost more than writing them.
+func randomBytes(rng *rand.Rand, n int) []byte {
+	b := make([]byte, n+7)
+	for j := 0; j < n; j += 8 {
+		binary.LittleEndian.PutUint64(b[j:], rng.Uint64())
+	}
+	return b[:n:n]
+}
+
 // randomBatch returns a batch of random writes over a small key space so
 // that overwrites, clears of present keys and overlapping ranges are common.
-func randomBatch(rng *rand.Rand, keySpace int) []engine.Write {
+// With big, about one set in 40 has a value of around BigValueBytes.
+func randomBatch(rng *rand.Rand, keySpace int, big bool) []engine.Write {
 	key := func() string {
 		k := fmt.Sprintf("%03d", rng.Intn(keySpace))
 		switch rng.Intn(20) {
@@ -706,9 +814,11 @@ func randomBatch(rng *rand.Rand, keySpace int) []engine.Write {
 			for j := range v {
 				v[j] = byte('a' + rng.Intn(26))
 			}
-			if rng.Intn(30) == 0 {
-				v = make([]byte, 4000+rng.Intn(4000))
-				rng.Read(v)
+			switch {
+			case big && rng.Intn(40) == 0:
+				v = randomBytes(rng, BigValueBytes-8<<10+rng.Intn(16<<10))
+			case rng.Intn(30) == 0:
+				v = randomBytes(rng, 4000+rng.Intn(4000))
 			}
 			ws = append(ws, engine.Write{Key: []byte(key()), Value: v, Cost: uint32(rng.Intn(100))})
 		case r < 85:
@@ -725,11 +835,12 @@ func randomBatch(rng *rand.Rand, keySpace int) []engine.Write {
 }
 
 // testRandomized compares the engine with a map model after each random
-// batch; with reopen it also closes and reopens the engine now and then.
-func testRandomized(t *testing.T, open, reopen OpenFunc) {
+// batch; with a restarter it also restarts the engine now and then (and
+// after the last batch), and writes large values too.
+func testRandomized(t *testing.T, open OpenFunc, r *restarter) {
 	h := newHarness(t, open, engine.Options{})
 	steps := 300
-	if reopen != nil {
+	if r != nil {
 		steps = 150
 	}
 	if testing.Short() {
@@ -740,14 +851,11 @@ func testRandomized(t *testing.T, open, reopen OpenFunc) {
 	rng := rand.New(rand.NewSource(seed))
 	m := model{}
 	for i := 1; i <= steps; i++ {
-		ws := randomBatch(rng, 200)
+		ws := randomBatch(rng, 200, r != nil)
 		apply(t, h.e, kv.Version(i), ws...)
 		m.apply(ws)
-		if reopen != nil && rng.Intn(25) == 0 {
-			h.cycle(reopen)
-			if v := h.e.Version(); v != kv.Version(i) {
-				t.Fatalf("Version after reopen = %d; want %d", v, i)
-			}
+		if r != nil && (rng.Intn(25) == 0 || i == steps) {
+			h.restart(*r, m, kv.Version(i))
 		}
 		checkModel(t, h.e, m)
 		for j := 0; j < 5; j++ {
@@ -776,15 +884,14 @@ func testRandomized(t *testing.T, open, reopen OpenFunc) {
 	}
 }
 
-func testDurability(t *testing.T, open, reopen OpenFunc) {
+// testDurability checks that a durable engine restarted with r (a reopen
+// or a crash) holds exactly what it held, including after writes that
+// follow an earlier restart.
+func testDurability(t *testing.T, open OpenFunc, r restarter) {
 	h := newHarness(t, open, engine.Options{})
-	// A new engine reopened empty.
-	h.cycle(reopen)
-	if v := h.e.Version(); v != 0 {
-		t.Fatalf("Version of a reopened empty engine = %d", v)
-	}
-	checkStats(t, h.e, 0, 0)
 	m := model{}
+	// A new engine restarted empty.
+	h.restart(r, m, 0)
 	step := func(v kv.Version, ws ...engine.Write) {
 		t.Helper()
 		apply(t, h.e, v, ws...)
@@ -792,11 +899,7 @@ func testDurability(t *testing.T, open, reopen OpenFunc) {
 	}
 	step(10, Set("a", "1"), Set("b", "2"), Set("c", "3"), Set("\xff", "sys"), engine.Write{Key: []byte{}, Value: []byte{}})
 	step(11, Set("b", "22"), Clear("c"))
-	h.cycle(reopen)
-	if v := h.e.Version(); v != 11 {
-		t.Fatalf("Version after reopen = %d; want 11", v)
-	}
-	checkModel(t, h.e, m)
+	h.restart(r, m, 11)
 	checkGet(t, h.e, "", "", true)
 	var ws []engine.Write
 	for i := 0; i < 500; i++ {
@@ -805,20 +908,35 @@ func testDurability(t *testing.T, open, reopen OpenFunc) {
 	step(12, ws...)
 	step(13, ClearRange("r100", "r400"), Set("r200", "back"))
 	step(14) // an empty batch moves the version
-	h.cycle(reopen)
-	if v := h.e.Version(); v != 14 {
-		t.Fatalf("Version after reopen = %d; want 14", v)
-	}
-	checkModel(t, h.e, m)
-	// Writes after a reopen keep the counters exact.
+	h.restart(r, m, 14)
+	// Writes after a restart keep the counters exact.
 	step(15, Set("r200", "again"), Clear("a"), ClearRange("r000", "r050"))
 	checkModel(t, h.e, m)
-	h.cycle(reopen)
-	h.cycle(reopen) // reopen without writes in between
-	if v := h.e.Version(); v != 15 {
-		t.Fatalf("Version after reopen = %d; want 15", v)
+	h.restart(r, m, 15)
+	h.restart(r, m, 15) // restart without writes in between
+
+	// Issue 8: large values, one batch each, restart, more of them and
+	// overwrites of both, all read back before and after the next restart.
+	// (The flash engine went wrong once its active segment held more than
+	// one 64 KiB write buffer chunk at a reopen: a few values suffice.)
+	v := kv.Version(15)
+	bigs := func(from, to, gen int) {
+		t.Helper()
+		for i := from; i < to; i++ {
+			v++
+			step(v, Set(fmt.Sprintf("big%02d", i), BigValue(i, gen)))
+		}
 	}
+	bigs(0, 8, 1)
+	h.restart(r, m, v)
+	bigs(8, 16, 1)
+	bigs(2, 4, 2)
+	bigs(10, 12, 2)
 	checkModel(t, h.e, m)
+	checkGets(t, h.e, m)
+	h.restart(r, m, v)
+	bigs(4, 10, 3)
+	h.restart(r, m, v)
 }
 
 // RunClosed checks that a closed engine answers Get, Apply and Scan with

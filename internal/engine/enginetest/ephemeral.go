@@ -13,16 +13,17 @@ import (
 
 // RunEphemeral runs the capacity and eviction checks for ephemeral engines.
 // open is given options with Ephemeral, CapacityBytes and Eviction ("lru"
-// or "camp") set.
-func RunEphemeral(t *testing.T, open func(t *testing.T, opts engine.Options) engine.Engine) {
-	o := OpenFunc(open)
+// or "camp") set. Ephemeral engines are volatile: restarted with open,
+// after Close or after crash (if not nil), they must come back empty.
+func RunEphemeral(t *testing.T, open OpenFunc, crash CrashFunc) {
+	rs := restarters(open, nil, crash)
 	for _, pol := range []string{"lru", "camp"} {
-		t.Run("Capacity/"+pol, func(t *testing.T) { testCapacity(t, o, pol) })
-		t.Run("Oversize/"+pol, func(t *testing.T) { testOversize(t, o, pol) })
-		t.Run("NoPressure/"+pol, func(t *testing.T) { testNoPressure(t, o, pol) })
+		t.Run("Capacity/"+pol, func(t *testing.T) { testCapacity(t, open, pol, rs) })
+		t.Run("Oversize/"+pol, func(t *testing.T) { testOversize(t, open, pol) })
+		t.Run("NoPressure/"+pol, func(t *testing.T) { testNoPressure(t, open, pol) })
 	}
-	t.Run("LRUOrder", func(t *testing.T) { testLRUOrder(t, o) })
-	t.Run("CAMPKeepsCostly", func(t *testing.T) { testCAMPKeepsCostly(t, o) })
+	t.Run("LRUOrder", func(t *testing.T) { testLRUOrder(t, open) })
+	t.Run("CAMPKeepsCostly", func(t *testing.T) { testCAMPKeepsCostly(t, open) })
 }
 
 func ephemeralOpts(capacity int64, pol string) engine.Options {
@@ -32,27 +33,33 @@ func ephemeralOpts(capacity int64, pol string) engine.Options {
 // testCapacity writes 20 times the capacity in random batches and checks
 // after every Apply that the engine is within capacity, and regularly that
 // every present key holds its latest value and Stats match the content.
-func testCapacity(t *testing.T, open OpenFunc, pol string) {
+// It restarts the engine with each of rs in turn after each of the first
+// four eighths of the writes (the last half must still fill and evict):
+// each time it must come back empty.
+func testCapacity(t *testing.T, open OpenFunc, pol string, rs []restarter) {
 	const capacity = 1 << 20
 	total := int64(20 << 20)
 	if testing.Short() {
 		total = 5 << 20
 	}
 	h := newHarness(t, open, ephemeralOpts(capacity, pol))
-	e := h.e
 	seed := time.Now().UnixNano()
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewSource(seed))
 	latest := model{} // the latest write of every key; absent when cleared
 	var written int64
+	restarts := 0
 	key := func() string { return fmt.Sprintf("e%05d", rng.Intn(20000)) }
 	for v := kv.Version(1); written < total; v++ {
 		var ws []engine.Write
 		for i := 0; i < 1+rng.Intn(10); i++ {
 			switch r := rng.Intn(100); {
 			case r < 90:
-				val := make([]byte, 100+rng.Intn(10000))
-				rng.Read(val)
+				n := 100 + rng.Intn(10000)
+				if rng.Intn(50) == 0 {
+					n = BigValueBytes
+				}
+				val := randomBytes(rng, n)
 				ws = append(ws, engine.Write{Key: []byte(key()), Value: val, Cost: uint32(rng.Intn(1000))})
 				written += int64(len(val) + 6)
 			case r < 97:
@@ -62,6 +69,7 @@ func testCapacity(t *testing.T, open OpenFunc, pol string) {
 				ws = append(ws, ClearRange(a, a[:4]+"9"))
 			}
 		}
+		e := h.e
 		apply(t, e, v, ws...)
 		latest.apply(ws)
 		s := e.Stats()
@@ -82,7 +90,12 @@ func testCapacity(t *testing.T, open OpenFunc, pol string) {
 		if v%50 == 0 {
 			checkEphemeralContent(t, e, latest)
 		}
+		if len(rs) > 0 && restarts < 4 && written >= int64(restarts+1)*total/8 {
+			h.restart(rs[restarts%len(rs)], latest, v)
+			restarts++
+		}
 	}
+	e := h.e
 	checkEphemeralContent(t, e, latest)
 	s := e.Stats()
 	if s.Evictions == 0 {
@@ -154,7 +167,7 @@ func testNoPressure(t *testing.T, open OpenFunc, pol string) {
 	m := model{}
 	rng := rand.New(rand.NewSource(5))
 	for i := 1; i <= 100; i++ {
-		ws := randomBatch(rng, 100)
+		ws := randomBatch(rng, 100, false)
 		apply(t, e, kv.Version(i), ws...)
 		m.apply(ws)
 	}

@@ -2,6 +2,7 @@ package flash
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"math/rand"
@@ -141,7 +142,11 @@ func TestCrashKill(t *testing.T) {
 			}
 			close(lines)
 		}()
-		deadline := time.After(time.Duration(150+rng.Intn(300)) * time.Millisecond)
+		// The kill comes a random 150-450 ms after the child's first
+		// acknowledgement, not after its start: on a loaded machine a
+		// child built with -race can take longer than that to open the
+		// engine, and would be killed having written nothing.
+		deadline := time.After(time.Minute)
 		seen := 0
 	read:
 		for {
@@ -154,6 +159,9 @@ func TestCrashKill(t *testing.T) {
 				if _, err := fmt.Sscanf(l, "ack %d %d", &w, &n); err == nil {
 					if n > acked[w] {
 						acked[w] = n
+					}
+					if seen == 0 {
+						deadline = time.After(time.Duration(150+rng.Intn(300)) * time.Millisecond)
 					}
 					seen++
 					continue
@@ -232,16 +240,24 @@ func lastSegment(t *testing.T, dir string) (string, []int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var offs []int
-	for off := segHeaderSize; off < len(data); {
-		h, reason := checkFrame(data, off, 0)
-		if reason != "" {
-			t.Fatalf("%s: %s", path, reason)
-		}
-		offs = append(offs, off)
-		off += frameHeaderSize + int(h.plen)
+	return path, frameOffsets(t, path, data)
+}
+
+// frameOffsets returns the offsets of the frames of data, the content of
+// the valid segment file path.
+func frameOffsets(t *testing.T, path string, data []byte) []int {
+	t.Helper()
+	id, err := checkSegHeader(path, data)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return path, offs
+	var offs []int
+	if _, err := decodeSegment(path, id, data, false, 0, func(off int, _ frameHeader, _ []decodedEntry) {
+		offs = append(offs, off)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return offs
 }
 
 // writeBatches applies n single-key batches (versions 1..n) and closes.
@@ -440,6 +456,58 @@ func TestBadInput(t *testing.T) {
 		}
 		if err := e.Scan(nil, nil, false, func(k, v []byte) bool { return true }); err == nil {
 			t.Fatal("Scan over a damaged entry succeeded")
+		}
+	})
+	t.Run("corrupt-buffer-entry", func(t *testing.T) {
+		// The write buffer's copy of an entry is verified like the file's:
+		// a damaged copy, or chunks at the wrong positions (issue 8), is an
+		// error naming the segment and the offset, never a wrong value.
+		dir := t.TempDir()
+		e, err := OpenConfig(engine.Options{Dir: dir}, Config{CacheBytes: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer e.Close()
+		for i := 1; i <= 5; i++ {
+			e.Apply(&engine.Batch{Version: kv.Version(i), Writes: []engine.Write{{Key: []byte(fmt.Sprintf("k%d", i)), Value: []byte("value-value")}}})
+		}
+		path, offs := lastSegment(t, dir)
+		entry := int64(offs[2] + frameHeaderSize)
+		e.mu.Lock()
+		e.active.wb[0][entry+entryHeaderSize+2] ^= 0xff
+		e.mu.Unlock()
+		v, ok, err := e.Get([]byte("k3"))
+		if err == nil {
+			t.Fatalf("Get of a damaged buffer entry = %q, %v, nil", v, ok)
+		}
+		wantCorruption(t, err, path, entry)
+		if !strings.Contains(err.Error(), "write buffer") {
+			t.Fatalf("error %q does not say the write buffer's copy is bad", err)
+		}
+		if v, ok, err := e.Get([]byte("k4")); err != nil || !ok || string(v) != "value-value" {
+			t.Fatalf("Get(k4) = %q, %v, %v", v, ok, err)
+		}
+		if err := e.Scan(nil, nil, false, func(k, v []byte) bool { return true }); err == nil {
+			t.Fatal("Scan over a damaged buffer entry succeeded")
+		}
+
+		// Two chunks swapped: the entries crossing them (k6 and k7; k8
+		// starts past them) read wrong bytes.
+		for i := 6; i <= 8; i++ {
+			e.Apply(&engine.Batch{Version: kv.Version(i), Writes: []engine.Write{{Key: []byte(fmt.Sprintf("k%d", i)), Value: bytes.Repeat([]byte{byte('0' + i)}, 100<<10)}}})
+		}
+		e.mu.Lock()
+		e.active.wb[1], e.active.wb[2] = e.active.wb[2], e.active.wb[1]
+		e.mu.Unlock()
+		for i := 6; i <= 7; i++ {
+			v, ok, err := e.Get([]byte(fmt.Sprintf("k%d", i)))
+			if err == nil {
+				t.Fatalf("Get(k%d) from misplaced buffer chunks = %d bytes, %v, nil", i, len(v), ok)
+			}
+			wantCorruption(t, err, path, -1)
+		}
+		if v, ok, err := e.Get([]byte("k8")); err != nil || !ok || len(v) != 100<<10 {
+			t.Fatalf("Get(k8) = %d bytes, %v, %v", len(v), ok, err)
 		}
 	})
 	t.Run("foreign-file-name", func(t *testing.T) {

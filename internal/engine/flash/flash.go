@@ -438,6 +438,7 @@ func (e *Engine) rlock(c farmem.Ctx) {
 // candidate is an entry a lookup must check.
 type candidate struct {
 	l    loc
+	path string   // the segment's file, named by errors
 	data []byte   // the entry, copied from the write buffer
 	seg  *segment // pinned, when data is nil
 }
@@ -479,7 +480,7 @@ restart:
 			if s == nil {
 				continue
 			}
-			cands[n] = candidate{l: l}
+			cands[n] = candidate{l: l, path: s.path}
 			if data, ok := s.readBuffered(int64(l.off), int(l.n)); ok {
 				cands[n].data = data
 			} else {
@@ -537,15 +538,15 @@ func (e *Engine) touch(c farmem.Ctx, key []byte) {
 // readCandidate returns the value of the entry at cd if it is key's.
 func (e *Engine) readCandidate(c farmem.Ctx, key []byte, cd candidate) ([]byte, bool, error) {
 	if cd.data != nil {
-		ent, bad := parseEntry(cd.data, false)
-		if bad != "" {
-			return nil, false, fmt.Errorf("flash: write buffer entry at %d/%d: %s", cd.l.seg, cd.l.off, bad)
+		ent, err := checkEntry(cd.path, cd.l, cd.data, true)
+		if err != nil {
+			return nil, false, err
 		}
 		if !bytes.Equal(ent.key, key) {
 			return nil, false, nil
 		}
 		e.m.bufferHits.Add(1)
-		return nonNil(ent.value), true, nil
+		return ent.value, true, nil
 	}
 	if e.cache != nil {
 		if k, v, ok := e.cache.get(c, cd.l); ok {
@@ -599,12 +600,30 @@ func (e *Engine) readEntry(c farmem.Ctx, s *segment, l loc) (entry, error) {
 			return entry{}, readErr(s, off, err)
 		}
 	}
+	return checkEntry(s.path, l, data, false)
+}
+
+// checkEntry verifies data, the entry the index locates at l in the
+// segment file path, read from the file or (buffered) copied from the
+// write buffer: its checksum, that it fills exactly the index's length and
+// that it is a set. Both sources are checked alike because the buffer is
+// only a copy of the file kept by offset arithmetic: a copy at the wrong
+// place (issue 8) must be reported, naming the segment and the offset, and
+// never returned as a value.
+func checkEntry(path string, l loc, data []byte, buffered bool) (entry, error) {
 	ent, bad := parseEntry(data, true)
-	if bad != "" {
-		return entry{}, &CorruptionError{File: s.path, Offset: off, Reason: bad}
+	switch {
+	case bad != "":
+	case ent.size != len(data):
+		bad = fmt.Sprintf("entry of %d bytes where the index has %d", ent.size, len(data))
+	case ent.kind != kindSet:
+		bad = "index points at a deletion"
 	}
-	if ent.kind != kindSet {
-		return entry{}, &CorruptionError{File: s.path, Offset: off, Reason: "index points at a deletion"}
+	if bad != "" {
+		if buffered {
+			bad = "write buffer copy: " + bad
+		}
+		return entry{}, &CorruptionError{File: path, Offset: int64(l.off), Reason: bad}
 	}
 	ent.value = nonNil(ent.value)
 	return ent, nil
@@ -692,20 +711,20 @@ func (e *Engine) valueOf(s *segment, it *item) ([]byte, error) {
 		return nil, fmt.Errorf("flash: key %q points at missing segment %d", it.key, it.loc.seg)
 	}
 	e.mu.RLock()
-	data, ok := s.readBuffered(int64(it.loc.off), int(it.loc.n))
+	data, buffered := s.readBuffered(int64(it.loc.off), int(it.loc.n))
 	e.mu.RUnlock()
-	if ok {
-		ent, bad := parseEntry(data, false)
-		if bad == "" && bytes.Equal(ent.key, it.key) {
-			return nonNil(ent.value), nil
+	var ent entry
+	var err error
+	if buffered {
+		ent, err = checkEntry(s.path, it.loc, data, true)
+	} else {
+		if e.cache != nil {
+			if k, v, ok := e.cache.get(farmem.Direct, it.loc); ok && bytes.Equal(k, it.key) {
+				return append([]byte{}, v...), nil
+			}
 		}
+		ent, err = e.readEntry(farmem.Direct, s, it.loc)
 	}
-	if e.cache != nil {
-		if k, v, ok := e.cache.get(farmem.Direct, it.loc); ok && bytes.Equal(k, it.key) {
-			return append([]byte{}, v...), nil
-		}
-	}
-	ent, err := e.readEntry(farmem.Direct, s, it.loc)
 	if err != nil {
 		return nil, err
 	}
@@ -945,7 +964,16 @@ func (e *Engine) writeFrame(payload []byte, count uint32, version int64, flags u
 
 // fillBuffer copies a frame written at off into s's write buffer: into the
 // chunks it already has (their bytes past s.size, which no reader looks
-// at) and into new chunks it returns for the caller to publish.
+// at) and into new chunks it returns for the caller to append to s.wb.
+//
+// s.wb[i] must hold bytes [i*chunkSize, (i+1)*chunkSize) of the segment,
+// so fresh[j] is chunk len(s.wb)+j. The buffer can be shorter than the
+// segment: a segment recovered at Open becomes the active one with an
+// empty buffer while already holding data (issue 8). The chunks between
+// the buffer's end and the frame's first chunk are then nil (read from
+// the file); appending the frame's chunks right after the buffer's end
+// instead put them at the wrong positions, and reads of both old and new
+// entries were served from the wrong bytes.
 func (e *Engine) fillBuffer(s *segment, off int64, frame []byte) []*chunk {
 	if e.cfg.WriteBufferBytes <= 0 {
 		return nil
@@ -954,6 +982,9 @@ func (e *Engine) fillBuffer(s *segment, off int64, frame []byte) []*chunk {
 	have := s.wb
 	e.mu.RUnlock()
 	var fresh []*chunk
+	for c := int64(len(have)); c < off/chunkSize; c++ {
+		fresh = append(fresh, nil)
+	}
 	end := off + int64(len(frame))
 	for c := off / chunkSize; c*chunkSize < end; c++ {
 		var ch *chunk

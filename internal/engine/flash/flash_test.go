@@ -2,6 +2,7 @@ package flash_test
 
 import (
 	"fmt"
+	"math/rand"
 	"strings"
 	"testing"
 
@@ -23,9 +24,19 @@ func openWith(cfg flash.Config) func(t *testing.T, opts engine.Options) engine.E
 	}
 }
 
+// crash is the suite's crash simulation: flash.Crash, with a torn frame
+// of 0 to 199 bytes (0: the kill came between two writes).
+func crash(t *testing.T, e engine.Engine, opts engine.Options) engine.Options {
+	t.Helper()
+	if err := flash.Crash(e.(*flash.Engine), rand.Intn(200)); err != nil {
+		t.Fatalf("Crash: %v", err)
+	}
+	return opts
+}
+
 func TestConformance(t *testing.T) {
 	open := openWith(flash.Config{})
-	enginetest.Run(t, open, open)
+	enginetest.Run(t, open, open, crash)
 }
 
 // TestConformanceSmall runs the suite with tiny segments, write buffer and
@@ -33,18 +44,18 @@ func TestConformance(t *testing.T) {
 // happen while it runs.
 func TestConformanceSmall(t *testing.T) {
 	open := openWith(flash.Config{SegmentBytes: 16 << 10, WriteBufferBytes: 64 << 10, CacheBytes: 32 << 10, IndexBuckets: 1})
-	enginetest.Run(t, open, open)
+	enginetest.Run(t, open, open, crash)
 }
 
 func TestConformanceEphemeral(t *testing.T) {
-	enginetest.RunEphemeral(t, openWith(flash.Config{}))
+	enginetest.RunEphemeral(t, openWith(flash.Config{}), crash)
 }
 
 // TestConformanceDirectIO runs the suite with every read going to the
 // file through O_DIRECT (no write buffer, no cache).
 func TestConformanceDirectIO(t *testing.T) {
 	open := openWith(flash.Config{DirectIO: true, WriteBufferBytes: -1, CacheBytes: -1, SegmentBytes: 64 << 10})
-	enginetest.Run(t, open, open)
+	enginetest.Run(t, open, open, crash)
 }
 
 func TestAbsentKeysCostNoDeviceRead(t *testing.T) {

@@ -112,21 +112,13 @@ func (e *Engine) clean(s *segment) error {
 		return readErr(s, int64(n), err)
 	}
 	var ents []relocation
-	for off := segHeaderSize; off < len(data); {
-		h, reason := checkFrame(data, off, 0)
-		if reason != "" {
-			return &CorruptionError{File: s.path, Offset: int64(off), Reason: reason}
+	_, err := decodeSegment(s.path, s.id, data, false, 0, func(_ int, _ frameHeader, des []decodedEntry) {
+		for _, d := range des {
+			ents = append(ents, relocation{ent: d.entry, l: loc{seg: s.id, off: uint32(d.off), n: uint32(d.size)}})
 		}
-		payload := data[off+frameHeaderSize : off+frameHeaderSize+int(h.plen)]
-		for p, i := 0, uint32(0); i < h.count; i++ {
-			ent, bad := parseEntry(payload[p:], true)
-			if bad != "" {
-				return &CorruptionError{File: s.path, Offset: int64(off + frameHeaderSize + p), Reason: bad}
-			}
-			ents = append(ents, relocation{ent: ent, l: loc{seg: s.id, off: uint32(off + frameHeaderSize + p), n: uint32(ent.size)}})
-			p += pad8(ent.size)
-		}
-		off += frameHeaderSize + int(h.plen)
+	})
+	if err != nil {
+		return err
 	}
 
 	for start := 0; start < len(ents); {

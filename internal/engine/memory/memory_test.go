@@ -20,7 +20,7 @@ func open(t *testing.T, opts engine.Options) engine.Engine {
 }
 
 func TestConformance(t *testing.T) {
-	enginetest.Run(t, open, nil)
+	enginetest.Run(t, open, nil, nil)
 }
 
 // TestConformanceEphemeralUnlimited runs the suite on ephemeral engines
@@ -31,13 +31,13 @@ func TestConformanceEphemeralUnlimited(t *testing.T) {
 			enginetest.Run(t, func(t *testing.T, opts engine.Options) engine.Engine {
 				opts.Ephemeral, opts.Eviction = true, pol
 				return open(t, opts)
-			}, nil)
+			}, nil, nil)
 		})
 	}
 }
 
 func TestEphemeral(t *testing.T) {
-	enginetest.RunEphemeral(t, open)
+	enginetest.RunEphemeral(t, open, nil)
 }
 
 func TestDurableNeverEvicts(t *testing.T) {

@@ -1,6 +1,7 @@
 package pebbleengine_test
 
 import (
+	"path/filepath"
 	"testing"
 
 	"github.com/distash/distash/internal/engine"
@@ -17,8 +18,21 @@ func open(t *testing.T, opts engine.Options) engine.Engine {
 	return e
 }
 
+// crash simulates a crash on a checkpoint taken while e is open (see
+// Checkpoint), then closes e.
+func crash(t *testing.T, e engine.Engine, opts engine.Options) engine.Options {
+	t.Helper()
+	opts.Dir = filepath.Join(t.TempDir(), "crashed")
+	err := pebbleengine.Checkpoint(e.(*pebbleengine.Engine), opts.Dir)
+	e.Close()
+	if err != nil {
+		t.Fatalf("checkpoint: %v", err)
+	}
+	return opts
+}
+
 func TestConformance(t *testing.T) {
-	enginetest.Run(t, open, open)
+	enginetest.Run(t, open, open, crash)
 }
 
 func TestNoDir(t *testing.T) {
