@@ -25,7 +25,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -36,6 +35,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/distash/distash/internal/kv"
+	"github.com/distash/distash/internal/shardmap"
 	"github.com/distash/distash/internal/wire"
 )
 
@@ -47,17 +47,13 @@ type DB struct {
 	commits *commitStreamer
 	pools   []*Pool
 
-	mu     sync.RWMutex
-	shards []shard // Protected by mu. Sorted by begin.
+	// shards is the client's copy of the shard map: which stashes hold
+	// which keys. refreshShards replaces it whole and it is never changed
+	// in place, so readers use it without a lock.
+	shards atomic.Pointer[shardmap.Map]
 
 	loadMu sync.Mutex
 	load   map[uint32]*stashLoad // Protected by loadMu.
-}
-
-type shard struct {
-	begin, end []byte
-	pool       string
-	stashes    []uint32
 }
 
 // stashLoad tracks requests in flight and recent latency of one stash, to
@@ -148,46 +144,16 @@ func (db *DB) refreshShards(ctx context.Context) error {
 	if err := fromWire(resp.Error); err != nil {
 		return err
 	}
-	shards := make([]shard, 0, len(resp.Shards))
+	shards := make([]shardmap.Shard, 0, len(resp.Shards))
 	for _, s := range resp.Shards {
-		shards = append(shards, shard{begin: s.Begin, end: s.End, pool: s.Pool, stashes: s.Stashes})
+		team := make([]kv.Tag, len(s.Stashes))
+		for i, id := range s.Stashes {
+			team[i] = kv.Tag(id)
+		}
+		shards = append(shards, shardmap.Shard{Begin: s.Begin, End: s.End, Pool: s.Pool, Team: team})
 	}
-	sort.Slice(shards, func(i, j int) bool { return bytes.Compare(shards[i].begin, shards[j].begin) < 0 })
-	db.mu.Lock()
-	db.shards = shards
-	db.mu.Unlock()
+	db.shards.Store(shardmap.New(shards))
 	return nil
-}
-
-// shardsIn returns the shards intersecting [begin, end), clipped, in key order.
-func (db *DB) shardsIn(begin, end []byte) []shard {
-	db.mu.RLock()
-	defer db.mu.RUnlock()
-	var out []shard
-	for _, s := range db.shards {
-		if bytes.Compare(s.end, begin) <= 0 || bytes.Compare(s.begin, end) >= 0 {
-			continue
-		}
-		c := s
-		if bytes.Compare(c.begin, begin) < 0 {
-			c.begin = begin
-		}
-		if bytes.Compare(c.end, end) > 0 {
-			c.end = end
-		}
-		out = append(out, c)
-	}
-	return out
-}
-
-func (db *DB) shardOf(key []byte) (shard, bool) {
-	db.mu.RLock()
-	defer db.mu.RUnlock()
-	i := sort.Search(len(db.shards), func(i int) bool { return bytes.Compare(db.shards[i].begin, key) > 0 }) - 1
-	if i < 0 || bytes.Compare(key, db.shards[i].end) >= 0 {
-		return shard{}, false
-	}
-	return db.shards[i], true
 }
 
 func (db *DB) loadOf(id uint32) *stashLoad {
@@ -204,12 +170,12 @@ func (db *DB) loadOf(id uint32) *stashLoad {
 // pickReplica chooses the team member with the least expected wait:
 // requests in flight times recent latency, ties broken at random.
 // Stashes marked down come last: they are asked only when every replica is.
-func (db *DB) pickReplica(team []uint32) uint32 {
-	best, bestScore, bestDown := team[0], int64(-1), true
+func (db *DB) pickReplica(team []kv.Tag) uint32 {
+	best, bestScore, bestDown := uint32(team[0]), int64(-1), true
 	off := rand.IntN(len(team))
 	now := time.Now().UnixNano()
 	for i := range team {
-		id := team[(i+off)%len(team)]
+		id := uint32(team[(i+off)%len(team)])
 		l := db.loadOf(id)
 		lat := l.latencyNs.Load()
 		if lat == 0 {

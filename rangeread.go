@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	"github.com/distash/distash/internal/kv"
+	"github.com/distash/distash/internal/shardmap"
 	"github.com/distash/distash/internal/wire"
 )
 
@@ -38,7 +39,7 @@ func (tr *Tx) getRange(begin, end []byte, opts RangeOptions, snapshot bool) ([]K
 		}
 		end = kv.SystemPrefix // user keys only, as if the system space were not there
 	}
-	shards := tr.db.shardsIn(begin, end)
+	shards := tr.db.shards.Load().Intersect(begin, end)
 	if len(shards) == 0 {
 		return nil, errorf(kv.CodeKeyOutsidePools, "range [%.60q, %.60q) is in no pool", begin, end)
 	}
@@ -148,7 +149,7 @@ func (tr *Tx) getRange(begin, end []byte, opts RangeOptions, snapshot bool) ([]K
 type rangeIter struct {
 	tr      *Tx
 	rv      kv.Version
-	shards  []shard
+	shards  []shardmap.Shard // clipped to the range, in key order (reversed for a reverse read)
 	reverse bool
 	page    int
 
@@ -180,7 +181,7 @@ func (it *rangeIter) fetch() error {
 		return nil
 	}
 	s := it.shards[it.cur]
-	begin, end := s.begin, s.end
+	begin, end := s.Begin, s.End
 	if it.began && it.more {
 		last := it.buf[len(it.buf)-1].Key
 		if it.reverse {
@@ -196,7 +197,7 @@ func (it *rangeIter) fetch() error {
 	}
 	var resp *wire.ReadRangeResponse
 	for attempt := 0; ; attempt++ {
-		id := it.tr.db.pickReplica(s.stashes)
+		id := it.tr.db.pickReplica(s.Team)
 		done := it.tr.db.track(id)
 		var err error
 		resp, err = it.tr.db.api.ReadRange(it.tr.ctx, &wire.ReadRangeRequest{

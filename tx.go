@@ -301,11 +301,11 @@ func (db *DB) readKeys(ctx context.Context, rv kv.Version, keys [][]byte, readSy
 	for attempt := 0; ; attempt++ {
 		byStash := map[uint32][]int{}
 		for i, k := range keys {
-			s, ok := db.shardOf(k)
+			s, ok := db.shards.Load().Lookup(k)
 			if !ok {
 				return nil, nil, errorf(kv.CodeKeyOutsidePools, "key %.60q is in no shard", k)
 			}
-			id := db.pickReplica(s.stashes)
+			id := db.pickReplica(s.Team)
 			byStash[id] = append(byStash[id], i)
 		}
 		var wg sync.WaitGroup

@@ -11,7 +11,8 @@ import (
 	"time"
 )
 
-// designExample is the configuration of DESIGN.md section 4.
+// designExample is the example configuration of README.md (section
+// Configuration): its cluster and log tables and its first two pools.
 const designExample = `
 [cluster]
 failure_wait = "60s"

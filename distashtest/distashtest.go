@@ -8,8 +8,6 @@ package distashtest
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"testing"
 	"time"
 
@@ -17,6 +15,7 @@ import (
 
 	"github.com/distash/distash"
 	"github.com/distash/distash/config"
+	"github.com/distash/distash/internal/embedded"
 	"github.com/distash/distash/server"
 )
 
@@ -37,7 +36,7 @@ type Cluster struct {
 	DB     *distash.DB
 	Dir    string
 	Config *config.Config
-	opts   Options
+	c      *embedded.Cluster // what runs; the fields above mirror it
 }
 
 // Start parses toml, starts a cluster in a temporary directory and opens a
@@ -47,51 +46,39 @@ func Start(t testing.TB, toml string) *Cluster { return StartWith(t, toml, Optio
 // StartWith is Start with options.
 func StartWith(t testing.TB, toml string, o Options) *Cluster {
 	t.Helper()
-	cfg, err := config.Parse([]byte(toml))
-	if err != nil {
-		t.Fatal(err)
-	}
 	if o.FlushInterval == 0 {
 		o.FlushInterval = 20 * time.Millisecond
 	}
-	c := &Cluster{Dir: t.TempDir(), Config: cfg, opts: o}
-	c.Restart(t)
-	t.Cleanup(c.Stop)
-	return c
-}
-
-// Restart starts the cluster again on its directory after Stop (and is how
-// Start starts it the first time).
-func (c *Cluster) Restart(t testing.TB) {
-	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	srv, err := server.Start(ctx, server.Options{
-		Dir: c.Dir, Config: c.Config, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		FlushInterval: c.opts.FlushInterval, Interceptor: c.opts.Interceptor, StreamInterceptor: c.opts.StreamInterceptor,
+	ec, err := embedded.StartTOML(ctx, toml, embedded.Options{
+		Dir: t.TempDir(), FlushInterval: o.FlushInterval, Interceptor: o.Interceptor, StreamInterceptor: o.StreamInterceptor,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	db, err := distash.Open(ctx, srv.ClusterString())
-	if err != nil {
-		srv.Stop()
+	c := &Cluster{Server: ec.Server, DB: ec.DB, Dir: ec.Dir, Config: ec.Config, c: ec}
+	t.Cleanup(c.Stop)
+	return c
+}
+
+// Restart starts the cluster again on its directory after Stop.
+func (c *Cluster) Restart(t testing.TB) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c.c.Dir, c.c.Config = c.Dir, c.Config
+	if err := c.c.Restart(ctx); err != nil {
 		t.Fatal(err)
 	}
-	c.Server, c.DB = srv, db
+	c.Server, c.DB = c.c.Server, c.c.DB
 }
 
 // Stop closes the client and stops the cluster, keeping its directory.
 // Safe to call twice.
 func (c *Cluster) Stop() {
-	if c.DB != nil {
-		c.DB.Close()
-		c.DB = nil
-	}
-	if c.Server != nil {
-		c.Server.Stop()
-		c.Server = nil
-	}
+	c.c.Stop()
+	c.Server, c.DB = nil, nil
 }
 
 // Context returns a context that ends after d or with the test.

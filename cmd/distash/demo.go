@@ -5,8 +5,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
-	"math"
 	"math/rand/v2"
 	"os"
 	"sync"
@@ -19,7 +17,8 @@ import (
 
 	"github.com/distash/distash"
 	"github.com/distash/distash/config"
-	"github.com/distash/distash/server"
+	"github.com/distash/distash/internal/embedded"
+	"github.com/distash/distash/internal/workload"
 )
 
 func demoCmd() *cobra.Command {
@@ -44,14 +43,6 @@ that every cached value equals its data and prints what happened.`,
 					return err
 				}
 			}
-			if dir == "" {
-				d, err := os.MkdirTemp("", "distash-demo-")
-				if err != nil {
-					return err
-				}
-				defer os.RemoveAll(d)
-				dir = d
-			}
 			return runDemo(cmd.Context(), cfg, dir, opts, os.Stdout)
 		},
 	}
@@ -74,6 +65,8 @@ type demoStats struct {
 	reads, hits, misses, writeThrough, writeAround, retries atomic.Int64
 }
 
+// runDemo runs the demo on a cluster in dir, or in a temporary directory,
+// removed after, if dir is "".
 func runDemo(ctx context.Context, cfg *config.Config, dir string, o demoOptions, out io.Writer) error {
 	if ctx == nil {
 		ctx = context.Background()
@@ -82,18 +75,13 @@ func runDemo(ctx context.Context, cfg *config.Config, dir string, o demoOptions,
 	if cache == nil || data == nil {
 		return fmt.Errorf("demo: the configuration needs an ephemeral pool (the cache) and a durable pool (the data)")
 	}
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	fmt.Fprintf(out, "Starting an embedded DiStash cluster in %s\n", dir)
-	srv, err := server.Start(ctx, server.Options{Dir: dir, Config: cfg, Logger: logger})
+	cl, err := embedded.Start(ctx, cfg, embedded.Options{Dir: dir, TempPattern: "distash-demo-"})
 	if err != nil {
 		return err
 	}
-	defer srv.Stop()
-	db, err := distash.Open(ctx, srv.ClusterString())
-	if err != nil {
-		return err
-	}
-	defer db.Close()
+	defer cl.Close()
+	fmt.Fprintf(out, "Starting an embedded DiStash cluster in %s\n", cl.Dir)
+	db := cl.DB
 	for _, p := range cfg.Pools {
 		fmt.Fprintf(out, "  pool %-8s prefix %-4q %-4s %-9s engine %-6s %d stash(es), replication %d, capacity %s/stash\n",
 			p.Name, p.Prefix, p.Medium, p.Mode, p.Engine, p.Stashes, p.Replication, capacityString(p.Capacity))
@@ -122,15 +110,15 @@ func runDemo(ctx context.Context, cfg *config.Config, dir string, o demoOptions,
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	errc := make(chan error, o.Clients)
+	zipf := workload.NewZipf(o.Records, 0.99)
 	start := time.Now()
 	for c := 0; c < o.Clients; c++ {
 		wg.Add(1)
 		go func(seed uint64) {
 			defer wg.Done()
 			rng := rand.New(rand.NewPCG(seed, 7))
-			zipf := newZipf(rng, o.Records, 0.99)
 			for next.Add(1) <= int64(o.Ops) {
-				i := zipf()
+				i := zipf.Next(rng)
 				var err error
 				switch r := rng.Float64(); {
 				case r < o.WriteFraction/2:
@@ -194,7 +182,7 @@ func runDemo(ctx context.Context, cfg *config.Config, dir string, o demoOptions,
 
 	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	status, err := fetchStatus(sctx, srv.ClusterString(), nil)
+	status, err := fetchStatus(sctx, cl.Server.ClusterString(), nil)
 	if err != nil {
 		return err
 	}
@@ -289,31 +277,4 @@ func demoWrite(ctx context.Context, db *distash.DB, st *demoStats, dataKey, cach
 		st.writeAround.Add(1)
 	}
 	return err
-}
-
-// newZipf returns a generator of Zipf-distributed indexes in [0, n).
-func newZipf(rng *rand.Rand, n int, theta float64) func() int {
-	// Gray et al.'s method, as YCSB uses.
-	zetan := 0.0
-	for i := 1; i <= n; i++ {
-		zetan += 1 / math.Pow(float64(i), theta)
-	}
-	zeta2 := 1 + 1/math.Pow(2, theta)
-	alpha := 1 / (1 - theta)
-	eta := (1 - math.Pow(2/float64(n), 1-theta)) / (1 - zeta2/zetan)
-	return func() int {
-		u := rng.Float64()
-		uz := u * zetan
-		if uz < 1 {
-			return 0
-		}
-		if uz < zeta2 {
-			return 1
-		}
-		v := int(float64(n) * math.Pow(eta*u-eta+1, alpha))
-		if v >= n {
-			v = n - 1
-		}
-		return v
-	}
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"os"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/distash/distash"
+	"github.com/distash/distash/internal/testutil/subprocess"
 )
 
 var (
@@ -44,35 +44,11 @@ func buildBinary(t *testing.T) string {
 }
 
 // startServer runs `distash server` and returns the process and its address.
-func startServer(t *testing.T, bin, dir string, extra ...string) (*exec.Cmd, string) {
+func startServer(t *testing.T, bin, dir string, extra ...string) (*subprocess.Process, string) {
 	t.Helper()
 	args := append([]string{"server", "--dir", dir, "--listen", "127.0.0.1:0"}, extra...)
-	cmd := exec.Command(bin, args...)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	lines := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			if addr, ok := strings.CutPrefix(sc.Text(), "listening on "); ok {
-				lines <- addr
-			}
-		}
-	}()
-	select {
-	case addr := <-lines:
-		return cmd, addr
-	case <-time.After(60 * time.Second):
-		cmd.Process.Kill()
-		t.Fatal("server did not start")
-	}
-	return nil, ""
+	p := subprocess.Start(t, exec.Command(bin, args...))
+	return p, p.WaitFor("listening on ", 60*time.Second)
 }
 
 // TestKill9KeepsAcknowledgedDurableWrites kills a real server process with
@@ -122,10 +98,7 @@ func TestKill9KeepsAcknowledgedDurableWrites(t *testing.T) {
 		}(w)
 	}
 	time.Sleep(1500 * time.Millisecond)
-	if err := proc.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	proc.Wait()
+	proc.Kill()
 	close(stop)
 	wg.Wait()
 	db.Close()
@@ -138,10 +111,7 @@ func TestKill9KeepsAcknowledgedDurableWrites(t *testing.T) {
 	t.Logf("%d transactions acknowledged before SIGKILL", n)
 
 	proc2, addr2 := startServer(t, bin, dir)
-	defer func() {
-		proc2.Process.Signal(syscall.SIGTERM)
-		proc2.Wait()
-	}()
+	defer proc2.Stop(syscall.SIGTERM)
 	db2, err := distash.Open(ctx, addr2)
 	if err != nil {
 		t.Fatal(err)

@@ -10,18 +10,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log"
-	"log/slog"
-	"os"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/distash/distash"
-	"github.com/distash/distash/config"
+	"github.com/distash/distash/internal/embedded"
 	"github.com/distash/distash/patterns/cacheaug"
-	"github.com/distash/distash/server"
 )
 
 const clusterConfig = `
@@ -152,20 +148,10 @@ func main() {
 }
 
 func startCluster(ctx context.Context) (*distash.DB, func()) {
-	dir, err := os.MkdirTemp("", "distash-example-")
+	c, err := embedded.StartTOML(ctx, clusterConfig, embedded.Options{TempPattern: "distash-example-"})
 	check(err)
-	cfg, err := config.Parse([]byte(clusterConfig))
-	check(err)
-	srv, err := server.Start(ctx, server.Options{Dir: dir, Config: cfg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	check(err)
-	db, err := distash.Open(ctx, srv.ClusterString())
-	check(err)
-	fmt.Printf("embedded cluster at %s in %s\n", srv.ClusterString(), dir)
-	return db, func() {
-		db.Close()
-		srv.Stop()
-		os.RemoveAll(dir)
-	}
+	fmt.Printf("embedded cluster at %s in %s\n", c.Server.ClusterString(), c.Dir)
+	return c.DB, c.Close
 }
 
 func check(err error) {

@@ -27,11 +27,8 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
 	"log"
-	"log/slog"
 	"math/rand/v2"
-	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -39,12 +36,12 @@ import (
 
 	"github.com/distash/distash"
 	"github.com/distash/distash/config"
+	"github.com/distash/distash/internal/embedded"
 	// The flash engine registers itself when imported; a binary offers it
 	// by importing the package.
 	_ "github.com/distash/distash/internal/engine/flash"
 	"github.com/distash/distash/patterns/cacheaug"
 	"github.com/distash/distash/patterns/hierarchy"
-	"github.com/distash/distash/server"
 )
 
 // clusterConfig has Figure 1's four pools. %s is the staging pool's
@@ -259,27 +256,18 @@ func main() {
 // same role on a volatile medium) and says so.
 func startCluster(ctx context.Context) (*distash.DB, func()) {
 	for _, staging := range []string{stagingFlash, stagingMemory} {
-		dir, err := os.MkdirTemp("", "distash-example-")
-		check(err)
 		cfg, err := config.Parse([]byte(fmt.Sprintf(clusterConfig, staging)))
 		check(err)
-		srv, err := server.Start(ctx, server.Options{Dir: dir, Config: cfg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		c, err := embedded.Start(ctx, cfg, embedded.Options{TempPattern: "distash-example-"})
 		if err != nil {
-			os.RemoveAll(dir)
 			if staging == stagingFlash {
 				fmt.Printf("the flash engine did not start (%v):\nstaging the graph in a DRAM pool (engine memory) instead of an SSD one\n", err)
 				continue
 			}
 			log.Fatal(err)
 		}
-		db, err := distash.Open(ctx, srv.ClusterString())
-		check(err)
-		fmt.Printf("embedded cluster at %s in %s; staging pool: %s\n", srv.ClusterString(), dir, strings.ReplaceAll(staging, "\n", ", "))
-		return db, func() {
-			db.Close()
-			srv.Stop()
-			os.RemoveAll(dir)
-		}
+		fmt.Printf("embedded cluster at %s in %s; staging pool: %s\n", c.Server.ClusterString(), c.Dir, strings.ReplaceAll(staging, "\n", ", "))
+		return c.DB, c.Close
 	}
 	panic("unreachable")
 }

@@ -1,5 +1,5 @@
 // Package txlog is DiStash's log role: the durable, raft-replicated log of
-// tagged mutations, one log for all pools (DESIGN.md §2).
+// tagged mutations, one log for all pools (docs/architecture.md: "The roles" and "Durability and recovery").
 //
 // # What it stores
 //

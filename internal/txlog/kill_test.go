@@ -3,9 +3,9 @@ package txlog
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/distash/distash/internal/kv"
+	"github.com/distash/distash/internal/testutil/subprocess"
 )
 
 const (
@@ -123,50 +124,43 @@ func TestKill9Durability(t *testing.T) {
 // SIGKILLs it, and returns every version it acknowledged.
 func runAndKill(t *testing.T, dir string, replicas, killAfter int) []kv.Version {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestKill9Child$", "-test.count=1", "-test.timeout=2m")
-	cmd.Env = append(os.Environ(), killDirEnv+"="+dir, killReplicasEnv+"="+strconv.Itoa(replicas))
-	cmd.Stderr = os.Stderr
-	stdout, err := cmd.StdoutPipe()
+	cmd := subprocess.Command("TestKill9Child", killDirEnv+"="+dir, killReplicasEnv+"="+strconv.Itoa(replicas))
+	cmd.Args = append(cmd.Args, "-test.timeout=2m")
+	p := subprocess.Start(t, cmd)
+	deadline := time.Now().Add(60 * time.Second)
+	v, err := strconv.ParseInt(p.WaitFor("start ", time.Until(deadline)), 10, 64)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("bad start line: %v", err)
 	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	killed := false
-	timer := time.AfterFunc(60*time.Second, func() { _ = cmd.Process.Kill() })
-	defer timer.Stop()
+	start := kv.Version(v)
 	var acked []kv.Version
-	var start kv.Version = -1
-	sc := bufio.NewScanner(stdout)
-	for sc.Scan() {
-		line := sc.Text()
-		switch {
-		case strings.HasPrefix(line, "start "):
-			v, _ := strconv.ParseInt(strings.TrimPrefix(line, "start "), 10, 64)
-			start = kv.Version(v)
-		case strings.HasPrefix(line, "acked "):
-			v, err := strconv.ParseInt(strings.TrimPrefix(line, "acked "), 10, 64)
-			if err != nil {
-				t.Fatalf("bad line %q", line)
-			}
-			acked = append(acked, kv.Version(v))
-			if len(acked) == killAfter && !killed {
-				killed = true
-				if err := cmd.Process.Signal(os.Kill); err != nil { // SIGKILL
-					t.Fatal(err)
-				}
-			}
-		default:
+	record := func(line string) {
+		rest, ok := strings.CutPrefix(line, "acked ")
+		if !ok {
 			t.Errorf("child: %s", line)
+			return
 		}
+		v, err := strconv.ParseInt(rest, 10, 64)
+		if err != nil {
+			t.Fatalf("bad line %q", line)
+		}
+		acked = append(acked, kv.Version(v))
 	}
-	err = cmd.Wait()
-	if !killed {
-		t.Fatalf("child exited before the kill: %v", err)
+	for len(acked) < killAfter {
+		line, err := p.Next(time.Until(deadline))
+		if errors.Is(err, subprocess.ErrTimeout) {
+			p.Kill()
+			t.Fatalf("the child acknowledged %d entries in 60s, not %d", len(acked), killAfter)
+		}
+		if err != nil {
+			_, werr := p.Wait()
+			t.Fatalf("child exited before the kill: %v", werr)
+		}
+		record(line)
 	}
-	if start < 0 {
-		t.Fatal("child did not start")
+	// Lines written between the kill and the death were acknowledged too.
+	for _, line := range p.Kill() {
+		record(line)
 	}
 	if len(acked) > 0 && acked[0] != start+1 {
 		t.Fatalf("child started at %d but acked %d first", start, acked[0])

@@ -3,13 +3,9 @@ package anomalies
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
-	"os"
 
 	"github.com/distash/distash"
-	"github.com/distash/distash/config"
-	"github.com/distash/distash/server"
+	"github.com/distash/distash/internal/embedded"
 )
 
 // Config is the DiStash cluster of the benchmark: a DRAM ephemeral cache
@@ -44,35 +40,19 @@ replication = 1
 // distashBackend is the DiStash setup: an embedded cluster and one client
 // handle shared by the clients (it is safe for concurrent use).
 type distashBackend struct {
-	srv         *server.Server
+	c           *embedded.Cluster
 	db          *distash.DB
 	cache, data *distash.Pool
-	tmp         string // removed at close, if not ""
 }
 
 // startDiStash starts the embedded cluster under dir (a temporary
 // directory if "").
 func startDiStash(ctx context.Context, dir string) (*distashBackend, error) {
-	cfg, err := config.Parse([]byte(Config))
+	c, err := embedded.StartTOML(ctx, Config, embedded.Options{Dir: dir, TempPattern: "distash-bench-anomalies-"})
 	if err != nil {
 		return nil, err
 	}
-	b := &distashBackend{}
-	if dir == "" {
-		if dir, err = os.MkdirTemp("", "distash-bench-anomalies-"); err != nil {
-			return nil, err
-		}
-		b.tmp = dir
-	}
-	b.srv, err = server.Start(ctx, server.Options{Dir: dir, Config: cfg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		b.close()
-		return nil, err
-	}
-	if b.db, err = distash.Open(ctx, b.srv.ClusterString()); err != nil {
-		b.close()
-		return nil, err
-	}
+	b := &distashBackend{c: c, db: c.DB}
 	if b.cache, err = b.db.Pool("cache"); err == nil {
 		b.data, err = b.db.Pool("data")
 	}
@@ -83,17 +63,7 @@ func startDiStash(ctx context.Context, dir string) (*distashBackend, error) {
 	return b, nil
 }
 
-func (b *distashBackend) close() {
-	if b.db != nil {
-		b.db.Close()
-	}
-	if b.srv != nil {
-		b.srv.Stop()
-	}
-	if b.tmp != "" {
-		os.RemoveAll(b.tmp)
-	}
-}
+func (b *distashBackend) close() { b.c.Close() }
 
 func (b *distashBackend) cacheKey(k string) []byte { return b.cache.Key([]byte(k)) }
 func (b *distashBackend) dataKey(k string) []byte  { return b.data.Key([]byte(k)) }

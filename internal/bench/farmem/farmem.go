@@ -44,6 +44,7 @@ import (
 	"github.com/distash/distash/internal/farmem/model"
 	"github.com/distash/distash/internal/farmem/ult"
 	"github.com/distash/distash/internal/kv"
+	"github.com/distash/distash/internal/workload"
 )
 
 // DefaultLatencies is the paper's sweep of L_mem.
@@ -852,7 +853,7 @@ func runYCSB(ctx context.Context, o Options, rep *Report, dir string, out io.Wri
 		}
 		byIO[c[1]] = append(byIO[c[1]], c)
 	}
-	z := newZipf(uint64(o.Keys), o.Zipf)
+	z := workload.NewZipf(o.Keys, o.Zipf)
 	runs := int64(0)
 	for _, io := range ios {
 		cfg := flash.Config{CacheFar: true, DirectIO: o.IOMode == IODirect, WriteBufferBytes: 1 << 20, CacheBytes: max(dataset/20, 1<<20)}
@@ -944,7 +945,7 @@ func loadYCSB(e *flash.Engine, o Options) (int64, error) {
 	return version, nil
 }
 
-func runYCSBPoint(ctx context.Context, o Options, e *flash.Engine, z *zipf, version *int64, lat, dev time.Duration, prefetch bool, seed int64) (ult.Result, error) {
+func runYCSBPoint(ctx context.Context, o Options, e *flash.Engine, z *workload.Zipf, version *int64, lat, dev time.Duration, prefetch bool, seed int64) (ult.Result, error) {
 	sched, err := ult.New(o.schedConfig(lat, false, dev, seed))
 	if err != nil {
 		return ult.Result{}, err
@@ -1000,7 +1001,7 @@ func runYCSBPoint(ctx context.Context, o Options, e *flash.Engine, z *zipf, vers
 		}
 		kbuf := make([]byte, 0, 16)
 		for t.Running() {
-			i := scramble(z.next(rng.Float64()), n)
+			i := scramble(uint64(z.Next(rng)), n)
 			key := appendKey(kbuf[:0], i)
 			if rng.Float64() < o.ReadShare {
 				v, ok, err := e.GetCtx(c, key)
@@ -1031,44 +1032,6 @@ func runYCSBPoint(ctx context.Context, o Options, e *flash.Engine, z *zipf, vers
 		err = errors.New("ycsb: wrong answer: " + b.(string))
 	}
 	return r, err
-}
-
-// zipf draws ranks 0..n-1 with the YCSB zipfian distribution (Gray et al.,
-// "Quickly generating billion-record synthetic databases"), item 0 the
-// most popular.
-type zipf struct {
-	n                        float64
-	theta, alpha, zetan, eta float64
-	halfPowTheta             float64
-}
-
-func newZipf(n uint64, theta float64) *zipf {
-	zeta := func(n uint64) float64 {
-		var s float64
-		for i := uint64(1); i <= n; i++ {
-			s += 1 / math.Pow(float64(i), theta)
-		}
-		return s
-	}
-	z := &zipf{n: float64(n), theta: theta, alpha: 1 / (1 - theta), zetan: zeta(n)}
-	z.eta = (1 - math.Pow(2/float64(n), 1-theta)) / (1 - zeta(2)/z.zetan)
-	z.halfPowTheta = 1 + math.Pow(0.5, theta)
-	return z
-}
-
-func (z *zipf) next(u float64) uint64 {
-	uz := u * z.zetan
-	if uz < 1 {
-		return 0
-	}
-	if uz < z.halfPowTheta {
-		return 1
-	}
-	r := uint64(z.n * math.Pow(z.eta*u-z.eta+1, z.alpha))
-	if r >= uint64(z.n) {
-		r = uint64(z.n) - 1
-	}
-	return r
 }
 
 // scramble spreads popular ranks over the key space (YCSB's scrambled

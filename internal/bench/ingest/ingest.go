@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"image/color"
 	"io"
-	"log/slog"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -25,8 +24,7 @@ import (
 	"gonum.org/v1/plot/vg"
 
 	"github.com/distash/distash"
-	"github.com/distash/distash/config"
-	"github.com/distash/distash/server"
+	"github.com/distash/distash/internal/embedded"
 )
 
 // Options configure a run.
@@ -94,27 +92,12 @@ replication = 1
 
 // Run runs every (pool, clients) combination and prints a table.
 func Run(ctx context.Context, o Options, out io.Writer) ([]Result, error) {
-	cfg, err := config.Parse([]byte(Config))
+	c, err := embedded.StartTOML(ctx, Config, embedded.Options{Dir: o.Dir, TempPattern: "distash-bench-ingest-"})
 	if err != nil {
 		return nil, err
 	}
-	dir := o.Dir
-	if dir == "" {
-		if dir, err = os.MkdirTemp("", "distash-bench-ingest-"); err != nil {
-			return nil, err
-		}
-		defer os.RemoveAll(dir)
-	}
-	srv, err := server.Start(ctx, server.Options{Dir: dir, Config: cfg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		return nil, err
-	}
-	defer srv.Stop()
-	db, err := distash.Open(ctx, srv.ClusterString())
-	if err != nil {
-		return nil, err
-	}
-	defer db.Close()
+	defer c.Close()
+	db := c.DB
 
 	var results []Result
 	for _, poolName := range o.Pools {

@@ -58,10 +58,18 @@ func TestVirtualTimeAgreement(t *testing.T) {
 	defer f.Close()
 	chain := chase.NewChain(1<<16, 1)
 	lats := []time.Duration{100, 500, 1000, 2000, 3000, 5000, 10000, 20000}
-	dur := 40 * time.Millisecond
-	if testing.Short() {
-		dur = 15 * time.Millisecond
-	}
+	// Each point measures a number of operations per thread, not a span of
+	// virtual time. At high latencies the threads, started together, wait
+	// for memory together and complete their operations in rounds, a round
+	// per thread every ~110 L; a span of fixed length then counts a round
+	// more or less depending on where its ends fall, an error of up to one
+	// over the rounds it holds. 40 ms held 18 rounds at 20 µs (worst errors
+	// up to 3.9% over seeds 1-6), the 15 ms that -short used 7 (6-8%,
+	// failing the 5% bound). 64 operations per thread (worst 2.7% over
+	// seeds 1-6) cost about what 40 ms did, so -short runs the same. The
+	// warm-up is the 8 ms that 40 ms/5 gave.
+	const opsPerTask = 64
+	const tasks = 128
 	for _, cfg := range []struct {
 		name     string
 		prefetch bool
@@ -72,7 +80,7 @@ func TestVirtualTimeAgreement(t *testing.T) {
 			var x0 float64
 			worstSim, worstProb := 0.0, 0.0
 			for i, l := range lats {
-				s, err := ult.New(ult.Config{Tasks: 128, Seed: 3,
+				s, err := ult.New(ult.Config{Tasks: tasks, Seed: 3,
 					Mem:        farmem.Config{Latency: l, Virtual: true},
 					IO:         ult.IOConfig{Latency: 80 * time.Microsecond, Jitter: 0.5, NoRead: true},
 					SwitchCost: 115 * time.Nanosecond})
@@ -84,7 +92,7 @@ func TestVirtualTimeAgreement(t *testing.T) {
 					w.File, w.Blocks, w.BlockSize = f, 1024, 4096
 					w.IOPre, w.IOPost = time.Microsecond, time.Microsecond
 				}
-				r, err := s.Run(context.Background(), ult.RunOptions{Duration: dur, Warmup: dur / 5}, w.Body)
+				r, err := s.Run(context.Background(), ult.RunOptions{MaxOps: opsPerTask * tasks, Warmup: 8 * time.Millisecond}, w.Body)
 				s.Close()
 				if err != nil {
 					t.Fatal(err)
