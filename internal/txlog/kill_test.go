@@ -77,8 +77,14 @@ func TestKill9Durability(t *testing.T) {
 		t.Run(fmt.Sprintf("replicas=%d", replicas), func(t *testing.T) {
 			dir := t.TempDir()
 			var acked []kv.Version
+			// Raft snapshots on a timer: the child keeps appending until
+			// one exists, so the kill always hits a log with a snapshot.
+			snapshotTaken := func() bool {
+				snaps, _ := os.ReadDir(filepath.Join(dir, "replica-0", "snapshots"))
+				return len(snaps) > 0
+			}
 			for round := 0; round < 2; round++ { // kill, recover, append more, kill again
-				acked = append(acked, runAndKill(t, dir, replicas, 1500)...)
+				acked = append(acked, runAndKill(t, dir, replicas, 1500, snapshotTaken)...)
 			}
 			if snaps, _ := os.ReadDir(filepath.Join(dir, "replica-0", "snapshots")); len(snaps) == 0 {
 				t.Errorf("the child took no raft snapshot")
@@ -120,9 +126,10 @@ func TestKill9Durability(t *testing.T) {
 	}
 }
 
-// runAndKill runs the child on dir until it acknowledged killAfter entries,
-// SIGKILLs it, and returns every version it acknowledged.
-func runAndKill(t *testing.T, dir string, replicas, killAfter int) []kv.Version {
+// runAndKill runs the child on dir until it acknowledged killAfter entries
+// and ready reports true, SIGKILLs it, and returns every version it
+// acknowledged.
+func runAndKill(t *testing.T, dir string, replicas, killAfter int, ready func() bool) []kv.Version {
 	t.Helper()
 	cmd := subprocess.Command("TestKill9Child", killDirEnv+"="+dir, killReplicasEnv+"="+strconv.Itoa(replicas))
 	cmd.Args = append(cmd.Args, "-test.timeout=2m")
@@ -146,11 +153,11 @@ func runAndKill(t *testing.T, dir string, replicas, killAfter int) []kv.Version 
 		}
 		acked = append(acked, kv.Version(v))
 	}
-	for len(acked) < killAfter {
+	for len(acked) < killAfter || !ready() {
 		line, err := p.Next(time.Until(deadline))
 		if errors.Is(err, subprocess.ErrTimeout) {
 			p.Kill()
-			t.Fatalf("the child acknowledged %d entries in 60s, not %d", len(acked), killAfter)
+			t.Fatalf("the child acknowledged %d entries in 60s (wanted %d, and a snapshot: %v)", len(acked), killAfter, ready())
 		}
 		if err != nil {
 			_, werr := p.Wait()
