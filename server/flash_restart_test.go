@@ -19,7 +19,9 @@ import (
 // overwrite after the restart must not stop the stash. Then once more
 // after a second restart.
 func TestDurableFlashPoolReadsEverythingAfterRestart(t *testing.T) {
-	cfg, err := config.Parse([]byte(flashPool))
+	// No read cache: reads go to the write buffer or the files, where the
+	// bug was.
+	cfg, err := config.Parse([]byte(flashPool + "\n[pool.flash]\ncache = \"0\"\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +77,7 @@ func TestDurableFlashPoolReadsEverythingAfterRestart(t *testing.T) {
 	restart()
 	check("after a restart")
 	write(5, 6, 2) // an overwrite after the restart
-	write(40, 45, 1)
+	write(40, 80, 1) // enough to fill the write buffer's slots past the old data
 	waitDurable(t, srv)
 	check("after overwriting")
 	restart()
