@@ -76,7 +76,7 @@ func TestDurableFlashPoolReadsEverythingAfterRestart(t *testing.T) {
 	write(20, 40, 1)
 	restart()
 	check("after a restart")
-	write(5, 6, 2) // an overwrite after the restart
+	write(5, 6, 2)   // an overwrite after the restart
 	write(40, 80, 1) // enough to fill the write buffer's slots past the old data
 	waitDurable(t, srv)
 	check("after overwriting")

@@ -376,17 +376,12 @@ func (s *Server) openStash(sp stashSpec, windowVersions, recovered kv.Version) (
 		}
 		volatile = true // an ephemeral pool may restart empty
 	}
-	windowBytes := int64(64 << 20)
-	if sp.pool.Ephemeral() && sp.pool.Capacity > 0 {
-		// Keep the window of a small cache small too.
-		windowBytes = max(min(int64(sp.pool.Capacity)/2, windowBytes), 256<<10)
-	}
 	return stash.New(stash.Options{
 		Tag: sp.tag, Pool: sp.pool.Name, Index: sp.index, Engine: eng, Log: s.log,
 		Volatile: volatile, StartVersion: recovered,
 		Ephemeral: sp.pool.Ephemeral(), TrackBytes: !sp.pool.Ephemeral(), CapacityBytes: int64(sp.pool.Capacity),
 		TrackRecency:   sp.pool.Recency,
-		WindowVersions: windowVersions, WindowBytes: windowBytes, FlushInterval: s.opts.FlushInterval, Logger: s.logger,
+		WindowVersions: windowVersions, WindowBytes: windowBudget(sp.pool), FlushInterval: s.opts.FlushInterval, Logger: s.logger,
 	}), nil
 }
 

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/distash/distash/internal/budget"
 	"github.com/distash/distash/internal/kv"
 	"github.com/distash/distash/internal/wire"
 )
@@ -210,17 +211,54 @@ func (v *service) Coldest(ctx context.Context, req *wire.ColdestRequest) (*wire.
 	return resp, nil
 }
 
+// Bounds of the requests a commit stream holds, received and not yet
+// answered: past either, the stream receives nothing more until replies go
+// out (gRPC's flow control then holds the client back), so one client
+// pipelining commits cannot make the server hold them all. Variables so
+// that tests can lower them.
+var (
+	streamMaxRequests       = 1024
+	streamMaxBytes    int64 = 64 << 20 // in requestMemory's unit
+)
+
+// wireItemMemory is the memory of a decoded wire.Mutation or wire.KeyRange
+// besides its key and value bytes: the message struct, the pointer to it and
+// its separately allocated byte fields (measured: 259 bytes for a mutation
+// and its conflict range with 5-byte keys).
+const wireItemMemory = 128
+
+// requestMemory estimates the memory a received commit request holds.
+func requestMemory(req *wire.CommitRequest) int64 {
+	n := int64(len(req.GetMutations())+len(req.GetReadConflicts())+len(req.GetWriteConflicts())) * wireItemMemory
+	for _, m := range req.GetMutations() {
+		n += int64(len(m.GetKey()) + len(m.GetParam()))
+	}
+	for _, rs := range [][]*wire.KeyRange{req.GetReadConflicts(), req.GetWriteConflicts()} {
+		for _, r := range rs {
+			n += int64(len(r.GetBegin()) + len(r.GetEnd()))
+		}
+	}
+	return n
+}
+
 // CommitStream commits each request as it arrives, concurrently, and sends
 // each reply with its request's id. If a reply cannot be sent the stream
 // ends, so the client fails every commit in flight on it (unknown result)
-// instead of waiting for a reply that will not come.
+// instead of waiting for a reply that will not come. At most
+// streamMaxRequests requests and streamMaxBytes of them are in flight.
 func (v *service) CommitStream(stream wire.DiStash_CommitStreamServer) error {
 	ctx := stream.Context()
 	var sendMu sync.Mutex
 	var wg sync.WaitGroup
 	sendFailed := make(chan error, 1)
-	received := make(chan *wire.CommitStreamRequest)
+	type request struct {
+		*wire.CommitStreamRequest
+		mem int64 // requestMemory, taken from mem until the reply is sent
+	}
+	received := make(chan request)
 	recvDone := make(chan error, 1)
+	slots := make(chan struct{}, streamMaxRequests)
+	mem := budget.New(streamMaxBytes)
 	go func() {
 		for {
 			req, err := stream.Recv()
@@ -228,8 +266,19 @@ func (v *service) CommitStream(stream wire.DiStash_CommitStreamServer) error {
 				recvDone <- err
 				return
 			}
+			r := request{CommitStreamRequest: req, mem: requestMemory(req.GetRequest())}
 			select {
-			case received <- req:
+			case slots <- struct{}{}:
+			case <-ctx.Done():
+				recvDone <- ctx.Err()
+				return
+			}
+			if err := mem.Acquire(ctx, r.mem); err != nil {
+				recvDone <- err
+				return
+			}
+			select {
+			case received <- r:
 			case <-ctx.Done():
 				recvDone <- ctx.Err()
 				return
@@ -245,8 +294,12 @@ func (v *service) CommitStream(stream wire.DiStash_CommitStreamServer) error {
 			return nil // the client closed the stream or it broke
 		case req := <-received:
 			wg.Add(1)
-			go func(req *wire.CommitStreamRequest) {
+			go func(req request) {
 				defer wg.Done()
+				defer func() {
+					mem.Release(req.mem)
+					<-slots
+				}()
 				// A panic here would end the process: no interceptor
 				// covers goroutines a handler starts.
 				defer func() {

@@ -3,8 +3,10 @@ package main
 import (
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -15,8 +17,32 @@ import (
 
 const defaultCluster = "127.0.0.1:4500"
 
+// memoryLimit returns the soft memory limit --memory asks for with cfg:
+// "auto" is server.MemoryBudget(cfg), unless GOMEMLIMIT is set (the runtime
+// applied it) or the budget is unbounded; "off" is no limit; anything else
+// is a size ("2GiB"). ok is false when the runtime's limit should stay.
+func memoryLimit(flag string, cfg *config.Config) (limit int64, ok bool, err error) {
+	switch flag {
+	case "auto":
+		if os.Getenv("GOMEMLIMIT") != "" {
+			return 0, false, nil
+		}
+		if b := server.MemoryBudget(cfg); b > 0 {
+			return b, true, nil
+		}
+		return 0, false, nil
+	case "off":
+		return math.MaxInt64, true, nil
+	}
+	size, err := config.ParseSize(flag)
+	if err != nil || size <= 0 {
+		return 0, false, fmt.Errorf("--memory %q: want auto, off or a size such as 2GiB", flag)
+	}
+	return int64(size), true, nil
+}
+
 func serverCmd() *cobra.Command {
-	var configPath, dir, listen string
+	var configPath, dir, listen, memory string
 	var verbose bool
 	var tlsf tlsFlags
 	cmd := &cobra.Command{
@@ -33,7 +59,15 @@ Every client that connects may read, write and clear every key: --listen
 defaults to 127.0.0.1, and a non-loopback address without TLS draws a
 warning. With --tls-cert, --tls-key and --tls-ca the server presents its
 certificate and accepts only clients whose certificate the CA signed
-(mutual TLS); see docs/security.md.`,
+(mutual TLS); see docs/security.md.
+
+--memory sets the Go runtime's soft memory limit: past it the garbage
+collector works harder (the process keeps running; it is not a cap). The
+default, auto, is the sum of the cluster's memory bounds plus 512 MiB
+(docs/architecture.md, "Memory bounds"): with the default GOGC of 400 the
+heap could otherwise grow to five times what it holds live. GOMEMLIMIT in
+the environment takes the place of auto. Once the server is idle (no
+collection for 5 seconds), it returns freed memory to the system.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg := config.Default()
 			if configPath != "" {
@@ -47,6 +81,14 @@ certificate and accepts only clients whose certificate the CA signed
 				level = slog.LevelInfo
 			}
 			logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+			limit, setLimit, err := memoryLimit(memory, cfg)
+			if err != nil {
+				return err
+			}
+			if setLimit {
+				debug.SetMemoryLimit(limit)
+			}
+			logger.Info("soft memory limit", "bytes", debug.SetMemoryLimit(-1))
 			tlsConfig, err := tlsf.server(logger)
 			if err != nil {
 				return err
@@ -58,6 +100,7 @@ certificate and accepts only clients whose certificate the CA signed
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "listening on %s\n", srv.ClusterString())
+			go newIdleTrimmer(logger).run(ctx)
 			<-ctx.Done()
 			fmt.Fprintln(os.Stderr, "stopping")
 			srv.Stop()
@@ -67,6 +110,7 @@ certificate and accepts only clients whose certificate the CA signed
 	cmd.Flags().StringVar(&configPath, "config", "", "cluster configuration (TOML); default: the built-in one")
 	cmd.Flags().StringVar(&dir, "dir", "distash-data", "directory for the cluster's files")
 	cmd.Flags().StringVar(&listen, "listen", defaultCluster, "gRPC listen address (port 0: any free port); beyond loopback, use TLS")
+	cmd.Flags().StringVar(&memory, "memory", "auto", "soft memory limit of the process: auto (the cluster's memory bounds + 512MiB), off, or a size such as 2GiB")
 	tlsf.add(cmd.Flags(), "server", false)
 	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "log at info level")
 	return cmd

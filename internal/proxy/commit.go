@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/distash/distash/config"
+	"github.com/distash/distash/internal/budget"
 	"github.com/distash/distash/internal/kv"
 	"github.com/distash/distash/internal/resolver"
 	"github.com/distash/distash/internal/sequencer"
@@ -64,6 +65,17 @@ type CommitOptions struct {
 	PoolTags map[string][]kv.Tag
 	// MaxBatch bounds the transactions of one batch.
 	MaxBatch int
+	// MaxBatchBytes bounds the memory of one batch's transactions (see
+	// TxnMemory), which the batch's log entry, its resolver call and its
+	// tagged mutations grow with; a transaction larger than that forms a
+	// batch alone. Default DefaultMaxBatchBytes.
+	MaxBatchBytes int64
+	// MaxQueuedBytes bounds the memory (see TxnMemory) of the transactions
+	// the proxy holds, from Commit to the reply: waiting for a batch, being
+	// resolved and waiting for the log. Commit waits, or fails with its
+	// ctx's error, while it is spent, so many large transactions cannot pile
+	// up. Default DefaultMaxQueuedBytes.
+	MaxQueuedBytes int64
 	// MaxInflightBatches bounds the batches waiting for the log at once.
 	// While the log is busy, new transactions queue and form the next,
 	// larger batch: batching adapts to the log's speed, as FoundationDB's
@@ -78,7 +90,41 @@ type CommitOptions struct {
 type commitReq struct {
 	txn    Txn
 	system bool
+	mem    int64 // TxnMemory(txn), taken from the proxy's budget until the reply
 	reply  chan commitResult
+}
+
+// Defaults of CommitOptions.MaxBatchBytes and MaxQueuedBytes.
+const (
+	DefaultMaxBatchBytes  = 64 << 20
+	DefaultMaxQueuedBytes = 256 << 20
+)
+
+// What a transaction holds in the proxy besides its key and value bytes:
+// per mutation, its kv.Mutation (56 bytes) and its tagged copy in the log
+// entry (txlog.TaggedMutation, 80); per conflict range, its kv.KeyRange
+// (48). For small keys and values these are most of the memory (a 500,000
+// mutation transaction of 19 bytes a mutation, conflict ranges included,
+// holds about 100 MB).
+const (
+	mutationMemory = 136
+	rangeMemory    = 48
+)
+
+// TxnMemory estimates the memory txn holds in the commit proxy: its key,
+// value and range bytes plus the structures above. MaxBatchBytes and
+// MaxQueuedBytes are counted in it.
+func TxnMemory(txn Txn) int64 {
+	n := int64(len(txn.Mutations)*mutationMemory + (len(txn.ReadConflicts)+len(txn.WriteConflicts))*rangeMemory)
+	for _, m := range txn.Mutations {
+		n += int64(m.Bytes())
+	}
+	for _, rs := range [][]kv.KeyRange{txn.ReadConflicts, txn.WriteConflicts} {
+		for _, r := range rs {
+			n += int64(len(r.Begin) + len(r.End))
+		}
+	}
+	return n
 }
 
 type commitResult struct {
@@ -101,10 +147,11 @@ type Counters struct {
 
 // CommitProxy batches and commits transactions. Start it with Run.
 type CommitProxy struct {
-	opts  CommitOptions
-	reqs  chan *commitReq
-	waits chan *inflight
-	slots chan struct{} // one token per batch waiting for the log
+	opts   CommitOptions
+	reqs   chan *commitReq
+	waits  chan *inflight
+	slots  chan struct{}  // one token per batch waiting for the log
+	queued *budget.Budget // memory of the transactions between Commit and reply
 
 	mu     sync.Mutex
 	shards *shardmap.Map // Protected by mu.
@@ -137,8 +184,15 @@ func NewCommitProxy(opts CommitOptions) *CommitProxy {
 	if opts.MaxInflightBatches <= 0 {
 		opts.MaxInflightBatches = 1
 	}
+	if opts.MaxBatchBytes <= 0 {
+		opts.MaxBatchBytes = DefaultMaxBatchBytes
+	}
+	if opts.MaxQueuedBytes <= 0 {
+		opts.MaxQueuedBytes = DefaultMaxQueuedBytes
+	}
 	return &CommitProxy{
 		slots:   make(chan struct{}, opts.MaxInflightBatches),
+		queued:  budget.New(opts.MaxQueuedBytes),
 		opts:    opts,
 		reqs:    make(chan *commitReq, 4096),
 		waits:   make(chan *inflight, 256),
@@ -153,6 +207,10 @@ func (p *CommitProxy) Shards() *shardmap.Map {
 	defer p.mu.Unlock()
 	return shardmap.New(p.shards.Shards())
 }
+
+// QueuedBytes returns the memory (see TxnMemory) of the transactions the
+// proxy holds now.
+func (p *CommitProxy) QueuedBytes() int64 { return p.queued.Used() }
 
 // Counters returns the running totals.
 func (p *CommitProxy) Counters() Counters {
@@ -180,9 +238,14 @@ func (p *CommitProxy) CommitSystem(ctx context.Context, txn Txn) (kv.Version, er
 
 func (p *CommitProxy) submit(ctx context.Context, r *commitReq) (kv.Version, error) {
 	r.reply = make(chan commitResult, 1)
+	r.mem = TxnMemory(r.txn)
+	if err := p.queued.Acquire(ctx, r.mem); err != nil {
+		return 0, err // not submitted: it did not commit
+	}
 	select {
 	case p.reqs <- r:
 	case <-ctx.Done():
+		p.queued.Release(r.mem)
 		return 0, ctx.Err()
 	}
 	select {
@@ -253,6 +316,12 @@ func checkInPool(cfg *config.Config, m kv.Mutation) error {
 	return nil
 }
 
+// finish answers r and gives its memory back to the budget.
+func (p *CommitProxy) finish(r *commitReq, res commitResult) {
+	p.queued.Release(r.mem)
+	r.reply <- res
+}
+
 // Run batches and commits until ctx is done.
 func (p *CommitProxy) Run(ctx context.Context) error {
 	done := make(chan struct{})
@@ -264,34 +333,52 @@ func (p *CommitProxy) Run(ctx context.Context) error {
 		close(p.waits)
 		<-done
 	}()
+	// next is a request taken from the queue that did not fit the batch
+	// being formed: it starts the next one.
+	var next *commitReq
+	stopping := func(batch []*commitReq) {
+		if next != nil {
+			batch = append(batch, next)
+		}
+		for _, r := range batch {
+			p.finish(r, commitResult{err: kv.Errorf(kv.CodeCommitUnknownResult, "cluster stopping")})
+		}
+	}
 	for {
 		var batch []*commitReq
-		idle := time.NewTimer(p.opts.IdleCommitInterval)
-		select {
-		case <-ctx.Done():
+		var batchBytes int64
+		if next != nil {
+			batch, batchBytes, next = append(batch, next), next.mem, nil
+		} else {
+			idle := time.NewTimer(p.opts.IdleCommitInterval)
+			select {
+			case <-ctx.Done():
+				idle.Stop()
+				return nil
+			case r := <-p.reqs:
+				batch, batchBytes = append(batch, r), r.mem
+			case <-idle.C:
+				// Nothing to commit: commit an empty batch so versions keep
+				// advancing at the stashes and they can flush and pop the log.
+			}
 			idle.Stop()
-			return nil
-		case r := <-p.reqs:
-			batch = append(batch, r)
-		case <-idle.C:
-			// Nothing to commit: commit an empty batch so versions keep
-			// advancing at the stashes and they can flush and pop the log.
 		}
-		idle.Stop()
 		// Wait for a free slot; requests arriving meanwhile join this batch.
 		select {
 		case p.slots <- struct{}{}:
 		case <-ctx.Done():
-			for _, r := range batch {
-				r.reply <- commitResult{err: kv.Errorf(kv.CodeCommitUnknownResult, "cluster stopping")}
-			}
+			stopping(batch)
 			return nil
 		}
 	drain:
-		for len(batch) < p.opts.MaxBatch {
+		for len(batch) < p.opts.MaxBatch && batchBytes < p.opts.MaxBatchBytes {
 			select {
 			case r := <-p.reqs:
-				batch = append(batch, r)
+				if len(batch) > 0 && batchBytes+r.mem > p.opts.MaxBatchBytes {
+					next = r
+					break drain
+				}
+				batch, batchBytes = append(batch, r), batchBytes+r.mem
 			default:
 				break drain
 			}
@@ -300,7 +387,7 @@ func (p *CommitProxy) Run(ctx context.Context) error {
 			if err := p.resync(ctx); err != nil {
 				p.opts.Logger.Error("log resync failed", "err", err)
 				for _, r := range batch {
-					r.reply <- commitResult{err: kv.Errorf(kv.CodeCommitUnknownResult, "log unavailable: %v", err)}
+					p.finish(r, commitResult{err: kv.Errorf(kv.CodeCommitUnknownResult, "log unavailable: %v", err)})
 				}
 				<-p.slots
 				continue
@@ -310,9 +397,7 @@ func (p *CommitProxy) Run(ctx context.Context) error {
 		select {
 		case p.waits <- inf:
 		case <-ctx.Done():
-			for _, r := range batch {
-				r.reply <- commitResult{err: kv.Errorf(kv.CodeCommitUnknownResult, "cluster stopping")}
-			}
+			stopping(batch)
 			return nil
 		}
 	}
@@ -525,7 +610,7 @@ func (p *CommitProxy) replyLoop() {
 			if res.err == nil {
 				p.commits.Add(1)
 			}
-			r.reply <- res
+			p.finish(r, res)
 		}
 		<-p.slots
 	}

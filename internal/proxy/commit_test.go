@@ -46,6 +46,23 @@ func (u fixedUsage) Usage(tag kv.Tag) (int64, kv.Version) { return u[tag], 0 }
 
 func newProxy(t *testing.T, usage StashUsage) (*CommitProxy, *txlog.Log, *sequencer.Sequencer) {
 	t.Helper()
+	p, log, seq := newStoppedProxy(t, usage, nil)
+	run(t, p)
+	return p, log, seq
+}
+
+// run runs p until the test ends.
+func run(t *testing.T, p *CommitProxy) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { p.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+}
+
+// newStoppedProxy returns a proxy that is not running yet, with the
+// options tune changes (if not nil).
+func newStoppedProxy(t *testing.T, usage StashUsage, tune func(*CommitOptions)) (*CommitProxy, *txlog.Log, *sequencer.Sequencer) {
+	t.Helper()
 	cfg, err := config.Parse([]byte(testConfig))
 	if err != nil {
 		t.Fatal(err)
@@ -61,13 +78,12 @@ func newProxy(t *testing.T, usage StashUsage) (*CommitProxy, *txlog.Log, *sequen
 		{Name: "cache", Prefix: []byte("c/"), Tags: []kv.Tag{1, 2}, Replication: 2},
 		{Name: "data", Prefix: []byte("d/"), Tags: []kv.Tag{3, 4}, Replication: 1},
 	})
-	p := NewCommitProxy(CommitOptions{Config: cfg, Sequencer: seq, Resolver: resolver.New(5_000_000), Log: log, Shards: shards, Usage: usage,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { p.Run(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
-	return p, log, seq
+	opts := CommitOptions{Config: cfg, Sequencer: seq, Resolver: resolver.New(5_000_000), Log: log, Shards: shards, Usage: usage,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	if tune != nil {
+		tune(&opts)
+	}
+	return NewCommitProxy(opts), log, seq
 }
 
 func set(k, v string) kv.Mutation {
@@ -339,5 +355,92 @@ func TestNeverAcknowledgesAnUntaggedMutation(t *testing.T) {
 	}
 	if len(keys) != 1 || keys[0] != "c/k3" {
 		t.Fatalf("log holds %q, want only c/k3", keys)
+	}
+}
+
+// TestBatchBytesBound: 64 concurrent commits through one slot for the log
+// would form batches of dozens of transactions; with MaxBatchBytes for
+// three, no log entry holds more than three.
+func TestBatchBytesBound(t *testing.T) {
+	txn := func(i int) Txn {
+		return Txn{Mutations: []kv.Mutation{set(fmt.Sprintf("c/%02d", i), string(make([]byte, 1000)))}}
+	}
+	const perBatch = 3
+	p, log, _ := newStoppedProxy(t, fixedUsage{}, func(o *CommitOptions) {
+		o.MaxBatchBytes = perBatch * TxnMemory(txn(0))
+		o.MaxInflightBatches = 1
+	})
+	run(t, p)
+	var wg sync.WaitGroup
+	for i := 0; i < 64; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := p.Commit(context.Background(), txn(i)); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	msgs, _, err := log.Peek(context.Background(), 1, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	total, largest := 0, 0
+	for _, m := range msgs {
+		total += len(m.Mutations)
+		largest = max(largest, len(m.Mutations))
+	}
+	t.Logf("%d batches, the largest of %d transactions", len(msgs), largest)
+	if total != 64 || largest > perBatch {
+		t.Fatalf("%d transactions logged, batches of up to %d; want 64 in batches of at most %d", total, largest, perBatch)
+	}
+}
+
+// TestQueuedBytesBound: while the proxy holds transactions worth its
+// MaxQueuedBytes (it is not running, so they wait), the next Commit waits
+// and gives up with its ctx without being queued; once the proxy runs, the
+// budget frees and commits go through. A transaction larger than the whole
+// budget still commits, alone.
+func TestQueuedBytesBound(t *testing.T) {
+	txn := func(k string, valueBytes int) Txn {
+		return Txn{Mutations: []kv.Mutation{set(k, string(make([]byte, valueBytes)))}}
+	}
+	limit := 2 * TxnMemory(txn("c/a", 1000))
+	p, _, _ := newStoppedProxy(t, fixedUsage{}, func(o *CommitOptions) { o.MaxQueuedBytes = limit })
+	errs := make(chan error, 2)
+	for _, k := range []string{"c/a", "c/b"} {
+		go func() {
+			_, err := p.Commit(context.Background(), txn(k, 1000))
+			errs <- err
+		}()
+	}
+	for deadline := time.Now().Add(5 * time.Second); len(p.reqs) < 2; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of 2 commits queued", len(p.reqs))
+		}
+	}
+	if n := p.QueuedBytes(); n != limit {
+		t.Fatalf("QueuedBytes = %d; want %d", n, limit)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if _, err := p.Commit(ctx, txn("c/c", 10)); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Commit past the budget = %v; want it to wait for its deadline", err)
+	}
+	if n := len(p.reqs); n != 2 {
+		t.Fatalf("%d requests queued; want the 2 within the budget", n)
+	}
+	run(t, p)
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := p.Commit(context.Background(), txn("c/big", 3000)); err != nil {
+		t.Fatalf("a transaction larger than the budget: %v", err)
+	}
+	if n := p.QueuedBytes(); n != 0 {
+		t.Fatalf("%d bytes still counted after every reply", n)
 	}
 }

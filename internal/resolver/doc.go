@@ -88,7 +88,10 @@
 // spike, and a full pass completes while the map grows by at most a third:
 // the number of boundaries stays within a small factor of the canonical step
 // function of the writes in the window (at most two boundaries per write
-// range, plus the empty key).
+// range, plus the empty key). The budget also grows with the versions since
+// the previous batch, so that a pass takes at most one window of versions
+// even when batches bring no writes: after a burst, the commit proxy's idle
+// batches forget it within about three windows.
 //
 // A Resolver is safe for concurrent use, but batches must be submitted in
 // version order; a commit pipeline has a single caller of Resolve.

@@ -108,10 +108,17 @@ func lessEntry(a, b entry) bool {
 
 const (
 	btreeDegree = 32
-	// sweepBase and sweepFactor set the pruning budget of one batch:
-	// sweepBase + sweepFactor*(boundaries the batch added).
+	// sweepBase, sweepFactor and sweepPasses set the pruning budget of one
+	// batch: sweepBase + sweepFactor*(boundaries the batch added) +
+	// sweepPasses*(boundaries held when the pass began)*(versions since the
+	// last batch)/window. The last term completes a pass over the whole map
+	// within window/sweepPasses versions whatever the batches hold, so
+	// writes are forgotten within about three windows: without it, after a
+	// burst of writes, the idle batches' sweepBase took hours to forget the
+	// burst's millions of boundaries.
 	sweepBase   = 128
 	sweepFactor = 4
+	sweepPasses = 1
 )
 
 // Resolver detects conflicts between transactions over an MVCC window.
@@ -124,8 +131,10 @@ type Resolver struct {
 
 	// pruning sweep
 	cursor      []byte // next boundary to visit; nil: start of the key space
+	passSize    int    // boundaries held when the current pass began
 	sweepBase   int
 	sweepFactor int
+	sweepPasses int
 
 	stats Stats
 
@@ -171,6 +180,7 @@ func NewAt(windowVersions, start kv.Version) *Resolver {
 		tree:        btree.NewG[entry](btreeDegree, lessEntry),
 		sweepBase:   sweepBase,
 		sweepFactor: sweepFactor,
+		sweepPasses: sweepPasses,
 	}
 	r.tree.ReplaceOrInsert(mk([]byte{}, 0))
 	r.take1 = func(e entry) bool {
@@ -226,6 +236,7 @@ func (r *Resolver) Resolve(version kv.Version, txns []Txn) []Outcome {
 	if version <= r.last {
 		panic(fmt.Sprintf("resolver: batch version %d is not after the previous batch version %d", version, r.last))
 	}
+	elapsed := version - r.last
 	r.last = version
 	if o := version - r.window; o > r.oldest {
 		r.oldest = o
@@ -249,6 +260,13 @@ func (r *Resolver) Resolve(version kv.Version, txns []Txn) []Outcome {
 	budget := r.sweepBase
 	if grown := r.tree.Len() - before; grown > 0 {
 		budget += r.sweepFactor * grown
+	}
+	if r.cursor == nil {
+		r.passSize = r.tree.Len()
+	}
+	if r.sweepPasses > 0 {
+		n := int64(r.passSize)
+		budget += int(min(n, int64(r.sweepPasses)*n*int64(min(elapsed, r.window))/int64(r.window)))
 	}
 	r.sweep(budget)
 	return out
@@ -443,7 +461,20 @@ func (r *Resolver) sweep(budget int) {
 	clear(r.scratch)
 	clear(r.upd)
 	r.scratch, r.upd = r.scratch[:0], r.upd[:0]
+	// Keep the scratch arrays for the next sweep unless a large one (after
+	// a burst of writes) made them large: they would hold their peak size,
+	// tens of megabytes, for good.
+	if cap(r.scratch) > maxScratch {
+		r.scratch = nil
+	}
+	if cap(r.upd) > maxScratch {
+		r.upd = nil
+	}
 }
+
+// maxScratch is the capacity of the sweep's scratch arrays kept between
+// sweeps.
+const maxScratch = 1 << 14
 
 func (r *Resolver) sweepVisit(x entry) bool {
 	if r.sweepLeft <= 0 {

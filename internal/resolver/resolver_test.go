@@ -207,6 +207,34 @@ func TestPruneToZero(t *testing.T) {
 	expect(t, r.Resolve(1001, []Txn{reads(950, rg("", "\xff"))}), Committed)
 }
 
+// TestIdleBatchesForgetABurst: one batch writes 20,000 keys, then only
+// empty batches come, 20 per window (as the commit proxy's idle batches
+// do). Within three windows (a pass that started before the writes were
+// older than the window, then a full pass) the resolver holds the empty key
+// alone; with a budget of sweepBase per idle batch it still held most of
+// the burst.
+func TestIdleBatchesForgetABurst(t *testing.T) {
+	const window = 1000
+	r := New(window)
+	var ws []kv.KeyRange
+	for i := range 10_000 {
+		ws = append(ws, pt(fmt.Sprintf("k%05d", i)))
+	}
+	r.Resolve(1, []Txn{writes(0, ws...)})
+	if b := r.Stats().Boundaries; b != 1+2*len(ws) {
+		t.Fatalf("%d boundaries after the burst; want %d", b, 1+2*len(ws))
+	}
+	for v := kv.Version(1 + window/20); v <= 1+3*window; v += window / 20 {
+		r.Resolve(v, nil)
+	}
+	if s := r.Stats(); s.Boundaries != 1 {
+		t.Fatalf("%d boundaries three windows after the burst; want 1 (%+v)", s.Boundaries, s)
+	}
+	if cap(r.scratch) > maxScratch || cap(r.upd) > maxScratch {
+		t.Fatalf("the sweep keeps scratch arrays of %d and %d entries", cap(r.scratch), cap(r.upd))
+	}
+}
+
 // ---- differential test against a brute-force model ----
 
 type modelWrite struct {
@@ -503,14 +531,14 @@ func TestDifferential(t *testing.T) {
 		{"long", genConfig{alphabet: "a\x00\xff", maxLen: 4, window: 200, maxStep: 40, prefix: "0123456789abcd"}},
 	}
 	prunings := []struct {
-		name         string
-		base, factor int
+		name                 string
+		base, factor, passes int
 	}{
-		{"default", sweepBase, sweepFactor},
-		{"slow", 1, 0},       // the cursor crawls: many partial passes
-		{"tiny", 3, 1},       // stops mid-tree every batch
-		{"full", 1 << 30, 0}, // a full pass every batch
-		{"off", 0, 0},        // never prunes
+		{"default", sweepBase, sweepFactor, sweepPasses},
+		{"slow", 1, 0, 0},       // the cursor crawls: many partial passes
+		{"tiny", 3, 1, 0},       // stops mid-tree every batch
+		{"full", 1 << 30, 0, 0}, // a full pass every batch
+		{"off", 0, 0, 0},        // never prunes
 	}
 	batches := 2000
 	if testing.Short() {
@@ -530,7 +558,7 @@ func TestDifferential(t *testing.T) {
 					t.Parallel()
 					g := &gen{rng: rand.New(rand.NewPCG(seed, 0xd15)), cfg: cfg}
 					r := New(cfg.window)
-					r.sweepBase, r.sweepFactor = p.base, p.factor
+					r.sweepBase, r.sweepFactor, r.sweepPasses = p.base, p.factor, p.passes
 					m := &model{window: cfg.window}
 					v := kv.Version(0)
 					var counts [4]int
@@ -587,7 +615,7 @@ func TestPruneBounded(t *testing.T) {
 	}
 	r := New(window)
 	off := New(window)
-	off.sweepBase, off.sweepFactor = 0, 0
+	off.sweepBase, off.sweepFactor, off.sweepPasses = 0, 0, 0
 	m := &model{window: window}
 	batches := 2000
 	if testing.Short() {

@@ -39,6 +39,15 @@ type Log interface {
 	Pop(tag kv.Tag, upTo kv.Version)
 }
 
+// memoryBudgeted is implemented by a log that bounds the memory of the
+// entries it holds until every tag popped them (txlog.Log). While it is over
+// its budget, a durable stash flushes everything it applied, ignoring its
+// MVCC window, so that it can pop it; a volatile one pops what it applied
+// anyway.
+type memoryBudgeted interface {
+	OverMemoryBudget() bool
+}
+
 // Options configure a stash.
 type Options struct {
 	Tag    kv.Tag
@@ -61,8 +70,10 @@ type Options struct {
 	TrackRecency bool
 	// WindowVersions is the MVCC window (5 s = 5e6 versions).
 	WindowVersions kv.Version
-	// WindowBytes bounds the window's memory; older versions are flushed
-	// early when it is exceeded (reads of them then get transaction_too_old).
+	// WindowBytes bounds the window's memory (its structures included, see
+	// window.bytes); older versions are flushed early when it is exceeded
+	// (reads of them then get transaction_too_old), and the stash applies
+	// nothing more until they are. Default DefaultWindowBytes.
 	WindowBytes int64
 	// FlushInterval is how often versions leaving the window are flushed.
 	FlushInterval time.Duration
@@ -70,6 +81,9 @@ type Options struct {
 	FutureWait time.Duration
 	Logger     *slog.Logger
 }
+
+// DefaultWindowBytes is the default of Options.WindowBytes.
+const DefaultWindowBytes = 64 << 20
 
 // Stash is one storage server. Create it with New, then Run it.
 type Stash struct {
@@ -95,7 +109,9 @@ type Stash struct {
 	owned atomic.Pointer[[]kv.KeyRange]
 
 	hits, misses, reads atomic.Int64
-	flushNow            chan struct{}
+	// flushMu serializes flushes: the flush loop's, by age, and the pull
+	// loop's, when the window is over its budget.
+	flushMu sync.Mutex
 
 	// failure is set, once, when Run stops on an error: from then on reads
 	// fail fast with stash_unavailable, so clients use another replica
@@ -118,7 +134,7 @@ func New(opts Options) *Stash {
 		opts.WindowVersions = 5 * kv.VersionsPerSecond
 	}
 	if opts.WindowBytes <= 0 {
-		opts.WindowBytes = 64 << 20
+		opts.WindowBytes = DefaultWindowBytes
 	}
 	if opts.FlushInterval <= 0 {
 		opts.FlushInterval = 100 * time.Millisecond
@@ -129,7 +145,7 @@ func New(opts Options) *Stash {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	s := &Stash{opts: opts, eng: opts.Engine, win: newWindow(), appliedCh: make(chan struct{}), flushNow: make(chan struct{}, 1), failedC: make(chan struct{})}
+	s := &Stash{opts: opts, eng: opts.Engine, win: newWindow(), appliedCh: make(chan struct{}), failedC: make(chan struct{})}
 	v := opts.Engine.Version()
 	if opts.Volatile && opts.StartVersion > v {
 		v = opts.StartVersion
@@ -248,15 +264,28 @@ func (s *Stash) pullLoop(ctx context.Context) error {
 			}
 			continue
 		}
-		if err := s.apply(msgs, end); err != nil {
+		over, err := s.apply(msgs, end)
+		if err != nil {
 			s.opts.Logger.Error("stash apply failed", "tag", s.opts.Tag, "pool", s.opts.Pool, "err", err)
 			return err
+		}
+		if over {
+			// Apply no faster than the engine absorbs: flush before pulling
+			// more, so the window stays within its budget plus one Peek
+			// (or one version, which cannot be split) when the log outruns
+			// the engine, instead of growing until the process runs out of
+			// memory.
+			if err := s.flush(); err != nil {
+				s.opts.Logger.Error("stash flush failed", "tag", s.opts.Tag, "pool", s.opts.Pool, "err", err)
+				return err
+			}
 		}
 	}
 }
 
-// apply adds messages to the window and advances applied to end.
-func (s *Stash) apply(msgs []txlog.Message, end kv.Version) error {
+// apply adds messages to the window and advances applied to end. over
+// reports that the window is past its budget.
+func (s *Stash) apply(msgs []txlog.Message, end kv.Version) (over bool, err error) {
 	s.mu.Lock()
 	for _, m := range msgs {
 		if m.Version <= s.applied {
@@ -265,7 +294,7 @@ func (s *Stash) apply(msgs []txlog.Message, end kv.Version) error {
 		for _, mut := range m.Mutations {
 			if err := s.applyMutation(m.Version, mut); err != nil {
 				s.mu.Unlock()
-				return err
+				return false, err
 			}
 		}
 	}
@@ -274,15 +303,9 @@ func (s *Stash) apply(msgs []txlog.Message, end kv.Version) error {
 		close(s.appliedCh)
 		s.appliedCh = make(chan struct{})
 	}
-	over := s.win.bytes > s.opts.WindowBytes
+	over = s.win.bytes > s.opts.WindowBytes
 	s.mu.Unlock()
-	if over {
-		select {
-		case s.flushNow <- struct{}{}:
-		default:
-		}
-	}
-	return nil
+	return over, nil
 }
 
 // maxVersion is above every version: reads at it see the newest state,
@@ -384,7 +407,6 @@ func (s *Stash) flushLoop(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
-		case <-s.flushNow:
 		}
 		if err := s.flush(); err != nil {
 			s.opts.Logger.Error("stash flush failed", "tag", s.opts.Tag, "pool", s.opts.Pool, "err", err)
@@ -393,10 +415,20 @@ func (s *Stash) flushLoop(ctx context.Context) error {
 	}
 }
 
-// flush moves versions that left the window (by age or by memory) into the engine.
+// flush moves versions that left the window (by age or by memory, its own
+// or the log's) into the engine.
 func (s *Stash) flush() error {
+	s.flushMu.Lock()
+	defer s.flushMu.Unlock()
+	logOver := false
+	if b, ok := s.opts.Log.(memoryBudgeted); ok && !s.opts.Volatile {
+		logOver = b.OverMemoryBudget()
+	}
 	s.mu.RLock()
 	target := s.applied - s.opts.WindowVersions
+	if logOver {
+		target = s.applied
+	}
 	if s.win.bytes > s.opts.WindowBytes {
 		if t := s.win.targetForBytes(s.opts.WindowBytes / 2); t > target {
 			target = t

@@ -44,14 +44,37 @@ type window struct {
 	keys        *btree.BTreeG[*windowKey]
 	rangeClears []rangeClear // oldest first
 	queue       []versionKeys
-	bytes       int64
+	// bytes is the memory the window holds: key and value bytes plus the
+	// overheads below, so that the stash's WindowBytes bounds memory and not
+	// just payload.
+	bytes int64
 }
 
 func newWindow() *window {
 	return &window{keys: btree.NewG(16, lessWindowKey)}
 }
 
-const entryOverhead = 48
+// What the window's structures cost besides key and value bytes. For small
+// pairs they are most of the window's memory: counting 48 bytes a mutation,
+// as the window once did, 200k one-version puts of 10-byte keys and 8-byte
+// values were counted as 13 MB and held 41 MB. The figures are measured
+// with 10-byte keys on amd64 and include the slack of append's growth;
+// TestWindowBytesBoundMemory checks them against the heap. (Values alias
+// the log's memory: the window counts their length as if it held them.)
+const (
+	// putOverhead is what every mutation adds: a history slot (versioned,
+	// 40 bytes) and a slot in its version's key list (24 bytes).
+	putOverhead = 96
+	// keyOverhead is what a key new to the window adds: its windowKey (48
+	// bytes), its B-tree slot and the rounding of its copied bytes.
+	keyOverhead = 64
+	// versionOverhead is what a version adds: its queue element
+	// (versionKeys, 40 bytes).
+	versionOverhead = 48
+	// rangeClearOverhead is what a range clear adds: its rangeClear
+	// (56 bytes) and the rounding of its copied bounds.
+	rangeClearOverhead = 80
+)
 
 // latest returns the newest version of key in the window at or below v,
 // taking range clears into account. found=false means the window says
@@ -92,24 +115,28 @@ func (w *window) put(v kv.Version, key []byte, value []byte, present bool, cost 
 	if present && value == nil {
 		value = []byte{} // an empty value, not a clear (the wire turns empty into nil)
 	}
+	n := int64(len(value) + putOverhead)
 	wk, ok := w.keys.Get(&windowKey{key: key})
 	if !ok {
 		wk = &windowKey{key: append([]byte(nil), key...)}
 		w.keys.ReplaceOrInsert(wk)
+		n += int64(len(key) + keyOverhead)
 	}
 	wk.hist = append(wk.hist, versioned{version: v, value: value, present: present, cost: cost})
-	n := int64(len(key) + len(value) + entryOverhead)
 	w.bytes += n
-	w.noteKey(v, wk.key, n)
+	q := w.versionKeys(v)
+	q.keys = append(q.keys, wk.key)
+	q.bytes += n
 }
 
-func (w *window) noteKey(v kv.Version, key []byte, n int64) {
+// versionKeys returns the queue element of v, the newest version, adding
+// it if v is new.
+func (w *window) versionKeys(v kv.Version) *versionKeys {
 	if len(w.queue) == 0 || w.queue[len(w.queue)-1].version != v {
-		w.queue = append(w.queue, versionKeys{version: v})
+		w.queue = append(w.queue, versionKeys{version: v, bytes: versionOverhead})
+		w.bytes += versionOverhead
 	}
-	q := &w.queue[len(w.queue)-1]
-	q.keys = append(q.keys, key)
-	q.bytes += n
+	return &w.queue[len(w.queue)-1]
 }
 
 // clearRange records a clear of [begin, end) at v: a tombstone for every
@@ -124,12 +151,9 @@ func (w *window) clearRange(v kv.Version, begin, end []byte) {
 		w.put(v, k, nil, false, 0)
 	}
 	w.rangeClears = append(w.rangeClears, rangeClear{version: v, begin: append([]byte(nil), begin...), end: append([]byte(nil), end...)})
-	n := int64(len(begin) + len(end) + entryOverhead)
+	n := int64(len(begin) + len(end) + rangeClearOverhead)
 	w.bytes += n
-	if len(w.queue) == 0 || w.queue[len(w.queue)-1].version != v {
-		w.queue = append(w.queue, versionKeys{version: v})
-	}
-	w.queue[len(w.queue)-1].bytes += n
+	w.versionKeys(v).bytes += n
 }
 
 // flushPlan is what moving versions <= target into the engine writes: range
@@ -179,15 +203,19 @@ func (w *window) plan(target kv.Version) flushPlan {
 	return p
 }
 
-// drop removes versions <= target from the window after they reached the engine.
+// drop removes versions <= target from the window after they reached the
+// engine. What remains is copied to new arrays from nil: a slice made with
+// s[:0:0] still points at, and keeps alive, the whole old array (a queue
+// of the keys of every version dropped, and through them their values,
+// which alias the log's entries).
 func (w *window) drop(target kv.Version) {
 	n := 0
 	for n < len(w.rangeClears) && w.rangeClears[n].version <= target {
 		rc := w.rangeClears[n]
-		w.bytes -= int64(len(rc.begin) + len(rc.end) + entryOverhead)
+		w.bytes -= int64(len(rc.begin) + len(rc.end) + rangeClearOverhead)
 		n++
 	}
-	w.rangeClears = append(w.rangeClears[:0:0], w.rangeClears[n:]...)
+	w.rangeClears = append([]rangeClear(nil), w.rangeClears[n:]...)
 	q := 0
 	for q < len(w.queue) && w.queue[q].version <= target {
 		for _, k := range w.queue[q].keys {
@@ -197,18 +225,20 @@ func (w *window) drop(target kv.Version) {
 			}
 			i := 0
 			for i < len(wk.hist) && wk.hist[i].version <= target {
-				w.bytes -= int64(len(wk.key) + len(wk.hist[i].value) + entryOverhead)
+				w.bytes -= int64(len(wk.hist[i].value) + putOverhead)
 				i++
 			}
 			if i == len(wk.hist) {
 				w.keys.Delete(wk)
+				w.bytes -= int64(len(wk.key) + keyOverhead)
 			} else if i > 0 {
-				wk.hist = append(wk.hist[:0:0], wk.hist[i:]...)
+				wk.hist = append([]versioned(nil), wk.hist[i:]...)
 			}
 		}
+		w.bytes -= versionOverhead
 		q++
 	}
-	w.queue = append(w.queue[:0:0], w.queue[q:]...)
+	w.queue = append([]versionKeys(nil), w.queue[q:]...)
 }
 
 // targetForBytes returns the smallest version whose flush leaves at most

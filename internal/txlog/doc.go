@@ -33,6 +33,15 @@
 // entries only, so the on-disk raft log and snapshots stay bounded by what
 // the slowest stash has not popped. An empty tag set drops nothing.
 //
+// In memory, each replica holds its unpopped entries (Stats.Memory: the
+// raft commands and the per-tag index, where the tags that get every
+// mutation of an entry share one slice) and a cache of its most recent
+// raft records (logcache.go: at most 1024 records and RaftCacheBytes,
+// 32 MiB). Stashes pop what they flushed, so entries stay about one MVCC
+// window (5 s); when the entries pass Options.MemoryBytes (256 MiB),
+// OverMemoryBudget tells durable stashes to flush, and pop, everything they
+// applied without waiting for the window.
+//
 // # Guarantees
 //
 //   - Once Future.Wait returns nil, the entry is committed by a raft quorum

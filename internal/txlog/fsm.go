@@ -12,6 +12,7 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/distash/distash/internal/kv"
 	"github.com/hashicorp/raft"
@@ -26,7 +27,16 @@ const msgOverhead = 16
 type fsmEntry struct {
 	version kv.Version
 	raw     []byte
+	mem     int64 // memory the entry holds: raw and its part of the index
 }
+
+// Sizes of what the per-tag index holds for an entry: a tagMsg per tag and
+// a kv.Mutation per mutation and tag (shared by the tags that get every
+// mutation of the entry).
+var (
+	tagMsgBytes   = int64(unsafe.Sizeof(tagMsg{}))
+	mutationBytes = int64(unsafe.Sizeof(kv.Mutation{}))
+)
 
 // tagMsg is one Message of a tag's queue, with its size for maxBytes.
 type tagMsg struct {
@@ -49,6 +59,7 @@ type fsm struct {
 	popped  map[kv.Tag]kv.Version // replicated popped version of every tag of the set
 	trimmed kv.Version            // every entry <= trimmed has been dropped
 	bytes   int64                 // sum of len(raw) over entries
+	mem     int64                 // sum of mem over entries
 	last    atomic.Int64          // version of the last applied entry (written under mu)
 
 	// scratch for grouping an entry's mutations by tag (apply goroutine only)
@@ -150,12 +161,33 @@ func (f *fsm) addLocked(e *Entry, raw []byte) {
 			total++
 		}
 	}
+	mem := int64(len(raw))
 	if total > 0 {
-		// One backing array for every tag's mutations of this entry.
-		backing := make([]kv.Mutation, total)
+		// The tags that get every mutation of the entry (the team of a
+		// single shard, the common case) share one slice of them all; the
+		// others get theirs from one backing array. A copy per tag made the
+		// index of a replicated entry several times the entry's size.
+		n := len(e.Mutations)
+		var every []kv.Mutation
+		rest := 0
+		for i := range groups {
+			if groups[i].n < n {
+				rest += groups[i].n
+			} else if every == nil {
+				every = make([]kv.Mutation, n)
+				for j := range e.Mutations {
+					every[j] = e.Mutations[j].Mutation
+				}
+			}
+		}
+		backing := make([]kv.Mutation, rest)
 		off := 0
 		for i := range groups {
 			g := &groups[i]
+			if g.n == n {
+				g.muts = every
+				continue
+			}
 			g.muts = backing[off : off : off+g.n]
 			off += g.n
 		}
@@ -165,8 +197,9 @@ func (f *fsm) addLocked(e *Entry, raw []byte) {
 				if slices.Contains(m.Tags[:j], t) {
 					continue
 				}
-				g := find(t)
-				g.muts = append(g.muts, m.Mutation)
+				if g := find(t); g.n < n {
+					g.muts = append(g.muts, m.Mutation)
+				}
 			}
 		}
 		for i := range groups {
@@ -174,10 +207,12 @@ func (f *fsm) addLocked(e *Entry, raw []byte) {
 			f.index[g.tag] = append(f.index[g.tag], tagMsg{msg: Message{Version: e.Version, Mutations: g.muts}, size: g.size})
 			g.muts = nil
 		}
+		mem += int64(len(groups))*tagMsgBytes + int64(len(every)+rest)*mutationBytes
 	}
 	f.groups = groups[:0]
-	f.entries = append(f.entries, fsmEntry{version: e.Version, raw: raw})
+	f.entries = append(f.entries, fsmEntry{version: e.Version, raw: raw, mem: mem})
 	f.bytes += int64(len(raw))
+	f.mem += mem
 	f.last.Store(int64(e.Version))
 }
 
@@ -212,6 +247,7 @@ func (f *fsm) trimLocked(upTo kv.Version) {
 	k := sort.Search(len(f.entries), func(i int) bool { return f.entries[i].version > upTo })
 	for i := 0; i < k; i++ {
 		f.bytes -= int64(len(f.entries[i].raw))
+		f.mem -= f.entries[i].mem
 	}
 	clear(f.entries[:k]) // let the trimmed commands be collected
 	f.entries = f.entries[k:]
@@ -259,6 +295,7 @@ func (f *fsm) peek(tag kv.Tag, after kv.Version, maxBytes int) ([]Message, kv.Ve
 type fsmState struct {
 	Entries   int
 	Bytes     int64
+	Memory    int64
 	Popped    map[kv.Tag]kv.Version
 	MinPopped kv.Version
 	Trimmed   kv.Version
@@ -271,6 +308,7 @@ func (f *fsm) state() fsmState {
 	s := fsmState{
 		Entries: len(f.entries),
 		Bytes:   f.bytes,
+		Memory:  f.mem,
 		Popped:  make(map[kv.Tag]kv.Version, len(f.popped)),
 		Trimmed: f.trimmed,
 		Last:    f.lastVersion(),
@@ -387,7 +425,7 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 		return err
 	}
 	f.mu.Lock()
-	f.entries, f.index, f.popped, f.trimmed, f.bytes = nf.entries, nf.index, nf.popped, nf.trimmed, nf.bytes
+	f.entries, f.index, f.popped, f.trimmed, f.bytes, f.mem = nf.entries, nf.index, nf.popped, nf.trimmed, nf.bytes, nf.mem
 	f.last.Store(nf.last.Load())
 	f.mu.Unlock()
 	f.notify()

@@ -58,9 +58,21 @@ type Options struct {
 	// LeaderTimeout bounds how long Open, Append and pop flushes wait for a
 	// raft leader (default 10s).
 	LeaderTimeout time.Duration
+	// RaftCacheBytes bounds the data of the recent raft log records each
+	// replica keeps in memory in front of its store (default 32 MiB, and
+	// at most 1024 records).
+	RaftCacheBytes int64
+	// MemoryBytes is the budget of the entries each replica holds in memory
+	// until every tag popped them (Stats.Memory; default 256 MiB). Past it,
+	// OverMemoryBudget reports true and stashes flush what they applied
+	// without waiting for their MVCC window to pass, so that they pop it.
+	MemoryBytes int64
 }
 
 const maxReplicas = 7
+
+// DefaultMemoryBytes is the default of Options.MemoryBytes.
+const DefaultMemoryBytes = 256 << 20
 
 var (
 	// ErrClosed is returned by operations on a closed Log.
@@ -134,6 +146,7 @@ func (f *Future) Wait(ctx context.Context) error {
 type Stats struct {
 	Entries        int                   // unpopped entries held in memory (per replica)
 	Bytes          int64                 // their encoded size
+	Memory         int64                 // their memory: Bytes plus the per-tag index
 	Popped         map[kv.Tag]kv.Version // replicated popped version per tag of the set
 	MinPopped      kv.Version            // minimum over Popped
 	Trimmed        kv.Version            // entries <= Trimmed are dropped
@@ -205,6 +218,12 @@ func Open(opts Options) (*Log, error) {
 	}
 	if opts.LeaderTimeout == 0 {
 		opts.LeaderTimeout = 10 * time.Second
+	}
+	if opts.RaftCacheBytes <= 0 {
+		opts.RaftCacheBytes = DefaultRaftCacheBytes
+	}
+	if opts.MemoryBytes <= 0 {
+		opts.MemoryBytes = DefaultMemoryBytes
 	}
 	logger := opts.Logger
 	if logger == nil {
@@ -628,6 +647,20 @@ func (l *Log) popLoop() {
 	}
 }
 
+// OverMemoryBudget reports whether the most advanced running replica holds
+// more than Options.MemoryBytes of entries not popped by every tag. The log
+// can only drop what every tag popped, and stashes pop what they flushed,
+// so when it is over budget stashes should flush everything they applied.
+func (l *Log) OverMemoryBudget() bool {
+	f := l.bestFSM()
+	if f == nil {
+		return false
+	}
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.mem > l.opts.MemoryBytes
+}
+
 // LastVersion is the version of the last committed entry applied by the
 // most advanced running replica.
 func (l *Log) LastVersion() kv.Version {
@@ -642,7 +675,7 @@ func (l *Log) Stats() Stats {
 	s := Stats{Leader: -1}
 	if f := l.bestFSM(); f != nil {
 		st := f.state()
-		s.Entries, s.Bytes, s.Popped, s.MinPopped, s.Trimmed, s.LastVersion = st.Entries, st.Bytes, st.Popped, st.MinPopped, st.Trimmed, st.Last
+		s.Entries, s.Bytes, s.Memory, s.Popped, s.MinPopped, s.Trimmed, s.LastVersion = st.Entries, st.Bytes, st.Memory, st.Popped, st.MinPopped, st.Trimmed, st.Last
 	}
 	l.mu.RLock()
 	for _, r := range l.reps {

@@ -81,10 +81,7 @@ func (l *Log) startReplicaLocked(i int, bootstrap bool) (err error) {
 			store.Close()
 		}
 	}()
-	logs, err := raft.NewLogCache(1024, store)
-	if err != nil {
-		return err
-	}
+	logs := newLogCache(store, logCacheRecords, l.opts.RaftCacheBytes)
 	snaps, err := raft.NewFileSnapshotStoreWithLogger(r.dir, 2, l.hlog.Named(string(r.id)+"-snap"))
 	if err != nil {
 		return fmt.Errorf("txlog: replica %d: snapshot store: %w", i, err)

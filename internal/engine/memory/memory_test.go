@@ -2,6 +2,7 @@ package memory_test
 
 import (
 	"fmt"
+	"runtime"
 	"testing"
 
 	"github.com/distash/distash/internal/engine"
@@ -36,8 +37,104 @@ func TestConformanceEphemeralUnlimited(t *testing.T) {
 	}
 }
 
+// TestEphemeral runs the suite's capacity checks, which count key and value
+// bytes exactly (a capacity of 1000 holds ten 100-byte pairs), so with no
+// entry overhead; TestCapacityBoundsMemory checks the default.
 func TestEphemeral(t *testing.T) {
-	enginetest.RunEphemeral(t, open, nil)
+	enginetest.RunEphemeral(t, func(t *testing.T, opts engine.Options) engine.Engine {
+		opts.Tuning = memory.Config{EntryOverhead: -1}
+		return open(t, opts)
+	}, nil)
+}
+
+// liveHeap returns the bytes of live heap objects after a full collection.
+func liveHeap() int64 {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return int64(ms.HeapAlloc)
+}
+
+// TestCapacityBoundsMemory fills ephemeral engines of the default entry
+// overhead with small pairs, in key order (the worst case for the key
+// tree), and checks the heap they hold against their capacity: counting
+// key and value bytes only, the engine held 12 times its capacity.
+func TestCapacityBoundsMemory(t *testing.T) {
+	const capacity = 4 << 20
+	const n = 200_000 // 3.6 MB of key and value bytes: below capacity without the overhead
+	for _, pol := range []string{"lru", "camp"} {
+		t.Run(pol, func(t *testing.T) {
+			// The pairs' source bytes, allocated before the baseline: the
+			// engine copies what it keeps.
+			keys := make([][]byte, n)
+			for i := range keys {
+				keys[i] = fmt.Appendf(nil, "k%09d", i)
+			}
+			value := []byte("vvvvvvvv")
+			before := liveHeap()
+			e := open(t, engine.Options{Ephemeral: true, Eviction: pol, CapacityBytes: capacity})
+			defer e.Close()
+			for i := 0; i < n; i += 1000 {
+				b := &engine.Batch{Version: kv.Version(i + 1)}
+				for _, k := range keys[i : i+1000] {
+					b.Writes = append(b.Writes, engine.Write{Key: k, Value: value})
+				}
+				if err := e.Apply(b); err != nil {
+					t.Fatal(err)
+				}
+			}
+			held := liveHeap() - before
+			runtime.KeepAlive(keys)
+			st := e.Stats()
+			resident := counter(t, e, "resident_bytes")
+			t.Logf("%d pairs, %d key and value bytes, %d resident bytes counted, %d heap bytes held (%.0f per pair)",
+				st.Keys, st.Bytes, resident, held, float64(held)/float64(st.Keys))
+			if st.Evictions == 0 || resident > capacity {
+				t.Fatalf("Stats = %+v, resident %d: want evictions and at most %d resident bytes", st, resident, capacity)
+			}
+			// Not more than 10% above the capacity (the overhead is an
+			// estimate), and not far below it either.
+			if held > capacity*11/10 || held < capacity/2 {
+				t.Fatalf("the engine holds %d heap bytes for a capacity of %d", held, capacity)
+			}
+		})
+	}
+}
+
+func counter(t *testing.T, e engine.Engine, name string) int64 {
+	t.Helper()
+	for _, c := range e.(engine.Counted).Counters() {
+		if c.Name == name {
+			return c.Value
+		}
+	}
+	t.Fatalf("no counter %q", name)
+	return 0
+}
+
+func TestTuning(t *testing.T) {
+	for _, tuning := range []any{nil, memory.Config{}, &memory.Config{EntryOverhead: 10}, (*memory.Config)(nil)} {
+		e, err := memory.Open(engine.Options{Tuning: tuning})
+		if err != nil {
+			t.Fatalf("Tuning %#v: %v", tuning, err)
+		}
+		e.Close()
+	}
+	if _, err := memory.Open(engine.Options{Tuning: "big"}); err == nil {
+		t.Fatal("Open accepted a string as Tuning")
+	}
+	// A pair that fits only without its overhead is dropped.
+	e := open(t, engine.Options{Ephemeral: true, CapacityBytes: 100, Tuning: memory.Config{EntryOverhead: 50}})
+	defer e.Close()
+	if err := e.Apply(&engine.Batch{Version: 1, Writes: []engine.Write{enginetest.Set("a", string(make([]byte, 49))), enginetest.Set("b", string(make([]byte, 50)))}}); err != nil {
+		t.Fatal(err)
+	}
+	if st := e.Stats(); st.Keys != 1 || st.Bytes != 50 || st.Evictions != 1 {
+		t.Fatalf("Stats = %+v; want only a (50 bytes) kept and b dropped", st)
+	}
+	if r := counter(t, e, "resident_bytes"); r != 100 {
+		t.Fatalf("resident_bytes = %d; want 100", r)
+	}
 }
 
 func TestDurableNeverEvicts(t *testing.T) {
