@@ -44,6 +44,30 @@ type Appender interface {
 	Resync(ctx context.Context) (kv.Version, error)
 }
 
+// Sequencer is the part of the sequencer the commit proxy uses (a
+// *sequencer.Sequencer in process; a remote one behind the same methods).
+type Sequencer interface {
+	// NextCommitVersion returns the previous commit version and a new,
+	// larger one.
+	NextCommitVersion() (prev, v kv.Version)
+	// ReportCommitted records that v is durable in the log.
+	ReportCommitted(v kv.Version)
+	// Resync chains the next version to the log's last one after an
+	// append of unknown outcome.
+	Resync(logLast kv.Version)
+}
+
+// Resolver decides which transactions of a batch conflict (a
+// *resolver.Resolver in process).
+type Resolver interface {
+	Resolve(version kv.Version, txns []resolver.Txn) []resolver.Outcome
+}
+
+var (
+	_ Sequencer = (*sequencer.Sequencer)(nil)
+	_ Resolver  = (*resolver.Resolver)(nil)
+)
+
 // StashUsage tells the proxy how full a stash is.
 type StashUsage interface {
 	// Usage returns the stash's live bytes and the version they include.
@@ -53,8 +77,8 @@ type StashUsage interface {
 // CommitOptions configure a commit proxy.
 type CommitOptions struct {
 	Config    *config.Config
-	Sequencer *sequencer.Sequencer
-	Resolver  *resolver.Resolver
+	Sequencer Sequencer
+	Resolver  Resolver
 	Log       Appender
 	Shards    *shardmap.Map
 	Usage     StashUsage
