@@ -76,6 +76,23 @@ type Stats struct {
 	FilterNegatives int64
 }
 
+// Peeker is implemented by engines whose Get has side effects (a
+// reference in the eviction order, a read-cache fill, counters): Peek reads
+// the same value with none of them, for status and accounting that must not
+// disturb what they measure.
+type Peeker interface {
+	Peek(key []byte) (value []byte, ok bool, err error)
+}
+
+// Peek reads key from e without side effects: e's Peek if it has one, else
+// its Get (which then has none).
+func Peek(e Engine, key []byte) ([]byte, bool, error) {
+	if p, ok := e.(Peeker); ok {
+		return p.Peek(key)
+	}
+	return e.Get(key)
+}
+
 // Counter is one named figure of an engine's internals, for status
 // displays. Names are lower_snake_case; those ending in _bytes are sizes.
 type Counter struct {

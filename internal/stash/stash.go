@@ -318,7 +318,9 @@ func (s *Stash) current(key []byte) ([]byte, bool, error) {
 	if v, present, found := s.win.at(key, maxVersion); found {
 		return v, present, nil
 	}
-	return s.eng.Get(key)
+	// Accounting and atomic operations read the old value: not a client's
+	// reference, so no side effects in the engine.
+	return engine.Peek(s.eng, key)
 }
 
 func (s *Stash) applyMutation(v kv.Version, m kv.Mutation) error {
@@ -712,7 +714,7 @@ func (s *Stash) Stats() Stats {
 		// Add the window's newest state to the engine's counts.
 		s.win.keys.Ascend(func(wk *windowKey) bool {
 			h := wk.hist[len(wk.hist)-1]
-			old, inEngine, _ := s.eng.Get(wk.key)
+			old, inEngine, _ := engine.Peek(s.eng, wk.key) // status must not reorder eviction or fill caches
 			if inEngine {
 				st.Keys--
 				st.Bytes -= int64(len(wk.key) + len(old))

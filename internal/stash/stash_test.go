@@ -286,3 +286,43 @@ func TestReadsBeyondAppliedWaitThenFail(t *testing.T) {
 		t.Fatalf("read outside owned ranges = %v", err)
 	}
 }
+
+// TestStatsDoNotReorderEviction: Stats of an ephemeral stash looks up the
+// keys of its window in the engine; that is not a reference, so a status
+// call leaves the eviction order as the clients' reads made it.
+func TestStatsDoNotReorderEviction(t *testing.T) {
+	eng, _ := memory.Open(engine.Options{Ephemeral: true, Eviction: "lru", CapacityBytes: 1 << 20})
+	log := newFakeLog(1)
+	s := New(Options{Tag: 1, Engine: eng, Log: log, Ephemeral: true, WindowVersions: 10, FlushInterval: 5 * time.Millisecond, Logger: quiet})
+	s.SetOwned([]kv.KeyRange{{Begin: []byte("a"), End: []byte("z")}})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go s.Run(ctx)
+	set := func(v kv.Version, k string) {
+		log.push(txlog.Message{Version: v, Mutations: []kv.Mutation{{Type: kv.MutSet, Key: []byte(k), Param: []byte("v")}}})
+	}
+	set(1, "b")
+	set(2, "c")
+	set(3, "d")
+	log.push(txlog.Message{Version: 100}) // b, c, d leave the window for the engine
+	deadline := time.Now().Add(5 * time.Second)
+	for eng.Stats().Keys < 3 {
+		if time.Now().After(deadline) {
+			t.Fatal("not flushed")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	// b is written again: in the window, and the oldest in the engine.
+	set(101, "b")
+	for s.AppliedVersion() < 101 {
+		time.Sleep(time.Millisecond)
+	}
+	for i := 0; i < 3; i++ {
+		if st := s.Stats(); st.Keys != 3 {
+			t.Fatalf("Stats().Keys = %d, want 3", st.Keys)
+		}
+	}
+	if got, _ := s.Coldest(1); len(got) != 1 || string(got[0]) != "b" {
+		t.Fatalf("coldest after status calls = %q, want b", got)
+	}
+}

@@ -447,6 +447,18 @@ type candidate struct {
 // prefetches each index bucket and yields before reading it, and yields
 // around the SSD read, so other lookups run meanwhile.
 func (e *Engine) GetCtx(c farmem.Ctx, key []byte) ([]byte, bool, error) {
+	return e.lookup(c, key, false)
+}
+
+// Peek is Get without side effects (engine.Peeker): no reference in the
+// eviction order, no read-cache fill, no counters.
+func (e *Engine) Peek(key []byte) ([]byte, bool, error) {
+	return e.lookup(farmem.Direct, key, true)
+}
+
+// lookup finds key; quiet leaves the eviction order, the read cache and
+// the counters as they are.
+func (e *Engine) lookup(c farmem.Ctx, key []byte, quiet bool) ([]byte, bool, error) {
 	if e.closed.Load() {
 		return nil, false, ErrClosed
 	}
@@ -497,7 +509,7 @@ restart:
 		for i := 0; i < n; i++ {
 			cd := cands[i]
 			if !found && err == nil {
-				val, found, err = e.readCandidate(c, key, cd)
+				val, found, err = e.readCandidate(c, key, cd, quiet)
 			}
 			if cd.seg != nil {
 				cd.seg.unpin()
@@ -508,13 +520,13 @@ restart:
 			return nil, false, err
 		}
 		if found {
-			if e.pol != nil {
+			if e.pol != nil && !quiet {
 				e.touch(c, key)
 			}
 			return val, true, nil
 		}
 		if end {
-			if !deviceRead {
+			if !deviceRead && !quiet {
 				e.indexNegatives.Add(1)
 			}
 			return nil, false, nil
@@ -536,7 +548,8 @@ func (e *Engine) touch(c farmem.Ctx, key []byte) {
 }
 
 // readCandidate returns the value of the entry at cd if it is key's.
-func (e *Engine) readCandidate(c farmem.Ctx, key []byte, cd candidate) ([]byte, bool, error) {
+// quiet: see lookup.
+func (e *Engine) readCandidate(c farmem.Ctx, key []byte, cd candidate, quiet bool) ([]byte, bool, error) {
 	if cd.data != nil {
 		ent, err := checkEntry(cd.path, cd.l, cd.data, true)
 		if err != nil {
@@ -545,10 +558,12 @@ func (e *Engine) readCandidate(c farmem.Ctx, key []byte, cd candidate) ([]byte, 
 		if !bytes.Equal(ent.key, key) {
 			return nil, false, nil
 		}
-		e.m.bufferHits.Add(1)
+		if !quiet {
+			e.m.bufferHits.Add(1)
+		}
 		return ent.value, true, nil
 	}
-	if e.cache != nil {
+	if e.cache != nil && !quiet {
 		if k, v, ok := e.cache.get(c, cd.l); ok {
 			if !bytes.Equal(k, key) {
 				return nil, false, nil
@@ -557,14 +572,14 @@ func (e *Engine) readCandidate(c farmem.Ctx, key []byte, cd candidate) ([]byte, 
 			return append([]byte{}, v...), true, nil
 		}
 	}
-	ent, err := e.readEntry(c, cd.seg, cd.l)
+	ent, err := e.readEntry(c, cd.seg, cd.l, quiet)
 	if err != nil {
 		return nil, false, err
 	}
 	if !bytes.Equal(ent.key, key) {
 		return nil, false, nil
 	}
-	if e.cache != nil {
+	if e.cache != nil && !quiet {
 		e.cache.put(cd.l, ent.key, ent.value)
 	}
 	return ent.value, true, nil
@@ -579,8 +594,10 @@ func nonNil(b []byte) []byte {
 
 // readEntry reads and verifies the set entry at l of s from the file. The
 // returned entry's slices are the caller's.
-func (e *Engine) readEntry(c farmem.Ctx, s *segment, l loc) (entry, error) {
-	e.m.diskReads.Add(1)
+func (e *Engine) readEntry(c farmem.Ctx, s *segment, l loc, quiet bool) (entry, error) {
+	if !quiet {
+		e.m.diskReads.Add(1)
+	}
 	off, n := int64(l.off), int(l.n)
 	var data []byte
 	if s.rf != s.wf {
@@ -723,7 +740,7 @@ func (e *Engine) valueOf(s *segment, it *item) ([]byte, error) {
 				return append([]byte{}, v...), nil
 			}
 		}
-		ent, err = e.readEntry(farmem.Direct, s, it.loc)
+		ent, err = e.readEntry(farmem.Direct, s, it.loc, false)
 	}
 	if err != nil {
 		return nil, err

@@ -99,3 +99,47 @@ func TestRegisteredTakesTuning(t *testing.T) {
 		t.Fatalf("256 KiB written into 64 KiB segments left %d segments: the Tuning was not applied", n)
 	}
 }
+
+// TestPeekHasNoSideEffects: Peek (status, accounting) reads the value but
+// fills no cache and moves no counter, where Get does both.
+func TestPeekHasNoSideEffects(t *testing.T) {
+	dir := t.TempDir()
+	e, err := flash.Open(engine.Options{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Apply(&engine.Batch{Version: 1, Writes: []engine.Write{{Key: []byte("k"), Value: []byte("v")}}}); err != nil {
+		t.Fatal(err)
+	}
+	e.Close()
+	// Reopened, the value is only in the file: a Get reads it and caches it.
+	e, err = flash.Open(engine.Options{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	counters := func() map[string]int64 {
+		m := map[string]int64{}
+		for _, c := range e.Counters() {
+			m[c.Name] = c.Value
+		}
+		return m
+	}
+	before := counters()
+	for i := 0; i < 3; i++ {
+		if v, ok, err := e.Peek([]byte("k")); err != nil || !ok || string(v) != "v" {
+			t.Fatalf("Peek = %q, %v, %v", v, ok, err)
+		}
+	}
+	if _, ok, err := e.Peek([]byte("absent")); err != nil || ok {
+		t.Fatalf("Peek(absent) = %v, %v", ok, err)
+	}
+	if after := counters(); fmt.Sprint(after) != fmt.Sprint(before) {
+		t.Fatalf("Peek moved counters: %v -> %v", before, after)
+	}
+	e.Get([]byte("k"))
+	e.Get([]byte("k"))
+	if c := counters(); c["file_reads"] != before["file_reads"]+1 || c["cache_hits"] != before["cache_hits"]+1 {
+		t.Fatalf("Get: counters %v (before %v); want one file read, then a cache hit", c, before)
+	}
+}

@@ -159,10 +159,16 @@ func Open(opts engine.Options) (*Engine, error) {
 
 // Get returns a copy of key's value. A hit counts as a reference for the
 // eviction order.
-func (e *Engine) Get(key []byte) ([]byte, bool, error) {
+func (e *Engine) Get(key []byte) ([]byte, bool, error) { return e.get(key, true) }
+
+// Peek is Get without counting a reference in the eviction order
+// (engine.Peeker).
+func (e *Engine) Peek(key []byte) ([]byte, bool, error) { return e.get(key, false) }
+
+func (e *Engine) get(key []byte, reference bool) ([]byte, bool, error) {
 	var it item
 	var ok bool
-	if e.pol != nil {
+	if e.pol != nil && reference {
 		e.mu.Lock()
 		if e.closed {
 			e.mu.Unlock()

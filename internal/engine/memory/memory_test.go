@@ -188,6 +188,13 @@ func TestColdest(t *testing.T) {
 			if got := fmt.Sprint(keys(e.Coldest(10))); got != "[a b c d]" {
 				t.Fatalf("Coldest(10) = %s; want [a b c d]", got)
 			}
+			// Peek (status, accounting) is not a reference.
+			if v, ok, err := e.Peek([]byte("a")); err != nil || !ok || string(v) != "123" {
+				t.Fatalf("Peek(a) = %q, %v, %v", v, ok, err)
+			}
+			if got := fmt.Sprint(keys(e.Coldest(1))); got != "[a]" {
+				t.Fatalf("Coldest(1) after peeking at a = %s; want [a]", got)
+			}
 			e.Get([]byte("a")) // a becomes the hottest
 			if got := fmt.Sprint(keys(e.Coldest(2))); got != "[b c]" {
 				t.Fatalf("Coldest(2) after reading a = %s; want [b c]", got)
