@@ -90,6 +90,7 @@ type Server struct {
 	stashes  map[kv.Tag]*stashSlot // fixed once started; the stash in a slot changes on restart
 	order    []kv.Tag              // stash tags in pool order, system first
 	poolTags map[string][]kv.Tag
+	usage    *proxy.UsageBoard // stashes report their live bytes here; the commit proxy reads it
 
 	grpcServer *grpc.Server
 	listener   net.Listener
@@ -132,7 +133,7 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	if err := checkConfigMatches(opts.Dir, opts.Config); err != nil {
 		return nil, err
 	}
-	s := &Server{opts: opts, cfg: opts.Config, logger: opts.Logger, stashes: map[kv.Tag]*stashSlot{}}
+	s := &Server{opts: opts, cfg: opts.Config, logger: opts.Logger, stashes: map[kv.Tag]*stashSlot{}, usage: proxy.NewUsageBoard()}
 	if err := s.start(ctx); err != nil {
 		s.Stop()
 		return nil, err
@@ -239,7 +240,7 @@ func (s *Server) start(ctx context.Context) error {
 	s.rk = ratekeeper.New(s.rateSample, 100*time.Millisecond)
 	s.commit = proxy.NewCommitProxy(proxy.CommitOptions{
 		Config: s.cfg, Sequencer: s.seq, Resolver: s.res, Log: s.log,
-		Shards: shards, Usage: usageOf(s.stashes), PoolTags: poolTags, Logger: s.logger,
+		Shards: shards, Usage: s.usage, PoolTags: poolTags, Logger: s.logger,
 		Throttle: s.rk,
 	})
 	// The ratekeeper samples the commit proxy: start it once that exists.
@@ -382,6 +383,7 @@ func (s *Server) openStash(sp stashSpec, windowVersions, recovered kv.Version) (
 		Ephemeral: sp.pool.Ephemeral(), TrackBytes: !sp.pool.Ephemeral(), CapacityBytes: int64(sp.pool.Capacity),
 		TrackRecency:   sp.pool.Recency,
 		WindowVersions: windowVersions, WindowBytes: windowBudget(sp.pool), FlushInterval: s.opts.FlushInterval, Logger: s.logger,
+		ReportUsage: s.usage.Report,
 	}), nil
 }
 
@@ -478,18 +480,6 @@ func (s *Server) Stop() {
 			}
 		}
 	})
-}
-
-type usageMap map[kv.Tag]*stashSlot
-
-func usageOf(m map[kv.Tag]*stashSlot) usageMap { return usageMap(m) }
-
-func (u usageMap) Usage(tag kv.Tag) (int64, kv.Version) {
-	sl, ok := u[tag]
-	if !ok {
-		return 0, 0
-	}
-	return sl.get().Usage()
 }
 
 const configFile = "cluster.toml"

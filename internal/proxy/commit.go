@@ -74,6 +74,41 @@ type StashUsage interface {
 	Usage(tag kv.Tag) (usedBytes int64, applied kv.Version)
 }
 
+// UsageBoard is a StashUsage fed by the stashes: each reports its live
+// bytes and applied version as they change, and the commit proxy reads the
+// last report instead of calling the stash on its commit path (the stash
+// may be in another process). A report lags the stash; the proxy counts
+// every byte it committed above the reported version as pending, so a late
+// report only makes the capacity check more cautious.
+type UsageBoard struct {
+	mu      sync.Mutex
+	reports map[kv.Tag]usageReport // Protected by mu.
+}
+
+type usageReport struct {
+	used    int64
+	applied kv.Version
+}
+
+// NewUsageBoard returns an empty board: a stash that has not reported
+// counts as empty.
+func NewUsageBoard() *UsageBoard { return &UsageBoard{reports: map[kv.Tag]usageReport{}} }
+
+// Report records a stash's live bytes as of version applied.
+func (b *UsageBoard) Report(tag kv.Tag, used int64, applied kv.Version) {
+	b.mu.Lock()
+	b.reports[tag] = usageReport{used: used, applied: applied}
+	b.mu.Unlock()
+}
+
+// Usage implements StashUsage with the last report.
+func (b *UsageBoard) Usage(tag kv.Tag) (int64, kv.Version) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	r := b.reports[tag]
+	return r.used, r.applied
+}
+
 // CommitOptions configure a commit proxy.
 type CommitOptions struct {
 	Config    *config.Config

@@ -444,3 +444,26 @@ func TestQueuedBytesBound(t *testing.T) {
 		t.Fatalf("%d bytes still counted after every reply", n)
 	}
 }
+
+// TestCapacityFromPushedUsage: with a UsageBoard the proxy checks capacity
+// against what stashes report, counting what it committed above a
+// report's version: a lagging report cannot let a pool overfill.
+func TestCapacityFromPushedUsage(t *testing.T) {
+	board := NewUsageBoard()
+	p, _, seq := newProxy(t, board)
+	ctx := context.Background()
+	v := string(make([]byte, 90))
+	board.Report(3, 900, 0) // stash 3 (d/ keys below 0x80) holds 900 of 1024 bytes
+	if _, err := p.Commit(ctx, Txn{ReadVersion: seq.CommittedVersion(), Mutations: []kv.Mutation{set("d/a", v)}}); err != nil {
+		t.Fatal(err)
+	}
+	// No new report: the first write still counts, the second is refused.
+	if _, err := p.Commit(ctx, Txn{ReadVersion: seq.CommittedVersion(), Mutations: []kv.Mutation{set("d/b", v)}}); kv.CodeOf(err) != kv.CodePoolFull {
+		t.Fatalf("second write with a lagging report = %v, want pool_full", err)
+	}
+	// The stash reports it applied the first write and a clear freed room.
+	board.Report(3, 500, seq.CommittedVersion())
+	if _, err := p.Commit(ctx, Txn{ReadVersion: seq.CommittedVersion(), Mutations: []kv.Mutation{set("d/b", v)}}); err != nil {
+		t.Fatalf("write after a report with room: %v", err)
+	}
+}

@@ -77,6 +77,10 @@ type Options struct {
 	WindowBytes int64
 	// FlushInterval is how often versions leaving the window are flushed.
 	FlushInterval time.Duration
+	// ReportUsage, if set, receives the stash's live bytes (TrackBytes) and
+	// applied version when it starts and after each batch it applies: the
+	// commit proxy checks durable pools' capacity against these reports.
+	ReportUsage func(tag kv.Tag, usedBytes int64, applied kv.Version)
 	// FutureWait is how long a read at a version the stash has not reached waits.
 	FutureWait time.Duration
 	Logger     *slog.Logger
@@ -189,6 +193,7 @@ func (s *Stash) Run(ctx context.Context) error {
 	if s.opts.Volatile {
 		s.opts.Log.Pop(s.opts.Tag, s.AppliedVersion())
 	}
+	s.reportUsage()
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	errc := make(chan error, 2)
@@ -218,6 +223,18 @@ func (s *Stash) fail(err error) {
 		s.failure.Store(&err)
 		close(s.failedC)
 	})
+}
+
+// reportUsage pushes the live bytes and applied version to
+// Options.ReportUsage.
+func (s *Stash) reportUsage() {
+	if s.opts.ReportUsage == nil {
+		return
+	}
+	s.mu.RLock()
+	used, applied := s.liveBytes, s.applied
+	s.mu.RUnlock()
+	s.opts.ReportUsage(s.opts.Tag, used, applied)
 }
 
 // Failed returns the error that stopped the stash, nil while it runs.
@@ -269,6 +286,7 @@ func (s *Stash) pullLoop(ctx context.Context) error {
 			s.opts.Logger.Error("stash apply failed", "tag", s.opts.Tag, "pool", s.opts.Pool, "err", err)
 			return err
 		}
+		s.reportUsage()
 		if over {
 			// Apply no faster than the engine absorbs: flush before pulling
 			// more, so the window stays within its budget plus one Peek

@@ -326,3 +326,38 @@ func TestStatsDoNotReorderEviction(t *testing.T) {
 		t.Fatalf("coldest after status calls = %q, want b", got)
 	}
 }
+
+// TestReportsUsage: a stash tracking bytes pushes its live bytes and
+// applied version when it starts (what its engine holds) and as it applies.
+func TestReportsUsage(t *testing.T) {
+	eng, _ := memory.Open(engine.Options{})
+	if err := eng.Apply(&engine.Batch{Version: 3, Writes: []engine.Write{{Key: []byte("a"), Value: []byte("12345")}}}); err != nil {
+		t.Fatal(err)
+	}
+	type report struct {
+		used    int64
+		applied kv.Version
+	}
+	reports := make(chan report, 100)
+	log := newFakeLog(1)
+	s := New(Options{Tag: 1, Engine: eng, Log: log, TrackBytes: true, Logger: quiet,
+		ReportUsage: func(tag kv.Tag, used int64, applied kv.Version) { reports <- report{used, applied} }})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go s.Run(ctx)
+	if r := <-reports; r != (report{6, 3}) {
+		t.Fatalf("first report %+v, want 6 bytes at version 3", r)
+	}
+	log.push(txlog.Message{Version: 7, Mutations: []kv.Mutation{{Type: kv.MutSet, Key: []byte("b"), Param: []byte("xyz")}}})
+	deadline := time.After(5 * time.Second)
+	for {
+		select {
+		case r := <-reports:
+			if r == (report{10, 7}) {
+				return
+			}
+		case <-deadline:
+			t.Fatal("no report of 10 bytes at version 7")
+		}
+	}
+}
