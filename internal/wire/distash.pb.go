@@ -1863,6 +1863,277 @@ func (x *CommitStreamResponse) GetResponse() *CommitResponse {
 	return nil
 }
 
+// The log service: how a stash in another process pulls the mutations of
+// its tag (Peek) and tells the log what it made durable (Pop). A node-to-
+// node service: clients have no use for it.
+type PeekRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Tag           uint32                 `protobuf:"varint,1,opt,name=tag,proto3" json:"tag,omitempty"`
+	After         int64                  `protobuf:"varint,2,opt,name=after,proto3" json:"after,omitempty"`                       // return messages with versions above this
+	MaxBytes      int64                  `protobuf:"varint,3,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"` // about this much at most (at least one message); 0 = the server's default
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PeekRequest) Reset() {
+	*x = PeekRequest{}
+	mi := &file_distash_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PeekRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PeekRequest) ProtoMessage() {}
+
+func (x *PeekRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_distash_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PeekRequest.ProtoReflect.Descriptor instead.
+func (*PeekRequest) Descriptor() ([]byte, []int) {
+	return file_distash_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *PeekRequest) GetTag() uint32 {
+	if x != nil {
+		return x.Tag
+	}
+	return 0
+}
+
+func (x *PeekRequest) GetAfter() int64 {
+	if x != nil {
+		return x.After
+	}
+	return 0
+}
+
+func (x *PeekRequest) GetMaxBytes() int64 {
+	if x != nil {
+		return x.MaxBytes
+	}
+	return 0
+}
+
+type LogMessage struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Version       int64                  `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	Mutations     []*Mutation            `protobuf:"bytes,2,rep,name=mutations,proto3" json:"mutations,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LogMessage) Reset() {
+	*x = LogMessage{}
+	mi := &file_distash_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LogMessage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LogMessage) ProtoMessage() {}
+
+func (x *LogMessage) ProtoReflect() protoreflect.Message {
+	mi := &file_distash_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LogMessage.ProtoReflect.Descriptor instead.
+func (*LogMessage) Descriptor() ([]byte, []int) {
+	return file_distash_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *LogMessage) GetVersion() int64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *LogMessage) GetMutations() []*Mutation {
+	if x != nil {
+		return x.Mutations
+	}
+	return nil
+}
+
+type PeekResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Messages      []*LogMessage          `protobuf:"bytes,1,rep,name=messages,proto3" json:"messages,omitempty"`
+	End           int64                  `protobuf:"varint,2,opt,name=end,proto3" json:"end,omitempty"` // the caller has every message of its tag up to here
+	Error         *Error                 `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PeekResponse) Reset() {
+	*x = PeekResponse{}
+	mi := &file_distash_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PeekResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PeekResponse) ProtoMessage() {}
+
+func (x *PeekResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_distash_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PeekResponse.ProtoReflect.Descriptor instead.
+func (*PeekResponse) Descriptor() ([]byte, []int) {
+	return file_distash_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *PeekResponse) GetMessages() []*LogMessage {
+	if x != nil {
+		return x.Messages
+	}
+	return nil
+}
+
+func (x *PeekResponse) GetEnd() int64 {
+	if x != nil {
+		return x.End
+	}
+	return 0
+}
+
+func (x *PeekResponse) GetError() *Error {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+type PopRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Tag           uint32                 `protobuf:"varint,1,opt,name=tag,proto3" json:"tag,omitempty"`
+	UpTo          int64                  `protobuf:"varint,2,opt,name=up_to,json=upTo,proto3" json:"up_to,omitempty"` // the stash made every version up to here durable
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PopRequest) Reset() {
+	*x = PopRequest{}
+	mi := &file_distash_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PopRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PopRequest) ProtoMessage() {}
+
+func (x *PopRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_distash_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PopRequest.ProtoReflect.Descriptor instead.
+func (*PopRequest) Descriptor() ([]byte, []int) {
+	return file_distash_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *PopRequest) GetTag() uint32 {
+	if x != nil {
+		return x.Tag
+	}
+	return 0
+}
+
+func (x *PopRequest) GetUpTo() int64 {
+	if x != nil {
+		return x.UpTo
+	}
+	return 0
+}
+
+type PopResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Error         *Error                 `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PopResponse) Reset() {
+	*x = PopResponse{}
+	mi := &file_distash_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PopResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PopResponse) ProtoMessage() {}
+
+func (x *PopResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_distash_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PopResponse.ProtoReflect.Descriptor instead.
+func (*PopResponse) Descriptor() ([]byte, []int) {
+	return file_distash_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *PopResponse) GetError() *Error {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
 var File_distash_proto protoreflect.FileDescriptor
 
 const file_distash_proto_rawDesc = "" +
@@ -2006,7 +2277,25 @@ const file_distash_proto_rawDesc = "" +
 	"\arequest\x18\x02 \x01(\v2\x19.distash.v1.CommitRequestR\arequest\"^\n" +
 	"\x14CommitStreamResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x126\n" +
-	"\bresponse\x18\x02 \x01(\v2\x1a.distash.v1.CommitResponseR\bresponse2\x9e\x05\n" +
+	"\bresponse\x18\x02 \x01(\v2\x1a.distash.v1.CommitResponseR\bresponse\"R\n" +
+	"\vPeekRequest\x12\x10\n" +
+	"\x03tag\x18\x01 \x01(\rR\x03tag\x12\x14\n" +
+	"\x05after\x18\x02 \x01(\x03R\x05after\x12\x1b\n" +
+	"\tmax_bytes\x18\x03 \x01(\x03R\bmaxBytes\"Z\n" +
+	"\n" +
+	"LogMessage\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\x03R\aversion\x122\n" +
+	"\tmutations\x18\x02 \x03(\v2\x14.distash.v1.MutationR\tmutations\"}\n" +
+	"\fPeekResponse\x122\n" +
+	"\bmessages\x18\x01 \x03(\v2\x16.distash.v1.LogMessageR\bmessages\x12\x10\n" +
+	"\x03end\x18\x02 \x01(\x03R\x03end\x12'\n" +
+	"\x05error\x18\x03 \x01(\v2\x11.distash.v1.ErrorR\x05error\"3\n" +
+	"\n" +
+	"PopRequest\x12\x10\n" +
+	"\x03tag\x18\x01 \x01(\rR\x03tag\x12\x13\n" +
+	"\x05up_to\x18\x02 \x01(\x03R\x04upTo\"6\n" +
+	"\vPopResponse\x12'\n" +
+	"\x05error\x18\x01 \x01(\v2\x11.distash.v1.ErrorR\x05error2\x9e\x05\n" +
 	"\aDiStash\x12W\n" +
 	"\x0eGetReadVersion\x12!.distash.v1.GetReadVersionRequest\x1a\".distash.v1.GetReadVersionResponse\x12?\n" +
 	"\x06Commit\x12\x19.distash.v1.CommitRequest\x1a\x1a.distash.v1.CommitResponse\x12U\n" +
@@ -2016,7 +2305,10 @@ const file_distash_proto_rawDesc = "" +
 	"\tLocations\x12\x1c.distash.v1.LocationsRequest\x1a\x1d.distash.v1.LocationsResponse\x12N\n" +
 	"\vClusterInfo\x12\x1e.distash.v1.ClusterInfoRequest\x1a\x1f.distash.v1.ClusterInfoResponse\x12?\n" +
 	"\x06Status\x12\x19.distash.v1.StatusRequest\x1a\x1a.distash.v1.StatusResponse\x12B\n" +
-	"\aColdest\x12\x1a.distash.v1.ColdestRequest\x1a\x1b.distash.v1.ColdestResponseB*Z(github.com/distash/distash/internal/wireb\x06proto3"
+	"\aColdest\x12\x1a.distash.v1.ColdestRequest\x1a\x1b.distash.v1.ColdestResponse2x\n" +
+	"\x03Log\x129\n" +
+	"\x04Peek\x12\x17.distash.v1.PeekRequest\x1a\x18.distash.v1.PeekResponse\x126\n" +
+	"\x03Pop\x12\x16.distash.v1.PopRequest\x1a\x17.distash.v1.PopResponseB*Z(github.com/distash/distash/internal/wireb\x06proto3"
 
 var (
 	file_distash_proto_rawDescOnce sync.Once
@@ -2030,7 +2322,7 @@ func file_distash_proto_rawDescGZIP() []byte {
 	return file_distash_proto_rawDescData
 }
 
-var file_distash_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_distash_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
 var file_distash_proto_goTypes = []any{
 	(*Error)(nil),                  // 0: distash.v1.Error
 	(*Mutation)(nil),               // 1: distash.v1.Mutation
@@ -2060,6 +2352,11 @@ var file_distash_proto_goTypes = []any{
 	(*ColdestResponse)(nil),        // 25: distash.v1.ColdestResponse
 	(*CommitStreamRequest)(nil),    // 26: distash.v1.CommitStreamRequest
 	(*CommitStreamResponse)(nil),   // 27: distash.v1.CommitStreamResponse
+	(*PeekRequest)(nil),            // 28: distash.v1.PeekRequest
+	(*LogMessage)(nil),             // 29: distash.v1.LogMessage
+	(*PeekResponse)(nil),           // 30: distash.v1.PeekResponse
+	(*PopRequest)(nil),             // 31: distash.v1.PopRequest
+	(*PopResponse)(nil),            // 32: distash.v1.PopResponse
 }
 var file_distash_proto_depIdxs = []int32{
 	0,  // 0: distash.v1.GetReadVersionResponse.error:type_name -> distash.v1.Error
@@ -2081,29 +2378,37 @@ var file_distash_proto_depIdxs = []int32{
 	0,  // 16: distash.v1.ColdestResponse.error:type_name -> distash.v1.Error
 	7,  // 17: distash.v1.CommitStreamRequest.request:type_name -> distash.v1.CommitRequest
 	8,  // 18: distash.v1.CommitStreamResponse.response:type_name -> distash.v1.CommitResponse
-	5,  // 19: distash.v1.DiStash.GetReadVersion:input_type -> distash.v1.GetReadVersionRequest
-	7,  // 20: distash.v1.DiStash.Commit:input_type -> distash.v1.CommitRequest
-	26, // 21: distash.v1.DiStash.CommitStream:input_type -> distash.v1.CommitStreamRequest
-	9,  // 22: distash.v1.DiStash.Read:input_type -> distash.v1.ReadRequest
-	11, // 23: distash.v1.DiStash.ReadRange:input_type -> distash.v1.ReadRangeRequest
-	13, // 24: distash.v1.DiStash.Locations:input_type -> distash.v1.LocationsRequest
-	17, // 25: distash.v1.DiStash.ClusterInfo:input_type -> distash.v1.ClusterInfoRequest
-	22, // 26: distash.v1.DiStash.Status:input_type -> distash.v1.StatusRequest
-	24, // 27: distash.v1.DiStash.Coldest:input_type -> distash.v1.ColdestRequest
-	6,  // 28: distash.v1.DiStash.GetReadVersion:output_type -> distash.v1.GetReadVersionResponse
-	8,  // 29: distash.v1.DiStash.Commit:output_type -> distash.v1.CommitResponse
-	27, // 30: distash.v1.DiStash.CommitStream:output_type -> distash.v1.CommitStreamResponse
-	10, // 31: distash.v1.DiStash.Read:output_type -> distash.v1.ReadResponse
-	12, // 32: distash.v1.DiStash.ReadRange:output_type -> distash.v1.ReadRangeResponse
-	15, // 33: distash.v1.DiStash.Locations:output_type -> distash.v1.LocationsResponse
-	18, // 34: distash.v1.DiStash.ClusterInfo:output_type -> distash.v1.ClusterInfoResponse
-	23, // 35: distash.v1.DiStash.Status:output_type -> distash.v1.StatusResponse
-	25, // 36: distash.v1.DiStash.Coldest:output_type -> distash.v1.ColdestResponse
-	28, // [28:37] is the sub-list for method output_type
-	19, // [19:28] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	1,  // 19: distash.v1.LogMessage.mutations:type_name -> distash.v1.Mutation
+	29, // 20: distash.v1.PeekResponse.messages:type_name -> distash.v1.LogMessage
+	0,  // 21: distash.v1.PeekResponse.error:type_name -> distash.v1.Error
+	0,  // 22: distash.v1.PopResponse.error:type_name -> distash.v1.Error
+	5,  // 23: distash.v1.DiStash.GetReadVersion:input_type -> distash.v1.GetReadVersionRequest
+	7,  // 24: distash.v1.DiStash.Commit:input_type -> distash.v1.CommitRequest
+	26, // 25: distash.v1.DiStash.CommitStream:input_type -> distash.v1.CommitStreamRequest
+	9,  // 26: distash.v1.DiStash.Read:input_type -> distash.v1.ReadRequest
+	11, // 27: distash.v1.DiStash.ReadRange:input_type -> distash.v1.ReadRangeRequest
+	13, // 28: distash.v1.DiStash.Locations:input_type -> distash.v1.LocationsRequest
+	17, // 29: distash.v1.DiStash.ClusterInfo:input_type -> distash.v1.ClusterInfoRequest
+	22, // 30: distash.v1.DiStash.Status:input_type -> distash.v1.StatusRequest
+	24, // 31: distash.v1.DiStash.Coldest:input_type -> distash.v1.ColdestRequest
+	28, // 32: distash.v1.Log.Peek:input_type -> distash.v1.PeekRequest
+	31, // 33: distash.v1.Log.Pop:input_type -> distash.v1.PopRequest
+	6,  // 34: distash.v1.DiStash.GetReadVersion:output_type -> distash.v1.GetReadVersionResponse
+	8,  // 35: distash.v1.DiStash.Commit:output_type -> distash.v1.CommitResponse
+	27, // 36: distash.v1.DiStash.CommitStream:output_type -> distash.v1.CommitStreamResponse
+	10, // 37: distash.v1.DiStash.Read:output_type -> distash.v1.ReadResponse
+	12, // 38: distash.v1.DiStash.ReadRange:output_type -> distash.v1.ReadRangeResponse
+	15, // 39: distash.v1.DiStash.Locations:output_type -> distash.v1.LocationsResponse
+	18, // 40: distash.v1.DiStash.ClusterInfo:output_type -> distash.v1.ClusterInfoResponse
+	23, // 41: distash.v1.DiStash.Status:output_type -> distash.v1.StatusResponse
+	25, // 42: distash.v1.DiStash.Coldest:output_type -> distash.v1.ColdestResponse
+	30, // 43: distash.v1.Log.Peek:output_type -> distash.v1.PeekResponse
+	32, // 44: distash.v1.Log.Pop:output_type -> distash.v1.PopResponse
+	34, // [34:45] is the sub-list for method output_type
+	23, // [23:34] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_distash_proto_init() }
@@ -2117,9 +2422,9 @@ func file_distash_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_distash_proto_rawDesc), len(file_distash_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   28,
+			NumMessages:   33,
 			NumExtensions: 0,
-			NumServices:   1,
+			NumServices:   2,
 		},
 		GoTypes:           file_distash_proto_goTypes,
 		DependencyIndexes: file_distash_proto_depIdxs,
