@@ -1,0 +1,40 @@
+package coord
+
+import (
+	"sync"
+	"time"
+)
+
+// liveness remembers when each node was last heard from. It lives in the
+// controller's memory, not in raft: heartbeats are frequent and a new
+// controller simply waits for them.
+type liveness struct {
+	clock   func() time.Time
+	timeout time.Duration
+
+	mu   sync.Mutex
+	seen map[string]time.Time
+}
+
+func newLiveness(clock func() time.Time, timeout time.Duration) *liveness {
+	return &liveness{clock: clock, timeout: timeout, seen: make(map[string]time.Time)}
+}
+
+func (l *liveness) heartbeat(id string) {
+	now := l.clock()
+	l.mu.Lock()
+	l.seen[id] = now
+	l.mu.Unlock()
+}
+
+func (l *liveness) lastSeen(id string) (time.Time, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	t, ok := l.seen[id]
+	return t, ok
+}
+
+func (l *liveness) alive(id string) bool {
+	t, ok := l.lastSeen(id)
+	return ok && l.clock().Sub(t) < l.timeout
+}

@@ -1,0 +1,472 @@
+package coord
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+)
+
+// Options configure a coordinator Node.
+type Options struct {
+	// Addr is this coordinator's address as it appears in Coordinators:
+	// its raft server id and the address its peers dial.
+	Addr string
+	// Coordinators lists every coordinator's address, Addr included. All
+	// coordinators must be given the same list: a fresh directory
+	// bootstraps the raft group with it.
+	Coordinators []string
+	// Dir holds the raft log, stable store and snapshots.
+	Dir string
+	// Listener, if set, is already listening on Addr (tests listen on port
+	// 0 first to learn the addresses); else Start listens on Addr. Start
+	// owns it: it is closed by Stop, or by Start if Start fails.
+	Listener net.Listener
+	// ServerTLS and ClientTLS, both or neither, make every raft link mutual
+	// TLS (tlsconf.Server and tlsconf.Client build them).
+	ServerTLS, ClientTLS *tls.Config
+	// NodeID is the registered node this coordinator runs in, if any: as
+	// controller it counts itself alive and takes the stateless roles.
+	NodeID string
+
+	HeartbeatTimeout time.Duration // raft; default 1s
+	ElectionTimeout  time.Duration // raft; default 1s
+	RPCTimeout       time.Duration // raft RPC I/O and TLS handshakes; default 5s
+	LivenessTimeout  time.Duration // a node unheard of for this long is dead; default 5s
+	Clock            func() time.Time
+	Logger           hclog.Logger // default: none
+}
+
+// NotLeaderError is returned by Apply on a coordinator that is not the
+// cluster controller: callers forward the command to Leader ("" when no
+// leader is known yet).
+type NotLeaderError struct{ Leader string }
+
+func (e *NotLeaderError) Error() string {
+	if e.Leader == "" {
+		return "coord: not the cluster controller, and no leader is known"
+	}
+	return "coord: not the cluster controller; the leader is " + e.Leader
+}
+
+// Leadership is a leadership-change notification.
+type Leadership struct {
+	Leader string // the raft leader's address, "" if none is known
+	// Controller is true on the controller once its generation is
+	// committed, with that Generation.
+	Controller bool
+	Generation uint64
+}
+
+// Node is one coordinator.
+type Node struct {
+	opts  Options
+	raft  *raft.Raft
+	fsm   *fsm
+	store *store
+	trans *raft.NetworkTransport
+	layer *streamLayer
+	obs   *raft.Observer
+	live  *liveness
+
+	done chan struct{}
+	wg   sync.WaitGroup
+
+	mu      sync.Mutex
+	term    *term // current leadership term, nil when not leader
+	subs    map[chan Leadership]struct{}
+	warns   []string
+	stopped bool
+}
+
+// term is one leadership of this node.
+type term struct {
+	ready  chan struct{} // closed when its generation is committed
+	lost   chan struct{} // closed when leadership ends
+	gen    uint64
+	cancel context.CancelFunc
+}
+
+// Start opens (or creates) the coordinator's state in opts.Dir and joins
+// the raft group.
+func Start(opts Options) (n *Node, err error) {
+	if !slices.Contains(opts.Coordinators, opts.Addr) {
+		return nil, fmt.Errorf("coord: %s is not in the coordinators %v", opts.Addr, opts.Coordinators)
+	}
+	if (opts.ServerTLS == nil) != (opts.ClientTLS == nil) {
+		return nil, errors.New("coord: TLS needs both a server and a client configuration")
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&opts.HeartbeatTimeout, time.Second)
+	def(&opts.ElectionTimeout, time.Second)
+	def(&opts.RPCTimeout, 5*time.Second)
+	def(&opts.LivenessTimeout, 5*time.Second)
+	if opts.Clock == nil {
+		opts.Clock = time.Now
+	}
+	if opts.Logger == nil {
+		opts.Logger = hclog.NewNullLogger()
+	}
+	n = &Node{opts: opts, fsm: &fsm{state: &State{}}, live: newLiveness(opts.Clock, opts.LivenessTimeout),
+		done: make(chan struct{}), subs: make(map[chan Leadership]struct{})}
+
+	var closers []func() error
+	if opts.Listener != nil { // Start owns it from here
+		closers = append(closers, opts.Listener.Close)
+	}
+	defer func() {
+		if err != nil {
+			for i := len(closers) - 1; i >= 0; i-- {
+				closers[i]()
+			}
+		}
+	}()
+	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
+		return nil, err
+	}
+	if n.store, err = openStore(filepath.Join(opts.Dir, "raft")); err != nil {
+		return nil, err
+	}
+	closers = append(closers, n.store.Close)
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(opts.Dir, 2, opts.Logger)
+	if err != nil {
+		return nil, fmt.Errorf("coord: snapshot store: %w", err)
+	}
+	ln := opts.Listener
+	if ln == nil {
+		if ln, err = net.Listen("tcp", opts.Addr); err != nil {
+			return nil, fmt.Errorf("coord: %w", err)
+		}
+		closers = append(closers, ln.Close)
+	}
+	n.layer = &streamLayer{Listener: ln, server: opts.ServerTLS, client: opts.ClientTLS, timeout: opts.RPCTimeout, advertise: opts.Addr}
+	n.trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+		Stream: n.layer, MaxPool: 3, Timeout: opts.RPCTimeout, Logger: opts.Logger,
+	})
+	closers = append(closers, n.trans.Close)
+
+	conf := raft.DefaultConfig()
+	conf.LocalID = raft.ServerID(opts.Addr)
+	conf.HeartbeatTimeout = opts.HeartbeatTimeout
+	conf.ElectionTimeout = opts.ElectionTimeout
+	conf.LeaderLeaseTimeout = min(opts.HeartbeatTimeout, opts.ElectionTimeout) / 2
+	conf.Logger = opts.Logger
+	conf.NoLegacyTelemetry = true
+
+	has, err := raft.HasExistingState(n.store, n.store, snaps)
+	if err != nil {
+		return nil, fmt.Errorf("coord: %w", err)
+	}
+	if !has {
+		var cfg raft.Configuration
+		for _, a := range opts.Coordinators {
+			cfg.Servers = append(cfg.Servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(a), Address: raft.ServerAddress(a)})
+		}
+		if err := raft.BootstrapCluster(conf, n.store, n.store, snaps, n.trans, cfg); err != nil {
+			return nil, fmt.Errorf("coord: bootstrap: %w", err)
+		}
+	}
+	if n.raft, err = raft.NewRaft(conf, n.fsm, n.store, n.store, snaps, n.trans); err != nil {
+		return nil, fmt.Errorf("coord: %w", err)
+	}
+
+	obsCh := make(chan raft.Observation, 16)
+	n.obs = raft.NewObserver(obsCh, false, func(o *raft.Observation) bool {
+		_, ok := o.Data.(raft.LeaderObservation)
+		return ok
+	})
+	n.raft.RegisterObserver(n.obs)
+	n.wg.Add(1)
+	go n.run(obsCh)
+	return n, nil
+}
+
+// Stop shuts the coordinator down; its directory keeps its state.
+func (n *Node) Stop() error {
+	n.mu.Lock()
+	if n.stopped {
+		n.mu.Unlock()
+		return nil
+	}
+	n.stopped = true
+	n.endTermLocked()
+	n.mu.Unlock()
+	close(n.done)
+	n.raft.DeregisterObserver(n.obs)
+	err := n.raft.Shutdown().Error()
+	n.wg.Wait()
+	if cerr := n.trans.Close(); err == nil {
+		err = cerr
+	}
+	if cerr := n.store.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// run follows raft's leadership signals and leader observations.
+func (n *Node) run(obs chan raft.Observation) {
+	defer n.wg.Done()
+	for {
+		select {
+		case <-n.done:
+			return
+		case <-obs:
+			n.notify()
+		case leader := <-n.raft.LeaderCh():
+			// Two trues in a row mean leadership was lost and regained:
+			// either way the old term is over.
+			n.mu.Lock()
+			n.endTermLocked()
+			if leader && !n.stopped {
+				ctx, cancel := context.WithCancel(context.Background())
+				t := &term{ready: make(chan struct{}), lost: make(chan struct{}), cancel: cancel}
+				n.term = t
+				n.wg.Add(1)
+				go n.lead(ctx, t)
+			}
+			n.mu.Unlock()
+			n.notify()
+		}
+	}
+}
+
+func (n *Node) endTermLocked() {
+	if n.term != nil {
+		n.term.cancel()
+		close(n.term.lost)
+		n.term = nil
+	}
+}
+
+// lead makes this node the cluster controller: before anything else it
+// commits a new generation naming itself, so every generation has exactly
+// one controller.
+func (n *Node) lead(ctx context.Context, t *term) {
+	defer n.wg.Done()
+	for ctx.Err() == nil {
+		gen, err := n.startGeneration()
+		if err == nil {
+			n.mu.Lock()
+			t.gen = gen
+			close(t.ready)
+			n.mu.Unlock()
+			n.notify()
+			return
+		}
+		n.opts.Logger.Warn("coord: starting a generation failed", "error", err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(n.opts.HeartbeatTimeout / 4):
+		}
+	}
+}
+
+func (n *Node) startGeneration() (uint64, error) {
+	// The barrier makes the FSM apply every entry of earlier terms, so the
+	// state read below is the latest.
+	if err := n.raft.Barrier(n.opts.RPCTimeout).Error(); err != nil {
+		return 0, err
+	}
+	st := n.fsm.current()
+	if n.opts.NodeID != "" {
+		n.live.heartbeat(n.opts.NodeID)
+	}
+	replicas := 1
+	if cfg, err := st.ParsedConfig(); err == nil && cfg != nil {
+		replicas = cfg.Log.Replicas
+	}
+	roles, warns, err := Recruit(st, n.live.alive, replicas, n.opts.NodeID)
+	if err != nil {
+		// The generation still starts, with no roles placed: the
+		// controller must exist before nodes can join it.
+		warns, roles = append(warns, err.Error()), Roles{}
+	}
+	roles.Controller = n.opts.Addr
+	n.mu.Lock()
+	n.warns = warns
+	n.mu.Unlock()
+	res, err := n.apply(NewGeneration(st.Generation, roles), n.opts.RPCTimeout)
+	return res.Generation, err
+}
+
+// Recover starts a new generation with roles recruited from the nodes
+// alive now, on the controller (a *NotLeaderError elsewhere): the
+// controller calls it when a role's node dies, or once nodes have
+// heartbeated after it took over. It returns the new generation and the
+// recruitment's warnings.
+func (n *Node) Recover(ctx context.Context) (uint64, []string, error) {
+	n.mu.Lock()
+	t := n.term
+	n.mu.Unlock()
+	if t == nil {
+		return 0, nil, &NotLeaderError{Leader: n.Leader()}
+	}
+	select {
+	case <-t.ready:
+	case <-t.lost:
+		return 0, nil, &NotLeaderError{Leader: n.Leader()}
+	case <-ctx.Done():
+		return 0, nil, ctx.Err()
+	}
+	gen, err := n.startGeneration()
+	if err == nil {
+		n.mu.Lock()
+		if n.term == t {
+			t.gen = gen
+		}
+		n.mu.Unlock()
+		n.notify()
+	}
+	return gen, n.Warnings(), err
+}
+
+// Apply applies c through raft on the controller and returns its result,
+// once the controller's generation is committed. On another coordinator it
+// returns a *NotLeaderError naming the leader.
+func (n *Node) Apply(ctx context.Context, c Command) (Result, error) {
+	n.mu.Lock()
+	t := n.term
+	n.mu.Unlock()
+	if t == nil {
+		return Result{Slot: -1}, &NotLeaderError{Leader: n.Leader()}
+	}
+	select {
+	case <-t.ready:
+	case <-t.lost:
+		return Result{Slot: -1}, &NotLeaderError{Leader: n.Leader()}
+	case <-ctx.Done():
+		return Result{Slot: -1}, ctx.Err()
+	}
+	timeout := n.opts.RPCTimeout
+	if d, ok := ctx.Deadline(); ok {
+		// raft takes a timeout of 0 or less as none at all.
+		if timeout = time.Until(d); timeout <= 0 {
+			return Result{Slot: -1}, context.DeadlineExceeded
+		}
+	}
+	return n.apply(c, timeout)
+}
+
+func (n *Node) apply(c Command, timeout time.Duration) (Result, error) {
+	res := Result{Slot: -1}
+	b, err := encodeCommand(c)
+	if err != nil {
+		return res, err
+	}
+	f := n.raft.Apply(b, timeout)
+	if err := f.Error(); err != nil {
+		switch {
+		case errors.Is(err, raft.ErrNotLeader):
+			return res, &NotLeaderError{Leader: n.Leader()}
+		case errors.Is(err, raft.ErrLeadershipLost):
+			return res, fmt.Errorf("coord: leadership lost; %s may or may not have applied: %w", c.Op, err)
+		}
+		return res, fmt.Errorf("coord: %w", err)
+	}
+	a, ok := f.Response().(applied)
+	if !ok {
+		return res, fmt.Errorf("coord: unexpected FSM response %T", f.Response())
+	}
+	return a.res, a.err
+}
+
+// IsLeader reports whether this node is the raft leader (the controller
+// once its generation is committed; see Controller).
+func (n *Node) IsLeader() bool { return n.raft.State() == raft.Leader }
+
+// Controller returns the generation this node controls, 0 when it is not
+// the controller (or its generation is not committed yet).
+func (n *Node) Controller() uint64 {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.controllerLocked()
+}
+
+func (n *Node) controllerLocked() uint64 {
+	if n.term == nil {
+		return 0
+	}
+	select {
+	case <-n.term.ready:
+		return n.term.gen
+	default:
+		return 0
+	}
+}
+
+// Leader returns the leader's address, "" if none is known.
+func (n *Node) Leader() string {
+	addr, _ := n.raft.LeaderWithID()
+	return string(addr)
+}
+
+// State returns a copy of this node's replicated state (on a follower it
+// may lag the leader by what raft has not yet delivered).
+func (n *Node) State() *State { return n.fsm.current() }
+
+// Warnings returns the recruitment warnings of this node's last generation
+// as controller.
+func (n *Node) Warnings() []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return slices.Clone(n.warns)
+}
+
+// Heartbeat records that node id is alive now.
+func (n *Node) Heartbeat(id string) { n.live.heartbeat(id) }
+
+// Alive reports whether node id was heard from within the liveness timeout.
+func (n *Node) Alive(id string) bool { return n.live.alive(id) }
+
+// LastSeen returns when node id was last heard from.
+func (n *Node) LastSeen(id string) (time.Time, bool) { return n.live.lastSeen(id) }
+
+// RejectedConns counts incoming connections whose TLS handshake failed.
+func (n *Node) RejectedConns() int64 { return n.layer.rejected.Load() }
+
+// Subscribe returns a channel of leadership changes. It holds the latest
+// one only: a slow reader misses intermediate changes, never the last.
+// cancel ends the subscription.
+func (n *Node) Subscribe() (ch <-chan Leadership, cancel func()) {
+	c := make(chan Leadership, 1)
+	n.mu.Lock()
+	n.subs[c] = struct{}{}
+	n.mu.Unlock()
+	return c, func() {
+		n.mu.Lock()
+		delete(n.subs, c)
+		n.mu.Unlock()
+	}
+}
+
+func (n *Node) notify() {
+	leader := n.Leader()
+	// Computed and sent under one lock, so the last sent is the latest.
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	l := Leadership{Leader: leader}
+	if g := n.controllerLocked(); g != 0 {
+		l.Controller, l.Generation = true, g
+	}
+	for c := range n.subs {
+		select { // replace an unread notification with the newer one
+		case <-c:
+		default:
+		}
+		c <- l
+	}
+}

@@ -1,0 +1,372 @@
+package coord
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/distash/distash/config"
+	"github.com/distash/distash/internal/tlsconf"
+	"github.com/distash/distash/internal/tlsconf/tlstest"
+)
+
+// cluster is n coordinators on loopback, each in its own directory.
+type cluster struct {
+	t     *testing.T
+	addrs []string
+	dirs  []string
+	nodes []*Node
+	tls   func(i int) (srv, cli *tls.Config)
+	lns   []net.Listener // opened before the first start, to learn the ports
+}
+
+func newCluster(t *testing.T, n int, tlsFor func(int) (*tls.Config, *tls.Config)) *cluster {
+	c := &cluster{t: t, tls: tlsFor, nodes: make([]*Node, n)}
+	for i := 0; i < n; i++ {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.lns = append(c.lns, ln)
+		c.addrs = append(c.addrs, ln.Addr().String())
+		c.dirs = append(c.dirs, filepath.Join(t.TempDir(), fmt.Sprint("c", i)))
+	}
+	for i := range c.nodes {
+		c.start(i)
+	}
+	t.Cleanup(func() {
+		for i, nd := range c.nodes {
+			if nd != nil {
+				c.stop(i)
+			}
+		}
+	})
+	return c
+}
+
+func testOptions(addr, dir string, coords []string) Options {
+	return Options{
+		Addr: addr, Coordinators: coords, Dir: dir,
+		HeartbeatTimeout: 150 * time.Millisecond, ElectionTimeout: 150 * time.Millisecond,
+		RPCTimeout: time.Second,
+	}
+}
+
+func (c *cluster) start(i int) {
+	c.t.Helper()
+	o := testOptions(c.addrs[i], c.dirs[i], c.addrs)
+	o.NodeID = fmt.Sprint("t", i)
+	if c.tls != nil {
+		o.ServerTLS, o.ClientTLS = c.tls(i)
+	}
+	if c.lns[i] != nil {
+		o.Listener, c.lns[i] = c.lns[i], nil
+	} else {
+		// A restart listens on its old port again.
+		var err error
+		for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			if o.Listener, err = net.Listen("tcp", c.addrs[i]); err == nil || time.Now().After(deadline) {
+				break
+			}
+		}
+		if err != nil {
+			c.t.Fatal(err)
+		}
+	}
+	n, err := Start(o)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.nodes[i] = n
+}
+
+func (c *cluster) stop(i int) {
+	c.t.Helper()
+	if err := c.nodes[i].Stop(); err != nil {
+		c.t.Errorf("stop %d: %v", i, err)
+	}
+	c.nodes[i] = nil
+}
+
+// controller waits for a running node to be the controller of a committed
+// generation and returns its index.
+func (c *cluster) controller(timeout time.Duration) int {
+	c.t.Helper()
+	var at int
+	waitFor(c.t, timeout, "a controller", func() bool {
+		for i, n := range c.nodes {
+			if n != nil && n.Controller() != 0 {
+				at = i
+				return true
+			}
+		}
+		return false
+	})
+	return at
+}
+
+// converged waits until every running node holds the same state as node i.
+func (c *cluster) converged(i int) {
+	c.t.Helper()
+	waitFor(c.t, 5*time.Second, "replication to every node", func() bool {
+		want := c.nodes[i].State()
+		for _, n := range c.nodes {
+			if n != nil && !reflect.DeepEqual(n.State(), want) {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// follower2 returns a running node other than i.
+func follower2(c *cluster, i int) *Node {
+	for j, n := range c.nodes {
+		if j != i && n != nil {
+			return n
+		}
+	}
+	return nil
+}
+
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(timeout); !cond(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s within %v", what, timeout)
+		}
+	}
+}
+
+func apply(t *testing.T, n *Node, c Command) Result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	r, err := n.Apply(ctx, c)
+	if err != nil {
+		t.Fatalf("%s: %v", c.Op, err)
+	}
+	return r
+}
+
+func TestClusterFailoverAndRecovery(t *testing.T) {
+	c := newCluster(t, 3, nil)
+	start := time.Now()
+	li := c.controller(5 * time.Second)
+	t.Logf("first controller %s after %v", c.addrs[li], time.Since(start).Round(time.Millisecond))
+	leader := c.nodes[li]
+	sub, cancel := c.nodes[(li+1)%3].Subscribe()
+	defer cancel()
+
+	apply(t, leader, SetConfig(testConfig(t, nil)))
+	for i := range 3 {
+		apply(t, leader, RegisterNode(NodeInfo{ID: fmt.Sprint("t", i), Addr: c.addrs[i], Class: ClassTransaction, DC: "dc1", Zone: fmt.Sprint("z", i)}))
+	}
+	r := apply(t, leader, RegisterNode(NodeInfo{ID: "s0", Addr: "127.0.0.1:9", Class: ClassStash, Pool: "data", Zone: "z0"}))
+	if r.Slot != 0 {
+		t.Fatalf("stash slot %d", r.Slot)
+	}
+	c.converged(li)
+
+	// A follower refuses, naming the leader.
+	follower := c.nodes[(li+1)%3]
+	var nle *NotLeaderError
+	if _, err := follower.Apply(context.Background(), RemoveNode("s0")); !errors.As(err, &nle) || nle.Leader != c.addrs[li] {
+		t.Fatalf("follower Apply: %v, want NotLeaderError naming %s", err, c.addrs[li])
+	}
+	// A node with another cluster layout is refused, naming the field.
+	_, err := leader.Apply(context.Background(), SetConfig(testConfig(t, func(cf *config.Config) { cf.Pools[0].Stashes = 3 })))
+	var fe *config.FieldError
+	if !errors.As(err, &fe) || !strings.Contains(err.Error(), "stashes") {
+		t.Fatalf("different config: %v, want a FieldError naming stashes", err)
+	}
+
+	// Liveness is the controller's memory, not raft's.
+	leader.Heartbeat("s0")
+	if !leader.Alive("s0") || follower.Alive("s0") {
+		t.Fatal("heartbeat not tracked on the controller only")
+	}
+
+	// Kill the controller: another takes over with the next generation.
+	before := leader.State()
+	c.stop(li)
+	start = time.Now()
+	ni := c.controller(5 * time.Second)
+	failover := time.Since(start)
+	t.Logf("failover to %s in %v", c.addrs[ni], failover.Round(time.Millisecond))
+	after := c.nodes[ni].State()
+	if after.Generation != before.Generation+1 {
+		t.Fatalf("generation %d after failover, want %d", after.Generation, before.Generation+1)
+	}
+	if after.Roles.Controller != c.addrs[ni] || after.Roles.Sequencer != fmt.Sprint("t", ni) {
+		t.Fatalf("roles after failover %+v", after.Roles)
+	}
+	if !reflect.DeepEqual(after.Nodes, before.Nodes) || after.Config != before.Config || !reflect.DeepEqual(after.Tags, before.Tags) {
+		t.Fatal("state changed across failover")
+	}
+	// Once the live transaction nodes heartbeat the new controller, it
+	// recruits them: two left for three log replicas, and it says so.
+	for i := range 3 {
+		if i != li {
+			c.nodes[ni].Heartbeat(fmt.Sprint("t", i))
+		}
+	}
+	g, warns, err := c.nodes[ni].Recover(context.Background())
+	if err != nil || g != after.Generation+1 || len(warns) != 1 || !strings.Contains(warns[0], "only 2 live transaction nodes") {
+		t.Fatalf("recover: generation %d (want %d), warnings %q, %v", g, after.Generation+1, warns, err)
+	}
+	if lr := c.nodes[ni].State().Roles.LogReplicas; len(lr) != 2 || slices.Contains(lr, fmt.Sprint("t", li)) {
+		t.Fatalf("log replicas %v after recruiting the two live nodes", lr)
+	}
+	if _, _, err := follower2(c, ni).Recover(context.Background()); !errors.As(err, &nle) {
+		t.Fatalf("Recover on a follower: %v", err)
+	}
+	waitFor(t, 2*time.Second, "a controller notification", func() bool {
+		select {
+		case l := <-sub:
+			return l.Controller == (ni == (li+1)%3) && l.Leader == c.addrs[ni]
+		default:
+			return false
+		}
+	})
+
+	// The stopped node comes back on its directory and catches up.
+	c.start(li)
+	c.converged(ni)
+
+	// All stop, all restart: the state is on disk. Snapshots first, and a
+	// command after them, so a restart reads a snapshot and a log tail.
+	for i := range 3 {
+		if err := c.nodes[i].raft.Snapshot().Error(); err != nil {
+			t.Fatalf("snapshot %d: %v", i, err)
+		}
+	}
+	apply(t, c.nodes[ni], RegisterNode(NodeInfo{ID: "s1", Addr: "127.0.0.1:10", Class: ClassStash, Pool: "cache"}))
+	c.converged(ni)
+	want := c.nodes[ni].State()
+	for i := range 3 {
+		c.stop(i)
+	}
+	for i := range 3 {
+		c.start(i)
+	}
+	ri := c.controller(5 * time.Second)
+	got := c.nodes[ri].State()
+	if got.Generation != want.Generation+1 || !reflect.DeepEqual(got.Nodes, want.Nodes) || got.Config != want.Config {
+		t.Fatalf("after a full restart: generation %d (want %d), %d nodes", got.Generation, want.Generation+1, len(got.Nodes))
+	}
+	c.converged(ri)
+}
+
+func TestClusterTLSRefusesForeignCA(t *testing.T) {
+	pki := tlstest.New(t)
+	tlsFor := func(files tlsconf.Files, client tlsconf.Files) (*tls.Config, *tls.Config) {
+		srv, err := tlsconf.Server(files, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cli, err := tlsconf.Client(client)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return srv, cli
+	}
+	good := func(int) (*tls.Config, *tls.Config) {
+		return tlsFor(tlsconf.Files{Cert: pki.ServerCert, Key: pki.ServerKey, CA: pki.CA},
+			tlsconf.Files{Cert: pki.ClientCert, Key: pki.ClientKey, CA: pki.CA})
+	}
+	c := newCluster(t, 3, good)
+	li := c.controller(5 * time.Second)
+	apply(t, c.nodes[li], SetConfig(testConfig(t, nil)))
+	c.converged(li)
+	gen := c.nodes[li].State().Generation
+	term := c.nodes[li].raft.Stats()["term"]
+
+	// A rogue coordinator whose certificates another CA signed claims a
+	// place in the group and campaigns for leadership.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := testOptions(ln.Addr().String(), t.TempDir(), append(append([]string{}, c.addrs...), ln.Addr().String()))
+	o.Listener = ln
+	o.ServerTLS, o.ClientTLS = tlsFor(tlsconf.Files{Cert: pki.OtherServerCert, Key: pki.OtherServerKey, CA: pki.OtherCA},
+		tlsconf.Files{Cert: pki.OtherClientCert, Key: pki.OtherClientKey, CA: pki.OtherCA})
+	rogue, err := Start(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rogue.Stop()
+	waitFor(t, 5*time.Second, "a refused handshake", func() bool {
+		var n int64
+		for _, nd := range c.nodes {
+			n += nd.RejectedConns()
+		}
+		return n >= 3
+	})
+	time.Sleep(time.Second) // several election timeouts of the rogue
+
+	// Its votes never arrived: same leader, same term, same generation,
+	// and the rogue learnt nothing.
+	if c.nodes[li].Controller() == 0 || c.nodes[li].raft.Stats()["term"] != term {
+		t.Fatalf("the group was disturbed: controller %d, term %s (was %s)", c.nodes[li].Controller(), c.nodes[li].raft.Stats()["term"], term)
+	}
+	if g := c.nodes[li].State().Generation; g != gen {
+		t.Fatalf("generation %d, was %d", g, gen)
+	}
+	if rogue.Leader() != "" || rogue.State().Config != "" {
+		t.Fatalf("the rogue sees leader %q and config %q", rogue.Leader(), rogue.State().Config)
+	}
+	apply(t, c.nodes[li], RegisterNode(NodeInfo{ID: "t0", Addr: c.addrs[0], Class: ClassTransaction}))
+	c.converged(li)
+
+	// Plaintext is refused too.
+	rejected := c.nodes[li].RejectedConns()
+	conn, err := net.Dial("tcp", c.addrs[li])
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn.Write([]byte("not a TLS client hello, just bytes"))
+	waitFor(t, 2*time.Second, "a refused plaintext connection", func() bool { return c.nodes[li].RejectedConns() > rejected })
+	conn.Close()
+}
+
+func TestLivenessClock(t *testing.T) {
+	now := time.Unix(1000, 0)
+	l := newLiveness(func() time.Time { return now }, 5*time.Second)
+	if l.alive("a") {
+		t.Fatal("never seen, yet alive")
+	}
+	l.heartbeat("a")
+	now = now.Add(4 * time.Second)
+	if !l.alive("a") {
+		t.Fatal("dead 4s after a heartbeat, timeout 5s")
+	}
+	now = now.Add(time.Second)
+	if l.alive("a") {
+		t.Fatal("alive 5s after a heartbeat, timeout 5s")
+	}
+	if at, ok := l.lastSeen("a"); !ok || at != time.Unix(1000, 0) {
+		t.Fatalf("last seen %v %v", at, ok)
+	}
+}
+
+func TestStartRefusesBadOptions(t *testing.T) {
+	o := testOptions("127.0.0.1:1", t.TempDir(), []string{"127.0.0.1:2"})
+	if _, err := Start(o); err == nil || !strings.Contains(err.Error(), "not in the coordinators") {
+		t.Fatalf("address outside the coordinators: %v", err)
+	}
+	o.Coordinators = []string{o.Addr}
+	o.ServerTLS = &tls.Config{}
+	if _, err := Start(o); err == nil || !strings.Contains(err.Error(), "both") {
+		t.Fatalf("half a TLS configuration: %v", err)
+	}
+}
