@@ -1,13 +1,11 @@
 package flash
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
 	"math/rand"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -18,6 +16,7 @@ import (
 
 	"github.com/distash/distash/internal/engine"
 	"github.com/distash/distash/internal/kv"
+	"github.com/distash/distash/internal/testutil/subprocess"
 )
 
 const (
@@ -124,59 +123,40 @@ func TestCrashKill(t *testing.T) {
 		rounds = 2
 	}
 	for round := 0; round < rounds; round++ {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestCrashChild$", "-test.count=1")
-		cmd.Env = append(os.Environ(), "FLASH_CRASH_DIR="+dir)
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		cmd.Stderr = os.Stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		lines := make(chan string, 1024)
-		go func() {
-			sc := bufio.NewScanner(out)
-			for sc.Scan() {
-				lines <- sc.Text()
-			}
-			close(lines)
-		}()
+		p := subprocess.Start(t, subprocess.Command("TestCrashChild", "FLASH_CRASH_DIR="+dir))
 		// The kill comes a random 150-450 ms after the child's first
 		// acknowledgement, not after its start: on a loaded machine a
 		// child built with -race can take longer than that to open the
 		// engine, and would be killed having written nothing.
-		deadline := time.After(time.Minute)
+		deadline := time.Now().Add(time.Minute)
 		seen := 0
-	read:
-		for {
-			select {
-			case l, ok := <-lines:
-				if !ok {
-					break read
+		record := func(l string) {
+			var w, n int
+			if _, err := fmt.Sscanf(l, "ack %d %d", &w, &n); err == nil {
+				if n > acked[w] {
+					acked[w] = n
 				}
-				var w, n int
-				if _, err := fmt.Sscanf(l, "ack %d %d", &w, &n); err == nil {
-					if n > acked[w] {
-						acked[w] = n
-					}
-					if seen == 0 {
-						deadline = time.After(time.Duration(150+rng.Intn(300)) * time.Millisecond)
-					}
-					seen++
-					continue
+				if seen == 0 {
+					deadline = time.Now().Add(time.Duration(150+rng.Intn(300)) * time.Millisecond)
 				}
-				if strings.Contains(l, "error") {
-					t.Fatalf("child: %s", l)
-				}
-			case <-deadline:
-				break read
+				seen++
+				return
+			}
+			if strings.Contains(l, "error") {
+				t.Fatalf("child: %s", l)
 			}
 		}
-		cmd.Process.Kill()
-		for range lines {
+		for {
+			l, err := p.Next(time.Until(deadline))
+			if err != nil { // the kill is due, or the child exited
+				break
+			}
+			record(l)
 		}
-		cmd.Wait()
+		// Acknowledgements written before the child died count too.
+		for _, l := range p.Kill() {
+			record(l)
+		}
 		if seen == 0 {
 			t.Fatalf("round %d: the child acknowledged nothing", round)
 		}

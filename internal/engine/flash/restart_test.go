@@ -1,18 +1,18 @@
 package flash
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/distash/distash/internal/engine"
 	"github.com/distash/distash/internal/engine/enginetest"
 	"github.com/distash/distash/internal/kv"
+	"github.com/distash/distash/internal/testutil/subprocess"
 )
 
 // The restart tests reproduce issue 8 at the engine level: a durable engine
@@ -175,29 +175,22 @@ func runRestartChild(t *testing.T, dir string, m *bigModel, gen int) {
 	for i := 0; i < len(m.gen); i++ {
 		args = append(args, strconv.Itoa(m.gen[i]))
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestRestartChild$", "-test.count=1")
-	cmd.Env = append(os.Environ(), "FLASH_RESTART_DIR="+dir, "FLASH_RESTART_ARGS="+strings.Join(args, " "))
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Wait()
-	defer cmd.Process.Kill()
-	sc := bufio.NewScanner(out)
-	for sc.Scan() {
-		switch l := sc.Text(); {
+	p := subprocess.Start(t, subprocess.Command("TestRestartChild", "FLASH_RESTART_DIR="+dir, "FLASH_RESTART_ARGS="+strings.Join(args, " ")))
+	for {
+		l, err := p.Next(time.Minute)
+		if err != nil {
+			p.Kill()
+			t.Fatalf("child did not finish: %v", err)
+		}
+		switch {
 		case l == "done":
+			p.Kill()
 			m.childWrites(t, nil, gen)
 			return
 		case strings.Contains(l, "error"):
 			t.Fatalf("child: %s", l)
 		}
 	}
-	t.Fatalf("child exited without finishing: %v", sc.Err())
 }
 
 // TestRestartKill is TestRestartLargeValues with kill -9 instead of Close:
