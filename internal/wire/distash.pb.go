@@ -2134,6 +2134,643 @@ func (x *PopResponse) GetError() *Error {
 	return nil
 }
 
+// The coordinators' service: how nodes and clients reach the cluster
+// controller (the coordinators' raft leader). Any coordinator answers: a
+// follower forwards the call to the controller (internal/coordrpc). The
+// `hops` fields count forwards, so a cluster whose coordinators disagree on
+// the leader cannot bounce a call forever.
+type RegisterRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Address       string                 `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"` // where the node serves its roles
+	Class         string                 `protobuf:"bytes,3,opt,name=class,proto3" json:"class,omitempty"`     // transaction | stash
+	Pool          string                 `protobuf:"bytes,4,opt,name=pool,proto3" json:"pool,omitempty"`       // stash nodes only
+	Dc            string                 `protobuf:"bytes,5,opt,name=dc,proto3" json:"dc,omitempty"`
+	Zone          string                 `protobuf:"bytes,6,opt,name=zone,proto3" json:"zone,omitempty"`
+	Machine       string                 `protobuf:"bytes,7,opt,name=machine,proto3" json:"machine,omitempty"`
+	Config        string                 `protobuf:"bytes,8,opt,name=config,proto3" json:"config,omitempty"` // the node's configuration (TOML); the first node's becomes the cluster's
+	Hops          uint32                 `protobuf:"varint,9,opt,name=hops,proto3" json:"hops,omitempty"`    // times forwarded so far
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RegisterRequest) Reset() {
+	*x = RegisterRequest{}
+	mi := &file_distash_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RegisterRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RegisterRequest) ProtoMessage() {}
+
+func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_distash_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RegisterRequest.ProtoReflect.Descriptor instead.
+func (*RegisterRequest) Descriptor() ([]byte, []int) {
+	return file_distash_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *RegisterRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *RegisterRequest) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *RegisterRequest) GetClass() string {
+	if x != nil {
+		return x.Class
+	}
+	return ""
+}
+
+func (x *RegisterRequest) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
+}
+
+func (x *RegisterRequest) GetDc() string {
+	if x != nil {
+		return x.Dc
+	}
+	return ""
+}
+
+func (x *RegisterRequest) GetZone() string {
+	if x != nil {
+		return x.Zone
+	}
+	return ""
+}
+
+func (x *RegisterRequest) GetMachine() string {
+	if x != nil {
+		return x.Machine
+	}
+	return ""
+}
+
+func (x *RegisterRequest) GetConfig() string {
+	if x != nil {
+		return x.Config
+	}
+	return ""
+}
+
+func (x *RegisterRequest) GetHops() uint32 {
+	if x != nil {
+		return x.Hops
+	}
+	return 0
+}
+
+type RegisterResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Slot          int32                  `protobuf:"varint,1,opt,name=slot,proto3" json:"slot,omitempty"` // a stash node's tag slot in its pool; -1 for a transaction node
+	Generation    uint64                 `protobuf:"varint,2,opt,name=generation,proto3" json:"generation,omitempty"`
+	Error         *Error                 `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	Leader        string                 `protobuf:"bytes,4,opt,name=leader,proto3" json:"leader,omitempty"`                              // with a retryable error: the controller's address, if known
+	ConfigField   string                 `protobuf:"bytes,5,opt,name=config_field,json=configField,proto3" json:"config_field,omitempty"` // a refused configuration: the first field that differs
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RegisterResponse) Reset() {
+	*x = RegisterResponse{}
+	mi := &file_distash_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RegisterResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RegisterResponse) ProtoMessage() {}
+
+func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_distash_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RegisterResponse.ProtoReflect.Descriptor instead.
+func (*RegisterResponse) Descriptor() ([]byte, []int) {
+	return file_distash_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *RegisterResponse) GetSlot() int32 {
+	if x != nil {
+		return x.Slot
+	}
+	return 0
+}
+
+func (x *RegisterResponse) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *RegisterResponse) GetError() *Error {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+func (x *RegisterResponse) GetLeader() string {
+	if x != nil {
+		return x.Leader
+	}
+	return ""
+}
+
+func (x *RegisterResponse) GetConfigField() string {
+	if x != nil {
+		return x.ConfigField
+	}
+	return ""
+}
+
+type HeartbeatRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Hops          uint32                 `protobuf:"varint,2,opt,name=hops,proto3" json:"hops,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HeartbeatRequest) Reset() {
+	*x = HeartbeatRequest{}
+	mi := &file_distash_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HeartbeatRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HeartbeatRequest) ProtoMessage() {}
+
+func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_distash_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
+func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
+	return file_distash_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *HeartbeatRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *HeartbeatRequest) GetHops() uint32 {
+	if x != nil {
+		return x.Hops
+	}
+	return 0
+}
+
+type HeartbeatResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Generation    uint64                 `protobuf:"varint,1,opt,name=generation,proto3" json:"generation,omitempty"` // the current generation: a node learns of a recovery here
+	Error         *Error                 `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	Leader        string                 `protobuf:"bytes,3,opt,name=leader,proto3" json:"leader,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HeartbeatResponse) Reset() {
+	*x = HeartbeatResponse{}
+	mi := &file_distash_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HeartbeatResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HeartbeatResponse) ProtoMessage() {}
+
+func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_distash_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
+func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
+	return file_distash_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *HeartbeatResponse) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *HeartbeatResponse) GetError() *Error {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+func (x *HeartbeatResponse) GetLeader() string {
+	if x != nil {
+		return x.Leader
+	}
+	return ""
+}
+
+type ViewRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Hops          uint32                 `protobuf:"varint,1,opt,name=hops,proto3" json:"hops,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ViewRequest) Reset() {
+	*x = ViewRequest{}
+	mi := &file_distash_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ViewRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ViewRequest) ProtoMessage() {}
+
+func (x *ViewRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_distash_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ViewRequest.ProtoReflect.Descriptor instead.
+func (*ViewRequest) Descriptor() ([]byte, []int) {
+	return file_distash_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *ViewRequest) GetHops() uint32 {
+	if x != nil {
+		return x.Hops
+	}
+	return 0
+}
+
+type ClusterNode struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Id             string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Address        string                 `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"`
+	Class          string                 `protobuf:"bytes,3,opt,name=class,proto3" json:"class,omitempty"`
+	Pool           string                 `protobuf:"bytes,4,opt,name=pool,proto3" json:"pool,omitempty"`
+	Dc             string                 `protobuf:"bytes,5,opt,name=dc,proto3" json:"dc,omitempty"`
+	Zone           string                 `protobuf:"bytes,6,opt,name=zone,proto3" json:"zone,omitempty"`
+	Machine        string                 `protobuf:"bytes,7,opt,name=machine,proto3" json:"machine,omitempty"`
+	Alive          bool                   `protobuf:"varint,8,opt,name=alive,proto3" json:"alive,omitempty"`                                             // heard from within the controller's liveness timeout
+	LastSeenUnixMs int64                  `protobuf:"varint,9,opt,name=last_seen_unix_ms,json=lastSeenUnixMs,proto3" json:"last_seen_unix_ms,omitempty"` // 0 if this controller never heard from it
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *ClusterNode) Reset() {
+	*x = ClusterNode{}
+	mi := &file_distash_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClusterNode) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClusterNode) ProtoMessage() {}
+
+func (x *ClusterNode) ProtoReflect() protoreflect.Message {
+	mi := &file_distash_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClusterNode.ProtoReflect.Descriptor instead.
+func (*ClusterNode) Descriptor() ([]byte, []int) {
+	return file_distash_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *ClusterNode) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ClusterNode) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *ClusterNode) GetClass() string {
+	if x != nil {
+		return x.Class
+	}
+	return ""
+}
+
+func (x *ClusterNode) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
+}
+
+func (x *ClusterNode) GetDc() string {
+	if x != nil {
+		return x.Dc
+	}
+	return ""
+}
+
+func (x *ClusterNode) GetZone() string {
+	if x != nil {
+		return x.Zone
+	}
+	return ""
+}
+
+func (x *ClusterNode) GetMachine() string {
+	if x != nil {
+		return x.Machine
+	}
+	return ""
+}
+
+func (x *ClusterNode) GetAlive() bool {
+	if x != nil {
+		return x.Alive
+	}
+	return false
+}
+
+func (x *ClusterNode) GetLastSeenUnixMs() int64 {
+	if x != nil {
+		return x.LastSeenUnixMs
+	}
+	return 0
+}
+
+type PoolSlots struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Pool          string                 `protobuf:"bytes,1,opt,name=pool,proto3" json:"pool,omitempty"`
+	Nodes         []string               `protobuf:"bytes,2,rep,name=nodes,proto3" json:"nodes,omitempty"` // per tag slot, the stash node holding it; "" for a free slot
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PoolSlots) Reset() {
+	*x = PoolSlots{}
+	mi := &file_distash_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PoolSlots) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PoolSlots) ProtoMessage() {}
+
+func (x *PoolSlots) ProtoReflect() protoreflect.Message {
+	mi := &file_distash_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PoolSlots.ProtoReflect.Descriptor instead.
+func (*PoolSlots) Descriptor() ([]byte, []int) {
+	return file_distash_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *PoolSlots) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
+}
+
+func (x *PoolSlots) GetNodes() []string {
+	if x != nil {
+		return x.Nodes
+	}
+	return nil
+}
+
+type ViewResponse struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	Generation       uint64                 `protobuf:"varint,1,opt,name=generation,proto3" json:"generation,omitempty"`
+	Controller       string                 `protobuf:"bytes,2,opt,name=controller,proto3" json:"controller,omitempty"` // the controller's coordinator address
+	Sequencer        string                 `protobuf:"bytes,3,opt,name=sequencer,proto3" json:"sequencer,omitempty"`   // node ids of the current generation's roles
+	GrvProxies       []string               `protobuf:"bytes,4,rep,name=grv_proxies,json=grvProxies,proto3" json:"grv_proxies,omitempty"`
+	CommitProxies    []string               `protobuf:"bytes,5,rep,name=commit_proxies,json=commitProxies,proto3" json:"commit_proxies,omitempty"`
+	Resolver         string                 `protobuf:"bytes,6,opt,name=resolver,proto3" json:"resolver,omitempty"`
+	LogReplicas      []string               `protobuf:"bytes,7,rep,name=log_replicas,json=logReplicas,proto3" json:"log_replicas,omitempty"`
+	StatelessAddress string                 `protobuf:"bytes,8,opt,name=stateless_address,json=statelessAddress,proto3" json:"stateless_address,omitempty"` // address of the node running the sequencer (and, today, every stateless role)
+	Nodes            []*ClusterNode         `protobuf:"bytes,9,rep,name=nodes,proto3" json:"nodes,omitempty"`                                               // sorted by id
+	Slots            []*PoolSlots           `protobuf:"bytes,10,rep,name=slots,proto3" json:"slots,omitempty"`                                              // sorted by pool
+	Error            *Error                 `protobuf:"bytes,11,opt,name=error,proto3" json:"error,omitempty"`
+	Leader           string                 `protobuf:"bytes,12,opt,name=leader,proto3" json:"leader,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *ViewResponse) Reset() {
+	*x = ViewResponse{}
+	mi := &file_distash_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ViewResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ViewResponse) ProtoMessage() {}
+
+func (x *ViewResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_distash_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ViewResponse.ProtoReflect.Descriptor instead.
+func (*ViewResponse) Descriptor() ([]byte, []int) {
+	return file_distash_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *ViewResponse) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *ViewResponse) GetController() string {
+	if x != nil {
+		return x.Controller
+	}
+	return ""
+}
+
+func (x *ViewResponse) GetSequencer() string {
+	if x != nil {
+		return x.Sequencer
+	}
+	return ""
+}
+
+func (x *ViewResponse) GetGrvProxies() []string {
+	if x != nil {
+		return x.GrvProxies
+	}
+	return nil
+}
+
+func (x *ViewResponse) GetCommitProxies() []string {
+	if x != nil {
+		return x.CommitProxies
+	}
+	return nil
+}
+
+func (x *ViewResponse) GetResolver() string {
+	if x != nil {
+		return x.Resolver
+	}
+	return ""
+}
+
+func (x *ViewResponse) GetLogReplicas() []string {
+	if x != nil {
+		return x.LogReplicas
+	}
+	return nil
+}
+
+func (x *ViewResponse) GetStatelessAddress() string {
+	if x != nil {
+		return x.StatelessAddress
+	}
+	return ""
+}
+
+func (x *ViewResponse) GetNodes() []*ClusterNode {
+	if x != nil {
+		return x.Nodes
+	}
+	return nil
+}
+
+func (x *ViewResponse) GetSlots() []*PoolSlots {
+	if x != nil {
+		return x.Slots
+	}
+	return nil
+}
+
+func (x *ViewResponse) GetError() *Error {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+func (x *ViewResponse) GetLeader() string {
+	if x != nil {
+		return x.Leader
+	}
+	return ""
+}
+
 var File_distash_proto protoreflect.FileDescriptor
 
 const file_distash_proto_rawDesc = "" +
@@ -2295,7 +2932,68 @@ const file_distash_proto_rawDesc = "" +
 	"\x03tag\x18\x01 \x01(\rR\x03tag\x12\x13\n" +
 	"\x05up_to\x18\x02 \x01(\x03R\x04upTo\"6\n" +
 	"\vPopResponse\x12'\n" +
-	"\x05error\x18\x01 \x01(\v2\x11.distash.v1.ErrorR\x05error2\x9e\x05\n" +
+	"\x05error\x18\x01 \x01(\v2\x11.distash.v1.ErrorR\x05error\"\xcf\x01\n" +
+	"\x0fRegisterRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
+	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x14\n" +
+	"\x05class\x18\x03 \x01(\tR\x05class\x12\x12\n" +
+	"\x04pool\x18\x04 \x01(\tR\x04pool\x12\x0e\n" +
+	"\x02dc\x18\x05 \x01(\tR\x02dc\x12\x12\n" +
+	"\x04zone\x18\x06 \x01(\tR\x04zone\x12\x18\n" +
+	"\amachine\x18\a \x01(\tR\amachine\x12\x16\n" +
+	"\x06config\x18\b \x01(\tR\x06config\x12\x12\n" +
+	"\x04hops\x18\t \x01(\rR\x04hops\"\xaa\x01\n" +
+	"\x10RegisterResponse\x12\x12\n" +
+	"\x04slot\x18\x01 \x01(\x05R\x04slot\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x02 \x01(\x04R\n" +
+	"generation\x12'\n" +
+	"\x05error\x18\x03 \x01(\v2\x11.distash.v1.ErrorR\x05error\x12\x16\n" +
+	"\x06leader\x18\x04 \x01(\tR\x06leader\x12!\n" +
+	"\fconfig_field\x18\x05 \x01(\tR\vconfigField\"6\n" +
+	"\x10HeartbeatRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04hops\x18\x02 \x01(\rR\x04hops\"t\n" +
+	"\x11HeartbeatResponse\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x01 \x01(\x04R\n" +
+	"generation\x12'\n" +
+	"\x05error\x18\x02 \x01(\v2\x11.distash.v1.ErrorR\x05error\x12\x16\n" +
+	"\x06leader\x18\x03 \x01(\tR\x06leader\"!\n" +
+	"\vViewRequest\x12\x12\n" +
+	"\x04hops\x18\x01 \x01(\rR\x04hops\"\xe0\x01\n" +
+	"\vClusterNode\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
+	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x14\n" +
+	"\x05class\x18\x03 \x01(\tR\x05class\x12\x12\n" +
+	"\x04pool\x18\x04 \x01(\tR\x04pool\x12\x0e\n" +
+	"\x02dc\x18\x05 \x01(\tR\x02dc\x12\x12\n" +
+	"\x04zone\x18\x06 \x01(\tR\x04zone\x12\x18\n" +
+	"\amachine\x18\a \x01(\tR\amachine\x12\x14\n" +
+	"\x05alive\x18\b \x01(\bR\x05alive\x12)\n" +
+	"\x11last_seen_unix_ms\x18\t \x01(\x03R\x0elastSeenUnixMs\"5\n" +
+	"\tPoolSlots\x12\x12\n" +
+	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x14\n" +
+	"\x05nodes\x18\x02 \x03(\tR\x05nodes\"\xbd\x03\n" +
+	"\fViewResponse\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x01 \x01(\x04R\n" +
+	"generation\x12\x1e\n" +
+	"\n" +
+	"controller\x18\x02 \x01(\tR\n" +
+	"controller\x12\x1c\n" +
+	"\tsequencer\x18\x03 \x01(\tR\tsequencer\x12\x1f\n" +
+	"\vgrv_proxies\x18\x04 \x03(\tR\n" +
+	"grvProxies\x12%\n" +
+	"\x0ecommit_proxies\x18\x05 \x03(\tR\rcommitProxies\x12\x1a\n" +
+	"\bresolver\x18\x06 \x01(\tR\bresolver\x12!\n" +
+	"\flog_replicas\x18\a \x03(\tR\vlogReplicas\x12+\n" +
+	"\x11stateless_address\x18\b \x01(\tR\x10statelessAddress\x12-\n" +
+	"\x05nodes\x18\t \x03(\v2\x17.distash.v1.ClusterNodeR\x05nodes\x12+\n" +
+	"\x05slots\x18\n" +
+	" \x03(\v2\x15.distash.v1.PoolSlotsR\x05slots\x12'\n" +
+	"\x05error\x18\v \x01(\v2\x11.distash.v1.ErrorR\x05error\x12\x16\n" +
+	"\x06leader\x18\f \x01(\tR\x06leader2\x9e\x05\n" +
 	"\aDiStash\x12W\n" +
 	"\x0eGetReadVersion\x12!.distash.v1.GetReadVersionRequest\x1a\".distash.v1.GetReadVersionResponse\x12?\n" +
 	"\x06Commit\x12\x19.distash.v1.CommitRequest\x1a\x1a.distash.v1.CommitResponse\x12U\n" +
@@ -2308,7 +3006,11 @@ const file_distash_proto_rawDesc = "" +
 	"\aColdest\x12\x1a.distash.v1.ColdestRequest\x1a\x1b.distash.v1.ColdestResponse2x\n" +
 	"\x03Log\x129\n" +
 	"\x04Peek\x12\x17.distash.v1.PeekRequest\x1a\x18.distash.v1.PeekResponse\x126\n" +
-	"\x03Pop\x12\x16.distash.v1.PopRequest\x1a\x17.distash.v1.PopResponseB*Z(github.com/distash/distash/internal/wireb\x06proto3"
+	"\x03Pop\x12\x16.distash.v1.PopRequest\x1a\x17.distash.v1.PopResponse2\xd9\x01\n" +
+	"\vCoordinator\x12E\n" +
+	"\bRegister\x12\x1b.distash.v1.RegisterRequest\x1a\x1c.distash.v1.RegisterResponse\x12H\n" +
+	"\tHeartbeat\x12\x1c.distash.v1.HeartbeatRequest\x1a\x1d.distash.v1.HeartbeatResponse\x129\n" +
+	"\x04View\x12\x17.distash.v1.ViewRequest\x1a\x18.distash.v1.ViewResponseB*Z(github.com/distash/distash/internal/wireb\x06proto3"
 
 var (
 	file_distash_proto_rawDescOnce sync.Once
@@ -2322,7 +3024,7 @@ func file_distash_proto_rawDescGZIP() []byte {
 	return file_distash_proto_rawDescData
 }
 
-var file_distash_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
+var file_distash_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
 var file_distash_proto_goTypes = []any{
 	(*Error)(nil),                  // 0: distash.v1.Error
 	(*Mutation)(nil),               // 1: distash.v1.Mutation
@@ -2357,6 +3059,14 @@ var file_distash_proto_goTypes = []any{
 	(*PeekResponse)(nil),           // 30: distash.v1.PeekResponse
 	(*PopRequest)(nil),             // 31: distash.v1.PopRequest
 	(*PopResponse)(nil),            // 32: distash.v1.PopResponse
+	(*RegisterRequest)(nil),        // 33: distash.v1.RegisterRequest
+	(*RegisterResponse)(nil),       // 34: distash.v1.RegisterResponse
+	(*HeartbeatRequest)(nil),       // 35: distash.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),      // 36: distash.v1.HeartbeatResponse
+	(*ViewRequest)(nil),            // 37: distash.v1.ViewRequest
+	(*ClusterNode)(nil),            // 38: distash.v1.ClusterNode
+	(*PoolSlots)(nil),              // 39: distash.v1.PoolSlots
+	(*ViewResponse)(nil),           // 40: distash.v1.ViewResponse
 }
 var file_distash_proto_depIdxs = []int32{
 	0,  // 0: distash.v1.GetReadVersionResponse.error:type_name -> distash.v1.Error
@@ -2382,33 +3092,44 @@ var file_distash_proto_depIdxs = []int32{
 	29, // 20: distash.v1.PeekResponse.messages:type_name -> distash.v1.LogMessage
 	0,  // 21: distash.v1.PeekResponse.error:type_name -> distash.v1.Error
 	0,  // 22: distash.v1.PopResponse.error:type_name -> distash.v1.Error
-	5,  // 23: distash.v1.DiStash.GetReadVersion:input_type -> distash.v1.GetReadVersionRequest
-	7,  // 24: distash.v1.DiStash.Commit:input_type -> distash.v1.CommitRequest
-	26, // 25: distash.v1.DiStash.CommitStream:input_type -> distash.v1.CommitStreamRequest
-	9,  // 26: distash.v1.DiStash.Read:input_type -> distash.v1.ReadRequest
-	11, // 27: distash.v1.DiStash.ReadRange:input_type -> distash.v1.ReadRangeRequest
-	13, // 28: distash.v1.DiStash.Locations:input_type -> distash.v1.LocationsRequest
-	17, // 29: distash.v1.DiStash.ClusterInfo:input_type -> distash.v1.ClusterInfoRequest
-	22, // 30: distash.v1.DiStash.Status:input_type -> distash.v1.StatusRequest
-	24, // 31: distash.v1.DiStash.Coldest:input_type -> distash.v1.ColdestRequest
-	28, // 32: distash.v1.Log.Peek:input_type -> distash.v1.PeekRequest
-	31, // 33: distash.v1.Log.Pop:input_type -> distash.v1.PopRequest
-	6,  // 34: distash.v1.DiStash.GetReadVersion:output_type -> distash.v1.GetReadVersionResponse
-	8,  // 35: distash.v1.DiStash.Commit:output_type -> distash.v1.CommitResponse
-	27, // 36: distash.v1.DiStash.CommitStream:output_type -> distash.v1.CommitStreamResponse
-	10, // 37: distash.v1.DiStash.Read:output_type -> distash.v1.ReadResponse
-	12, // 38: distash.v1.DiStash.ReadRange:output_type -> distash.v1.ReadRangeResponse
-	15, // 39: distash.v1.DiStash.Locations:output_type -> distash.v1.LocationsResponse
-	18, // 40: distash.v1.DiStash.ClusterInfo:output_type -> distash.v1.ClusterInfoResponse
-	23, // 41: distash.v1.DiStash.Status:output_type -> distash.v1.StatusResponse
-	25, // 42: distash.v1.DiStash.Coldest:output_type -> distash.v1.ColdestResponse
-	30, // 43: distash.v1.Log.Peek:output_type -> distash.v1.PeekResponse
-	32, // 44: distash.v1.Log.Pop:output_type -> distash.v1.PopResponse
-	34, // [34:45] is the sub-list for method output_type
-	23, // [23:34] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	0,  // 23: distash.v1.RegisterResponse.error:type_name -> distash.v1.Error
+	0,  // 24: distash.v1.HeartbeatResponse.error:type_name -> distash.v1.Error
+	38, // 25: distash.v1.ViewResponse.nodes:type_name -> distash.v1.ClusterNode
+	39, // 26: distash.v1.ViewResponse.slots:type_name -> distash.v1.PoolSlots
+	0,  // 27: distash.v1.ViewResponse.error:type_name -> distash.v1.Error
+	5,  // 28: distash.v1.DiStash.GetReadVersion:input_type -> distash.v1.GetReadVersionRequest
+	7,  // 29: distash.v1.DiStash.Commit:input_type -> distash.v1.CommitRequest
+	26, // 30: distash.v1.DiStash.CommitStream:input_type -> distash.v1.CommitStreamRequest
+	9,  // 31: distash.v1.DiStash.Read:input_type -> distash.v1.ReadRequest
+	11, // 32: distash.v1.DiStash.ReadRange:input_type -> distash.v1.ReadRangeRequest
+	13, // 33: distash.v1.DiStash.Locations:input_type -> distash.v1.LocationsRequest
+	17, // 34: distash.v1.DiStash.ClusterInfo:input_type -> distash.v1.ClusterInfoRequest
+	22, // 35: distash.v1.DiStash.Status:input_type -> distash.v1.StatusRequest
+	24, // 36: distash.v1.DiStash.Coldest:input_type -> distash.v1.ColdestRequest
+	28, // 37: distash.v1.Log.Peek:input_type -> distash.v1.PeekRequest
+	31, // 38: distash.v1.Log.Pop:input_type -> distash.v1.PopRequest
+	33, // 39: distash.v1.Coordinator.Register:input_type -> distash.v1.RegisterRequest
+	35, // 40: distash.v1.Coordinator.Heartbeat:input_type -> distash.v1.HeartbeatRequest
+	37, // 41: distash.v1.Coordinator.View:input_type -> distash.v1.ViewRequest
+	6,  // 42: distash.v1.DiStash.GetReadVersion:output_type -> distash.v1.GetReadVersionResponse
+	8,  // 43: distash.v1.DiStash.Commit:output_type -> distash.v1.CommitResponse
+	27, // 44: distash.v1.DiStash.CommitStream:output_type -> distash.v1.CommitStreamResponse
+	10, // 45: distash.v1.DiStash.Read:output_type -> distash.v1.ReadResponse
+	12, // 46: distash.v1.DiStash.ReadRange:output_type -> distash.v1.ReadRangeResponse
+	15, // 47: distash.v1.DiStash.Locations:output_type -> distash.v1.LocationsResponse
+	18, // 48: distash.v1.DiStash.ClusterInfo:output_type -> distash.v1.ClusterInfoResponse
+	23, // 49: distash.v1.DiStash.Status:output_type -> distash.v1.StatusResponse
+	25, // 50: distash.v1.DiStash.Coldest:output_type -> distash.v1.ColdestResponse
+	30, // 51: distash.v1.Log.Peek:output_type -> distash.v1.PeekResponse
+	32, // 52: distash.v1.Log.Pop:output_type -> distash.v1.PopResponse
+	34, // 53: distash.v1.Coordinator.Register:output_type -> distash.v1.RegisterResponse
+	36, // 54: distash.v1.Coordinator.Heartbeat:output_type -> distash.v1.HeartbeatResponse
+	40, // 55: distash.v1.Coordinator.View:output_type -> distash.v1.ViewResponse
+	42, // [42:56] is the sub-list for method output_type
+	28, // [28:42] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_distash_proto_init() }
@@ -2422,9 +3143,9 @@ func file_distash_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_distash_proto_rawDesc), len(file_distash_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   33,
+			NumMessages:   41,
 			NumExtensions: 0,
-			NumServices:   2,
+			NumServices:   3,
 		},
 		GoTypes:           file_distash_proto_goTypes,
 		DependencyIndexes: file_distash_proto_depIdxs,

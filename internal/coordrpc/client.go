@@ -1,0 +1,285 @@
+package coordrpc
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/distash/distash/config"
+	"github.com/distash/distash/internal/kv"
+	"github.com/distash/distash/internal/wire"
+)
+
+// ClientOptions configure a Client.
+type ClientOptions struct {
+	// TLS, if set, secures every connection (mutual TLS: tlsconf.Client).
+	TLS *tls.Config
+	// AttemptTimeout bounds one call to one coordinator, so an address
+	// that swallows packets costs this much, not the caller's whole
+	// deadline; default 3s (above the server's controller wait).
+	AttemptTimeout time.Duration
+	// Backoff is the pause after every coordinator failed, before the next
+	// round; default 50ms.
+	Backoff time.Duration
+}
+
+// Client reaches the cluster controller through any coordinator.
+type Client struct {
+	addrs []string
+	opts  ClientOptions
+
+	mu     sync.Mutex
+	conns  map[string]*grpc.ClientConn
+	prefer string // the coordinator that answered last, or the leader hinted
+	closed bool
+}
+
+// NewClient returns a client of the coordinators in list ("a:1,b:2,c:3",
+// the cluster string). It connects lazily: a dead address costs nothing
+// until it is tried, and is skipped then.
+func NewClient(list string, opts ClientOptions) (*Client, error) {
+	var addrs []string
+	for _, a := range strings.Split(list, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			addrs = append(addrs, a)
+		}
+	}
+	if len(addrs) == 0 {
+		return nil, fmt.Errorf("coordrpc: no coordinator in %q", list)
+	}
+	if opts.AttemptTimeout <= 0 {
+		opts.AttemptTimeout = 3 * time.Second
+	}
+	if opts.Backoff <= 0 {
+		opts.Backoff = 50 * time.Millisecond
+	}
+	return &Client{addrs: addrs, opts: opts, conns: make(map[string]*grpc.ClientConn)}, nil
+}
+
+// Close closes the client's connections.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.closed = true
+	var err error
+	for a, cc := range c.conns {
+		err = errors.Join(err, cc.Close())
+		delete(c.conns, a)
+	}
+	return err
+}
+
+func (c *Client) conn(addr string) (wire.CoordinatorClient, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, errors.New("coordrpc: client closed")
+	}
+	cc, ok := c.conns[addr]
+	if !ok {
+		var err error
+		if cc, err = dial(addr, c.opts.TLS); err != nil {
+			return nil, err
+		}
+		c.conns[addr] = cc
+	}
+	return wire.NewCoordinatorClient(cc), nil
+}
+
+// order is the coordinators to try: the preferred one first.
+func (c *Client) order() []string {
+	c.mu.Lock()
+	p := c.prefer
+	c.mu.Unlock()
+	out := make([]string, 0, len(c.addrs)+1)
+	if p != "" {
+		out = append(out, p)
+	}
+	for _, a := range c.addrs {
+		if a != p {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+func (c *Client) setPrefer(a string) {
+	c.mu.Lock()
+	c.prefer = a
+	c.mu.Unlock()
+}
+
+// answer is what call needs of a response.
+type answer interface {
+	GetError() *wire.Error
+	GetLeader() string
+}
+
+// call runs fn against the coordinators in turn until one answers with no
+// error or a non-retryable one, following leader hints, in rounds until
+// ctx ends. It returns the last failure if ctx ends first.
+func call[R answer](ctx context.Context, c *Client, fn func(context.Context, wire.CoordinatorClient) (R, error)) (R, error) {
+	var zero R
+	var last error
+	for {
+		queue := c.order()
+		tried := map[string]bool{}
+		for len(queue) > 0 {
+			addr := queue[0]
+			queue = queue[1:]
+			if tried[addr] {
+				continue
+			}
+			tried[addr] = true
+			cl, err := c.conn(addr)
+			if err != nil {
+				last = fmt.Errorf("coordrpc: %s: %w", addr, err)
+				continue
+			}
+			actx, cancel := context.WithTimeout(ctx, c.opts.AttemptTimeout)
+			resp, err := fn(actx, cl)
+			cancel()
+			if err != nil {
+				// A dead or unreachable coordinator: the next one.
+				last = fmt.Errorf("coordrpc: %s: %w", addr, err)
+				if ctx.Err() != nil {
+					return zero, last
+				}
+				continue
+			}
+			e := resp.GetError()
+			if e == nil || !kv.Code(e.Code).Retryable() {
+				c.setPrefer(addr)
+				return resp, nil
+			}
+			last = fmt.Errorf("coordrpc: %s: %w", addr, &kv.Error{Code: kv.Code(e.Code), Detail: e.Detail})
+			if l := resp.GetLeader(); l != "" && !tried[l] {
+				queue = append([]string{l}, queue...)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			if last == nil {
+				last = ctx.Err()
+			}
+			return zero, last
+		case <-time.After(c.opts.Backoff):
+		}
+	}
+}
+
+func fromWire(e *wire.Error) error {
+	if e == nil {
+		return nil
+	}
+	return &kv.Error{Code: kv.Code(e.Code), Detail: e.Detail}
+}
+
+// NodeRegistration is what a node tells the controller about itself.
+type NodeRegistration struct {
+	ID, Addr, Class, Pool, DC, Zone, Machine string
+	Config                                   string // the node's configuration TOML
+}
+
+// Register registers a node and returns its tag slot (-1 for a
+// transaction node) and the current generation. A configuration that
+// differs from the cluster's is refused with an error wrapping a
+// *config.FieldError naming the first differing field.
+func (c *Client) Register(ctx context.Context, r NodeRegistration) (slot int, generation uint64, err error) {
+	req := &wire.RegisterRequest{Id: r.ID, Address: r.Addr, Class: r.Class, Pool: r.Pool,
+		Dc: r.DC, Zone: r.Zone, Machine: r.Machine, Config: r.Config}
+	resp, err := call(ctx, c, func(ctx context.Context, cl wire.CoordinatorClient) (*wire.RegisterResponse, error) {
+		return cl.Register(ctx, req)
+	})
+	if err != nil {
+		return -1, 0, err
+	}
+	if resp.Error != nil {
+		ke := &kv.Error{Code: kv.Code(resp.Error.Code), Detail: resp.Error.Detail}
+		if resp.ConfigField != "" {
+			return -1, 0, &configError{ke, &config.FieldError{Field: resp.ConfigField, Msg: ke.Detail}}
+		}
+		return -1, 0, ke
+	}
+	return int(resp.Slot), resp.Generation, nil
+}
+
+// configError is a refused configuration: errors.As finds both the code
+// and the field at fault.
+type configError struct {
+	err   *kv.Error
+	field *config.FieldError
+}
+
+func (e *configError) Error() string { return e.err.Error() }
+
+// Unwrap is the code's single chain, which kv.CodeOf follows; As finds the
+// field.
+func (e *configError) Unwrap() error { return e.err }
+
+func (e *configError) As(target any) bool {
+	if p, ok := target.(**config.FieldError); ok {
+		*p = e.field
+		return true
+	}
+	return false
+}
+
+// Heartbeat tells the controller node id is alive and returns the current
+// generation.
+func (c *Client) Heartbeat(ctx context.Context, id string) (uint64, error) {
+	resp, err := call(ctx, c, func(ctx context.Context, cl wire.CoordinatorClient) (*wire.HeartbeatResponse, error) {
+		return cl.Heartbeat(ctx, &wire.HeartbeatRequest{Id: id})
+	})
+	if err != nil {
+		return 0, err
+	}
+	return resp.Generation, fromWire(resp.Error)
+}
+
+// View returns the controller's view of the cluster.
+func (c *Client) View(ctx context.Context) (*wire.ViewResponse, error) {
+	resp, err := call(ctx, c, func(ctx context.Context, cl wire.CoordinatorClient) (*wire.ViewResponse, error) {
+		return cl.View(ctx, &wire.ViewRequest{})
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := fromWire(resp.Error); err != nil {
+		return nil, err
+	}
+	return resp, nil
+}
+
+// HeartbeatLoop heartbeats node id every interval until ctx ends. After
+// each heartbeat it calls report, if not nil, with the generation or the
+// error (a node re-registers on a not-registered error, and looks up the
+// roles again when the generation changes).
+func (c *Client) HeartbeatLoop(ctx context.Context, id string, interval time.Duration, report func(generation uint64, err error)) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		// Each heartbeat must end before the next is due, or a slow
+		// controller would pile them up.
+		hctx, cancel := context.WithTimeout(ctx, max(interval, c.opts.AttemptTimeout))
+		g, err := c.Heartbeat(hctx, id)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		if report != nil {
+			report(g, err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}

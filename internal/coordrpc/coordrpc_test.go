@@ -1,0 +1,459 @@
+package coordrpc
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+
+	"github.com/distash/distash/config"
+	"github.com/distash/distash/internal/coord"
+	"github.com/distash/distash/internal/kv"
+	"github.com/distash/distash/internal/tlsconf"
+	"github.com/distash/distash/internal/tlsconf/tlstest"
+	"github.com/distash/distash/internal/wire"
+)
+
+// fakeClock is the coordinators' liveness clock: tests move it instead of
+// sleeping through liveness timeouts.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) Add(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+const livenessTimeout = 5 * time.Second
+
+// cluster is three coordinators on loopback, each serving raft on one port
+// and the Coordinator service on another.
+type cluster struct {
+	t         *testing.T
+	raft      []string
+	grpc      []string
+	nodes     []*coord.Node
+	servers   []*grpc.Server
+	services  []*Server
+	clock     *fakeClock
+	clientTLS *tls.Config
+}
+
+func newCluster(t *testing.T, pki *tlstest.PKI) *cluster {
+	const n = 3
+	c := &cluster{t: t, clock: &fakeClock{t: time.Unix(1_000_000, 0)},
+		nodes: make([]*coord.Node, n), servers: make([]*grpc.Server, n), services: make([]*Server, n)}
+	var rlns, glns []net.Listener
+	for range n {
+		for _, l := range []*[]net.Listener{&rlns, &glns} {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			*l = append(*l, ln)
+		}
+		c.raft = append(c.raft, rlns[len(rlns)-1].Addr().String())
+		c.grpc = append(c.grpc, glns[len(glns)-1].Addr().String())
+	}
+	toGRPC := func(raftAddr string) string {
+		if i := slices.Index(c.raft, raftAddr); i >= 0 {
+			return c.grpc[i]
+		}
+		return raftAddr
+	}
+	var serverTLS *tls.Config
+	if pki != nil {
+		var err error
+		if serverTLS, err = tlsconf.Server(tlsconf.Files{Cert: pki.ServerCert, Key: pki.ServerKey, CA: pki.CA}, nil); err != nil {
+			t.Fatal(err)
+		}
+		if c.clientTLS, err = tlsconf.Client(tlsconf.Files{Cert: pki.ClientCert, Key: pki.ClientKey, CA: pki.CA}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range n {
+		nd, err := coord.Start(coord.Options{
+			Addr: c.raft[i], Coordinators: c.raft, Dir: filepath.Join(t.TempDir(), fmt.Sprint("c", i)),
+			Listener: rlns[i], ServerTLS: serverTLS, ClientTLS: c.clientTLS, NodeID: fmt.Sprint("t", i),
+			HeartbeatTimeout: 150 * time.Millisecond, ElectionTimeout: 150 * time.Millisecond,
+			RPCTimeout: time.Second, LivenessTimeout: livenessTimeout, Clock: c.clock.Now,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.nodes[i] = nd
+		var opts []grpc.ServerOption
+		if serverTLS != nil {
+			opts = append(opts, grpc.Creds(credentials.NewTLS(serverTLS)))
+		}
+		s := grpc.NewServer(opts...)
+		c.services[i] = Register(s, nd, ServerOptions{ClientTLS: c.clientTLS, GRPCAddr: toGRPC})
+		go s.Serve(glns[i])
+		c.servers[i] = s
+	}
+	t.Cleanup(func() {
+		for i := range c.nodes {
+			if c.nodes[i] != nil {
+				c.stop(i)
+			}
+		}
+	})
+	return c
+}
+
+// stop kills coordinator i: its service and its raft node.
+func (c *cluster) stop(i int) {
+	c.servers[i].Stop()
+	c.services[i].Close()
+	if err := c.nodes[i].Stop(); err != nil {
+		c.t.Errorf("stop %d: %v", i, err)
+	}
+	c.nodes[i] = nil
+}
+
+// controller waits for a committed controller and returns its index.
+func (c *cluster) controller() int {
+	c.t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		for i, n := range c.nodes {
+			if n != nil && n.Controller() != 0 {
+				return i
+			}
+		}
+	}
+	c.t.Fatal("no controller within 5s")
+	return -1
+}
+
+func (c *cluster) client(addrs ...string) *Client {
+	c.t.Helper()
+	cl, err := NewClient(strings.Join(addrs, ","), ClientOptions{TLS: c.clientTLS, AttemptTimeout: time.Second, Backoff: 20 * time.Millisecond})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.t.Cleanup(func() { cl.Close() })
+	return cl
+}
+
+func testConfig(t *testing.T, edit func(*config.Config)) string {
+	t.Helper()
+	cf := config.Default()
+	cf.Log.Replicas = 3
+	if edit != nil {
+		edit(cf)
+	}
+	b, err := cf.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func node(v *wire.ViewResponse, id string) *wire.ClusterNode {
+	for _, n := range v.Nodes {
+		if n.Id == id {
+			return n
+		}
+	}
+	return nil
+}
+
+func TestRegisterHeartbeatViewAndFailover(t *testing.T) {
+	c := newCluster(t, nil)
+	ctx := ctxT(t)
+	li := c.controller()
+	fi := (li + 1) % 3
+	cfg := testConfig(t, nil)
+
+	// A stash node registers through a follower, which forwards to the
+	// controller; the first node's configuration becomes the cluster's.
+	viaFollower := c.client(c.grpc[fi])
+	s0 := NodeRegistration{ID: "s0", Addr: "127.0.0.1:7000", Class: coord.ClassStash, Pool: "data", DC: "dc1", Zone: "za", Config: cfg}
+	slot, gen, err := viaFollower.Register(ctx, s0)
+	if err != nil || slot != 0 || gen == 0 {
+		t.Fatalf("register s0: slot %d, generation %d, %v", slot, gen, err)
+	}
+	if st := c.nodes[li].State(); st.Config != cfg || st.Slot("data", "s0") != 0 {
+		t.Fatalf("controller state: slot %d, config stored %v", st.Slot("data", "s0"), st.Config == cfg)
+	}
+	// Re-registering (say on a new address after a restart) keeps the slot.
+	s0.Addr = "127.0.0.1:7001"
+	if slot, _, err := viaFollower.Register(ctx, s0); err != nil || slot != 0 {
+		t.Fatalf("re-register s0: slot %d, %v", slot, err)
+	}
+	if slot, _, err := viaFollower.Register(ctx, NodeRegistration{ID: "s1", Addr: "127.0.0.1:7002", Class: coord.ClassStash, Pool: "data", Config: cfg}); err != nil || slot != 1 {
+		t.Fatalf("register s1: slot %d, %v", slot, err)
+	}
+
+	// A different cluster layout is refused, naming the field.
+	_, _, err = viaFollower.Register(ctx, NodeRegistration{ID: "s2", Addr: "127.0.0.1:7003", Class: coord.ClassStash, Pool: "data",
+		Config: testConfig(t, func(cf *config.Config) { cf.Pools[1].Stashes = 3 })})
+	var fe *config.FieldError
+	if !errors.As(err, &fe) || !strings.Contains(fe.Field, "stashes") || kv.CodeOf(err) != kv.CodeInvalidMutation {
+		t.Fatalf("different config: %v, want a FieldError naming stashes", err)
+	}
+	if _, ok := c.nodes[li].State().Nodes["s2"]; ok {
+		t.Fatal("the refused node was registered")
+	}
+	for i := range 3 {
+		if slot, _, err := viaFollower.Register(ctx, NodeRegistration{ID: fmt.Sprint("t", i), Addr: c.grpc[i], Class: coord.ClassTransaction,
+			DC: "dc1", Zone: fmt.Sprint("z", i), Config: cfg}); err != nil || slot != -1 {
+			t.Fatalf("register t%d: slot %d, %v", i, slot, err)
+		}
+	}
+
+	// Every coordinator shows the controller's view.
+	for i := range 3 {
+		v, err := c.client(c.grpc[i]).View(ctx)
+		if err != nil {
+			t.Fatalf("view from %d: %v", i, err)
+		}
+		if v.Generation != gen || v.Controller != c.grpc[li] || len(v.Nodes) != 5 {
+			t.Fatalf("view from %d: generation %d (want %d), controller %s (want %s), %d nodes", i, v.Generation, gen, v.Controller, c.grpc[li], len(v.Nodes))
+		}
+		if n := node(v, "s0"); n == nil || n.Address != "127.0.0.1:7001" || !n.Alive || n.Pool != "data" || n.Zone != "za" {
+			t.Fatalf("view from %d: s0 is %v", i, n)
+		}
+		if len(v.Slots) != 2 || v.Slots[1].Pool != "data" || !slices.Equal(v.Slots[1].Nodes, []string{"s0", "s1"}) {
+			t.Fatalf("view from %d: slots %v", i, v.Slots)
+		}
+	}
+
+	// Liveness follows heartbeats.
+	c.clock.Add(livenessTimeout + time.Second)
+	if _, err := viaFollower.Heartbeat(ctx, "s0"); err != nil {
+		t.Fatal(err)
+	}
+	v, err := viaFollower.View(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !node(v, "s0").Alive || node(v, "s1").Alive || node(v, "s0").LastSeenUnixMs != c.clock.Now().UnixMilli() {
+		t.Fatalf("after a heartbeat of s0 only: s0 %v, s1 %v", node(v, "s0"), node(v, "s1"))
+	}
+	if _, err := viaFollower.Heartbeat(ctx, "nobody"); kv.CodeOf(err) != kv.CodeInvalidMutation {
+		t.Fatalf("heartbeat of an unregistered node: %v", err)
+	}
+
+	// The heartbeat loop keeps a node alive across the liveness timeout,
+	// and reports the generation.
+	loopCtx, stopLoop := context.WithCancel(ctx)
+	reports := make(chan error, 100)
+	loopDone := make(chan struct{})
+	go func() {
+		defer close(loopDone)
+		viaFollower.HeartbeatLoop(loopCtx, "s1", 10*time.Millisecond, func(g uint64, err error) {
+			if err == nil && g != gen {
+				err = fmt.Errorf("generation %d, want %d", g, gen)
+			}
+			select {
+			case reports <- err:
+			default:
+			}
+		})
+	}()
+	wait := func() {
+		t.Helper()
+		select {
+		case err := <-reports:
+			if err != nil {
+				t.Fatalf("heartbeat loop: %v", err)
+			}
+		case <-ctx.Done():
+			t.Fatal("no heartbeat report")
+		}
+	}
+	wait()
+	c.clock.Add(livenessTimeout + time.Second)
+	for len(reports) > 0 { // reports of heartbeats before the clock moved
+		wait()
+	}
+	// The first may have been in flight when the clock moved; the second
+	// was sent after.
+	wait()
+	wait()
+	stopLoop()
+	<-loopDone
+	if v, err := viaFollower.View(ctx); err != nil || !node(v, "s1").Alive || node(v, "s0").Alive {
+		t.Fatalf("after the heartbeat loop of s1: %v, s0 %v, s1 %v", err, node(v, "s0"), node(v, "s1"))
+	}
+
+	// Once the transaction nodes are alive, a new generation places the
+	// roles on them, and the view shows where.
+	for i := range 3 {
+		viaFollower.Heartbeat(ctx, fmt.Sprint("t", i))
+	}
+	gen, _, err = c.nodes[li].Recover(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err = viaFollower.View(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.Generation != gen || v.Sequencer != fmt.Sprint("t", li) || v.StatelessAddress != c.grpc[li] || len(v.LogReplicas) != 3 {
+		t.Fatalf("roles: generation %d (want %d), sequencer %q at %q, log replicas %v", v.Generation, gen, v.Sequencer, v.StatelessAddress, v.LogReplicas)
+	}
+
+	// The controller dies. A client given every coordinator, the dead one
+	// first, still registers and views, in a later generation.
+	c.stop(li)
+	all := c.client(c.grpc[li], c.grpc[(li+1)%3], c.grpc[(li+2)%3])
+	if slot, g, err := all.Register(ctx, NodeRegistration{ID: "s3", Addr: "127.0.0.1:7004", Class: coord.ClassStash, Pool: "cache", Config: cfg}); err != nil || slot != 0 || g <= gen {
+		t.Fatalf("register after failover: slot %d, generation %d (was %d), %v", slot, g, gen, err)
+	}
+	if slot, _, err := all.Register(ctx, s0); err != nil || slot != 0 {
+		t.Fatalf("re-register s0 after failover: slot %d, %v", slot, err)
+	}
+	v, err = all.View(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.Generation <= gen || v.Controller == c.grpc[li] || !slices.Contains(c.grpc, v.Controller) || len(v.Nodes) != 6 {
+		t.Fatalf("view after failover: generation %d (was %d), controller %s (old %s), %d nodes", v.Generation, gen, v.Controller, c.grpc[li], len(v.Nodes))
+	}
+	// The new controller has heard from the nodes that registered with it,
+	// not yet from the others.
+	if !node(v, "s0").Alive || node(v, "s1").Alive {
+		t.Fatalf("liveness after failover: s0 %v, s1 %v", node(v, "s0"), node(v, "s1"))
+	}
+}
+
+// TestHopLimit: a call already forwarded MaxHops times is answered with
+// the leader's address, not forwarded again.
+func TestHopLimit(t *testing.T) {
+	c := newCluster(t, nil)
+	li := c.controller()
+	fi := (li + 1) % 3
+	cc, err := dial(c.grpc[fi], nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	api := wire.NewCoordinatorClient(cc)
+	ctx := ctxT(t)
+	// The follower may not know the new leader yet: wait until it does.
+	for deadline := time.Now().Add(5 * time.Second); c.nodes[fi].Leader() == ""; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the follower knows no leader")
+		}
+	}
+	resp, err := api.View(ctx, &wire.ViewRequest{Hops: MaxHops})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Error == nil || kv.Code(resp.Error.Code) != kv.CodeConnectionFailed || resp.Leader != c.grpc[li] {
+		t.Fatalf("view at the hop limit: error %v, leader %q (want %q)", resp.Error, resp.Leader, c.grpc[li])
+	}
+	resp, err = api.View(ctx, &wire.ViewRequest{Hops: MaxHops - 1})
+	if err != nil || resp.Error != nil || resp.Controller != c.grpc[li] {
+		t.Fatalf("view one hop below the limit: %v %v", resp, err)
+	}
+}
+
+// TestMutualTLS: registration forwarded between coordinators over mutual
+// TLS; a client whose certificate another CA signed is refused.
+func TestMutualTLS(t *testing.T) {
+	pki := tlstest.New(t)
+	c := newCluster(t, pki)
+	li := c.controller()
+	ctx := ctxT(t)
+	viaFollower := c.client(c.grpc[(li+1)%3])
+	if slot, _, err := viaFollower.Register(ctx, NodeRegistration{ID: "s0", Addr: "127.0.0.1:7000", Class: coord.ClassStash, Pool: "data", Config: testConfig(t, nil)}); err != nil || slot != 0 {
+		t.Fatalf("register over TLS: slot %d, %v", slot, err)
+	}
+
+	rogueTLS, err := tlsconf.Client(tlsconf.Files{Cert: pki.OtherClientCert, Key: pki.OtherClientKey, CA: pki.CA})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rogue, err := NewClient(strings.Join(c.grpc, ","), ClientOptions{TLS: rogueTLS, AttemptTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rogue.Close()
+	short, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer cancel()
+	if _, err := rogue.View(short); err == nil {
+		t.Fatal("a client of another CA got a view")
+	}
+	plain := c.client(c.grpc...)
+	plain.opts.TLS = nil
+	short2, cancel2 := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer cancel2()
+	if _, err := plain.View(short2); err == nil {
+		t.Fatal("a plaintext client got a view")
+	}
+}
+
+// TestRequestsCheckedAtTheBoundary: malformed requests are refused before
+// reaching the controller (the service below has no node at all).
+func TestRequestsCheckedAtTheBoundary(t *testing.T) {
+	s := &Server{}
+	good := func() *wire.RegisterRequest {
+		return &wire.RegisterRequest{Id: "s0", Address: "127.0.0.1:1", Class: coord.ClassStash, Pool: "data", Config: testConfig(t, nil)}
+	}
+	long := strings.Repeat("x", MaxNameBytes+1)
+	for _, tc := range []struct {
+		name string
+		edit func(*wire.RegisterRequest)
+		want string
+	}{
+		{"no id", func(r *wire.RegisterRequest) { r.Id = "" }, "node id missing"},
+		{"long id", func(r *wire.RegisterRequest) { r.Id = long }, "node id of 257 bytes"},
+		{"no address", func(r *wire.RegisterRequest) { r.Address = "" }, "address missing"},
+		{"bad address", func(r *wire.RegisterRequest) { r.Address = "nowhere" }, "not host:port"},
+		{"no class", func(r *wire.RegisterRequest) { r.Class = "" }, "class missing"},
+		{"unknown class", func(r *wire.RegisterRequest) { r.Class = "storage" }, `class "storage"`},
+		{"stash without pool", func(r *wire.RegisterRequest) { r.Pool = "" }, "pool missing"},
+		{"transaction with pool", func(r *wire.RegisterRequest) { r.Class = coord.ClassTransaction }, "has no pool"},
+		{"long zone", func(r *wire.RegisterRequest) { r.Zone = long }, "zone of"},
+		{"no config", func(r *wire.RegisterRequest) { r.Config = "" }, "configuration missing"},
+		{"huge config", func(r *wire.RegisterRequest) { r.Config = strings.Repeat("#", MaxConfigBytes+1) }, "configuration of"},
+		{"bad config", func(r *wire.RegisterRequest) { r.Config = "[log]\nreplicas = 0\n" }, "log.replicas"},
+	} {
+		req := good()
+		tc.edit(req)
+		resp, err := s.Register(context.Background(), req)
+		if err != nil || resp.Error == nil || kv.Code(resp.Error.Code) != kv.CodeInvalidMutation || !strings.Contains(resp.Error.Detail, tc.want) {
+			t.Errorf("%s: %v %v, want invalid_mutation with %q", tc.name, resp.GetError(), err, tc.want)
+		}
+	}
+	if resp, _ := s.Register(context.Background(), nil); resp.Error == nil {
+		t.Error("nil register request accepted")
+	}
+	if resp, _ := s.Heartbeat(context.Background(), &wire.HeartbeatRequest{}); resp.Error == nil || !strings.Contains(resp.Error.Detail, "node id missing") {
+		t.Errorf("heartbeat without an id: %v", resp.Error)
+	}
+	if resp, _ := s.View(context.Background(), nil); resp.Error == nil {
+		t.Error("nil view request accepted")
+	}
+	if _, err := NewClient(" , ", ClientOptions{}); err == nil {
+		t.Error("a client of no coordinator")
+	}
+}

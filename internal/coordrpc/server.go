@@ -1,0 +1,431 @@
+// Package coordrpc is the coordinators' gRPC service (proto service
+// Coordinator): how nodes register with the cluster controller and
+// heartbeat it, and how nodes and clients find the roles of the current
+// generation (issue 9, points 2 and 3).
+//
+//	srv := coordrpc.Register(grpcServer, node, coordrpc.ServerOptions{ClientTLS: cli})
+//	defer srv.Close()
+//
+//	c, err := coordrpc.NewClient("a:1,b:2,c:3", coordrpc.ClientOptions{TLS: cli})
+//	slot, gen, err := c.Register(ctx, coordrpc.NodeRegistration{...})
+//	go c.HeartbeatLoop(ctx, id, time.Second, nil)
+//	v, err := c.View(ctx)
+//
+// Every coordinator answers every call. The controller (the raft leader,
+// once its generation is committed) serves them itself; a follower
+// forwards the call to it over a connection it keeps per leader address,
+// with the request's hop count raised. A call that has been forwarded
+// MaxHops times, or that finds no controller, is answered with a retryable
+// connection_failed error and the leader's address when one is known: the
+// Client then retries there or at the next coordinator. Forwarding rather
+// than redirecting keeps callers simple, and View must come from the
+// controller anyway, since liveness lives only in its memory.
+//
+// The gRPC service is reached at the coordinator's address in the
+// coordinators list (the node multiplexes it with raft on --listen). When
+// it is not, ServerOptions.GRPCAddr maps a raft address to the service's.
+package coordrpc
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/distash/distash/config"
+	"github.com/distash/distash/internal/coord"
+	"github.com/distash/distash/internal/kv"
+	"github.com/distash/distash/internal/wire"
+)
+
+// MaxHops bounds how many times a call is forwarded between coordinators:
+// one is enough when they agree on the leader, the second covers a leader
+// change in flight.
+const MaxHops = 2
+
+// Request limits, checked at the boundary.
+const (
+	MaxNameBytes   = 256     // id, address, pool, dc, zone, machine
+	MaxConfigBytes = 1 << 20 // the configuration TOML
+)
+
+// controllerWait bounds how long a call waits on a coordinator for a
+// controller to exist (an election, or a new leader's first generation)
+// before it answers with a retryable error.
+const controllerWait = 2 * time.Second
+
+// ServerOptions configure the service on one coordinator.
+type ServerOptions struct {
+	// ClientTLS, if set, secures the connections on which this coordinator
+	// forwards calls to the controller (mutual TLS: tlsconf.Client).
+	ClientTLS *tls.Config
+	// GRPCAddr maps a coordinator's raft address to its gRPC service's
+	// address; default: the same address.
+	GRPCAddr func(raftAddr string) string
+}
+
+// Server is the Coordinator service on one coordinator.
+type Server struct {
+	wire.UnimplementedCoordinatorServer
+	node *coord.Node
+	opts ServerOptions
+
+	mu     sync.Mutex
+	conns  map[string]*grpc.ClientConn // to leaders, by gRPC address
+	closed bool
+}
+
+// Register serves the Coordinator service of node on s. Close the returned
+// Server after s stops, to close its forwarding connections.
+func Register(s *grpc.Server, node *coord.Node, opts ...ServerOptions) *Server {
+	srv := &Server{node: node, conns: make(map[string]*grpc.ClientConn)}
+	if len(opts) > 0 {
+		srv.opts = opts[0]
+	}
+	if srv.opts.GRPCAddr == nil {
+		srv.opts.GRPCAddr = func(a string) string { return a }
+	}
+	wire.RegisterCoordinatorServer(s, srv)
+	return srv
+}
+
+// Close closes the forwarding connections.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	var err error
+	for a, c := range s.conns {
+		err = errors.Join(err, c.Close())
+		delete(s.conns, a)
+	}
+	return err
+}
+
+// errNoController is answered when no controller can be reached from here.
+type errNoController struct {
+	leader string // gRPC address, "" if unknown
+	why    string
+}
+
+func (e *errNoController) Error() string { return e.why }
+
+// route waits until this node is the controller (nil) or another node is
+// the leader (its gRPC address, to forward to), at most controllerWait.
+func (s *Server) route(ctx context.Context) (string, error) {
+	deadline := time.Now().Add(controllerWait)
+	for {
+		if s.node.Controller() != 0 {
+			return "", nil
+		}
+		// A leader whose generation is not committed yet is about to be
+		// the controller: wait for it rather than forward to ourselves.
+		if !s.node.IsLeader() {
+			if l := s.node.Leader(); l != "" {
+				return s.opts.GRPCAddr(l), nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return "", &errNoController{why: "coordrpc: no cluster controller yet (election in progress?)"}
+		}
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// forward returns a client of the leader at addr, or an error if the call
+// may not be forwarded again.
+func (s *Server) forward(addr string, hops uint32) (wire.CoordinatorClient, error) {
+	if hops >= MaxHops {
+		return nil, &errNoController{leader: addr, why: fmt.Sprintf("coordrpc: forwarded %d times without reaching the controller (coordinators disagree on the leader?)", hops)}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, &errNoController{leader: addr, why: "coordrpc: coordinator shutting down"}
+	}
+	c, ok := s.conns[addr]
+	if !ok {
+		var err error
+		if c, err = dial(addr, s.opts.ClientTLS); err != nil {
+			return nil, &errNoController{leader: addr, why: fmt.Sprintf("coordrpc: dial the controller %s: %v", addr, err)}
+		}
+		s.conns[addr] = c
+	}
+	return wire.NewCoordinatorClient(c), nil
+}
+
+func dial(addr string, cfg *tls.Config) (*grpc.ClientConn, error) {
+	creds := insecure.NewCredentials()
+	if cfg != nil {
+		creds = credentials.NewTLS(cfg)
+	}
+	return grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
+}
+
+// wireErr converts err for a response; leader is the hint sent with it.
+func (s *Server) wireErr(err error) (e *wire.Error, leader, field string) {
+	var nc *errNoController
+	var nl *coord.NotLeaderError
+	var fe *config.FieldError
+	var ke *kv.Error
+	switch {
+	case errors.As(err, &nc):
+		return &wire.Error{Code: int32(kv.CodeConnectionFailed), Detail: nc.why}, nc.leader, ""
+	case errors.As(err, &nl):
+		if nl.Leader != "" {
+			leader = s.opts.GRPCAddr(nl.Leader)
+		}
+		return &wire.Error{Code: int32(kv.CodeConnectionFailed), Detail: err.Error()}, leader, ""
+	case errors.As(err, &ke):
+		return &wire.Error{Code: int32(ke.Code), Detail: ke.Detail}, "", ""
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded),
+		errors.Is(err, raft.ErrLeadershipLost), errors.Is(err, raft.ErrNotLeader),
+		errors.Is(err, raft.ErrRaftShutdown), errors.Is(err, raft.ErrEnqueueTimeout),
+		errors.Is(err, raft.ErrAbortedByRestore), errors.Is(err, raft.ErrLeadershipTransferInProgress):
+		// The controller could not decide: retrying (registration is
+		// idempotent) is safe.
+		return &wire.Error{Code: int32(kv.CodeConnectionFailed), Detail: err.Error()}, "", ""
+	case errors.As(err, &fe):
+		return &wire.Error{Code: int32(kv.CodeInvalidMutation), Detail: err.Error()}, "", fe.Field
+	}
+	// The state machine's refusals: a request the cluster cannot accept.
+	return &wire.Error{Code: int32(kv.CodeInvalidMutation), Detail: err.Error()}, "", ""
+}
+
+func invalid(format string, args ...any) error {
+	return kv.Errorf(kv.CodeInvalidMutation, format, args...)
+}
+
+// Register registers a node with the controller.
+func (s *Server) Register(ctx context.Context, req *wire.RegisterRequest) (*wire.RegisterResponse, error) {
+	fail := func(err error) (*wire.RegisterResponse, error) {
+		r := &wire.RegisterResponse{Slot: -1}
+		r.Error, r.Leader, r.ConfigField = s.wireErr(err)
+		return r, nil
+	}
+	info, cfg, err := checkRegister(req)
+	if err != nil {
+		return fail(err)
+	}
+	leader, err := s.route(ctx)
+	if err != nil {
+		return fail(err)
+	}
+	if leader != "" {
+		c, err := s.forward(leader, req.Hops)
+		if err != nil {
+			return fail(err)
+		}
+		fwd := cloneRegister(req)
+		fwd.Hops++
+		resp, err := c.Register(ctx, fwd)
+		if err != nil {
+			return fail(&errNoController{leader: leader, why: fmt.Sprintf("coordrpc: forward to the controller %s: %v", leader, err)})
+		}
+		return resp, nil
+	}
+
+	// The stored configuration never changes once set (first write wins),
+	// so a node's is checked against it here without a raft write; only
+	// the first node's goes through raft.
+	if st := s.node.State(); st.Config != "" {
+		created, err := st.ParsedConfig()
+		if err != nil {
+			return fail(fmt.Errorf("coordrpc: the cluster's stored configuration: %w", err))
+		}
+		if err := cfg.CheckSameCluster(created); err != nil {
+			return fail(fmt.Errorf("node %q: configuration differs from the cluster's: %w", req.Id, err))
+		}
+	} else if _, err := s.node.Apply(ctx, coord.SetConfig(req.Config)); err != nil {
+		return fail(err)
+	}
+	res, err := s.node.Apply(ctx, coord.RegisterNode(info))
+	if err != nil {
+		return fail(err)
+	}
+	// Registering is a sign of life: the node need not wait for its first
+	// heartbeat to be recruited.
+	s.node.Heartbeat(info.ID)
+	return &wire.RegisterResponse{Slot: int32(res.Slot), Generation: res.Generation}, nil
+}
+
+func cloneRegister(r *wire.RegisterRequest) *wire.RegisterRequest {
+	return &wire.RegisterRequest{Id: r.Id, Address: r.Address, Class: r.Class, Pool: r.Pool,
+		Dc: r.Dc, Zone: r.Zone, Machine: r.Machine, Config: r.Config, Hops: r.Hops}
+}
+
+// Heartbeat records that a registered node is alive.
+func (s *Server) Heartbeat(ctx context.Context, req *wire.HeartbeatRequest) (*wire.HeartbeatResponse, error) {
+	fail := func(err error) (*wire.HeartbeatResponse, error) {
+		r := &wire.HeartbeatResponse{}
+		r.Error, r.Leader, _ = s.wireErr(err)
+		return r, nil
+	}
+	if req == nil {
+		return fail(invalid("heartbeat request missing"))
+	}
+	if err := checkName("node id", req.Id, true); err != nil {
+		return fail(err)
+	}
+	leader, err := s.route(ctx)
+	if err != nil {
+		return fail(err)
+	}
+	if leader != "" {
+		c, err := s.forward(leader, req.Hops)
+		if err != nil {
+			return fail(err)
+		}
+		resp, err := c.Heartbeat(ctx, &wire.HeartbeatRequest{Id: req.Id, Hops: req.Hops + 1})
+		if err != nil {
+			return fail(&errNoController{leader: leader, why: fmt.Sprintf("coordrpc: forward to the controller %s: %v", leader, err)})
+		}
+		return resp, nil
+	}
+	st := s.node.State()
+	if _, ok := st.Nodes[req.Id]; !ok {
+		// Refused so that a node the cluster forgot registers again,
+		// rather than heartbeating into the void.
+		return fail(invalid("node %q is not registered: register it first", req.Id))
+	}
+	s.node.Heartbeat(req.Id)
+	return &wire.HeartbeatResponse{Generation: st.Generation}, nil
+}
+
+// View returns the controller's view of the cluster.
+func (s *Server) View(ctx context.Context, req *wire.ViewRequest) (*wire.ViewResponse, error) {
+	fail := func(err error) (*wire.ViewResponse, error) {
+		r := &wire.ViewResponse{}
+		r.Error, r.Leader, _ = s.wireErr(err)
+		return r, nil
+	}
+	if req == nil {
+		return fail(invalid("view request missing"))
+	}
+	leader, err := s.route(ctx)
+	if err != nil {
+		return fail(err)
+	}
+	if leader != "" {
+		c, err := s.forward(leader, req.Hops)
+		if err != nil {
+			return fail(err)
+		}
+		resp, err := c.View(ctx, &wire.ViewRequest{Hops: req.Hops + 1})
+		if err != nil {
+			return fail(&errNoController{leader: leader, why: fmt.Sprintf("coordrpc: forward to the controller %s: %v", leader, err)})
+		}
+		return resp, nil
+	}
+	return s.view(s.node.State()), nil
+}
+
+func (s *Server) view(st *coord.State) *wire.ViewResponse {
+	r := &wire.ViewResponse{
+		Generation:    st.Generation,
+		Controller:    s.opts.GRPCAddr(st.Roles.Controller),
+		Sequencer:     st.Roles.Sequencer,
+		GrvProxies:    st.Roles.GRVProxies,
+		CommitProxies: st.Roles.CommitProxies,
+		Resolver:      st.Roles.Resolver,
+		LogReplicas:   st.Roles.LogReplicas,
+	}
+	if n, ok := st.Nodes[st.Roles.Sequencer]; ok {
+		r.StatelessAddress = n.Addr
+	}
+	ids := make([]string, 0, len(st.Nodes))
+	for id := range st.Nodes {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		n := st.Nodes[id]
+		cn := &wire.ClusterNode{Id: n.ID, Address: n.Addr, Class: n.Class, Pool: n.Pool,
+			Dc: n.DC, Zone: n.Zone, Machine: n.Machine, Alive: s.node.Alive(id)}
+		if t, ok := s.node.LastSeen(id); ok {
+			cn.LastSeenUnixMs = t.UnixMilli()
+		}
+		r.Nodes = append(r.Nodes, cn)
+	}
+	pools := make([]string, 0, len(st.Tags))
+	for p := range st.Tags {
+		pools = append(pools, p)
+	}
+	sort.Strings(pools)
+	for _, p := range pools {
+		r.Slots = append(r.Slots, &wire.PoolSlots{Pool: p, Nodes: st.Tags[p]})
+	}
+	return r
+}
+
+// checkName refuses an over-long name, or an empty one when required.
+func checkName(what, v string, required bool) error {
+	if required && v == "" {
+		return invalid("%s missing", what)
+	}
+	if len(v) > MaxNameBytes {
+		return invalid("%s of %d bytes (limit %d)", what, len(v), MaxNameBytes)
+	}
+	return nil
+}
+
+// checkRegister checks a registration at the boundary and converts it.
+// The cluster-dependent checks (the pool exists, a free slot, the same
+// configuration) are the controller's.
+func checkRegister(req *wire.RegisterRequest) (coord.NodeInfo, *config.Config, error) {
+	var info coord.NodeInfo
+	if req == nil {
+		return info, nil, invalid("register request missing")
+	}
+	for _, f := range []struct {
+		what     string
+		v        string
+		required bool
+	}{
+		{"node id", req.Id, true}, {"address", req.Address, true}, {"class", req.Class, true},
+		{"pool", req.Pool, req.Class == coord.ClassStash},
+		{"dc", req.Dc, false}, {"zone", req.Zone, false}, {"machine", req.Machine, false},
+	} {
+		if err := checkName(f.what, f.v, f.required); err != nil {
+			return info, nil, fmt.Errorf("node %q: %w", req.Id, err)
+		}
+	}
+	if _, _, err := net.SplitHostPort(req.Address); err != nil {
+		return info, nil, invalid("node %q: address %q is not host:port: %v", req.Id, req.Address, err)
+	}
+	switch req.Class {
+	case coord.ClassStash:
+	case coord.ClassTransaction:
+		if req.Pool != "" {
+			return info, nil, invalid("node %q: a transaction node has no pool (got %q)", req.Id, req.Pool)
+		}
+	default:
+		return info, nil, invalid("node %q: class %q is not %s or %s", req.Id, req.Class, coord.ClassTransaction, coord.ClassStash)
+	}
+	if req.Config == "" {
+		return info, nil, invalid("node %q: configuration missing", req.Id)
+	}
+	if len(req.Config) > MaxConfigBytes {
+		return info, nil, invalid("node %q: configuration of %d bytes (limit %d)", req.Id, len(req.Config), MaxConfigBytes)
+	}
+	cfg, err := config.Parse([]byte(req.Config))
+	if err != nil {
+		return info, nil, fmt.Errorf("node %q: configuration: %w", req.Id, err)
+	}
+	info = coord.NodeInfo{ID: req.Id, Addr: req.Address, Class: req.Class, Pool: req.Pool,
+		DC: req.Dc, Zone: req.Zone, Machine: req.Machine}
+	return info, cfg, nil
+}
