@@ -1,0 +1,269 @@
+// Package simnet is an in-process network with injected faults, so that a
+// whole cluster of nodes (gRPC services, raft groups) runs inside one test:
+// nodes listen on names instead of ports, and the test partitions sets of
+// nodes, delays every write of a link, or kills a node (its listener and
+// every connection it has).
+//
+//	n := simnet.New()
+//	lis, _ := n.Listen("coord-1")
+//	conn, _ := grpc.NewClient("passthrough:///coord-1",
+//		grpc.WithContextDialer(n.Dialer("client")), ...)
+//	n.Partition([]string{"coord-1"}, []string{"coord-2", "coord-3"})
+//
+// Faults act on connections, as on a real network carrying TCP: a
+// partition breaks the connections that cross it and refuses new ones
+// until Heal, a delay holds each write of a link before it is delivered
+// (bytes of one connection stay in order; messages on different
+// connections may overtake each other), and nothing is duplicated.
+// StreamLayer adapts a node for raft.NewNetworkTransport.
+package simnet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// ErrUnreachable is what a dial across a partition, or to a node that is
+// not listening, returns.
+var ErrUnreachable = errors.New("simnet: unreachable")
+
+// Network is a set of named nodes and the links between them.
+type Network struct {
+	mu        sync.Mutex
+	listeners map[string]*listener   // Protected by mu.
+	conns     map[*conn]struct{}     // both ends of every open connection. Protected by mu.
+	cut       map[[2]string]struct{} // partitioned pairs, both orders. Protected by mu.
+	delay     map[[2]string]time.Duration
+	nextPort  int
+}
+
+// New returns an empty network.
+func New() *Network {
+	return &Network{listeners: map[string]*listener{}, conns: map[*conn]struct{}{}, cut: map[[2]string]struct{}{}, delay: map[[2]string]time.Duration{}}
+}
+
+// Listen makes node addr listen. A node listens at most once at a time.
+func (n *Network) Listen(addr string) (net.Listener, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if _, ok := n.listeners[addr]; ok {
+		return nil, fmt.Errorf("simnet: %s is already listening", addr)
+	}
+	l := &listener{net: n, addr: addr, accept: make(chan net.Conn), closed: make(chan struct{})}
+	n.listeners[addr] = l
+	return l, nil
+}
+
+// Dial connects node from to node to.
+func (n *Network) Dial(ctx context.Context, from, to string) (net.Conn, error) {
+	n.mu.Lock()
+	l, ok := n.listeners[to]
+	_, cut := n.cut[[2]string{from, to}]
+	n.nextPort++
+	port := n.nextPort
+	n.mu.Unlock()
+	if !ok || cut {
+		return nil, fmt.Errorf("%w: %s -> %s", ErrUnreachable, from, to)
+	}
+	a, b := net.Pipe()
+	// The accepting side sees the dialer under a port of its own, as TCP
+	// would, so several connections from one node are told apart.
+	client := &conn{Conn: a, net: n, local: addr(from, port), remote: addr(to, 0), from: from, to: to}
+	server := &conn{Conn: b, net: n, local: addr(to, 0), remote: addr(from, port), from: to, to: from}
+	shared := &pair{ends: [2]*conn{client, server}}
+	client.pair, server.pair = shared, shared
+	n.mu.Lock()
+	n.conns[client], n.conns[server] = struct{}{}, struct{}{}
+	n.mu.Unlock()
+	select {
+	case l.accept <- server:
+		return client, nil
+	case <-l.closed:
+	case <-ctx.Done():
+	}
+	client.Close()
+	return nil, fmt.Errorf("%w: %s -> %s: not accepted", ErrUnreachable, from, to)
+}
+
+// Dialer returns node from's dialer for grpc.WithContextDialer: the
+// target is the name of the node to reach.
+func (n *Network) Dialer(from string) func(ctx context.Context, target string) (net.Conn, error) {
+	return func(ctx context.Context, target string) (net.Conn, error) { return n.Dial(ctx, from, target) }
+}
+
+// Partition cuts every link between a node of as and a node of bs: their
+// connections break and new ones are refused until Heal.
+func (n *Network) Partition(as, bs []string) {
+	n.mu.Lock()
+	for _, a := range as {
+		for _, b := range bs {
+			n.cut[[2]string{a, b}] = struct{}{}
+			n.cut[[2]string{b, a}] = struct{}{}
+		}
+	}
+	var broken []*conn
+	for c := range n.conns {
+		if _, ok := n.cut[[2]string{c.from, c.to}]; ok {
+			broken = append(broken, c)
+		}
+	}
+	n.mu.Unlock()
+	for _, c := range broken {
+		c.Close()
+	}
+}
+
+// Heal removes every partition.
+func (n *Network) Heal() {
+	n.mu.Lock()
+	n.cut = map[[2]string]struct{}{}
+	n.mu.Unlock()
+}
+
+// SetDelay holds each write from node a to node b, and from b to a, for d
+// before delivering it (0 removes the delay).
+func (n *Network) SetDelay(a, b string, d time.Duration) {
+	n.mu.Lock()
+	n.delay[[2]string{a, b}], n.delay[[2]string{b, a}] = d, d
+	n.mu.Unlock()
+}
+
+// Kill stops node addr as a crash would: its listener closes and every
+// connection to or from it breaks. It may Listen again (a restart).
+func (n *Network) Kill(addr string) {
+	n.mu.Lock()
+	l := n.listeners[addr]
+	var broken []*conn
+	for c := range n.conns {
+		if c.from == addr || c.to == addr {
+			broken = append(broken, c)
+		}
+	}
+	n.mu.Unlock()
+	if l != nil {
+		l.Close()
+	}
+	for _, c := range broken {
+		c.Close()
+	}
+}
+
+func (n *Network) delayOf(from, to string) time.Duration {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.delay[[2]string{from, to}]
+}
+
+type listener struct {
+	net       *Network
+	addr      string
+	accept    chan net.Conn
+	closed    chan struct{}
+	closeOnce sync.Once
+}
+
+func (l *listener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.accept:
+		return c, nil
+	case <-l.closed:
+		return nil, net.ErrClosed
+	}
+}
+
+func (l *listener) Close() error {
+	l.closeOnce.Do(func() {
+		close(l.closed)
+		l.net.mu.Lock()
+		if l.net.listeners[l.addr] == l {
+			delete(l.net.listeners, l.addr)
+		}
+		l.net.mu.Unlock()
+	})
+	return nil
+}
+
+func (l *listener) Addr() net.Addr { return addr(l.addr, 0) }
+
+// conn is one end of a connection between two nodes.
+type conn struct {
+	net.Conn
+	net           *Network
+	pair          *pair
+	local, remote net.Addr
+	from, to      string
+}
+
+// pair is a connection's two ends, closed together once.
+type pair struct {
+	once sync.Once
+	ends [2]*conn
+}
+
+func (c *conn) LocalAddr() net.Addr  { return c.local }
+func (c *conn) RemoteAddr() net.Addr { return c.remote }
+
+func (c *conn) Write(b []byte) (int, error) {
+	if d := c.net.delayOf(c.from, c.to); d > 0 {
+		time.Sleep(d)
+	}
+	return c.Conn.Write(b)
+}
+
+// Close closes both ends: a broken link is broken for both nodes.
+func (c *conn) Close() error {
+	c.pair.once.Do(func() {
+		c.net.mu.Lock()
+		for _, e := range c.pair.ends {
+			delete(c.net.conns, e)
+		}
+		c.net.mu.Unlock()
+		for _, e := range c.pair.ends {
+			e.Conn.Close()
+		}
+	})
+	return nil
+}
+
+// simAddr is a node's name as a net.Addr.
+type simAddr string
+
+func (a simAddr) Network() string { return "simnet" }
+func (a simAddr) String() string  { return string(a) }
+
+func addr(node string, port int) net.Addr {
+	if port == 0 {
+		return simAddr(node)
+	}
+	return simAddr(fmt.Sprintf("%s#%d", node, port))
+}
+
+// StreamLayer is a node of the network as raft's transport sees it: raft
+// nodes address each other by node name.
+type StreamLayer struct {
+	net.Listener
+	net  *Network
+	node string
+}
+
+// StreamLayer makes node listen and returns it as a raft.StreamLayer.
+func (n *Network) StreamLayer(node string) (*StreamLayer, error) {
+	l, err := n.Listen(node)
+	if err != nil {
+		return nil, err
+	}
+	return &StreamLayer{Listener: l, net: n, node: node}, nil
+}
+
+// Dial implements raft.StreamLayer.
+func (s *StreamLayer) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	return s.net.Dial(ctx, s.node, string(address))
+}

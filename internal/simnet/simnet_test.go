@@ -1,0 +1,167 @@
+package simnet
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+)
+
+func serveHealth(t *testing.T, n *Network, node string) *grpc.Server {
+	t.Helper()
+	lis, err := n.Listen(node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := grpc.NewServer()
+	healthpb.RegisterHealthServer(s, health.NewServer())
+	go s.Serve(lis)
+	t.Cleanup(s.Stop)
+	return s
+}
+
+// TestGRPCAcrossFaults: a gRPC call works, fails across a partition and
+// after a kill, and works again after Heal and a restart.
+func TestGRPCAcrossFaults(t *testing.T) {
+	n := New()
+	serveHealth(t, n, "server")
+	conn, err := grpc.NewClient("passthrough:///server", grpc.WithContextDialer(n.Dialer("client")),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	api := healthpb.NewHealthClient(conn)
+	check := func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		defer cancel()
+		_, err := api.Check(ctx, &healthpb.HealthCheckRequest{})
+		return err
+	}
+	// waitOK retries: gRPC reconnects with backoff after a broken link.
+	waitOK := func(what string) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for check() != nil {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %v", what, check())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	waitOK("healthy network")
+	n.Partition([]string{"client"}, []string{"server"})
+	if err := check(); err == nil {
+		t.Fatal("a call crossed a partition")
+	}
+	n.Heal()
+	waitOK("after Heal")
+	n.SetDelay("client", "server", 50*time.Millisecond)
+	start := time.Now()
+	waitOK("with a delay")
+	if d := time.Since(start); d < 100*time.Millisecond {
+		t.Fatalf("a call over a 50 ms link (both ways) took %v", d)
+	}
+	n.SetDelay("client", "server", 0)
+	n.Kill("server")
+	if err := check(); err == nil {
+		t.Fatal("a call reached a killed node")
+	}
+	serveHealth(t, n, "server") // restart
+	waitOK("after a restart")
+}
+
+// TestRaftElectsAcrossAPartition: three raft nodes over the network elect
+// a leader; cut off from the others, the leader is replaced by one of them;
+// healed, the group has one leader again.
+func TestRaftElectsAcrossAPartition(t *testing.T) {
+	n := New()
+	names := []string{"r1", "r2", "r3"}
+	var servers []raft.Server
+	for _, name := range names {
+		servers = append(servers, raft.Server{ID: raft.ServerID(name), Address: raft.ServerAddress(name)})
+	}
+	nodes := map[string]*raft.Raft{}
+	for _, name := range names {
+		sl, err := n.StreamLayer(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		trans := raft.NewNetworkTransport(sl, 3, time.Second, io.Discard)
+		conf := raft.DefaultConfig()
+		conf.LocalID = raft.ServerID(name)
+		conf.HeartbeatTimeout, conf.ElectionTimeout, conf.LeaderLeaseTimeout = 150*time.Millisecond, 150*time.Millisecond, 100*time.Millisecond
+		conf.Logger = nil
+		conf.LogOutput = io.Discard
+		store := raft.NewInmemStore()
+		snaps := raft.NewInmemSnapshotStore()
+		if err := raft.BootstrapCluster(conf, store, store, snaps, trans, raft.Configuration{Servers: servers}); err != nil {
+			t.Fatal(err)
+		}
+		r, err := raft.NewRaft(conf, &nopFSM{}, store, store, snaps, trans)
+		if err != nil {
+			t.Fatal(err)
+		}
+		nodes[name] = r
+		t.Cleanup(func() { r.Shutdown().Error() })
+	}
+	leader := func(among []string) string {
+		deadline := time.Now().Add(10 * time.Second)
+		for time.Now().Before(deadline) {
+			for _, name := range among {
+				if nodes[name].State() == raft.Leader {
+					return name
+				}
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		t.Fatalf("no leader among %v", among)
+		return ""
+	}
+	first := leader(names)
+	var others []string
+	for _, name := range names {
+		if name != first {
+			others = append(others, name)
+		}
+	}
+	n.Partition([]string{first}, others)
+	second := leader(others)
+	if err := nodes[second].Apply([]byte("x"), time.Second).Error(); err != nil {
+		t.Fatalf("the majority's leader %s cannot commit: %v", second, err)
+	}
+	if err := nodes[first].Apply([]byte("y"), 500*time.Millisecond).Error(); err == nil {
+		t.Fatalf("the isolated old leader %s committed", first)
+	}
+	n.Heal()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		leaders := 0
+		for _, r := range nodes {
+			if r.State() == raft.Leader {
+				leaders++
+			}
+		}
+		if leaders == 1 && nodes[first].State() == raft.Follower {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after Heal: %d leaders, old leader %s", leaders, nodes[first].State())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Logf("leader %s, then %s across the partition", first, second)
+}
+
+type nopFSM struct{}
+
+func (*nopFSM) Apply(*raft.Log) any                 { return nil }
+func (*nopFSM) Snapshot() (raft.FSMSnapshot, error) { return nil, fmt.Errorf("no snapshots") }
+func (*nopFSM) Restore(io.ReadCloser) error         { return nil }
