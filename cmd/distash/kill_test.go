@@ -118,18 +118,33 @@ func TestKill9KeepsAcknowledgedDurableWrites(t *testing.T) {
 	}
 	defer db2.Close()
 	missing, cached := 0, 0
+	// Thousands of keys: read them in batches, so that the transaction
+	// stays well inside the MVCC window (one round trip per key took
+	// longer than the 5 s window on a loaded machine, and every retry
+	// got transaction_too_old).
+	keys := make([]string, 0, len(acked))
+	for k := range acked {
+		keys = append(keys, k)
+	}
 	err = db2.ReadTransact(ctx, func(tr *distash.Tx) error {
 		missing, cached = 0, 0
-		for k, v := range acked {
-			vals, err := tr.GetMulti([][]byte{[]byte("d/" + k), []byte("c/" + k)})
+		for start := 0; start < len(keys); start += 500 {
+			batch := keys[start:min(start+500, len(keys))]
+			req := make([][]byte, 0, 2*len(batch))
+			for _, k := range batch {
+				req = append(req, []byte("d/"+k), []byte("c/"+k))
+			}
+			vals, err := tr.GetMulti(req)
 			if err != nil {
 				return err
 			}
-			if string(vals[0]) != v {
-				missing++
-			}
-			if vals[1] != nil {
-				cached++
+			for i, k := range batch {
+				if string(vals[2*i]) != acked[k] {
+					missing++
+				}
+				if vals[2*i+1] != nil {
+					cached++
+				}
 			}
 		}
 		return nil

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/cockroachdb/pebble"
 	"github.com/hashicorp/raft"
@@ -16,7 +17,29 @@ import (
 // indexes are read from the keys. (txlog has a faster store, unexported.)
 //
 // Keys: 'l' + big-endian index -> JSON raft.Log; 's' + key -> stable value.
-type store struct{ db *pebble.DB }
+type store struct {
+	db *pebble.DB
+
+	// use is held shared by every call that touches db and exclusively by
+	// Close: raft's metrics goroutine reads the store and can outlive the
+	// node's shutdown, and a Pebble DB panics when used after Close.
+	use    sync.RWMutex
+	closed bool // Protected by use.
+}
+
+// errStoreClosed is what calls after Close return.
+var errStoreClosed = errors.New("coord: raft store closed")
+
+// enter starts a call that touches db; it fails once the store is closed.
+// The caller runs s.use.RUnlock when done.
+func (s *store) enter() error {
+	s.use.RLock()
+	if s.closed {
+		s.use.RUnlock()
+		return errStoreClosed
+	}
+	return nil
+}
 
 // errNotFound: raft's stable-store callers compare the text "not found".
 var errNotFound = errors.New("not found")
@@ -41,6 +64,10 @@ func logKey(i uint64) []byte { return binary.BigEndian.AppendUint64([]byte{'l'},
 
 // edge returns the first (or last) stored index, 0 when there is none.
 func (s *store) edge(last bool) (uint64, error) {
+	if err := s.enter(); err != nil {
+		return 0, err
+	}
+	defer s.use.RUnlock()
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{'l'}, UpperBound: []byte{'m'}})
 	if err != nil {
 		return 0, err
@@ -63,6 +90,10 @@ func (s *store) FirstIndex() (uint64, error) { return s.edge(false) }
 func (s *store) LastIndex() (uint64, error)  { return s.edge(true) }
 
 func (s *store) GetLog(index uint64, l *raft.Log) error {
+	if err := s.enter(); err != nil {
+		return err
+	}
+	defer s.use.RUnlock()
 	v, closer, err := s.db.Get(logKey(index))
 	if errors.Is(err, pebble.ErrNotFound) {
 		return raft.ErrLogNotFound
@@ -84,6 +115,10 @@ func (s *store) GetLog(index uint64, l *raft.Log) error {
 func (s *store) StoreLog(l *raft.Log) error { return s.StoreLogs([]*raft.Log{l}) }
 
 func (s *store) StoreLogs(logs []*raft.Log) error {
+	if err := s.enter(); err != nil {
+		return err
+	}
+	defer s.use.RUnlock()
 	b := s.db.NewBatch()
 	defer b.Close()
 	for _, l := range logs {
@@ -99,14 +134,26 @@ func (s *store) StoreLogs(logs []*raft.Log) error {
 }
 
 func (s *store) DeleteRange(min, max uint64) error {
+	if err := s.enter(); err != nil {
+		return err
+	}
+	defer s.use.RUnlock()
 	return s.db.DeleteRange(logKey(min), logKey(max+1), pebble.Sync)
 }
 
 func (s *store) Set(key, val []byte) error {
+	if err := s.enter(); err != nil {
+		return err
+	}
+	defer s.use.RUnlock()
 	return s.db.Set(append([]byte{'s'}, key...), val, pebble.Sync)
 }
 
 func (s *store) Get(key []byte) ([]byte, error) {
+	if err := s.enter(); err != nil {
+		return nil, err
+	}
+	defer s.use.RUnlock()
 	v, closer, err := s.db.Get(append([]byte{'s'}, key...))
 	if errors.Is(err, pebble.ErrNotFound) {
 		return nil, errNotFound
@@ -133,4 +180,14 @@ func (s *store) GetUint64(key []byte) (uint64, error) {
 	return binary.BigEndian.Uint64(v), nil
 }
 
-func (s *store) Close() error { return s.db.Close() }
+// Close waits for the calls in progress and closes the store; later calls
+// fail with errStoreClosed.
+func (s *store) Close() error {
+	s.use.Lock()
+	defer s.use.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	return s.db.Close()
+}

@@ -21,6 +21,13 @@ import (
 type pebbleStore struct {
 	db *pebble.DB
 
+	// use is held shared by every call that touches db and exclusively by
+	// Close: raft's metrics goroutine reads the store (oldestLog) and can
+	// outlive the replica's shutdown, and a Pebble DB panics when used
+	// after Close.
+	use    sync.RWMutex
+	closed bool // Protected by use.
+
 	mu          sync.Mutex
 	first, last uint64 // 0, 0 when empty. Protected by mu.
 }
@@ -105,7 +112,25 @@ func (s *pebbleStore) LastIndex() (uint64, error) {
 	return s.last, nil
 }
 
+// errStoreClosed is what calls after Close return.
+var errStoreClosed = errors.New("txlog: raft store closed")
+
+// enter starts a call that touches db; it fails once the store is closed.
+// The caller runs s.use.RUnlock when done.
+func (s *pebbleStore) enter() error {
+	s.use.RLock()
+	if s.closed {
+		s.use.RUnlock()
+		return errStoreClosed
+	}
+	return nil
+}
+
 func (s *pebbleStore) GetLog(index uint64, l *raft.Log) error {
+	if err := s.enter(); err != nil {
+		return err
+	}
+	defer s.use.RUnlock()
 	v, closer, err := s.db.Get(logKey(index))
 	if errors.Is(err, pebble.ErrNotFound) {
 		return raft.ErrLogNotFound
@@ -131,6 +156,10 @@ func (s *pebbleStore) StoreLogs(logs []*raft.Log) error {
 	if len(logs) == 0 {
 		return nil
 	}
+	if err := s.enter(); err != nil {
+		return err
+	}
+	defer s.use.RUnlock()
 	b := s.db.NewBatch()
 	defer b.Close()
 	for _, l := range logs {
@@ -153,6 +182,10 @@ func (s *pebbleStore) StoreLogs(logs []*raft.Log) error {
 }
 
 func (s *pebbleStore) DeleteRange(min, max uint64) error {
+	if err := s.enter(); err != nil {
+		return err
+	}
+	defer s.use.RUnlock()
 	if err := s.db.DeleteRange(logKey(min), logKey(max+1), pebble.Sync); err != nil {
 		return err
 	}
@@ -173,10 +206,18 @@ func (s *pebbleStore) DeleteRange(min, max uint64) error {
 func stableKey(k []byte) []byte { return append([]byte{'s'}, k...) }
 
 func (s *pebbleStore) Set(key, val []byte) error {
+	if err := s.enter(); err != nil {
+		return err
+	}
+	defer s.use.RUnlock()
 	return s.db.Set(stableKey(key), val, pebble.Sync)
 }
 
 func (s *pebbleStore) Get(key []byte) ([]byte, error) {
+	if err := s.enter(); err != nil {
+		return nil, err
+	}
+	defer s.use.RUnlock()
 	v, closer, err := s.db.Get(stableKey(key))
 	if errors.Is(err, pebble.ErrNotFound) {
 		return nil, errKeyNotFound
@@ -203,7 +244,17 @@ func (s *pebbleStore) GetUint64(key []byte) (uint64, error) {
 	return binary.BigEndian.Uint64(v), nil
 }
 
-func (s *pebbleStore) Close() error { return s.db.Close() }
+// Close waits for the calls in progress and closes the store; later calls
+// fail with errStoreClosed. Closing twice is harmless.
+func (s *pebbleStore) Close() error {
+	s.use.Lock()
+	defer s.use.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	return s.db.Close()
+}
 
 // Raft log records in Pebble:
 //

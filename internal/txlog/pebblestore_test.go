@@ -118,3 +118,32 @@ func TestPebbleStoreCorruption(t *testing.T) {
 		t.Fatalf("opening a store with a short log key: %v", err)
 	}
 }
+
+// TestStoreAfterClose: raft's metrics goroutine can read the store after
+// the replica shut it down; a closed store answers with an error instead of
+// a panic inside Pebble.
+func TestStoreAfterClose(t *testing.T) {
+	s, err := openPebbleStore(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.StoreLogs([]*raft.Log{{Index: 1, Term: 1, Data: []byte("x")}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var l raft.Log
+	if err := s.GetLog(1, &l); !errors.Is(err, errStoreClosed) {
+		t.Fatalf("GetLog after Close = %v", err)
+	}
+	if err := s.StoreLogs([]*raft.Log{{Index: 2, Term: 1}}); !errors.Is(err, errStoreClosed) {
+		t.Fatalf("StoreLogs after Close = %v", err)
+	}
+	if _, err := s.Get([]byte("k")); !errors.Is(err, errStoreClosed) {
+		t.Fatalf("Get after Close = %v", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("second Close = %v", err)
+	}
+}
