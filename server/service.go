@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"runtime/debug"
@@ -23,20 +22,10 @@ type service struct {
 	s *Server
 }
 
-func wireErr(err error) *wire.Error {
-	if err == nil {
-		return nil
-	}
-	var ke *kv.Error
-	if errors.As(err, &ke) {
-		return &wire.Error{Code: int32(ke.Code), Detail: ke.Detail}
-	}
-	return &wire.Error{Code: int32(kv.CodeOf(err)), Detail: err.Error()}
-}
 
 func (v *service) GetReadVersion(ctx context.Context, _ *wire.GetReadVersionRequest) (*wire.GetReadVersionResponse, error) {
 	rv, err := v.s.grv.GetReadVersion(ctx)
-	return &wire.GetReadVersionResponse{Version: int64(rv), Error: wireErr(err)}, nil
+	return &wire.GetReadVersionResponse{Version: int64(rv), Error: wire.ErrorOf(err)}, nil
 }
 
 func fromWireRanges(rs []*wire.KeyRange) []kv.KeyRange {
@@ -50,23 +39,23 @@ func fromWireRanges(rs []*wire.KeyRange) []kv.KeyRange {
 func (v *service) Commit(ctx context.Context, req *wire.CommitRequest) (*wire.CommitResponse, error) {
 	txn, err := fromWireCommit(req)
 	if err != nil {
-		return &wire.CommitResponse{Error: wireErr(err)}, nil
+		return &wire.CommitResponse{Error: wire.ErrorOf(err)}, nil
 	}
 	cv, err := v.s.commit.Commit(ctx, txn)
-	return &wire.CommitResponse{Version: int64(cv), Error: wireErr(err)}, nil
+	return &wire.CommitResponse{Version: int64(cv), Error: wire.ErrorOf(err)}, nil
 }
 
 func (v *service) Read(ctx context.Context, req *wire.ReadRequest) (*wire.ReadResponse, error) {
 	if err := checkRead(req); err != nil {
-		return &wire.ReadResponse{Error: wireErr(err)}, nil
+		return &wire.ReadResponse{Error: wire.ErrorOf(err)}, nil
 	}
 	st, ok := v.s.stash(kv.Tag(req.Stash))
 	if !ok {
-		return &wire.ReadResponse{Error: wireErr(kv.Errorf(kv.CodeWrongShardServer, "no stash %d", req.Stash))}, nil
+		return &wire.ReadResponse{Error: wire.ErrorOf(kv.Errorf(kv.CodeWrongShardServer, "no stash %d", req.Stash))}, nil
 	}
 	vals, present, err := st.Get(ctx, kv.Version(req.Version), req.Keys)
 	if err != nil {
-		return &wire.ReadResponse{Error: wireErr(err)}, nil
+		return &wire.ReadResponse{Error: wire.ErrorOf(err)}, nil
 	}
 	resp := &wire.ReadResponse{Values: make([]*wire.Value, len(vals))}
 	for i := range vals {
@@ -77,11 +66,11 @@ func (v *service) Read(ctx context.Context, req *wire.ReadRequest) (*wire.ReadRe
 
 func (v *service) ReadRange(ctx context.Context, req *wire.ReadRangeRequest) (*wire.ReadRangeResponse, error) {
 	if err := checkReadRange(req); err != nil {
-		return &wire.ReadRangeResponse{Error: wireErr(err)}, nil
+		return &wire.ReadRangeResponse{Error: wire.ErrorOf(err)}, nil
 	}
 	st, ok := v.s.stash(kv.Tag(req.Stash))
 	if !ok {
-		return &wire.ReadRangeResponse{Error: wireErr(kv.Errorf(kv.CodeWrongShardServer, "no stash %d", req.Stash))}, nil
+		return &wire.ReadRangeResponse{Error: wire.ErrorOf(kv.Errorf(kv.CodeWrongShardServer, "no stash %d", req.Stash))}, nil
 	}
 	byteLimit := req.ByteLimit
 	if byteLimit <= 0 {
@@ -89,7 +78,7 @@ func (v *service) ReadRange(ctx context.Context, req *wire.ReadRangeRequest) (*w
 	}
 	kvs, more, err := st.GetRange(ctx, kv.Version(req.Version), req.Begin, req.End, int(req.Limit), byteLimit, req.Reverse)
 	if err != nil {
-		return &wire.ReadRangeResponse{Error: wireErr(err)}, nil
+		return &wire.ReadRangeResponse{Error: wire.ErrorOf(err)}, nil
 	}
 	resp := &wire.ReadRangeResponse{Kvs: make([]*wire.KeyValue, len(kvs)), More: more}
 	for i, p := range kvs {
@@ -100,7 +89,7 @@ func (v *service) ReadRange(ctx context.Context, req *wire.ReadRangeRequest) (*w
 
 func (v *service) Locations(ctx context.Context, req *wire.LocationsRequest) (*wire.LocationsResponse, error) {
 	if err := checkRange("range", req.Begin, req.End); err != nil {
-		return &wire.LocationsResponse{Error: wireErr(err)}, nil
+		return &wire.LocationsResponse{Error: wire.ErrorOf(err)}, nil
 	}
 	resp := &wire.LocationsResponse{}
 	for _, sh := range v.s.commit.Shards().Intersect(req.Begin, req.End) {
@@ -168,11 +157,11 @@ func (v *service) Status(ctx context.Context, _ *wire.StatusRequest) (*wire.Stat
 
 func (v *service) Coldest(ctx context.Context, req *wire.ColdestRequest) (*wire.ColdestResponse, error) {
 	if err := checkColdest(req); err != nil {
-		return &wire.ColdestResponse{Error: wireErr(err)}, nil
+		return &wire.ColdestResponse{Error: wire.ErrorOf(err)}, nil
 	}
 	tags, ok := v.s.poolTags[req.Pool]
 	if !ok {
-		return &wire.ColdestResponse{Error: wireErr(kv.Errorf(kv.CodeUnknownPool, "no pool named %q", req.Pool))}, nil
+		return &wire.ColdestResponse{Error: wire.ErrorOf(kv.Errorf(kv.CodeUnknownPool, "no pool named %q", req.Pool))}, nil
 	}
 	n := int(req.Limit)
 	if n <= 0 {
@@ -184,7 +173,7 @@ func (v *service) Coldest(ctx context.Context, req *wire.ColdestRequest) (*wire.
 	for _, t := range tags {
 		keys, ok := v.s.stashes[t].get().Coldest(n)
 		if !ok {
-			return &wire.ColdestResponse{Error: wireErr(kv.Errorf(kv.CodeUnsupported, "pool %q keeps no recency order (ephemeral pools do; set recency = true for a durable pool)", req.Pool))}, nil
+			return &wire.ColdestResponse{Error: wire.ErrorOf(kv.Errorf(kv.CodeUnsupported, "pool %q keeps no recency order (ephemeral pools do; set recency = true for a durable pool)", req.Pool))}, nil
 		}
 		lists = append(lists, keys)
 	}

@@ -174,12 +174,6 @@ func call[R answer](ctx context.Context, c *Client, fn func(context.Context, wir
 	}
 }
 
-func fromWire(e *wire.Error) error {
-	if e == nil {
-		return nil
-	}
-	return &kv.Error{Code: kv.Code(e.Code), Detail: e.Detail}
-}
 
 // NodeRegistration is what a node tells the controller about itself.
 type NodeRegistration struct {
@@ -240,7 +234,7 @@ func (c *Client) Heartbeat(ctx context.Context, id string) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	return resp.Generation, fromWire(resp.Error)
+	return resp.Generation, resp.Error.Err()
 }
 
 // View returns the controller's view of the cluster.
@@ -251,7 +245,7 @@ func (c *Client) View(ctx context.Context) (*wire.ViewResponse, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := fromWire(resp.Error); err != nil {
+	if err := resp.Error.Err(); err != nil {
 		return nil, err
 	}
 	return resp, nil

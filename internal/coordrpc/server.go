@@ -190,7 +190,7 @@ func (s *Server) wireErr(err error) (e *wire.Error, leader, field string) {
 		}
 		return &wire.Error{Code: int32(kv.CodeConnectionFailed), Detail: err.Error()}, leader, ""
 	case errors.As(err, &ke):
-		return &wire.Error{Code: int32(ke.Code), Detail: ke.Detail}, "", ""
+		return wire.ErrorOf(ke), "", ""
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded),
 		errors.Is(err, raft.ErrLeadershipLost), errors.Is(err, raft.ErrNotLeader),
 		errors.Is(err, raft.ErrRaftShutdown), errors.Is(err, raft.ErrEnqueueTimeout),

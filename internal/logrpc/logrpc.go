@@ -50,20 +50,10 @@ type service struct {
 	log Log
 }
 
-func wireErr(err error) *wire.Error {
-	if err == nil {
-		return nil
-	}
-	var ke *kv.Error
-	if errors.As(err, &ke) {
-		return &wire.Error{Code: int32(ke.Code), Detail: ke.Detail}
-	}
-	return &wire.Error{Code: int32(kv.CodeOf(err)), Detail: err.Error()}
-}
 
 func (v *service) Peek(ctx context.Context, req *wire.PeekRequest) (*wire.PeekResponse, error) {
 	if req.After < 0 || req.MaxBytes < 0 {
-		return &wire.PeekResponse{Error: wireErr(kv.Errorf(kv.CodeInvalidMutation, "peek after %d, max bytes %d: negative", req.After, req.MaxBytes))}, nil
+		return &wire.PeekResponse{Error: wire.ErrorOf(kv.Errorf(kv.CodeInvalidMutation, "peek after %d, max bytes %d: negative", req.After, req.MaxBytes))}, nil
 	}
 	maxBytes := int(min(req.MaxBytes, MaxPeekBytes))
 	if maxBytes == 0 {
@@ -78,7 +68,7 @@ func (v *service) Peek(ctx context.Context, req *wire.PeekRequest) (*wire.PeekRe
 			// Nothing new within MaxPeekWait: the caller asks again.
 			return &wire.PeekResponse{End: req.After}, nil
 		}
-		return &wire.PeekResponse{Error: wireErr(err)}, nil
+		return &wire.PeekResponse{Error: wire.ErrorOf(err)}, nil
 	}
 	resp := &wire.PeekResponse{End: int64(end), Messages: make([]*wire.LogMessage, len(msgs))}
 	for i, m := range msgs {
@@ -95,7 +85,7 @@ func (v *service) Pop(ctx context.Context, req *wire.PopRequest) (*wire.PopRespo
 	// A pop beyond the log's end would let it drop entries no stash has
 	// seen yet.
 	if last := v.log.LastVersion(); req.UpTo < 0 || kv.Version(req.UpTo) > last {
-		return &wire.PopResponse{Error: wireErr(kv.Errorf(kv.CodeInvalidMutation, "pop up to %d: outside the log's versions [0, %d]", req.UpTo, last))}, nil
+		return &wire.PopResponse{Error: wire.ErrorOf(kv.Errorf(kv.CodeInvalidMutation, "pop up to %d: outside the log's versions [0, %d]", req.UpTo, last))}, nil
 	}
 	v.log.Pop(kv.Tag(req.Tag), kv.Version(req.UpTo))
 	return &wire.PopResponse{}, nil
@@ -124,8 +114,8 @@ func (c *Client) Peek(ctx context.Context, tag kv.Tag, after kv.Version, maxByte
 		if err != nil {
 			return nil, after, err
 		}
-		if resp.Error != nil {
-			return nil, after, &kv.Error{Code: kv.Code(resp.Error.Code), Detail: resp.Error.Detail}
+		if err := resp.Error.Err(); err != nil {
+			return nil, after, err
 		}
 		end := kv.Version(resp.End)
 		if end <= after && len(resp.Messages) == 0 {
@@ -158,8 +148,8 @@ func (c *Client) Pop(tag kv.Tag, upTo kv.Version) {
 	ctx, cancel := context.WithTimeout(context.Background(), PopTimeout)
 	defer cancel()
 	resp, err := c.api.Pop(ctx, &wire.PopRequest{Tag: uint32(tag), UpTo: int64(upTo)})
-	if err == nil && resp.Error != nil {
-		err = &kv.Error{Code: kv.Code(resp.Error.Code), Detail: resp.Error.Detail}
+	if err == nil {
+		err = resp.Error.Err()
 	}
 	if err != nil {
 		c.logger.Warn("logrpc: pop failed", "tag", tag, "up_to", upTo, "err", err)
