@@ -22,7 +22,6 @@ type service struct {
 	s *Server
 }
 
-
 func (v *service) GetReadVersion(ctx context.Context, _ *wire.GetReadVersionRequest) (*wire.GetReadVersionResponse, error) {
 	rv, err := v.s.grv.GetReadVersion(ctx)
 	return &wire.GetReadVersionResponse{Version: int64(rv), Error: wire.ErrorOf(err)}, nil

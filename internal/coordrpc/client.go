@@ -174,7 +174,6 @@ func call[R answer](ctx context.Context, c *Client, fn func(context.Context, wir
 	}
 }
 
-
 // NodeRegistration is what a node tells the controller about itself.
 type NodeRegistration struct {
 	ID, Addr, Class, Pool, DC, Zone, Machine string

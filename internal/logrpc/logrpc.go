@@ -50,7 +50,6 @@ type service struct {
 	log Log
 }
 
-
 func (v *service) Peek(ctx context.Context, req *wire.PeekRequest) (*wire.PeekResponse, error) {
 	if req.After < 0 || req.MaxBytes < 0 {
 		return &wire.PeekResponse{Error: wire.ErrorOf(kv.Errorf(kv.CodeInvalidMutation, "peek after %d, max bytes %d: negative", req.After, req.MaxBytes))}, nil
