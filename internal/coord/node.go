@@ -14,6 +14,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
+
+	"github.com/distash/distash/internal/txlog"
 )
 
 // Options configure a coordinator Node.
@@ -72,7 +74,7 @@ type Node struct {
 	opts  Options
 	raft  *raft.Raft
 	fsm   *fsm
-	store *store
+	store txlog.RaftStore
 	trans *raft.NetworkTransport
 	layer *streamLayer
 	obs   *raft.Observer

@@ -34,6 +34,17 @@ type pebbleStore struct {
 
 var errKeyNotFound = errors.New("not found") // raft compares the text
 
+// RaftStore is raft's LogStore and StableStore on durable storage.
+type RaftStore interface {
+	raft.LogStore
+	raft.StableStore
+	Close() error
+}
+
+// OpenRaftStore opens the log's raft store in dir for another raft group
+// (the coordinators'): one durable raft store in the tree.
+func OpenRaftStore(dir string) (RaftStore, error) { return openPebbleStore(dir) }
+
 func openPebbleStore(dir string) (*pebbleStore, error) {
 	opts := &pebble.Options{
 		Cache:                       pebble.NewCache(8 << 20),
