@@ -46,22 +46,26 @@ stashes = 2
 capacity = "64MiB"
 `
 
-// fuzzService starts a small embedded cluster for one fuzz target.
-func fuzzService(f *testing.F) *service {
-	f.Helper()
-	cfg, err := config.Parse([]byte(fuzzConfig))
+// startQuiet starts an embedded cluster of the given configuration for
+// a test of this package, logging nothing, stopped when the test ends.
+func startQuiet(tb testing.TB, toml string) *Server {
+	tb.Helper()
+	cfg, err := config.Parse([]byte(toml))
 	if err != nil {
-		f.Fatal(err)
+		tb.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	srv, err := Start(ctx, Options{Dir: f.TempDir(), Config: cfg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), FlushInterval: 20 * time.Millisecond})
+	srv, err := Start(ctx, Options{Dir: tb.TempDir(), Config: cfg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), FlushInterval: 20 * time.Millisecond})
 	if err != nil {
-		f.Fatal(err)
+		tb.Fatal(err)
 	}
-	f.Cleanup(srv.Stop)
-	return &service{s: srv}
+	tb.Cleanup(srv.Stop)
+	return srv
 }
+
+// fuzzService starts a small embedded cluster for one fuzz target.
+func fuzzService(f *testing.F) *service { return &service{s: startQuiet(f, fuzzConfig)} }
 
 // fuzzRPC registers seeds and a target that decodes the input as a Req and
 // calls the handler, which must neither panic nor fail at the gRPC level

@@ -4,15 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/distash/distash"
-	"github.com/distash/distash/config"
 	"github.com/distash/distash/internal/engine"
 	"github.com/distash/distash/internal/kv"
 	"github.com/distash/distash/internal/wire"
@@ -82,23 +79,29 @@ func withBrokenFirstEngine(t *testing.T, failReopen bool) *atomic.Bool {
 
 func startSupervised(t *testing.T) (*Server, *distash.DB) {
 	t.Helper()
-	cfg, err := config.Parse([]byte(superviseConfig))
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv := startQuiet(t, superviseConfig)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	srv, err := Start(ctx, Options{Dir: t.TempDir(), Config: cfg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), FlushInterval: 20 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Stop)
 	db, err := distash.Open(ctx, srv.ClusterString())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
 	return srv, db
+}
+
+// writeKeys commits d/000 .. d/<n-1>, each set to its number, one
+// transaction each.
+func writeKeys(ctx context.Context, t *testing.T, db *distash.DB, n int) {
+	t.Helper()
+	for i := 0; i < n; i++ {
+		if err := db.Transact(ctx, func(tr *distash.Tx) error {
+			tr.Set([]byte(fmt.Sprintf("d/%03d", i)), []byte(fmt.Sprint(i)))
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // stashStatus returns the status of data stash 0 (tag 1).
@@ -180,14 +183,7 @@ func TestFailedStashRestartsAndReadsGoElsewhere(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	const n = 100
-	for i := 0; i < n; i++ {
-		if err := db.Transact(ctx, func(tr *distash.Tx) error {
-			tr.Set([]byte(fmt.Sprintf("d/%03d", i)), []byte(fmt.Sprint(i)))
-			return nil
-		}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	writeKeys(ctx, t, db, n)
 	stop := make(chan struct{})
 	wait := readers(ctx, db, n, stop)
 	broken.Store(true)
@@ -255,14 +251,7 @@ func TestStashThatKeepsFailingIsMarkedFailed(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	const n = 20
-	for i := 0; i < n; i++ {
-		if err := db.Transact(ctx, func(tr *distash.Tx) error {
-			tr.Set([]byte(fmt.Sprintf("d/%03d", i)), []byte(fmt.Sprint(i)))
-			return nil
-		}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	writeKeys(ctx, t, db, n)
 	broken.Store(true)
 	// Keep versions moving so the reopened stashes flush, and fail, too.
 	deadline := time.Now().Add(30 * time.Second)
