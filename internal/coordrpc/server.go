@@ -38,6 +38,7 @@ import (
 
 	"github.com/hashicorp/raft"
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -229,7 +230,7 @@ func (s *Server) Register(ctx context.Context, req *wire.RegisterRequest) (*wire
 		if err != nil {
 			return fail(err)
 		}
-		fwd := cloneRegister(req)
+		fwd := proto.Clone(req).(*wire.RegisterRequest)
 		fwd.Hops++
 		resp, err := c.Register(ctx, fwd)
 		if err != nil {
@@ -260,11 +261,6 @@ func (s *Server) Register(ctx context.Context, req *wire.RegisterRequest) (*wire
 	// heartbeat to be recruited.
 	s.node.Heartbeat(info.ID)
 	return &wire.RegisterResponse{Slot: int32(res.Slot), Generation: res.Generation}, nil
-}
-
-func cloneRegister(r *wire.RegisterRequest) *wire.RegisterRequest {
-	return &wire.RegisterRequest{Id: r.Id, Address: r.Address, Class: r.Class, Pool: r.Pool,
-		Dc: r.Dc, Zone: r.Zone, Machine: r.Machine, Config: r.Config, Hops: r.Hops}
 }
 
 // Heartbeat records that a registered node is alive.
