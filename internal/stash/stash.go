@@ -749,12 +749,6 @@ func (s *Stash) Stats() Stats {
 	return st
 }
 
-// UsedBytes is the live byte count checked against capacity.
-func (s *Stash) UsedBytes() int64 {
-	used, _ := s.Usage()
-	return used
-}
-
 // Close closes the engine once its readers are done; later calls return
 // nil. Run must have returned.
 func (s *Stash) Close() error {
