@@ -1540,6 +1540,7 @@ type StatusResponse struct {
 	CommitBatches    int64                  `protobuf:"varint,9,opt,name=commit_batches,json=commitBatches,proto3" json:"commit_batches,omitempty"`
 	RateLimit        float64                `protobuf:"fixed64,10,opt,name=rate_limit,json=rateLimit,proto3" json:"rate_limit,omitempty"` // transactions/s Ratekeeper allows; 0 = unlimited
 	RateLimitReason  string                 `protobuf:"bytes,11,opt,name=rate_limit_reason,json=rateLimitReason,proto3" json:"rate_limit_reason,omitempty"`
+	Node             *NodeStatus            `protobuf:"bytes,12,opt,name=node,proto3" json:"node,omitempty"` // cluster mode: the node that answered
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache
 }
@@ -1651,6 +1652,154 @@ func (x *StatusResponse) GetRateLimitReason() string {
 	return ""
 }
 
+func (x *StatusResponse) GetNode() *NodeStatus {
+	if x != nil {
+		return x.Node
+	}
+	return nil
+}
+
+// NodeStatus describes one node of a multi-process cluster.
+type NodeStatus struct {
+	state             protoimpl.MessageState `protogen:"open.v1"`
+	Id                string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Address           string                 `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"`
+	Class             string                 `protobuf:"bytes,3,opt,name=class,proto3" json:"class,omitempty"` // transaction | stash
+	Pool              string                 `protobuf:"bytes,4,opt,name=pool,proto3" json:"pool,omitempty"`
+	Dc                string                 `protobuf:"bytes,5,opt,name=dc,proto3" json:"dc,omitempty"`
+	Zone              string                 `protobuf:"bytes,6,opt,name=zone,proto3" json:"zone,omitempty"`
+	Machine           string                 `protobuf:"bytes,7,opt,name=machine,proto3" json:"machine,omitempty"`
+	Roles             []string               `protobuf:"bytes,8,rep,name=roles,proto3" json:"roles,omitempty"`                                                      // coordinator, controller, log, log_leader, sequencer, grv_proxy, commit_proxy, resolver, ratekeeper, stash
+	Generation        uint64                 `protobuf:"varint,9,opt,name=generation,proto3" json:"generation,omitempty"`                                           // the generation it last heard of
+	LogDurableVersion int64                  `protobuf:"varint,10,opt,name=log_durable_version,json=logDurableVersion,proto3" json:"log_durable_version,omitempty"` // its log replica's last applied (quorum-fsynced) version; 0 if none
+	RecoveryMicros    int64                  `protobuf:"varint,11,opt,name=recovery_micros,json=recoveryMicros,proto3" json:"recovery_micros,omitempty"`            // its last recovery's duration, if it ran one
+	RecoveredVersion  int64                  `protobuf:"varint,12,opt,name=recovered_version,json=recoveredVersion,proto3" json:"recovered_version,omitempty"`
+	RecoveryUnixMs    int64                  `protobuf:"varint,13,opt,name=recovery_unix_ms,json=recoveryUnixMs,proto3" json:"recovery_unix_ms,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *NodeStatus) Reset() {
+	*x = NodeStatus{}
+	mi := &file_distash_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeStatus) ProtoMessage() {}
+
+func (x *NodeStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_distash_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
+func (*NodeStatus) Descriptor() ([]byte, []int) {
+	return file_distash_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *NodeStatus) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *NodeStatus) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *NodeStatus) GetClass() string {
+	if x != nil {
+		return x.Class
+	}
+	return ""
+}
+
+func (x *NodeStatus) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
+}
+
+func (x *NodeStatus) GetDc() string {
+	if x != nil {
+		return x.Dc
+	}
+	return ""
+}
+
+func (x *NodeStatus) GetZone() string {
+	if x != nil {
+		return x.Zone
+	}
+	return ""
+}
+
+func (x *NodeStatus) GetMachine() string {
+	if x != nil {
+		return x.Machine
+	}
+	return ""
+}
+
+func (x *NodeStatus) GetRoles() []string {
+	if x != nil {
+		return x.Roles
+	}
+	return nil
+}
+
+func (x *NodeStatus) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *NodeStatus) GetLogDurableVersion() int64 {
+	if x != nil {
+		return x.LogDurableVersion
+	}
+	return 0
+}
+
+func (x *NodeStatus) GetRecoveryMicros() int64 {
+	if x != nil {
+		return x.RecoveryMicros
+	}
+	return 0
+}
+
+func (x *NodeStatus) GetRecoveredVersion() int64 {
+	if x != nil {
+		return x.RecoveredVersion
+	}
+	return 0
+}
+
+func (x *NodeStatus) GetRecoveryUnixMs() int64 {
+	if x != nil {
+		return x.RecoveryUnixMs
+	}
+	return 0
+}
+
 // ColdestRequest asks a pool's stashes for their coldest keys (eviction order).
 type ColdestRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1662,7 +1811,7 @@ type ColdestRequest struct {
 
 func (x *ColdestRequest) Reset() {
 	*x = ColdestRequest{}
-	mi := &file_distash_proto_msgTypes[24]
+	mi := &file_distash_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1674,7 +1823,7 @@ func (x *ColdestRequest) String() string {
 func (*ColdestRequest) ProtoMessage() {}
 
 func (x *ColdestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[24]
+	mi := &file_distash_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1687,7 +1836,7 @@ func (x *ColdestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ColdestRequest.ProtoReflect.Descriptor instead.
 func (*ColdestRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{24}
+	return file_distash_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ColdestRequest) GetPool() string {
@@ -1714,7 +1863,7 @@ type ColdestResponse struct {
 
 func (x *ColdestResponse) Reset() {
 	*x = ColdestResponse{}
-	mi := &file_distash_proto_msgTypes[25]
+	mi := &file_distash_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1726,7 +1875,7 @@ func (x *ColdestResponse) String() string {
 func (*ColdestResponse) ProtoMessage() {}
 
 func (x *ColdestResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[25]
+	mi := &file_distash_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1739,7 +1888,7 @@ func (x *ColdestResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ColdestResponse.ProtoReflect.Descriptor instead.
 func (*ColdestResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{25}
+	return file_distash_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ColdestResponse) GetKeys() [][]byte {
@@ -1769,7 +1918,7 @@ type CommitStreamRequest struct {
 
 func (x *CommitStreamRequest) Reset() {
 	*x = CommitStreamRequest{}
-	mi := &file_distash_proto_msgTypes[26]
+	mi := &file_distash_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1781,7 +1930,7 @@ func (x *CommitStreamRequest) String() string {
 func (*CommitStreamRequest) ProtoMessage() {}
 
 func (x *CommitStreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[26]
+	mi := &file_distash_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1794,7 +1943,7 @@ func (x *CommitStreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitStreamRequest.ProtoReflect.Descriptor instead.
 func (*CommitStreamRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{26}
+	return file_distash_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *CommitStreamRequest) GetId() uint64 {
@@ -1821,7 +1970,7 @@ type CommitStreamResponse struct {
 
 func (x *CommitStreamResponse) Reset() {
 	*x = CommitStreamResponse{}
-	mi := &file_distash_proto_msgTypes[27]
+	mi := &file_distash_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1833,7 +1982,7 @@ func (x *CommitStreamResponse) String() string {
 func (*CommitStreamResponse) ProtoMessage() {}
 
 func (x *CommitStreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[27]
+	mi := &file_distash_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1846,7 +1995,7 @@ func (x *CommitStreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitStreamResponse.ProtoReflect.Descriptor instead.
 func (*CommitStreamResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{27}
+	return file_distash_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *CommitStreamResponse) GetId() uint64 {
@@ -1877,7 +2026,7 @@ type PeekRequest struct {
 
 func (x *PeekRequest) Reset() {
 	*x = PeekRequest{}
-	mi := &file_distash_proto_msgTypes[28]
+	mi := &file_distash_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1889,7 +2038,7 @@ func (x *PeekRequest) String() string {
 func (*PeekRequest) ProtoMessage() {}
 
 func (x *PeekRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[28]
+	mi := &file_distash_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1902,7 +2051,7 @@ func (x *PeekRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeekRequest.ProtoReflect.Descriptor instead.
 func (*PeekRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{28}
+	return file_distash_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *PeekRequest) GetTag() uint32 {
@@ -1936,7 +2085,7 @@ type LogMessage struct {
 
 func (x *LogMessage) Reset() {
 	*x = LogMessage{}
-	mi := &file_distash_proto_msgTypes[29]
+	mi := &file_distash_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1948,7 +2097,7 @@ func (x *LogMessage) String() string {
 func (*LogMessage) ProtoMessage() {}
 
 func (x *LogMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[29]
+	mi := &file_distash_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1961,7 +2110,7 @@ func (x *LogMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogMessage.ProtoReflect.Descriptor instead.
 func (*LogMessage) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{29}
+	return file_distash_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *LogMessage) GetVersion() int64 {
@@ -1989,7 +2138,7 @@ type PeekResponse struct {
 
 func (x *PeekResponse) Reset() {
 	*x = PeekResponse{}
-	mi := &file_distash_proto_msgTypes[30]
+	mi := &file_distash_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2001,7 +2150,7 @@ func (x *PeekResponse) String() string {
 func (*PeekResponse) ProtoMessage() {}
 
 func (x *PeekResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[30]
+	mi := &file_distash_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2014,7 +2163,7 @@ func (x *PeekResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeekResponse.ProtoReflect.Descriptor instead.
 func (*PeekResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{30}
+	return file_distash_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *PeekResponse) GetMessages() []*LogMessage {
@@ -2048,7 +2197,7 @@ type PopRequest struct {
 
 func (x *PopRequest) Reset() {
 	*x = PopRequest{}
-	mi := &file_distash_proto_msgTypes[31]
+	mi := &file_distash_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2060,7 +2209,7 @@ func (x *PopRequest) String() string {
 func (*PopRequest) ProtoMessage() {}
 
 func (x *PopRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[31]
+	mi := &file_distash_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2073,7 +2222,7 @@ func (x *PopRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PopRequest.ProtoReflect.Descriptor instead.
 func (*PopRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{31}
+	return file_distash_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *PopRequest) GetTag() uint32 {
@@ -2099,7 +2248,7 @@ type PopResponse struct {
 
 func (x *PopResponse) Reset() {
 	*x = PopResponse{}
-	mi := &file_distash_proto_msgTypes[32]
+	mi := &file_distash_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2111,7 +2260,7 @@ func (x *PopResponse) String() string {
 func (*PopResponse) ProtoMessage() {}
 
 func (x *PopResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[32]
+	mi := &file_distash_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2124,10 +2273,133 @@ func (x *PopResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PopResponse.ProtoReflect.Descriptor instead.
 func (*PopResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{32}
+	return file_distash_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *PopResponse) GetError() *Error {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+// Report: a stash pushes its usage and progress to the log leader's node,
+// where the commit proxy checks durable pools' capacity and the ratekeeper
+// watches lag, instead of being called on the commit path.
+type ReportRequest struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	Tag              uint32                 `protobuf:"varint,1,opt,name=tag,proto3" json:"tag,omitempty"`
+	UsedBytes        int64                  `protobuf:"varint,2,opt,name=used_bytes,json=usedBytes,proto3" json:"used_bytes,omitempty"`
+	Applied          int64                  `protobuf:"varint,3,opt,name=applied,proto3" json:"applied,omitempty"`
+	WindowBytes      int64                  `protobuf:"varint,4,opt,name=window_bytes,json=windowBytes,proto3" json:"window_bytes,omitempty"`
+	WindowLimitBytes int64                  `protobuf:"varint,5,opt,name=window_limit_bytes,json=windowLimitBytes,proto3" json:"window_limit_bytes,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *ReportRequest) Reset() {
+	*x = ReportRequest{}
+	mi := &file_distash_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportRequest) ProtoMessage() {}
+
+func (x *ReportRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_distash_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportRequest.ProtoReflect.Descriptor instead.
+func (*ReportRequest) Descriptor() ([]byte, []int) {
+	return file_distash_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *ReportRequest) GetTag() uint32 {
+	if x != nil {
+		return x.Tag
+	}
+	return 0
+}
+
+func (x *ReportRequest) GetUsedBytes() int64 {
+	if x != nil {
+		return x.UsedBytes
+	}
+	return 0
+}
+
+func (x *ReportRequest) GetApplied() int64 {
+	if x != nil {
+		return x.Applied
+	}
+	return 0
+}
+
+func (x *ReportRequest) GetWindowBytes() int64 {
+	if x != nil {
+		return x.WindowBytes
+	}
+	return 0
+}
+
+func (x *ReportRequest) GetWindowLimitBytes() int64 {
+	if x != nil {
+		return x.WindowLimitBytes
+	}
+	return 0
+}
+
+type ReportResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Error         *Error                 `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportResponse) Reset() {
+	*x = ReportResponse{}
+	mi := &file_distash_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportResponse) ProtoMessage() {}
+
+func (x *ReportResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_distash_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportResponse.ProtoReflect.Descriptor instead.
+func (*ReportResponse) Descriptor() ([]byte, []int) {
+	return file_distash_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *ReportResponse) GetError() *Error {
 	if x != nil {
 		return x.Error
 	}
@@ -2156,7 +2428,7 @@ type RegisterRequest struct {
 
 func (x *RegisterRequest) Reset() {
 	*x = RegisterRequest{}
-	mi := &file_distash_proto_msgTypes[33]
+	mi := &file_distash_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2168,7 +2440,7 @@ func (x *RegisterRequest) String() string {
 func (*RegisterRequest) ProtoMessage() {}
 
 func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[33]
+	mi := &file_distash_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2181,7 +2453,7 @@ func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterRequest.ProtoReflect.Descriptor instead.
 func (*RegisterRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{33}
+	return file_distash_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *RegisterRequest) GetId() string {
@@ -2260,7 +2532,7 @@ type RegisterResponse struct {
 
 func (x *RegisterResponse) Reset() {
 	*x = RegisterResponse{}
-	mi := &file_distash_proto_msgTypes[34]
+	mi := &file_distash_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2272,7 +2544,7 @@ func (x *RegisterResponse) String() string {
 func (*RegisterResponse) ProtoMessage() {}
 
 func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[34]
+	mi := &file_distash_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2285,7 +2557,7 @@ func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterResponse.ProtoReflect.Descriptor instead.
 func (*RegisterResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{34}
+	return file_distash_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *RegisterResponse) GetSlot() int32 {
@@ -2333,7 +2605,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_distash_proto_msgTypes[35]
+	mi := &file_distash_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2345,7 +2617,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[35]
+	mi := &file_distash_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2358,7 +2630,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{35}
+	return file_distash_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *HeartbeatRequest) GetId() string {
@@ -2386,7 +2658,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_distash_proto_msgTypes[36]
+	mi := &file_distash_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2398,7 +2670,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[36]
+	mi := &file_distash_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2411,7 +2683,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{36}
+	return file_distash_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *HeartbeatResponse) GetGeneration() uint64 {
@@ -2444,7 +2716,7 @@ type ViewRequest struct {
 
 func (x *ViewRequest) Reset() {
 	*x = ViewRequest{}
-	mi := &file_distash_proto_msgTypes[37]
+	mi := &file_distash_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2456,7 +2728,7 @@ func (x *ViewRequest) String() string {
 func (*ViewRequest) ProtoMessage() {}
 
 func (x *ViewRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[37]
+	mi := &file_distash_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2469,7 +2741,7 @@ func (x *ViewRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ViewRequest.ProtoReflect.Descriptor instead.
 func (*ViewRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{37}
+	return file_distash_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ViewRequest) GetHops() uint32 {
@@ -2496,7 +2768,7 @@ type ClusterNode struct {
 
 func (x *ClusterNode) Reset() {
 	*x = ClusterNode{}
-	mi := &file_distash_proto_msgTypes[38]
+	mi := &file_distash_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2508,7 +2780,7 @@ func (x *ClusterNode) String() string {
 func (*ClusterNode) ProtoMessage() {}
 
 func (x *ClusterNode) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[38]
+	mi := &file_distash_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2521,7 +2793,7 @@ func (x *ClusterNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterNode.ProtoReflect.Descriptor instead.
 func (*ClusterNode) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{38}
+	return file_distash_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ClusterNode) GetId() string {
@@ -2597,7 +2869,7 @@ type PoolSlots struct {
 
 func (x *PoolSlots) Reset() {
 	*x = PoolSlots{}
-	mi := &file_distash_proto_msgTypes[39]
+	mi := &file_distash_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2609,7 +2881,7 @@ func (x *PoolSlots) String() string {
 func (*PoolSlots) ProtoMessage() {}
 
 func (x *PoolSlots) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[39]
+	mi := &file_distash_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2622,7 +2894,7 @@ func (x *PoolSlots) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolSlots.ProtoReflect.Descriptor instead.
 func (*PoolSlots) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{39}
+	return file_distash_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *PoolSlots) GetPool() string {
@@ -2640,26 +2912,30 @@ func (x *PoolSlots) GetNodes() []string {
 }
 
 type ViewResponse struct {
-	state            protoimpl.MessageState `protogen:"open.v1"`
-	Generation       uint64                 `protobuf:"varint,1,opt,name=generation,proto3" json:"generation,omitempty"`
-	Controller       string                 `protobuf:"bytes,2,opt,name=controller,proto3" json:"controller,omitempty"` // the controller's coordinator address
-	Sequencer        string                 `protobuf:"bytes,3,opt,name=sequencer,proto3" json:"sequencer,omitempty"`   // node ids of the current generation's roles
-	GrvProxies       []string               `protobuf:"bytes,4,rep,name=grv_proxies,json=grvProxies,proto3" json:"grv_proxies,omitempty"`
-	CommitProxies    []string               `protobuf:"bytes,5,rep,name=commit_proxies,json=commitProxies,proto3" json:"commit_proxies,omitempty"`
-	Resolver         string                 `protobuf:"bytes,6,opt,name=resolver,proto3" json:"resolver,omitempty"`
-	LogReplicas      []string               `protobuf:"bytes,7,rep,name=log_replicas,json=logReplicas,proto3" json:"log_replicas,omitempty"`
-	StatelessAddress string                 `protobuf:"bytes,8,opt,name=stateless_address,json=statelessAddress,proto3" json:"stateless_address,omitempty"` // address of the node running the sequencer (and, today, every stateless role)
-	Nodes            []*ClusterNode         `protobuf:"bytes,9,rep,name=nodes,proto3" json:"nodes,omitempty"`                                               // sorted by id
-	Slots            []*PoolSlots           `protobuf:"bytes,10,rep,name=slots,proto3" json:"slots,omitempty"`                                              // sorted by pool
-	Error            *Error                 `protobuf:"bytes,11,opt,name=error,proto3" json:"error,omitempty"`
-	Leader           string                 `protobuf:"bytes,12,opt,name=leader,proto3" json:"leader,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	state              protoimpl.MessageState `protogen:"open.v1"`
+	Generation         uint64                 `protobuf:"varint,1,opt,name=generation,proto3" json:"generation,omitempty"`
+	Controller         string                 `protobuf:"bytes,2,opt,name=controller,proto3" json:"controller,omitempty"` // the controller's coordinator address
+	Sequencer          string                 `protobuf:"bytes,3,opt,name=sequencer,proto3" json:"sequencer,omitempty"`   // node ids of the current generation's roles
+	GrvProxies         []string               `protobuf:"bytes,4,rep,name=grv_proxies,json=grvProxies,proto3" json:"grv_proxies,omitempty"`
+	CommitProxies      []string               `protobuf:"bytes,5,rep,name=commit_proxies,json=commitProxies,proto3" json:"commit_proxies,omitempty"`
+	Resolver           string                 `protobuf:"bytes,6,opt,name=resolver,proto3" json:"resolver,omitempty"`
+	LogReplicas        []string               `protobuf:"bytes,7,rep,name=log_replicas,json=logReplicas,proto3" json:"log_replicas,omitempty"`
+	StatelessAddress   string                 `protobuf:"bytes,8,opt,name=stateless_address,json=statelessAddress,proto3" json:"stateless_address,omitempty"` // address of the node running the sequencer (and, today, every stateless role)
+	Nodes              []*ClusterNode         `protobuf:"bytes,9,rep,name=nodes,proto3" json:"nodes,omitempty"`                                               // sorted by id
+	Slots              []*PoolSlots           `protobuf:"bytes,10,rep,name=slots,proto3" json:"slots,omitempty"`                                              // sorted by pool
+	Error              *Error                 `protobuf:"bytes,11,opt,name=error,proto3" json:"error,omitempty"`
+	Leader             string                 `protobuf:"bytes,12,opt,name=leader,proto3" json:"leader,omitempty"`
+	Stashes            []*StashLocation       `protobuf:"bytes,13,rep,name=stashes,proto3" json:"stashes,omitempty"`                                                      // every stash slot with its tag and the node serving it
+	Config             string                 `protobuf:"bytes,14,opt,name=config,proto3" json:"config,omitempty"`                                                        // the cluster's configuration (TOML)
+	LastRecoveryUnixMs int64                  `protobuf:"varint,15,opt,name=last_recovery_unix_ms,json=lastRecoveryUnixMs,proto3" json:"last_recovery_unix_ms,omitempty"` // when the current generation's roles started (claim time)
+	LastRecoveryMicros int64                  `protobuf:"varint,16,opt,name=last_recovery_micros,json=lastRecoveryMicros,proto3" json:"last_recovery_micros,omitempty"`   // how long that recovery took, as its node reported it
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *ViewResponse) Reset() {
 	*x = ViewResponse{}
-	mi := &file_distash_proto_msgTypes[40]
+	mi := &file_distash_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2671,7 +2947,7 @@ func (x *ViewResponse) String() string {
 func (*ViewResponse) ProtoMessage() {}
 
 func (x *ViewResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[40]
+	mi := &file_distash_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2684,7 +2960,7 @@ func (x *ViewResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ViewResponse.ProtoReflect.Descriptor instead.
 func (*ViewResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{40}
+	return file_distash_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ViewResponse) GetGeneration() uint64 {
@@ -2765,6 +3041,357 @@ func (x *ViewResponse) GetError() *Error {
 }
 
 func (x *ViewResponse) GetLeader() string {
+	if x != nil {
+		return x.Leader
+	}
+	return ""
+}
+
+func (x *ViewResponse) GetStashes() []*StashLocation {
+	if x != nil {
+		return x.Stashes
+	}
+	return nil
+}
+
+func (x *ViewResponse) GetConfig() string {
+	if x != nil {
+		return x.Config
+	}
+	return ""
+}
+
+func (x *ViewResponse) GetLastRecoveryUnixMs() int64 {
+	if x != nil {
+		return x.LastRecoveryUnixMs
+	}
+	return 0
+}
+
+func (x *ViewResponse) GetLastRecoveryMicros() int64 {
+	if x != nil {
+		return x.LastRecoveryMicros
+	}
+	return 0
+}
+
+type StashLocation struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Tag           uint32                 `protobuf:"varint,1,opt,name=tag,proto3" json:"tag,omitempty"`
+	Pool          string                 `protobuf:"bytes,2,opt,name=pool,proto3" json:"pool,omitempty"`
+	Slot          int32                  `protobuf:"varint,3,opt,name=slot,proto3" json:"slot,omitempty"`
+	Node          string                 `protobuf:"bytes,4,opt,name=node,proto3" json:"node,omitempty"` // node id, "" for a free slot
+	Address       string                 `protobuf:"bytes,5,opt,name=address,proto3" json:"address,omitempty"`
+	Alive         bool                   `protobuf:"varint,6,opt,name=alive,proto3" json:"alive,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StashLocation) Reset() {
+	*x = StashLocation{}
+	mi := &file_distash_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StashLocation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StashLocation) ProtoMessage() {}
+
+func (x *StashLocation) ProtoReflect() protoreflect.Message {
+	mi := &file_distash_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StashLocation.ProtoReflect.Descriptor instead.
+func (*StashLocation) Descriptor() ([]byte, []int) {
+	return file_distash_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *StashLocation) GetTag() uint32 {
+	if x != nil {
+		return x.Tag
+	}
+	return 0
+}
+
+func (x *StashLocation) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
+}
+
+func (x *StashLocation) GetSlot() int32 {
+	if x != nil {
+		return x.Slot
+	}
+	return 0
+}
+
+func (x *StashLocation) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *StashLocation) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *StashLocation) GetAlive() bool {
+	if x != nil {
+		return x.Alive
+	}
+	return false
+}
+
+// Claim: the transaction node whose log replica became the log's raft
+// leader asks the controller for a new generation in which it holds the
+// stateless roles (sequencer, proxies, resolver). The generation number is
+// the epoch the node's log appends carry; appends of older epochs are
+// refused by the log.
+type ClaimRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Hops          uint32                 `protobuf:"varint,2,opt,name=hops,proto3" json:"hops,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClaimRequest) Reset() {
+	*x = ClaimRequest{}
+	mi := &file_distash_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClaimRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClaimRequest) ProtoMessage() {}
+
+func (x *ClaimRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_distash_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClaimRequest.ProtoReflect.Descriptor instead.
+func (*ClaimRequest) Descriptor() ([]byte, []int) {
+	return file_distash_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *ClaimRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ClaimRequest) GetHops() uint32 {
+	if x != nil {
+		return x.Hops
+	}
+	return 0
+}
+
+type ClaimResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Generation    uint64                 `protobuf:"varint,1,opt,name=generation,proto3" json:"generation,omitempty"`
+	Error         *Error                 `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	Leader        string                 `protobuf:"bytes,3,opt,name=leader,proto3" json:"leader,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClaimResponse) Reset() {
+	*x = ClaimResponse{}
+	mi := &file_distash_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClaimResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClaimResponse) ProtoMessage() {}
+
+func (x *ClaimResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_distash_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClaimResponse.ProtoReflect.Descriptor instead.
+func (*ClaimResponse) Descriptor() ([]byte, []int) {
+	return file_distash_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *ClaimResponse) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *ClaimResponse) GetError() *Error {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+func (x *ClaimResponse) GetLeader() string {
+	if x != nil {
+		return x.Leader
+	}
+	return ""
+}
+
+// RecoveryDone: the node that claimed a generation reports how long its
+// recovery took (shown by status).
+type RecoveryDoneRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Generation    uint64                 `protobuf:"varint,2,opt,name=generation,proto3" json:"generation,omitempty"`
+	Micros        int64                  `protobuf:"varint,3,opt,name=micros,proto3" json:"micros,omitempty"`
+	Hops          uint32                 `protobuf:"varint,4,opt,name=hops,proto3" json:"hops,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecoveryDoneRequest) Reset() {
+	*x = RecoveryDoneRequest{}
+	mi := &file_distash_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecoveryDoneRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecoveryDoneRequest) ProtoMessage() {}
+
+func (x *RecoveryDoneRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_distash_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecoveryDoneRequest.ProtoReflect.Descriptor instead.
+func (*RecoveryDoneRequest) Descriptor() ([]byte, []int) {
+	return file_distash_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *RecoveryDoneRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *RecoveryDoneRequest) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *RecoveryDoneRequest) GetMicros() int64 {
+	if x != nil {
+		return x.Micros
+	}
+	return 0
+}
+
+func (x *RecoveryDoneRequest) GetHops() uint32 {
+	if x != nil {
+		return x.Hops
+	}
+	return 0
+}
+
+type RecoveryDoneResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Error         *Error                 `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
+	Leader        string                 `protobuf:"bytes,2,opt,name=leader,proto3" json:"leader,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecoveryDoneResponse) Reset() {
+	*x = RecoveryDoneResponse{}
+	mi := &file_distash_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecoveryDoneResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecoveryDoneResponse) ProtoMessage() {}
+
+func (x *RecoveryDoneResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_distash_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecoveryDoneResponse.ProtoReflect.Descriptor instead.
+func (*RecoveryDoneResponse) Descriptor() ([]byte, []int) {
+	return file_distash_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *RecoveryDoneResponse) GetError() *Error {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+func (x *RecoveryDoneResponse) GetLeader() string {
 	if x != nil {
 		return x.Leader
 	}
@@ -2888,7 +3515,7 @@ const file_distash_proto_rawDesc = "" +
 	"\x0fbytes_in_memory\x18\x04 \x01(\x03R\rbytesInMemory\x12\x1d\n" +
 	"\n" +
 	"min_popped\x18\x05 \x01(\x03R\tminPopped\"\x0f\n" +
-	"\rStatusRequest\"\xa5\x03\n" +
+	"\rStatusRequest\"\xd1\x03\n" +
 	"\x0eStatusResponse\x12*\n" +
 	"\x05pools\x18\x01 \x03(\v2\x14.distash.v1.PoolInfoR\x05pools\x121\n" +
 	"\astashes\x18\x02 \x03(\v2\x17.distash.v1.StashStatusR\astashes\x12+\n" +
@@ -2902,7 +3529,26 @@ const file_distash_proto_rawDesc = "" +
 	"\n" +
 	"rate_limit\x18\n" +
 	" \x01(\x01R\trateLimit\x12*\n" +
-	"\x11rate_limit_reason\x18\v \x01(\tR\x0frateLimitReason\":\n" +
+	"\x11rate_limit_reason\x18\v \x01(\tR\x0frateLimitReason\x12*\n" +
+	"\x04node\x18\f \x01(\v2\x16.distash.v1.NodeStatusR\x04node\"\x84\x03\n" +
+	"\n" +
+	"NodeStatus\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
+	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x14\n" +
+	"\x05class\x18\x03 \x01(\tR\x05class\x12\x12\n" +
+	"\x04pool\x18\x04 \x01(\tR\x04pool\x12\x0e\n" +
+	"\x02dc\x18\x05 \x01(\tR\x02dc\x12\x12\n" +
+	"\x04zone\x18\x06 \x01(\tR\x04zone\x12\x18\n" +
+	"\amachine\x18\a \x01(\tR\amachine\x12\x14\n" +
+	"\x05roles\x18\b \x03(\tR\x05roles\x12\x1e\n" +
+	"\n" +
+	"generation\x18\t \x01(\x04R\n" +
+	"generation\x12.\n" +
+	"\x13log_durable_version\x18\n" +
+	" \x01(\x03R\x11logDurableVersion\x12'\n" +
+	"\x0frecovery_micros\x18\v \x01(\x03R\x0erecoveryMicros\x12+\n" +
+	"\x11recovered_version\x18\f \x01(\x03R\x10recoveredVersion\x12(\n" +
+	"\x10recovery_unix_ms\x18\r \x01(\x03R\x0erecoveryUnixMs\":\n" +
 	"\x0eColdestRequest\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x05R\x05limit\"N\n" +
@@ -2932,6 +3578,15 @@ const file_distash_proto_rawDesc = "" +
 	"\x03tag\x18\x01 \x01(\rR\x03tag\x12\x13\n" +
 	"\x05up_to\x18\x02 \x01(\x03R\x04upTo\"6\n" +
 	"\vPopResponse\x12'\n" +
+	"\x05error\x18\x01 \x01(\v2\x11.distash.v1.ErrorR\x05error\"\xab\x01\n" +
+	"\rReportRequest\x12\x10\n" +
+	"\x03tag\x18\x01 \x01(\rR\x03tag\x12\x1d\n" +
+	"\n" +
+	"used_bytes\x18\x02 \x01(\x03R\tusedBytes\x12\x18\n" +
+	"\aapplied\x18\x03 \x01(\x03R\aapplied\x12!\n" +
+	"\fwindow_bytes\x18\x04 \x01(\x03R\vwindowBytes\x12,\n" +
+	"\x12window_limit_bytes\x18\x05 \x01(\x03R\x10windowLimitBytes\"9\n" +
+	"\x0eReportResponse\x12'\n" +
 	"\x05error\x18\x01 \x01(\v2\x11.distash.v1.ErrorR\x05error\"\xcf\x01\n" +
 	"\x0fRegisterRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
@@ -2974,7 +3629,7 @@ const file_distash_proto_rawDesc = "" +
 	"\x11last_seen_unix_ms\x18\t \x01(\x03R\x0elastSeenUnixMs\"5\n" +
 	"\tPoolSlots\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x14\n" +
-	"\x05nodes\x18\x02 \x03(\tR\x05nodes\"\xbd\x03\n" +
+	"\x05nodes\x18\x02 \x03(\tR\x05nodes\"\xef\x04\n" +
 	"\fViewResponse\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x01 \x01(\x04R\n" +
@@ -2993,7 +3648,37 @@ const file_distash_proto_rawDesc = "" +
 	"\x05slots\x18\n" +
 	" \x03(\v2\x15.distash.v1.PoolSlotsR\x05slots\x12'\n" +
 	"\x05error\x18\v \x01(\v2\x11.distash.v1.ErrorR\x05error\x12\x16\n" +
-	"\x06leader\x18\f \x01(\tR\x06leader2\x9e\x05\n" +
+	"\x06leader\x18\f \x01(\tR\x06leader\x123\n" +
+	"\astashes\x18\r \x03(\v2\x19.distash.v1.StashLocationR\astashes\x12\x16\n" +
+	"\x06config\x18\x0e \x01(\tR\x06config\x121\n" +
+	"\x15last_recovery_unix_ms\x18\x0f \x01(\x03R\x12lastRecoveryUnixMs\x120\n" +
+	"\x14last_recovery_micros\x18\x10 \x01(\x03R\x12lastRecoveryMicros\"\x8d\x01\n" +
+	"\rStashLocation\x12\x10\n" +
+	"\x03tag\x18\x01 \x01(\rR\x03tag\x12\x12\n" +
+	"\x04pool\x18\x02 \x01(\tR\x04pool\x12\x12\n" +
+	"\x04slot\x18\x03 \x01(\x05R\x04slot\x12\x12\n" +
+	"\x04node\x18\x04 \x01(\tR\x04node\x12\x18\n" +
+	"\aaddress\x18\x05 \x01(\tR\aaddress\x12\x14\n" +
+	"\x05alive\x18\x06 \x01(\bR\x05alive\"2\n" +
+	"\fClaimRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04hops\x18\x02 \x01(\rR\x04hops\"p\n" +
+	"\rClaimResponse\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x01 \x01(\x04R\n" +
+	"generation\x12'\n" +
+	"\x05error\x18\x02 \x01(\v2\x11.distash.v1.ErrorR\x05error\x12\x16\n" +
+	"\x06leader\x18\x03 \x01(\tR\x06leader\"q\n" +
+	"\x13RecoveryDoneRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x02 \x01(\x04R\n" +
+	"generation\x12\x16\n" +
+	"\x06micros\x18\x03 \x01(\x03R\x06micros\x12\x12\n" +
+	"\x04hops\x18\x04 \x01(\rR\x04hops\"W\n" +
+	"\x14RecoveryDoneResponse\x12'\n" +
+	"\x05error\x18\x01 \x01(\v2\x11.distash.v1.ErrorR\x05error\x12\x16\n" +
+	"\x06leader\x18\x02 \x01(\tR\x06leader2\x9e\x05\n" +
 	"\aDiStash\x12W\n" +
 	"\x0eGetReadVersion\x12!.distash.v1.GetReadVersionRequest\x1a\".distash.v1.GetReadVersionResponse\x12?\n" +
 	"\x06Commit\x12\x19.distash.v1.CommitRequest\x1a\x1a.distash.v1.CommitResponse\x12U\n" +
@@ -3003,14 +3688,17 @@ const file_distash_proto_rawDesc = "" +
 	"\tLocations\x12\x1c.distash.v1.LocationsRequest\x1a\x1d.distash.v1.LocationsResponse\x12N\n" +
 	"\vClusterInfo\x12\x1e.distash.v1.ClusterInfoRequest\x1a\x1f.distash.v1.ClusterInfoResponse\x12?\n" +
 	"\x06Status\x12\x19.distash.v1.StatusRequest\x1a\x1a.distash.v1.StatusResponse\x12B\n" +
-	"\aColdest\x12\x1a.distash.v1.ColdestRequest\x1a\x1b.distash.v1.ColdestResponse2x\n" +
+	"\aColdest\x12\x1a.distash.v1.ColdestRequest\x1a\x1b.distash.v1.ColdestResponse2\xb9\x01\n" +
 	"\x03Log\x129\n" +
 	"\x04Peek\x12\x17.distash.v1.PeekRequest\x1a\x18.distash.v1.PeekResponse\x126\n" +
-	"\x03Pop\x12\x16.distash.v1.PopRequest\x1a\x17.distash.v1.PopResponse2\xd9\x01\n" +
+	"\x03Pop\x12\x16.distash.v1.PopRequest\x1a\x17.distash.v1.PopResponse\x12?\n" +
+	"\x06Report\x12\x19.distash.v1.ReportRequest\x1a\x1a.distash.v1.ReportResponse2\xea\x02\n" +
 	"\vCoordinator\x12E\n" +
 	"\bRegister\x12\x1b.distash.v1.RegisterRequest\x1a\x1c.distash.v1.RegisterResponse\x12H\n" +
 	"\tHeartbeat\x12\x1c.distash.v1.HeartbeatRequest\x1a\x1d.distash.v1.HeartbeatResponse\x129\n" +
-	"\x04View\x12\x17.distash.v1.ViewRequest\x1a\x18.distash.v1.ViewResponseB*Z(github.com/distash/distash/internal/wireb\x06proto3"
+	"\x04View\x12\x17.distash.v1.ViewRequest\x1a\x18.distash.v1.ViewResponse\x12<\n" +
+	"\x05Claim\x12\x18.distash.v1.ClaimRequest\x1a\x19.distash.v1.ClaimResponse\x12Q\n" +
+	"\fRecoveryDone\x12\x1f.distash.v1.RecoveryDoneRequest\x1a .distash.v1.RecoveryDoneResponseB*Z(github.com/distash/distash/internal/wireb\x06proto3"
 
 var (
 	file_distash_proto_rawDescOnce sync.Once
@@ -3024,7 +3712,7 @@ func file_distash_proto_rawDescGZIP() []byte {
 	return file_distash_proto_rawDescData
 }
 
-var file_distash_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
+var file_distash_proto_msgTypes = make([]protoimpl.MessageInfo, 49)
 var file_distash_proto_goTypes = []any{
 	(*Error)(nil),                  // 0: distash.v1.Error
 	(*Mutation)(nil),               // 1: distash.v1.Mutation
@@ -3050,23 +3738,31 @@ var file_distash_proto_goTypes = []any{
 	(*LogStatus)(nil),              // 21: distash.v1.LogStatus
 	(*StatusRequest)(nil),          // 22: distash.v1.StatusRequest
 	(*StatusResponse)(nil),         // 23: distash.v1.StatusResponse
-	(*ColdestRequest)(nil),         // 24: distash.v1.ColdestRequest
-	(*ColdestResponse)(nil),        // 25: distash.v1.ColdestResponse
-	(*CommitStreamRequest)(nil),    // 26: distash.v1.CommitStreamRequest
-	(*CommitStreamResponse)(nil),   // 27: distash.v1.CommitStreamResponse
-	(*PeekRequest)(nil),            // 28: distash.v1.PeekRequest
-	(*LogMessage)(nil),             // 29: distash.v1.LogMessage
-	(*PeekResponse)(nil),           // 30: distash.v1.PeekResponse
-	(*PopRequest)(nil),             // 31: distash.v1.PopRequest
-	(*PopResponse)(nil),            // 32: distash.v1.PopResponse
-	(*RegisterRequest)(nil),        // 33: distash.v1.RegisterRequest
-	(*RegisterResponse)(nil),       // 34: distash.v1.RegisterResponse
-	(*HeartbeatRequest)(nil),       // 35: distash.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),      // 36: distash.v1.HeartbeatResponse
-	(*ViewRequest)(nil),            // 37: distash.v1.ViewRequest
-	(*ClusterNode)(nil),            // 38: distash.v1.ClusterNode
-	(*PoolSlots)(nil),              // 39: distash.v1.PoolSlots
-	(*ViewResponse)(nil),           // 40: distash.v1.ViewResponse
+	(*NodeStatus)(nil),             // 24: distash.v1.NodeStatus
+	(*ColdestRequest)(nil),         // 25: distash.v1.ColdestRequest
+	(*ColdestResponse)(nil),        // 26: distash.v1.ColdestResponse
+	(*CommitStreamRequest)(nil),    // 27: distash.v1.CommitStreamRequest
+	(*CommitStreamResponse)(nil),   // 28: distash.v1.CommitStreamResponse
+	(*PeekRequest)(nil),            // 29: distash.v1.PeekRequest
+	(*LogMessage)(nil),             // 30: distash.v1.LogMessage
+	(*PeekResponse)(nil),           // 31: distash.v1.PeekResponse
+	(*PopRequest)(nil),             // 32: distash.v1.PopRequest
+	(*PopResponse)(nil),            // 33: distash.v1.PopResponse
+	(*ReportRequest)(nil),          // 34: distash.v1.ReportRequest
+	(*ReportResponse)(nil),         // 35: distash.v1.ReportResponse
+	(*RegisterRequest)(nil),        // 36: distash.v1.RegisterRequest
+	(*RegisterResponse)(nil),       // 37: distash.v1.RegisterResponse
+	(*HeartbeatRequest)(nil),       // 38: distash.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),      // 39: distash.v1.HeartbeatResponse
+	(*ViewRequest)(nil),            // 40: distash.v1.ViewRequest
+	(*ClusterNode)(nil),            // 41: distash.v1.ClusterNode
+	(*PoolSlots)(nil),              // 42: distash.v1.PoolSlots
+	(*ViewResponse)(nil),           // 43: distash.v1.ViewResponse
+	(*StashLocation)(nil),          // 44: distash.v1.StashLocation
+	(*ClaimRequest)(nil),           // 45: distash.v1.ClaimRequest
+	(*ClaimResponse)(nil),          // 46: distash.v1.ClaimResponse
+	(*RecoveryDoneRequest)(nil),    // 47: distash.v1.RecoveryDoneRequest
+	(*RecoveryDoneResponse)(nil),   // 48: distash.v1.RecoveryDoneResponse
 }
 var file_distash_proto_depIdxs = []int32{
 	0,  // 0: distash.v1.GetReadVersionResponse.error:type_name -> distash.v1.Error
@@ -3085,51 +3781,62 @@ var file_distash_proto_depIdxs = []int32{
 	16, // 13: distash.v1.StatusResponse.pools:type_name -> distash.v1.PoolInfo
 	19, // 14: distash.v1.StatusResponse.stashes:type_name -> distash.v1.StashStatus
 	21, // 15: distash.v1.StatusResponse.log:type_name -> distash.v1.LogStatus
-	0,  // 16: distash.v1.ColdestResponse.error:type_name -> distash.v1.Error
-	7,  // 17: distash.v1.CommitStreamRequest.request:type_name -> distash.v1.CommitRequest
-	8,  // 18: distash.v1.CommitStreamResponse.response:type_name -> distash.v1.CommitResponse
-	1,  // 19: distash.v1.LogMessage.mutations:type_name -> distash.v1.Mutation
-	29, // 20: distash.v1.PeekResponse.messages:type_name -> distash.v1.LogMessage
-	0,  // 21: distash.v1.PeekResponse.error:type_name -> distash.v1.Error
-	0,  // 22: distash.v1.PopResponse.error:type_name -> distash.v1.Error
-	0,  // 23: distash.v1.RegisterResponse.error:type_name -> distash.v1.Error
-	0,  // 24: distash.v1.HeartbeatResponse.error:type_name -> distash.v1.Error
-	38, // 25: distash.v1.ViewResponse.nodes:type_name -> distash.v1.ClusterNode
-	39, // 26: distash.v1.ViewResponse.slots:type_name -> distash.v1.PoolSlots
-	0,  // 27: distash.v1.ViewResponse.error:type_name -> distash.v1.Error
-	5,  // 28: distash.v1.DiStash.GetReadVersion:input_type -> distash.v1.GetReadVersionRequest
-	7,  // 29: distash.v1.DiStash.Commit:input_type -> distash.v1.CommitRequest
-	26, // 30: distash.v1.DiStash.CommitStream:input_type -> distash.v1.CommitStreamRequest
-	9,  // 31: distash.v1.DiStash.Read:input_type -> distash.v1.ReadRequest
-	11, // 32: distash.v1.DiStash.ReadRange:input_type -> distash.v1.ReadRangeRequest
-	13, // 33: distash.v1.DiStash.Locations:input_type -> distash.v1.LocationsRequest
-	17, // 34: distash.v1.DiStash.ClusterInfo:input_type -> distash.v1.ClusterInfoRequest
-	22, // 35: distash.v1.DiStash.Status:input_type -> distash.v1.StatusRequest
-	24, // 36: distash.v1.DiStash.Coldest:input_type -> distash.v1.ColdestRequest
-	28, // 37: distash.v1.Log.Peek:input_type -> distash.v1.PeekRequest
-	31, // 38: distash.v1.Log.Pop:input_type -> distash.v1.PopRequest
-	33, // 39: distash.v1.Coordinator.Register:input_type -> distash.v1.RegisterRequest
-	35, // 40: distash.v1.Coordinator.Heartbeat:input_type -> distash.v1.HeartbeatRequest
-	37, // 41: distash.v1.Coordinator.View:input_type -> distash.v1.ViewRequest
-	6,  // 42: distash.v1.DiStash.GetReadVersion:output_type -> distash.v1.GetReadVersionResponse
-	8,  // 43: distash.v1.DiStash.Commit:output_type -> distash.v1.CommitResponse
-	27, // 44: distash.v1.DiStash.CommitStream:output_type -> distash.v1.CommitStreamResponse
-	10, // 45: distash.v1.DiStash.Read:output_type -> distash.v1.ReadResponse
-	12, // 46: distash.v1.DiStash.ReadRange:output_type -> distash.v1.ReadRangeResponse
-	15, // 47: distash.v1.DiStash.Locations:output_type -> distash.v1.LocationsResponse
-	18, // 48: distash.v1.DiStash.ClusterInfo:output_type -> distash.v1.ClusterInfoResponse
-	23, // 49: distash.v1.DiStash.Status:output_type -> distash.v1.StatusResponse
-	25, // 50: distash.v1.DiStash.Coldest:output_type -> distash.v1.ColdestResponse
-	30, // 51: distash.v1.Log.Peek:output_type -> distash.v1.PeekResponse
-	32, // 52: distash.v1.Log.Pop:output_type -> distash.v1.PopResponse
-	34, // 53: distash.v1.Coordinator.Register:output_type -> distash.v1.RegisterResponse
-	36, // 54: distash.v1.Coordinator.Heartbeat:output_type -> distash.v1.HeartbeatResponse
-	40, // 55: distash.v1.Coordinator.View:output_type -> distash.v1.ViewResponse
-	42, // [42:56] is the sub-list for method output_type
-	28, // [28:42] is the sub-list for method input_type
-	28, // [28:28] is the sub-list for extension type_name
-	28, // [28:28] is the sub-list for extension extendee
-	0,  // [0:28] is the sub-list for field type_name
+	24, // 16: distash.v1.StatusResponse.node:type_name -> distash.v1.NodeStatus
+	0,  // 17: distash.v1.ColdestResponse.error:type_name -> distash.v1.Error
+	7,  // 18: distash.v1.CommitStreamRequest.request:type_name -> distash.v1.CommitRequest
+	8,  // 19: distash.v1.CommitStreamResponse.response:type_name -> distash.v1.CommitResponse
+	1,  // 20: distash.v1.LogMessage.mutations:type_name -> distash.v1.Mutation
+	30, // 21: distash.v1.PeekResponse.messages:type_name -> distash.v1.LogMessage
+	0,  // 22: distash.v1.PeekResponse.error:type_name -> distash.v1.Error
+	0,  // 23: distash.v1.PopResponse.error:type_name -> distash.v1.Error
+	0,  // 24: distash.v1.ReportResponse.error:type_name -> distash.v1.Error
+	0,  // 25: distash.v1.RegisterResponse.error:type_name -> distash.v1.Error
+	0,  // 26: distash.v1.HeartbeatResponse.error:type_name -> distash.v1.Error
+	41, // 27: distash.v1.ViewResponse.nodes:type_name -> distash.v1.ClusterNode
+	42, // 28: distash.v1.ViewResponse.slots:type_name -> distash.v1.PoolSlots
+	0,  // 29: distash.v1.ViewResponse.error:type_name -> distash.v1.Error
+	44, // 30: distash.v1.ViewResponse.stashes:type_name -> distash.v1.StashLocation
+	0,  // 31: distash.v1.ClaimResponse.error:type_name -> distash.v1.Error
+	0,  // 32: distash.v1.RecoveryDoneResponse.error:type_name -> distash.v1.Error
+	5,  // 33: distash.v1.DiStash.GetReadVersion:input_type -> distash.v1.GetReadVersionRequest
+	7,  // 34: distash.v1.DiStash.Commit:input_type -> distash.v1.CommitRequest
+	27, // 35: distash.v1.DiStash.CommitStream:input_type -> distash.v1.CommitStreamRequest
+	9,  // 36: distash.v1.DiStash.Read:input_type -> distash.v1.ReadRequest
+	11, // 37: distash.v1.DiStash.ReadRange:input_type -> distash.v1.ReadRangeRequest
+	13, // 38: distash.v1.DiStash.Locations:input_type -> distash.v1.LocationsRequest
+	17, // 39: distash.v1.DiStash.ClusterInfo:input_type -> distash.v1.ClusterInfoRequest
+	22, // 40: distash.v1.DiStash.Status:input_type -> distash.v1.StatusRequest
+	25, // 41: distash.v1.DiStash.Coldest:input_type -> distash.v1.ColdestRequest
+	29, // 42: distash.v1.Log.Peek:input_type -> distash.v1.PeekRequest
+	32, // 43: distash.v1.Log.Pop:input_type -> distash.v1.PopRequest
+	34, // 44: distash.v1.Log.Report:input_type -> distash.v1.ReportRequest
+	36, // 45: distash.v1.Coordinator.Register:input_type -> distash.v1.RegisterRequest
+	38, // 46: distash.v1.Coordinator.Heartbeat:input_type -> distash.v1.HeartbeatRequest
+	40, // 47: distash.v1.Coordinator.View:input_type -> distash.v1.ViewRequest
+	45, // 48: distash.v1.Coordinator.Claim:input_type -> distash.v1.ClaimRequest
+	47, // 49: distash.v1.Coordinator.RecoveryDone:input_type -> distash.v1.RecoveryDoneRequest
+	6,  // 50: distash.v1.DiStash.GetReadVersion:output_type -> distash.v1.GetReadVersionResponse
+	8,  // 51: distash.v1.DiStash.Commit:output_type -> distash.v1.CommitResponse
+	28, // 52: distash.v1.DiStash.CommitStream:output_type -> distash.v1.CommitStreamResponse
+	10, // 53: distash.v1.DiStash.Read:output_type -> distash.v1.ReadResponse
+	12, // 54: distash.v1.DiStash.ReadRange:output_type -> distash.v1.ReadRangeResponse
+	15, // 55: distash.v1.DiStash.Locations:output_type -> distash.v1.LocationsResponse
+	18, // 56: distash.v1.DiStash.ClusterInfo:output_type -> distash.v1.ClusterInfoResponse
+	23, // 57: distash.v1.DiStash.Status:output_type -> distash.v1.StatusResponse
+	26, // 58: distash.v1.DiStash.Coldest:output_type -> distash.v1.ColdestResponse
+	31, // 59: distash.v1.Log.Peek:output_type -> distash.v1.PeekResponse
+	33, // 60: distash.v1.Log.Pop:output_type -> distash.v1.PopResponse
+	35, // 61: distash.v1.Log.Report:output_type -> distash.v1.ReportResponse
+	37, // 62: distash.v1.Coordinator.Register:output_type -> distash.v1.RegisterResponse
+	39, // 63: distash.v1.Coordinator.Heartbeat:output_type -> distash.v1.HeartbeatResponse
+	43, // 64: distash.v1.Coordinator.View:output_type -> distash.v1.ViewResponse
+	46, // 65: distash.v1.Coordinator.Claim:output_type -> distash.v1.ClaimResponse
+	48, // 66: distash.v1.Coordinator.RecoveryDone:output_type -> distash.v1.RecoveryDoneResponse
+	50, // [50:67] is the sub-list for method output_type
+	33, // [33:50] is the sub-list for method input_type
+	33, // [33:33] is the sub-list for extension type_name
+	33, // [33:33] is the sub-list for extension extendee
+	0,  // [0:33] is the sub-list for field type_name
 }
 
 func init() { file_distash_proto_init() }
@@ -3143,7 +3850,7 @@ func file_distash_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_distash_proto_rawDesc), len(file_distash_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   41,
+			NumMessages:   49,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

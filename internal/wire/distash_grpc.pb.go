@@ -424,8 +424,9 @@ var DiStash_ServiceDesc = grpc.ServiceDesc{
 }
 
 const (
-	Log_Peek_FullMethodName = "/distash.v1.Log/Peek"
-	Log_Pop_FullMethodName  = "/distash.v1.Log/Pop"
+	Log_Peek_FullMethodName   = "/distash.v1.Log/Peek"
+	Log_Pop_FullMethodName    = "/distash.v1.Log/Pop"
+	Log_Report_FullMethodName = "/distash.v1.Log/Report"
 )
 
 // LogClient is the client API for Log service.
@@ -434,6 +435,7 @@ const (
 type LogClient interface {
 	Peek(ctx context.Context, in *PeekRequest, opts ...grpc.CallOption) (*PeekResponse, error)
 	Pop(ctx context.Context, in *PopRequest, opts ...grpc.CallOption) (*PopResponse, error)
+	Report(ctx context.Context, in *ReportRequest, opts ...grpc.CallOption) (*ReportResponse, error)
 }
 
 type logClient struct {
@@ -464,12 +466,23 @@ func (c *logClient) Pop(ctx context.Context, in *PopRequest, opts ...grpc.CallOp
 	return out, nil
 }
 
+func (c *logClient) Report(ctx context.Context, in *ReportRequest, opts ...grpc.CallOption) (*ReportResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReportResponse)
+	err := c.cc.Invoke(ctx, Log_Report_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // LogServer is the server API for Log service.
 // All implementations must embed UnimplementedLogServer
 // for forward compatibility.
 type LogServer interface {
 	Peek(context.Context, *PeekRequest) (*PeekResponse, error)
 	Pop(context.Context, *PopRequest) (*PopResponse, error)
+	Report(context.Context, *ReportRequest) (*ReportResponse, error)
 	mustEmbedUnimplementedLogServer()
 }
 
@@ -485,6 +498,9 @@ func (UnimplementedLogServer) Peek(context.Context, *PeekRequest) (*PeekResponse
 }
 func (UnimplementedLogServer) Pop(context.Context, *PopRequest) (*PopResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Pop not implemented")
+}
+func (UnimplementedLogServer) Report(context.Context, *ReportRequest) (*ReportResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Report not implemented")
 }
 func (UnimplementedLogServer) mustEmbedUnimplementedLogServer() {}
 func (UnimplementedLogServer) testEmbeddedByValue()             {}
@@ -543,6 +559,24 @@ func _Log_Pop_Handler(srv interface{}, ctx context.Context, dec func(interface{}
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Log_Report_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReportRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LogServer).Report(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Log_Report_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LogServer).Report(ctx, req.(*ReportRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Log_ServiceDesc is the grpc.ServiceDesc for Log service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -558,15 +592,21 @@ var Log_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "Pop",
 			Handler:    _Log_Pop_Handler,
 		},
+		{
+			MethodName: "Report",
+			Handler:    _Log_Report_Handler,
+		},
 	},
 	Streams:  []grpc.StreamDesc{},
 	Metadata: "distash.proto",
 }
 
 const (
-	Coordinator_Register_FullMethodName  = "/distash.v1.Coordinator/Register"
-	Coordinator_Heartbeat_FullMethodName = "/distash.v1.Coordinator/Heartbeat"
-	Coordinator_View_FullMethodName      = "/distash.v1.Coordinator/View"
+	Coordinator_Register_FullMethodName     = "/distash.v1.Coordinator/Register"
+	Coordinator_Heartbeat_FullMethodName    = "/distash.v1.Coordinator/Heartbeat"
+	Coordinator_View_FullMethodName         = "/distash.v1.Coordinator/View"
+	Coordinator_Claim_FullMethodName        = "/distash.v1.Coordinator/Claim"
+	Coordinator_RecoveryDone_FullMethodName = "/distash.v1.Coordinator/RecoveryDone"
 )
 
 // CoordinatorClient is the client API for Coordinator service.
@@ -576,6 +616,8 @@ type CoordinatorClient interface {
 	Register(ctx context.Context, in *RegisterRequest, opts ...grpc.CallOption) (*RegisterResponse, error)
 	Heartbeat(ctx context.Context, in *HeartbeatRequest, opts ...grpc.CallOption) (*HeartbeatResponse, error)
 	View(ctx context.Context, in *ViewRequest, opts ...grpc.CallOption) (*ViewResponse, error)
+	Claim(ctx context.Context, in *ClaimRequest, opts ...grpc.CallOption) (*ClaimResponse, error)
+	RecoveryDone(ctx context.Context, in *RecoveryDoneRequest, opts ...grpc.CallOption) (*RecoveryDoneResponse, error)
 }
 
 type coordinatorClient struct {
@@ -616,6 +658,26 @@ func (c *coordinatorClient) View(ctx context.Context, in *ViewRequest, opts ...g
 	return out, nil
 }
 
+func (c *coordinatorClient) Claim(ctx context.Context, in *ClaimRequest, opts ...grpc.CallOption) (*ClaimResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ClaimResponse)
+	err := c.cc.Invoke(ctx, Coordinator_Claim_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *coordinatorClient) RecoveryDone(ctx context.Context, in *RecoveryDoneRequest, opts ...grpc.CallOption) (*RecoveryDoneResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RecoveryDoneResponse)
+	err := c.cc.Invoke(ctx, Coordinator_RecoveryDone_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // CoordinatorServer is the server API for Coordinator service.
 // All implementations must embed UnimplementedCoordinatorServer
 // for forward compatibility.
@@ -623,6 +685,8 @@ type CoordinatorServer interface {
 	Register(context.Context, *RegisterRequest) (*RegisterResponse, error)
 	Heartbeat(context.Context, *HeartbeatRequest) (*HeartbeatResponse, error)
 	View(context.Context, *ViewRequest) (*ViewResponse, error)
+	Claim(context.Context, *ClaimRequest) (*ClaimResponse, error)
+	RecoveryDone(context.Context, *RecoveryDoneRequest) (*RecoveryDoneResponse, error)
 	mustEmbedUnimplementedCoordinatorServer()
 }
 
@@ -641,6 +705,12 @@ func (UnimplementedCoordinatorServer) Heartbeat(context.Context, *HeartbeatReque
 }
 func (UnimplementedCoordinatorServer) View(context.Context, *ViewRequest) (*ViewResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method View not implemented")
+}
+func (UnimplementedCoordinatorServer) Claim(context.Context, *ClaimRequest) (*ClaimResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Claim not implemented")
+}
+func (UnimplementedCoordinatorServer) RecoveryDone(context.Context, *RecoveryDoneRequest) (*RecoveryDoneResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RecoveryDone not implemented")
 }
 func (UnimplementedCoordinatorServer) mustEmbedUnimplementedCoordinatorServer() {}
 func (UnimplementedCoordinatorServer) testEmbeddedByValue()                     {}
@@ -717,6 +787,42 @@ func _Coordinator_View_Handler(srv interface{}, ctx context.Context, dec func(in
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Coordinator_Claim_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ClaimRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServer).Claim(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Coordinator_Claim_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServer).Claim(ctx, req.(*ClaimRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Coordinator_RecoveryDone_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RecoveryDoneRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServer).RecoveryDone(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Coordinator_RecoveryDone_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServer).RecoveryDone(ctx, req.(*RecoveryDoneRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Coordinator_ServiceDesc is the grpc.ServiceDesc for Coordinator service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -735,6 +841,14 @@ var Coordinator_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "View",
 			Handler:    _Coordinator_View_Handler,
+		},
+		{
+			MethodName: "Claim",
+			Handler:    _Coordinator_Claim_Handler,
+		},
+		{
+			MethodName: "RecoveryDone",
+			Handler:    _Coordinator_RecoveryDone_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
