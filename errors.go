@@ -74,6 +74,10 @@ var (
 	// log pull stopped) and is being restarted; the client reads from
 	// another replica of the shard, and Transact retries. Retryable.
 	ErrStashUnavailable = codeErr(kv.CodeStashUnavailable)
+	// ErrWrongNode: in a multi-process cluster, the node asked no longer
+	// holds the role (a recovery moved the proxies); the client asks the
+	// coordinators where the roles are now, and Transact retries. Retryable.
+	ErrWrongNode = codeErr(kv.CodeWrongNode)
 	// ErrInvalidMutation: a malformed mutation (an atomic operand longer than
 	// 8 bytes, a clear range whose end precedes its begin).
 	ErrInvalidMutation = codeErr(kv.CodeInvalidMutation)

@@ -25,6 +25,7 @@ const (
 	CodeUnknownPool         Code = 2202
 	CodeUnsupported         Code = 2203
 	CodeStashUnavailable    Code = 2204
+	CodeWrongNode           Code = 2205 // the role asked for is not on this node (any more): ask the coordinators
 	CodeInternal            Code = 4100
 )
 
@@ -32,7 +33,7 @@ const (
 func (c Code) Retryable() bool {
 	switch c {
 	case CodeNotCommitted, CodeTransactionTooOld, CodeFutureVersion, CodeCommitUnknownResult,
-		CodeWrongShardServer, CodeProcessBehind, CodeConnectionFailed, CodeStashUnavailable:
+		CodeWrongShardServer, CodeProcessBehind, CodeConnectionFailed, CodeStashUnavailable, CodeWrongNode:
 		return true
 	}
 	return false
@@ -75,6 +76,8 @@ func (c Code) Name() string {
 		return "unsupported"
 	case CodeStashUnavailable:
 		return "stash_unavailable"
+	case CodeWrongNode:
+		return "wrong_node"
 	case CodeInternal:
 		return "internal_error"
 	}
