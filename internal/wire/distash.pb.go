@@ -2365,6 +2365,7 @@ func (x *ReportRequest) GetWindowLimitBytes() int64 {
 type ReportResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Error         *Error                 `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
+	LastVersion   int64                  `protobuf:"varint,2,opt,name=last_version,json=lastVersion,proto3" json:"last_version,omitempty"` // the log's last committed version (a dram stash starting empty starts there)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2404,6 +2405,13 @@ func (x *ReportResponse) GetError() *Error {
 		return x.Error
 	}
 	return nil
+}
+
+func (x *ReportResponse) GetLastVersion() int64 {
+	if x != nil {
+		return x.LastVersion
+	}
+	return 0
 }
 
 // The coordinators' service: how nodes and clients reach the cluster
@@ -3585,9 +3593,10 @@ const file_distash_proto_rawDesc = "" +
 	"used_bytes\x18\x02 \x01(\x03R\tusedBytes\x12\x18\n" +
 	"\aapplied\x18\x03 \x01(\x03R\aapplied\x12!\n" +
 	"\fwindow_bytes\x18\x04 \x01(\x03R\vwindowBytes\x12,\n" +
-	"\x12window_limit_bytes\x18\x05 \x01(\x03R\x10windowLimitBytes\"9\n" +
+	"\x12window_limit_bytes\x18\x05 \x01(\x03R\x10windowLimitBytes\"\\\n" +
 	"\x0eReportResponse\x12'\n" +
-	"\x05error\x18\x01 \x01(\v2\x11.distash.v1.ErrorR\x05error\"\xcf\x01\n" +
+	"\x05error\x18\x01 \x01(\v2\x11.distash.v1.ErrorR\x05error\x12!\n" +
+	"\flast_version\x18\x02 \x01(\x03R\vlastVersion\"\xcf\x01\n" +
 	"\x0fRegisterRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x14\n" +
