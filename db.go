@@ -13,10 +13,22 @@
 //		return nil
 //	})
 //
+// The cluster string lists addresses, "host:port[,host:port...]". For a
+// multi-process cluster it is the coordinators' list ("a:4500,b:4500,
+// c:4500"): the client asks any live coordinator for the cluster's view
+// (the node running the stateless roles, which answers read versions,
+// commits and the shard map, and the node serving each stash) and follows
+// it as recoveries move the roles. For an embedded cluster
+// (server.Start, or a single distash server process) it is the server's
+// address; that one server serves every role. Open tells the two apart by
+// asking the first address that answers for the view.
+//
 // Reads go straight to a stash that holds the key (the least loaded
-// replica); writes are buffered in the transaction and sent to a commit
-// proxy at commit. A transaction sees its own writes. Transact retries on
-// conflicts and other retryable errors, with backoff, until ctx ends.
+// replica; a replica that failed or whose node is unreachable is avoided
+// for a while); writes are buffered in the transaction and sent to a
+// commit proxy at commit. A transaction sees its own writes. Transact
+// retries on conflicts and other retryable errors (including a stateless
+// node that failed or moved: wrong_node), with backoff, until ctx ends.
 package distash
 
 import (
@@ -41,11 +53,30 @@ import (
 
 // DB is a handle to a DiStash cluster. It is safe for concurrent use.
 type DB struct {
-	conn    *grpc.ClientConn
-	api     wire.DiStashClient
-	grv     *grvBatcher
-	commits *commitStreamer
-	pools   []*Pool
+	creds credentials.TransportCredentials
+	// coordinators is the cluster string's addresses in a multi-process
+	// cluster; nil for an embedded one (one address serving every role).
+	coordinators []string
+	life         context.Context // ends at Close
+	stop         context.CancelFunc
+
+	connMu sync.Mutex
+	conns  map[string]*grpc.ClientConn // one per address. Protected by connMu.
+	closed bool                        // Protected by connMu.
+
+	// proxy is the node answering read versions, commits and metadata;
+	// stashes routes reads (nil in an embedded cluster: the proxy's node
+	// serves every stash). Both are replaced whole, never changed in
+	// place, so requests read them without a lock.
+	proxy   atomic.Pointer[proxy]
+	stashes atomic.Pointer[stashRoutes]
+
+	viewMu      sync.Mutex
+	viewRunning chan struct{} // closed when the refresh in flight ends. Protected by viewMu.
+	viewLast    time.Time     // when the last refresh ended. Protected by viewMu.
+	viewPrefer  string        // the coordinator that answered last. Protected by viewMu.
+
+	pools []*Pool
 
 	// shards is the client's copy of the shard map: which stashes hold
 	// which keys. refreshShards replaces it whole and it is never changed
@@ -75,8 +106,10 @@ func (db *DB) markDown(id uint32) {
 	db.loadOf(id).downUntil.Store(time.Now().Add(stashDownFor).UnixNano())
 }
 
-// Open connects to a cluster. clusterString is "host:port[,host:port...]";
-// the first address that answers is used. Options: WithTLS.
+// Open connects to a cluster. clusterString is "host:port[,host:port...]":
+// the coordinators of a multi-process cluster, or the address of an
+// embedded cluster's server. Open tries the addresses in order and uses the
+// first that answers. Options: WithTLS.
 func Open(ctx context.Context, clusterString string, opts ...Option) (*DB, error) {
 	var o openOptions
 	for _, opt := range opts {
@@ -86,62 +119,116 @@ func Open(ctx context.Context, clusterString string, opts ...Option) (*DB, error
 	if o.tls != nil {
 		creds = credentials.NewTLS(o.tls)
 	}
-	var lastErr error
+	var addrs []string
 	for _, addr := range strings.Split(clusterString, ",") {
-		addr = strings.TrimSpace(addr)
-		if addr == "" {
-			continue
+		if addr = strings.TrimSpace(addr); addr != "" {
+			addrs = append(addrs, addr)
 		}
-		db, err := dial(ctx, addr, creds)
-		if err == nil {
-			return db, nil
-		}
-		lastErr = err
 	}
-	if lastErr == nil {
-		lastErr = errors.New("empty cluster string")
+	if len(addrs) == 0 {
+		return nil, fmt.Errorf("distash: open %q: %w", clusterString, errors.New("empty cluster string"))
 	}
-	return nil, fmt.Errorf("distash: open %q: %w", clusterString, lastErr)
-}
-
-func dial(ctx context.Context, addr string, creds credentials.TransportCredentials) (*DB, error) {
-	conn, err := grpc.NewClient(addr,
-		grpc.WithTransportCredentials(creds),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20)))
-	if err != nil {
-		return nil, err
-	}
-	api := wire.NewDiStashClient(conn)
-	db := &DB{conn: conn, api: api, grv: &grvBatcher{api: api}, commits: &commitStreamer{api: api}, load: map[uint32]*stashLoad{}}
-	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	info, err := db.api.ClusterInfo(cctx, &wire.ClusterInfoRequest{}, grpc.WaitForReady(true))
-	if err != nil {
-		conn.Close()
-		return nil, err
-	}
-	for _, p := range info.Pools {
-		db.pools = append(db.pools, &Pool{name: p.Name, prefix: p.Prefix, info: p})
-	}
-	if err := db.refreshShards(cctx); err != nil {
-		conn.Close()
-		return nil, err
+	life, stop := context.WithCancel(context.Background())
+	db := &DB{creds: creds, life: life, stop: stop, conns: map[string]*grpc.ClientConn{}, load: map[uint32]*stashLoad{}}
+	if err := db.open(ctx, addrs); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("distash: open %q: %w", clusterString, err)
 	}
 	return db, nil
 }
 
-// Close releases the connection.
+// open finds the cluster's roles and loads its pools and shard map.
+func (db *DB) open(ctx context.Context, addrs []string) error {
+	dctx, cancel := context.WithTimeout(ctx, openTimeout)
+	addr, cluster, v, err := db.detect(dctx, addrs)
+	cancel()
+	if err != nil {
+		return err
+	}
+	if !cluster {
+		// An embedded cluster: addr serves every role, for good.
+		p, err := db.newProxy(addr, 0)
+		if err != nil {
+			return err
+		}
+		db.proxy.Store(p)
+		cctx, cancel := context.WithTimeout(ctx, openTimeout)
+		defer cancel()
+		return db.loadMetadata(cctx)
+	}
+	db.coordinators = addrs
+	db.viewPrefer = addr
+	cctx, cancel := context.WithTimeout(ctx, clusterOpenTimeout)
+	defer cancel()
+	if v.StatelessAddress != "" && fromWire(v.Error) == nil {
+		if err := db.applyView(v); err != nil {
+			return err
+		}
+	} else if err := db.awaitStateless(cctx); err != nil {
+		return err
+	}
+	for {
+		p := db.proxy.Load()
+		err := db.loadMetadata(cctx)
+		if err == nil || !(errors.Is(err, ErrConnectionFailed) || errors.Is(err, ErrWrongNode)) {
+			return err
+		}
+		// The stateless node failed or moved: find it again.
+		select {
+		case <-db.refreshView(p):
+		case <-cctx.Done():
+			return err
+		}
+		if db.proxy.Load() == p && !sleepCtx(cctx, minViewGap) {
+			return err
+		}
+	}
+}
+
+// loadMetadata reads the pools and the shard map from the proxy.
+func (db *DB) loadMetadata(ctx context.Context) error {
+	p := db.proxy.Load()
+	info, err := p.api.ClusterInfo(ctx, &wire.ClusterInfoRequest{}, grpc.WaitForReady(db.coordinators == nil))
+	if err != nil {
+		err = transportErr(err)
+		db.proxyFailed(p, err)
+		return err
+	}
+	pools := make([]*Pool, 0, len(info.Pools))
+	for _, p := range info.Pools {
+		pools = append(pools, &Pool{name: p.Name, prefix: p.Prefix, info: p})
+	}
+	db.pools = pools
+	return db.refreshShards(ctx)
+}
+
+// Close releases the connections.
 func (db *DB) Close() error {
-	db.commits.close()
-	return db.conn.Close()
+	db.stop()
+	if p := db.proxy.Load(); p != nil {
+		p.commits.close()
+	}
+	db.connMu.Lock()
+	defer db.connMu.Unlock()
+	db.closed = true
+	var err error
+	for addr, c := range db.conns {
+		err = errors.Join(err, c.Close())
+		delete(db.conns, addr)
+	}
+	return err
 }
 
 func (db *DB) refreshShards(ctx context.Context) error {
-	resp, err := db.api.Locations(ctx, &wire.LocationsRequest{Begin: []byte{}, End: []byte{0xff, 0xff}})
+	p := db.proxy.Load()
+	resp, err := p.api.Locations(ctx, &wire.LocationsRequest{Begin: []byte{}, End: []byte{0xff, 0xff}})
 	if err != nil {
-		return transportErr(err)
+		err = transportErr(err)
+		db.proxyFailed(p, err)
+		return err
 	}
 	if err := fromWire(resp.Error); err != nil {
+		db.proxyFailed(p, err)
 		return err
 	}
 	shards := make([]shardmap.Shard, 0, len(resp.Shards))
@@ -169,9 +256,12 @@ func (db *DB) loadOf(id uint32) *stashLoad {
 
 // pickReplica chooses the team member with the least expected wait:
 // requests in flight times recent latency, ties broken at random.
-// Stashes marked down come last: they are asked only when every replica is.
+// Stashes marked down come last: they are asked only when every replica
+// is, and then the one marked down longest ago first, so that retries
+// rotate among them (a dead node fails fast, and would otherwise look the
+// least loaded).
 func (db *DB) pickReplica(team []kv.Tag) uint32 {
-	best, bestScore, bestDown := uint32(team[0]), int64(-1), true
+	best, bestScore, bestDown, bestUntil := uint32(team[0]), int64(-1), true, int64(0)
 	off := rand.IntN(len(team))
 	now := time.Now().UnixNano()
 	for i := range team {
@@ -182,9 +272,12 @@ func (db *DB) pickReplica(team []kv.Tag) uint32 {
 			lat = 100_000
 		}
 		score := (l.inflight.Load() + 1) * lat
-		down := l.downUntil.Load() > now
-		if bestScore < 0 || (bestDown && !down) || (down == bestDown && score < bestScore) {
-			best, bestScore, bestDown = id, score, down
+		until := l.downUntil.Load()
+		down := until > now
+		if bestScore < 0 || (bestDown && !down) ||
+			(!down && !bestDown && score < bestScore) ||
+			(down && bestDown && until < bestUntil) {
+			best, bestScore, bestDown, bestUntil = id, score, down, until
 		}
 	}
 	return best
@@ -323,10 +416,13 @@ func (db *DB) run(ctx context.Context, fn func(tr *Tx) error, commit bool) error
 			return err
 		}
 		if errors.Is(err, ErrWrongShardServer) {
-			if rerr := db.refreshShards(ctx); rerr != nil && ctx.Err() == nil {
+			if rerr := db.refreshShards(ctx); rerr != nil && ctx.Err() == nil && !retryable(rerr) {
 				return rerr
 			}
 		}
+		// A failure that moved the roles started a view refresh: retry on
+		// the new view.
+		db.awaitView(ctx)
 		wait := backoff/2 + rand.N(backoff/2+1)
 		select {
 		case <-ctx.Done():
@@ -350,7 +446,10 @@ func EncodeInt64(v int64) []byte { return kv.EncodeInt64(v) }
 // last MVCC window are not included. Pools whose engine keeps no recency
 // order (durable pools) return an error.
 func (db *DB) ColdestKeys(ctx context.Context, pool *Pool, n int) ([][]byte, error) {
-	resp, err := db.api.Coldest(ctx, &wire.ColdestRequest{Pool: pool.name, Limit: int32(n)})
+	if routes := db.stashes.Load(); routes != nil {
+		return db.coldestCluster(ctx, routes, pool, n)
+	}
+	resp, err := db.proxy.Load().api.Coldest(ctx, &wire.ColdestRequest{Pool: pool.name, Limit: int32(n)})
 	if err != nil {
 		return nil, err
 	}

@@ -2,7 +2,6 @@ package distash
 
 import (
 	"bytes"
-	"errors"
 
 	"github.com/distash/distash/internal/kv"
 	"github.com/distash/distash/internal/shardmap"
@@ -197,23 +196,26 @@ func (it *rangeIter) fetch() error {
 	}
 	var resp *wire.ReadRangeResponse
 	for attempt := 0; ; attempt++ {
-		id := it.tr.db.pickReplica(s.Team)
-		done := it.tr.db.track(id)
-		var err error
-		resp, err = it.tr.db.api.ReadRange(it.tr.ctx, &wire.ReadRangeRequest{
-			Stash: id, Version: int64(it.rv), Begin: begin, End: end, Limit: int32(it.page), Reverse: it.reverse,
-			ReadSystemKeys: bytes.Compare(end, kv.SystemPrefix) > 0,
-		})
-		done()
-		if err != nil {
-			return transportErr(err)
-		}
-		err = fromWire(resp.Error)
-		if err != nil && errors.Is(err, ErrStashUnavailable) && attempt < 3 {
-			it.tr.db.markDown(id) // another replica serves
-			continue
+		db, ctx := it.tr.db, it.tr.ctx
+		id := db.pickReplica(s.Team)
+		api, err := db.stashClient(id)
+		if err == nil {
+			done := db.track(id)
+			resp, err = api.ReadRange(ctx, &wire.ReadRangeRequest{
+				Stash: id, Version: int64(it.rv), Begin: begin, End: end, Limit: int32(it.page), Reverse: it.reverse,
+				ReadSystemKeys: bytes.Compare(end, kv.SystemPrefix) > 0,
+			})
+			done()
+			if err == nil {
+				err = fromWire(resp.Error)
+			}
 		}
 		if err != nil {
+			// A failed stash is marked down: another replica serves.
+			err = db.readFailed(ctx, id, err)
+			if readRetryable(ctx, err) && attempt < 3 {
+				continue
+			}
 			return err
 		}
 		break

@@ -162,8 +162,10 @@ func (tr *Tx) getReadVersion() (kv.Version, error) {
 	if v != 0 {
 		return v, nil
 	}
-	rv, err := tr.db.grv.get(tr.ctx)
+	p := tr.db.proxy.Load()
+	rv, err := p.grv.get(tr.ctx)
 	if err != nil {
+		tr.db.proxyFailed(p, err)
 		return 0, err
 	}
 	tr.mu.Lock()
@@ -318,18 +320,19 @@ func (db *DB) readKeys(ctx context.Context, rv kv.Version, keys [][]byte, readSy
 				for j, i := range idx {
 					req.Keys[j] = keys[i]
 				}
-				done := db.track(id)
-				resp, err := db.api.Read(ctx, req)
-				done()
+				api, err := db.stashClient(id)
 				if err != nil {
-					errs <- transportErr(err)
+					errs <- db.readFailed(ctx, id, err)
 					return
 				}
-				if err := fromWire(resp.Error); err != nil {
-					if errors.Is(err, ErrStashUnavailable) {
-						db.markDown(id)
-					}
-					errs <- err
+				done := db.track(id)
+				resp, err := api.Read(ctx, req)
+				done()
+				if err == nil {
+					err = fromWire(resp.Error)
+				}
+				if err != nil {
+					errs <- db.readFailed(ctx, id, err)
 					return
 				}
 				for j, i := range idx {
@@ -351,7 +354,7 @@ func (db *DB) readKeys(ctx context.Context, rv kv.Version, keys [][]byte, readSy
 			}
 			continue
 		}
-		if first != nil && errors.Is(first, ErrStashUnavailable) && attempt < 3 {
+		if first != nil && readRetryable(ctx, first) && attempt < 3 {
 			continue // the failed stash is marked down: another replica serves
 		}
 		return vals, present, first
@@ -523,14 +526,19 @@ func (tr *Tx) Commit() error {
 		req.Mutations = append(req.Mutations, &wire.Mutation{Type: uint32(m.Type), Key: m.Key, Param: m.Param, Cost: m.Cost})
 	}
 	tr.mu.Unlock()
-	resp, err := tr.db.commits.commit(tr.ctx, req)
+	p := tr.db.proxy.Load()
+	resp, err := p.commits.commit(tr.ctx, req)
 	if err != nil {
+		// Sent, or maybe sent: it may have committed. Never a false success,
+		// never a false failure.
 		if tr.ctx.Err() != nil {
 			return errorf(kv.CodeCommitUnknownResult, "%v", err)
 		}
+		tr.db.refreshView(p) // the stateless node may have failed or moved
 		return errorf(kv.CodeCommitUnknownResult, "commit request failed: %v", err)
 	}
 	if err := fromWire(resp.Error); err != nil {
+		tr.db.proxyFailed(p, err)
 		return err
 	}
 	tr.mu.Lock()

@@ -25,21 +25,19 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
 
 	"github.com/distash/distash/config"
-	"github.com/distash/distash/internal/clock"
 	"github.com/distash/distash/internal/engine"
 	"github.com/distash/distash/internal/engine/engines"
 	"github.com/distash/distash/internal/engine/flash"
 	"github.com/distash/distash/internal/kv"
 	"github.com/distash/distash/internal/proxy"
-	"github.com/distash/distash/internal/ratekeeper"
-	"github.com/distash/distash/internal/resolver"
-	"github.com/distash/distash/internal/sequencer"
 	"github.com/distash/distash/internal/shardmap"
 	"github.com/distash/distash/internal/stash"
 	"github.com/distash/distash/internal/txlog"
@@ -81,16 +79,14 @@ type Server struct {
 	cfg    *config.Config
 	logger *slog.Logger
 
-	log      *txlog.Log
-	seq      *sequencer.Sequencer
-	res      *resolver.Resolver
-	commit   *proxy.CommitProxy
-	grv      *proxy.GRVProxy
-	rk       *ratekeeper.Ratekeeper
-	stashes  map[kv.Tag]*stashSlot // fixed once started; the stash in a slot changes on restart
-	order    []kv.Tag              // stash tags in pool order, system first
+	log      *txlog.Log              // nil on a stash node of a multi-process cluster
+	tx       atomic.Pointer[txRoles] // the stateless roles, while this process holds them
+	stashes  map[kv.Tag]*stashSlot   // fixed once started; the stash in a slot changes on restart
+	order    []kv.Tag                // stash tags in pool order, system first
 	poolTags map[string][]kv.Tag
 	usage    *proxy.UsageBoard // stashes report their live bytes here; the commit proxy reads it
+	reports  *reportBoard      // remote stashes' progress (multi-process cluster), for the ratekeeper
+	node     *node             // the multi-process cluster's node; nil for an embedded cluster
 
 	grpcServer *grpc.Server
 	listener   net.Listener
@@ -133,12 +129,17 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	if err := checkConfigMatches(opts.Dir, opts.Config); err != nil {
 		return nil, err
 	}
-	s := &Server{opts: opts, cfg: opts.Config, logger: opts.Logger, stashes: map[kv.Tag]*stashSlot{}, usage: proxy.NewUsageBoard()}
+	s := newServer(opts)
 	if err := s.start(ctx); err != nil {
 		s.Stop()
 		return nil, err
 	}
 	return s, nil
+}
+
+func newServer(opts Options) *Server {
+	return &Server{opts: opts, cfg: opts.Config, logger: opts.Logger, stashes: map[kv.Tag]*stashSlot{},
+		usage: proxy.NewUsageBoard(), reports: newReportBoard(), poolTags: shardmap.StashTags(opts.Config)}
 }
 
 // stashSpec describes one stash to open.
@@ -148,23 +149,18 @@ type stashSpec struct {
 	index int
 }
 
-func (s *Server) stashSpecs() ([]stashSpec, map[string][]kv.Tag) {
+func (s *Server) stashSpecs() []stashSpec {
 	var specs []stashSpec
-	poolTags := map[string][]kv.Tag{}
-	next := shardmap.SystemTag + 1
 	for _, p := range s.cfg.Pools {
-		for i := 0; i < p.Stashes; i++ {
-			specs = append(specs, stashSpec{tag: next, pool: p, index: i})
-			poolTags[p.Name] = append(poolTags[p.Name], next)
-			next++
+		for i, tag := range s.poolTags[p.Name] {
+			specs = append(specs, stashSpec{tag: tag, pool: p, index: i})
 		}
 	}
-	return specs, poolTags
+	return specs
 }
 
 func (s *Server) start(ctx context.Context) error {
-	specs, poolTags := s.stashSpecs()
-	s.poolTags = poolTags
+	specs := s.stashSpecs()
 	tags := []kv.Tag{shardmap.SystemTag}
 	for _, sp := range specs {
 		tags = append(tags, sp.tag)
@@ -180,30 +176,15 @@ func (s *Server) start(ctx context.Context) error {
 		return fmt.Errorf("server: open log: %w", err)
 	}
 	recovered := s.log.LastVersion()
-	windowVersions := kv.Version(s.cfg.Cluster.MVCCWindow.Duration.Microseconds())
-	s.seq = sequencer.New(clock.Real{}, recovered)
-	s.res = resolver.NewAt(windowVersions, recovered)
+	windowVersions := s.windowVersions()
 
 	runCtx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
 
-	// The system stash holds the shard map.
-	openSystem := func() (*stash.Stash, error) {
-		sysEng, err := engines.Open("pebble", engine.Options{Dir: filepath.Join(s.opts.Dir, "system")})
-		if err != nil {
-			return nil, fmt.Errorf("server: open system stash: %w", err)
-		}
-		return stash.New(stash.Options{
-			Tag: shardmap.SystemTag, Pool: "system", Engine: sysEng, Log: s.log,
-			WindowVersions: windowVersions, FlushInterval: s.opts.FlushInterval, Logger: s.logger,
-		}), nil
-	}
-	sys, err := openSystem()
+	sys, err := s.startSystemStash(runCtx)
 	if err != nil {
 		return err
 	}
-	s.addStash(runCtx, shardmap.SystemTag, sys, openSystem)
-	s.stashes[shardmap.SystemTag].setOwned([]kv.KeyRange{shardmap.SystemRange})
 
 	for _, sp := range specs {
 		st, err := s.openStash(sp, windowVersions, recovered)
@@ -216,79 +197,11 @@ func (s *Server) start(ctx context.Context) error {
 		s.addStash(runCtx, sp.tag, st, reopen)
 	}
 
-	shards, fresh, err := s.loadShardMap(ctx, sys, recovered, poolTags)
-	if err != nil {
+	if err := s.startRoles(ctx, 0, recovered, sys); err != nil {
 		return err
-	}
-	hasConfigRecord := false
-	if !fresh {
-		created, err := readConfigRecord(ctx, sys)
-		if err != nil {
-			return err
-		}
-		if created != nil {
-			hasConfigRecord = true
-			if err := s.cfg.CheckSameCluster(created); err != nil {
-				return fmt.Errorf("server: the cluster in %s: %w", s.opts.Dir, err)
-			}
-		}
 	}
 	for _, sp := range specs {
-		s.stashes[sp.tag].setOwned(shards.RangesOf(sp.tag))
-	}
-
-	s.rk = ratekeeper.New(s.rateSample, 100*time.Millisecond)
-	s.commit = proxy.NewCommitProxy(proxy.CommitOptions{
-		Config: s.cfg, Sequencer: s.seq, Resolver: s.res, Log: s.log,
-		Shards: shards, Usage: s.usage, PoolTags: poolTags, Logger: s.logger,
-		Throttle: s.rk,
-	})
-	// The ratekeeper samples the commit proxy: start it once that exists.
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		s.rk.Run(runCtx)
-	}()
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		s.commit.Run(runCtx)
-	}()
-	s.grv = proxy.NewGRVProxy(s.seq, s.rk)
-
-	if err := checkShardsMatchPools(shards, s.cfg); err != nil {
-		return fmt.Errorf("server: the cluster in %s: %w", s.opts.Dir, err)
-	}
-	// cluster.toml is a copy of the configuration for people and the first
-	// check of the next start. On a new cluster it is written before the
-	// shard map: if the process dies between the two, the next start finds
-	// the file and an empty shard map and bootstraps again with the same
-	// configuration.
-	if err := writeConfig(s.opts.Dir, s.cfg); err != nil {
-		return err
-	}
-	if fresh || !hasConfigRecord {
-		// The shard map and the configuration are recorded in one
-		// transaction, so a cluster with a shard map always knows the
-		// configuration it was made with. (A cluster made before
-		// configurations were recorded gets its record now.)
-		cfgBytes, err := s.cfg.Marshal()
-		if err != nil {
-			return err
-		}
-		txn := proxy.Txn{ReadVersion: s.seq.CommittedVersion()}
-		if fresh {
-			for _, sh := range shards.Shards() {
-				k, v := shardmap.Encode(sh)
-				txn.Mutations = append(txn.Mutations, kv.Mutation{Type: kv.MutSet, Key: k, Param: v})
-				txn.WriteConflicts = append(txn.WriteConflicts, kv.PointRange(k))
-			}
-		}
-		txn.Mutations = append(txn.Mutations, kv.Mutation{Type: kv.MutSet, Key: configKey, Param: cfgBytes})
-		txn.WriteConflicts = append(txn.WriteConflicts, kv.PointRange(configKey))
-		if _, err := s.commit.CommitSystem(ctx, txn); err != nil {
-			return fmt.Errorf("server: record the initial shard map and configuration: %w", err)
-		}
+		s.stashes[sp.tag].setOwned(s.tx.Load().commit.Shards().RangesOf(sp.tag))
 	}
 
 	s.listener, err = net.Listen("tcp", s.opts.ListenAddr)
@@ -296,19 +209,7 @@ func (s *Server) start(ctx context.Context) error {
 		return fmt.Errorf("server: listen on %s: %w", s.opts.ListenAddr, err)
 	}
 	s.warnIfExposed()
-	gopts := []grpc.ServerOption{grpc.MaxRecvMsgSize(64 << 20), grpc.MaxSendMsgSize(64 << 20)}
-	gopts = append(gopts, s.credsOption()...)
-	// Panic recovery runs innermost, around the handlers themselves.
-	unary := []grpc.UnaryServerInterceptor{s.recoverUnary}
-	stream := []grpc.StreamServerInterceptor{s.recoverStream}
-	if s.opts.Interceptor != nil {
-		unary = append([]grpc.UnaryServerInterceptor{s.opts.Interceptor}, unary...)
-	}
-	if s.opts.StreamInterceptor != nil {
-		stream = append([]grpc.StreamServerInterceptor{s.opts.StreamInterceptor}, stream...)
-	}
-	gopts = append(gopts, grpc.ChainUnaryInterceptor(unary...), grpc.ChainStreamInterceptor(stream...))
-	s.grpcServer = grpc.NewServer(gopts...)
+	s.grpcServer = s.newGRPCServer(s.credsOption()...)
 	wire.RegisterDiStashServer(s.grpcServer, &service{s: s})
 	s.wg.Add(1)
 	go func() {
@@ -319,6 +220,23 @@ func (s *Server) start(ctx context.Context) error {
 	}()
 	s.logger.Info("distash cluster started", "addr", s.listener.Addr().String(), "dir", s.opts.Dir, "recovered_version", recovered, "pools", len(s.cfg.Pools))
 	return nil
+}
+
+// newGRPCServer returns the gRPC server of this process, with its
+// interceptors (panic recovery innermost, around the handlers) and opts.
+func (s *Server) newGRPCServer(opts ...grpc.ServerOption) *grpc.Server {
+	gopts := []grpc.ServerOption{grpc.MaxRecvMsgSize(64 << 20), grpc.MaxSendMsgSize(64 << 20)}
+	gopts = append(gopts, opts...)
+	unary := []grpc.UnaryServerInterceptor{s.recoverUnary}
+	stream := []grpc.StreamServerInterceptor{s.recoverStream}
+	if s.opts.Interceptor != nil {
+		unary = append([]grpc.UnaryServerInterceptor{s.opts.Interceptor}, unary...)
+	}
+	if s.opts.StreamInterceptor != nil {
+		stream = append([]grpc.StreamServerInterceptor{s.opts.StreamInterceptor}, stream...)
+	}
+	gopts = append(gopts, grpc.ChainUnaryInterceptor(unary...), grpc.ChainStreamInterceptor(stream...))
+	return grpc.NewServer(gopts...)
 }
 
 // engineTuning returns the engine-specific settings of pool p's stashes
@@ -410,7 +328,7 @@ func (s *Server) stash(tag kv.Tag) (*stash.Stash, bool) {
 
 // loadShardMap reads the shard map from the system stash once it has caught
 // up with the recovered log; a new cluster gets the initial map.
-func (s *Server) loadShardMap(ctx context.Context, sys *stash.Stash, recovered kv.Version, poolTags map[string][]kv.Tag) (*shardmap.Map, bool, error) {
+func (s *Server) loadShardMap(ctx context.Context, sys *stash.Stash, recovered kv.Version) (*shardmap.Map, bool, error) {
 	if recovered > 0 {
 		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
@@ -438,23 +356,18 @@ func (s *Server) loadShardMap(ctx context.Context, sys *stash.Stash, recovered k
 	}
 	var specs []shardmap.PoolSpec
 	for _, p := range s.cfg.Pools {
-		specs = append(specs, shardmap.PoolSpec{Name: p.Name, Prefix: []byte(p.Prefix), Tags: poolTags[p.Name], Replication: p.Replication})
+		specs = append(specs, shardmap.PoolSpec{Name: p.Name, Prefix: []byte(p.Prefix), Tags: s.poolTags[p.Name], Replication: p.Replication})
 	}
 	return shardmap.Initial(specs), true, nil
 }
 
-// rateSample is what the ratekeeper watches.
-func (s *Server) rateSample() ratekeeper.Sample {
-	smp := ratekeeper.Sample{Committed: s.seq.CommittedVersion(), Commits: s.commit.Counters().Commits}
-	for _, t := range s.order {
-		applied, wb, wl := s.stashes[t].get().Pressure()
-		smp.Stashes = append(smp.Stashes, ratekeeper.StashSample{Applied: applied, WindowBytes: wb, WindowLimitBytes: wl})
-	}
-	return smp
-}
-
 // ClusterString is the address clients pass to distash.Open.
-func (s *Server) ClusterString() string { return s.listener.Addr().String() }
+func (s *Server) ClusterString() string {
+	if s.node != nil {
+		return strings.Join(s.node.opts.Coordinators, ",")
+	}
+	return s.listener.Addr().String()
+}
 
 // Config returns the cluster's configuration.
 func (s *Server) Config() *config.Config { return s.cfg }
@@ -465,6 +378,7 @@ func (s *Server) Stop() {
 		if s.grpcServer != nil {
 			s.grpcServer.Stop()
 		}
+		s.stopRoles()
 		if s.cancel != nil {
 			s.cancel()
 		}
@@ -478,6 +392,9 @@ func (s *Server) Stop() {
 			if err := s.log.Close(); err != nil {
 				s.logger.Warn("close log", "err", err)
 			}
+		}
+		if s.node != nil {
+			s.node.stop(s.logger)
 		}
 	})
 }

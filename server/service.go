@@ -23,7 +23,11 @@ type service struct {
 }
 
 func (v *service) GetReadVersion(ctx context.Context, _ *wire.GetReadVersionRequest) (*wire.GetReadVersionResponse, error) {
-	rv, err := v.s.grv.GetReadVersion(ctx)
+	r, err := v.s.roles()
+	if err != nil {
+		return &wire.GetReadVersionResponse{Error: wire.ErrorOf(err)}, nil
+	}
+	rv, err := r.grv.GetReadVersion(ctx)
 	return &wire.GetReadVersionResponse{Version: int64(rv), Error: wire.ErrorOf(err)}, nil
 }
 
@@ -40,7 +44,11 @@ func (v *service) Commit(ctx context.Context, req *wire.CommitRequest) (*wire.Co
 	if err != nil {
 		return &wire.CommitResponse{Error: wire.ErrorOf(err)}, nil
 	}
-	cv, err := v.s.commit.Commit(ctx, txn)
+	r, err := v.s.roles()
+	if err != nil {
+		return &wire.CommitResponse{Error: wire.ErrorOf(err)}, nil
+	}
+	cv, err := r.commit.Commit(ctx, txn)
 	return &wire.CommitResponse{Version: int64(cv), Error: wire.ErrorOf(err)}, nil
 }
 
@@ -90,8 +98,12 @@ func (v *service) Locations(ctx context.Context, req *wire.LocationsRequest) (*w
 	if err := checkRange("range", req.Begin, req.End); err != nil {
 		return &wire.LocationsResponse{Error: wire.ErrorOf(err)}, nil
 	}
+	r, err := v.s.roles()
+	if err != nil {
+		return &wire.LocationsResponse{Error: wire.ErrorOf(err)}, nil
+	}
 	resp := &wire.LocationsResponse{}
-	for _, sh := range v.s.commit.Shards().Intersect(req.Begin, req.End) {
+	for _, sh := range r.commit.Shards().Intersect(req.Begin, req.End) {
 		ws := &wire.Shard{Begin: sh.Begin, End: sh.End, Pool: sh.Pool}
 		for _, t := range sh.Team {
 			ws.Stashes = append(ws.Stashes, uint32(t))
@@ -118,18 +130,21 @@ func (v *service) ClusterInfo(ctx context.Context, _ *wire.ClusterInfoRequest) (
 }
 
 func (v *service) Status(ctx context.Context, _ *wire.StatusRequest) (*wire.StatusResponse, error) {
-	c := v.s.commit.Counters()
-	resp := &wire.StatusResponse{
-		Pools: v.poolInfos(), CommittedVersion: int64(v.s.seq.CommittedVersion()),
-		Commits: c.Commits, Conflicts: c.Conflicts, TooOld: c.TooOld, PoolFull: c.PoolFull, CommitBatches: c.Batches,
+	resp := &wire.StatusResponse{Pools: v.poolInfos(), Node: v.s.nodeStatus()}
+	if r := v.s.tx.Load(); r != nil {
+		c := r.commit.Counters()
+		resp.CommittedVersion = int64(r.seq.CommittedVersion())
+		resp.Commits, resp.Conflicts, resp.TooOld, resp.PoolFull, resp.CommitBatches = c.Commits, c.Conflicts, c.TooOld, c.PoolFull, c.Batches
+		if rate, reason := r.rk.Status(); !math.IsInf(rate, 1) {
+			resp.RateLimit, resp.RateLimitReason = rate, reason
+		}
 	}
-	if rate, reason := v.s.rk.Status(); !math.IsInf(rate, 1) {
-		resp.RateLimit, resp.RateLimitReason = rate, reason
-	}
-	ls := v.s.log.Stats()
-	resp.Log = &wire.LogStatus{
-		Replicas: int32(v.s.cfg.Log.Replicas), LastVersion: int64(ls.LastVersion),
-		EntriesInMemory: int64(ls.Entries), BytesInMemory: int64(ls.Bytes), MinPopped: int64(ls.MinPopped),
+	if v.s.log != nil {
+		ls := v.s.log.Stats()
+		resp.Log = &wire.LogStatus{
+			Replicas: int32(v.s.cfg.Log.Replicas), LastVersion: int64(ls.LastVersion),
+			EntriesInMemory: int64(ls.Entries), BytesInMemory: int64(ls.Bytes), MinPopped: int64(ls.MinPopped),
+		}
 	}
 	for _, t := range v.s.order {
 		sl := v.s.stashes[t]
@@ -145,6 +160,9 @@ func (v *service) Status(ctx context.Context, _ *wire.StatusRequest) (*wire.Stat
 		}
 		h := sl.healthNow()
 		ws.Health, ws.LastError, ws.Restarts, ws.HealthSinceUnixMs = h.Health, h.LastErr, h.Restarts, h.Since.UnixMilli()
+		if v.s.node != nil {
+			ws.Node, ws.Address = v.s.node.id, v.s.Addr()
+		}
 		for _, c := range st.Engine {
 			ws.EngineCounters = append(ws.EngineCounters, &wire.EngineCounter{Name: c.Name, Value: c.Value})
 		}
@@ -170,7 +188,11 @@ func (v *service) Coldest(ctx context.Context, req *wire.ColdestRequest) (*wire.
 	// first; a key replicated on several stashes appears once.
 	var lists [][][]byte
 	for _, t := range tags {
-		keys, ok := v.s.stashes[t].get().Coldest(n)
+		sl, here := v.s.stashes[t]
+		if !here {
+			continue // in a multi-process cluster, on another node (the client asks each)
+		}
+		keys, ok := sl.get().Coldest(n)
 		if !ok {
 			return &wire.ColdestResponse{Error: wire.ErrorOf(kv.Errorf(kv.CodeUnsupported, "pool %q keeps no recency order (ephemeral pools do; set recency = true for a durable pool)", req.Pool))}, nil
 		}

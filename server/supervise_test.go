@@ -219,7 +219,7 @@ func TestFailedStashRestartsAndReadsGoElsewhere(t *testing.T) {
 	}
 	deadline = time.Now().Add(10 * time.Second)
 	for {
-		rv, err := srv.grv.GetReadVersion(ctx)
+		rv, err := srv.tx.Load().grv.GetReadVersion(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -266,7 +266,7 @@ func TestStashThatKeepsFailingIsMarkedFailed(t *testing.T) {
 	}
 	st := stashStatus(t, srv)
 	t.Logf("stash 1: health %s, restarts %d, last error %q", st.Health, st.Restarts, st.LastError)
-	rv, err := srv.grv.GetReadVersion(ctx)
+	rv, err := srv.tx.Load().grv.GetReadVersion(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

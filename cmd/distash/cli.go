@@ -169,11 +169,21 @@ certificate and key, and the CA that signed the server's certificate.`,
 }
 
 func fetchStatus(ctx context.Context, cluster string, tlsConfig *tls.Config) (*wire.StatusResponse, error) {
-	addr := strings.Split(cluster, ",")[0]
 	creds := insecure.NewCredentials()
 	if tlsConfig != nil {
 		creds = credentials.NewTLS(tlsConfig)
 	}
+	view, embedded, err := findCluster(ctx, cluster, creds, tlsConfig)
+	if err != nil {
+		return nil, err
+	}
+	if embedded != "" {
+		return statusOf(ctx, embedded, creds)
+	}
+	return clusterStatus(ctx, view, creds)
+}
+
+func statusOf(ctx context.Context, addr string, creds credentials.TransportCredentials) (*wire.StatusResponse, error) {
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
 	if err != nil {
 		return nil, err
@@ -187,6 +197,7 @@ func fetchStatus(ctx context.Context, cluster string, tlsConfig *tls.Config) (*w
 }
 
 func printStatusTo(out io.Writer, st *wire.StatusResponse) {
+	printNodesTo(out, st)
 	fmt.Fprintf(out, "committed version %d   commits %d   conflicts %d   too old %d   pool full %d   log: %d replica(s), %d entries in memory\n\n",
 		st.CommittedVersion, st.Commits, st.Conflicts, st.TooOld, st.PoolFull, st.Log.GetReplicas(), st.Log.GetEntriesInMemory())
 	if st.RateLimit > 0 {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -43,13 +44,30 @@ func memoryLimit(flag string, cfg *config.Config) (limit int64, ok bool, err err
 
 func serverCmd() *cobra.Command {
 	var configPath, dir, listen, memory string
+	var coordinators, class, pool, dc, zone, machine string
 	var verbose bool
 	var tlsf tlsFlags
 	cmd := &cobra.Command{
 		Use:   "server",
-		Short: "Run an embedded cluster (all roles in this process) until interrupted",
-		Long: `Run a whole DiStash cluster in this process: log, sequencer, resolver,
-proxies and every stash of every pool, serving clients over gRPC.
+		Short: "Run an embedded cluster, or one node of a multi-process cluster, until interrupted",
+		Long: `Without --coordinators: run a whole DiStash cluster in this process: log,
+sequencer, resolver, proxies and every stash of every pool, serving
+clients over gRPC.
+
+With --coordinators: run one node of a multi-process cluster (see
+docs/cluster.md). A node whose --listen address is in --coordinators is
+a coordinator. --class transaction nodes hold log replicas and the
+stateless roles; --class stash --pool P nodes hold one stash of pool P
+on its own engine under --dir. Every node is given the same --config;
+clients use the coordinators list as the cluster string:
+
+  distash server --config cluster.toml --dir D1 --listen 127.0.0.1:4501 \
+      --coordinators 127.0.0.1:4501,127.0.0.1:4502,127.0.0.1:4503 \
+      --class transaction --dc dc1 --zone z1
+  distash server --config cluster.toml --dir D4 --listen 127.0.0.1:4504 \
+      --coordinators 127.0.0.1:4501,127.0.0.1:4502,127.0.0.1:4503 \
+      --class stash --pool data --dc dc1 --zone za
+
 Without --config it uses the built-in default configuration (a DRAM
 ephemeral pool "cache" with prefix c/ and an SSD durable pool "data" with
 prefix d/). Data lives under --dir; restarting on the same directory
@@ -95,7 +113,32 @@ collection for 5 seconds), it returns freed memory to the system.`,
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			srv, err := server.Start(ctx, server.Options{Dir: dir, Config: cfg, ListenAddr: listen, TLS: tlsConfig, Logger: logger})
+			var srv *server.Server
+			if coordinators == "" {
+				for _, f := range []string{"class", "pool", "dc", "zone", "machine"} {
+					if cmd.Flags().Changed(f) {
+						return fmt.Errorf("--%s is a flag of a cluster node: give --coordinators too (without it the server runs a whole embedded cluster)", f)
+					}
+				}
+				srv, err = server.Start(ctx, server.Options{Dir: dir, Config: cfg, ListenAddr: listen, TLS: tlsConfig, Logger: logger})
+			} else {
+				if zone == "" {
+					zone = listen
+				}
+				opts := server.NodeOptions{Dir: dir, Config: cfg, Listen: listen, Class: class, Pool: pool,
+					DC: dc, Zone: zone, Machine: machine, ServerTLS: tlsConfig, Logger: logger}
+				for _, a := range strings.Split(coordinators, ",") {
+					if a = strings.TrimSpace(a); a != "" {
+						opts.Coordinators = append(opts.Coordinators, a)
+					}
+				}
+				if tlsConfig != nil {
+					if opts.ClientTLS, err = tlsf.client(); err != nil {
+						return err
+					}
+				}
+				srv, err = server.StartNode(ctx, opts)
+			}
 			if err != nil {
 				return err
 			}
@@ -111,6 +154,12 @@ collection for 5 seconds), it returns freed memory to the system.`,
 	cmd.Flags().StringVar(&dir, "dir", "distash-data", "directory for the cluster's files")
 	cmd.Flags().StringVar(&listen, "listen", defaultCluster, "gRPC listen address (port 0: any free port); beyond loopback, use TLS")
 	cmd.Flags().StringVar(&memory, "memory", "auto", "soft memory limit of the process: auto (the cluster's memory bounds + 512MiB), off, or a size such as 2GiB")
+	cmd.Flags().StringVar(&coordinators, "coordinators", "", "run as a node of a multi-process cluster with these coordinators (host:port,...)")
+	cmd.Flags().StringVar(&class, "class", "transaction", "node class: transaction (log replicas, proxies, sequencer, resolver) or stash")
+	cmd.Flags().StringVar(&pool, "pool", "", "a stash node's pool")
+	cmd.Flags().StringVar(&dc, "dc", "dc1", "the node's data center")
+	cmd.Flags().StringVar(&zone, "zone", "", "the node's zone (failure domain); default: its address")
+	cmd.Flags().StringVar(&machine, "machine", "", "the node's machine; nodes on one machine share its failures")
 	tlsf.add(cmd.Flags(), "server", false)
 	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "log at info level")
 	return cmd

@@ -2,9 +2,12 @@
 // controller's state (issue 9, point 3).
 //
 // The coordinators — the nodes named by `distash server --coordinators
-// A,B,C` — each run a [Node]: together they form a hashicorp/raft group over
-// TCP (mutual TLS when configured, so every link between coordinators honours
-// the --tls-* settings) and replicate one [State]:
+// A,B,C` — each run a [Node]: together they form a hashicorp/raft group
+// over the stream layer of kind raftnet.KindCoord of the node's
+// internal/raftnet mux, which shares the node's one --listen address with
+// gRPC and the log's raft (mutual TLS when configured, so every link
+// between coordinators honours the --tls-* settings), and replicate one
+// [State]:
 //
 //   - the cluster configuration, as the TOML text the first node wrote
 //     (first write wins; a node with a different cluster layout is refused
@@ -13,16 +16,35 @@
 //   - the registered nodes: id, address, class (transaction | stash), pool,
 //     dc, zone, machine; a stash node holds a stable tag slot of its pool;
 //   - the role assignment of the current generation: controller, sequencer,
-//     proxies, resolver and log replicas.
+//     proxies, resolver and log replicas;
+//   - the last claim of the stateless roles and how long its recovery took
+//     ([State.Recovery]).
 //
 // The state changes only through [Command]s applied by raft; [State.Apply]
-// is a pure state machine, tested without raft. The raft leader is the
+// is a pure state machine, tested without raft (its JSON encodings carry a
+// version, and older versions still decode). The raft leader is the
 // cluster controller: on gaining leadership it first commits a new
-// generation naming itself, so each generation has exactly one controller.
-// It tracks node liveness by heartbeat in memory (not through raft) and
-// places roles with [Recruit]. A new controller has heard from no one but
-// itself, so its first generation places the roles on its own node;
-// [Node.Recover] starts the next generation once others have heartbeated.
+// generation naming itself, so each generation has exactly one controller;
+// that generation keeps the roles as they were, since the log replicas are
+// the log's raft membership (replacing one is future work) and the
+// stateless roles belong to whoever claimed them. The controller tracks
+// node liveness by heartbeat in memory (not through raft).
+//
+// The roles are placed in two steps:
+//
+//   - [Node.RecruitLog] forms the log: while no log replica is placed and
+//     at least log.replicas transaction nodes are alive, it commits a
+//     generation with that many log replicas, spread over zones by
+//     [Recruit], and no stateless role. The controller tries it when its
+//     term starts; the Coordinator service (internal/coordrpc) when a
+//     transaction node registers or heartbeats.
+//   - [Node.Claim]: the node whose log replica became the log's raft leader
+//     takes every stateless role (sequencer, proxies, resolver) in a new
+//     generation, the epoch its log appends carry; [Node.RecoveryDone]
+//     records how long its recovery took.
+//
+// [Node.Recover] re-recruits every role at once, log replicas included:
+// for tests and clusters whose log is not running.
 //
 // How it will be used: every node of a multi-process cluster registers with
 // the controller and heartbeats it; clients and nodes ask any coordinator

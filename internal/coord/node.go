@@ -2,10 +2,8 @@ package coord
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -29,20 +27,19 @@ type Options struct {
 	Coordinators []string
 	// Dir holds the raft log, stable store and snapshots.
 	Dir string
-	// Listener, if set, is already listening on Addr (tests listen on port
-	// 0 first to learn the addresses); else Start listens on Addr. Start
-	// owns it: it is closed by Stop, or by Start if Start fails.
-	Listener net.Listener
-	// ServerTLS and ClientTLS, both or neither, make every raft link mutual
-	// TLS (tlsconf.Server and tlsconf.Client build them).
-	ServerTLS, ClientTLS *tls.Config
+	// StreamLayer carries the raft RPCs: a raftnet.Mux's layer of kind
+	// raftnet.KindCoord, advertising Addr (mutual TLS when the mux has it).
+	// Start owns it: raft's transport closes it on Stop, as does Start if
+	// it fails.
+	StreamLayer raft.StreamLayer
 	// NodeID is the registered node this coordinator runs in, if any: as
-	// controller it counts itself alive and takes the stateless roles.
+	// controller it counts itself alive, and Recover prefers it for the
+	// stateless roles.
 	NodeID string
 
 	HeartbeatTimeout time.Duration // raft; default 1s
 	ElectionTimeout  time.Duration // raft; default 1s
-	RPCTimeout       time.Duration // raft RPC I/O and TLS handshakes; default 5s
+	RPCTimeout       time.Duration // raft RPC I/O; default 5s
 	LivenessTimeout  time.Duration // a node unheard of for this long is dead; default 5s
 	Clock            func() time.Time
 	Logger           hclog.Logger // default: none
@@ -76,12 +73,16 @@ type Node struct {
 	fsm   *fsm
 	store txlog.RaftStore
 	trans *raft.NetworkTransport
-	layer *streamLayer
 	obs   *raft.Observer
 	live  *liveness
 
 	done chan struct{}
 	wg   sync.WaitGroup
+
+	// genMu serialises the controller's read-then-commit of generations
+	// (a term's first, RecruitLog, Claim, Recover, RecoveryDone), so two
+	// never start from the same one.
+	genMu sync.Mutex
 
 	mu      sync.Mutex
 	term    *term // current leadership term, nil when not leader
@@ -101,11 +102,23 @@ type term struct {
 // Start opens (or creates) the coordinator's state in opts.Dir and joins
 // the raft group.
 func Start(opts Options) (n *Node, err error) {
+	if opts.StreamLayer == nil {
+		return nil, errors.New("coord: no raft stream layer")
+	}
+	var closers []func() error
+	closers = append(closers, opts.StreamLayer.Close) // Start owns it from here
+	defer func() {
+		if err != nil {
+			for i := len(closers) - 1; i >= 0; i-- {
+				closers[i]()
+			}
+		}
+	}()
 	if !slices.Contains(opts.Coordinators, opts.Addr) {
 		return nil, fmt.Errorf("coord: %s is not in the coordinators %v", opts.Addr, opts.Coordinators)
 	}
-	if (opts.ServerTLS == nil) != (opts.ClientTLS == nil) {
-		return nil, errors.New("coord: TLS needs both a server and a client configuration")
+	if a := opts.StreamLayer.Addr().String(); a != opts.Addr {
+		return nil, fmt.Errorf("coord: the stream layer advertises %s, not this coordinator's address %s", a, opts.Addr)
 	}
 	def := func(d *time.Duration, v time.Duration) {
 		if *d <= 0 {
@@ -125,17 +138,6 @@ func Start(opts Options) (n *Node, err error) {
 	n = &Node{opts: opts, fsm: &fsm{state: &State{}}, live: newLiveness(opts.Clock, opts.LivenessTimeout),
 		done: make(chan struct{}), subs: make(map[chan Leadership]struct{})}
 
-	var closers []func() error
-	if opts.Listener != nil { // Start owns it from here
-		closers = append(closers, opts.Listener.Close)
-	}
-	defer func() {
-		if err != nil {
-			for i := len(closers) - 1; i >= 0; i-- {
-				closers[i]()
-			}
-		}
-	}()
 	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
 		return nil, err
 	}
@@ -147,16 +149,8 @@ func Start(opts Options) (n *Node, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("coord: snapshot store: %w", err)
 	}
-	ln := opts.Listener
-	if ln == nil {
-		if ln, err = net.Listen("tcp", opts.Addr); err != nil {
-			return nil, fmt.Errorf("coord: %w", err)
-		}
-		closers = append(closers, ln.Close)
-	}
-	n.layer = &streamLayer{Listener: ln, server: opts.ServerTLS, client: opts.ClientTLS, timeout: opts.RPCTimeout, advertise: opts.Addr}
 	n.trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
-		Stream: n.layer, MaxPool: 3, Timeout: opts.RPCTimeout, Logger: opts.Logger,
+		Stream: opts.StreamLayer, MaxPool: 3, Timeout: opts.RPCTimeout, Logger: opts.Logger,
 	})
 	closers = append(closers, n.trans.Close)
 
@@ -256,7 +250,7 @@ func (n *Node) endTermLocked() {
 
 // lead makes this node the cluster controller: before anything else it
 // commits a new generation naming itself, so every generation has exactly
-// one controller.
+// one controller. Then it forms the log if it can.
 func (n *Node) lead(ctx context.Context, t *term) {
 	defer n.wg.Done()
 	for ctx.Err() == nil {
@@ -267,6 +261,9 @@ func (n *Node) lead(ctx context.Context, t *term) {
 			close(t.ready)
 			n.mu.Unlock()
 			n.notify()
+			if _, err := n.RecruitLog(ctx); err != nil {
+				n.opts.Logger.Warn("coord: recruiting the log failed", "error", err)
+			}
 			return
 		}
 		n.opts.Logger.Warn("coord: starting a generation failed", "error", err)
@@ -277,12 +274,166 @@ func (n *Node) lead(ctx context.Context, t *term) {
 	}
 }
 
+// startGeneration commits the first generation of a leadership term: the
+// roles stay as they were, only the controller changes. The log replicas
+// are the log's raft membership, so they are sticky; the stateless roles
+// stay with the node that claimed them until another claims them.
 func (n *Node) startGeneration() (uint64, error) {
+	n.genMu.Lock()
+	defer n.genMu.Unlock()
 	// The barrier makes the FSM apply every entry of earlier terms, so the
 	// state read below is the latest.
 	if err := n.raft.Barrier(n.opts.RPCTimeout).Error(); err != nil {
 		return 0, err
 	}
+	st := n.fsm.current()
+	if n.opts.NodeID != "" {
+		n.live.heartbeat(n.opts.NodeID)
+	}
+	roles := st.Roles.clone()
+	roles.Controller = n.opts.Addr
+	res, err := n.apply(NewGeneration(st.Generation, roles), n.opts.RPCTimeout)
+	return res.Generation, err
+}
+
+// controlling waits until this node's current term has committed its
+// generation and returns the term, or a *NotLeaderError.
+func (n *Node) controlling(ctx context.Context) (*term, error) {
+	n.mu.Lock()
+	t := n.term
+	n.mu.Unlock()
+	if t == nil {
+		return nil, &NotLeaderError{Leader: n.Leader()}
+	}
+	select {
+	case <-t.ready:
+		return t, nil
+	case <-t.lost:
+		return nil, &NotLeaderError{Leader: n.Leader()}
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// commitGeneration applies c, a command starting a generation, in term t,
+// and makes its generation the term's. The caller holds genMu.
+func (n *Node) commitGeneration(ctx context.Context, t *term, c Command) (uint64, error) {
+	timeout := n.opts.RPCTimeout
+	if d, ok := ctx.Deadline(); ok {
+		if timeout = time.Until(d); timeout <= 0 {
+			return 0, context.DeadlineExceeded
+		}
+	}
+	res, err := n.apply(c, timeout)
+	if err != nil {
+		return 0, err
+	}
+	n.mu.Lock()
+	if n.term == t {
+		t.gen = res.Generation
+	}
+	n.mu.Unlock()
+	n.notify()
+	return res.Generation, nil
+}
+
+// RecruitLog forms the transaction log, on the controller (a
+// *NotLeaderError elsewhere): while no log replica is placed and at least
+// the configuration's log.replicas transaction nodes are alive, it commits
+// a generation whose log replicas are that many of them, spread over zones
+// as Recruit does, with no stateless roles yet (see Claim). It reports
+// whether it did; false, nil when the log is formed already, or there are
+// too few live transaction nodes or no configuration yet. The controller
+// calls it when its term starts; the Coordinator service calls it when a
+// transaction node registers or heartbeats.
+func (n *Node) RecruitLog(ctx context.Context) (bool, error) {
+	t, err := n.controlling(ctx)
+	if err != nil {
+		return false, err
+	}
+	n.genMu.Lock()
+	defer n.genMu.Unlock()
+	st := n.fsm.current()
+	if len(st.Roles.LogReplicas) > 0 {
+		return false, nil
+	}
+	cfg, err := st.ParsedConfig()
+	if err != nil || cfg == nil {
+		return false, err
+	}
+	live := 0
+	for _, nd := range st.Nodes {
+		if nd.Class == ClassTransaction && n.live.alive(nd.ID) {
+			live++
+		}
+	}
+	if live < cfg.Log.Replicas {
+		return false, nil
+	}
+	r, warns, err := Recruit(st, n.live.alive, cfg.Log.Replicas, n.opts.NodeID)
+	if err != nil {
+		return false, err
+	}
+	n.mu.Lock()
+	n.warns = warns
+	n.mu.Unlock()
+	if _, err := n.commitGeneration(ctx, t, NewGeneration(st.Generation, Roles{Controller: n.opts.Addr, LogReplicas: r.LogReplicas})); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// Claim gives node id every stateless role (sequencer, GRV and commit
+// proxy, resolver) in a new generation, which it returns, on the
+// controller (a *NotLeaderError elsewhere). id must be a registered
+// transaction node holding a log replica (else an error, wrapping
+// ErrNotLogReplica when it holds none): the node whose log replica became
+// the log's raft leader claims the roles, and the generation is the epoch
+// its log appends carry. The claim's time is recorded in State.Recovery.
+func (n *Node) Claim(ctx context.Context, id string) (uint64, error) {
+	t, err := n.controlling(ctx)
+	if err != nil {
+		return 0, err
+	}
+	n.genMu.Lock()
+	defer n.genMu.Unlock()
+	st := n.fsm.current()
+	if err := st.claimable(id); err != nil { // checked before a raft write
+		return 0, err
+	}
+	return n.commitGeneration(ctx, t, Claim(st.Generation, n.opts.Addr, id, n.opts.Clock().UnixMilli()))
+}
+
+// RecoveryDone records, on the controller (a *NotLeaderError elsewhere),
+// that node id's recovery of generation gen took micros microseconds. It
+// is ignored unless gen is the generation id claimed and id still holds
+// the stateless roles (State.RecoveryAccepted).
+func (n *Node) RecoveryDone(ctx context.Context, id string, gen uint64, micros int64) error {
+	if _, err := n.controlling(ctx); err != nil {
+		return err
+	}
+	n.genMu.Lock()
+	defer n.genMu.Unlock()
+	if !n.fsm.current().RecoveryAccepted(id, gen) {
+		return nil
+	}
+	_, err := n.Apply(ctx, RecoveryDone(id, gen, micros))
+	return err
+}
+
+// Recover starts a new generation with every role recruited anew from the
+// nodes alive now (Recruit), on the controller (a *NotLeaderError
+// elsewhere), and returns it with the recruitment's warnings. It replaces
+// log replicas, which the log's raft membership does not follow yet: it is
+// for tests and for a cluster whose log is not running; a running cluster
+// forms its log with RecruitLog and moves the stateless roles with Claim.
+func (n *Node) Recover(ctx context.Context) (uint64, []string, error) {
+	t, err := n.controlling(ctx)
+	if err != nil {
+		return 0, nil, err
+	}
+	n.genMu.Lock()
+	defer n.genMu.Unlock()
 	st := n.fsm.current()
 	if n.opts.NodeID != "" {
 		n.live.heartbeat(n.opts.NodeID)
@@ -293,65 +444,22 @@ func (n *Node) startGeneration() (uint64, error) {
 	}
 	roles, warns, err := Recruit(st, n.live.alive, replicas, n.opts.NodeID)
 	if err != nil {
-		// The generation still starts, with no roles placed: the
-		// controller must exist before nodes can join it.
-		warns, roles = append(warns, err.Error()), Roles{}
+		return 0, nil, err
 	}
 	roles.Controller = n.opts.Addr
 	n.mu.Lock()
 	n.warns = warns
 	n.mu.Unlock()
-	res, err := n.apply(NewGeneration(st.Generation, roles), n.opts.RPCTimeout)
-	return res.Generation, err
-}
-
-// Recover starts a new generation with roles recruited from the nodes
-// alive now, on the controller (a *NotLeaderError elsewhere): the
-// controller calls it when a role's node dies, or once nodes have
-// heartbeated after it took over. It returns the new generation and the
-// recruitment's warnings.
-func (n *Node) Recover(ctx context.Context) (uint64, []string, error) {
-	n.mu.Lock()
-	t := n.term
-	n.mu.Unlock()
-	if t == nil {
-		return 0, nil, &NotLeaderError{Leader: n.Leader()}
-	}
-	select {
-	case <-t.ready:
-	case <-t.lost:
-		return 0, nil, &NotLeaderError{Leader: n.Leader()}
-	case <-ctx.Done():
-		return 0, nil, ctx.Err()
-	}
-	gen, err := n.startGeneration()
-	if err == nil {
-		n.mu.Lock()
-		if n.term == t {
-			t.gen = gen
-		}
-		n.mu.Unlock()
-		n.notify()
-	}
-	return gen, n.Warnings(), err
+	gen, err := n.commitGeneration(ctx, t, NewGeneration(st.Generation, roles))
+	return gen, warns, err
 }
 
 // Apply applies c through raft on the controller and returns its result,
 // once the controller's generation is committed. On another coordinator it
 // returns a *NotLeaderError naming the leader.
 func (n *Node) Apply(ctx context.Context, c Command) (Result, error) {
-	n.mu.Lock()
-	t := n.term
-	n.mu.Unlock()
-	if t == nil {
-		return Result{Slot: -1}, &NotLeaderError{Leader: n.Leader()}
-	}
-	select {
-	case <-t.ready:
-	case <-t.lost:
-		return Result{Slot: -1}, &NotLeaderError{Leader: n.Leader()}
-	case <-ctx.Done():
-		return Result{Slot: -1}, ctx.Err()
+	if _, err := n.controlling(ctx); err != nil {
+		return Result{Slot: -1}, err
 	}
 	timeout := n.opts.RPCTimeout
 	if d, ok := ctx.Deadline(); ok {
@@ -420,8 +528,8 @@ func (n *Node) Leader() string {
 // may lag the leader by what raft has not yet delivered).
 func (n *Node) State() *State { return n.fsm.current() }
 
-// Warnings returns the recruitment warnings of this node's last generation
-// as controller.
+// Warnings returns the warnings of this node's last recruitment as
+// controller (RecruitLog or Recover).
 func (n *Node) Warnings() []string {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -436,9 +544,6 @@ func (n *Node) Alive(id string) bool { return n.live.alive(id) }
 
 // LastSeen returns when node id was last heard from.
 func (n *Node) LastSeen(id string) (time.Time, bool) { return n.live.lastSeen(id) }
-
-// RejectedConns counts incoming connections whose TLS handshake failed.
-func (n *Node) RejectedConns() int64 { return n.layer.rejected.Load() }
 
 // Subscribe returns a channel of leadership changes. It holds the latest
 // one only: a slow reader misses intermediate changes, never the last.

@@ -14,29 +14,32 @@ import (
 	"time"
 
 	"github.com/distash/distash/config"
+	"github.com/distash/distash/internal/raftnet"
 	"github.com/distash/distash/internal/tlsconf"
 	"github.com/distash/distash/internal/tlsconf/tlstest"
 )
 
-// cluster is n coordinators on loopback, each in its own directory.
+// cluster is n coordinators on loopback, each in its own directory and on
+// its own mux (which outlives a coordinator's stop and restart, as a node
+// process's --listen outlives nothing else it runs).
 type cluster struct {
 	t     *testing.T
 	addrs []string
 	dirs  []string
 	nodes []*Node
-	tls   func(i int) (srv, cli *tls.Config)
-	lns   []net.Listener // opened before the first start, to learn the ports
+	muxes []*raftnet.Mux
 }
 
 func newCluster(t *testing.T, n int, tlsFor func(int) (*tls.Config, *tls.Config)) *cluster {
-	c := &cluster{t: t, tls: tlsFor, nodes: make([]*Node, n)}
+	c := &cluster{t: t, nodes: make([]*Node, n)}
 	for i := 0; i < n; i++ {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
+		var srv, cli *tls.Config
+		if tlsFor != nil {
+			srv, cli = tlsFor(i)
 		}
-		c.lns = append(c.lns, ln)
-		c.addrs = append(c.addrs, ln.Addr().String())
+		m := listen(t, srv, cli)
+		c.muxes = append(c.muxes, m)
+		c.addrs = append(c.addrs, m.Addr().String())
 		c.dirs = append(c.dirs, filepath.Join(t.TempDir(), fmt.Sprint("c", i)))
 	}
 	for i := range c.nodes {
@@ -52,9 +55,21 @@ func newCluster(t *testing.T, n int, tlsFor func(int) (*tls.Config, *tls.Config)
 	return c
 }
 
-func testOptions(addr, dir string, coords []string) Options {
+// listen returns a mux on a loopback port, closed when the test ends.
+func listen(t *testing.T, srv, cli *tls.Config) *raftnet.Mux {
+	t.Helper()
+	m, err := raftnet.Listen("127.0.0.1:0", srv, cli)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m
+}
+
+func testOptions(m *raftnet.Mux, dir string, coords []string) Options {
+	addr := m.Addr().String()
 	return Options{
-		Addr: addr, Coordinators: coords, Dir: dir,
+		Addr: addr, Coordinators: coords, Dir: dir, StreamLayer: m.StreamLayer(raftnet.KindCoord, addr),
 		HeartbeatTimeout: 150 * time.Millisecond, ElectionTimeout: 150 * time.Millisecond,
 		RPCTimeout: time.Second,
 	}
@@ -62,25 +77,8 @@ func testOptions(addr, dir string, coords []string) Options {
 
 func (c *cluster) start(i int) {
 	c.t.Helper()
-	o := testOptions(c.addrs[i], c.dirs[i], c.addrs)
+	o := testOptions(c.muxes[i], c.dirs[i], c.addrs)
 	o.NodeID = fmt.Sprint("t", i)
-	if c.tls != nil {
-		o.ServerTLS, o.ClientTLS = c.tls(i)
-	}
-	if c.lns[i] != nil {
-		o.Listener, c.lns[i] = c.lns[i], nil
-	} else {
-		// A restart listens on its old port again.
-		var err error
-		for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-			if o.Listener, err = net.Listen("tcp", c.addrs[i]); err == nil || time.Now().After(deadline) {
-				break
-			}
-		}
-		if err != nil {
-			c.t.Fatal(err)
-		}
-	}
 	n, err := Start(o)
 	if err != nil {
 		c.t.Fatal(err)
@@ -206,18 +204,25 @@ func TestClusterFailoverAndRecovery(t *testing.T) {
 	if after.Generation != before.Generation+1 {
 		t.Fatalf("generation %d after failover, want %d", after.Generation, before.Generation+1)
 	}
-	if after.Roles.Controller != c.addrs[ni] || after.Roles.Sequencer != fmt.Sprint("t", ni) {
-		t.Fatalf("roles after failover %+v", after.Roles)
+	// Only the controller changed: the roles are sticky.
+	wantRoles := before.Roles.clone()
+	wantRoles.Controller = c.addrs[ni]
+	if !reflect.DeepEqual(after.Roles, wantRoles) {
+		t.Fatalf("roles after failover %+v, want %+v", after.Roles, wantRoles)
 	}
 	if !reflect.DeepEqual(after.Nodes, before.Nodes) || after.Config != before.Config || !reflect.DeepEqual(after.Tags, before.Tags) {
 		t.Fatal("state changed across failover")
 	}
-	// Once the live transaction nodes heartbeat the new controller, it
-	// recruits them: two left for three log replicas, and it says so.
+	// Once the live transaction nodes heartbeat the new controller, a
+	// forced recruitment takes them: two left for three log replicas, and
+	// it says so. RecruitLog waits for three.
 	for i := range 3 {
 		if i != li {
 			c.nodes[ni].Heartbeat(fmt.Sprint("t", i))
 		}
+	}
+	if ok, err := c.nodes[ni].RecruitLog(context.Background()); ok || err != nil {
+		t.Fatalf("RecruitLog with 2 of 3 nodes: %v %v", ok, err)
 	}
 	g, warns, err := c.nodes[ni].Recover(context.Background())
 	if err != nil || g != after.Generation+1 || len(warns) != 1 || !strings.Contains(warns[0], "only 2 live transaction nodes") {
@@ -290,16 +295,12 @@ func TestClusterTLSRefusesForeignCA(t *testing.T) {
 	gen := c.nodes[li].State().Generation
 	term := c.nodes[li].raft.Stats()["term"]
 
+	srvOther, cliOther := tlsFor(tlsconf.Files{Cert: pki.OtherServerCert, Key: pki.OtherServerKey, CA: pki.OtherCA},
+		tlsconf.Files{Cert: pki.OtherClientCert, Key: pki.OtherClientKey, CA: pki.OtherCA})
 	// A rogue coordinator whose certificates another CA signed claims a
 	// place in the group and campaigns for leadership.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	o := testOptions(ln.Addr().String(), t.TempDir(), append(append([]string{}, c.addrs...), ln.Addr().String()))
-	o.Listener = ln
-	o.ServerTLS, o.ClientTLS = tlsFor(tlsconf.Files{Cert: pki.OtherServerCert, Key: pki.OtherServerKey, CA: pki.OtherCA},
-		tlsconf.Files{Cert: pki.OtherClientCert, Key: pki.OtherClientKey, CA: pki.OtherCA})
+	rm := listen(t, srvOther, cliOther)
+	o := testOptions(rm, t.TempDir(), append(append([]string{}, c.addrs...), rm.Addr().String()))
 	rogue, err := Start(o)
 	if err != nil {
 		t.Fatal(err)
@@ -307,8 +308,8 @@ func TestClusterTLSRefusesForeignCA(t *testing.T) {
 	defer rogue.Stop()
 	waitFor(t, 5*time.Second, "a refused handshake", func() bool {
 		var n int64
-		for _, nd := range c.nodes {
-			n += nd.RejectedConns()
+		for _, m := range c.muxes {
+			n += m.RejectedConns()
 		}
 		return n >= 3
 	})
@@ -329,13 +330,13 @@ func TestClusterTLSRefusesForeignCA(t *testing.T) {
 	c.converged(li)
 
 	// Plaintext is refused too.
-	rejected := c.nodes[li].RejectedConns()
+	rejected := c.muxes[li].RejectedConns()
 	conn, err := net.Dial("tcp", c.addrs[li])
 	if err != nil {
 		t.Fatal(err)
 	}
 	conn.Write([]byte("not a TLS client hello, just bytes"))
-	waitFor(t, 2*time.Second, "a refused plaintext connection", func() bool { return c.nodes[li].RejectedConns() > rejected })
+	waitFor(t, 2*time.Second, "a refused plaintext connection", func() bool { return c.muxes[li].RejectedConns() > rejected })
 	conn.Close()
 }
 
@@ -360,13 +361,19 @@ func TestLivenessClock(t *testing.T) {
 }
 
 func TestStartRefusesBadOptions(t *testing.T) {
-	o := testOptions("127.0.0.1:1", t.TempDir(), []string{"127.0.0.1:2"})
+	m := listen(t, nil, nil)
+	o := testOptions(m, t.TempDir(), []string{"127.0.0.1:2"})
 	if _, err := Start(o); err == nil || !strings.Contains(err.Error(), "not in the coordinators") {
 		t.Fatalf("address outside the coordinators: %v", err)
 	}
-	o.Coordinators = []string{o.Addr}
-	o.ServerTLS = &tls.Config{}
-	if _, err := Start(o); err == nil || !strings.Contains(err.Error(), "both") {
-		t.Fatalf("half a TLS configuration: %v", err)
+	// Start closed the layer it was given: the kind is free again.
+	o = testOptions(m, t.TempDir(), []string{"127.0.0.1:2"})
+	o.Addr = "127.0.0.1:2"
+	if _, err := Start(o); err == nil || !strings.Contains(err.Error(), "advertises") {
+		t.Fatalf("a layer advertising another address: %v", err)
+	}
+	o.StreamLayer = nil
+	if _, err := Start(o); err == nil || !strings.Contains(err.Error(), "stream layer") {
+		t.Fatalf("no stream layer: %v", err)
 	}
 }

@@ -56,6 +56,20 @@ type State struct {
 	// a stash's identity in the shard map and the log, so a returning node
 	// keeps its slot.
 	Tags map[string][]string `json:"tags,omitempty"`
+	// Recovery is the last claim of the stateless roles, while the node
+	// that claimed them holds them; nil before the first claim.
+	Recovery *Recovery `json:"recovery,omitempty"`
+}
+
+// Recovery is a claim of the stateless roles (see Claim) and how long the
+// claimer's recovery took.
+type Recovery struct {
+	Generation    uint64 `json:"generation"` // the generation the claim started
+	Node          string `json:"node"`       // the claimer
+	ClaimedUnixMs int64  `json:"claimed_unix_ms"`
+	// Micros is the recovery's duration as the claimer reported it
+	// (RecoveryDone); 0 until it does.
+	Micros int64 `json:"micros,omitempty"`
 }
 
 // Clone returns a deep copy: readers get a snapshot the FSM will not change.
@@ -63,6 +77,10 @@ func (s *State) Clone() *State {
 	c := *s
 	c.Nodes = maps.Clone(s.Nodes)
 	c.Roles = s.Roles.clone()
+	if s.Recovery != nil {
+		r := *s.Recovery
+		c.Recovery = &r
+	}
 	c.Tags = make(map[string][]string, len(s.Tags))
 	for p, t := range s.Tags {
 		c.Tags[p] = slices.Clone(t)
@@ -89,6 +107,8 @@ const (
 	OpRegisterNode  = "register_node"
 	OpRemoveNode    = "remove_node"
 	OpNewGeneration = "new_generation"
+	OpClaim         = "claim"
+	OpRecoveryDone  = "recovery_done"
 )
 
 // Command is one change of the State, applied through raft.
@@ -102,6 +122,11 @@ type Command struct {
 	// not see); Roles is the new generation's assignment.
 	From  uint64 `json:"from,omitempty"`
 	Roles *Roles `json:"roles,omitempty"`
+	// Claim: ID claims the stateless roles at UnixMs, in the generation
+	// after From. RecoveryDone: ID's recovery of Generation took Micros.
+	UnixMs     int64  `json:"unix_ms,omitempty"`
+	Generation uint64 `json:"generation,omitempty"`
+	Micros     int64  `json:"micros,omitempty"`
 }
 
 // SetConfig stores the cluster configuration unless one is stored; then
@@ -119,6 +144,25 @@ func RemoveNode(id string) Command { return Command{Op: OpRemoveNode, ID: id} }
 func NewGeneration(from uint64, roles Roles) Command {
 	return Command{Op: OpNewGeneration, From: from, Roles: &roles}
 }
+
+// Claim starts generation from+1 in which node id holds every stateless
+// role (sequencer, GRV and commit proxy, resolver), the log replicas and
+// the rest unchanged but for controller, and records the claim's time
+// (unix milliseconds). id must be a registered transaction node holding a
+// log replica.
+func Claim(from uint64, controller, id string, unixMs int64) Command {
+	return Command{Op: OpClaim, From: from, Roles: &Roles{Controller: controller}, ID: id, UnixMs: unixMs}
+}
+
+// RecoveryDone records that node id's recovery of generation gen took
+// micros microseconds. It is ignored (no error) unless gen is the
+// generation of the last claim and id made it and still holds the roles.
+func RecoveryDone(id string, gen uint64, micros int64) Command {
+	return Command{Op: OpRecoveryDone, ID: id, Generation: gen, Micros: micros}
+}
+
+// ErrNotLogReplica refuses a claim by a node that holds no log replica.
+var ErrNotLogReplica = errors.New("coord: not a log replica")
 
 // Result is what applying a command returns besides an error.
 type Result struct {
@@ -164,10 +208,62 @@ func (s *State) Apply(c Command) (Result, error) {
 		}
 		s.Generation++
 		s.Roles = c.Roles.clone()
+		if s.Recovery != nil && !s.holdsStateless(s.Recovery.Node) {
+			s.Recovery = nil // the claimer no longer holds the roles
+		}
 		res.Generation = s.Generation
+		return res, nil
+	case OpClaim:
+		if c.Roles == nil || c.Roles.Controller == "" {
+			return res, errors.New("coord: claim without a controller")
+		}
+		if err := s.claimable(c.ID); err != nil {
+			return res, err
+		}
+		if c.From != s.Generation {
+			return res, fmt.Errorf("%w: from %d, but the cluster is at %d", ErrStaleGeneration, c.From, s.Generation)
+		}
+		s.Generation++
+		s.Roles = Roles{Controller: c.Roles.Controller, Sequencer: c.ID, GRVProxies: []string{c.ID},
+			CommitProxies: []string{c.ID}, Resolver: c.ID, LogReplicas: s.Roles.LogReplicas}
+		s.Recovery = &Recovery{Generation: s.Generation, Node: c.ID, ClaimedUnixMs: c.UnixMs}
+		res.Generation = s.Generation
+		return res, nil
+	case OpRecoveryDone:
+		if s.RecoveryAccepted(c.ID, c.Generation) {
+			s.Recovery.Micros = c.Micros
+		}
 		return res, nil
 	}
 	return res, fmt.Errorf("coord: unknown command %q", c.Op)
+}
+
+// claimable checks that node id may claim the stateless roles.
+func (s *State) claimable(id string) error {
+	n, ok := s.Nodes[id]
+	switch {
+	case !ok:
+		return fmt.Errorf("coord: node %q is not registered", id)
+	case n.Class != ClassTransaction:
+		return fmt.Errorf("coord: node %q is a %s node, not a %s node: it cannot claim the stateless roles", id, n.Class, ClassTransaction)
+	case !slices.Contains(s.Roles.LogReplicas, id):
+		return fmt.Errorf("%w: node %q holds none of the log replicas %v, so it cannot claim the stateless roles", ErrNotLogReplica, id, s.Roles.LogReplicas)
+	}
+	return nil
+}
+
+// holdsStateless reports whether node id holds every stateless role.
+func (s *State) holdsStateless(id string) bool {
+	r := s.Roles
+	return id != "" && r.Sequencer == id && r.Resolver == id &&
+		slices.Equal(r.GRVProxies, []string{id}) && slices.Equal(r.CommitProxies, []string{id})
+}
+
+// RecoveryAccepted reports whether a RecoveryDone of node id for
+// generation gen would be recorded: gen is the last claim's, id made it,
+// and id holds the stateless roles still.
+func (s *State) RecoveryAccepted(id string, gen uint64) bool {
+	return s.Recovery != nil && s.Recovery.Generation == gen && s.Recovery.Node == id && s.holdsStateless(id)
 }
 
 func (s *State) setConfig(text string) error {
@@ -234,10 +330,13 @@ func (s *State) register(n NodeInfo) (int, error) {
 }
 
 // Encoding versions: bump when a change is not backward compatible, and
-// keep decoding the old ones.
+// keep decoding the old ones. Version 2 added the claim and recovery_done
+// commands and State.Recovery: version 1 encodings decode as they are, and
+// a binary that knows only version 1 refuses version 2 rather than
+// dropping what it does not know.
 const (
-	commandVersion  = 1
-	snapshotVersion = 1
+	commandVersion  = 2
+	snapshotVersion = 2
 )
 
 type commandEnvelope struct {
@@ -254,8 +353,8 @@ func decodeCommand(b []byte) (Command, error) {
 	if err := json.Unmarshal(b, &e); err != nil {
 		return Command{}, fmt.Errorf("coord: decode command: %w", err)
 	}
-	if e.V != commandVersion {
-		return Command{}, fmt.Errorf("coord: command encoding version %d, want %d", e.V, commandVersion)
+	if e.V < 1 || e.V > commandVersion {
+		return Command{}, fmt.Errorf("coord: command encoding version %d, want 1 to %d", e.V, commandVersion)
 	}
 	return e.Command, nil
 }
@@ -276,8 +375,8 @@ func DecodeState(b []byte) (*State, error) {
 	if err := json.Unmarshal(b, &e); err != nil {
 		return nil, fmt.Errorf("coord: decode state: %w", err)
 	}
-	if e.V != snapshotVersion || e.State == nil {
-		return nil, fmt.Errorf("coord: state encoding version %d, want %d", e.V, snapshotVersion)
+	if e.V < 1 || e.V > snapshotVersion || e.State == nil {
+		return nil, fmt.Errorf("coord: state encoding version %d, want 1 to %d", e.V, snapshotVersion)
 	}
 	return e.State, nil
 }

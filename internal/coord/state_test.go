@@ -139,7 +139,7 @@ func TestEncoding(t *testing.T) {
 	if err != nil || !reflect.DeepEqual(got, s) {
 		t.Fatalf("round trip: %v\n%+v\n%+v", err, got, s)
 	}
-	if _, err := DecodeState([]byte(`{"v":2,"state":{}}`)); err == nil {
+	if _, err := DecodeState([]byte(`{"v":3,"state":{}}`)); err == nil {
 		t.Fatal("unknown state version accepted")
 	}
 	cb, _ := encodeCommand(RemoveNode("x"))
@@ -148,5 +148,78 @@ func TestEncoding(t *testing.T) {
 	}
 	if _, err := decodeCommand([]byte(`{"v":9,"op":"remove_node"}`)); err == nil {
 		t.Fatal("unknown command version accepted")
+	}
+}
+
+func TestClaimAndRecoveryDone(t *testing.T) {
+	s := &State{}
+	mustApply(t, s, SetConfig(testConfig(t, nil)))
+	for _, id := range []string{"a", "b", "c", "d"} {
+		mustApply(t, s, RegisterNode(NodeInfo{ID: id, Addr: id + ":1", Class: ClassTransaction}))
+	}
+	mustApply(t, s, RegisterNode(NodeInfo{ID: "s", Addr: "s:1", Class: ClassStash, Pool: "data"}))
+	mustApply(t, s, NewGeneration(0, Roles{Controller: "c1", LogReplicas: []string{"a", "b", "c"}}))
+
+	before := s.Clone()
+	for _, tc := range []struct{ id, want string }{
+		{"d", "holds none of the log replicas"}, {"s", "is a stash node"}, {"zz", "not registered"},
+	} {
+		if _, err := s.Apply(Claim(1, "c1", tc.id, 5)); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Fatalf("claim by %s: %v, want %q", tc.id, err, tc.want)
+		}
+	}
+	if _, err := s.Apply(Claim(1, "c1", "d", 5)); !errors.Is(err, ErrNotLogReplica) {
+		t.Fatalf("claim by a non-replica: %v", err)
+	}
+	if _, err := s.Apply(Claim(0, "c1", "a", 5)); !errors.Is(err, ErrStaleGeneration) {
+		t.Fatalf("stale claim: %v", err)
+	}
+	if !reflect.DeepEqual(before, s) {
+		t.Fatal("a refused claim changed the state")
+	}
+
+	r := mustApply(t, s, Claim(1, "c1", "b", 1234))
+	want := Roles{Controller: "c1", Sequencer: "b", GRVProxies: []string{"b"}, CommitProxies: []string{"b"}, Resolver: "b", LogReplicas: []string{"a", "b", "c"}}
+	if r.Generation != 2 || !reflect.DeepEqual(s.Roles, want) || *s.Recovery != (Recovery{Generation: 2, Node: "b", ClaimedUnixMs: 1234}) {
+		t.Fatalf("after the claim: generation %d, roles %+v, recovery %+v", r.Generation, s.Roles, s.Recovery)
+	}
+	// Reports of another node or generation are ignored.
+	mustApply(t, s, RecoveryDone("a", 2, 7))
+	mustApply(t, s, RecoveryDone("b", 1, 7))
+	if s.Recovery.Micros != 0 {
+		t.Fatalf("a stray report was recorded: %+v", s.Recovery)
+	}
+	// A controller change keeps the roles and the claim; the claimer's
+	// report of its generation is still recorded.
+	mustApply(t, s, NewGeneration(2, want))
+	mustApply(t, s, RecoveryDone("b", 2, 900))
+	if s.Recovery == nil || s.Recovery.Micros != 900 || s.Generation != 3 {
+		t.Fatalf("recovery %+v at generation %d", s.Recovery, s.Generation)
+	}
+	// Round trip through the encodings.
+	b, _ := EncodeState(s)
+	if got, err := DecodeState(b); err != nil || !reflect.DeepEqual(got, s) {
+		t.Fatalf("round trip: %v", err)
+	}
+	cb, _ := encodeCommand(Claim(3, "c1", "a", 99))
+	if c, err := decodeCommand(cb); err != nil || c.Op != OpClaim || c.ID != "a" || c.UnixMs != 99 || c.From != 3 {
+		t.Fatalf("claim command round trip: %+v %v", c, err)
+	}
+	// Roles moving elsewhere drop the claim.
+	mustApply(t, s, NewGeneration(3, Roles{Controller: "c1", Sequencer: "a", LogReplicas: want.LogReplicas}))
+	if s.Recovery != nil {
+		t.Fatalf("recovery %+v kept after the roles moved", s.Recovery)
+	}
+}
+
+// TestDecodeVersion1: encodings written before version 2 still decode.
+func TestDecodeVersion1(t *testing.T) {
+	st, err := DecodeState([]byte(`{"v":1,"state":{"config":"","generation":4,"nodes":{"a":{"id":"a","addr":"a:1","class":"transaction"}},"roles":{"controller":"c","log_replicas":["a"]}}}`))
+	if err != nil || st.Generation != 4 || st.Recovery != nil || st.Roles.LogReplicas[0] != "a" || st.Nodes["a"].Addr != "a:1" {
+		t.Fatalf("version 1 state: %+v %v", st, err)
+	}
+	c, err := decodeCommand([]byte(`{"v":1,"op":"new_generation","from":4,"roles":{"controller":"c"}}`))
+	if err != nil || c.Op != OpNewGeneration || c.From != 4 || c.Roles.Controller != "c" {
+		t.Fatalf("version 1 command: %+v %v", c, err)
 	}
 }

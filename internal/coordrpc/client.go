@@ -250,6 +250,37 @@ func (c *Client) View(ctx context.Context) (*wire.ViewResponse, error) {
 	return resp, nil
 }
 
+// Claim asks the controller for a new generation in which node id, a
+// transaction node holding a log replica (the one whose replica leads the
+// log), holds every stateless role; it returns that generation, the epoch
+// of the node's log appends. A node holding no log replica is refused with
+// an invalid_mutation error.
+func (c *Client) Claim(ctx context.Context, id string) (uint64, error) {
+	resp, err := call(ctx, c, func(ctx context.Context, cl wire.CoordinatorClient) (*wire.ClaimResponse, error) {
+		return cl.Claim(ctx, &wire.ClaimRequest{Id: id})
+	})
+	if err != nil {
+		return 0, err
+	}
+	if err := resp.Error.Err(); err != nil {
+		return 0, err
+	}
+	return resp.Generation, nil
+}
+
+// RecoveryDone tells the controller that node id's recovery of the
+// generation it claimed took micros microseconds (shown by View). A report
+// for a generation the node no longer holds is ignored.
+func (c *Client) RecoveryDone(ctx context.Context, id string, generation uint64, micros int64) error {
+	resp, err := call(ctx, c, func(ctx context.Context, cl wire.CoordinatorClient) (*wire.RecoveryDoneResponse, error) {
+		return cl.RecoveryDone(ctx, &wire.RecoveryDoneRequest{Id: id, Generation: generation, Micros: micros})
+	})
+	if err != nil {
+		return err
+	}
+	return resp.Error.Err()
+}
+
 // HeartbeatLoop heartbeats node id every interval until ctx ends. After
 // each heartbeat it calls report, if not nil, with the generation or the
 // error (a node re-registers on a not-registered error, and looks up the

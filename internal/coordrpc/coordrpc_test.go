@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"net"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -14,11 +13,12 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
 
 	"github.com/distash/distash/config"
 	"github.com/distash/distash/internal/coord"
 	"github.com/distash/distash/internal/kv"
+	"github.com/distash/distash/internal/raftnet"
+	"github.com/distash/distash/internal/shardmap"
 	"github.com/distash/distash/internal/tlsconf"
 	"github.com/distash/distash/internal/tlsconf/tlstest"
 	"github.com/distash/distash/internal/wire"
@@ -45,12 +45,12 @@ func (c *fakeClock) Add(d time.Duration) {
 
 const livenessTimeout = 5 * time.Second
 
-// cluster is three coordinators on loopback, each serving raft on one port
-// and the Coordinator service on another.
+// cluster is three coordinators on loopback, each serving raft and the
+// Coordinator service on one port through a raftnet.Mux.
 type cluster struct {
 	t         *testing.T
-	raft      []string
-	grpc      []string
+	grpc      []string // the coordinators' addresses: raft's and gRPC's
+	muxes     []*raftnet.Mux
 	nodes     []*coord.Node
 	servers   []*grpc.Server
 	services  []*Server
@@ -62,24 +62,6 @@ func newCluster(t *testing.T, pki *tlstest.PKI) *cluster {
 	const n = 3
 	c := &cluster{t: t, clock: &fakeClock{t: time.Unix(1_000_000, 0)},
 		nodes: make([]*coord.Node, n), servers: make([]*grpc.Server, n), services: make([]*Server, n)}
-	var rlns, glns []net.Listener
-	for range n {
-		for _, l := range []*[]net.Listener{&rlns, &glns} {
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			*l = append(*l, ln)
-		}
-		c.raft = append(c.raft, rlns[len(rlns)-1].Addr().String())
-		c.grpc = append(c.grpc, glns[len(glns)-1].Addr().String())
-	}
-	toGRPC := func(raftAddr string) string {
-		if i := slices.Index(c.raft, raftAddr); i >= 0 {
-			return c.grpc[i]
-		}
-		return raftAddr
-	}
 	var serverTLS *tls.Config
 	if pki != nil {
 		var err error
@@ -90,10 +72,18 @@ func newCluster(t *testing.T, pki *tlstest.PKI) *cluster {
 			t.Fatal(err)
 		}
 	}
+	for range n {
+		m, err := raftnet.Listen("127.0.0.1:0", serverTLS, c.clientTLS)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.muxes = append(c.muxes, m)
+		c.grpc = append(c.grpc, m.Addr().String())
+	}
 	for i := range n {
 		nd, err := coord.Start(coord.Options{
-			Addr: c.raft[i], Coordinators: c.raft, Dir: filepath.Join(t.TempDir(), fmt.Sprint("c", i)),
-			Listener: rlns[i], ServerTLS: serverTLS, ClientTLS: c.clientTLS, NodeID: fmt.Sprint("t", i),
+			Addr: c.grpc[i], Coordinators: c.grpc, Dir: filepath.Join(t.TempDir(), fmt.Sprint("c", i)),
+			StreamLayer: c.muxes[i].StreamLayer(raftnet.KindCoord, c.grpc[i]), NodeID: fmt.Sprint("t", i),
 			HeartbeatTimeout: 150 * time.Millisecond, ElectionTimeout: 150 * time.Millisecond,
 			RPCTimeout: time.Second, LivenessTimeout: livenessTimeout, Clock: c.clock.Now,
 		})
@@ -101,13 +91,9 @@ func newCluster(t *testing.T, pki *tlstest.PKI) *cluster {
 			t.Fatal(err)
 		}
 		c.nodes[i] = nd
-		var opts []grpc.ServerOption
-		if serverTLS != nil {
-			opts = append(opts, grpc.Creds(credentials.NewTLS(serverTLS)))
-		}
-		s := grpc.NewServer(opts...)
-		c.services[i] = Register(s, nd, ServerOptions{ClientTLS: c.clientTLS, GRPCAddr: toGRPC})
-		go s.Serve(glns[i])
+		s := grpc.NewServer() // insecure: the mux terminates TLS
+		c.services[i] = Register(s, nd, ServerOptions{ClientTLS: c.clientTLS})
+		go s.Serve(c.muxes[i].GRPCListener())
 		c.servers[i] = s
 	}
 	t.Cleanup(func() {
@@ -127,6 +113,7 @@ func (c *cluster) stop(i int) {
 	if err := c.nodes[i].Stop(); err != nil {
 		c.t.Errorf("stop %d: %v", i, err)
 	}
+	c.muxes[i].Close()
 	c.nodes[i] = nil
 }
 
@@ -220,11 +207,20 @@ func TestRegisterHeartbeatViewAndFailover(t *testing.T) {
 	if _, ok := c.nodes[li].State().Nodes["s2"]; ok {
 		t.Fatal("the refused node was registered")
 	}
+	// The third transaction node to register forms the log (3 replicas).
 	for i := range 3 {
-		if slot, _, err := viaFollower.Register(ctx, NodeRegistration{ID: fmt.Sprint("t", i), Addr: c.grpc[i], Class: coord.ClassTransaction,
-			DC: "dc1", Zone: fmt.Sprint("z", i), Config: cfg}); err != nil || slot != -1 {
+		slot, g, err := viaFollower.Register(ctx, NodeRegistration{ID: fmt.Sprint("t", i), Addr: c.grpc[i], Class: coord.ClassTransaction,
+			DC: "dc1", Zone: fmt.Sprint("z", i), Config: cfg})
+		if err != nil || slot != -1 {
 			t.Fatalf("register t%d: slot %d, %v", i, slot, err)
 		}
+		if want := gen + uint64(i/2); g != want {
+			t.Fatalf("register t%d: generation %d, want %d", i, g, want)
+		}
+	}
+	gen++
+	if lr := c.nodes[li].State().Roles.LogReplicas; !slices.Equal(slices.Sorted(slices.Values(lr)), []string{"t0", "t1", "t2"}) {
+		t.Fatalf("log replicas %v", lr)
 	}
 
 	// Every coordinator shows the controller's view.
@@ -242,6 +238,10 @@ func TestRegisterHeartbeatViewAndFailover(t *testing.T) {
 		if len(v.Slots) != 2 || v.Slots[1].Pool != "data" || !slices.Equal(v.Slots[1].Nodes, []string{"s0", "s1"}) {
 			t.Fatalf("view from %d: slots %v", i, v.Slots)
 		}
+		if v.Config != cfg || v.Sequencer != "" || v.StatelessAddress != "" || len(v.LogReplicas) != 3 || v.LastRecoveryUnixMs != 0 {
+			t.Fatalf("view from %d: config given %v, sequencer %q, log replicas %v, last recovery %d", i, v.Config == cfg, v.Sequencer, v.LogReplicas, v.LastRecoveryUnixMs)
+		}
+		checkStashes(t, v, cfg, map[string]string{"data/0": "s0@127.0.0.1:7001", "data/1": "s1@127.0.0.1:7002"})
 	}
 
 	// Liveness follows heartbeats.
@@ -303,21 +303,32 @@ func TestRegisterHeartbeatViewAndFailover(t *testing.T) {
 		t.Fatalf("after the heartbeat loop of s1: %v, s0 %v, s1 %v", err, node(v, "s0"), node(v, "s1"))
 	}
 
-	// Once the transaction nodes are alive, a new generation places the
-	// roles on them, and the view shows where.
+	// A log replica claims the stateless roles; the view shows where.
 	for i := range 3 {
 		viaFollower.Heartbeat(ctx, fmt.Sprint("t", i))
 	}
-	gen, _, err = c.nodes[li].Recover(ctx)
-	if err != nil {
+	claimAt := c.clock.Now().UnixMilli()
+	g, err := viaFollower.Claim(ctx, "t1")
+	if err != nil || g != gen+1 {
+		t.Fatalf("claim: generation %d (want %d), %v", g, gen+1, err)
+	}
+	gen = g
+	if err := viaFollower.RecoveryDone(ctx, "t1", gen, 1234); err != nil {
+		t.Fatal(err)
+	}
+	if err := viaFollower.RecoveryDone(ctx, "t0", gen, 99); err != nil { // not the claimer: ignored
 		t.Fatal(err)
 	}
 	v, err = viaFollower.View(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v.Generation != gen || v.Sequencer != fmt.Sprint("t", li) || v.StatelessAddress != c.grpc[li] || len(v.LogReplicas) != 3 {
+	if v.Generation != gen || v.Sequencer != "t1" || v.StatelessAddress != c.grpc[1] || len(v.LogReplicas) != 3 ||
+		!slices.Equal(v.CommitProxies, []string{"t1"}) || v.Resolver != "t1" {
 		t.Fatalf("roles: generation %d (want %d), sequencer %q at %q, log replicas %v", v.Generation, gen, v.Sequencer, v.StatelessAddress, v.LogReplicas)
+	}
+	if v.LastRecoveryUnixMs != claimAt || v.LastRecoveryMicros != 1234 {
+		t.Fatalf("last recovery at %d (want %d), took %dµs (want 1234)", v.LastRecoveryUnixMs, claimAt, v.LastRecoveryMicros)
 	}
 
 	// The controller dies. A client given every coordinator, the dead one
@@ -341,6 +352,128 @@ func TestRegisterHeartbeatViewAndFailover(t *testing.T) {
 	// not yet from the others.
 	if !node(v, "s0").Alive || node(v, "s1").Alive {
 		t.Fatalf("liveness after failover: s0 %v, s1 %v", node(v, "s0"), node(v, "s1"))
+	}
+	// The roles stayed where they were.
+	if v.Sequencer != "t1" || v.StatelessAddress != c.grpc[1] || len(v.LogReplicas) != 3 || v.LastRecoveryMicros != 1234 {
+		t.Fatalf("roles after failover: sequencer %q at %q, log replicas %v, recovery %dµs", v.Sequencer, v.StatelessAddress, v.LogReplicas, v.LastRecoveryMicros)
+	}
+}
+
+// checkStashes checks v.Stashes: every slot of every pool in the
+// configuration's order, with its tag; want maps "pool/slot" to
+// "node@address" for the held ones.
+func checkStashes(t *testing.T, v *wire.ViewResponse, cfgText string, want map[string]string) {
+	t.Helper()
+	cfg, err := config.Parse([]byte(cfgText))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tags := shardmap.StashTags(cfg)
+	i := 0
+	for _, p := range cfg.Pools {
+		for slot, tag := range tags[p.Name] {
+			if i >= len(v.Stashes) {
+				t.Fatalf("%d stash locations, want more", len(v.Stashes))
+			}
+			l := v.Stashes[i]
+			i++
+			if l.Pool != p.Name || int(l.Slot) != slot || l.Tag != uint32(tag) {
+				t.Fatalf("stash %d: %s/%d tag %d, want %s/%d tag %d", i-1, l.Pool, l.Slot, l.Tag, p.Name, slot, tag)
+			}
+			got := ""
+			if l.Node != "" {
+				got = l.Node + "@" + l.Address
+			}
+			if w := want[fmt.Sprintf("%s/%d", p.Name, slot)]; got != w || l.Alive != (w != "") {
+				t.Fatalf("stash %s/%d: %q alive %v, want %q", p.Name, slot, got, l.Alive, w)
+			}
+		}
+	}
+	if i != len(v.Stashes) {
+		t.Fatalf("%d stash locations, want %d", len(v.Stashes), i)
+	}
+}
+
+// TestRecruitLogAndClaim: the log forms once log.replicas transaction
+// nodes are alive, on distinct zones; only a log replica may claim, and
+// each claim is a new generation.
+func TestRecruitLogAndClaim(t *testing.T) {
+	c := newCluster(t, nil)
+	ctx := ctxT(t)
+	li := c.controller()
+	cl := c.client(c.grpc[(li+1)%3])
+	cfg := testConfig(t, nil) // 3 log replicas
+	reg := func(id, zone string) uint64 {
+		t.Helper()
+		_, g, err := cl.Register(ctx, NodeRegistration{ID: id, Addr: "127.0.0.1:1", Class: coord.ClassTransaction, DC: "dc1", Zone: zone, Config: cfg})
+		if err != nil {
+			t.Fatalf("register %s: %v", id, err)
+		}
+		return g
+	}
+	replicas := func() []string {
+		t.Helper()
+		v, err := cl.View(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v.LogReplicas
+	}
+	reg("a", "z1")
+	gen := reg("b", "z1")
+	if lr := replicas(); len(lr) != 0 {
+		t.Fatalf("log replicas %v with 2 transaction nodes", lr)
+	}
+	// A stash node does not count.
+	if _, _, err := cl.Register(ctx, NodeRegistration{ID: "s0", Addr: "127.0.0.1:2", Class: coord.ClassStash, Pool: "data", Config: cfg}); err != nil {
+		t.Fatal(err)
+	}
+	// a and b die; c comes, and a comes back: 2 alive.
+	c.clock.Add(livenessTimeout + time.Second)
+	reg("c", "z2")
+	if _, err := cl.Heartbeat(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if lr := replicas(); len(lr) != 0 {
+		t.Fatalf("log replicas %v with 2 live transaction nodes", lr)
+	}
+	if _, err := cl.Claim(ctx, "a"); err == nil || kv.CodeOf(err) != kv.CodeInvalidMutation || !strings.Contains(err.Error(), "log replica") {
+		t.Fatalf("claim before the log formed: %v", err)
+	}
+	// The third live one forms it: the dead b is left out, zones distinct.
+	if g := reg("d", "z3"); g != gen+1 {
+		t.Fatalf("generation %d after the log formed, want %d", g, gen+1)
+	}
+	if lr := slices.Sorted(slices.Values(replicas())); !slices.Equal(lr, []string{"a", "c", "d"}) {
+		t.Fatalf("log replicas %v, want a c d", lr)
+	}
+	reg("e", "z4") // formed: no new generation
+	if lr := replicas(); len(lr) != 3 || slices.Contains(lr, "e") {
+		t.Fatalf("log replicas %v after another node joined", lr)
+	}
+
+	for _, id := range []string{"b", "e", "s0", "nobody"} {
+		if _, err := cl.Claim(ctx, id); err == nil || kv.CodeOf(err) != kv.CodeInvalidMutation {
+			t.Fatalf("claim by %s: %v, want invalid_mutation", id, err)
+		}
+	}
+	g1, err := cl.Claim(ctx, "c")
+	if err != nil || g1 != gen+2 {
+		t.Fatalf("claim by c: generation %d (want %d), %v", g1, gen+2, err)
+	}
+	g2, err := cl.Claim(ctx, "d")
+	if err != nil || g2 != g1+1 {
+		t.Fatalf("claim by d: generation %d (want %d), %v", g2, g1+1, err)
+	}
+	// c's late report is ignored; d's is recorded.
+	cl.RecoveryDone(ctx, "c", g1, 5)
+	cl.RecoveryDone(ctx, "d", g2, 7)
+	v, err := cl.View(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.Sequencer != "d" || v.StatelessAddress != "127.0.0.1:1" || v.Generation != g2 || v.LastRecoveryMicros != 7 {
+		t.Fatalf("view after the claims: sequencer %q at %q, generation %d, recovery %dµs", v.Sequencer, v.StatelessAddress, v.Generation, v.LastRecoveryMicros)
 	}
 }
 
@@ -452,6 +585,17 @@ func TestRequestsCheckedAtTheBoundary(t *testing.T) {
 	}
 	if resp, _ := s.View(context.Background(), nil); resp.Error == nil {
 		t.Error("nil view request accepted")
+	}
+	if resp, _ := s.Claim(context.Background(), &wire.ClaimRequest{Id: long}); resp.Error == nil || !strings.Contains(resp.Error.Detail, "node id of") {
+		t.Errorf("claim with a long id: %v", resp.Error)
+	}
+	if resp, _ := s.Claim(context.Background(), nil); resp.Error == nil {
+		t.Error("nil claim request accepted")
+	}
+	for _, r := range []*wire.RecoveryDoneRequest{nil, {Generation: 1}, {Id: "t0"}, {Id: "t0", Generation: 1, Micros: -1}} {
+		if resp, _ := s.RecoveryDone(context.Background(), r); resp.Error == nil || kv.Code(resp.Error.Code) != kv.CodeInvalidMutation {
+			t.Errorf("recovery_done %v accepted: %v", r, resp.Error)
+		}
 	}
 	if _, err := NewClient(" , ", ClientOptions{}); err == nil {
 		t.Error("a client of no coordinator")

@@ -10,6 +10,8 @@
 //	slot, gen, err := c.Register(ctx, coordrpc.NodeRegistration{...})
 //	go c.HeartbeatLoop(ctx, id, time.Second, nil)
 //	v, err := c.View(ctx)
+//	gen, err := c.Claim(ctx, id)                 // this node's log replica leads the log
+//	err = c.RecoveryDone(ctx, id, gen, micros)  // and its recovery took that long
 //
 // Every coordinator answers every call. The controller (the raft leader,
 // once its generation is committed) serves them itself; a follower
@@ -21,9 +23,20 @@
 // than redirecting keeps callers simple, and View must come from the
 // controller anyway, since liveness lives only in its memory.
 //
+// The log forms by itself: when a transaction node registers or
+// heartbeats and no log replica is placed yet, the controller tries
+// coord.Node.RecruitLog, which places them once the configuration's
+// log.replicas transaction nodes are alive. The node whose log replica then
+// becomes the log's raft leader calls Claim to take the stateless roles in
+// a new generation, the epoch of its log appends, and RecoveryDone once it
+// serves. View shows where everything is: roles, nodes, every stash slot
+// with its tag (shardmap.StashTags) and node, the configuration, and the
+// last claim's time and recovery duration.
+//
 // The gRPC service is reached at the coordinator's address in the
-// coordinators list (the node multiplexes it with raft on --listen). When
-// it is not, ServerOptions.GRPCAddr maps a raft address to the service's.
+// coordinators list: a node serves gRPC and the coordinators' raft on one
+// address (internal/raftnet), so the raft leader's address is the
+// controller's gRPC address.
 package coordrpc
 
 import (
@@ -45,6 +58,7 @@ import (
 	"github.com/distash/distash/config"
 	"github.com/distash/distash/internal/coord"
 	"github.com/distash/distash/internal/kv"
+	"github.com/distash/distash/internal/shardmap"
 	"github.com/distash/distash/internal/wire"
 )
 
@@ -69,9 +83,6 @@ type ServerOptions struct {
 	// ClientTLS, if set, secures the connections on which this coordinator
 	// forwards calls to the controller (mutual TLS: tlsconf.Client).
 	ClientTLS *tls.Config
-	// GRPCAddr maps a coordinator's raft address to its gRPC service's
-	// address; default: the same address.
-	GRPCAddr func(raftAddr string) string
 }
 
 // Server is the Coordinator service on one coordinator.
@@ -81,7 +92,7 @@ type Server struct {
 	opts ServerOptions
 
 	mu     sync.Mutex
-	conns  map[string]*grpc.ClientConn // to leaders, by gRPC address
+	conns  map[string]*grpc.ClientConn // to leaders, by address
 	closed bool
 }
 
@@ -91,9 +102,6 @@ func Register(s *grpc.Server, node *coord.Node, opts ...ServerOptions) *Server {
 	srv := &Server{node: node, conns: make(map[string]*grpc.ClientConn)}
 	if len(opts) > 0 {
 		srv.opts = opts[0]
-	}
-	if srv.opts.GRPCAddr == nil {
-		srv.opts.GRPCAddr = func(a string) string { return a }
 	}
 	wire.RegisterCoordinatorServer(s, srv)
 	return srv
@@ -114,14 +122,14 @@ func (s *Server) Close() error {
 
 // errNoController is answered when no controller can be reached from here.
 type errNoController struct {
-	leader string // gRPC address, "" if unknown
+	leader string // "" if unknown
 	why    string
 }
 
 func (e *errNoController) Error() string { return e.why }
 
 // route waits until this node is the controller (nil) or another node is
-// the leader (its gRPC address, to forward to), at most controllerWait.
+// the leader (its address, to forward to), at most controllerWait.
 func (s *Server) route(ctx context.Context) (string, error) {
 	deadline := time.Now().Add(controllerWait)
 	for {
@@ -132,7 +140,7 @@ func (s *Server) route(ctx context.Context) (string, error) {
 		// the controller: wait for it rather than forward to ourselves.
 		if !s.node.IsLeader() {
 			if l := s.node.Leader(); l != "" {
-				return s.opts.GRPCAddr(l), nil
+				return l, nil
 			}
 		}
 		if time.Now().After(deadline) {
@@ -186,18 +194,15 @@ func (s *Server) wireErr(err error) (e *wire.Error, leader, field string) {
 	case errors.As(err, &nc):
 		return &wire.Error{Code: int32(kv.CodeConnectionFailed), Detail: nc.why}, nc.leader, ""
 	case errors.As(err, &nl):
-		if nl.Leader != "" {
-			leader = s.opts.GRPCAddr(nl.Leader)
-		}
-		return &wire.Error{Code: int32(kv.CodeConnectionFailed), Detail: err.Error()}, leader, ""
+		return &wire.Error{Code: int32(kv.CodeConnectionFailed), Detail: err.Error()}, nl.Leader, ""
 	case errors.As(err, &ke):
 		return wire.ErrorOf(ke), "", ""
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded),
 		errors.Is(err, raft.ErrLeadershipLost), errors.Is(err, raft.ErrNotLeader),
 		errors.Is(err, raft.ErrRaftShutdown), errors.Is(err, raft.ErrEnqueueTimeout),
 		errors.Is(err, raft.ErrAbortedByRestore), errors.Is(err, raft.ErrLeadershipTransferInProgress):
-		// The controller could not decide: retrying (registration is
-		// idempotent) is safe.
+		// The controller could not decide: retrying is safe (registration
+		// is idempotent; a repeated claim starts one more generation).
 		return &wire.Error{Code: int32(kv.CodeConnectionFailed), Detail: err.Error()}, "", ""
 	case errors.As(err, &fe):
 		return &wire.Error{Code: int32(kv.CodeInvalidMutation), Detail: err.Error()}, "", fe.Field
@@ -208,6 +213,23 @@ func (s *Server) wireErr(err error) (e *wire.Error, leader, field string) {
 
 func invalid(format string, args ...any) error {
 	return kv.Errorf(kv.CodeInvalidMutation, format, args...)
+}
+
+// controllerClient returns nil when this node is the controller, else a
+// client of the controller to forward a call that has made hops hops,
+// with its address.
+func (s *Server) controllerClient(ctx context.Context, hops uint32) (wire.CoordinatorClient, string, error) {
+	leader, err := s.route(ctx)
+	if err != nil || leader == "" {
+		return nil, "", err
+	}
+	c, err := s.forward(leader, hops)
+	return c, leader, err
+}
+
+// forwardFailed is the error of a forwarded call that got no answer.
+func forwardFailed(leader string, err error) error {
+	return &errNoController{leader: leader, why: fmt.Sprintf("coordrpc: forward to the controller %s: %v", leader, err)}
 }
 
 // Register registers a node with the controller.
@@ -221,20 +243,16 @@ func (s *Server) Register(ctx context.Context, req *wire.RegisterRequest) (*wire
 	if err != nil {
 		return fail(err)
 	}
-	leader, err := s.route(ctx)
+	c, leader, err := s.controllerClient(ctx, req.Hops)
 	if err != nil {
 		return fail(err)
 	}
-	if leader != "" {
-		c, err := s.forward(leader, req.Hops)
-		if err != nil {
-			return fail(err)
-		}
+	if c != nil {
 		fwd := proto.Clone(req).(*wire.RegisterRequest)
 		fwd.Hops++
 		resp, err := c.Register(ctx, fwd)
 		if err != nil {
-			return fail(&errNoController{leader: leader, why: fmt.Sprintf("coordrpc: forward to the controller %s: %v", leader, err)})
+			return fail(forwardFailed(leader, err))
 		}
 		return resp, nil
 	}
@@ -260,6 +278,12 @@ func (s *Server) Register(ctx context.Context, req *wire.RegisterRequest) (*wire
 	// Registering is a sign of life: the node need not wait for its first
 	// heartbeat to be recruited.
 	s.node.Heartbeat(info.ID)
+	if info.Class == coord.ClassTransaction {
+		if formed, err := s.node.RecruitLog(ctx); err == nil && formed {
+			res.Generation = s.node.State().Generation
+		}
+		// A failure leaves the log to the next registration or heartbeat.
+	}
 	return &wire.RegisterResponse{Slot: int32(res.Slot), Generation: res.Generation}, nil
 }
 
@@ -276,29 +300,105 @@ func (s *Server) Heartbeat(ctx context.Context, req *wire.HeartbeatRequest) (*wi
 	if err := checkName("node id", req.Id, true); err != nil {
 		return fail(err)
 	}
-	leader, err := s.route(ctx)
+	c, leader, err := s.controllerClient(ctx, req.Hops)
 	if err != nil {
 		return fail(err)
 	}
-	if leader != "" {
-		c, err := s.forward(leader, req.Hops)
-		if err != nil {
-			return fail(err)
-		}
+	if c != nil {
 		resp, err := c.Heartbeat(ctx, &wire.HeartbeatRequest{Id: req.Id, Hops: req.Hops + 1})
 		if err != nil {
-			return fail(&errNoController{leader: leader, why: fmt.Sprintf("coordrpc: forward to the controller %s: %v", leader, err)})
+			return fail(forwardFailed(leader, err))
 		}
 		return resp, nil
 	}
 	st := s.node.State()
-	if _, ok := st.Nodes[req.Id]; !ok {
+	n, ok := st.Nodes[req.Id]
+	if !ok {
 		// Refused so that a node the cluster forgot registers again,
 		// rather than heartbeating into the void.
 		return fail(invalid("node %q is not registered: register it first", req.Id))
 	}
 	s.node.Heartbeat(req.Id)
+	if n.Class == coord.ClassTransaction && len(st.Roles.LogReplicas) == 0 {
+		// A new controller learns who is alive from heartbeats: the log
+		// may form now.
+		if formed, err := s.node.RecruitLog(ctx); err == nil && formed {
+			st = s.node.State()
+		}
+	}
 	return &wire.HeartbeatResponse{Generation: st.Generation}, nil
+}
+
+// Claim gives the stateless roles to a transaction node holding a log
+// replica, in a new generation (coord.Node.Claim).
+func (s *Server) Claim(ctx context.Context, req *wire.ClaimRequest) (*wire.ClaimResponse, error) {
+	fail := func(err error) (*wire.ClaimResponse, error) {
+		r := &wire.ClaimResponse{}
+		r.Error, r.Leader, _ = s.wireErr(err)
+		return r, nil
+	}
+	if req == nil {
+		return fail(invalid("claim request missing"))
+	}
+	if err := checkName("node id", req.Id, true); err != nil {
+		return fail(err)
+	}
+	c, leader, err := s.controllerClient(ctx, req.Hops)
+	if err != nil {
+		return fail(err)
+	}
+	if c != nil {
+		resp, err := c.Claim(ctx, &wire.ClaimRequest{Id: req.Id, Hops: req.Hops + 1})
+		if err != nil {
+			return fail(forwardFailed(leader, err))
+		}
+		return resp, nil
+	}
+	gen, err := s.node.Claim(ctx, req.Id)
+	if err != nil {
+		return fail(err)
+	}
+	s.node.Heartbeat(req.Id) // a sign of life too
+	return &wire.ClaimResponse{Generation: gen}, nil
+}
+
+// RecoveryDone records how long a claimer's recovery took
+// (coord.Node.RecoveryDone; a stale report is ignored, not refused).
+func (s *Server) RecoveryDone(ctx context.Context, req *wire.RecoveryDoneRequest) (*wire.RecoveryDoneResponse, error) {
+	fail := func(err error) (*wire.RecoveryDoneResponse, error) {
+		r := &wire.RecoveryDoneResponse{}
+		r.Error, r.Leader, _ = s.wireErr(err)
+		return r, nil
+	}
+	if req == nil {
+		return fail(invalid("recovery_done request missing"))
+	}
+	if err := checkName("node id", req.Id, true); err != nil {
+		return fail(err)
+	}
+	if req.Generation == 0 {
+		return fail(invalid("node %q: recovery_done without a generation", req.Id))
+	}
+	if req.Micros < 0 {
+		return fail(invalid("node %q: recovery of %d microseconds", req.Id, req.Micros))
+	}
+	c, leader, err := s.controllerClient(ctx, req.Hops)
+	if err != nil {
+		return fail(err)
+	}
+	if c != nil {
+		fwd := proto.Clone(req).(*wire.RecoveryDoneRequest)
+		fwd.Hops++
+		resp, err := c.RecoveryDone(ctx, fwd)
+		if err != nil {
+			return fail(forwardFailed(leader, err))
+		}
+		return resp, nil
+	}
+	if err := s.node.RecoveryDone(ctx, req.Id, req.Generation, req.Micros); err != nil {
+		return fail(err)
+	}
+	return &wire.RecoveryDoneResponse{}, nil
 }
 
 // View returns the controller's view of the cluster.
@@ -311,18 +411,14 @@ func (s *Server) View(ctx context.Context, req *wire.ViewRequest) (*wire.ViewRes
 	if req == nil {
 		return fail(invalid("view request missing"))
 	}
-	leader, err := s.route(ctx)
+	c, leader, err := s.controllerClient(ctx, req.Hops)
 	if err != nil {
 		return fail(err)
 	}
-	if leader != "" {
-		c, err := s.forward(leader, req.Hops)
-		if err != nil {
-			return fail(err)
-		}
+	if c != nil {
 		resp, err := c.View(ctx, &wire.ViewRequest{Hops: req.Hops + 1})
 		if err != nil {
-			return fail(&errNoController{leader: leader, why: fmt.Sprintf("coordrpc: forward to the controller %s: %v", leader, err)})
+			return fail(forwardFailed(leader, err))
 		}
 		return resp, nil
 	}
@@ -331,8 +427,9 @@ func (s *Server) View(ctx context.Context, req *wire.ViewRequest) (*wire.ViewRes
 
 func (s *Server) view(st *coord.State) *wire.ViewResponse {
 	r := &wire.ViewResponse{
+		Config:        st.Config,
 		Generation:    st.Generation,
-		Controller:    s.opts.GRPCAddr(st.Roles.Controller),
+		Controller:    st.Roles.Controller,
 		Sequencer:     st.Roles.Sequencer,
 		GrvProxies:    st.Roles.GRVProxies,
 		CommitProxies: st.Roles.CommitProxies,
@@ -363,6 +460,24 @@ func (s *Server) view(st *coord.State) *wire.ViewResponse {
 	sort.Strings(pools)
 	for _, p := range pools {
 		r.Slots = append(r.Slots, &wire.PoolSlots{Pool: p, Nodes: st.Tags[p]})
+	}
+	// Every stash slot, in the configuration's pool order, with its tag.
+	if cfg, err := st.ParsedConfig(); err == nil && cfg != nil {
+		tags := shardmap.StashTags(cfg)
+		for _, p := range cfg.Pools {
+			for i, tag := range tags[p.Name] {
+				loc := &wire.StashLocation{Tag: uint32(tag), Pool: p.Name, Slot: int32(i)}
+				if held := st.Tags[p.Name]; i < len(held) && held[i] != "" {
+					loc.Node = held[i]
+					loc.Address = st.Nodes[held[i]].Addr
+					loc.Alive = s.node.Alive(held[i])
+				}
+				r.Stashes = append(r.Stashes, loc)
+			}
+		}
+	}
+	if rec := st.Recovery; rec != nil {
+		r.LastRecoveryUnixMs, r.LastRecoveryMicros = rec.ClaimedUnixMs, rec.Micros
 	}
 	return r
 }

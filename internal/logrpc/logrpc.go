@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/distash/distash/internal/kv"
 	"github.com/distash/distash/internal/txlog"
@@ -42,15 +44,61 @@ type Log interface {
 	LastVersion() kv.Version
 }
 
-// Register serves l's Peek and Pop on s.
-func Register(s *grpc.Server, l Log) { wire.RegisterLogServer(s, &service{log: l}) }
+// StashReport is what a stash in another process pushes to the log
+// leader's node: its live bytes (durable pools' capacity checks) and its
+// progress and MVCC window (the ratekeeper's lag signals).
+type StashReport struct {
+	Tag                           kv.Tag
+	UsedBytes                     int64
+	Applied                       kv.Version
+	WindowBytes, WindowLimitBytes int64
+}
+
+// Gate is implemented by a Log that serves only at times (the log of a
+// node that may not lead it): while Serving returns an error, every call is
+// answered with it.
+type Gate interface {
+	Serving() error
+}
+
+func (v *service) closed() error {
+	if g, ok := v.log.(Gate); ok {
+		return g.Serving()
+	}
+	return nil
+}
+
+// Register serves l's Peek and Pop on s, and hands stashes' reports to
+// report (nil: reports are acknowledged and dropped).
+func Register(s *grpc.Server, l Log, report func(StashReport)) {
+	wire.RegisterLogServer(s, &service{log: l, report: report})
+}
 
 type service struct {
 	wire.UnimplementedLogServer
-	log Log
+	log    Log
+	report func(StashReport)
+}
+
+// Report records a stash's report and answers the log's last version.
+func (v *service) Report(ctx context.Context, req *wire.ReportRequest) (*wire.ReportResponse, error) {
+	if err := v.closed(); err != nil {
+		return &wire.ReportResponse{Error: wire.ErrorOf(err)}, nil
+	}
+	if req.UsedBytes < 0 || req.Applied < 0 || req.WindowBytes < 0 || req.WindowLimitBytes < 0 {
+		return &wire.ReportResponse{Error: wire.ErrorOf(kv.Errorf(kv.CodeInvalidMutation, "report of tag %d: negative figures", req.Tag))}, nil
+	}
+	if v.report != nil {
+		v.report(StashReport{Tag: kv.Tag(req.Tag), UsedBytes: req.UsedBytes, Applied: kv.Version(req.Applied),
+			WindowBytes: req.WindowBytes, WindowLimitBytes: req.WindowLimitBytes})
+	}
+	return &wire.ReportResponse{LastVersion: int64(v.log.LastVersion())}, nil
 }
 
 func (v *service) Peek(ctx context.Context, req *wire.PeekRequest) (*wire.PeekResponse, error) {
+	if err := v.closed(); err != nil {
+		return &wire.PeekResponse{Error: wire.ErrorOf(err)}, nil
+	}
 	if req.After < 0 || req.MaxBytes < 0 {
 		return &wire.PeekResponse{Error: wire.ErrorOf(kv.Errorf(kv.CodeInvalidMutation, "peek after %d, max bytes %d: negative", req.After, req.MaxBytes))}, nil
 	}
@@ -67,6 +115,11 @@ func (v *service) Peek(ctx context.Context, req *wire.PeekRequest) (*wire.PeekRe
 			// Nothing new within MaxPeekWait: the caller asks again.
 			return &wire.PeekResponse{End: req.After}, nil
 		}
+		if errors.Is(err, txlog.ErrTrimmed) {
+			// Carried as transaction_too_old; the client turns it back
+			// into txlog.ErrTrimmed.
+			err = kv.Errorf(kv.CodeTransactionTooOld, "%v", err)
+		}
 		return &wire.PeekResponse{Error: wire.ErrorOf(err)}, nil
 	}
 	resp := &wire.PeekResponse{End: int64(end), Messages: make([]*wire.LogMessage, len(msgs))}
@@ -81,6 +134,9 @@ func (v *service) Peek(ctx context.Context, req *wire.PeekRequest) (*wire.PeekRe
 }
 
 func (v *service) Pop(ctx context.Context, req *wire.PopRequest) (*wire.PopResponse, error) {
+	if err := v.closed(); err != nil {
+		return &wire.PopResponse{Error: wire.ErrorOf(err)}, nil
+	}
 	// A pop beyond the log's end would let it drop entries no stash has
 	// seen yet.
 	if last := v.log.LastVersion(); req.UpTo < 0 || kv.Version(req.UpTo) > last {
@@ -90,18 +146,54 @@ func (v *service) Pop(ctx context.Context, req *wire.PopRequest) (*wire.PopRespo
 	return &wire.PopResponse{}, nil
 }
 
+// Leader finds the node serving the log for a stash: the log leader's
+// node in a multi-process cluster.
+type Leader interface {
+	// Conn returns a connection to it, asking the cluster if it must.
+	Conn(ctx context.Context) (grpc.ClientConnInterface, error)
+	// Failed reports that a call on conn failed in a way that suggests
+	// the log moved (transport failure, wrong_node): the next Conn asks
+	// again.
+	Failed(conn grpc.ClientConnInterface)
+}
+
+type fixed struct{ conn grpc.ClientConnInterface }
+
+func (f fixed) Conn(context.Context) (grpc.ClientConnInterface, error) { return f.conn, nil }
+func (fixed) Failed(grpc.ClientConnInterface)                          {}
+
 // Client is a stash's view of a remote log (stash.Log).
 type Client struct {
-	api    wire.LogClient
+	leader Leader
 	logger *slog.Logger
 }
 
 // NewClient returns a log client over conn.
 func NewClient(conn grpc.ClientConnInterface, logger *slog.Logger) *Client {
+	return NewLeaderClient(fixed{conn}, logger)
+}
+
+// NewLeaderClient returns a log client that follows the log's leader: a
+// Peek or Pop that fails because the node is gone or no longer serves the
+// log asks leader again and retries (Peek until its ctx ends).
+func NewLeaderClient(leader Leader, logger *slog.Logger) *Client {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	return &Client{api: wire.NewLogClient(conn), logger: logger}
+	return &Client{leader: leader, logger: logger}
+}
+
+// retryDelay spaces the attempts of a Peek whose node failed.
+const retryDelay = 100 * time.Millisecond
+
+// moved reports whether err (of a call or in a reply) means the log is
+// to be found elsewhere now.
+func moved(err error) bool {
+	if status.Code(err) == codes.Unavailable {
+		return true
+	}
+	var ke *kv.Error
+	return errors.As(err, &ke) && (ke.Code == kv.CodeWrongNode || ke.Code == kv.CodeConnectionFailed)
 }
 
 // Peek returns tag's messages with versions in (after, end] and end, as
@@ -109,12 +201,32 @@ func NewClient(conn grpc.ClientConnInterface, logger *slog.Logger) *Client {
 // checked as a server's requests are: a bad one is an error, not applied.
 func (c *Client) Peek(ctx context.Context, tag kv.Tag, after kv.Version, maxBytes int) ([]txlog.Message, kv.Version, error) {
 	for {
-		resp, err := c.api.Peek(ctx, &wire.PeekRequest{Tag: uint32(tag), After: int64(after), MaxBytes: int64(maxBytes)})
+		conn, err := c.leader.Conn(ctx)
 		if err != nil {
 			return nil, after, err
 		}
-		if err := resp.Error.Err(); err != nil {
-			return nil, after, err
+		resp, err := wire.NewLogClient(conn).Peek(ctx, &wire.PeekRequest{Tag: uint32(tag), After: int64(after), MaxBytes: int64(maxBytes)})
+		if err == nil {
+			err = resp.Error.Err()
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, after, ctx.Err()
+			}
+			var ke *kv.Error
+			if errors.As(err, &ke) && ke.Code == kv.CodeTransactionTooOld {
+				return nil, after, fmt.Errorf("%w (%s)", txlog.ErrTrimmed, ke.Detail)
+			}
+			if !moved(err) && status.Code(err) != codes.DeadlineExceeded {
+				return nil, after, err
+			}
+			c.leader.Failed(conn)
+			select {
+			case <-ctx.Done():
+				return nil, after, ctx.Err()
+			case <-time.After(retryDelay):
+			}
+			continue
 		}
 		end := kv.Version(resp.End)
 		if end <= after && len(resp.Messages) == 0 {
@@ -146,11 +258,39 @@ func (c *Client) Peek(ctx context.Context, tag kv.Tag, after kv.Version, maxByte
 func (c *Client) Pop(tag kv.Tag, upTo kv.Version) {
 	ctx, cancel := context.WithTimeout(context.Background(), PopTimeout)
 	defer cancel()
-	resp, err := c.api.Pop(ctx, &wire.PopRequest{Tag: uint32(tag), UpTo: int64(upTo)})
+	conn, err := c.leader.Conn(ctx)
 	if err == nil {
-		err = resp.Error.Err()
+		var resp *wire.PopResponse
+		resp, err = wire.NewLogClient(conn).Pop(ctx, &wire.PopRequest{Tag: uint32(tag), UpTo: int64(upTo)})
+		if err == nil {
+			err = resp.Error.Err()
+		}
+		if moved(err) {
+			c.leader.Failed(conn)
+		}
 	}
 	if err != nil {
 		c.logger.Warn("logrpc: pop failed", "tag", tag, "up_to", upTo, "err", err)
 	}
+}
+
+// Report sends a stash's report to the log's node and returns the log's
+// last version.
+func (c *Client) Report(ctx context.Context, r StashReport) (kv.Version, error) {
+	conn, err := c.leader.Conn(ctx)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := wire.NewLogClient(conn).Report(ctx, &wire.ReportRequest{Tag: uint32(r.Tag), UsedBytes: r.UsedBytes,
+		Applied: int64(r.Applied), WindowBytes: r.WindowBytes, WindowLimitBytes: r.WindowLimitBytes})
+	if err == nil {
+		err = resp.Error.Err()
+	}
+	if err != nil {
+		if moved(err) {
+			c.leader.Failed(conn)
+		}
+		return 0, err
+	}
+	return kv.Version(resp.LastVersion), nil
 }

@@ -36,7 +36,7 @@ func serve(t *testing.T) (*txlog.Log, *grpc.ClientConn) {
 		t.Fatal(err)
 	}
 	s := grpc.NewServer()
-	Register(s, l)
+	Register(s, l, nil)
 	go s.Serve(lis)
 	t.Cleanup(s.Stop)
 	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))

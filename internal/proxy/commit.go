@@ -117,6 +117,11 @@ type CommitOptions struct {
 	Log       Appender
 	Shards    *shardmap.Map
 	Usage     StashUsage
+	// Epoch is the generation this proxy belongs to, carried by every log
+	// entry it appends: the log refuses entries of an epoch older than the
+	// newest generation it began (txlog.ErrStaleEpoch), so a proxy of a
+	// deposed generation cannot commit. 0 in an embedded cluster.
+	Epoch uint64
 	// Throttle, if set, is waited on by transactions without a read
 	// version (blind writes skip the GRV proxy, where throttling happens).
 	Throttle Throttle
@@ -522,7 +527,7 @@ func (p *CommitProxy) commitBatch(batch []*commitReq) *inflight {
 	}
 	outcomes := p.opts.Resolver.Resolve(version, toResolve)
 
-	entry := &txlog.Entry{Version: version, PrevVersion: prev}
+	entry := &txlog.Entry{Version: version, PrevVersion: prev, Epoch: p.opts.Epoch}
 	for j, o := range outcomes {
 		i := idx[j]
 		switch o {

@@ -23,6 +23,8 @@ package stash
 import (
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -272,6 +274,13 @@ func (s *Stash) pullLoop(ctx context.Context) error {
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
+			}
+			if errors.Is(err, txlog.ErrTrimmed) {
+				// The log no longer holds versions this stash has not
+				// applied: it cannot catch up. A dram stash restarts empty
+				// at the log's end; a durable one has lost writes.
+				return fmt.Errorf("stash %d (pool %q) is at version %d but the log dropped the versions after it (the stash was away longer than the log holds a tag's entries): %w",
+					s.opts.Tag, s.opts.Pool, after, err)
 			}
 			s.opts.Logger.Warn("stash peek failed", "tag", s.opts.Tag, "err", err)
 			select {

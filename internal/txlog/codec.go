@@ -13,16 +13,25 @@ import (
 
 // Raft log records are hand-encoded:
 //
-//	record   = kind:byte codecVersion:byte body
-//	entry    = version:varint prevVersion:varint nMutations:uvarint mutation*
-//	mutation = type:byte cost:uvarint keyLen:uvarint key paramLen:uvarint param nTags:uvarint tag:uvarint*
-//	pop      = nTags:uvarint (tag:uvarint popped:varint)*
+//	record     = kind:byte codecVersion:byte body
+//	entry      = version:varint prevVersion:varint nMutations:uvarint mutation*
+//	epochEntry = epoch:uvarint entry             (epoch > 0)
+//	mutation   = type:byte cost:uvarint keyLen:uvarint key paramLen:uvarint param nTags:uvarint tag:uvarint*
+//	pop        = nTags:uvarint (tag:uvarint popped:varint)*
+//	generation = epoch:uvarint                   (epoch > 0)
+//
+// An Entry of epoch 0 (embedded mode, and every record written before
+// epochs existed) is a plain entry record; one of a higher epoch is an
+// epochEntry record, so the encoding stays canonical and old logs decode
+// unchanged.
 //
 // Decoding never panics: every count and length is checked against the bytes
 // that remain, and trailing garbage is an error.
 const (
-	recEntry byte = 1
-	recPop   byte = 2
+	recEntry      byte = 1
+	recPop        byte = 2
+	recEpochEntry byte = 3 // decodes to a record of kind recEntry
+	recGeneration byte = 4
 
 	codecVersion byte = 1
 
@@ -46,11 +55,12 @@ type record struct {
 	kind  byte
 	entry Entry        // kind == recEntry
 	pops  []TagVersion // kind == recPop
+	epoch uint64       // kind == recGeneration
 }
 
 // entrySize is an upper bound of the encoded size of e.
 func entrySize(e *Entry) int {
-	n := 2 + 2*binary.MaxVarintLen64 + binary.MaxVarintLen64
+	n := 2 + 3*binary.MaxVarintLen64 + binary.MaxVarintLen64
 	for i := range e.Mutations {
 		m := &e.Mutations[i]
 		n += 1 + 3*binary.MaxVarintLen32 + len(m.Key) + len(m.Param) + binary.MaxVarintLen32 + len(m.Tags)*binary.MaxVarintLen32
@@ -64,7 +74,12 @@ func encodeEntry(e *Entry) []byte {
 }
 
 func appendEntry(b []byte, e *Entry) []byte {
-	b = append(b, recEntry, codecVersion)
+	if e.Epoch == 0 {
+		b = append(b, recEntry, codecVersion)
+	} else {
+		b = append(b, recEpochEntry, codecVersion)
+		b = binary.AppendUvarint(b, e.Epoch)
+	}
 	b = binary.AppendVarint(b, int64(e.Version))
 	b = binary.AppendVarint(b, int64(e.PrevVersion))
 	b = binary.AppendUvarint(b, uint64(len(e.Mutations)))
@@ -104,6 +119,14 @@ func encodePop(pops []TagVersion) []byte {
 		b = binary.AppendVarint(b, int64(p.Version))
 	}
 	return b
+}
+
+// encodeGeneration returns the raft command that starts generation epoch
+// (> 0).
+func encodeGeneration(epoch uint64) []byte {
+	b := make([]byte, 0, 2+binary.MaxVarintLen64)
+	b = append(b, recGeneration, codecVersion)
+	return binary.AppendUvarint(b, epoch)
 }
 
 // reader decodes from a byte slice, remembering the first error.
@@ -234,6 +257,21 @@ func decodeRecord(b []byte) (record, error) {
 	switch rec.kind {
 	case recEntry:
 		decodeEntryBody(r, &rec.entry)
+	case recEpochEntry:
+		rec.kind = recEntry
+		r.what = "entry epoch"
+		rec.entry.Epoch = r.uvarint()
+		if r.err == nil && rec.entry.Epoch == 0 {
+			// epoch 0 has the plain entry record: one encoding per entry
+			r.fail("epoch 0 in an epoch entry record")
+		}
+		decodeEntryBody(r, &rec.entry)
+	case recGeneration:
+		r.what = "generation epoch"
+		rec.epoch = r.uvarint()
+		if r.err == nil && rec.epoch == 0 {
+			r.fail("generation of epoch 0")
+		}
 	case recPop:
 		r.what = "pop count"
 		n := r.count(2)

@@ -58,6 +58,7 @@ type fsm struct {
 	index   map[kv.Tag][]tagMsg   // per tag: its messages, increasing versions
 	popped  map[kv.Tag]kv.Version // replicated popped version of every tag of the set
 	trimmed kv.Version            // every entry <= trimmed has been dropped
+	epoch   uint64                // generation: entries of a lower Epoch are rejected
 	bytes   int64                 // sum of len(raw) over entries
 	mem     int64                 // sum of mem over entries
 	last    atomic.Int64          // version of the last applied entry (written under mu)
@@ -100,13 +101,15 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []any {
 		if l.Type != raft.LogCommand {
 			continue
 		}
-		if err := f.applyLocked(l.Data); err != nil {
+		resp, err := f.applyRecordLocked(l.Data)
+		if err != nil {
 			resps[i] = err
-			if !errors.Is(err, ErrPrevVersion) {
+			if !errors.Is(err, ErrPrevVersion) && !errors.Is(err, ErrStaleEpoch) {
 				f.logger.Error("txlog: cannot apply raft log", "replica", f.replica, "index", l.Index, "err", err)
 			}
 			continue
 		}
+		resps[i] = resp
 		changed = true
 	}
 	f.mu.Unlock()
@@ -117,22 +120,65 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []any {
 }
 
 func (f *fsm) applyLocked(data []byte) error {
+	_, err := f.applyRecordLocked(data)
+	return err
+}
+
+// applyRecordLocked applies one raft command. Its response is nil, except
+// for a generation: the last version when the generation began.
+func (f *fsm) applyRecordLocked(data []byte) (any, error) {
 	rec, err := decodeRecord(data)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	switch rec.kind {
 	case recEntry:
 		e := &rec.entry
+		// Checked first: a deposed proxy's entry usually does not chain
+		// either, and ErrStaleEpoch tells it why.
+		if e.Epoch < f.epoch {
+			return nil, fmt.Errorf("%w: entry %d of epoch %d, the log is at epoch %d", ErrStaleEpoch, e.Version, e.Epoch, f.epoch)
+		}
 		last := f.lastVersion()
 		if e.Version <= last || e.PrevVersion != last {
-			return fmt.Errorf("%w: entry %d has prev %d, log ends at %d", ErrPrevVersion, e.Version, e.PrevVersion, last)
+			return nil, fmt.Errorf("%w: entry %d has prev %d, log ends at %d", ErrPrevVersion, e.Version, e.PrevVersion, last)
 		}
 		f.addLocked(e, data)
 	case recPop:
 		f.popLocked(rec.pops)
+	case recGeneration:
+		if rec.epoch <= f.epoch {
+			return nil, fmt.Errorf("%w: generation %d, the log is at epoch %d", ErrStaleEpoch, rec.epoch, f.epoch)
+		}
+		f.epoch = rec.epoch
+		return f.lastVersion(), nil
 	}
-	return nil
+	return nil, nil
+}
+
+func (f *fsm) currentEpoch() uint64 {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.epoch
+}
+
+// holdTrimPoint returns, when the unpopped entries hold more than hold
+// bytes of memory, the lowest version whose trimming brings them to at most
+// target bytes.
+func (f *fsm) holdTrimPoint(hold, target int64) (kv.Version, bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if f.mem <= hold {
+		return 0, false
+	}
+	mem := f.mem
+	for _, e := range f.entries {
+		mem -= e.mem
+		if mem <= target {
+			return e.version, true
+		}
+	}
+	return f.lastVersion(), true // not reached: mem ends at 0
 }
 
 // addLocked appends a decoded entry whose raft command is raw and indexes
@@ -300,6 +346,7 @@ type fsmState struct {
 	MinPopped kv.Version
 	Trimmed   kv.Version
 	Last      kv.Version
+	Epoch     uint64
 }
 
 func (f *fsm) state() fsmState {
@@ -312,6 +359,7 @@ func (f *fsm) state() fsmState {
 		Popped:  make(map[kv.Tag]kv.Version, len(f.popped)),
 		Trimmed: f.trimmed,
 		Last:    f.lastVersion(),
+		Epoch:   f.epoch,
 	}
 	first := true
 	for t, v := range f.popped {
@@ -325,15 +373,23 @@ func (f *fsm) state() fsmState {
 
 // Snapshot format (all integers varint/uvarint unless noted):
 //
-//	magic "TXLS" snapVersion:byte last trimmed nPopped (tag popped)* nEntries (len raw)* crc32c:4 bytes big-endian
+//	magic "TXLS" snapVersion:byte last trimmed [epoch:uvarint] nPopped (tag popped)* nEntries (len raw)* crc32c:4 bytes big-endian
+//
+// Version 1 has no epoch (0); version 2 has one. A state machine at epoch 0
+// (embedded mode) writes version 1, as before epochs existed, so each state
+// has one encoding.
 var snapMagic = [4]byte{'T', 'X', 'L', 'S'}
 
-const snapVersion byte = 1
+const (
+	snapVersion      byte = 1
+	snapVersionEpoch byte = 2
+)
 
 var crcTable = crc32.MakeTable(crc32.Castagnoli)
 
 type fsmSnapshot struct {
 	last, trimmed kv.Version
+	epoch         uint64
 	popped        []TagVersion
 	entries       []fsmEntry
 }
@@ -346,6 +402,7 @@ func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
 	s := &fsmSnapshot{
 		last:    f.lastVersion(),
 		trimmed: f.trimmed,
+		epoch:   f.epoch,
 		entries: slices.Clone(f.entries),
 	}
 	for t, v := range f.popped {
@@ -382,9 +439,16 @@ func (s *fsmSnapshot) write(w io.Writer) error {
 	bw := bufio.NewWriterSize(io.MultiWriter(w, crc), min(size, 1<<20))
 	var b []byte
 	b = append(b, snapMagic[:]...)
-	b = append(b, snapVersion)
+	if s.epoch == 0 {
+		b = append(b, snapVersion)
+	} else {
+		b = append(b, snapVersionEpoch)
+	}
 	b = binary.AppendVarint(b, int64(s.last))
 	b = binary.AppendVarint(b, int64(s.trimmed))
+	if s.epoch != 0 {
+		b = binary.AppendUvarint(b, s.epoch)
+	}
 	b = binary.AppendUvarint(b, uint64(len(s.popped)))
 	for _, p := range s.popped {
 		b = binary.AppendUvarint(b, uint64(p.Tag))
@@ -426,6 +490,7 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	}
 	f.mu.Lock()
 	f.entries, f.index, f.popped, f.trimmed, f.bytes, f.mem = nf.entries, nf.index, nf.popped, nf.trimmed, nf.bytes, nf.mem
+	f.epoch = nf.epoch
 	f.last.Store(nf.last.Load())
 	f.mu.Unlock()
 	f.notify()
@@ -442,7 +507,7 @@ func decodeSnapshot(data []byte, replica int, logger *slog.Logger, notify func()
 	if crc32.Checksum(body, crcTable) != sum {
 		return nil, fmt.Errorf("%w: snapshot checksum mismatch", ErrCorrupt)
 	}
-	if [4]byte(body[:4]) != snapMagic || body[4] != snapVersion {
+	if [4]byte(body[:4]) != snapMagic || (body[4] != snapVersion && body[4] != snapVersionEpoch) {
 		return nil, fmt.Errorf("%w: bad snapshot header", ErrCorrupt)
 	}
 	r := &reader{b: body, off: 5, what: "snapshot last version"}
@@ -450,6 +515,13 @@ func decodeSnapshot(data []byte, replica int, logger *slog.Logger, notify func()
 	r.what = "snapshot trimmed version"
 	trimmed := kv.Version(r.varint())
 	nf := newFSM(replica, logger, notify)
+	if body[4] == snapVersionEpoch {
+		r.what = "snapshot epoch"
+		nf.epoch = r.uvarint()
+		if r.err == nil && nf.epoch == 0 {
+			r.fail("epoch 0 in a version %d snapshot", snapVersionEpoch)
+		}
+	}
 	r.what = "snapshot popped count"
 	np := r.count(2)
 	for i := 0; i < np && r.err == nil; i++ {

@@ -20,6 +20,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -44,6 +45,8 @@ func encodeRecord(t *testing.T, rec record) []byte {
 		return encodeEntry(&rec.entry)
 	case recPop:
 		return encodePop(rec.pops)
+	case recGeneration:
+		return encodeGeneration(rec.epoch)
 	}
 	t.Fatalf("decoded a record of unknown kind %d", rec.kind)
 	return nil
@@ -57,6 +60,8 @@ func FuzzDecodeRecord(f *testing.F) {
 	f.Add(encodeEntry(&Entry{Version: 1}))
 	f.Add(encodePop([]TagVersion{{Tag: 1, Version: 10}, {Tag: 2, Version: 20}}))
 	f.Add(encodePop(nil))
+	f.Add(encodeEntry(&Entry{Version: 3, PrevVersion: 2, Epoch: 5, Mutations: sampleEntry().Mutations}))
+	f.Add(encodeGeneration(5))
 	f.Add([]byte{})
 	f.Add([]byte{recEntry, codecVersion, 2, 0, 1, 1, 0, 0, 0, 0})
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -150,6 +155,8 @@ func FuzzDecodeSnapshot(f *testing.F) {
 	empty := snapshotBytes(f, newFSM(0, discardLogger(), func() {}))
 	f.Add(empty[:len(empty)-4])
 	f.Add([]byte("TXLS"))
+	epoch := body(f, &fsmSnapshot{last: 20, trimmed: 5, epoch: 3, popped: []TagVersion{{1, 5}}, entries: []fsmEntry{{raw: encodeEntry(&Entry{Version: 20, PrevVersion: 10, Epoch: 3})}}})
+	f.Add(epoch)
 	f.Add([]byte("TXLS\x01\x00\x00\x00\x00"))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		// As read from disk, unchecked: must not panic either.
@@ -263,6 +270,11 @@ func fuzzSeeds(t *testing.T) map[string]map[string][]byte {
 		"valid-pop":                pop,
 		"valid-pop-empty":          encodePop(nil),
 		"valid-pop-same-tag-twice": encodePop([]TagVersion{{Tag: 4, Version: 9}, {Tag: 4, Version: 2}}),
+		"valid-entry-epoch":        encodeEntry(&Entry{Version: 3, PrevVersion: 2, Epoch: 1 << 40, Mutations: sampleEntry().Mutations}),
+		"valid-generation":         encodeGeneration(7),
+		"bad-entry-epoch-zero":     {recEpochEntry, codecVersion, 0, 6, 4, 0},
+		"bad-generation-epoch-0":   {recGeneration, codecVersion, 0},
+		"bad-generation-trailing":  {recGeneration, codecVersion, 1, 0},
 		"bad-trailing-byte":        append(bytes.Clone(entry), 0),
 		"bad-kind":                 append([]byte{9, codecVersion}, entry[2:]...),
 		"bad-codec-version":        append([]byte{recEntry, codecVersion + 1}, entry[2:]...),
@@ -275,13 +287,7 @@ func fuzzSeeds(t *testing.T) map[string]map[string][]byte {
 	cuts(record, "trunc-entry", entry, 0, 1, 2, 6, 12, 20, len(entry)-1)
 	cuts(record, "trunc-pop", pop, 3, len(pop)-1)
 
-	body := func(s *fsmSnapshot) []byte {
-		var buf bytes.Buffer
-		if err := s.write(&buf); err != nil {
-			t.Fatal(err)
-		}
-		return buf.Bytes()[:buf.Len()-4]
-	}
+	body := func(s *fsmSnapshot) []byte { return body(t, s) }
 	sample := sampleSnapshot(t)
 	sample = sample[:len(sample)-4]
 	e10 := encodeEntry(&Entry{Version: 10, PrevVersion: 5})
@@ -290,8 +296,11 @@ func fuzzSeeds(t *testing.T) map[string]map[string][]byte {
 		"valid-sample":      sample,
 		"valid-empty":       body(&fsmSnapshot{}),
 		"valid-all-trimmed": body(&fsmSnapshot{last: 30, trimmed: 30, popped: []TagVersion{{1, 30}, {2, 40}}}),
+		"valid-epoch": body(&fsmSnapshot{last: 20, trimmed: 5, epoch: 3, popped: []TagVersion{{1, 5}},
+			entries: []fsmEntry{{raw: encodeEntry(&Entry{Version: 20, PrevVersion: 10, Epoch: 3})}}}),
+		"bad-v2-epoch-0":    append([]byte("TXLS\x02"), slices.Insert(bytes.Clone(sample[5:]), v1HeaderLen(sample)-5, 0)...),
 		"bad-magic":         append([]byte("TXLX"), sample[4:]...),
-		"bad-version":       append([]byte("TXLS\x02"), sample[5:]...),
+		"bad-version":       append([]byte{'T', 'X', 'L', 'S', snapVersionEpoch + 1}, sample[5:]...),
 		"bad-not-an-entry":  body(&fsmSnapshot{last: 10, entries: []fsmEntry{{raw: encodePop(nil)}}}),
 		"bad-out-of-order":  body(&fsmSnapshot{last: 20, entries: []fsmEntry{{raw: e20}, {raw: e10}}}),
 		"bad-trimmed-entry": body(&fsmSnapshot{last: 20, trimmed: 10, entries: []fsmEntry{{raw: e10}, {raw: e20}}}),
@@ -320,6 +329,26 @@ func fuzzSeeds(t *testing.T) map[string]map[string][]byte {
 		"FuzzDecodeSnapshot": snapshot,
 		"FuzzDecodeRaftLog":  raftLog,
 	}
+}
+
+// body is a snapshot's bytes without their checksum.
+func body(t testing.TB, s *fsmSnapshot) []byte {
+	var buf bytes.Buffer
+	if err := s.write(&buf); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()[:buf.Len()-4]
+}
+
+// v1HeaderLen is the length of a version 1 snapshot's magic, version, last
+// and trimmed versions: where version 2 has its epoch.
+func v1HeaderLen(snap []byte) int {
+	off := 5
+	for range 2 {
+		_, n := binary.Varint(snap[off:])
+		off += n
+	}
+	return off
 }
 
 // decodeSeed runs the decoder target fuzzes on one input.

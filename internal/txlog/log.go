@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -28,8 +30,12 @@ type TaggedMutation struct {
 
 // Entry is one commit batch: all mutations committed at Version. PrevVersion
 // is the Version of the previous entry (0 for the first entry of a log).
+// Epoch is the generation of the commit proxy that appends it (see
+// BeginGeneration; 0 in embedded mode): the log rejects an entry of an
+// epoch below its own.
 type Entry struct {
 	Version, PrevVersion kv.Version
+	Epoch                uint64
 	Mutations            []TaggedMutation
 }
 
@@ -39,12 +45,42 @@ type Message struct {
 	Mutations []kv.Mutation
 }
 
+// Peer is one replica of a log in network mode: its raft server id and the
+// address its raft transport listens on.
+type Peer struct{ ID, Addr string }
+
+// NetworkOptions select network mode: this process runs one replica of a
+// log whose replicas (one per transaction node) replicate over the network.
+type NetworkOptions struct {
+	LocalID string // this node's raft server id; must be one of Peers
+	// Peers are every replica of the log (this one included), identical on
+	// every node: a new directory bootstraps raft with them.
+	Peers []Peer
+	// Transport is built by the caller (e.g. raft.NewNetworkTransportWithConfig
+	// over the node's stream layer) and listens on the local peer's Addr.
+	// The Log owns it from Open on: raft closes it (raft.WithClose, i.e.
+	// io.Closer) when the replica shuts down, and Open closes it if it fails.
+	Transport raft.Transport
+}
+
 // Options configure Open. Zero values mean the defaults.
 type Options struct {
-	Dir      string   // replicas live in Dir/replica-<i>
-	Replicas int      // 1 (default) .. 7, all in this process over raft.NewInmemTransport
+	// Dir holds the replicas: Dir/replica-<i> in embedded mode, Dir/replica
+	// in network mode.
+	Dir string
+	// Replicas is the number of replicas: 1 (default) .. 7, all in this
+	// process over raft.NewInmemTransport (embedded mode). In network mode
+	// it is len(Network.Peers); 0 or that.
+	Replicas int
 	Tags     []kv.Tag // every tag that must pop before an entry can be dropped; nil on reopen keeps the recovered set
 	Logger   *slog.Logger
+	// Network, if set, selects network mode (see NetworkOptions and the
+	// package documentation). A directory cannot change mode.
+	Network *NetworkOptions
+	// RaftTimeout is raft's heartbeat, election and leader lease timeout
+	// (default 250ms in embedded mode, 500ms in network mode, where RPCs
+	// cross real sockets and other processes).
+	RaftTimeout time.Duration
 
 	// SnapshotThreshold is how many raft log records since the last snapshot
 	// trigger a new one (default 4096); TrailingLogs how many records are
@@ -67,6 +103,11 @@ type Options struct {
 	// OverMemoryBudget reports true and stashes flush what they applied
 	// without waiting for their MVCC window to pass, so that they pop it.
 	MemoryBytes int64
+	// HoldBytes bounds what the log holds for a tag that stopped popping
+	// (a dead stash): when the unpopped entries' memory passes it, the
+	// leader force-pops the tag furthest behind (never kv.SystemTag) down to
+	// MemoryBytes (Stats.Dropped). Default 4 × MemoryBytes.
+	HoldBytes int64
 }
 
 const maxReplicas = 7
@@ -97,6 +138,17 @@ var (
 	// ErrTrimmed is returned by Peek for a version below what the log has
 	// already dropped.
 	ErrTrimmed = errors.New("txlog: version already popped")
+	// ErrNotLeader is returned in network mode by Append, Resync,
+	// BeginGeneration, VerifyLeader and SyncPops on a replica that is not
+	// the raft leader (or, for VerifyLeader, no longer leads a quorum). An
+	// append that fails with it was not submitted (definitely not
+	// committed) and does not block later appends.
+	ErrNotLeader = errors.New("txlog: not the raft leader")
+	// ErrStaleEpoch is returned by BeginGeneration for an epoch not above
+	// the log's, and (through the Future) by Append for an entry whose Epoch
+	// is below the log's: a newer commit proxy took over. Such an entry is
+	// definitely not in the log.
+	ErrStaleEpoch = errors.New("txlog: stale epoch")
 )
 
 // Future is the result of an Append.
@@ -151,10 +203,17 @@ type Stats struct {
 	MinPopped      kv.Version            // minimum over Popped
 	Trimmed        kv.Version            // entries <= Trimmed are dropped
 	LastVersion    kv.Version
-	Leader         int // replica index of the raft leader, -1 if none
+	Leader         int // replica index of the raft leader, -1 if none (network mode: 0 if the local replica leads)
 	Running        int // running replicas
 	RaftLastIndex  uint64
 	RaftFirstIndex uint64 // first raft log record still on the leader's disk
+	LeaderID       string // raft server id of the leader as seen here, "" if none
+	Epoch          uint64 // the log's generation (BeginGeneration)
+	Network        bool   // network mode
+	// Dropped holds the tags this Log force-popped because the log held
+	// more than HoldBytes for them, with the version each was popped to
+	// (since Open).
+	Dropped map[kv.Tag]kv.Version
 }
 
 // Log is the replicated log. See the package documentation.
@@ -166,19 +225,33 @@ type Log struct {
 	mu         sync.RWMutex // guards reps[i] start/stop
 	reps       []*replica
 	leaderHint atomic.Int32
+	transOwned bool // a raft took Network.Transport over (under mu)
 
 	appendMu     sync.Mutex
 	lastAppended kv.Version
-	unsubmitted  bool // an append found no leader: fail the next ones until Resync
+	unsubmitted  bool   // an append found no leader: fail the next ones until Resync
+	epoch        uint64 // highest epoch BeginGeneration started here: older appends fail at once
 	closing      bool
 	pending      chan *Future
 	complDone    chan struct{}
 
 	popMu      sync.Mutex
 	tags       []kv.Tag
+	tagsSet    bool // tags come from Options.Tags or SetTags, not from recovery
 	popPending map[kv.Tag]kv.Version
 	popDirty   bool
+	dropped    map[kv.Tag]kv.Version // force-popped tags (HoldBytes)
 	flushMu    sync.Mutex
+
+	// Network mode: pops are replicated only once the local replica leads
+	// and has merged the replicated pops (popReady); leaderTerm counts the
+	// leadership changes so a stale merge is not marked ready.
+	popReady   atomic.Bool
+	leaderTerm atomic.Uint64
+
+	subMu   sync.Mutex
+	subs    map[chan bool]struct{}
+	leading bool // last leadership state sent to subs
 
 	notifyMu sync.Mutex
 	notifyCh chan struct{}
@@ -191,12 +264,25 @@ type Log struct {
 }
 
 // Open opens (or creates) the log in opts.Dir, recovering every replica from
-// its snapshot and raft log, bootstrapping a new raft cluster if the
-// directory is empty, and waits until a leader has applied everything
-// committed so far (LastVersion is then the recovered log's end).
+// its snapshot and raft log and bootstrapping a new raft cluster if the
+// directory is empty. In embedded mode it waits until a leader has applied
+// everything committed so far (LastVersion is then the recovered log's
+// end). In network mode it returns once the local replica runs, without
+// waiting for a leader (the other nodes may start later): LastVersion is
+// what the local replica recovered, and a commit proxy chains from the
+// version BeginGeneration returns.
 func Open(opts Options) (*Log, error) {
 	if opts.Dir == "" {
 		return nil, errors.New("txlog: Options.Dir is required")
+	}
+	if n := opts.Network; n != nil {
+		if err := checkNetwork(n, opts.Replicas); err != nil {
+			if c, ok := n.Transport.(io.Closer); ok {
+				c.Close()
+			}
+			return nil, err
+		}
+		opts.Replicas = len(n.Peers)
 	}
 	if opts.Replicas == 0 {
 		opts.Replicas = 1
@@ -219,23 +305,26 @@ func Open(opts Options) (*Log, error) {
 	if opts.LeaderTimeout == 0 {
 		opts.LeaderTimeout = 10 * time.Second
 	}
+	if opts.RaftTimeout <= 0 {
+		opts.RaftTimeout = 250 * time.Millisecond
+		if opts.Network != nil {
+			opts.RaftTimeout = 500 * time.Millisecond
+		}
+	}
 	if opts.RaftCacheBytes <= 0 {
 		opts.RaftCacheBytes = DefaultRaftCacheBytes
 	}
 	if opts.MemoryBytes <= 0 {
 		opts.MemoryBytes = DefaultMemoryBytes
 	}
+	if opts.HoldBytes <= 0 {
+		opts.HoldBytes = 4 * opts.MemoryBytes
+	}
 	logger := opts.Logger
 	if logger == nil {
 		logger = slog.Default()
 	}
 	logger = logger.With("component", "txlog")
-	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
-		return nil, err
-	}
-	if err := checkMeta(opts.Dir, opts.Replicas); err != nil {
-		return nil, err
-	}
 	l := &Log{
 		opts:   opts,
 		logger: logger,
@@ -244,25 +333,47 @@ func Open(opts Options) (*Log, error) {
 		pending:    make(chan *Future, 8192),
 		complDone:  make(chan struct{}),
 		popPending: make(map[kv.Tag]kv.Version),
+		dropped:    make(map[kv.Tag]kv.Version),
 		notifyCh:   make(chan struct{}),
+		subs:       make(map[chan bool]struct{}),
 		closed:     make(chan struct{}),
 		stopPops:   make(chan struct{}),
 		popsDone:   make(chan struct{}),
 	}
 	l.leaderHint.Store(-1)
-	for i := 0; i < opts.Replicas; i++ {
-		id := fmt.Sprintf("replica-%d", i)
-		l.reps = append(l.reps, &replica{
-			index: i,
-			id:    raft.ServerID(id),
-			addr:  raft.ServerAddress(id),
-			dir:   filepath.Join(opts.Dir, id),
-		})
+	if n := opts.Network; n != nil {
+		var addr string
+		for _, p := range n.Peers {
+			if p.ID == n.LocalID {
+				addr = p.Addr
+			}
+		}
+		l.reps = []*replica{{
+			id:   raft.ServerID(n.LocalID),
+			addr: raft.ServerAddress(addr),
+			dir:  filepath.Join(opts.Dir, "replica"),
+		}}
+	} else {
+		for i := 0; i < opts.Replicas; i++ {
+			id := fmt.Sprintf("replica-%d", i)
+			l.reps = append(l.reps, &replica{
+				index: i,
+				id:    raft.ServerID(id),
+				addr:  raft.ServerAddress(id),
+				dir:   filepath.Join(opts.Dir, id),
+			})
+		}
 	}
 	go l.complete()
 	fail := func(err error) (*Log, error) {
 		l.shutdown()
 		return nil, err
+	}
+	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
+		return fail(err)
+	}
+	if err := checkMeta(opts.Dir, opts.Replicas, opts.Network); err != nil {
+		return fail(err)
 	}
 	l.mu.Lock()
 	for i := range l.reps {
@@ -272,10 +383,14 @@ func Open(opts Options) (*Log, error) {
 		}
 	}
 	l.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), opts.LeaderTimeout)
-	defer cancel()
-	if _, err := l.Resync(ctx); err != nil {
-		return fail(err)
+	if !l.network() {
+		ctx, cancel := context.WithTimeout(context.Background(), opts.LeaderTimeout)
+		defer cancel()
+		if _, err := l.Resync(ctx); err != nil {
+			return fail(err)
+		}
+	} else {
+		l.lastAppended = l.reps[0].fsm.lastVersion()
 	}
 	st := l.bestFSM().state()
 	l.popMu.Lock()
@@ -284,6 +399,7 @@ func Open(opts Options) (*Log, error) {
 	}
 	if opts.Tags != nil {
 		l.tags = normTags(opts.Tags)
+		l.tagsSet = true
 	} else {
 		for t := range st.Popped {
 			l.tags = append(l.tags, t)
@@ -297,14 +413,45 @@ func Open(opts Options) (*Log, error) {
 		}
 	}
 	l.popMu.Unlock()
-	if err := l.flushPops(opts.LeaderTimeout); err != nil {
-		return fail(err)
+	if !l.network() {
+		if err := l.flushPops(opts.LeaderTimeout); err != nil {
+			return fail(err)
+		}
 	}
 	go l.popLoop()
-	logger.Info("txlog open", "dir", opts.Dir, "replicas", opts.Replicas, "last_version", st.Last,
-		"entries", st.Entries, "tags", len(l.tags))
+	logger.Info("txlog open", "dir", opts.Dir, "replicas", opts.Replicas, "network", l.network(),
+		"last_version", st.Last, "epoch", st.Epoch, "entries", st.Entries, "tags", len(l.tags))
 	return l, nil
 }
+
+// checkNetwork validates the network options (replicas is Options.Replicas).
+func checkNetwork(n *NetworkOptions, replicas int) error {
+	if n.Transport == nil {
+		return errors.New("txlog: NetworkOptions.Transport is required")
+	}
+	if len(n.Peers) == 0 || len(n.Peers) > maxReplicas {
+		return fmt.Errorf("txlog: %d peers, want 1..%d", len(n.Peers), maxReplicas)
+	}
+	if replicas != 0 && replicas != len(n.Peers) {
+		return fmt.Errorf("txlog: Options.Replicas = %d but there are %d peers", replicas, len(n.Peers))
+	}
+	ids, addrs := map[string]bool{}, map[string]bool{}
+	for _, p := range n.Peers {
+		if p.ID == "" || p.Addr == "" {
+			return fmt.Errorf("txlog: peer %+v lacks an id or address", p)
+		}
+		if ids[p.ID] || addrs[p.Addr] {
+			return fmt.Errorf("txlog: peer %+v listed twice", p)
+		}
+		ids[p.ID], addrs[p.Addr] = true, true
+	}
+	if !ids[n.LocalID] {
+		return fmt.Errorf("txlog: local id %q is not among the peers", n.LocalID)
+	}
+	return nil
+}
+
+func (l *Log) network() bool { return l.opts.Network != nil }
 
 func normTags(tags []kv.Tag) []kv.Tag {
 	out := slices.Clone(tags)
@@ -312,14 +459,22 @@ func normTags(tags []kv.Tag) []kv.Tag {
 	return slices.Compact(out)
 }
 
-// checkMeta records the replica count of a new log and rejects reopening it
-// with another count.
-func checkMeta(dir string, replicas int) error {
+// checkMeta records the replica count and mode of a new log and rejects
+// reopening it with another count or mode: a network replica's directory
+// holds one replica whose raft configuration names the peers, an embedded
+// log's holds every replica. An embedded log's file is "replicas=N", as
+// before network mode existed; a network one adds "mode=network" and the
+// local id.
+func checkMeta(dir string, replicas int, network *NetworkOptions) error {
 	path := filepath.Join(dir, "txlog.meta")
+	want := "replicas=" + strconv.Itoa(replicas) + "\n"
+	if network != nil {
+		want += "mode=network\nid=" + network.LocalID + "\n"
+	}
 	b, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
 		tmp := path + ".tmp"
-		if err := os.WriteFile(tmp, []byte("replicas="+strconv.Itoa(replicas)+"\n"), 0o644); err != nil {
+		if err := os.WriteFile(tmp, []byte(want), 0o644); err != nil {
 			return err
 		}
 		return os.Rename(tmp, path)
@@ -327,10 +482,27 @@ func checkMeta(dir string, replicas int) error {
 	if err != nil {
 		return err
 	}
-	s, ok := strings.CutPrefix(strings.TrimSpace(string(b)), "replicas=")
-	n, err := strconv.Atoi(s)
-	if !ok || err != nil {
+	meta := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		k, v, ok := strings.Cut(line, "=")
+		if !ok {
+			return fmt.Errorf("txlog: bad %s: %q", path, b)
+		}
+		meta[k] = v
+	}
+	n, err := strconv.Atoi(meta["replicas"])
+	if err != nil {
 		return fmt.Errorf("txlog: bad %s: %q", path, b)
+	}
+	switch mode := meta["mode"]; {
+	case mode == "" && network != nil:
+		return fmt.Errorf("txlog: %s holds an embedded log, opened in network mode", dir)
+	case mode == "network" && network == nil:
+		return fmt.Errorf("txlog: %s holds a network log replica, opened in embedded mode", dir)
+	case mode != "" && mode != "network":
+		return fmt.Errorf("txlog: bad %s: mode %q", path, mode)
+	case network != nil && meta["id"] != network.LocalID:
+		return fmt.Errorf("txlog: %s holds the replica of %q, opened as %q", dir, meta["id"], network.LocalID)
 	}
 	if n != replicas {
 		return fmt.Errorf("txlog: %s holds a log of %d replicas, opened with %d", dir, n, replicas)
@@ -385,8 +557,26 @@ func (l *Log) Append(e *Entry) *Future {
 		f.finish(ErrClosed)
 		return f
 	}
+	// Before the order check: a deposed proxy's entry does not chain from
+	// what the new one appends, and must not disturb its chain.
+	if e.Epoch < l.epoch {
+		f.finish(fmt.Errorf("%w: entry %d of epoch %d after generation %d began", ErrStaleEpoch, e.Version, e.Epoch, l.epoch))
+		return f
+	}
 	if e.Version <= l.lastAppended || e.PrevVersion != l.lastAppended {
 		f.finish(fmt.Errorf("%w: entry %d with prev %d after %d", ErrOutOfOrder, e.Version, e.PrevVersion, l.lastAppended))
+		return f
+	}
+	if l.network() {
+		// Never wait for a leader: the caller must find the node that leads.
+		r := l.leader()
+		if r == nil {
+			f.finish(ErrNotLeader)
+			return f
+		}
+		l.lastAppended = e.Version
+		f.af, f.stopped = r.raft.Apply(encodeEntry(e), 0), r.stopped
+		l.pending <- f
 		return f
 	}
 	l.lastAppended = e.Version
@@ -410,8 +600,23 @@ func (l *Log) Append(e *Entry) *Future {
 // Resync waits for a leader to apply every committed entry and makes its
 // last version the one the next Append must chain from (PrevVersion). Call
 // it from the appending goroutine after an append failed, once no append is
-// in flight.
+// in flight. In network mode it does not wait for a leader: on a replica
+// that does not lead it fails with ErrNotLeader.
 func (l *Log) Resync(ctx context.Context) (kv.Version, error) {
+	if l.network() {
+		r := l.leader()
+		if r == nil {
+			return 0, ErrNotLeader
+		}
+		if err := awaitFutureCtx(ctx, r.raft.Barrier(ctxTimeout(ctx, l.opts.LeaderTimeout)), r.stopped); err != nil {
+			return 0, leaderErr(ctx, err)
+		}
+		v := r.fsm.lastVersion()
+		l.appendMu.Lock()
+		l.lastAppended, l.unsubmitted = v, false
+		l.appendMu.Unlock()
+		return v, nil
+	}
 	for {
 		r := l.waitLeaderCtx(ctx)
 		if r == nil {
@@ -454,6 +659,243 @@ func (l *Log) leader() *replicaRef {
 		}
 	}
 	return nil
+}
+
+// ctxTimeout is the time left before ctx's deadline, or def.
+func ctxTimeout(ctx context.Context, def time.Duration) time.Duration {
+	if dl, ok := ctx.Deadline(); ok {
+		return max(time.Until(dl), time.Millisecond)
+	}
+	return def
+}
+
+// awaitFutureCtx is awaitFuture that also gives up when ctx is done.
+func awaitFutureCtx(ctx context.Context, rf raft.Future, stopped <-chan struct{}) error {
+	errc := make(chan error, 1)
+	go func() { errc <- awaitFuture(rf, stopped) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// leaderErr maps the failure of a raft future of a leader-only operation:
+// ctx's error if ctx is done, else ErrNotLeader wrapping raft's error
+// (leadership lost, or the replica shut down).
+func leaderErr(ctx context.Context, err error) error {
+	if cerr := ctx.Err(); cerr != nil && errors.Is(err, cerr) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", ErrNotLeader, err)
+}
+
+// BeginGeneration starts generation epoch of the log for a new commit proxy
+// and returns the version it must chain its appends from (the PrevVersion
+// of its first Entry, whose Epoch must be epoch): the last version of the
+// committed log, which holds every acknowledged append of earlier
+// generations (the recovery point). It runs only on the leader
+// (ErrNotLeader otherwise): a raft barrier makes the leader apply
+// everything committed in earlier terms, then a replicated generation
+// command raises the log's epoch, after which every replica rejects entries
+// of lower epochs (ErrStaleEpoch), deterministically. An epoch not above
+// the log's fails with ErrStaleEpoch. If the generation command's fate is
+// unknown (leadership lost: ErrNotLeader wrapping raft's error) the
+// generation may have begun; retry with a higher epoch.
+func (l *Log) BeginGeneration(ctx context.Context, epoch uint64) (kv.Version, error) {
+	if epoch == 0 {
+		return 0, fmt.Errorf("%w: generation epochs start at 1", ErrStaleEpoch)
+	}
+	select {
+	case <-l.closed:
+		return 0, ErrClosed
+	default:
+	}
+	r := l.leader()
+	if r == nil {
+		return 0, ErrNotLeader
+	}
+	timeout := ctxTimeout(ctx, l.opts.LeaderTimeout)
+	if err := awaitFutureCtx(ctx, r.raft.Barrier(timeout), r.stopped); err != nil {
+		return 0, leaderErr(ctx, err)
+	}
+	if cur := r.fsm.currentEpoch(); cur >= epoch {
+		return 0, fmt.Errorf("%w: generation %d, the log is at epoch %d", ErrStaleEpoch, epoch, cur)
+	}
+	l.appendMu.Lock()
+	if l.closing {
+		l.appendMu.Unlock()
+		return 0, ErrClosed
+	}
+	// From now on this Log fails older appends at once, so none slips
+	// between the generation command and the chain reset below.
+	l.epoch = max(l.epoch, epoch)
+	af := r.raft.Apply(encodeGeneration(epoch), timeout)
+	l.appendMu.Unlock()
+	if err := awaitFutureCtx(ctx, af, r.stopped); err != nil {
+		return 0, leaderErr(ctx, err)
+	}
+	var v kv.Version
+	switch resp := af.Response().(type) {
+	case error:
+		return 0, resp
+	case kv.Version:
+		v = resp
+	default:
+		return 0, fmt.Errorf("txlog: generation %d: unexpected response %v", epoch, resp)
+	}
+	l.appendMu.Lock()
+	l.lastAppended, l.unsubmitted = v, false
+	l.appendMu.Unlock()
+	l.logger.Info("txlog generation began", "epoch", epoch, "version", v)
+	return v, nil
+}
+
+// VerifyLeader confirms that the local replica still leads a quorum (raft's
+// VerifyLeader: a round of heartbeats), so that a deposed leader never
+// hands out a stale read version. ErrNotLeader when it does not (or ctx's
+// error).
+func (l *Log) VerifyLeader(ctx context.Context) error {
+	r := l.leader()
+	if r == nil {
+		return ErrNotLeader
+	}
+	if err := awaitFutureCtx(ctx, r.raft.VerifyLeader(), r.stopped); err != nil {
+		return leaderErr(ctx, err)
+	}
+	return nil
+}
+
+// IsLeader reports whether a replica of this Log is the raft leader (in
+// network mode: the local replica).
+func (l *Log) IsLeader() bool { return l.leader() != nil }
+
+// Leader returns the raft server id and address of the leader as this Log
+// sees it ("", "" if none is known). In network mode it is the local
+// replica's view, which may name another node.
+func (l *Log) Leader() (id, addr string) {
+	if !l.network() {
+		if r := l.leader(); r != nil {
+			return string(r.id), string(r.addr)
+		}
+		return "", ""
+	}
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	r := l.reps[0]
+	if !r.running {
+		return "", ""
+	}
+	a, i := r.raft.LeaderWithID()
+	return string(i), string(a)
+}
+
+// Subscribe returns a channel that receives IsLeader's value whenever it
+// changes, starting with its value now. The channel holds one value and
+// a newer state replaces an unread one, so a slow reader skips flips but
+// always ends on the latest state. cancel stops the notifications; the
+// channel is never closed (it last says false when the Log closes).
+func (l *Log) Subscribe() (ch <-chan bool, cancel func()) {
+	c := make(chan bool, 1)
+	l.subMu.Lock()
+	l.leading = l.IsLeader()
+	for o := range l.subs { // they must not miss a change folded in here
+		select {
+		case <-o:
+		default:
+		}
+		o <- l.leading
+	}
+	c <- l.leading
+	l.subs[c] = struct{}{}
+	l.subMu.Unlock()
+	return c, func() {
+		l.subMu.Lock()
+		delete(l.subs, c)
+		l.subMu.Unlock()
+	}
+}
+
+// publishLeadership sends IsLeader to the subscribers if it changed. It is
+// computed and sent under one lock, so the last value sent is the latest.
+func (l *Log) publishLeadership() {
+	l.subMu.Lock()
+	defer l.subMu.Unlock()
+	v := l.IsLeader()
+	if v == l.leading {
+		return
+	}
+	l.leading = v
+	for c := range l.subs {
+		select { // replace an unread notification with the newer one
+		case <-c:
+		default:
+		}
+		c <- v
+	}
+}
+
+// watchLeadership follows one replica's raft leadership notifications
+// (raft blocks until they are read) until it is stopped.
+func (l *Log) watchLeadership(ch <-chan bool, stopped <-chan struct{}) {
+	for {
+		select {
+		case leading := <-ch:
+			if l.network() {
+				l.popMu.Lock()
+				term := l.leaderTerm.Add(1)
+				l.popReady.Store(false)
+				l.popMu.Unlock()
+				if leading {
+					go l.takePops(term)
+				}
+			}
+			l.publishLeadership()
+		case <-stopped:
+			l.publishLeadership()
+			return
+		}
+	}
+}
+
+// takePops prepares a network replica that became leader (term counts
+// leadership changes) to replicate pops: once it has applied everything
+// committed before its term, it merges the replicated popped versions into
+// its pending ones (so a flush never carries less than the log holds, nor a
+// smaller recovered tag set) and lets the pop loop flush.
+func (l *Log) takePops(term uint64) {
+	r := l.leader()
+	if r == nil {
+		return
+	}
+	if err := awaitFuture(r.raft.Barrier(l.opts.LeaderTimeout), r.stopped); err != nil {
+		return // leadership lost (or no quorum): the next term retries
+	}
+	st := r.fsm.state()
+	l.popMu.Lock()
+	defer l.popMu.Unlock()
+	if l.leaderTerm.Load() != term {
+		return
+	}
+	for t, v := range st.Popped {
+		if v > l.popPending[t] {
+			l.popPending[t] = v
+		}
+	}
+	if !l.tagsSet {
+		for t := range st.Popped {
+			l.tags = append(l.tags, t)
+		}
+		l.tags = normTags(l.tags)
+	}
+	l.popDirty = l.popDirty || len(l.tags) != len(st.Popped)
+	for _, t := range l.tags {
+		if v, ok := st.Popped[t]; !ok || v != l.popPending[t] {
+			l.popDirty = true
+		}
+	}
+	l.popReady.Store(true)
 }
 
 func (l *Log) waitLeader(timeout time.Duration) *replicaRef {
@@ -567,6 +1009,7 @@ func (l *Log) SetTags(tags []kv.Tag) {
 	l.popMu.Lock()
 	defer l.popMu.Unlock()
 	l.tags = normTags(tags)
+	l.tagsSet = true
 	l.popDirty = true
 }
 
@@ -577,7 +1020,8 @@ func (l *Log) Tags() []kv.Tag {
 	return slices.Clone(l.tags)
 }
 
-// SyncPops replicates pending pops and tag changes now.
+// SyncPops replicates pending pops and tag changes now. In network mode
+// only the leader replicates pops: elsewhere it fails with ErrNotLeader.
 func (l *Log) SyncPops(ctx context.Context) error {
 	select {
 	case <-l.closed:
@@ -597,6 +1041,17 @@ func (l *Log) SyncPops(ctx context.Context) error {
 func (l *Log) flushPops(timeout time.Duration) error {
 	l.flushMu.Lock()
 	defer l.flushMu.Unlock()
+	var lead *replicaRef
+	if l.network() {
+		// Followers keep their pops; a new leader flushes once takePops
+		// merged the replicated ones.
+		if lead = l.leader(); lead == nil || !l.popReady.Load() {
+			return fmt.Errorf("txlog: replicate pops: %w", ErrNotLeader)
+		}
+		l.enforceHold(lead.fsm)
+	} else if r := l.leader(); r != nil {
+		l.enforceHold(r.fsm)
+	}
 	l.popMu.Lock()
 	if !l.popDirty {
 		l.popMu.Unlock()
@@ -609,9 +1064,11 @@ func (l *Log) flushPops(timeout time.Duration) error {
 	l.popDirty = false
 	l.popMu.Unlock()
 	err := func() error {
-		r := l.waitLeader(timeout)
+		r := lead
 		if r == nil {
-			return ErrNoLeader
+			if r = l.waitLeader(timeout); r == nil {
+				return ErrNoLeader
+			}
 		}
 		af := r.raft.Apply(encodePop(pops), timeout)
 		if err := awaitFuture(af, r.stopped); err != nil {
@@ -640,10 +1097,47 @@ func (l *Log) popLoop() {
 		case <-l.stopPops:
 			return
 		case <-t.C:
-			if err := l.flushPops(l.opts.LeaderTimeout); err != nil {
+			if err := l.flushPops(l.opts.LeaderTimeout); err != nil && !errors.Is(err, ErrNotLeader) {
 				l.logger.Warn("txlog: pop flush failed", "err", err)
 			}
 		}
+	}
+}
+
+// systemTag is shardmap.SystemTag, the system stash's tag: the hold bound
+// never drops it (txlog does not import shardmap).
+const systemTag kv.Tag = 0
+
+// enforceHold force-pops, when the leader's state machine f holds more
+// than HoldBytes of unpopped entries, the tag furthest behind (never
+// systemTag) up to the version that brings it back to MemoryBytes. If
+// another tag is behind that version too, the next flushes drop it in turn
+// while the log stays over HoldBytes.
+func (l *Log) enforceHold(f *fsm) {
+	v, over := f.holdTrimPoint(l.opts.HoldBytes, l.opts.MemoryBytes)
+	if !over {
+		return
+	}
+	l.popMu.Lock()
+	var (
+		victim kv.Tag
+		from   kv.Version
+		found  bool
+	)
+	for _, t := range l.tags {
+		if p := l.popPending[t]; t != systemTag && p < v && (!found || p < from) {
+			victim, from, found = t, p, true
+		}
+	}
+	if found {
+		l.popPending[victim] = v
+		l.dropped[victim] = v
+		l.popDirty = true
+	}
+	l.popMu.Unlock()
+	if found {
+		l.logger.Warn("txlog: log holds too much for a tag that does not pop: force-popped it",
+			"tag", victim, "from", from, "to", v, "hold_bytes", l.opts.HoldBytes)
 	}
 }
 
@@ -676,7 +1170,13 @@ func (l *Log) Stats() Stats {
 	if f := l.bestFSM(); f != nil {
 		st := f.state()
 		s.Entries, s.Bytes, s.Memory, s.Popped, s.MinPopped, s.Trimmed, s.LastVersion = st.Entries, st.Bytes, st.Memory, st.Popped, st.MinPopped, st.Trimmed, st.Last
+		s.Epoch = st.Epoch
 	}
+	s.Network = l.network()
+	s.LeaderID, _ = l.Leader()
+	l.popMu.Lock()
+	s.Dropped = maps.Clone(l.dropped)
+	l.popMu.Unlock()
 	l.mu.RLock()
 	for _, r := range l.reps {
 		if r.running {
@@ -717,7 +1217,7 @@ func (l *Log) Close() error {
 	l.closeOnce.Do(func() {
 		close(l.stopPops)
 		<-l.popsDone
-		if err := l.flushPops(min(l.opts.LeaderTimeout, 2*time.Second)); err != nil {
+		if err := l.flushPops(min(l.opts.LeaderTimeout, 2*time.Second)); err != nil && !errors.Is(err, ErrNotLeader) {
 			l.logger.Warn("txlog: final pop flush failed", "err", err)
 		}
 		l.closeErr = l.shutdown()
@@ -751,6 +1251,12 @@ func (l *Log) shutdown() error {
 	for _, r := range l.reps {
 		if r.running {
 			errs = append(errs, l.stopReplicaLocked(r.index, sfs[r.index]))
+		}
+	}
+	if n := l.opts.Network; n != nil && !l.transOwned {
+		// Open failed before raft ran: the transport is still ours.
+		if c, ok := n.Transport.(io.Closer); ok {
+			errs = append(errs, c.Close())
 		}
 	}
 	l.mu.Unlock()

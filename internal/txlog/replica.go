@@ -11,7 +11,7 @@ import (
 )
 
 // replica is one raft server of the log, with its own directory, stores,
-// in-memory transport and state machine.
+// transport and state machine.
 type replica struct {
 	index int
 	id    raft.ServerID
@@ -25,13 +25,16 @@ type replica struct {
 	store   *pebbleStore
 	logs    raft.LogStore
 	snaps   *raft.FileSnapshotStore
-	trans   *transport
+	trans   raft.Transport
+	mem     *transport // trans in embedded mode; nil in network mode
 }
 
 // replicaRef is what callers outside l.mu may use of a running replica: a
 // stopped replica's raft only fails further calls.
 type replicaRef struct {
 	index   int
+	id      raft.ServerID
+	addr    raft.ServerAddress
 	stopped <-chan struct{}
 	raft    *raft.Raft
 	fsm     *fsm
@@ -39,16 +42,16 @@ type replicaRef struct {
 }
 
 func (r *replica) ref() *replicaRef {
-	return &replicaRef{index: r.index, stopped: r.stopped, raft: r.raft, fsm: r.fsm, logs: r.logs}
+	return &replicaRef{index: r.index, id: r.id, addr: r.addr, stopped: r.stopped, raft: r.raft, fsm: r.fsm, logs: r.logs}
 }
 
 func (l *Log) raftConfig(r *replica) *raft.Config {
 	c := raft.DefaultConfig()
 	c.LocalID = r.id
-	// One machine: fast failure detection and elections.
-	c.HeartbeatTimeout = 250 * time.Millisecond
-	c.ElectionTimeout = 250 * time.Millisecond
-	c.LeaderLeaseTimeout = 250 * time.Millisecond
+	// Fast failure detection and elections: one machine, or a local network.
+	c.HeartbeatTimeout = l.opts.RaftTimeout
+	c.ElectionTimeout = l.opts.RaftTimeout
+	c.LeaderLeaseTimeout = l.opts.RaftTimeout
 	c.CommitTimeout = 5 * time.Millisecond
 	c.MaxAppendEntries = 512
 	c.BatchApplyCh = true
@@ -86,8 +89,21 @@ func (l *Log) startReplicaLocked(i int, bootstrap bool) (err error) {
 	if err != nil {
 		return fmt.Errorf("txlog: replica %d: snapshot store: %w", i, err)
 	}
-	trans := newTransport(r.addr)
+	var (
+		trans raft.Transport
+		mem   *transport
+	)
+	if n := l.opts.Network; n != nil {
+		trans = n.Transport
+	} else {
+		mem = newTransport(r.addr)
+		trans = mem
+	}
 	conf := l.raftConfig(r)
+	// raft blocks on NotifyCh until it is read: watchLeadership reads it
+	// until the replica is stopped.
+	notifyCh := make(chan bool, 1)
+	conf.NotifyCh = notifyCh
 	if bootstrap {
 		has, err := raft.HasExistingState(logs, store, snaps)
 		if err != nil {
@@ -95,8 +111,16 @@ func (l *Log) startReplicaLocked(i int, bootstrap bool) (err error) {
 		}
 		if !has {
 			var cfg raft.Configuration
-			for _, o := range l.reps {
-				cfg.Servers = append(cfg.Servers, raft.Server{Suffrage: raft.Voter, ID: o.id, Address: o.addr})
+			if n := l.opts.Network; n != nil {
+				// Every node bootstraps the same configuration: raft
+				// accepts that, and no node has to start first.
+				for _, p := range n.Peers {
+					cfg.Servers = append(cfg.Servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.Addr)})
+				}
+			} else {
+				for _, o := range l.reps {
+					cfg.Servers = append(cfg.Servers, raft.Server{Suffrage: raft.Voter, ID: o.id, Address: o.addr})
+				}
 			}
 			if err := raft.BootstrapCluster(conf, logs, store, snaps, trans, cfg); err != nil && !errors.Is(err, raft.ErrCantBootstrap) {
 				return fmt.Errorf("txlog: replica %d: bootstrap: %w", i, err)
@@ -108,13 +132,17 @@ func (l *Log) startReplicaLocked(i int, bootstrap bool) (err error) {
 	if err != nil {
 		return fmt.Errorf("txlog: replica %d: %w", i, err)
 	}
-	r.raft, r.fsm, r.store, r.logs, r.snaps, r.trans = rf, f, store, logs, snaps, trans
+	r.raft, r.fsm, r.store, r.logs, r.snaps, r.trans, r.mem = rf, f, store, logs, snaps, trans, mem
+	l.transOwned = true // raft closes it when it shuts down
 	r.running = true
 	r.stopped = make(chan struct{})
-	for _, o := range l.reps {
-		if o != r && o.running {
-			o.trans.connect(r.trans)
-			r.trans.connect(o.trans)
+	go l.watchLeadership(notifyCh, r.stopped)
+	if mem != nil {
+		for _, o := range l.reps {
+			if o != r && o.running {
+				o.mem.connect(mem)
+				mem.connect(o.mem)
+			}
 		}
 	}
 	return nil
@@ -129,12 +157,15 @@ func (l *Log) stopReplicaLocked(i int, sf raft.Future) error {
 		return fmt.Errorf("txlog: replica %d is not running", i)
 	}
 	r.running = false
-	for _, o := range l.reps {
-		if o.running {
-			o.trans.disconnect(r.addr)
+	if r.mem != nil {
+		for _, o := range l.reps {
+			if o.running {
+				o.mem.disconnect(r.addr)
+			}
 		}
+		r.mem.disconnectAll()
 	}
-	r.trans.disconnectAll()
+	// In network mode raft's shutdown closes the transport (raft.WithClose).
 	if sf == nil {
 		sf = r.raft.Shutdown()
 	}
@@ -143,14 +174,21 @@ func (l *Log) stopReplicaLocked(i int, sf raft.Future) error {
 	if cerr := r.store.Close(); err == nil {
 		err = cerr
 	}
-	r.raft, r.fsm, r.store, r.logs, r.snaps, r.trans = nil, nil, nil, nil, nil, nil
+	r.raft, r.fsm, r.store, r.logs, r.snaps, r.trans, r.mem = nil, nil, nil, nil, nil, nil, nil
 	return err
 }
 
+// errNetworkReplica: in network mode raft closes the caller's transport
+// when its replica stops, so the replica cannot be restarted in place.
+var errNetworkReplica = errors.New("txlog: StopReplica and StartReplica are for embedded mode; close and reopen the Log")
+
 // StopReplica crashes replica i (for tests): its transport is disconnected,
 // its raft shut down and its stores closed. Appends in flight on it (if it
-// led) fail with ErrCommitUnknown.
+// led) fail with ErrCommitUnknown. Embedded mode only.
 func (l *Log) StopReplica(i int) error {
+	if l.network() {
+		return errNetworkReplica
+	}
 	if i < 0 || i >= len(l.reps) {
 		return fmt.Errorf("txlog: no replica %d", i)
 	}
@@ -165,8 +203,11 @@ func (l *Log) StopReplica(i int) error {
 }
 
 // StartReplica restarts a stopped replica from its directory; raft catches
-// it up from the leader.
+// it up from the leader. Embedded mode only.
 func (l *Log) StartReplica(i int) error {
+	if l.network() {
+		return errNetworkReplica
+	}
 	if i < 0 || i >= len(l.reps) {
 		return fmt.Errorf("txlog: no replica %d", i)
 	}

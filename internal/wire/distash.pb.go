@@ -1189,6 +1189,8 @@ type StashStatus struct {
 	LastError         string                 `protobuf:"bytes,18,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`                              // what stopped it last, empty if it never failed
 	Restarts          int64                  `protobuf:"varint,19,opt,name=restarts,proto3" json:"restarts,omitempty"`                                                // times it was restarted after failing
 	HealthSinceUnixMs int64                  `protobuf:"varint,20,opt,name=health_since_unix_ms,json=healthSinceUnixMs,proto3" json:"health_since_unix_ms,omitempty"` // when health last changed
+	Node              string                 `protobuf:"bytes,21,opt,name=node,proto3" json:"node,omitempty"`                                                         // cluster mode: the node serving it
+	Address           string                 `protobuf:"bytes,22,opt,name=address,proto3" json:"address,omitempty"`
 	unknownFields     protoimpl.UnknownFields
 	sizeCache         protoimpl.SizeCache
 }
@@ -1361,6 +1363,20 @@ func (x *StashStatus) GetHealthSinceUnixMs() int64 {
 		return x.HealthSinceUnixMs
 	}
 	return 0
+}
+
+func (x *StashStatus) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *StashStatus) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
 }
 
 type EngineCounter struct {
@@ -1541,8 +1557,16 @@ type StatusResponse struct {
 	RateLimit        float64                `protobuf:"fixed64,10,opt,name=rate_limit,json=rateLimit,proto3" json:"rate_limit,omitempty"` // transactions/s Ratekeeper allows; 0 = unlimited
 	RateLimitReason  string                 `protobuf:"bytes,11,opt,name=rate_limit_reason,json=rateLimitReason,proto3" json:"rate_limit_reason,omitempty"`
 	Node             *NodeStatus            `protobuf:"bytes,12,opt,name=node,proto3" json:"node,omitempty"` // cluster mode: the node that answered
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Cluster mode, filled by the CLI from the coordinators' view and every
+	// node's own status:
+	Nodes              []*NodeStatus `protobuf:"bytes,13,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	Generation         uint64        `protobuf:"varint,14,opt,name=generation,proto3" json:"generation,omitempty"`
+	Controller         string        `protobuf:"bytes,15,opt,name=controller,proto3" json:"controller,omitempty"`
+	LogReplicas        []string      `protobuf:"bytes,16,rep,name=log_replicas,json=logReplicas,proto3" json:"log_replicas,omitempty"` // node ids
+	LastRecoveryMicros int64         `protobuf:"varint,17,opt,name=last_recovery_micros,json=lastRecoveryMicros,proto3" json:"last_recovery_micros,omitempty"`
+	LastRecoveryUnixMs int64         `protobuf:"varint,18,opt,name=last_recovery_unix_ms,json=lastRecoveryUnixMs,proto3" json:"last_recovery_unix_ms,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -1659,6 +1683,48 @@ func (x *StatusResponse) GetNode() *NodeStatus {
 	return nil
 }
 
+func (x *StatusResponse) GetNodes() []*NodeStatus {
+	if x != nil {
+		return x.Nodes
+	}
+	return nil
+}
+
+func (x *StatusResponse) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetController() string {
+	if x != nil {
+		return x.Controller
+	}
+	return ""
+}
+
+func (x *StatusResponse) GetLogReplicas() []string {
+	if x != nil {
+		return x.LogReplicas
+	}
+	return nil
+}
+
+func (x *StatusResponse) GetLastRecoveryMicros() int64 {
+	if x != nil {
+		return x.LastRecoveryMicros
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetLastRecoveryUnixMs() int64 {
+	if x != nil {
+		return x.LastRecoveryUnixMs
+	}
+	return 0
+}
+
 // NodeStatus describes one node of a multi-process cluster.
 type NodeStatus struct {
 	state             protoimpl.MessageState `protogen:"open.v1"`
@@ -1675,6 +1741,9 @@ type NodeStatus struct {
 	RecoveryMicros    int64                  `protobuf:"varint,11,opt,name=recovery_micros,json=recoveryMicros,proto3" json:"recovery_micros,omitempty"`            // its last recovery's duration, if it ran one
 	RecoveredVersion  int64                  `protobuf:"varint,12,opt,name=recovered_version,json=recoveredVersion,proto3" json:"recovered_version,omitempty"`
 	RecoveryUnixMs    int64                  `protobuf:"varint,13,opt,name=recovery_unix_ms,json=recoveryUnixMs,proto3" json:"recovery_unix_ms,omitempty"`
+	Health            string                 `protobuf:"bytes,14,opt,name=health,proto3" json:"health,omitempty"` // alive | unreachable (as the controller sees it)
+	LastSeenUnixMs    int64                  `protobuf:"varint,15,opt,name=last_seen_unix_ms,json=lastSeenUnixMs,proto3" json:"last_seen_unix_ms,omitempty"`
+	UnreachableMs     int64                  `protobuf:"varint,16,opt,name=unreachable_ms,json=unreachableMs,proto3" json:"unreachable_ms,omitempty"` // how long it has been unreachable
 	unknownFields     protoimpl.UnknownFields
 	sizeCache         protoimpl.SizeCache
 }
@@ -1796,6 +1865,27 @@ func (x *NodeStatus) GetRecoveredVersion() int64 {
 func (x *NodeStatus) GetRecoveryUnixMs() int64 {
 	if x != nil {
 		return x.RecoveryUnixMs
+	}
+	return 0
+}
+
+func (x *NodeStatus) GetHealth() string {
+	if x != nil {
+		return x.Health
+	}
+	return ""
+}
+
+func (x *NodeStatus) GetLastSeenUnixMs() int64 {
+	if x != nil {
+		return x.LastSeenUnixMs
+	}
+	return 0
+}
+
+func (x *NodeStatus) GetUnreachableMs() int64 {
+	if x != nil {
+		return x.UnreachableMs
 	}
 	return 0
 }
@@ -3489,7 +3579,7 @@ const file_distash_proto_rawDesc = "" +
 	"\x12ClusterInfoRequest\"o\n" +
 	"\x13ClusterInfoResponse\x12*\n" +
 	"\x05pools\x18\x01 \x03(\v2\x14.distash.v1.PoolInfoR\x05pools\x12,\n" +
-	"\x12mvcc_window_micros\x18\x02 \x01(\x03R\x10mvccWindowMicros\"\xf4\x04\n" +
+	"\x12mvcc_window_micros\x18\x02 \x01(\x03R\x10mvccWindowMicros\"\xa2\x05\n" +
 	"\vStashStatus\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x12\n" +
 	"\x04pool\x18\x02 \x01(\tR\x04pool\x12\x14\n" +
@@ -3512,7 +3602,9 @@ const file_distash_proto_rawDesc = "" +
 	"\n" +
 	"last_error\x18\x12 \x01(\tR\tlastError\x12\x1a\n" +
 	"\brestarts\x18\x13 \x01(\x03R\brestarts\x12/\n" +
-	"\x14health_since_unix_ms\x18\x14 \x01(\x03R\x11healthSinceUnixMs\"9\n" +
+	"\x14health_since_unix_ms\x18\x14 \x01(\x03R\x11healthSinceUnixMs\x12\x12\n" +
+	"\x04node\x18\x15 \x01(\tR\x04node\x12\x18\n" +
+	"\aaddress\x18\x16 \x01(\tR\aaddress\"9\n" +
 	"\rEngineCounter\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x03R\x05value\"\xbd\x01\n" +
@@ -3523,7 +3615,7 @@ const file_distash_proto_rawDesc = "" +
 	"\x0fbytes_in_memory\x18\x04 \x01(\x03R\rbytesInMemory\x12\x1d\n" +
 	"\n" +
 	"min_popped\x18\x05 \x01(\x03R\tminPopped\"\x0f\n" +
-	"\rStatusRequest\"\xd1\x03\n" +
+	"\rStatusRequest\"\xc7\x05\n" +
 	"\x0eStatusResponse\x12*\n" +
 	"\x05pools\x18\x01 \x03(\v2\x14.distash.v1.PoolInfoR\x05pools\x121\n" +
 	"\astashes\x18\x02 \x03(\v2\x17.distash.v1.StashStatusR\astashes\x12+\n" +
@@ -3538,7 +3630,17 @@ const file_distash_proto_rawDesc = "" +
 	"rate_limit\x18\n" +
 	" \x01(\x01R\trateLimit\x12*\n" +
 	"\x11rate_limit_reason\x18\v \x01(\tR\x0frateLimitReason\x12*\n" +
-	"\x04node\x18\f \x01(\v2\x16.distash.v1.NodeStatusR\x04node\"\x84\x03\n" +
+	"\x04node\x18\f \x01(\v2\x16.distash.v1.NodeStatusR\x04node\x12,\n" +
+	"\x05nodes\x18\r \x03(\v2\x16.distash.v1.NodeStatusR\x05nodes\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x0e \x01(\x04R\n" +
+	"generation\x12\x1e\n" +
+	"\n" +
+	"controller\x18\x0f \x01(\tR\n" +
+	"controller\x12!\n" +
+	"\flog_replicas\x18\x10 \x03(\tR\vlogReplicas\x120\n" +
+	"\x14last_recovery_micros\x18\x11 \x01(\x03R\x12lastRecoveryMicros\x121\n" +
+	"\x15last_recovery_unix_ms\x18\x12 \x01(\x03R\x12lastRecoveryUnixMs\"\xee\x03\n" +
 	"\n" +
 	"NodeStatus\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
@@ -3556,7 +3658,10 @@ const file_distash_proto_rawDesc = "" +
 	" \x01(\x03R\x11logDurableVersion\x12'\n" +
 	"\x0frecovery_micros\x18\v \x01(\x03R\x0erecoveryMicros\x12+\n" +
 	"\x11recovered_version\x18\f \x01(\x03R\x10recoveredVersion\x12(\n" +
-	"\x10recovery_unix_ms\x18\r \x01(\x03R\x0erecoveryUnixMs\":\n" +
+	"\x10recovery_unix_ms\x18\r \x01(\x03R\x0erecoveryUnixMs\x12\x16\n" +
+	"\x06health\x18\x0e \x01(\tR\x06health\x12)\n" +
+	"\x11last_seen_unix_ms\x18\x0f \x01(\x03R\x0elastSeenUnixMs\x12%\n" +
+	"\x0eunreachable_ms\x18\x10 \x01(\x03R\runreachableMs\":\n" +
 	"\x0eColdestRequest\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x05R\x05limit\"N\n" +
@@ -3791,61 +3896,62 @@ var file_distash_proto_depIdxs = []int32{
 	19, // 14: distash.v1.StatusResponse.stashes:type_name -> distash.v1.StashStatus
 	21, // 15: distash.v1.StatusResponse.log:type_name -> distash.v1.LogStatus
 	24, // 16: distash.v1.StatusResponse.node:type_name -> distash.v1.NodeStatus
-	0,  // 17: distash.v1.ColdestResponse.error:type_name -> distash.v1.Error
-	7,  // 18: distash.v1.CommitStreamRequest.request:type_name -> distash.v1.CommitRequest
-	8,  // 19: distash.v1.CommitStreamResponse.response:type_name -> distash.v1.CommitResponse
-	1,  // 20: distash.v1.LogMessage.mutations:type_name -> distash.v1.Mutation
-	30, // 21: distash.v1.PeekResponse.messages:type_name -> distash.v1.LogMessage
-	0,  // 22: distash.v1.PeekResponse.error:type_name -> distash.v1.Error
-	0,  // 23: distash.v1.PopResponse.error:type_name -> distash.v1.Error
-	0,  // 24: distash.v1.ReportResponse.error:type_name -> distash.v1.Error
-	0,  // 25: distash.v1.RegisterResponse.error:type_name -> distash.v1.Error
-	0,  // 26: distash.v1.HeartbeatResponse.error:type_name -> distash.v1.Error
-	41, // 27: distash.v1.ViewResponse.nodes:type_name -> distash.v1.ClusterNode
-	42, // 28: distash.v1.ViewResponse.slots:type_name -> distash.v1.PoolSlots
-	0,  // 29: distash.v1.ViewResponse.error:type_name -> distash.v1.Error
-	44, // 30: distash.v1.ViewResponse.stashes:type_name -> distash.v1.StashLocation
-	0,  // 31: distash.v1.ClaimResponse.error:type_name -> distash.v1.Error
-	0,  // 32: distash.v1.RecoveryDoneResponse.error:type_name -> distash.v1.Error
-	5,  // 33: distash.v1.DiStash.GetReadVersion:input_type -> distash.v1.GetReadVersionRequest
-	7,  // 34: distash.v1.DiStash.Commit:input_type -> distash.v1.CommitRequest
-	27, // 35: distash.v1.DiStash.CommitStream:input_type -> distash.v1.CommitStreamRequest
-	9,  // 36: distash.v1.DiStash.Read:input_type -> distash.v1.ReadRequest
-	11, // 37: distash.v1.DiStash.ReadRange:input_type -> distash.v1.ReadRangeRequest
-	13, // 38: distash.v1.DiStash.Locations:input_type -> distash.v1.LocationsRequest
-	17, // 39: distash.v1.DiStash.ClusterInfo:input_type -> distash.v1.ClusterInfoRequest
-	22, // 40: distash.v1.DiStash.Status:input_type -> distash.v1.StatusRequest
-	25, // 41: distash.v1.DiStash.Coldest:input_type -> distash.v1.ColdestRequest
-	29, // 42: distash.v1.Log.Peek:input_type -> distash.v1.PeekRequest
-	32, // 43: distash.v1.Log.Pop:input_type -> distash.v1.PopRequest
-	34, // 44: distash.v1.Log.Report:input_type -> distash.v1.ReportRequest
-	36, // 45: distash.v1.Coordinator.Register:input_type -> distash.v1.RegisterRequest
-	38, // 46: distash.v1.Coordinator.Heartbeat:input_type -> distash.v1.HeartbeatRequest
-	40, // 47: distash.v1.Coordinator.View:input_type -> distash.v1.ViewRequest
-	45, // 48: distash.v1.Coordinator.Claim:input_type -> distash.v1.ClaimRequest
-	47, // 49: distash.v1.Coordinator.RecoveryDone:input_type -> distash.v1.RecoveryDoneRequest
-	6,  // 50: distash.v1.DiStash.GetReadVersion:output_type -> distash.v1.GetReadVersionResponse
-	8,  // 51: distash.v1.DiStash.Commit:output_type -> distash.v1.CommitResponse
-	28, // 52: distash.v1.DiStash.CommitStream:output_type -> distash.v1.CommitStreamResponse
-	10, // 53: distash.v1.DiStash.Read:output_type -> distash.v1.ReadResponse
-	12, // 54: distash.v1.DiStash.ReadRange:output_type -> distash.v1.ReadRangeResponse
-	15, // 55: distash.v1.DiStash.Locations:output_type -> distash.v1.LocationsResponse
-	18, // 56: distash.v1.DiStash.ClusterInfo:output_type -> distash.v1.ClusterInfoResponse
-	23, // 57: distash.v1.DiStash.Status:output_type -> distash.v1.StatusResponse
-	26, // 58: distash.v1.DiStash.Coldest:output_type -> distash.v1.ColdestResponse
-	31, // 59: distash.v1.Log.Peek:output_type -> distash.v1.PeekResponse
-	33, // 60: distash.v1.Log.Pop:output_type -> distash.v1.PopResponse
-	35, // 61: distash.v1.Log.Report:output_type -> distash.v1.ReportResponse
-	37, // 62: distash.v1.Coordinator.Register:output_type -> distash.v1.RegisterResponse
-	39, // 63: distash.v1.Coordinator.Heartbeat:output_type -> distash.v1.HeartbeatResponse
-	43, // 64: distash.v1.Coordinator.View:output_type -> distash.v1.ViewResponse
-	46, // 65: distash.v1.Coordinator.Claim:output_type -> distash.v1.ClaimResponse
-	48, // 66: distash.v1.Coordinator.RecoveryDone:output_type -> distash.v1.RecoveryDoneResponse
-	50, // [50:67] is the sub-list for method output_type
-	33, // [33:50] is the sub-list for method input_type
-	33, // [33:33] is the sub-list for extension type_name
-	33, // [33:33] is the sub-list for extension extendee
-	0,  // [0:33] is the sub-list for field type_name
+	24, // 17: distash.v1.StatusResponse.nodes:type_name -> distash.v1.NodeStatus
+	0,  // 18: distash.v1.ColdestResponse.error:type_name -> distash.v1.Error
+	7,  // 19: distash.v1.CommitStreamRequest.request:type_name -> distash.v1.CommitRequest
+	8,  // 20: distash.v1.CommitStreamResponse.response:type_name -> distash.v1.CommitResponse
+	1,  // 21: distash.v1.LogMessage.mutations:type_name -> distash.v1.Mutation
+	30, // 22: distash.v1.PeekResponse.messages:type_name -> distash.v1.LogMessage
+	0,  // 23: distash.v1.PeekResponse.error:type_name -> distash.v1.Error
+	0,  // 24: distash.v1.PopResponse.error:type_name -> distash.v1.Error
+	0,  // 25: distash.v1.ReportResponse.error:type_name -> distash.v1.Error
+	0,  // 26: distash.v1.RegisterResponse.error:type_name -> distash.v1.Error
+	0,  // 27: distash.v1.HeartbeatResponse.error:type_name -> distash.v1.Error
+	41, // 28: distash.v1.ViewResponse.nodes:type_name -> distash.v1.ClusterNode
+	42, // 29: distash.v1.ViewResponse.slots:type_name -> distash.v1.PoolSlots
+	0,  // 30: distash.v1.ViewResponse.error:type_name -> distash.v1.Error
+	44, // 31: distash.v1.ViewResponse.stashes:type_name -> distash.v1.StashLocation
+	0,  // 32: distash.v1.ClaimResponse.error:type_name -> distash.v1.Error
+	0,  // 33: distash.v1.RecoveryDoneResponse.error:type_name -> distash.v1.Error
+	5,  // 34: distash.v1.DiStash.GetReadVersion:input_type -> distash.v1.GetReadVersionRequest
+	7,  // 35: distash.v1.DiStash.Commit:input_type -> distash.v1.CommitRequest
+	27, // 36: distash.v1.DiStash.CommitStream:input_type -> distash.v1.CommitStreamRequest
+	9,  // 37: distash.v1.DiStash.Read:input_type -> distash.v1.ReadRequest
+	11, // 38: distash.v1.DiStash.ReadRange:input_type -> distash.v1.ReadRangeRequest
+	13, // 39: distash.v1.DiStash.Locations:input_type -> distash.v1.LocationsRequest
+	17, // 40: distash.v1.DiStash.ClusterInfo:input_type -> distash.v1.ClusterInfoRequest
+	22, // 41: distash.v1.DiStash.Status:input_type -> distash.v1.StatusRequest
+	25, // 42: distash.v1.DiStash.Coldest:input_type -> distash.v1.ColdestRequest
+	29, // 43: distash.v1.Log.Peek:input_type -> distash.v1.PeekRequest
+	32, // 44: distash.v1.Log.Pop:input_type -> distash.v1.PopRequest
+	34, // 45: distash.v1.Log.Report:input_type -> distash.v1.ReportRequest
+	36, // 46: distash.v1.Coordinator.Register:input_type -> distash.v1.RegisterRequest
+	38, // 47: distash.v1.Coordinator.Heartbeat:input_type -> distash.v1.HeartbeatRequest
+	40, // 48: distash.v1.Coordinator.View:input_type -> distash.v1.ViewRequest
+	45, // 49: distash.v1.Coordinator.Claim:input_type -> distash.v1.ClaimRequest
+	47, // 50: distash.v1.Coordinator.RecoveryDone:input_type -> distash.v1.RecoveryDoneRequest
+	6,  // 51: distash.v1.DiStash.GetReadVersion:output_type -> distash.v1.GetReadVersionResponse
+	8,  // 52: distash.v1.DiStash.Commit:output_type -> distash.v1.CommitResponse
+	28, // 53: distash.v1.DiStash.CommitStream:output_type -> distash.v1.CommitStreamResponse
+	10, // 54: distash.v1.DiStash.Read:output_type -> distash.v1.ReadResponse
+	12, // 55: distash.v1.DiStash.ReadRange:output_type -> distash.v1.ReadRangeResponse
+	15, // 56: distash.v1.DiStash.Locations:output_type -> distash.v1.LocationsResponse
+	18, // 57: distash.v1.DiStash.ClusterInfo:output_type -> distash.v1.ClusterInfoResponse
+	23, // 58: distash.v1.DiStash.Status:output_type -> distash.v1.StatusResponse
+	26, // 59: distash.v1.DiStash.Coldest:output_type -> distash.v1.ColdestResponse
+	31, // 60: distash.v1.Log.Peek:output_type -> distash.v1.PeekResponse
+	33, // 61: distash.v1.Log.Pop:output_type -> distash.v1.PopResponse
+	35, // 62: distash.v1.Log.Report:output_type -> distash.v1.ReportResponse
+	37, // 63: distash.v1.Coordinator.Register:output_type -> distash.v1.RegisterResponse
+	39, // 64: distash.v1.Coordinator.Heartbeat:output_type -> distash.v1.HeartbeatResponse
+	43, // 65: distash.v1.Coordinator.View:output_type -> distash.v1.ViewResponse
+	46, // 66: distash.v1.Coordinator.Claim:output_type -> distash.v1.ClaimResponse
+	48, // 67: distash.v1.Coordinator.RecoveryDone:output_type -> distash.v1.RecoveryDoneResponse
+	51, // [51:68] is the sub-list for method output_type
+	34, // [34:51] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_distash_proto_init() }

@@ -1,0 +1,474 @@
+package distash
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/distash/distash/internal/kv"
+	"github.com/distash/distash/internal/shardmap"
+	"github.com/distash/distash/internal/wire"
+)
+
+// Where the client sends what. An embedded cluster is one address serving
+// every role: the proxy below is that address and every stash is read
+// through it. A multi-process cluster publishes, through its coordinators'
+// View, the node running the stateless roles (read versions, commits, the
+// shard map, the system stash) and the node serving each stash; the client
+// swaps the proxy and the stash routes whole when the view changes, so
+// requests read them without a lock.
+
+// proxy is the node that answers read versions, commits and metadata
+// requests, with the read-version batcher and commit stream bound to it.
+type proxy struct {
+	addr       string
+	api        wire.DiStashClient
+	grv        *grvBatcher
+	commits    *commitStreamer
+	generation uint64
+}
+
+// stashRoutes is which node serves each stash tag, from one view.
+type stashRoutes struct {
+	generation uint64
+	byTag      map[uint32]stashRoute
+}
+
+// stashRoute is one stash's node; api is nil when no live node serves it.
+type stashRoute struct {
+	pool string
+	addr string
+	api  wire.DiStashClient
+}
+
+const (
+	// openTimeout bounds finding a server that answers, as it always did.
+	openTimeout = 10 * time.Second
+	// clusterOpenTimeout bounds Open's wait for a multi-process cluster to
+	// publish its roles when ctx has no earlier deadline.
+	clusterOpenTimeout = 60 * time.Second
+	// viewAttemptTimeout bounds one View call to one coordinator, so an
+	// address that swallows packets costs this much.
+	viewAttemptTimeout = 3 * time.Second
+	// minViewGap is the least time between two view refreshes.
+	minViewGap = 50 * time.Millisecond
+	// maxViewBackoff bounds the wait between View rounds while the cluster
+	// forms or recovers.
+	maxViewBackoff = time.Second
+)
+
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// conn returns the connection to addr, dialing it on first use. Every
+// connection uses the DB's transport credentials; Close closes them all.
+func (db *DB) conn(addr string) (*grpc.ClientConn, error) {
+	db.connMu.Lock()
+	defer db.connMu.Unlock()
+	if db.closed {
+		return nil, errors.New("distash: database closed")
+	}
+	if c, ok := db.conns[addr]; ok {
+		return c, nil
+	}
+	c, err := grpc.NewClient(addr,
+		grpc.WithTransportCredentials(db.creds),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20)))
+	if err != nil {
+		return nil, err
+	}
+	db.conns[addr] = c
+	return c, nil
+}
+
+func (db *DB) newProxy(addr string, generation uint64) (*proxy, error) {
+	c, err := db.conn(addr)
+	if err != nil {
+		return nil, err
+	}
+	api := wire.NewDiStashClient(c)
+	return &proxy{addr: addr, api: api, grv: &grvBatcher{api: api}, commits: &commitStreamer{api: api}, generation: generation}, nil
+}
+
+// stashClient returns the client of the node serving stash id: the proxy's
+// node for the system stash and in an embedded cluster. A stash no live
+// node serves is unavailable.
+func (db *DB) stashClient(id uint32) (wire.DiStashClient, error) {
+	r := db.stashes.Load()
+	if r == nil || id == uint32(shardmap.SystemTag) {
+		return db.proxy.Load().api, nil
+	}
+	rt, ok := r.byTag[id]
+	if !ok || rt.api == nil {
+		return nil, errorf(kv.CodeStashUnavailable, "stash %d has no live node (view generation %d)", id, r.generation)
+	}
+	return rt.api, nil
+}
+
+// isTransportFailure reports whether err is an RPC that failed in transit
+// (the node is down or unreachable), not a cancellation by the caller.
+func isTransportFailure(ctx context.Context, err error) bool {
+	st, ok := status.FromError(err)
+	if !ok {
+		return false
+	}
+	switch st.Code() {
+	case codes.Unavailable:
+		return true
+	case codes.Canceled, codes.DeadlineExceeded:
+		return ctx.Err() == nil
+	}
+	return false
+}
+
+// proxyFailed looks at an error of a request to proxy p: a transport failure
+// or wrong_node means the roles may have moved, so the view is refreshed.
+func (db *DB) proxyFailed(p *proxy, err error) {
+	if errors.Is(err, ErrConnectionFailed) || errors.Is(err, ErrWrongNode) {
+		db.refreshView(p)
+	}
+}
+
+// readFailed handles a failed read from stash id: a stash that is
+// unavailable, no longer on the node asked, or unreachable is avoided for
+// a while (another replica serves), and a possibly moved stash makes the
+// client ask the coordinators again. It returns err as a DiStash error.
+func (db *DB) readFailed(ctx context.Context, id uint32, err error) error {
+	transport := isTransportFailure(ctx, err)
+	err = transportErr(err)
+	switch {
+	case errors.Is(err, ErrStashUnavailable):
+		db.markDown(id)
+		db.refreshView(nil)
+	case transport, errors.Is(err, ErrWrongNode):
+		db.markDown(id)
+		db.refreshView(nil)
+	case errors.Is(err, ErrWrongShardServer):
+		// The caller refreshes the shard map; in a multi-process cluster
+		// the stash may also have moved to another node.
+		db.refreshView(nil)
+	}
+	return err
+}
+
+// readRetryable reports whether a read that failed with err should be sent
+// again to another replica (the failed one was marked down).
+func readRetryable(ctx context.Context, err error) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	return errors.Is(err, ErrStashUnavailable) || errors.Is(err, ErrWrongNode) || errors.Is(err, ErrConnectionFailed)
+}
+
+// refreshView asks the coordinators for the current view, unless a refresh
+// is in flight already or (stale not nil) the proxy was replaced since
+// stale failed, and returns a channel closed when the refresh ends.
+// Refreshes run at least minViewGap apart; one runs until the view names
+// a stateless node, or the DB closes. An embedded cluster has no view.
+func (db *DB) refreshView(stale *proxy) <-chan struct{} {
+	if db.coordinators == nil {
+		return closedChan
+	}
+	db.viewMu.Lock()
+	defer db.viewMu.Unlock()
+	if db.viewRunning != nil {
+		return db.viewRunning
+	}
+	if stale != nil && db.proxy.Load() != stale {
+		return closedChan
+	}
+	done := make(chan struct{})
+	db.viewRunning = done
+	wait := minViewGap - time.Since(db.viewLast)
+	go func() {
+		defer func() {
+			db.viewMu.Lock()
+			db.viewRunning = nil
+			db.viewLast = time.Now()
+			db.viewMu.Unlock()
+			close(done)
+		}()
+		if !sleepCtx(db.life, wait) {
+			return
+		}
+		_ = db.awaitStateless(db.life)
+	}()
+	return done
+}
+
+// awaitView waits for the view refresh in flight, if any, or ctx.
+func (db *DB) awaitView(ctx context.Context) {
+	db.viewMu.Lock()
+	ch := db.viewRunning
+	db.viewMu.Unlock()
+	if ch == nil {
+		return
+	}
+	select {
+	case <-ch:
+	case <-ctx.Done():
+	}
+}
+
+// awaitStateless asks the coordinators, with backoff, until a view names
+// the stateless node, and applies it.
+func (db *DB) awaitStateless(ctx context.Context) error {
+	backoff := minViewGap
+	for {
+		v, err := db.fetchView(ctx)
+		if err == nil && v.StatelessAddress != "" {
+			return db.applyView(v)
+		}
+		if err == nil {
+			err = fmt.Errorf("cluster has no stateless node yet (generation %d)", v.Generation)
+		} else if !retryable(err) && ctx.Err() == nil {
+			return err
+		}
+		if !sleepCtx(ctx, backoff) {
+			return fmt.Errorf("%w (waiting for the cluster's roles: %v)", ctx.Err(), err)
+		}
+		backoff = min(backoff*2, maxViewBackoff)
+	}
+}
+
+// fetchView asks the coordinators in turn, the one that answered last first,
+// for the view, skipping dead ones and following leader hints. One round.
+func (db *DB) fetchView(ctx context.Context) (*wire.ViewResponse, error) {
+	db.viewMu.Lock()
+	prefer := db.viewPrefer
+	db.viewMu.Unlock()
+	queue := make([]string, 0, len(db.coordinators)+1)
+	if prefer != "" {
+		queue = append(queue, prefer)
+	}
+	for _, a := range db.coordinators {
+		if a != prefer {
+			queue = append(queue, a)
+		}
+	}
+	tried := map[string]bool{}
+	var last error
+	for len(queue) > 0 {
+		addr := queue[0]
+		queue = queue[1:]
+		if tried[addr] {
+			continue
+		}
+		tried[addr] = true
+		c, err := db.conn(addr)
+		if err != nil {
+			return nil, err
+		}
+		actx, cancel := context.WithTimeout(ctx, viewAttemptTimeout)
+		v, err := wire.NewCoordinatorClient(c).View(actx, &wire.ViewRequest{})
+		cancel()
+		if err != nil {
+			last = transportErr(fmt.Errorf("coordinator %s: %w", addr, err))
+			if ctx.Err() != nil {
+				return nil, last
+			}
+			continue
+		}
+		if e := fromWire(v.Error); e != nil {
+			last = e
+			if !retryable(e) {
+				return nil, e
+			}
+			if l := v.Leader; l != "" && !tried[l] {
+				queue = append([]string{l}, queue...)
+			}
+			continue
+		}
+		db.viewMu.Lock()
+		db.viewPrefer = addr
+		db.viewMu.Unlock()
+		return v, nil
+	}
+	if last == nil {
+		last = errorf(kv.CodeConnectionFailed, "no coordinator answered")
+	}
+	return nil, last
+}
+
+// applyView switches the proxy and the stash routes to view v. A view older
+// than the one in use is ignored.
+func (db *DB) applyView(v *wire.ViewResponse) error {
+	cur := db.proxy.Load()
+	if cur != nil && v.Generation < cur.generation {
+		return nil
+	}
+	if cur == nil || cur.addr != v.StatelessAddress || cur.generation != v.Generation {
+		p, err := db.newProxy(v.StatelessAddress, v.Generation)
+		if err != nil {
+			return err
+		}
+		db.proxy.Store(p)
+		if cur != nil {
+			// Commits in flight to the old proxy end with an unknown result.
+			cur.commits.close()
+		}
+	}
+	routes := &stashRoutes{generation: v.Generation, byTag: make(map[uint32]stashRoute, len(v.Stashes))}
+	for _, s := range v.Stashes {
+		rt := stashRoute{pool: s.Pool, addr: s.Address}
+		if s.Address != "" && s.Alive {
+			c, err := db.conn(s.Address)
+			if err != nil {
+				return err
+			}
+			rt.api = wire.NewDiStashClient(c)
+		}
+		routes.byTag[s.Tag] = rt
+	}
+	db.stashes.Store(routes)
+	return nil
+}
+
+// detect finds the first address that answers, in rounds until ctx ends: a
+// node of a multi-process cluster answers View (cluster is true, v its
+// answer, which may be an error or name no stateless node yet); an
+// embedded server does not serve the Coordinator service.
+func (db *DB) detect(ctx context.Context, addrs []string) (addr string, cluster bool, v *wire.ViewResponse, err error) {
+	backoff := minViewGap
+	var last error
+	for {
+		for _, a := range addrs {
+			c, err := db.conn(a)
+			if err != nil {
+				return "", false, nil, err
+			}
+			actx, cancel := context.WithTimeout(ctx, viewAttemptTimeout)
+			v, err := wire.NewCoordinatorClient(c).View(actx, &wire.ViewRequest{})
+			cancel()
+			if err == nil {
+				return a, true, v, nil
+			}
+			if status.Code(err) == codes.Unimplemented {
+				return a, false, nil, nil
+			}
+			last = fmt.Errorf("%s: %w", a, err)
+		}
+		if !sleepCtx(ctx, backoff) {
+			if last == nil {
+				last = ctx.Err()
+			}
+			return "", false, nil, last
+		}
+		backoff = min(backoff*2, maxViewBackoff)
+	}
+}
+
+// coldestCluster is ColdestKeys in a multi-process cluster: each stash
+// node answers for its own stash only, so the client asks every stash of
+// the pool and interleaves their lists as an embedded server does: each
+// stash's coldest first, each key once, at most n.
+func (db *DB) coldestCluster(ctx context.Context, routes *stashRoutes, pool *Pool, n int) ([][]byte, error) {
+	if n <= 0 {
+		n = 100
+	}
+	var tags []uint32
+	for tag, rt := range routes.byTag {
+		if rt.pool == pool.name {
+			tags = append(tags, tag)
+		}
+	}
+	sort.Slice(tags, func(i, j int) bool { return tags[i] < tags[j] })
+	var apis []wire.DiStashClient
+	seenAddr := map[string]bool{}
+	for _, tag := range tags {
+		rt := routes.byTag[tag]
+		if rt.api == nil || seenAddr[rt.addr] {
+			continue
+		}
+		seenAddr[rt.addr] = true
+		apis = append(apis, rt.api)
+	}
+	if len(apis) == 0 {
+		return nil, errorf(kv.CodeStashUnavailable, "no live stash of pool %q", pool.name)
+	}
+	lists := make([][][]byte, len(apis))
+	errs := make([]error, len(apis))
+	var wg sync.WaitGroup
+	for i, api := range apis {
+		wg.Go(func() {
+			resp, err := api.Coldest(ctx, &wire.ColdestRequest{Pool: pool.name, Limit: int32(n)})
+			if err != nil {
+				if isTransportFailure(ctx, err) {
+					db.refreshView(nil)
+				}
+				errs[i] = transportErr(err)
+				return
+			}
+			if err := fromWire(resp.Error); err != nil {
+				errs[i] = err
+				return
+			}
+			lists[i] = resp.Keys
+		})
+	}
+	wg.Wait()
+	answered := 0
+	var unreachable error
+	for _, err := range errs {
+		switch {
+		case err == nil:
+			answered++
+		case errors.Is(err, ErrConnectionFailed) || errors.Is(err, ErrStashUnavailable) || errors.Is(err, ErrWrongNode):
+			// Its keys are on other replicas, or come back with the node.
+			unreachable = err
+		default:
+			return nil, err
+		}
+	}
+	if answered == 0 {
+		return nil, unreachable
+	}
+	return mergeColdest(lists, n), nil
+}
+
+// mergeColdest interleaves lists (round i takes each list's i-th key),
+// skipping keys already taken, up to n keys.
+func mergeColdest(lists [][][]byte, n int) [][]byte {
+	seen := map[string]bool{}
+	var out [][]byte
+	for i := 0; len(out) < n; i++ {
+		progressed := false
+		for _, l := range lists {
+			if i < len(l) {
+				progressed = true
+				if !seen[string(l[i])] {
+					seen[string(l[i])] = true
+					out = append(out, l[i])
+				}
+			}
+		}
+		if !progressed {
+			break
+		}
+	}
+	if len(out) > n {
+		out = out[:n]
+	}
+	return out
+}
+
+// sleepCtx waits d, or less if ctx ends first (then it returns false).
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

@@ -1,0 +1,296 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/distash/distash"
+	"github.com/distash/distash/internal/testutil/bank"
+	"github.com/distash/distash/internal/testutil/subprocess"
+)
+
+// clusterTOML: a DRAM cache pool and a durable Pebble pool, both with
+// replication 2, and three log replicas.
+const clusterTOML = `
+[cluster]
+mvcc_window = "5s"
+
+[log]
+replicas = 3
+
+[[pool]]
+name = "cache"
+prefix = "c/"
+medium = "dram"
+mode = "ephemeral"
+engine = "memory"
+stashes = 2
+replication = 2
+capacity = "64MiB"
+eviction = "lru"
+
+[[pool]]
+name = "data"
+prefix = "d/"
+medium = "ssd"
+mode = "durable"
+engine = "pebble"
+stashes = 3
+replication = 2
+capacity = "unlimited"
+`
+
+// freePorts returns n loopback addresses that were free a moment ago.
+func freePorts(t *testing.T, n int) []string {
+	t.Helper()
+	var out []string
+	var ls []net.Listener
+	for i := 0; i < n; i++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ls = append(ls, l)
+		out = append(out, l.Addr().String())
+	}
+	for _, l := range ls {
+		l.Close()
+	}
+	return out
+}
+
+// procNode is one `distash server` node process of a test cluster.
+type procNode struct {
+	name string
+	args []string
+	p    *subprocess.Process
+}
+
+type procCluster struct {
+	t            *testing.T
+	bin          string
+	coordinators string
+	nodes        []*procNode
+}
+
+// newProcCluster lays out 3 transaction nodes (the coordinators, in two
+// DCs), 3 stash nodes of pool data and 2 of pool cache.
+func newProcCluster(t *testing.T) *procCluster {
+	bin := buildBinary(t)
+	root := t.TempDir()
+	cfg := filepath.Join(root, "cluster.toml")
+	if err := os.WriteFile(cfg, []byte(clusterTOML), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	addrs := freePorts(t, 8)
+	c := &procCluster{t: t, bin: bin, coordinators: strings.Join(addrs[:3], ",")}
+	add := func(name, addr string, extra ...string) {
+		args := append([]string{"server", "--config", cfg, "--dir", filepath.Join(root, name), "--listen", addr,
+			"--coordinators", c.coordinators, "-v"}, extra...)
+		c.nodes = append(c.nodes, &procNode{name: name, args: args})
+	}
+	add("tx1", addrs[0], "--class", "transaction", "--dc", "dc1", "--zone", "z1")
+	add("tx2", addrs[1], "--class", "transaction", "--dc", "dc1", "--zone", "z2")
+	add("tx3", addrs[2], "--class", "transaction", "--dc", "dc2", "--zone", "z3")
+	add("data1", addrs[3], "--class", "stash", "--pool", "data", "--dc", "dc1", "--zone", "za")
+	add("data2", addrs[4], "--class", "stash", "--pool", "data", "--dc", "dc1", "--zone", "zb")
+	add("data3", addrs[5], "--class", "stash", "--pool", "data", "--dc", "dc2", "--zone", "zc")
+	add("cache1", addrs[6], "--class", "stash", "--pool", "cache", "--dc", "dc1", "--zone", "za")
+	add("cache2", addrs[7], "--class", "stash", "--pool", "cache", "--dc", "dc2", "--zone", "zc")
+	return c
+}
+
+func (c *procCluster) node(name string) *procNode {
+	for _, n := range c.nodes {
+		if n.name == name {
+			return n
+		}
+	}
+	c.t.Fatalf("no node %s", name)
+	return nil
+}
+
+// start starts nodes (all of them if none is named) and waits until each
+// serves. They start together: the first ones wait for a coordinator
+// quorum.
+func (c *procCluster) start(names ...string) {
+	c.t.Helper()
+	var ns []*procNode
+	if len(names) == 0 {
+		ns = c.nodes
+	}
+	for _, name := range names {
+		ns = append(ns, c.node(name))
+	}
+	for _, n := range ns {
+		cmd := exec.Command(c.bin, n.args...)
+		cmd.Stderr = &prefixWriter{prefix: n.name + ": ", w: os.Stderr, quiet: !testing.Verbose()}
+		n.p = subprocess.Start(c.t, cmd)
+	}
+	for _, n := range ns {
+		n.p.WaitFor("listening on ", 90*time.Second)
+	}
+}
+
+func (c *procCluster) kill(name string) {
+	n := c.node(name)
+	n.p.Kill()
+	n.p = nil
+}
+
+func (c *procCluster) stopAll() {
+	for _, n := range c.nodes {
+		if n.p != nil {
+			n.p.Stop(syscall.SIGTERM)
+			n.p = nil
+		}
+	}
+}
+
+// prefixWriter prefixes each write (a child's log lines) with the node's
+// name; quiet drops them.
+type prefixWriter struct {
+	prefix string
+	w      *os.File
+	quiet  bool
+}
+
+func (p *prefixWriter) Write(b []byte) (int, error) {
+	if !p.quiet {
+		for _, line := range strings.SplitAfter(string(b), "\n") {
+			if line != "" {
+				fmt.Fprint(p.w, p.prefix+line)
+			}
+		}
+	}
+	return len(b), nil
+}
+
+// TestProcessClusterSurvivesKill9OfEveryNode runs a multi-process cluster
+// of real `distash server` processes on loopback (3 transaction nodes that
+// are the coordinators and hold 3 log replicas in two DCs, 3 stash nodes of
+// a durable Pebble pool with replication 2, 2 stash nodes of a DRAM pool
+// with replication 2) under a bank workload across both pools and a
+// writer recording acknowledged keys. It kills -9 and restarts each stash
+// node in turn, then each transaction node in turn, auditing the bank
+// after each; then it kills every node at once and restarts them all.
+func TestProcessClusterSurvivesKill9OfEveryNode(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs 8 real server processes")
+	}
+	c := newProcCluster(t)
+	defer c.stopAll()
+	c.start()
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	octx, ocancel := context.WithTimeout(ctx, time.Minute)
+	db, err := distash.Open(octx, c.coordinators)
+	ocancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	b := &bank.Bank{DB: db, Data: "d/", Cache: "c/", Accounts: 20, Initial: 1000}
+	if err := b.Open(ctx); err != nil {
+		t.Fatal(err)
+	}
+	w := &bank.Writer{DB: db, Prefix: "d/"}
+	wctx, wcancel := context.WithCancel(ctx)
+	failures, waitBank := b.Run(wctx, 4, 1)
+	waitWriter := w.Run(wctx, 2)
+
+	audit := func(when string) {
+		t.Helper()
+		actx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		if err := b.Audit(actx); err != nil {
+			t.Fatalf("audit %s: %v", when, err)
+		}
+	}
+	// waitCommits waits until the workload commits again after a kill and
+	// returns how long that took.
+	waitCommits := func(since time.Time, what string) time.Duration {
+		t.Helper()
+		for time.Since(since) < 60*time.Second {
+			if last := b.LastCommit.Load(); last > since.UnixNano() {
+				return time.Unix(0, last).Sub(since)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		t.Fatalf("no commit within 60 s after %s", what)
+		return 0
+	}
+	time.Sleep(2 * time.Second)
+	audit("before any kill")
+
+	var longest time.Duration
+	longestWhat := ""
+	for _, name := range []string{"data1", "data2", "data3", "cache1", "cache2", "tx1", "tx2", "tx3"} {
+		before := b.Commits.Load()
+		killed := time.Now()
+		c.kill(name)
+		gap := waitCommits(killed, "kill -9 of "+name)
+		if gap > longest {
+			longest, longestWhat = gap, name
+		}
+		time.Sleep(time.Second)
+		audit("with " + name + " down")
+		c.start(name)
+		time.Sleep(2 * time.Second)
+		audit("after " + name + " restarted")
+		t.Logf("kill -9 %s: commits resumed after %v; %d transfers committed meanwhile", name, gap.Round(time.Millisecond), b.Commits.Load()-before)
+	}
+	t.Logf("longest wait for commits after a kill: %v (%s)", longest.Round(time.Millisecond), longestWhat)
+	if longest > 10*time.Second {
+		t.Errorf("commits stopped for %v after killing %s: want < 10 s", longest, longestWhat)
+	}
+	wcancel()
+	waitBank()
+	waitWriter()
+	t.Logf("%d transfers acknowledged, %d failed attempts (during kills), %d keys acknowledged by the writer",
+		b.Commits.Load(), failures.Load(), len(w.Acked()))
+	audit("at the end")
+	if missing, err := w.Check(ctx, db); err != nil || missing > 0 {
+		t.Fatalf("%d acknowledged writes missing (err %v)", missing, err)
+	}
+	db.Close()
+
+	// Every node at once.
+	for _, n := range c.nodes {
+		c.kill(n.name)
+	}
+	c.start()
+	octx, ocancel = context.WithTimeout(ctx, time.Minute)
+	db2, err := distash.Open(octx, c.coordinators)
+	ocancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db2.Close()
+	b.DB = db2
+	audit("after kill -9 of every node")
+	if missing, err := w.Check(ctx, db2); err != nil || missing > 0 {
+		t.Fatalf("after kill -9 of every node, %d acknowledged writes missing (err %v)", missing, err)
+	}
+	err = db2.ReadTransact(ctx, func(tr *distash.Tx) error {
+		kvs, err := tr.GetRange([]byte("c/"), []byte("c0"), distash.RangeOptions{Limit: 10})
+		if err != nil {
+			return err
+		}
+		if len(kvs) != 0 {
+			return fmt.Errorf("the DRAM pool kept %d keys (first %q) across kill -9 of every node", len(kvs), kvs[0].Key)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

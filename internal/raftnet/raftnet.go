@@ -1,0 +1,417 @@
+// Package raftnet shares one listening address between gRPC and any number
+// of raft groups: a node process has one --listen address, on which it
+// serves the DiStash client API, the Coordinator and Log services (gRPC),
+// the coordinators' raft group and the transaction log's raft group.
+//
+//	mux, err := raftnet.Listen(":4500", serverTLS, clientTLS) // or raftnet.New(ln, ...)
+//	defer mux.Close()
+//	gs := grpc.NewServer() // insecure credentials: the mux terminates TLS
+//	go gs.Serve(mux.GRPCListener())
+//	coordLayer := mux.StreamLayer(raftnet.KindCoord, "node-a:4500")
+//	logTrans := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+//		Stream: mux.StreamLayer(raftnet.KindLog, "node-a:4500"), MaxPool: 3, Timeout: 5 * time.Second})
+//
+// With TLS (serverTLS and clientTLS, both or neither: tlsconf.Server and
+// tlsconf.Client build mutual-TLS configurations) the mux runs every
+// incoming handshake, in a goroutine of its own with a deadline so a slow
+// or hostile peer cannot hold up the others, and counts the failures
+// (RejectedConns): a peer whose certificate another CA signed never reaches
+// gRPC or raft. Its server configuration offers ALPN "h2", which grpc-go
+// clients using credentials.NewTLS require, and [ALPN] for raft dialers.
+//
+// After the handshake the mux reads the connection's first byte within the
+// same deadline. A raft dialer of this package sends a one-byte stream kind
+// first ([KindCoord], [KindLog], or any byte given to [Mux.StreamLayer]):
+// the connection, that byte consumed, goes to the stream layer of that
+// kind. A gRPC client starts with the HTTP/2 preface "PRI * HTTP/2.0": the
+// connection, nothing consumed, goes to GRPCListener. Anything else, or a
+// kind no stream layer is open for, is closed and counted (UnknownConns).
+package raftnet
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// Stream kinds: the first byte a raft dialer sends.
+const (
+	KindCoord byte = 'C' // the coordinators' raft group (internal/coord)
+	KindLog   byte = 'L' // the transaction log's raft group (internal/txlog)
+)
+
+// grpcFirst is the first byte of the HTTP/2 client preface: no stream kind.
+const grpcFirst = 'P'
+
+// ALPN is the protocol raft dialers offer over TLS; the mux's server
+// configuration offers it along with "h2".
+const ALPN = "distash-raft"
+
+// DefaultHandshakeTimeout bounds an incoming connection's TLS handshake and
+// first byte together.
+const DefaultHandshakeTimeout = 5 * time.Second
+
+// ErrClosed is returned by Accept on a closed listener or stream layer.
+var ErrClosed = errors.New("raftnet: closed")
+
+// Mux is one listening address shared by gRPC and raft stream layers.
+type Mux struct {
+	ln                   net.Listener
+	serverTLS, clientTLS *tls.Config
+	timeout              time.Duration
+
+	rejected atomic.Int64 // failed TLS handshakes
+	unknown  atomic.Int64 // no or an unknown first byte
+
+	grpc *listener
+
+	mu      sync.Mutex
+	layers  map[byte]*listener
+	pending map[net.Conn]struct{} // connections not yet handed over
+	closed  bool
+
+	done chan struct{}
+	wg   sync.WaitGroup
+}
+
+// Listen listens on addr (TCP) and returns a Mux serving it. serverTLS and
+// clientTLS, both or neither, make every connection mutual TLS.
+func Listen(addr string, serverTLS, clientTLS *tls.Config) (*Mux, error) {
+	if (serverTLS == nil) != (clientTLS == nil) {
+		return nil, errors.New("raftnet: TLS needs both a server and a client configuration")
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("raftnet: %w", err)
+	}
+	m, err := New(ln, serverTLS, clientTLS)
+	if err != nil {
+		ln.Close()
+	}
+	return m, err
+}
+
+// New returns a Mux serving ln, which it owns from then on (Close closes
+// it; so does New if it fails). serverTLS and clientTLS: as for Listen.
+func New(ln net.Listener, serverTLS, clientTLS *tls.Config) (*Mux, error) {
+	if (serverTLS == nil) != (clientTLS == nil) {
+		ln.Close()
+		return nil, errors.New("raftnet: TLS needs both a server and a client configuration")
+	}
+	m := &Mux{ln: ln, timeout: DefaultHandshakeTimeout, layers: make(map[byte]*listener),
+		pending: make(map[net.Conn]struct{}), done: make(chan struct{})}
+	if serverTLS != nil {
+		m.serverTLS = withALPN(serverTLS, "h2", ALPN)
+		m.clientTLS = clientTLS.Clone()
+		m.clientTLS.NextProtos = []string{ALPN}
+	}
+	m.grpc = m.newListener(0, ln.Addr())
+	m.wg.Add(1)
+	go m.serve()
+	return m, nil
+}
+
+// withALPN returns a copy of cfg offering protos, including in the
+// configurations its GetConfigForClient returns (tlsconf.Server's
+// certificate reloading works that way).
+func withALPN(cfg *tls.Config, protos ...string) *tls.Config {
+	c := cfg.Clone()
+	c.NextProtos = protos
+	if get := cfg.GetConfigForClient; get != nil {
+		c.GetConfigForClient = func(hi *tls.ClientHelloInfo) (*tls.Config, error) {
+			cc, err := get(hi)
+			if cc == nil || err != nil {
+				return cc, err
+			}
+			cc = cc.Clone()
+			cc.NextProtos = protos
+			return cc, nil
+		}
+	}
+	return c
+}
+
+// SetHandshakeTimeout sets how long an incoming connection has for its TLS
+// handshake and first byte (default DefaultHandshakeTimeout). Call it
+// before connections arrive.
+func (m *Mux) SetHandshakeTimeout(d time.Duration) {
+	m.mu.Lock()
+	m.timeout = d
+	m.mu.Unlock()
+}
+
+// Addr is the address the mux listens on.
+func (m *Mux) Addr() net.Addr { return m.ln.Addr() }
+
+// RejectedConns counts incoming connections whose TLS handshake failed.
+func (m *Mux) RejectedConns() int64 { return m.rejected.Load() }
+
+// UnknownConns counts incoming connections closed because their first
+// byte did not come in time, or named no open stream layer nor gRPC.
+func (m *Mux) UnknownConns() int64 { return m.unknown.Load() }
+
+// GRPCListener returns the listener of the gRPC connections: serve it with
+// a grpc.Server using insecure credentials, since the mux has terminated
+// TLS already. Closing it (grpc.Server.Stop does) refuses later gRPC
+// connections; the mux and its stream layers go on.
+func (m *Mux) GRPCListener() net.Listener { return m.grpc }
+
+// StreamLayer returns the raft stream layer of kind: Accept returns the
+// incoming connections of that kind, Dial connects to a peer's mux (TLS
+// when the mux has it) and sends kind, and Addr is advertise, the address
+// peers know this node by (in the coordinators list, or the log's peer
+// list), which a mux listening on 0.0.0.0 could not report. Closing the
+// layer (raft.NetworkTransport.Close does) frees kind for another
+// StreamLayer. It panics if kind is 0 or 'P' (gRPC's first byte), or has
+// an open layer: both are programming errors.
+func (m *Mux) StreamLayer(kind byte, advertise string) raft.StreamLayer {
+	if kind == grpcFirst || kind == 0 {
+		panic(fmt.Sprintf("raftnet: stream kind %q is reserved", kind))
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.layers[kind]; ok {
+		panic(fmt.Sprintf("raftnet: stream kind %q already has a layer", kind))
+	}
+	l := m.newListener(kind, advertised(advertise))
+	if m.closed {
+		l.close()
+	} else {
+		m.layers[kind] = l
+	}
+	return &streamLayer{listener: l}
+}
+
+// Close stops the mux: the listener, the gRPC listener, every stream layer
+// and every connection not yet handed over. Connections already accepted
+// by gRPC or raft are theirs to close.
+func (m *Mux) Close() error {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return nil
+	}
+	m.closed = true
+	close(m.done)
+	err := m.ln.Close()
+	for c := range m.pending {
+		c.Close()
+	}
+	layers := make([]*listener, 0, len(m.layers))
+	for _, l := range m.layers {
+		layers = append(layers, l)
+	}
+	m.mu.Unlock()
+	m.grpc.close()
+	for _, l := range layers {
+		l.close()
+	}
+	m.wg.Wait()
+	return err
+}
+
+// serve accepts connections and hands each to a goroutine of its own.
+func (m *Mux) serve() {
+	defer m.wg.Done()
+	var backoff time.Duration
+	for {
+		c, err := m.ln.Accept()
+		if err != nil {
+			select {
+			case <-m.done:
+				return
+			default:
+			}
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			// Out of file descriptors, say: wait and retry, like
+			// net/http.
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			select {
+			case <-m.done:
+				return
+			case <-time.After(backoff):
+			}
+			continue
+		}
+		backoff = 0
+		m.mu.Lock()
+		if m.closed {
+			m.mu.Unlock()
+			c.Close()
+			return
+		}
+		m.pending[c] = struct{}{}
+		timeout := m.timeout
+		m.wg.Add(1)
+		m.mu.Unlock()
+		go m.route(c, timeout)
+	}
+}
+
+// route terminates TLS on c, reads its first byte and hands it over.
+func (m *Mux) route(raw net.Conn, timeout time.Duration) {
+	defer m.wg.Done()
+	c := raw
+	handed := false
+	defer func() {
+		m.mu.Lock()
+		delete(m.pending, raw)
+		m.mu.Unlock()
+		if !handed {
+			c.Close()
+		}
+	}()
+	deadline := time.Now().Add(timeout)
+	if m.serverTLS != nil {
+		tc := tls.Server(raw, m.serverTLS)
+		ctx, cancel := context.WithDeadline(context.Background(), deadline)
+		err := tc.HandshakeContext(ctx)
+		cancel()
+		if err != nil {
+			m.rejected.Add(1)
+			return
+		}
+		c = tc
+	}
+	c.SetReadDeadline(deadline)
+	var first [1]byte
+	if _, err := c.Read(first[:]); err != nil {
+		m.unknown.Add(1)
+		return
+	}
+	c.SetReadDeadline(time.Time{})
+
+	var to *listener
+	if first[0] == grpcFirst {
+		to, c = m.grpc, &peeked{Conn: c, first: first[0], unread: true}
+	} else {
+		m.mu.Lock()
+		to = m.layers[first[0]]
+		m.mu.Unlock()
+	}
+	if to == nil || !to.deliver(c, m.done) {
+		m.unknown.Add(1)
+		return
+	}
+	handed = true
+}
+
+// peeked is a connection whose first byte was read by the mux: it reads it
+// again first.
+type peeked struct {
+	net.Conn
+	first  byte
+	unread bool
+}
+
+func (p *peeked) Read(b []byte) (int, error) {
+	if p.unread && len(b) > 0 {
+		b[0], p.unread = p.first, false
+		return 1, nil
+	}
+	return p.Conn.Read(b)
+}
+
+// listener is a net.Listener fed by the mux.
+type listener struct {
+	mux   *Mux
+	kind  byte // 0 for gRPC
+	addr  net.Addr
+	conns chan net.Conn
+	once  sync.Once
+	done  chan struct{}
+}
+
+func (m *Mux) newListener(kind byte, addr net.Addr) *listener {
+	return &listener{mux: m, kind: kind, addr: addr, conns: make(chan net.Conn), done: make(chan struct{})}
+}
+
+// deliver waits for Accept to take c; false if the listener or the mux
+// closed first.
+func (l *listener) deliver(c net.Conn, muxDone chan struct{}) bool {
+	select {
+	case l.conns <- c:
+		return true
+	case <-l.done:
+	case <-muxDone:
+	}
+	return false
+}
+
+func (l *listener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.conns:
+		return c, nil
+	case <-l.done:
+		return nil, ErrClosed
+	}
+}
+
+func (l *listener) close() {
+	l.once.Do(func() { close(l.done) })
+}
+
+// Close stops the listener; a stream layer's kind is free again.
+func (l *listener) Close() error {
+	l.close()
+	if l.kind != 0 {
+		m := l.mux
+		m.mu.Lock()
+		if m.layers[l.kind] == l {
+			delete(m.layers, l.kind)
+		}
+		m.mu.Unlock()
+	}
+	return nil
+}
+
+func (l *listener) Addr() net.Addr { return l.addr }
+
+// streamLayer is a raft.StreamLayer of one kind.
+type streamLayer struct {
+	*listener
+}
+
+func (s *streamLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+	d := &net.Dialer{Timeout: timeout}
+	var c net.Conn
+	var err error
+	if cfg := s.mux.clientTLS; cfg != nil {
+		// tls.Dialer verifies the server against the host dialled when the
+		// config names no server.
+		c, err = (&tls.Dialer{NetDialer: d, Config: cfg}).Dial("tcp", string(addr))
+	} else {
+		c, err = d.Dial("tcp", string(addr))
+	}
+	if err != nil {
+		return nil, err
+	}
+	if timeout > 0 {
+		c.SetWriteDeadline(time.Now().Add(timeout))
+	}
+	if _, err := c.Write([]byte{s.kind}); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("raftnet: send the stream kind to %s: %w", addr, err)
+	}
+	c.SetWriteDeadline(time.Time{})
+	return c, nil
+}
+
+type advertised string
+
+func (advertised) Network() string  { return "tcp" }
+func (a advertised) String() string { return string(a) }
+
+var (
+	_ raft.StreamLayer = (*streamLayer)(nil)
+	_ net.Listener     = (*listener)(nil)
+)

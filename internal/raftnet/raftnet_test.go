@@ -1,0 +1,350 @@
+package raftnet
+
+import (
+	"context"
+	"crypto/tls"
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/distash/distash/internal/tlsconf"
+	"github.com/distash/distash/internal/tlsconf/tlstest"
+)
+
+// node is one mux serving gRPC (the health service) and two raft stream
+// layers.
+type node struct {
+	mux          *Mux
+	coord, log   raft.StreamLayer
+	grpc         *grpc.Server
+	addr         string
+	grpcCreds    credentials.TransportCredentials
+	clientConfig *tls.Config
+}
+
+func newNode(t *testing.T, srv, cli *tls.Config) *node {
+	return newNodeTLS(t, [2]*tls.Config{srv, cli})
+}
+
+func newNodeTLS(t *testing.T, cfgs [2]*tls.Config) *node {
+	srv, cli := cfgs[0], cfgs[1]
+	t.Helper()
+	m, err := Listen("127.0.0.1:0", srv, cli)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := &node{mux: m, addr: m.Addr().String(), grpcCreds: insecure.NewCredentials(), clientConfig: cli}
+	if cli != nil {
+		n.grpcCreds = credentials.NewTLS(cli)
+	}
+	n.coord = m.StreamLayer(KindCoord, n.addr)
+	n.log = m.StreamLayer(KindLog, n.addr)
+	n.grpc = grpc.NewServer() // insecure: the mux terminates TLS
+	healthpb.RegisterHealthServer(n.grpc, health.NewServer())
+	go n.grpc.Serve(m.GRPCListener())
+	t.Cleanup(func() {
+		n.grpc.Stop()
+		m.Close()
+	})
+	return n
+}
+
+// checkGRPC calls the health service of n with creds.
+func checkGRPC(t *testing.T, addr string, creds credentials.TransportCredentials) error {
+	t.Helper()
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	resp, err := healthpb.NewHealthClient(cc).Check(ctx, &healthpb.HealthCheckRequest{})
+	if err == nil && resp.Status != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("health status %v", resp.Status)
+	}
+	return err
+}
+
+// checkStream dials to's layer of the same kind from layer from, and checks
+// bytes both ways, and that the kind byte was consumed.
+func checkStream(t *testing.T, from, to raft.StreamLayer, toAddr string) {
+	t.Helper()
+	type accepted struct {
+		c   net.Conn
+		err error
+	}
+	ch := make(chan accepted, 1)
+	go func() {
+		c, err := to.Accept()
+		ch <- accepted{c, err}
+	}()
+	c, err := from.Dial(raft.ServerAddress(toAddr), 3*time.Second)
+	if err != nil {
+		t.Fatalf("dial: %v", err)
+	}
+	defer c.Close()
+	if _, err := c.Write([]byte("ping")); err != nil {
+		t.Fatal(err)
+	}
+	var a accepted
+	select {
+	case a = <-ch:
+	case <-time.After(3 * time.Second):
+		t.Fatal("no connection accepted")
+	}
+	if a.err != nil {
+		t.Fatal(a.err)
+	}
+	defer a.c.Close()
+	buf := make([]byte, 4)
+	if _, err := io.ReadFull(a.c, buf); err != nil || string(buf) != "ping" {
+		t.Fatalf("accepted side read %q, %v", buf, err)
+	}
+	a.c.Write([]byte("pong"))
+	if _, err := io.ReadFull(c, buf); err != nil || string(buf) != "pong" {
+		t.Fatalf("dialling side read %q, %v", buf, err)
+	}
+}
+
+func pkiConfigs(t *testing.T, pki *tlstest.PKI, other bool) [2]*tls.Config {
+	t.Helper()
+	srvFiles := tlsconf.Files{Cert: pki.ServerCert, Key: pki.ServerKey, CA: pki.CA}
+	cliFiles := tlsconf.Files{Cert: pki.ClientCert, Key: pki.ClientKey, CA: pki.CA}
+	if other {
+		srvFiles = tlsconf.Files{Cert: pki.OtherServerCert, Key: pki.OtherServerKey, CA: pki.OtherCA}
+		cliFiles = tlsconf.Files{Cert: pki.OtherClientCert, Key: pki.OtherClientKey, CA: pki.OtherCA}
+	}
+	srv, err := tlsconf.Server(srvFiles, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli, err := tlsconf.Client(cliFiles)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return [2]*tls.Config{srv, cli}
+}
+
+// sharing checks gRPC and both raft kinds between two nodes.
+func sharing(t *testing.T, a, b *node) {
+	t.Helper()
+	if err := checkGRPC(t, a.addr, b.grpcCreds); err != nil {
+		t.Fatalf("gRPC: %v", err)
+	}
+	checkStream(t, a.coord, b.coord, b.addr)
+	checkStream(t, b.log, a.log, a.addr)
+	checkStream(t, a.log, b.log, b.addr)
+	// A real raft transport over a layer: an AppendEntries round trip.
+	ta := raft.NewNetworkTransport(a.mux.StreamLayer('T', a.addr), 1, 3*time.Second, io.Discard)
+	defer ta.Close()
+	tb := raft.NewNetworkTransport(b.mux.StreamLayer('T', b.addr), 1, 3*time.Second, io.Discard)
+	defer tb.Close()
+	go func() {
+		for rpc := range tb.Consumer() {
+			rpc.Respond(&raft.AppendEntriesResponse{Term: 7, Success: true}, nil)
+		}
+	}()
+	var resp raft.AppendEntriesResponse
+	if err := ta.AppendEntries("b", raft.ServerAddress(b.addr), &raft.AppendEntriesRequest{Term: 7}, &resp); err != nil || !resp.Success {
+		t.Fatalf("raft AppendEntries: %+v %v", resp, err)
+	}
+	if string(ta.LocalAddr()) != a.addr {
+		t.Fatalf("local address %s, want %s", ta.LocalAddr(), a.addr)
+	}
+}
+
+func TestSharedPortPlain(t *testing.T) {
+	a, b := newNode(t, nil, nil), newNode(t, nil, nil)
+	sharing(t, a, b)
+	if a.mux.RejectedConns()+b.mux.RejectedConns()+a.mux.UnknownConns()+b.mux.UnknownConns() != 0 {
+		t.Fatal("connections refused")
+	}
+}
+
+func TestSharedPortMutualTLS(t *testing.T) {
+	pki := tlstest.New(t)
+	a, b := newNodeTLS(t, pkiConfigs(t, pki, false)), newNodeTLS(t, pkiConfigs(t, pki, false))
+	sharing(t, a, b)
+	if n := a.mux.RejectedConns() + b.mux.RejectedConns(); n != 0 {
+		t.Fatalf("%d handshakes refused", n)
+	}
+	// A plaintext gRPC client is refused.
+	if err := checkGRPC(t, a.addr, insecure.NewCredentials()); err == nil {
+		t.Fatal("a plaintext gRPC client got through")
+	}
+}
+
+// TestForeignCARefused: a peer whose certificates another CA signed
+// reaches neither raft nor gRPC, both ways.
+func TestForeignCARefused(t *testing.T) {
+	pki := tlstest.New(t)
+	good := newNodeTLS(t, pkiConfigs(t, pki, false))
+	rogue := newNodeTLS(t, pkiConfigs(t, pki, true))
+
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		if c, err := good.coord.Accept(); err == nil {
+			accepted <- c
+		}
+	}()
+	if c, err := rogue.coord.Dial(raft.ServerAddress(good.addr), 2*time.Second); err == nil {
+		// TLS 1.3: the client learns of its refusal on its first read.
+		c.SetReadDeadline(time.Now().Add(2 * time.Second))
+		if _, err := c.Read(make([]byte, 1)); err == nil {
+			t.Fatal("the rogue's raft connection works")
+		}
+		c.Close()
+	}
+	if err := checkGRPC(t, good.addr, rogue.grpcCreds); err == nil {
+		t.Fatal("the rogue's gRPC call got through")
+	}
+	waitFor(t, "refused handshakes", func() bool { return good.mux.RejectedConns() >= 2 })
+	// The other way round: the good node does not trust the rogue server.
+	if _, err := good.coord.Dial(raft.ServerAddress(rogue.addr), 2*time.Second); err == nil {
+		t.Fatal("dialled a server of another CA")
+	}
+	select {
+	case <-accepted:
+		t.Fatal("a rogue connection reached the raft layer")
+	case <-time.After(100 * time.Millisecond):
+	}
+}
+
+// TestHostilePeers: garbage, silence and unknown kinds are closed and
+// counted, without holding up the others.
+func TestHostilePeers(t *testing.T) {
+	pki := tlstest.New(t)
+	for _, tc := range []struct {
+		name     string
+		srv, cli *tls.Config
+	}{{"plain", nil, nil}, {"tls", nil, nil}} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.name == "tls" {
+				cfgs := pkiConfigs(t, pki, false)
+				tc.srv, tc.cli = cfgs[0], cfgs[1]
+			}
+			a, b := newNode(t, tc.srv, tc.cli), newNode(t, tc.srv, tc.cli)
+			a.mux.SetHandshakeTimeout(300 * time.Millisecond)
+			// Silent peers: they hold only their own goroutines.
+			var silent []net.Conn
+			for range 5 {
+				c, err := net.Dial("tcp", a.addr)
+				if err != nil {
+					t.Fatal(err)
+				}
+				silent = append(silent, c)
+			}
+			// Garbage, and a kind no layer serves.
+			for _, junk := range [][]byte{[]byte("\x16\x03\x01garbage that is no hello"), []byte("Zzzz"), {0}, []byte("GET / HTTP/1.1\r\n\r\n")} {
+				c, err := net.Dial("tcp", a.addr)
+				if err != nil {
+					t.Fatal(err)
+				}
+				c.Write(junk)
+				defer c.Close()
+			}
+			if tc.cli != nil {
+				// A TLS peer that sends an unknown kind.
+				c, err := tls.Dial("tcp", a.addr, tc.cli)
+				if err != nil {
+					t.Fatal(err)
+				}
+				c.Write([]byte{'Z'})
+				defer c.Close()
+			}
+			start := time.Now()
+			sharing(t, a, b)
+			if d := time.Since(start); d > 2*time.Second {
+				t.Fatalf("serving took %v behind hostile peers", d)
+			}
+			waitFor(t, "hostile connections closed", func() bool {
+				want := int64(9) // 5 silent, 4 junk
+				if tc.cli != nil {
+					want++ // the unknown kind over TLS
+				}
+				return a.mux.RejectedConns()+a.mux.UnknownConns() >= want
+			})
+			for _, c := range silent {
+				c.SetReadDeadline(time.Now().Add(2 * time.Second))
+				if _, err := c.Read(make([]byte, 1)); err == nil {
+					t.Fatal("a silent peer's connection is still open")
+				}
+				c.Close()
+			}
+			t.Logf("rejected %d, unknown %d", a.mux.RejectedConns(), a.mux.UnknownConns())
+			sharing(t, a, b)
+		})
+	}
+}
+
+func TestCloseAndReuse(t *testing.T) {
+	a, b := newNode(t, nil, nil), newNode(t, nil, nil)
+	// Closing a layer frees its kind; dials to it are closed meanwhile.
+	b.log.Close()
+	if _, err := b.log.Accept(); err != ErrClosed {
+		t.Fatalf("accept on a closed layer: %v", err)
+	}
+	unknown := b.mux.UnknownConns()
+	c, err := a.log.Dial(raft.ServerAddress(b.addr), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.SetReadDeadline(time.Now().Add(2 * time.Second))
+	if _, err := c.Read(make([]byte, 1)); err == nil {
+		t.Fatal("a connection to a closed layer is open")
+	}
+	c.Close()
+	waitFor(t, "the connection counted", func() bool { return b.mux.UnknownConns() > unknown })
+	b.log = b.mux.StreamLayer(KindLog, b.addr)
+	checkStream(t, a.log, b.log, b.addr)
+
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Fatal("a second layer of one kind")
+			}
+		}()
+		b.mux.StreamLayer(KindLog, b.addr)
+	}()
+
+	// Closing the mux ends every Accept.
+	errs := make(chan error, 2)
+	go func() { _, err := b.coord.Accept(); errs <- err }()
+	go func() { _, err := b.mux.GRPCListener().Accept(); errs <- err }()
+	b.mux.Close()
+	for range 2 {
+		select {
+		case err := <-errs:
+			if err != ErrClosed {
+				t.Fatalf("accept after close: %v", err)
+			}
+		case <-time.After(2 * time.Second):
+			t.Fatal("accept still blocked after Close")
+		}
+	}
+	if _, err := a.coord.Dial(raft.ServerAddress(b.addr), time.Second); err == nil {
+		// The port may linger in the kernel; a connection must not work.
+		t.Log("dial after close succeeded at TCP level")
+	}
+	if _, err := Listen("127.0.0.1:0", &tls.Config{}, nil); err == nil {
+		t.Fatal("half a TLS configuration accepted")
+	}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s within 5s", what)
+		}
+	}
+}

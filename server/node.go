@@ -1,0 +1,672 @@
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/distash/distash/config"
+	"github.com/distash/distash/internal/coord"
+	"github.com/distash/distash/internal/coordrpc"
+	"github.com/distash/distash/internal/engine"
+	"github.com/distash/distash/internal/engine/engines"
+	"github.com/distash/distash/internal/kv"
+	"github.com/distash/distash/internal/logrpc"
+	"github.com/distash/distash/internal/raftnet"
+	"github.com/distash/distash/internal/shardmap"
+	"github.com/distash/distash/internal/stash"
+	"github.com/distash/distash/internal/txlog"
+	"github.com/distash/distash/internal/wire"
+)
+
+// Node classes (distash server --class).
+const (
+	ClassTransaction = coord.ClassTransaction
+	ClassStash       = coord.ClassStash
+)
+
+// Stream kinds of the raft groups multiplexed on a node's address.
+const (
+	streamCoord = 'C'
+	streamLog   = 'L'
+)
+
+// NodeOptions configure one node of a multi-process cluster.
+type NodeOptions struct {
+	// Dir holds the node's files: its id, the coordinator's raft state,
+	// its log replica and system stash (transaction nodes), its stash's
+	// engine (stash nodes).
+	Dir    string
+	Config *config.Config
+	// Listen is the node's one address: gRPC for clients and nodes, and
+	// the coordinators' and the log's raft, multiplexed.
+	Listen string
+	// Coordinators is the cluster string; a node whose Listen is in it is
+	// a coordinator.
+	Coordinators []string
+	Class        string // ClassTransaction or ClassStash
+	Pool         string // a stash node's pool
+	DC, Zone     string
+	Machine      string
+	// ServerTLS and ClientTLS, both or neither, make every link mutual TLS.
+	ServerTLS, ClientTLS *tls.Config
+	Logger               *slog.Logger
+	FlushInterval        time.Duration
+	// HeartbeatInterval is how often the node tells the controller it is
+	// alive; default 250ms.
+	HeartbeatInterval time.Duration
+	// LivenessTimeout is how long the controller waits before it counts a
+	// silent node dead; default 2s.
+	LivenessTimeout time.Duration
+}
+
+// node is the multi-process part of a Server.
+type node struct {
+	id    string
+	opts  NodeOptions
+	mux   *raftnet.Mux
+	coord *coord.Node // nil unless a coordinator
+	csrv  *coordrpc.Server
+	cc    *coordrpc.Client
+	log   lazyLog
+
+	generation atomic.Uint64 // the latest the controller told us
+	slot       int           // a stash node's tag slot
+	tag        kv.Tag
+	used       atomic.Int64 // a stash node's live bytes, as its stash last reported them
+
+	connMu sync.Mutex
+	conns  map[string]*grpc.ClientConn // to other nodes, by address
+
+	leaderMu   sync.Mutex
+	leaderAddr string // the log leader's node as last looked up ("" = ask again)
+}
+
+// StartNode starts one node of a multi-process cluster (distash server
+// --coordinators): it joins the coordinators, registers with the cluster
+// controller, and plays its class's roles. It returns once the node is
+// registered; a transaction node's log replica and roles start as soon as
+// enough transaction nodes have joined.
+func StartNode(ctx context.Context, opts NodeOptions) (*Server, error) {
+	if opts.Dir == "" || opts.Config == nil || opts.Listen == "" || len(opts.Coordinators) == 0 {
+		return nil, errors.New("server: a node needs Dir, Config, Listen and Coordinators")
+	}
+	if err := opts.Config.Validate(); err != nil {
+		return nil, err
+	}
+	switch opts.Class {
+	case ClassTransaction:
+		if opts.Pool != "" {
+			return nil, fmt.Errorf("server: --pool %q is for stash nodes; a transaction node has no pool", opts.Pool)
+		}
+	case ClassStash:
+		if _, ok := opts.Config.PoolByName(opts.Pool); !ok {
+			var names []string
+			for _, p := range opts.Config.Pools {
+				names = append(names, p.Name)
+			}
+			return nil, fmt.Errorf("server: --pool %q: no such pool in the configuration (pools: %s)", opts.Pool, strings.Join(names, ", "))
+		}
+	default:
+		return nil, fmt.Errorf("server: --class %q: want %s or %s", opts.Class, ClassTransaction, ClassStash)
+	}
+	if (opts.ServerTLS == nil) != (opts.ClientTLS == nil) {
+		return nil, errors.New("server: TLS needs both a server and a client configuration")
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.HeartbeatInterval <= 0 {
+		opts.HeartbeatInterval = 250 * time.Millisecond
+	}
+	if opts.LivenessTimeout <= 0 {
+		opts.LivenessTimeout = 2 * time.Second
+	}
+	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
+		return nil, err
+	}
+	if err := checkConfigMatches(opts.Dir, opts.Config); err != nil {
+		return nil, err
+	}
+	id, err := nodeID(opts.Dir)
+	if err != nil {
+		return nil, err
+	}
+	logger := opts.Logger.With("node", id, "class", opts.Class)
+	s := newServer(Options{Dir: opts.Dir, Config: opts.Config, ListenAddr: opts.Listen, Logger: logger, FlushInterval: opts.FlushInterval})
+	n := &node{id: id, opts: opts, conns: map[string]*grpc.ClientConn{}, slot: -1}
+	n.log.holds = func() bool { return s.tx.Load() != nil }
+	s.node = n
+	if err := s.startNode(ctx); err != nil {
+		s.Stop()
+		return nil, err
+	}
+	return s, nil
+}
+
+// nodeID returns the node's id, kept in its directory across restarts (a
+// restarted stash node gets its slot back by it).
+func nodeID(dir string) (string, error) {
+	path := filepath.Join(dir, "node-id")
+	b, err := os.ReadFile(path)
+	if err == nil {
+		if id := strings.TrimSpace(string(b)); id != "" {
+			return id, nil
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return "", err
+	}
+	var r [6]byte
+	if _, err := rand.Read(r[:]); err != nil {
+		return "", err
+	}
+	id := "n-" + hex.EncodeToString(r[:])
+	if err := os.WriteFile(path, []byte(id+"\n"), 0o644); err != nil {
+		return "", err
+	}
+	return id, nil
+}
+
+func (s *Server) startNode(ctx context.Context) error {
+	n := s.node
+	o := n.opts
+	runCtx, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
+
+	var err error
+	n.mux, err = raftnet.Listen(o.Listen, o.ServerTLS, o.ClientTLS)
+	if err != nil {
+		return fmt.Errorf("server: listen on %s: %w", o.Listen, err)
+	}
+	s.grpcServer = s.newGRPCServer() // plaintext: TLS, if any, ends in the mux
+	wire.RegisterDiStashServer(s.grpcServer, &service{s: s})
+	logrpc.Register(s.grpcServer, &n.log, s.report)
+	if slices.Contains(o.Coordinators, o.Listen) {
+		n.coord, err = coord.Start(coord.Options{
+			Addr: o.Listen, Coordinators: o.Coordinators, Dir: filepath.Join(o.Dir, "coord"),
+			StreamLayer: n.mux.StreamLayer(streamCoord, o.Listen), NodeID: n.id,
+			LivenessTimeout: o.LivenessTimeout,
+			Logger:          hclog.FromStandardLogger(slog.NewLogLogger(s.logger.Handler(), slog.LevelWarn), &hclog.LoggerOptions{Name: "coord", Level: hclog.Error}),
+		})
+		if err != nil {
+			return fmt.Errorf("server: start the coordinator: %w", err)
+		}
+		n.csrv = coordrpc.Register(s.grpcServer, n.coord, coordrpc.ServerOptions{ClientTLS: o.ClientTLS})
+	}
+	lis := n.mux.GRPCListener()
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		if err := s.grpcServer.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			s.logger.Error("grpc serve", "err", err)
+		}
+	}()
+
+	n.cc, err = coordrpc.NewClient(strings.Join(o.Coordinators, ","), coordrpc.ClientOptions{TLS: o.ClientTLS})
+	if err != nil {
+		return err
+	}
+	cfgText, err := s.cfg.Marshal()
+	if err != nil {
+		return err
+	}
+	reg := coordrpc.NodeRegistration{ID: n.id, Addr: o.Listen, Class: o.Class, Pool: o.Pool,
+		DC: o.DC, Zone: o.Zone, Machine: o.Machine, Config: string(cfgText)}
+	for {
+		rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
+		slot, gen, err := n.cc.Register(rctx, reg)
+		rcancel()
+		if err == nil {
+			n.slot = slot
+			n.generation.Store(gen)
+			break
+		}
+		var fe *config.FieldError
+		var ke *kv.Error
+		if errors.As(err, &fe) || errors.As(err, &ke) && !ke.Code.Retryable() {
+			return fmt.Errorf("server: the cluster refused this node: %w", err)
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("server: register with the coordinators %s: %w", strings.Join(o.Coordinators, ","), err)
+		}
+		s.logger.Info("waiting for the cluster controller", "coordinators", strings.Join(o.Coordinators, ","), "last_error", err)
+	}
+	s.logger.Info("node registered", "addr", o.Listen, "generation", n.generation.Load(), "slot", n.slot)
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		n.cc.HeartbeatLoop(runCtx, n.id, o.HeartbeatInterval, func(gen uint64, err error) {
+			if err == nil {
+				n.generation.Store(gen)
+			}
+		})
+	}()
+
+	if o.Class == ClassStash {
+		return s.startStashNode(runCtx)
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.runTransactionNode(runCtx)
+	}()
+	return nil
+}
+
+// stop ends what the node runs besides the cluster roles (after them).
+func (n *node) stop(logger *slog.Logger) {
+	if n.coord != nil {
+		if err := n.coord.Stop(); err != nil {
+			logger.Warn("stop the coordinator", "err", err)
+		}
+	}
+	if n.csrv != nil {
+		n.csrv.Close()
+	}
+	if n.mux != nil {
+		n.mux.Close()
+	}
+	if n.cc != nil {
+		n.cc.Close()
+	}
+	n.connMu.Lock()
+	for a, c := range n.conns {
+		c.Close()
+		delete(n.conns, a)
+	}
+	n.connMu.Unlock()
+}
+
+// Addr is the address the server serves on.
+func (s *Server) Addr() string {
+	if s.node != nil {
+		return s.node.opts.Listen
+	}
+	if s.listener != nil {
+		return s.listener.Addr().String()
+	}
+	return s.opts.ListenAddr
+}
+
+// NodeID is the node's id in a multi-process cluster, "" for an embedded
+// cluster.
+func (s *Server) NodeID() string {
+	if s.node == nil {
+		return ""
+	}
+	return s.node.id
+}
+
+// startStashNode opens the node's stash: its tag follows from its pool and
+// the slot the controller gave it; it pulls its tag from the log leader's
+// node and serves reads.
+func (s *Server) startStashNode(ctx context.Context) error {
+	n := s.node
+	tags := s.poolTags[n.opts.Pool]
+	if n.slot < 0 || n.slot >= len(tags) {
+		return fmt.Errorf("server: the controller gave slot %d of pool %q, which has %d", n.slot, n.opts.Pool, len(tags))
+	}
+	n.tag = tags[n.slot]
+	p, _ := s.cfg.PoolByName(n.opts.Pool)
+	pool := *p
+	sp := stashSpec{tag: n.tag, pool: pool, index: n.slot}
+	logc := logrpc.NewLeaderClient(n, s.logger)
+	open := func() (*stash.Stash, error) { return s.openRemoteStash(ctx, sp, logc) }
+	st, err := open()
+	if err != nil {
+		return err
+	}
+	s.addStash(ctx, n.tag, st, open)
+	// The shard map of a new cluster follows from the configuration
+	// (shardmap.Initial); shards do not move yet.
+	var specs []shardmap.PoolSpec
+	for _, p := range s.cfg.Pools {
+		specs = append(specs, shardmap.PoolSpec{Name: p.Name, Prefix: []byte(p.Prefix), Tags: s.poolTags[p.Name], Replication: p.Replication})
+	}
+	s.stashes[n.tag].setOwned(shardmap.Initial(specs).RangesOf(n.tag))
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.reportLoop(ctx, logc)
+	}()
+	s.logger.Info("stash node serving", "pool", pool.Name, "slot", n.slot, "tag", n.tag)
+	return nil
+}
+
+// openRemoteStash opens a stash node's engine and stash over the remote
+// log. A dram stash starts empty at the log's current end.
+func (s *Server) openRemoteStash(ctx context.Context, sp stashSpec, logc *logrpc.Client) (*stash.Stash, error) {
+	dir := filepath.Join(s.opts.Dir, "stash")
+	if !sp.pool.Volatile() {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	var start kv.Version
+	if sp.pool.Volatile() {
+		for {
+			rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			last, err := logc.Report(rctx, logrpc.StashReport{Tag: sp.tag})
+			cancel()
+			if err == nil {
+				start = last
+				break
+			}
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			s.logger.Info("waiting for the log to learn where a dram stash starts", "err", err)
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	eng, err := engines.Open(sp.pool.Engine, engine.Options{
+		Dir: dir, CapacityBytes: int64(sp.pool.Capacity), Ephemeral: sp.pool.Ephemeral(), Eviction: sp.pool.Eviction,
+		Tuning: engineTuning(sp.pool),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("server: open stash %s-%d: %w", sp.pool.Name, sp.index, err)
+	}
+	return stash.New(stash.Options{
+		Tag: sp.tag, Pool: sp.pool.Name, Index: sp.index, Engine: eng, Log: logc,
+		Volatile: sp.pool.Volatile(), StartVersion: start,
+		Ephemeral: sp.pool.Ephemeral(), TrackBytes: !sp.pool.Ephemeral(), CapacityBytes: int64(sp.pool.Capacity),
+		TrackRecency:   sp.pool.Recency,
+		WindowVersions: s.windowVersions(), WindowBytes: windowBudget(sp.pool), FlushInterval: s.opts.FlushInterval, Logger: s.logger,
+		ReportUsage: func(_ kv.Tag, used int64, _ kv.Version) { s.node.used.Store(used) },
+	}), nil
+}
+
+// reportLoop pushes the stash's usage and progress to the log leader's
+// node, where the commit proxy and the ratekeeper use them.
+func (s *Server) reportLoop(ctx context.Context, logc *logrpc.Client) {
+	t := time.NewTicker(200 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		st, ok := s.stash(s.node.tag)
+		if !ok {
+			continue
+		}
+		applied, wb, wl := st.Pressure()
+		used := s.node.used.Load()
+		rctx, cancel := context.WithTimeout(ctx, time.Second)
+		logc.Report(rctx, logrpc.StashReport{Tag: s.node.tag, UsedBytes: used, Applied: applied, WindowBytes: wb, WindowLimitBytes: wl})
+		cancel()
+	}
+}
+
+// Conn implements logrpc.Leader: the log leader's node is the one holding
+// the stateless roles (it leads the log), as the controller's view says.
+func (n *node) Conn(ctx context.Context) (grpc.ClientConnInterface, error) {
+	n.leaderMu.Lock()
+	addr := n.leaderAddr
+	n.leaderMu.Unlock()
+	for addr == "" {
+		vctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		v, err := n.cc.View(vctx)
+		cancel()
+		if err == nil && v.StatelessAddress != "" {
+			addr = v.StatelessAddress
+			n.leaderMu.Lock()
+			n.leaderAddr = addr
+			n.leaderMu.Unlock()
+			break
+		}
+		select {
+		case <-ctx.Done():
+			if err == nil {
+				err = ctx.Err()
+			}
+			return nil, fmt.Errorf("server: find the log leader: %w", err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return n.connTo(addr)
+}
+
+// Failed implements logrpc.Leader.
+func (n *node) Failed(grpc.ClientConnInterface) {
+	n.leaderMu.Lock()
+	n.leaderAddr = ""
+	n.leaderMu.Unlock()
+}
+
+// connTo returns the node's connection to addr.
+func (n *node) connTo(addr string) (*grpc.ClientConn, error) {
+	n.connMu.Lock()
+	defer n.connMu.Unlock()
+	if c, ok := n.conns[addr]; ok {
+		return c, nil
+	}
+	creds := insecure.NewCredentials()
+	if n.opts.ClientTLS != nil {
+		creds = credentials.NewTLS(n.opts.ClientTLS)
+	}
+	c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20)))
+	if err != nil {
+		return nil, err
+	}
+	n.conns[addr] = c
+	return c, nil
+}
+
+// runTransactionNode waits until the controller placed the log replicas;
+// on one of them it opens the local replica and the system stash, then
+// follows the log's leadership: the leader's node claims a new generation
+// and runs the stateless roles.
+func (s *Server) runTransactionNode(ctx context.Context) {
+	n := s.node
+	var view *wire.ViewResponse
+	for {
+		vctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		v, err := n.cc.View(vctx)
+		cancel()
+		if err == nil && len(v.LogReplicas) > 0 {
+			view = v
+			break
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		s.logger.Info("waiting for the log replicas to be placed", "want", s.cfg.Log.Replicas, "err", err)
+		time.Sleep(300 * time.Millisecond)
+	}
+	if !slices.Contains(view.LogReplicas, n.id) {
+		s.logger.Info("spare transaction node: the log replicas are elsewhere", "log_replicas", view.LogReplicas)
+		return
+	}
+	addrOf := map[string]string{}
+	for _, cn := range view.Nodes {
+		addrOf[cn.Id] = cn.Address
+	}
+	var peers []txlog.Peer
+	for _, id := range view.LogReplicas {
+		peers = append(peers, txlog.Peer{ID: id, Addr: addrOf[id]})
+	}
+	trans := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+		Stream: n.mux.StreamLayer(streamLog, n.opts.Listen), MaxPool: 4, Timeout: 5 * time.Second,
+		Logger: hclog.NewNullLogger(),
+	})
+	tags := []kv.Tag{shardmap.SystemTag}
+	for _, sp := range s.stashSpecs() {
+		tags = append(tags, sp.tag)
+	}
+	l, err := txlog.Open(txlog.Options{
+		Dir: filepath.Join(s.opts.Dir, "log"), Tags: tags, Logger: s.logger,
+		Network: &txlog.NetworkOptions{LocalID: n.id, Peers: peers, Transport: trans},
+	})
+	if err != nil {
+		s.logger.Error("open the log replica", "err", err)
+		trans.Close()
+		return
+	}
+	s.log = l
+	n.log.set(l)
+	sys, err := s.startSystemStash(ctx)
+	if err != nil {
+		s.logger.Error("open the system stash", "err", err)
+		return
+	}
+	s.logger.Info("log replica running", "peers", peers)
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		held := s.tx.Load()
+		switch {
+		case !l.IsLeader() && held != nil:
+			s.logger.Warn("lost the log's leadership: dropping the stateless roles", "generation", held.generation)
+			s.stopRoles()
+		case l.IsLeader() && (held == nil || n.generation.Load() > held.generation):
+			// Newly leader, or a later generation was started elsewhere
+			// (a deposed node's late claim): claim one that names us.
+			if held != nil {
+				s.stopRoles()
+			}
+			if err := s.recoverAsLeader(ctx, sys); err != nil && ctx.Err() == nil {
+				s.logger.Warn("recovery failed; retrying", "err", err)
+			}
+		}
+	}
+}
+
+// recoverAsLeader starts a new generation on this node, whose log replica
+// leads: the controller records it (its number is the epoch the log
+// fences older proxies with), the log begins it and reports the highest
+// durable version, and the stateless roles start above that.
+func (s *Server) recoverAsLeader(ctx context.Context, sys *stash.Stash) error {
+	n := s.node
+	began := time.Now()
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	gen, err := n.cc.Claim(cctx, n.id)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("claim a generation: %w", err)
+	}
+	n.generation.Store(max(n.generation.Load(), gen))
+	bctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	recovered, err := s.log.BeginGeneration(bctx, gen)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("begin generation %d in the log: %w", gen, err)
+	}
+	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	err = s.startRoles(rctx, gen, recovered, sys)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("start the roles of generation %d: %w", gen, err)
+	}
+	r := s.tx.Load()
+	r.startedAt = began
+	r.recoveryTime = time.Since(began)
+	s.logger.Info("recovered: serving as sequencer, proxies and resolver", "generation", gen,
+		"recovered_version", recovered, "recovery", r.recoveryTime)
+	dctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	if err := n.cc.RecoveryDone(dctx, n.id, gen, r.recoveryTime.Microseconds()); err != nil {
+		s.logger.Warn("report the recovery to the controller", "err", err)
+	}
+	return nil
+}
+
+// nodeStatus describes this node (nil for an embedded cluster).
+func (s *Server) nodeStatus() *wire.NodeStatus {
+	n := s.node
+	if n == nil {
+		return nil
+	}
+	o := n.opts
+	ns := &wire.NodeStatus{Id: n.id, Address: o.Listen, Class: o.Class, Pool: o.Pool, Dc: o.DC, Zone: o.Zone,
+		Machine: o.Machine, Generation: n.generation.Load()}
+	if n.coord != nil {
+		ns.Roles = append(ns.Roles, "coordinator")
+		if n.coord.Controller() != 0 {
+			ns.Roles = append(ns.Roles, "controller")
+		}
+	}
+	if l := n.log.get(); l != nil {
+		ns.Roles = append(ns.Roles, "log")
+		if l.IsLeader() {
+			ns.Roles = append(ns.Roles, "log_leader")
+		}
+		ns.LogDurableVersion = int64(l.LastVersion())
+	}
+	if r := s.tx.Load(); r != nil {
+		ns.Roles = append(ns.Roles, "sequencer", "grv_proxy", "commit_proxy", "resolver", "ratekeeper")
+		ns.RecoveryMicros = r.recoveryTime.Microseconds()
+		ns.RecoveredVersion = int64(r.recovered)
+		ns.RecoveryUnixMs = r.startedAt.UnixMilli()
+	}
+	if o.Class == ClassStash {
+		ns.Roles = append(ns.Roles, "stash")
+	}
+	return ns
+}
+
+// lazyLog is the log service of a node: it serves stashes only while the
+// node holds the stateless roles, i.e. while its log replica leads and its
+// generation has begun (a follower's log may lag the leader's, and pops
+// must reach the leader); other calls are refused with wrong_node and the
+// stash asks the coordinators again.
+type lazyLog struct {
+	p     atomic.Pointer[txlog.Log]
+	holds func() bool
+}
+
+// Serving implements logrpc.Gate.
+func (l *lazyLog) Serving() error {
+	if l.get() == nil || l.holds == nil || !l.holds() {
+		return kv.Errorf(kv.CodeWrongNode, "this node does not lead the log now")
+	}
+	return nil
+}
+
+func (l *lazyLog) set(lg *txlog.Log) { l.p.Store(lg) }
+func (l *lazyLog) get() *txlog.Log   { return l.p.Load() }
+
+func (l *lazyLog) Peek(ctx context.Context, tag kv.Tag, after kv.Version, maxBytes int) ([]txlog.Message, kv.Version, error) {
+	lg := l.get()
+	if lg == nil {
+		return nil, after, kv.Errorf(kv.CodeWrongNode, "this node holds no log replica")
+	}
+	return lg.Peek(ctx, tag, after, maxBytes)
+}
+
+func (l *lazyLog) Pop(tag kv.Tag, upTo kv.Version) {
+	if lg := l.get(); lg != nil {
+		lg.Pop(tag, upTo)
+	}
+}
+
+func (l *lazyLog) LastVersion() kv.Version {
+	if lg := l.get(); lg != nil {
+		return lg.LastVersion()
+	}
+	return 0
+}

@@ -1,0 +1,252 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/distash/distash/internal/clock"
+	"github.com/distash/distash/internal/engine"
+	"github.com/distash/distash/internal/engine/engines"
+	"github.com/distash/distash/internal/kv"
+	"github.com/distash/distash/internal/logrpc"
+	"github.com/distash/distash/internal/proxy"
+	"github.com/distash/distash/internal/ratekeeper"
+	"github.com/distash/distash/internal/resolver"
+	"github.com/distash/distash/internal/sequencer"
+	"github.com/distash/distash/internal/shardmap"
+	"github.com/distash/distash/internal/stash"
+)
+
+// txRoles are the stateless transaction roles of one generation: the
+// sequencer, resolver, commit and GRV proxies and the ratekeeper. An
+// embedded cluster runs one set for its life; in a multi-process cluster
+// the node whose log replica leads the log runs them, and drops them when
+// it stops leading.
+type txRoles struct {
+	generation uint64 // 0 in an embedded cluster
+	seq        *sequencer.Sequencer
+	res        *resolver.Resolver
+	commit     *proxy.CommitProxy
+	grv        *proxy.GRVProxy
+	rk         *ratekeeper.Ratekeeper
+
+	recovered    kv.Version    // the log's end when they started: versions restart above it
+	startedAt    time.Time     // when this node began the recovery that started them
+	recoveryTime time.Duration // from the start of the recovery to serving
+
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// errNoRoles answers a request for a stateless role on a node that does
+// not hold them (any more).
+func (s *Server) errNoRoles() error {
+	return kv.Errorf(kv.CodeWrongNode, "node %s holds no commit or GRV proxy now: ask the coordinators", s.Addr())
+}
+
+// roles returns the stateless roles this process holds, or a wrong_node
+// error.
+func (s *Server) roles() (*txRoles, error) {
+	if r := s.tx.Load(); r != nil {
+		return r, nil
+	}
+	return nil, s.errNoRoles()
+}
+
+func (s *Server) windowVersions() kv.Version {
+	return kv.Version(s.cfg.Cluster.MVCCWindow.Duration.Microseconds())
+}
+
+// startSystemStash opens the system stash (the shard map and the recorded
+// configuration) over the local log replica and runs it under supervision.
+func (s *Server) startSystemStash(ctx context.Context) (*stash.Stash, error) {
+	open := func() (*stash.Stash, error) {
+		sysEng, err := engines.Open("pebble", engine.Options{Dir: filepath.Join(s.opts.Dir, "system")})
+		if err != nil {
+			return nil, fmt.Errorf("server: open system stash: %w", err)
+		}
+		return stash.New(stash.Options{
+			Tag: shardmap.SystemTag, Pool: "system", Engine: sysEng, Log: s.log,
+			WindowVersions: s.windowVersions(), FlushInterval: s.opts.FlushInterval, Logger: s.logger,
+		}), nil
+	}
+	sys, err := open()
+	if err != nil {
+		return nil, err
+	}
+	s.addStash(ctx, shardmap.SystemTag, sys, open)
+	s.stashes[shardmap.SystemTag].setOwned([]kv.KeyRange{shardmap.SystemRange})
+	return sys, nil
+}
+
+// startRoles starts the stateless roles of generation gen at the log's
+// recovered version: the sequencer hands out versions above it, the
+// resolver knows no conflicts below it (older read versions are too old),
+// and the commit proxy loads the shard map from the system stash once it
+// has caught up. A new cluster gets its initial shard map and its
+// configuration record here, in one transaction.
+func (s *Server) startRoles(ctx context.Context, gen uint64, recovered kv.Version, sys *stash.Stash) (err error) {
+	began := time.Now()
+	shards, fresh, err := s.loadShardMap(ctx, sys, recovered)
+	if err != nil {
+		return err
+	}
+	hasConfigRecord := false
+	if !fresh {
+		created, err := readConfigRecord(ctx, sys)
+		if err != nil {
+			return err
+		}
+		if created != nil {
+			hasConfigRecord = true
+			if err := s.cfg.CheckSameCluster(created); err != nil {
+				return fmt.Errorf("server: the cluster in %s: %w", s.opts.Dir, err)
+			}
+		}
+	}
+	if err := checkShardsMatchPools(shards, s.cfg); err != nil {
+		return fmt.Errorf("server: the cluster in %s: %w", s.opts.Dir, err)
+	}
+
+	r := &txRoles{generation: gen, recovered: recovered, startedAt: began}
+	r.seq = sequencer.New(clock.Real{}, recovered)
+	r.res = resolver.NewAt(s.windowVersions(), recovered)
+	r.rk = ratekeeper.New(func() ratekeeper.Sample { return s.rateSample(r) }, 100*time.Millisecond)
+	r.commit = proxy.NewCommitProxy(proxy.CommitOptions{
+		Config: s.cfg, Sequencer: r.seq, Resolver: r.res, Log: s.log, Epoch: gen,
+		Shards: shards, Usage: s.usage, PoolTags: s.poolTags, Logger: s.logger,
+		Throttle: r.rk,
+	})
+	r.grv = proxy.NewGRVProxy(r.seq, r.rk)
+	if s.node != nil {
+		// A deposed leader must not hand out read versions older than the
+		// new generation's commits.
+		r.grv.WithConfirm(s.log.VerifyLeader)
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	r.cancel = cancel
+	r.wg.Add(2)
+	go func() {
+		defer r.wg.Done()
+		r.rk.Run(runCtx)
+	}()
+	go func() {
+		defer r.wg.Done()
+		r.commit.Run(runCtx)
+	}()
+	defer func() {
+		if err != nil {
+			r.stop()
+		}
+	}()
+
+	// cluster.toml is a copy of the configuration for people and the first
+	// check of the next start. On a new cluster it is written before the
+	// shard map: if the process dies between the two, the next start finds
+	// the file and an empty shard map and bootstraps again with the same
+	// configuration.
+	if err := writeConfig(s.opts.Dir, s.cfg); err != nil {
+		return err
+	}
+	if fresh || !hasConfigRecord {
+		// The shard map and the configuration are recorded in one
+		// transaction, so a cluster with a shard map always knows the
+		// configuration it was made with. (A cluster made before
+		// configurations were recorded gets its record now.)
+		cfgBytes, err := s.cfg.Marshal()
+		if err != nil {
+			return err
+		}
+		txn := proxy.Txn{ReadVersion: r.seq.CommittedVersion()}
+		if fresh {
+			for _, sh := range shards.Shards() {
+				k, v := shardmap.Encode(sh)
+				txn.Mutations = append(txn.Mutations, kv.Mutation{Type: kv.MutSet, Key: k, Param: v})
+				txn.WriteConflicts = append(txn.WriteConflicts, kv.PointRange(k))
+			}
+		}
+		txn.Mutations = append(txn.Mutations, kv.Mutation{Type: kv.MutSet, Key: configKey, Param: cfgBytes})
+		txn.WriteConflicts = append(txn.WriteConflicts, kv.PointRange(configKey))
+		if _, err := r.commit.CommitSystem(ctx, txn); err != nil {
+			return fmt.Errorf("server: record the initial shard map and configuration: %w", err)
+		}
+	}
+	r.recoveryTime = time.Since(began)
+	s.tx.Store(r)
+	return nil
+}
+
+// stop ends the roles: commits in flight end with an unknown result or a
+// retryable error.
+func (r *txRoles) stop() {
+	r.cancel()
+	r.wg.Wait()
+}
+
+// stopRoles drops the stateless roles this process holds, if any.
+func (s *Server) stopRoles() {
+	if r := s.tx.Swap(nil); r != nil {
+		r.stop()
+	}
+}
+
+// reportBoard keeps the last report of each stash of other processes, for
+// the ratekeeper.
+type reportBoard struct {
+	mu      sync.Mutex
+	reports map[kv.Tag]timedReport // Protected by mu.
+}
+
+type timedReport struct {
+	logrpc.StashReport
+	at time.Time
+}
+
+func newReportBoard() *reportBoard { return &reportBoard{reports: map[kv.Tag]timedReport{}} }
+
+func (b *reportBoard) put(r logrpc.StashReport) {
+	b.mu.Lock()
+	b.reports[r.Tag] = timedReport{StashReport: r, at: time.Now()}
+	b.mu.Unlock()
+}
+
+// reportFresh is how recent a stash's report must be for the ratekeeper to
+// count it: a stash that stopped reporting is down, and a down stash must
+// not throttle the cluster (its replicas serve its reads; it catches up
+// when it returns).
+const reportFresh = 2 * time.Second
+
+func (b *reportBoard) fresh() []logrpc.StashReport {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []logrpc.StashReport
+	for _, r := range b.reports {
+		if time.Since(r.at) < reportFresh {
+			out = append(out, r.StashReport)
+		}
+	}
+	return out
+}
+
+// report records a stash's report (the log service's Report handler).
+func (s *Server) report(r logrpc.StashReport) {
+	s.usage.Report(r.Tag, r.UsedBytes, r.Applied)
+	s.reports.put(r)
+}
+
+// rateSample is what the ratekeeper of roles r watches: the stashes of
+// this process and the reports of the others.
+func (s *Server) rateSample(r *txRoles) ratekeeper.Sample {
+	smp := ratekeeper.Sample{Committed: r.seq.CommittedVersion(), Commits: r.commit.Counters().Commits}
+	for _, t := range s.order {
+		applied, wb, wl := s.stashes[t].get().Pressure()
+		smp.Stashes = append(smp.Stashes, ratekeeper.StashSample{Applied: applied, WindowBytes: wb, WindowLimitBytes: wl})
+	}
+	for _, rep := range s.reports.fresh() {
+		smp.Stashes = append(smp.Stashes, ratekeeper.StashSample{Applied: rep.Applied, WindowBytes: rep.WindowBytes, WindowLimitBytes: rep.WindowLimitBytes})
+	}
+	return smp
+}
