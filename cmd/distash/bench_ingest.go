@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/signal"
 	"runtime/pprof"
@@ -15,7 +16,7 @@ import (
 
 func benchIngestCmd() *cobra.Command {
 	o := ingest.Options{}
-	var cpuProfile, traceFile string
+	var cpuProfile, traceFile, configPath string
 	cmd := &cobra.Command{
 		Use:   "ingest",
 		Short: "Paper Fig. 9/10: single-key insert transactions into DRAM, Pebble and SQLite pools",
@@ -23,6 +24,16 @@ func benchIngestCmd() *cobra.Command {
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 			defer stop()
 			o.Progress = true
+			if configPath != "" {
+				if o.Cluster != "" {
+					return fmt.Errorf("--config is for the embedded cluster; with --cluster the running cluster's configuration applies")
+				}
+				b, err := os.ReadFile(configPath)
+				if err != nil {
+					return err
+				}
+				o.ConfigTOML = string(b)
+			}
 			if traceFile != "" {
 				f, err := os.Create(traceFile)
 				if err != nil {
@@ -57,5 +68,7 @@ func benchIngestCmd() *cobra.Command {
 	cmd.Flags().StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile to this file")
 	cmd.Flags().StringVar(&traceFile, "trace", "", "write a Go execution trace to this file")
 	cmd.Flags().StringVar(&o.Dir, "dir", "", "cluster directory (default: temporary)")
+	cmd.Flags().StringVar(&o.Cluster, "cluster", "", "ingest into this running cluster (its coordinators, host:port,...) instead of an embedded one")
+	cmd.Flags().StringVar(&configPath, "config", "", "configuration of the embedded cluster (TOML; default: one stash per pool dram, pebble, sqlite)")
 	return cmd
 }

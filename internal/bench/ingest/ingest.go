@@ -36,6 +36,13 @@ type Options struct {
 	OutDir    string // where the PNG goes
 	Dir       string // cluster directory (default: a temporary one)
 	Progress  bool
+	// Cluster, if set, is the cluster string of a running cluster (a
+	// multi-process cluster's coordinators) to ingest into instead of an
+	// embedded one; the pools named in Pools must exist there.
+	Cluster string
+	// ConfigTOML, if set, replaces Config for the embedded cluster (to
+	// compare with a multi-process cluster of the same configuration).
+	ConfigTOML string
 }
 
 // Result is one run's figures.
@@ -92,12 +99,27 @@ replication = 1
 
 // Run runs every (pool, clients) combination and prints a table.
 func Run(ctx context.Context, o Options, out io.Writer) ([]Result, error) {
-	c, err := embedded.StartTOML(ctx, Config, embedded.Options{Dir: o.Dir, TempPattern: "distash-bench-ingest-"})
-	if err != nil {
-		return nil, err
+	var db *distash.DB
+	if o.Cluster != "" {
+		var err error
+		if db, err = distash.Open(ctx, o.Cluster); err != nil {
+			return nil, err
+		}
+		defer db.Close()
+		fmt.Fprintf(out, "cluster %s\n", o.Cluster)
+	} else {
+		cfg := Config
+		if o.ConfigTOML != "" {
+			cfg = o.ConfigTOML
+		}
+		c, err := embedded.StartTOML(ctx, cfg, embedded.Options{Dir: o.Dir, TempPattern: "distash-bench-ingest-"})
+		if err != nil {
+			return nil, err
+		}
+		defer c.Close()
+		db = c.DB
+		fmt.Fprintln(out, "embedded cluster")
 	}
-	defer c.Close()
-	db := c.DB
 
 	var results []Result
 	for _, poolName := range o.Pools {
