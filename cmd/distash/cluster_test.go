@@ -14,6 +14,7 @@ import (
 
 	"github.com/distash/distash"
 	"github.com/distash/distash/internal/testutil/bank"
+	"github.com/distash/distash/internal/tlsconf/tlstest"
 	"github.com/distash/distash/internal/testutil/subprocess"
 )
 
@@ -292,5 +293,71 @@ func TestProcessClusterSurvivesKill9OfEveryNode(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestProcessClusterOverMutualTLS runs a small multi-process cluster (3
+// transaction nodes, one Pebble stash node) with --tls-* on every node:
+// clients, node-to-node gRPC and both raft groups go through mutual TLS.
+// A client with the CA's certificate reads and writes; a plaintext client
+// and one with another CA's certificate get nothing.
+func TestProcessClusterOverMutualTLS(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs 4 real server processes")
+	}
+	clearTLSEnv(t)
+	pki := tlstest.New(t)
+	bin := buildBinary(t)
+	root := t.TempDir()
+	cfg := filepath.Join(root, "cluster.toml")
+	toml := "[log]\nreplicas = 3\n\n[[pool]]\nname = \"data\"\nprefix = \"d/\"\nmedium = \"ssd\"\nmode = \"durable\"\nengine = \"pebble\"\nstashes = 1\nreplication = 1\n"
+	if err := os.WriteFile(cfg, []byte(toml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	addrs := freePorts(t, 4)
+	coordinators := strings.Join(addrs[:3], ",")
+	tlsArgs := []string{"--tls-cert", pki.NodeCert, "--tls-key", pki.NodeKey, "--tls-ca", pki.CA}
+	var procs []*subprocess.Process
+	for i, a := range addrs {
+		args := []string{"server", "--config", cfg, "--dir", filepath.Join(root, fmt.Sprint(i)), "--listen", a,
+			"--coordinators", coordinators, "--zone", fmt.Sprint("z", i)}
+		if i < 3 {
+			args = append(args, "--class", "transaction")
+		} else {
+			args = append(args, "--class", "stash", "--pool", "data")
+		}
+		cmd := exec.Command(bin, append(args, tlsArgs...)...)
+		cmd.Stderr = &prefixWriter{prefix: fmt.Sprint("node", i, ": "), w: os.Stderr, quiet: !testing.Verbose()}
+		procs = append(procs, subprocess.Start(t, cmd))
+	}
+	defer func() {
+		for _, p := range procs {
+			p.Stop(syscall.SIGTERM)
+		}
+	}()
+	for _, p := range procs {
+		p.WaitFor("listening on ", 90*time.Second)
+	}
+	out, err := run(cliCmd(), "set", "d/user:1", "Ada", "--cluster", coordinators, "--timeout", "60s",
+		"--tls-cert", pki.ClientCert, "--tls-key", pki.ClientKey, "--tls-ca", pki.CA)
+	if err != nil || !strings.HasPrefix(out, "committed at version") {
+		t.Fatalf("cli set over mutual TLS: %q, %v", out, err)
+	}
+	out, err = run(cliCmd(), "get", "d/user:1", "--cluster", coordinators,
+		"--tls-cert", pki.ClientCert, "--tls-key", pki.ClientKey, "--tls-ca", pki.CA)
+	if err != nil || out != "Ada\n" {
+		t.Fatalf("cli get over mutual TLS: %q, %v", out, err)
+	}
+	out, err = run(cliCmd(), "status", "--cluster", coordinators,
+		"--tls-cert", pki.ClientCert, "--tls-key", pki.ClientKey, "--tls-ca", pki.CA)
+	if err != nil || !strings.Contains(out, "log_leader") || strings.Contains(out, "unreachable") {
+		t.Fatalf("cli status over mutual TLS: %q, %v", out, err)
+	}
+	if out, err := run(cliCmd(), "get", "d/user:1", "--cluster", coordinators, "--timeout", "2s"); err == nil {
+		t.Fatalf("plaintext cli get succeeded: %q", out)
+	}
+	if out, err := run(cliCmd(), "get", "d/user:1", "--cluster", coordinators, "--timeout", "2s",
+		"--tls-cert", pki.OtherClientCert, "--tls-key", pki.OtherClientKey, "--tls-ca", pki.CA); err == nil {
+		t.Fatalf("cli get with another CA's certificate succeeded: %q", out)
 	}
 }

@@ -32,6 +32,10 @@ type PKI struct {
 	CA                    string // the CA's certificate
 	ServerCert, ServerKey string // signed by CA, for 127.0.0.1, ::1 and localhost
 	ClientCert, ClientKey string // signed by CA
+	// NodeCert, NodeKey: a cluster node's certificate, signed by CA, for
+	// 127.0.0.1, ::1 and localhost: both server and client authentication,
+	// since a node serves its peers and dials them.
+	NodeCert, NodeKey string
 
 	OtherCA                         string // an unrelated CA's certificate
 	OtherClientCert, OtherClientKey string // signed by OtherCA
@@ -49,6 +53,7 @@ func New(t testing.TB) *PKI {
 	p.CA, p.OtherCA = p.ca.CertFile, p.otherCA.CertFile
 	p.ServerCert, p.ServerKey = p.ca.Issue(t, "server", true)
 	p.ClientCert, p.ClientKey = p.ca.Issue(t, "client", false)
+	p.NodeCert, p.NodeKey = p.ca.issue(t, "node", []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth})
 	p.OtherClientCert, p.OtherClientKey = p.otherCA.Issue(t, "other-client", false)
 	p.OtherServerCert, p.OtherServerKey = p.otherCA.Issue(t, "other-server", true)
 	return p
@@ -96,6 +101,16 @@ func NewAuthority(t testing.TB, dir, name string) *Authority {
 // and its key to dir/name.pem and dir/name-key.pem.
 func (a *Authority) Issue(t testing.TB, name string, server bool) (certFile, keyFile string) {
 	t.Helper()
+	if server {
+		return a.issue(t, name, []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth})
+	}
+	return a.issue(t, name, []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth})
+}
+
+// issue signs a certificate with the given extended key usages; one for
+// server authentication names the loopback addresses.
+func (a *Authority) issue(t testing.TB, name string, usages []x509.ExtKeyUsage) (certFile, keyFile string) {
+	t.Helper()
 	key := newKey(t)
 	tmpl := &x509.Certificate{
 		SerialNumber: serial(t),
@@ -103,12 +118,13 @@ func (a *Authority) Issue(t testing.TB, name string, server bool) (certFile, key
 		NotBefore:    time.Now().Add(-time.Hour),
 		NotAfter:     time.Now().Add(24 * time.Hour),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+		ExtKeyUsage:  usages,
 	}
-	if server {
-		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
-		tmpl.IPAddresses = []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}
-		tmpl.DNSNames = []string{"localhost"}
+	for _, u := range usages {
+		if u == x509.ExtKeyUsageServerAuth {
+			tmpl.IPAddresses = []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}
+			tmpl.DNSNames = []string{"localhost"}
+		}
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, a.cert, key.Public(), a.key)
 	if err != nil {
