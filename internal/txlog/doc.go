@@ -4,15 +4,52 @@
 // # What it stores
 //
 // Commit proxies Append one Entry per commit batch: a version, the previous
-// batch's version (the entries form a chain) and the batch's mutations, each
-// tagged with the stashes that own its key. Every Entry is one raft log
-// record (a compact binary codec, see codec.go) replicated by
-// github.com/hashicorp/raft to Options.Replicas replicas that all run in this
-// process over raft's in-memory transport (plus the heartbeat fast path
-// raft's network transport has, see transport.go), each with its own
-// directory (Dir/replica-<i>), a Pebble raft log/stable store (pebblestore.go:
-// one synced Pebble batch, i.e. one WAL fdatasync, per stored raft batch) and
-// a raft.FileSnapshotStore.
+// batch's version (the entries form a chain), the proxy's epoch and the
+// batch's mutations, each tagged with the stashes that own its key. Every
+// Entry is one raft log record (a compact binary codec, see codec.go)
+// replicated by github.com/hashicorp/raft. Each replica has its own
+// directory, a Pebble raft log/stable store (pebblestore.go: one synced
+// Pebble batch, i.e. one WAL fdatasync, per stored raft batch) and a
+// raft.FileSnapshotStore.
+//
+// # Embedded and network mode
+//
+// In embedded mode (Options.Network nil) the Options.Replicas replicas all
+// run in this process over raft's in-memory transport (plus the heartbeat
+// fast path raft's network transport has, see transport.go), in
+// Dir/replica-<i>; Open waits for a leader and Append waits for one
+// (LeaderTimeout).
+//
+// In network mode every transaction node process runs one Log holding ONE
+// replica (Dir/replica) of the same raft group, over the caller's
+// raft.Transport; Options.Network lists every peer, identically on every
+// node, and a new directory bootstraps raft with all of them (each node
+// does, which raft allows). txlog.meta records the mode so a directory is
+// never reopened in the other one. Open does not wait for a leader (the
+// other nodes may start later). Only the leader's Log accepts Append,
+// Resync, BeginGeneration, VerifyLeader and pop flushes; the others fail at
+// once with ErrNotLeader (nothing submitted, nothing blocked). IsLeader,
+// Leader and Subscribe (a channel holding the latest leadership state)
+// tell callers where the leader is. Peek, Pop and the Stats work on every
+// node: Peek serves what the local replica applied, which is committed.
+// Raft timeouts are 500 ms (Options.RaftTimeout) since RPCs cross sockets.
+//
+// # Generations and epochs
+//
+// A commit proxy that takes over (a new leader, or a new proxy) calls
+// BeginGeneration(epoch) on the leader with an epoch above every earlier
+// one (e.g. from the coordinator). After a raft barrier (everything
+// committed in earlier terms is applied) it replicates a generation
+// command: every replica raises its epoch, and from then on rejects, all
+// alike, any Entry of a lower Epoch (ErrStaleEpoch, definitely not
+// committed, the chain unaffected). BeginGeneration returns the log's last
+// version when the generation began: every acknowledged append of earlier
+// generations is at or below it, and the new proxy chains from it. The
+// epoch is kept in snapshots. The GRV proxy calls VerifyLeader before
+// handing out a read version, so a deposed leader never hands out a stale
+// one. Embedded mode never begins a generation: epoch 0 throughout, and
+// the records and snapshots it writes are byte for byte what they were
+// before epochs existed.
 //
 // Each replica's raft state machine keeps in memory the committed entries
 // that some tag has not popped yet, indexed per tag: Peek(tag, after) is a
@@ -42,6 +79,24 @@
 // OverMemoryBudget tells durable stashes to flush, and pop, everything they
 // applied without waiting for the window.
 //
+// A stash that never pops (dead, or cut off) would make the log hold
+// everything forever. When the leader's unpopped entries pass
+// Options.HoldBytes (default 4 × MemoryBytes), its pop flush force-pops the
+// tag furthest behind (never the system tag, 0) up to the version that
+// brings them back under MemoryBytes, logs a warning naming the tag and
+// version, and reports it in Stats.Dropped. That stash has lost the
+// mutations up to there: its later Peek below the trim point fails with
+// ErrTrimmed, and it must be rebuilt (e.g. from its team) rather than
+// catch up from the log.
+//
+// In network mode only the leader replicates pops. Followers record Pops
+// and keep them; when a replica becomes leader it first applies everything
+// committed (a barrier), then merges the replicated popped versions into
+// its own (max per tag; and, without Options.Tags or SetTags, the
+// replicated tag set into its own) so a flush never carries less than what
+// is replicated. Pops given to a follower's Log are only replicated if it
+// becomes leader: stashes should pop on the leader.
+//
 // # Guarantees
 //
 //   - Once Future.Wait returns nil, the entry is committed by a raft quorum
@@ -57,12 +112,15 @@
 //     reported as ErrCommitUnknown: the entry may still commit. ErrNoLeader
 //     means the entry was never submitted (and later appends fail fast until
 //     Resync). After any append error the appender waits for its in-flight
-//     futures, calls Resync, and chains from the version it returns.
+//     futures, calls Resync, and chains from the version it returns. In
+//     network mode ErrNotLeader means never submitted, and a proxy of a new
+//     generation chains from what BeginGeneration returns.
 //   - Peek only returns committed entries; its end version never goes
 //     backwards for a given replica set, and a tag sees every message with a
 //     version in (after, end].
 //
-// Raft is tuned for one machine (250 ms heartbeat/election/lease timeouts,
-// 5 ms commit timeout, 512-record batches with BatchApplyCh): concurrent
-// Appends are pipelined and raft writes a whole batch with one fdatasync.
+// Raft is tuned for one machine or a local network (250 ms
+// heartbeat/election/lease timeouts, 500 ms in network mode; 5 ms commit
+// timeout, 512-record batches with BatchApplyCh): concurrent Appends are
+// pipelined and raft writes a whole batch with one fdatasync.
 package txlog

@@ -1013,7 +1013,9 @@ func (l *Log) SetTags(tags []kv.Tag) {
 	l.popDirty = true
 }
 
-// Tags returns the current tag set.
+// Tags returns the current tag set. In network mode, without Options.Tags
+// or SetTags, it is the set recovered by Open, completed from the
+// replicated one when the local replica becomes leader.
 func (l *Log) Tags() []kv.Tag {
 	l.popMu.Lock()
 	defer l.popMu.Unlock()
@@ -1021,7 +1023,9 @@ func (l *Log) Tags() []kv.Tag {
 }
 
 // SyncPops replicates pending pops and tag changes now. In network mode
-// only the leader replicates pops: elsewhere it fails with ErrNotLeader.
+// only the leader replicates pops: elsewhere (and on a new leader until it
+// has merged the replicated pops, a moment after its election) it fails
+// with ErrNotLeader.
 func (l *Log) SyncPops(ctx context.Context) error {
 	select {
 	case <-l.closed:

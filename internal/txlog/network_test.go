@@ -6,6 +6,7 @@ import (
 	"io"
 	"path/filepath"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,9 +21,59 @@ type netCluster struct {
 	dirs  []string
 	peers []Peer
 	logs  []*Log // nil while closed
+	trs   []*cutTransport
 }
 
-func newTCPTransport(t *testing.T, addr string) *raft.NetworkTransport {
+// cutTransport is a TCP transport whose outgoing RPCs can be cut, to
+// depose a leader without closing its Log. It never pipelines, so that
+// every append and heartbeat goes through the cut check.
+type cutTransport struct {
+	*raft.NetworkTransport
+	cut atomic.Bool
+}
+
+var errCut = errors.New("test: transport cut")
+
+func (c *cutTransport) AppendEntriesPipeline(raft.ServerID, raft.ServerAddress) (raft.AppendPipeline, error) {
+	return nil, raft.ErrPipelineReplicationNotSupported
+}
+
+func (c *cutTransport) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
+	if c.cut.Load() {
+		return errCut
+	}
+	return c.NetworkTransport.AppendEntries(id, target, args, resp)
+}
+
+func (c *cutTransport) RequestVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestVoteRequest, resp *raft.RequestVoteResponse) error {
+	if c.cut.Load() {
+		return errCut
+	}
+	return c.NetworkTransport.RequestVote(id, target, args, resp)
+}
+
+func (c *cutTransport) RequestPreVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestPreVoteRequest, resp *raft.RequestPreVoteResponse) error {
+	if c.cut.Load() {
+		return errCut
+	}
+	return c.NetworkTransport.RequestPreVote(id, target, args, resp)
+}
+
+func (c *cutTransport) InstallSnapshot(id raft.ServerID, target raft.ServerAddress, args *raft.InstallSnapshotRequest, resp *raft.InstallSnapshotResponse, data io.Reader) error {
+	if c.cut.Load() {
+		return errCut
+	}
+	return c.NetworkTransport.InstallSnapshot(id, target, args, resp, data)
+}
+
+func (c *cutTransport) TimeoutNow(id raft.ServerID, target raft.ServerAddress, args *raft.TimeoutNowRequest, resp *raft.TimeoutNowResponse) error {
+	if c.cut.Load() {
+		return errCut
+	}
+	return c.NetworkTransport.TimeoutNow(id, target, args, resp)
+}
+
+func newTCPTransport(t *testing.T, addr string) *cutTransport {
 	t.Helper()
 	var (
 		tr  *raft.NetworkTransport
@@ -32,7 +83,7 @@ func newTCPTransport(t *testing.T, addr string) *raft.NetworkTransport {
 	// kernel has not released it yet.
 	for range 50 {
 		if tr, err = raft.NewTCPTransport(addr, nil, 3, 2*time.Second, io.Discard); err == nil {
-			return tr
+			return &cutTransport{NetworkTransport: tr}
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -43,16 +94,15 @@ func newTCPTransport(t *testing.T, addr string) *raft.NetworkTransport {
 func newNetCluster(t *testing.T, n int, tags ...kv.Tag) *netCluster {
 	c := &netCluster{t: t}
 	base := t.TempDir()
-	var trs []raft.Transport
 	for i := range n {
 		tr := newTCPTransport(t, "127.0.0.1:0")
-		trs = append(trs, tr)
+		c.trs = append(c.trs, tr)
 		c.peers = append(c.peers, Peer{ID: fmt.Sprintf("node-%d", i), Addr: string(tr.LocalAddr())})
 		c.dirs = append(c.dirs, filepath.Join(base, fmt.Sprint(i)))
 	}
 	c.logs = make([]*Log, n)
 	for i := range n {
-		c.logs[i] = openLog(t, c.options(i, trs[i], tags))
+		c.logs[i] = openLog(t, c.options(i, c.trs[i], tags))
 	}
 	t.Cleanup(func() {
 		for _, l := range c.logs {
@@ -102,7 +152,7 @@ func (c *netCluster) waitPeek(i int, tag kv.Tag, last kv.Version) []kv.Version {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	msgs, end := mustPeek(c.t, c.logs[i], tag, 0, 0)
+	msgs, end := mustPeek(c.t, c.logs[i], tag, c.logs[i].Stats().Trimmed, 0)
 	if end != last {
 		c.t.Fatalf("replica %d: peek end %d, want %d", i, end, last)
 	}
@@ -111,6 +161,22 @@ func (c *netCluster) waitPeek(i int, tag kv.Tag, last kv.Version) []kv.Version {
 		vs = append(vs, m.Version)
 	}
 	return vs
+}
+
+// waitSub reads leadership notifications until one says want (true) or
+// 5s pass (false).
+func waitSub(ch <-chan bool, want bool) bool {
+	timeout := time.After(5 * time.Second)
+	for {
+		select {
+		case v := <-ch:
+			if v == want {
+				return true
+			}
+		case <-timeout:
+			return false
+		}
+	}
 }
 
 func versions(from, to kv.Version) []kv.Version {
@@ -240,25 +306,16 @@ func TestNetworkCluster(t *testing.T) {
 			t.Fatalf("in-flight append %d: %v", f.Version(), err)
 		}
 	}
-	select {
-	case <-subs[lead]:
-	default:
-	}
-	if ok := <-subs[lead]; ok {
-		// the buffered value is the latest: false once closed
+	// The subscription holds the latest state: false once closed.
+	if !waitSub(subs[lead], false) {
 		t.Fatal("closed leader's subscription still says leading")
 	}
 	old := lead
 	lead = c.waitLeader()
 	ll = c.logs[lead]
 	t.Logf("new leader %s %v after the close; %d acknowledged", c.peers[lead].ID, time.Since(t0), acked)
-	deadline := time.Now().Add(5 * time.Second)
-	for got := false; !got; {
-		select {
-		case got = <-subs[lead]:
-		case <-time.After(time.Until(deadline)):
-			t.Fatal("new leader's subscription never said leading")
-		}
+	if !waitSub(subs[lead], true) {
+		t.Fatal("new leader's subscription never said leading")
 	}
 
 	// The new leader's Log never saw generation 2 begin: the state machine
@@ -287,12 +344,67 @@ func TestNetworkCluster(t *testing.T) {
 	}
 
 	// The closed replica reopens on its directory and catches up.
-	c.logs[old] = openLog(t, c.options(old, newTCPTransport(t, c.peers[old].Addr), nil))
+	c.trs[old] = newTCPTransport(t, c.peers[old].Addr)
+	c.logs[old] = openLog(t, c.options(old, c.trs[old], nil))
 	if vs := c.waitPeek(old, 1, final); !slices.Equal(vs, versions(11, final)) {
 		t.Fatalf("reopened replica holds %v, want 11..%d", vs, final)
 	}
-	if s := c.logs[old].Stats(); s.Epoch != 3 || s.Trimmed != 10 || !slices.Equal(c.logs[old].Tags(), []kv.Tag{1, 2}) {
-		t.Fatalf("reopened replica: %+v tags %v", s, c.logs[old].Tags())
+	if s := c.logs[old].Stats(); s.Epoch != 3 || s.Trimmed != 10 || s.Popped[1] != 10 || s.Popped[2] != 15 {
+		t.Fatalf("reopened replica: %+v", s)
+	}
+
+	// Cut the leader off the network (its outgoing RPCs fail) with appends
+	// in flight: it loses leadership and reports what it could not commit
+	// as ErrCommitUnknown; the others elect a leader whose generation
+	// starts above every acknowledged append.
+	inflight = appendN(a, 3, final+1, final+100)
+	cut := lead
+	t0 = time.Now()
+	c.trs[cut].cut.Store(true)
+	inflight = append(inflight, appendN(a, 3, final+101, final+200)...)
+	acked, unknown := final, 0
+	for _, f := range inflight {
+		err := f.Wait(ctxT(t))
+		switch {
+		case err == nil:
+			if f.Version() != acked+1 {
+				t.Fatalf("append %d acknowledged after %d", f.Version(), acked)
+			}
+			acked = f.Version()
+		case errors.Is(err, ErrCommitUnknown), errors.Is(err, ErrPrevVersion):
+			unknown++
+		default:
+			t.Fatalf("in-flight append %d: %v", f.Version(), err)
+		}
+	}
+	for deadline := time.Now().Add(5 * time.Second); c.logs[cut].IsLeader(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("a leader cut off from its followers still leads")
+		}
+	}
+	if err := c.logs[cut].VerifyLeader(ctxT(t)); !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("VerifyLeader on the cut-off leader: %v", err)
+	}
+	cutLog := c.logs[cut]
+	c.logs[cut] = nil
+	lead = c.waitLeader()
+	ll = c.logs[lead]
+	t.Logf("cut off the leader: %d acknowledged, %d unknown, new leader %s after %v", acked-final, unknown, c.peers[lead].ID, time.Since(t0))
+	v, err = ll.BeginGeneration(ctxT(t), 4)
+	if err != nil || v < acked {
+		t.Fatalf("BeginGeneration(4) = %d, %v; acknowledged up to %d", v, err, acked)
+	}
+	a = &appender{t: t, l: ll, last: v}
+	waitAll(t, appendN(a, 4, v+1, v+10))
+	for i := range c.logs {
+		if c.logs[i] != nil {
+			if vs := c.waitPeek(i, 1, v+10); !slices.Equal(vs, versions(11, v+10)) {
+				t.Fatalf("replica %d holds %v, want 11..%d", i, vs, v+10)
+			}
+		}
+	}
+	if err := cutLog.Close(); err != nil {
+		t.Logf("closing the cut-off replica: %v", err)
 	}
 	t.Logf("total %v", time.Since(start))
 }
@@ -382,5 +494,43 @@ func TestHoldBoundDropsTag(t *testing.T) {
 	}
 	if s2 := l.Stats(); s2.Memory <= opts.HoldBytes || len(s2.Dropped) != 1 || s2.Trimmed != 40 {
 		t.Fatalf("with the system tag behind: %+v", s2)
+	}
+}
+
+// TestFSMEpoch: the state machine rejects entries of an epoch below its
+// own, and keeps its epoch in snapshots.
+func TestFSMEpoch(t *testing.T) {
+	f := newFSM(0, discardLogger(), func() {})
+	apply := func(b []byte) (any, error) {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return f.applyRecordLocked(b)
+	}
+	if _, err := apply(encodeEntry(&Entry{Version: 1, Mutations: []TaggedMutation{mut("a", 1)}})); err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := apply(encodeGeneration(2)); err != nil || resp != kv.Version(1) {
+		t.Fatalf("generation 2: %v, %v", resp, err)
+	}
+	for _, epoch := range []uint64{2, 1} {
+		if _, err := apply(encodeGeneration(epoch)); !errors.Is(err, ErrStaleEpoch) {
+			t.Fatalf("generation %d at epoch 2: %v", epoch, err)
+		}
+	}
+	if _, err := apply(encodeEntry(&Entry{Version: 2, PrevVersion: 1, Epoch: 1})); !errors.Is(err, ErrStaleEpoch) {
+		t.Fatalf("entry of epoch 1: %v", err)
+	}
+	if _, err := apply(encodeEntry(&Entry{Version: 2, PrevVersion: 1, Epoch: 2, Mutations: []TaggedMutation{mut("b", 1)}})); err != nil {
+		t.Fatalf("entry of epoch 2: %v", err)
+	}
+	nf, err := decodeSnapshot(snapshotBytes(t, f), 0, discardLogger(), func() {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := nf.state(); st.Epoch != 2 || st.Last != 2 || st.Entries != 2 {
+		t.Fatalf("restored state %+v", st)
+	}
+	if msgs, _, err := nf.peek(1, 0, 0); err != nil || len(msgs) != 2 || msgs[1].Version != 2 {
+		t.Fatalf("restored peek: %v %v", msgs, err)
 	}
 }
