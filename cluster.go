@@ -66,8 +66,9 @@ const (
 
 var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
-// conn returns the connection to addr, dialing it on first use. Every
-// connection uses the DB's transport credentials; Close closes them all.
+// conn returns the connection to addr, dialing it on first use (through
+// the WithDialer function, if any). Every connection uses the DB's
+// transport credentials; Close closes them all.
 func (db *DB) conn(addr string) (*grpc.ClientConn, error) {
 	db.connMu.Lock()
 	defer db.connMu.Unlock()
@@ -77,9 +78,15 @@ func (db *DB) conn(addr string) (*grpc.ClientConn, error) {
 	if c, ok := db.conns[addr]; ok {
 		return c, nil
 	}
-	c, err := grpc.NewClient(addr,
-		grpc.WithTransportCredentials(db.creds),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20)))
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(db.creds),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20))}
+	target := addr
+	if db.dialer != nil {
+		// passthrough: the dialer gets addr as it is, unresolved.
+		target = "passthrough:///" + addr
+		opts = append(opts, grpc.WithContextDialer(db.dialer))
+	}
+	c, err := grpc.NewClient(target, opts...)
 	if err != nil {
 		return nil, err
 	}

@@ -37,6 +37,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -53,7 +54,8 @@ import (
 
 // DB is a handle to a DiStash cluster. It is safe for concurrent use.
 type DB struct {
-	creds credentials.TransportCredentials
+	creds  credentials.TransportCredentials
+	dialer func(ctx context.Context, addr string) (net.Conn, error) // WithDialer; nil: TCP
 	// coordinators is the cluster string's addresses in a multi-process
 	// cluster; nil for an embedded one (one address serving every role).
 	coordinators []string
@@ -109,7 +111,7 @@ func (db *DB) markDown(id uint32) {
 // Open connects to a cluster. clusterString is "host:port[,host:port...]":
 // the coordinators of a multi-process cluster, or the address of an
 // embedded cluster's server. Open tries the addresses in order and uses the
-// first that answers. Options: WithTLS.
+// first that answers. Options: WithTLS, WithDialer.
 func Open(ctx context.Context, clusterString string, opts ...Option) (*DB, error) {
 	var o openOptions
 	for _, opt := range opts {
@@ -129,7 +131,7 @@ func Open(ctx context.Context, clusterString string, opts ...Option) (*DB, error
 		return nil, fmt.Errorf("distash: open %q: %w", clusterString, errors.New("empty cluster string"))
 	}
 	life, stop := context.WithCancel(context.Background())
-	db := &DB{creds: creds, life: life, stop: stop, conns: map[string]*grpc.ClientConn{}, load: map[uint32]*stashLoad{}}
+	db := &DB{creds: creds, dialer: o.dialer, life: life, stop: stop, conns: map[string]*grpc.ClientConn{}, load: map[uint32]*stashLoad{}}
 	if err := db.open(ctx, addrs); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("distash: open %q: %w", clusterString, err)

@@ -1,7 +1,9 @@
 package distash
 
 import (
+	"context"
 	"crypto/tls"
+	"net"
 
 	"github.com/distash/distash/internal/tlsconf"
 )
@@ -10,7 +12,19 @@ import (
 type Option func(*openOptions)
 
 type openOptions struct {
-	tls *tls.Config
+	tls    *tls.Config
+	dialer func(ctx context.Context, addr string) (net.Conn, error)
+}
+
+// WithDialer makes the DB open every connection it makes (to the
+// coordinators, the stateless node, the stash nodes) with dial instead of
+// TCP: a custom transport, such as an in-process network in tests or a
+// proxy. dial gets the address to reach as the cluster names it (an entry
+// of the cluster string, a node's listen address), unresolved; TLS, if
+// WithTLS is given too, runs over the connection it returns. A nil dial
+// means TCP, as without the option.
+func WithDialer(dial func(ctx context.Context, addr string) (net.Conn, error)) Option {
+	return func(o *openOptions) { o.dialer = dial }
 }
 
 // WithTLS makes Open connect over TLS with config, which should hold the

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -58,6 +59,14 @@ type NodeOptions struct {
 	// Listen is the node's one address: gRPC for clients and nodes, and
 	// the coordinators' and the log's raft, multiplexed.
 	Listen string
+	// Listener, if set, is already listening on Listen (an in-process
+	// network in tests); the node owns it from then on. Default: the node
+	// listens on Listen over TCP.
+	Listener net.Listener
+	// Dialer, if set, opens every connection the node makes to another
+	// node (gRPC, raft) instead of TCP; it gets the address dialled as
+	// given (a coordinator's, a node's Listen).
+	Dialer func(ctx context.Context, addr string) (net.Conn, error)
 	// Coordinators is the cluster string; a node whose Listen is in it is
 	// a coordinator.
 	Coordinators []string
@@ -105,6 +114,14 @@ type node struct {
 // registered; a transaction node's log replica and roles start as soon as
 // enough transaction nodes have joined.
 func StartNode(ctx context.Context, opts NodeOptions) (*Server, error) {
+	s, err := startNode(ctx, opts)
+	if err != nil && opts.Listener != nil {
+		opts.Listener.Close() // the node owns it, even when it fails to start
+	}
+	return s, err
+}
+
+func startNode(ctx context.Context, opts NodeOptions) (*Server, error) {
 	if opts.Dir == "" || opts.Config == nil || opts.Listen == "" || len(opts.Coordinators) == 0 {
 		return nil, errors.New("server: a node needs Dir, Config, Listen and Coordinators")
 	}
@@ -191,9 +208,16 @@ func (s *Server) startNode(ctx context.Context) error {
 	s.cancel = cancel
 
 	var err error
-	n.mux, err = raftnet.Listen(o.Listen, o.ServerTLS, o.ClientTLS)
+	if o.Listener != nil {
+		n.mux, err = raftnet.New(o.Listener, o.ServerTLS, o.ClientTLS)
+	} else {
+		n.mux, err = raftnet.Listen(o.Listen, o.ServerTLS, o.ClientTLS)
+	}
 	if err != nil {
 		return fmt.Errorf("server: listen on %s: %w", o.Listen, err)
+	}
+	if o.Dialer != nil {
+		n.mux.SetDialer(o.Dialer)
 	}
 	s.grpcServer = s.newGRPCServer() // plaintext: TLS, if any, ends in the mux
 	wire.RegisterDiStashServer(s.grpcServer, &service{s: s})
@@ -208,7 +232,7 @@ func (s *Server) startNode(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("server: start the coordinator: %w", err)
 		}
-		n.csrv = coordrpc.Register(s.grpcServer, n.coord, coordrpc.ServerOptions{ClientTLS: o.ClientTLS})
+		n.csrv = coordrpc.Register(s.grpcServer, n.coord, coordrpc.ServerOptions{ClientTLS: o.ClientTLS, Dialer: o.Dialer})
 	}
 	lis := n.mux.GRPCListener()
 	s.wg.Add(1)
@@ -219,7 +243,7 @@ func (s *Server) startNode(ctx context.Context) error {
 		}
 	}()
 
-	n.cc, err = coordrpc.NewClient(strings.Join(o.Coordinators, ","), coordrpc.ClientOptions{TLS: o.ClientTLS})
+	n.cc, err = coordrpc.NewClient(strings.Join(o.Coordinators, ","), coordrpc.ClientOptions{TLS: o.ClientTLS, Dialer: o.Dialer})
 	if err != nil {
 		return err
 	}
@@ -463,8 +487,14 @@ func (n *node) connTo(addr string) (*grpc.ClientConn, error) {
 	if n.opts.ClientTLS != nil {
 		creds = credentials.NewTLS(n.opts.ClientTLS)
 	}
-	c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20)))
+	dopts := []grpc.DialOption{grpc.WithTransportCredentials(creds),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20))}
+	target := addr
+	if n.opts.Dialer != nil {
+		target = "passthrough:///" + addr
+		dopts = append(dopts, grpc.WithContextDialer(n.opts.Dialer))
+	}
+	c, err := grpc.NewClient(target, dopts...)
 	if err != nil {
 		return nil, err
 	}

@@ -14,8 +14,8 @@ import (
 
 	"github.com/distash/distash"
 	"github.com/distash/distash/internal/testutil/bank"
-	"github.com/distash/distash/internal/tlsconf/tlstest"
 	"github.com/distash/distash/internal/testutil/subprocess"
+	"github.com/distash/distash/internal/tlsconf/tlstest"
 )
 
 // clusterTOML: a DRAM cache pool and a durable Pebble pool, both with

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 
@@ -44,7 +45,7 @@ func memoryLimit(flag string, cfg *config.Config) (limit int64, ok bool, err err
 
 func serverCmd() *cobra.Command {
 	var configPath, dir, listen, memory string
-	var coordinators, class, pool, dc, zone, machine string
+	var coordinators, class, pool, dc, zone, machine, cpuProfile string
 	var verbose bool
 	var tlsf tlsFlags
 	cmd := &cobra.Command{
@@ -143,6 +144,20 @@ collection for 5 seconds), it returns freed memory to the system.`,
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "listening on %s\n", srv.ClusterString())
+			if id := srv.NodeID(); id != "" {
+				fmt.Fprintf(cmd.OutOrStdout(), "node %s (%s) serving on %s\n", id, class, srv.Addr())
+			}
+			if cpuProfile != "" {
+				f, err := os.Create(cpuProfile)
+				if err != nil {
+					return err
+				}
+				defer f.Close()
+				if err := pprof.StartCPUProfile(f); err != nil {
+					return err
+				}
+				defer pprof.StopCPUProfile()
+			}
 			go newIdleTrimmer(logger).run(ctx)
 			<-ctx.Done()
 			fmt.Fprintln(os.Stderr, "stopping")
@@ -160,6 +175,7 @@ collection for 5 seconds), it returns freed memory to the system.`,
 	cmd.Flags().StringVar(&dc, "dc", "dc1", "the node's data center")
 	cmd.Flags().StringVar(&zone, "zone", "", "the node's zone (failure domain); default: its address")
 	cmd.Flags().StringVar(&machine, "machine", "", "the node's machine; nodes on one machine share its failures")
+	cmd.Flags().StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the process to this file until it stops")
 	tlsf.add(cmd.Flags(), "server", false)
 	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "log at info level")
 	return cmd

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"sync"
 	"time"
@@ -27,6 +28,9 @@ type ClientOptions struct {
 	// Backoff is the pause after every coordinator failed, before the next
 	// round; default 50ms.
 	Backoff time.Duration
+	// Dialer, if set, opens the connections instead of TCP (an in-process
+	// network in tests, a proxy): it gets a coordinator's address as listed.
+	Dialer func(ctx context.Context, addr string) (net.Conn, error)
 }
 
 // Client reaches the cluster controller through any coordinator.
@@ -84,7 +88,7 @@ func (c *Client) conn(addr string) (wire.CoordinatorClient, error) {
 	cc, ok := c.conns[addr]
 	if !ok {
 		var err error
-		if cc, err = dial(addr, c.opts.TLS); err != nil {
+		if cc, err = dial(addr, c.opts.TLS, c.opts.Dialer); err != nil {
 			return nil, err
 		}
 		c.conns[addr] = cc

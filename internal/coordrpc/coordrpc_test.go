@@ -483,7 +483,7 @@ func TestHopLimit(t *testing.T) {
 	c := newCluster(t, nil)
 	li := c.controller()
 	fi := (li + 1) % 3
-	cc, err := dial(c.grpc[fi], nil)
+	cc, err := dial(c.grpc[fi], nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

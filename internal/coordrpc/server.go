@@ -83,6 +83,9 @@ type ServerOptions struct {
 	// ClientTLS, if set, secures the connections on which this coordinator
 	// forwards calls to the controller (mutual TLS: tlsconf.Client).
 	ClientTLS *tls.Config
+	// Dialer, if set, opens those connections instead of TCP (an
+	// in-process network in tests): it gets the leader's address.
+	Dialer func(ctx context.Context, addr string) (net.Conn, error)
 }
 
 // Server is the Coordinator service on one coordinator.
@@ -168,7 +171,7 @@ func (s *Server) forward(addr string, hops uint32) (wire.CoordinatorClient, erro
 	c, ok := s.conns[addr]
 	if !ok {
 		var err error
-		if c, err = dial(addr, s.opts.ClientTLS); err != nil {
+		if c, err = dial(addr, s.opts.ClientTLS, s.opts.Dialer); err != nil {
 			return nil, &errNoController{leader: addr, why: fmt.Sprintf("coordrpc: dial the controller %s: %v", addr, err)}
 		}
 		s.conns[addr] = c
@@ -176,12 +179,20 @@ func (s *Server) forward(addr string, hops uint32) (wire.CoordinatorClient, erro
 	return wire.NewCoordinatorClient(c), nil
 }
 
-func dial(addr string, cfg *tls.Config) (*grpc.ClientConn, error) {
+// dial returns a connection to addr: over TCP, or through dialer if set.
+func dial(addr string, cfg *tls.Config, dialer func(context.Context, string) (net.Conn, error)) (*grpc.ClientConn, error) {
 	creds := insecure.NewCredentials()
 	if cfg != nil {
 		creds = credentials.NewTLS(cfg)
 	}
-	return grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
+	target := addr
+	if dialer != nil {
+		// passthrough: the dialer gets addr as it is, unresolved.
+		target = "passthrough:///" + addr
+		opts = append(opts, grpc.WithContextDialer(dialer))
+	}
+	return grpc.NewClient(target, opts...)
 }
 
 // wireErr converts err for a response; leader is the hint sent with it.

@@ -26,6 +26,10 @@
 // kind. A gRPC client starts with the HTTP/2 preface "PRI * HTTP/2.0": the
 // connection, nothing consumed, goes to GRPCListener. Anything else, or a
 // kind no stream layer is open for, is closed and counted (UnknownConns).
+//
+// Stream layers dial peers over TCP, or with the function given to
+// [Mux.SetDialer] (an in-process network such as internal/simnet, in
+// tests; TLS, if any, runs over what it returns).
 package raftnet
 
 import (
@@ -66,6 +70,7 @@ type Mux struct {
 	ln                   net.Listener
 	serverTLS, clientTLS *tls.Config
 	timeout              time.Duration
+	dial                 func(ctx context.Context, addr string) (net.Conn, error) // nil: TCP
 
 	rejected atomic.Int64 // failed TLS handshakes
 	unknown  atomic.Int64 // no or an unknown first byte
@@ -144,6 +149,15 @@ func withALPN(cfg *tls.Config, protos ...string) *tls.Config {
 func (m *Mux) SetHandshakeTimeout(d time.Duration) {
 	m.mu.Lock()
 	m.timeout = d
+	m.mu.Unlock()
+}
+
+// SetDialer makes the stream layers dial peers with dial instead of TCP
+// (an in-process network in tests, say); TLS, if any, runs over the
+// connections it returns. Call it before dialing.
+func (m *Mux) SetDialer(dial func(ctx context.Context, addr string) (net.Conn, error)) {
+	m.mu.Lock()
+	m.dial = dial
 	m.mu.Unlock()
 }
 
@@ -382,15 +396,27 @@ type streamLayer struct {
 }
 
 func (s *streamLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
-	d := &net.Dialer{Timeout: timeout}
+	s.mux.mu.Lock()
+	dial := s.mux.dial
+	s.mux.mu.Unlock()
 	var c net.Conn
 	var err error
-	if cfg := s.mux.clientTLS; cfg != nil {
-		// tls.Dialer verifies the server against the host dialled when the
-		// config names no server.
-		c, err = (&tls.Dialer{NetDialer: d, Config: cfg}).Dial("tcp", string(addr))
+	if dial != nil {
+		ctx, cancel := context.Background(), context.CancelFunc(func() {})
+		if timeout > 0 {
+			ctx, cancel = context.WithTimeout(ctx, timeout)
+		}
+		c, err = s.dialWith(ctx, dial, string(addr))
+		cancel()
 	} else {
-		c, err = d.Dial("tcp", string(addr))
+		d := &net.Dialer{Timeout: timeout}
+		if cfg := s.mux.clientTLS; cfg != nil {
+			// tls.Dialer verifies the server against the host dialled when
+			// the config names no server.
+			c, err = (&tls.Dialer{NetDialer: d, Config: cfg}).Dial("tcp", string(addr))
+		} else {
+			c, err = d.Dial("tcp", string(addr))
+		}
 	}
 	if err != nil {
 		return nil, err
@@ -404,6 +430,33 @@ func (s *streamLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.
 	}
 	c.SetWriteDeadline(time.Time{})
 	return c, nil
+}
+
+// dialWith dials addr with a custom dial function, then runs the TLS
+// handshake over it if the mux has TLS.
+func (s *streamLayer) dialWith(ctx context.Context, dial func(context.Context, string) (net.Conn, error), addr string) (net.Conn, error) {
+	raw, err := dial(ctx, addr)
+	if err != nil {
+		return nil, err
+	}
+	cfg := s.mux.clientTLS
+	if cfg == nil {
+		return raw, nil
+	}
+	if cfg.ServerName == "" {
+		cfg = cfg.Clone()
+		host, _, err := net.SplitHostPort(addr)
+		if err != nil {
+			host = addr
+		}
+		cfg.ServerName = host
+	}
+	tc := tls.Client(raw, cfg)
+	if err := tc.HandshakeContext(ctx); err != nil {
+		raw.Close()
+		return nil, err
+	}
+	return tc, nil
 }
 
 type advertised string

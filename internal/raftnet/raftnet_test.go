@@ -348,3 +348,33 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		}
 	}
 }
+
+// TestSetDialer: stream layers dial through the mux's custom dial
+// function, in plaintext and with TLS over what it returns.
+func TestSetDialer(t *testing.T) {
+	pki := tlstest.New(t)
+	for _, tc := range []struct {
+		name string
+		cfgs [2]*tls.Config
+	}{{"plain", [2]*tls.Config{}}, {"tls", pkiConfigs(t, pki, false)}} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, b := newNodeTLS(t, tc.cfgs), newNodeTLS(t, tc.cfgs)
+			var dialled []string
+			dial := func(ctx context.Context, addr string) (net.Conn, error) {
+				dialled = append(dialled, addr)
+				var d net.Dialer
+				return d.DialContext(ctx, "tcp", addr)
+			}
+			a.mux.SetDialer(dial)
+			b.mux.SetDialer(dial)
+			checkStream(t, a.coord, b.coord, b.addr)
+			checkStream(t, b.log, a.log, a.addr)
+			if len(dialled) != 2 || dialled[0] != b.addr || dialled[1] != a.addr {
+				t.Fatalf("the dialer was asked for %v, want [%s %s]", dialled, b.addr, a.addr)
+			}
+			if n := a.mux.RejectedConns() + b.mux.RejectedConns() + a.mux.UnknownConns() + b.mux.UnknownConns(); n != 0 {
+				t.Fatalf("%d connections refused", n)
+			}
+		})
+	}
+}

@@ -12,9 +12,12 @@
 //
 // Faults act on connections, as on a real network carrying TCP: a
 // partition breaks the connections that cross it and refuses new ones
-// until Heal, a delay holds each write of a link before it is delivered
-// (bytes of one connection stay in order; messages on different
-// connections may overtake each other), and nothing is duplicated.
+// until Heal, a drop black-holes a link silently (writes succeed and are
+// lost, dials hang: the peers find out only by their timeouts) until Heal
+// breaks the connections that lost bytes, a delay holds each write of a
+// link before it is delivered (bytes of one connection stay in order;
+// messages on different connections may overtake each other), and nothing
+// is duplicated.
 // StreamLayer adapts a node for raft.NewNetworkTransport.
 package simnet
 
@@ -24,6 +27,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -39,13 +43,16 @@ type Network struct {
 	listeners map[string]*listener   // Protected by mu.
 	conns     map[*conn]struct{}     // both ends of every open connection. Protected by mu.
 	cut       map[[2]string]struct{} // partitioned pairs, both orders. Protected by mu.
+	drop      map[[2]string]struct{} // black-holed pairs, both orders. Protected by mu.
+	healed    chan struct{}          // closed (and replaced) by Heal. Protected by mu.
 	delay     map[[2]string]time.Duration
 	nextPort  int
 }
 
 // New returns an empty network.
 func New() *Network {
-	return &Network{listeners: map[string]*listener{}, conns: map[*conn]struct{}{}, cut: map[[2]string]struct{}{}, delay: map[[2]string]time.Duration{}}
+	return &Network{listeners: map[string]*listener{}, conns: map[*conn]struct{}{}, cut: map[[2]string]struct{}{},
+		drop: map[[2]string]struct{}{}, healed: make(chan struct{}), delay: map[[2]string]time.Duration{}}
 }
 
 // Listen makes node addr listen. A node listens at most once at a time.
@@ -65,9 +72,19 @@ func (n *Network) Dial(ctx context.Context, from, to string) (net.Conn, error) {
 	n.mu.Lock()
 	l, ok := n.listeners[to]
 	_, cut := n.cut[[2]string{from, to}]
+	_, dropped := n.drop[[2]string{from, to}]
+	healed := n.healed
 	n.nextPort++
 	port := n.nextPort
 	n.mu.Unlock()
+	if dropped {
+		// The connection request is lost: the dialer waits for nothing.
+		select {
+		case <-ctx.Done():
+		case <-healed:
+		}
+		return nil, fmt.Errorf("%w: %s -> %s: no answer", ErrUnreachable, from, to)
+	}
 	if !ok || cut {
 		return nil, fmt.Errorf("%w: %s -> %s", ErrUnreachable, from, to)
 	}
@@ -76,7 +93,7 @@ func (n *Network) Dial(ctx context.Context, from, to string) (net.Conn, error) {
 	// would, so several connections from one node are told apart.
 	client := &conn{Conn: a, net: n, local: addr(from, port), remote: addr(to, 0), from: from, to: to}
 	server := &conn{Conn: b, net: n, local: addr(to, 0), remote: addr(from, port), from: to, to: from}
-	shared := &pair{ends: [2]*conn{client, server}}
+	shared := &pair{ends: [2]*conn{client, server}, done: make(chan struct{})}
 	client.pair, server.pair = shared, shared
 	n.mu.Lock()
 	n.conns[client], n.conns[server] = struct{}{}, struct{}{}
@@ -119,11 +136,39 @@ func (n *Network) Partition(as, bs []string) {
 	}
 }
 
-// Heal removes every partition.
+// Drop black-holes every link between a node of as and a node of bs, in
+// both directions: writes on their connections succeed but are lost
+// (nothing after a lost byte of a connection arrives either, as TCP would
+// not deliver it), and dials hang until their context ends. Heal ends it
+// and breaks the connections that lost bytes, as their TCP would time out.
+func (n *Network) Drop(as, bs []string) {
+	n.mu.Lock()
+	for _, a := range as {
+		for _, b := range bs {
+			n.drop[[2]string{a, b}] = struct{}{}
+			n.drop[[2]string{b, a}] = struct{}{}
+		}
+	}
+	n.mu.Unlock()
+}
+
+// Heal removes every partition and drop.
 func (n *Network) Heal() {
 	n.mu.Lock()
 	n.cut = map[[2]string]struct{}{}
+	n.drop = map[[2]string]struct{}{}
+	close(n.healed)
+	n.healed = make(chan struct{})
+	var lost []*conn
+	for c := range n.conns {
+		if c.pair.lost.Load() {
+			lost = append(lost, c)
+		}
+	}
 	n.mu.Unlock()
+	for _, c := range lost {
+		c.Close()
+	}
 }
 
 // SetDelay holds each write from node a to node b, and from b to a, for d
@@ -154,10 +199,12 @@ func (n *Network) Kill(addr string) {
 	}
 }
 
-func (n *Network) delayOf(from, to string) time.Duration {
+// link returns the delay of the link from -> to and whether it drops.
+func (n *Network) link(from, to string) (time.Duration, bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return n.delay[[2]string{from, to}]
+	_, dropped := n.drop[[2]string{from, to}]
+	return n.delay[[2]string{from, to}], dropped
 }
 
 type listener struct {
@@ -204,13 +251,27 @@ type conn struct {
 type pair struct {
 	once sync.Once
 	ends [2]*conn
+	lost atomic.Bool   // a write was dropped: nothing more is delivered
+	done chan struct{} // closed with the pair
 }
 
 func (c *conn) LocalAddr() net.Addr  { return c.local }
 func (c *conn) RemoteAddr() net.Addr { return c.remote }
 
 func (c *conn) Write(b []byte) (int, error) {
-	if d := c.net.delayOf(c.from, c.to); d > 0 {
+	d, dropped := c.net.link(c.from, c.to)
+	if dropped {
+		c.pair.lost.Store(true)
+	}
+	if c.pair.lost.Load() {
+		select {
+		case <-c.pair.done:
+			return 0, net.ErrClosed
+		default:
+		}
+		return len(b), nil
+	}
+	if d > 0 {
 		time.Sleep(d)
 	}
 	return c.Conn.Write(b)
@@ -219,6 +280,7 @@ func (c *conn) Write(b []byte) (int, error) {
 // Close closes both ends: a broken link is broken for both nodes.
 func (c *conn) Close() error {
 	c.pair.once.Do(func() {
+		close(c.pair.done)
 		c.net.mu.Lock()
 		for _, e := range c.pair.ends {
 			delete(c.net.conns, e)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"testing"
 	"time"
 
@@ -165,3 +166,60 @@ type nopFSM struct{}
 func (*nopFSM) Apply(*raft.Log) any                 { return nil }
 func (*nopFSM) Snapshot() (raft.FSMSnapshot, error) { return nil, fmt.Errorf("no snapshots") }
 func (*nopFSM) Restore(io.ReadCloser) error         { return nil }
+
+// TestDrop: a dropped link loses writes silently (the reader sees
+// nothing, the writer no error) and hangs dials; Heal breaks the
+// connection that lost bytes and lets dials through again.
+func TestDrop(t *testing.T) {
+	n := New()
+	lis, err := n.Listen("b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lis.Close()
+	accepted := make(chan net.Conn, 2)
+	go func() {
+		for {
+			c, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c
+		}
+	}()
+	a, err := n.Dial(context.Background(), "a", "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := <-accepted
+	n.Drop([]string{"a"}, []string{"b"})
+	if k, err := a.Write([]byte("lost")); k != 4 || err != nil {
+		t.Fatalf("a write on a dropped link: %d, %v", k, err)
+	}
+	b.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+	if k, err := b.Read(make([]byte, 4)); err == nil {
+		t.Fatalf("read %d bytes across a dropped link", k)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	start := time.Now()
+	_, err = n.Dial(ctx, "a", "b")
+	cancel()
+	if err == nil || time.Since(start) < 40*time.Millisecond {
+		t.Fatalf("a dial across a dropped link: %v after %v", err, time.Since(start))
+	}
+	n.Heal()
+	if _, err := a.Write([]byte("x")); err == nil {
+		t.Fatal("the connection that lost bytes survived Heal")
+	}
+	a2, err := n.Dial(context.Background(), "a", "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a2.Close()
+	b2 := <-accepted
+	go a2.Write([]byte("ok"))
+	buf := make([]byte, 2)
+	if _, err := io.ReadFull(b2, buf); err != nil || string(buf) != "ok" {
+		t.Fatalf("after Heal: %q, %v", buf, err)
+	}
+}

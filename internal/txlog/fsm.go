@@ -2,12 +2,14 @@ package txlog
 
 import (
 	"bufio"
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/crc32"
 	"io"
 	"log/slog"
+	"maps"
 	"slices"
 	"sort"
 	"sync"
@@ -58,10 +60,19 @@ type fsm struct {
 	index   map[kv.Tag][]tagMsg   // per tag: its messages, increasing versions
 	popped  map[kv.Tag]kv.Version // replicated popped version of every tag of the set
 	trimmed kv.Version            // every entry <= trimmed has been dropped
-	epoch   uint64                // generation: entries of a lower Epoch are rejected
-	bytes   int64                 // sum of len(raw) over entries
-	mem     int64                 // sum of mem over entries
-	last    atomic.Int64          // version of the last applied entry (written under mu)
+	// gone is, per tag, the version of its newest message dropped by a
+	// trim: a stash of the tag at version >= gone[tag] has seen every
+	// message the log dropped for it and can still catch up (a stash that
+	// was down while the log trimmed only other tags' entries, such as a
+	// transaction node's system stash: system writes are rare). goneFloor
+	// stands for what an older snapshot did not record: every tag may have
+	// lost messages up to it.
+	gone      map[kv.Tag]kv.Version
+	goneFloor kv.Version
+	epoch     uint64       // generation: entries of a lower Epoch are rejected
+	bytes     int64        // sum of len(raw) over entries
+	mem       int64        // sum of mem over entries
+	last      atomic.Int64 // version of the last applied entry (written under mu)
 
 	// scratch for grouping an entry's mutations by tag (apply goroutine only)
 	groups []tagGroup
@@ -81,6 +92,7 @@ func newFSM(replica int, logger *slog.Logger, notify func()) *fsm {
 		notify:  notify,
 		index:   make(map[kv.Tag][]tagMsg),
 		popped:  make(map[kv.Tag]kv.Version),
+		gone:    make(map[kv.Tag]kv.Version),
 	}
 }
 
@@ -305,6 +317,9 @@ func (f *fsm) trimLocked(upTo kv.Version) {
 		if k == 0 {
 			continue
 		}
+		if v := q[k-1].msg.Version; v > f.goneFloor && v > f.gone[t] {
+			f.gone[t] = v
+		}
 		if k == len(q) {
 			delete(f.index, t)
 			continue
@@ -319,8 +334,8 @@ func (f *fsm) trimLocked(upTo kv.Version) {
 func (f *fsm) peek(tag kv.Tag, after kv.Version, maxBytes int) ([]Message, kv.Version, error) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	if after < f.trimmed {
-		return nil, 0, fmt.Errorf("%w: tag %d peeks after %d but the log is trimmed up to %d", ErrTrimmed, tag, after, f.trimmed)
+	if gone := max(f.goneFloor, f.gone[tag]); after < gone {
+		return nil, 0, fmt.Errorf("%w: tag %d peeks after %d but the log dropped its messages up to %d (trimmed up to %d)", ErrTrimmed, tag, after, gone, f.trimmed)
 	}
 	end := f.lastVersion()
 	q := f.index[tag]
@@ -347,19 +362,23 @@ type fsmState struct {
 	Trimmed   kv.Version
 	Last      kv.Version
 	Epoch     uint64
+	Gone      map[kv.Tag]kv.Version
+	GoneFloor kv.Version
 }
 
 func (f *fsm) state() fsmState {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	s := fsmState{
-		Entries: len(f.entries),
-		Bytes:   f.bytes,
-		Memory:  f.mem,
-		Popped:  make(map[kv.Tag]kv.Version, len(f.popped)),
-		Trimmed: f.trimmed,
-		Last:    f.lastVersion(),
-		Epoch:   f.epoch,
+		Entries:   len(f.entries),
+		Bytes:     f.bytes,
+		Memory:    f.mem,
+		Popped:    make(map[kv.Tag]kv.Version, len(f.popped)),
+		Trimmed:   f.trimmed,
+		Last:      f.lastVersion(),
+		Epoch:     f.epoch,
+		Gone:      maps.Clone(f.gone),
+		GoneFloor: f.goneFloor,
 	}
 	first := true
 	for t, v := range f.popped {
@@ -374,15 +393,19 @@ func (f *fsm) state() fsmState {
 // Snapshot format (all integers varint/uvarint unless noted):
 //
 //	magic "TXLS" snapVersion:byte last trimmed [epoch:uvarint] nPopped (tag popped)* nEntries (len raw)* crc32c:4 bytes big-endian
+//	version 3: magic 3 last trimmed epoch:uvarint goneFloor nPopped (tag popped)* nGone (tag gone)* nEntries (len raw)* crc
 //
-// Version 1 has no epoch (0); version 2 has one. A state machine at epoch 0
-// (embedded mode) writes version 1, as before epochs existed, so each state
-// has one encoding.
+// Version 1 has no epoch (0); version 2 has one. Neither records what each
+// tag lost to trims: decoding them sets goneFloor to trimmed, as if every
+// tag had lost messages up to there. Version 3 records it. A state is
+// written in the oldest version that holds it (version 1 at epoch 0 with
+// nothing gone beyond the floor), so each state has one encoding.
 var snapMagic = [4]byte{'T', 'X', 'L', 'S'}
 
 const (
 	snapVersion      byte = 1
 	snapVersionEpoch byte = 2
+	snapVersionGone  byte = 3
 )
 
 var crcTable = crc32.MakeTable(crc32.Castagnoli)
@@ -390,7 +413,9 @@ var crcTable = crc32.MakeTable(crc32.Castagnoli)
 type fsmSnapshot struct {
 	last, trimmed kv.Version
 	epoch         uint64
+	goneFloor     kv.Version
 	popped        []TagVersion
+	gone          []TagVersion
 	entries       []fsmEntry
 }
 
@@ -400,22 +425,21 @@ func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	s := &fsmSnapshot{
-		last:    f.lastVersion(),
-		trimmed: f.trimmed,
-		epoch:   f.epoch,
-		entries: slices.Clone(f.entries),
+		last:      f.lastVersion(),
+		trimmed:   f.trimmed,
+		epoch:     f.epoch,
+		goneFloor: f.goneFloor,
+		entries:   slices.Clone(f.entries),
 	}
+	byTag := func(a, b TagVersion) int { return cmp.Compare(a.Tag, b.Tag) }
 	for t, v := range f.popped {
 		s.popped = append(s.popped, TagVersion{Tag: t, Version: v})
 	}
-	slices.SortFunc(s.popped, func(a, b TagVersion) int {
-		if a.Tag < b.Tag {
-			return -1
-		} else if a.Tag > b.Tag {
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(s.popped, byTag)
+	for t, v := range f.gone {
+		s.gone = append(s.gone, TagVersion{Tag: t, Version: v})
+	}
+	slices.SortFunc(s.gone, byTag)
 	return s, nil
 }
 
@@ -432,27 +456,41 @@ func (s *fsmSnapshot) write(w io.Writer) error {
 	// The buffer batches the small writes below; a snapshot smaller than
 	// its 1 MiB (an empty or nearly empty log, as in tests and fuzzing)
 	// gets a buffer of its own size instead.
-	size := 64 + len(s.popped)*(binary.MaxVarintLen32+binary.MaxVarintLen64)
+	size := 64 + (len(s.popped)+len(s.gone))*(binary.MaxVarintLen32+binary.MaxVarintLen64)
 	for _, e := range s.entries {
 		size += binary.MaxVarintLen64 + len(e.raw)
 	}
 	bw := bufio.NewWriterSize(io.MultiWriter(w, crc), min(size, 1<<20))
 	var b []byte
 	b = append(b, snapMagic[:]...)
-	if s.epoch == 0 {
-		b = append(b, snapVersion)
-	} else {
-		b = append(b, snapVersionEpoch)
+	version := snapVersion
+	switch {
+	case len(s.gone) > 0 || s.goneFloor != s.trimmed:
+		version = snapVersionGone
+	case s.epoch != 0:
+		version = snapVersionEpoch
 	}
+	b = append(b, version)
 	b = binary.AppendVarint(b, int64(s.last))
 	b = binary.AppendVarint(b, int64(s.trimmed))
-	if s.epoch != 0 {
+	switch version {
+	case snapVersionEpoch:
 		b = binary.AppendUvarint(b, s.epoch)
+	case snapVersionGone:
+		b = binary.AppendUvarint(b, s.epoch)
+		b = binary.AppendVarint(b, int64(s.goneFloor))
 	}
 	b = binary.AppendUvarint(b, uint64(len(s.popped)))
 	for _, p := range s.popped {
 		b = binary.AppendUvarint(b, uint64(p.Tag))
 		b = binary.AppendVarint(b, int64(p.Version))
+	}
+	if version == snapVersionGone {
+		b = binary.AppendUvarint(b, uint64(len(s.gone)))
+		for _, p := range s.gone {
+			b = binary.AppendUvarint(b, uint64(p.Tag))
+			b = binary.AppendVarint(b, int64(p.Version))
+		}
 	}
 	b = binary.AppendUvarint(b, uint64(len(s.entries)))
 	if _, err := bw.Write(b); err != nil {
@@ -491,6 +529,7 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	f.mu.Lock()
 	f.entries, f.index, f.popped, f.trimmed, f.bytes, f.mem = nf.entries, nf.index, nf.popped, nf.trimmed, nf.bytes, nf.mem
 	f.epoch = nf.epoch
+	f.gone, f.goneFloor = nf.gone, nf.goneFloor
 	f.last.Store(nf.last.Load())
 	f.mu.Unlock()
 	f.notify()
@@ -507,7 +546,7 @@ func decodeSnapshot(data []byte, replica int, logger *slog.Logger, notify func()
 	if crc32.Checksum(body, crcTable) != sum {
 		return nil, fmt.Errorf("%w: snapshot checksum mismatch", ErrCorrupt)
 	}
-	if [4]byte(body[:4]) != snapMagic || (body[4] != snapVersion && body[4] != snapVersionEpoch) {
+	if [4]byte(body[:4]) != snapMagic || body[4] < snapVersion || body[4] > snapVersionGone {
 		return nil, fmt.Errorf("%w: bad snapshot header", ErrCorrupt)
 	}
 	r := &reader{b: body, off: 5, what: "snapshot last version"}
@@ -515,11 +554,21 @@ func decodeSnapshot(data []byte, replica int, logger *slog.Logger, notify func()
 	r.what = "snapshot trimmed version"
 	trimmed := kv.Version(r.varint())
 	nf := newFSM(replica, logger, notify)
-	if body[4] == snapVersionEpoch {
+	nf.goneFloor = trimmed
+	switch body[4] {
+	case snapVersionEpoch:
 		r.what = "snapshot epoch"
 		nf.epoch = r.uvarint()
 		if r.err == nil && nf.epoch == 0 {
 			r.fail("epoch 0 in a version %d snapshot", snapVersionEpoch)
+		}
+	case snapVersionGone:
+		r.what = "snapshot epoch"
+		nf.epoch = r.uvarint()
+		r.what = "snapshot gone floor"
+		nf.goneFloor = kv.Version(r.varint())
+		if r.err == nil && (nf.goneFloor < 0 || nf.goneFloor > trimmed) {
+			r.fail("gone floor %d outside [0, trimmed %d]", nf.goneFloor, trimmed)
 		}
 	}
 	r.what = "snapshot popped count"
@@ -529,6 +578,24 @@ func decodeSnapshot(data []byte, replica int, logger *slog.Logger, notify func()
 		t := kv.Tag(r.uint32())
 		r.what = "snapshot popped version"
 		nf.popped[t] = kv.Version(r.varint())
+	}
+	if body[4] == snapVersionGone {
+		r.what = "snapshot gone count"
+		ng := r.count(2)
+		for i := 0; i < ng && r.err == nil; i++ {
+			r.what = "snapshot gone tag"
+			t := kv.Tag(r.uint32())
+			r.what = "snapshot gone version"
+			v := kv.Version(r.varint())
+			if r.err != nil {
+				break
+			}
+			if _, dup := nf.gone[t]; dup || v <= nf.goneFloor || v > trimmed {
+				r.fail("tag %d gone up to %d: a duplicate, or outside (gone floor %d, trimmed %d]", t, v, nf.goneFloor, trimmed)
+				break
+			}
+			nf.gone[t] = v
+		}
 	}
 	r.what = "snapshot entry count"
 	ne := r.count(1)

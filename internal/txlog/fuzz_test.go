@@ -292,18 +292,28 @@ func fuzzSeeds(t *testing.T) map[string]map[string][]byte {
 	sample = sample[:len(sample)-4]
 	e10 := encodeEntry(&Entry{Version: 10, PrevVersion: 5})
 	e20 := encodeEntry(&Entry{Version: 20, PrevVersion: 10, Mutations: sampleEntry().Mutations})
+	// A state written in the versions before per-tag gone versions (1 and
+	// 2): its gone floor is its trimmed version.
+	sampleV1 := body(&fsmSnapshot{last: 20, trimmed: 5, goneFloor: 5, popped: []TagVersion{{1, 5}, {2, 7}},
+		entries: []fsmEntry{{raw: e10}, {raw: e20}}})
 	snapshot := map[string][]byte{
-		"valid-sample":      sample,
-		"valid-empty":       body(&fsmSnapshot{}),
-		"valid-all-trimmed": body(&fsmSnapshot{last: 30, trimmed: 30, popped: []TagVersion{{1, 30}, {2, 40}}}),
-		"valid-epoch": body(&fsmSnapshot{last: 20, trimmed: 5, epoch: 3, popped: []TagVersion{{1, 5}},
+		"valid-sample": sample,
+		"valid-v1":     sampleV1,
+		"valid-gone": body(&fsmSnapshot{last: 20, trimmed: 10, goneFloor: 2, epoch: 4, popped: []TagVersion{{1, 10}, {2, 12}},
+			gone: []TagVersion{{1, 5}, {3, 10}}, entries: []fsmEntry{{raw: encodeEntry(&Entry{Version: 20, PrevVersion: 10, Epoch: 4})}}}),
+		"bad-gone-above-trimmed": body(&fsmSnapshot{last: 20, trimmed: 10, gone: []TagVersion{{1, 11}}}),
+		"bad-gone-below-floor":   body(&fsmSnapshot{last: 20, trimmed: 10, goneFloor: 6, gone: []TagVersion{{1, 6}}}),
+		"bad-gone-duplicate":     body(&fsmSnapshot{last: 20, trimmed: 10, gone: []TagVersion{{1, 5}, {1, 7}}}),
+		"valid-empty":            body(&fsmSnapshot{}),
+		"valid-all-trimmed":      body(&fsmSnapshot{last: 30, trimmed: 30, goneFloor: 30, popped: []TagVersion{{1, 30}, {2, 40}}}),
+		"valid-epoch": body(&fsmSnapshot{last: 20, trimmed: 5, goneFloor: 5, epoch: 3, popped: []TagVersion{{1, 5}},
 			entries: []fsmEntry{{raw: encodeEntry(&Entry{Version: 20, PrevVersion: 10, Epoch: 3})}}}),
-		"bad-v2-epoch-0":    append([]byte("TXLS\x02"), slices.Insert(bytes.Clone(sample[5:]), v1HeaderLen(sample)-5, 0)...),
+		"bad-v2-epoch-0":    append([]byte("TXLS\x02"), slices.Insert(bytes.Clone(sampleV1[5:]), v1HeaderLen(sampleV1)-5, 0)...),
 		"bad-magic":         append([]byte("TXLX"), sample[4:]...),
-		"bad-version":       append([]byte{'T', 'X', 'L', 'S', snapVersionEpoch + 1}, sample[5:]...),
+		"bad-version":       append([]byte{'T', 'X', 'L', 'S', snapVersionGone + 1}, sample[5:]...),
 		"bad-not-an-entry":  body(&fsmSnapshot{last: 10, entries: []fsmEntry{{raw: encodePop(nil)}}}),
 		"bad-out-of-order":  body(&fsmSnapshot{last: 20, entries: []fsmEntry{{raw: e20}, {raw: e10}}}),
-		"bad-trimmed-entry": body(&fsmSnapshot{last: 20, trimmed: 10, entries: []fsmEntry{{raw: e10}, {raw: e20}}}),
+		"bad-trimmed-entry": body(&fsmSnapshot{last: 20, trimmed: 10, goneFloor: 10, entries: []fsmEntry{{raw: e10}, {raw: e20}}}),
 		"bad-past-last":     body(&fsmSnapshot{last: 10, entries: []fsmEntry{{raw: e10}, {raw: e20}}}),
 		"bad-entry":         body(&fsmSnapshot{last: 10, entries: []fsmEntry{{raw: e10[:len(e10)-1]}}}),
 		"bad-trailing-byte": append(bytes.Clone(sample), 0),

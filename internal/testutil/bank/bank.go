@@ -227,6 +227,13 @@ func (w *Writer) Run(ctx context.Context, workers int) (wait func()) {
 	return wg.Wait
 }
 
+// Count is how many writes were acknowledged.
+func (w *Writer) Count() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.acked)
+}
+
 // Acked returns a copy of the acknowledged writes.
 func (w *Writer) Acked() map[string]string {
 	w.mu.Lock()

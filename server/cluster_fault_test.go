@@ -1,0 +1,865 @@
+package server_test
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/distash/distash"
+	"github.com/distash/distash/config"
+	"github.com/distash/distash/internal/coordrpc"
+	"github.com/distash/distash/internal/kv"
+	"github.com/distash/distash/internal/simnet"
+	"github.com/distash/distash/internal/testutil/bank"
+	"github.com/distash/distash/internal/wire"
+	"github.com/distash/distash/server"
+)
+
+// faultTxns is how many acknowledged transactions TestClusterUnderFaults
+// runs (0: DISTASH_FAULT_TXNS, else 10,000).
+var faultTxns = flag.Int("distash.fault.txns", 0, "acknowledged transactions TestClusterUnderFaults runs (default $DISTASH_FAULT_TXNS, else 10000)")
+
+// faultTOML: a DRAM cache pool and a durable Pebble pool, both with
+// replication 2, and three log replicas (as the real-process test in
+// cmd/distash).
+const faultTOML = `
+[cluster]
+mvcc_window = "5s"
+
+[log]
+replicas = 3
+
+[[pool]]
+name = "cache"
+prefix = "c/"
+medium = "dram"
+mode = "ephemeral"
+engine = "memory"
+stashes = 2
+replication = 2
+capacity = "64MiB"
+eviction = "lru"
+
+[[pool]]
+name = "data"
+prefix = "d/"
+medium = "ssd"
+mode = "durable"
+engine = "pebble"
+stashes = 3
+replication = 2
+capacity = "unlimited"
+`
+
+// clientNode is the simnet name the test's client dials from.
+const clientNode = "client"
+
+// simNode is one node of an in-process cluster over simnet.
+type simNode struct {
+	name, addr  string
+	class, pool string
+	dir         string
+	srv         *server.Server // nil while stopped
+}
+
+// simCluster is a multi-process cluster whose nodes are in this process:
+// each runs server.StartNode on a simnet listener and dials through
+// simnet.
+type simCluster struct {
+	t      *testing.T
+	net    *simnet.Network
+	coords []string
+	nodes  []*simNode
+	logger *slog.Logger
+	// replay is appended to every failure message.
+	replay string
+
+	mu sync.Mutex // guards simNode.srv
+}
+
+// newSimCluster lays out 3 transaction nodes (the coordinators, holding
+// the 3 log replicas), 3 stash nodes of pool data and 2 of pool cache.
+func newSimCluster(t *testing.T, replay string) *simCluster {
+	root := t.TempDir()
+	level := slog.Level(100) // nothing
+	var out io.Writer = io.Discard
+	if os.Getenv("DISTASH_FAULT_VERBOSE") != "" {
+		level, out = slog.LevelInfo, os.Stderr
+	}
+	c := &simCluster{t: t, net: simnet.New(), replay: replay,
+		logger: slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: level}))}
+	add := func(name, class, pool string) {
+		n := &simNode{name: name, addr: name + ":4500", class: class, pool: pool, dir: filepath.Join(root, name)}
+		c.nodes = append(c.nodes, n)
+		if class == server.ClassTransaction {
+			c.coords = append(c.coords, n.addr)
+		}
+	}
+	add("tx1", server.ClassTransaction, "")
+	add("tx2", server.ClassTransaction, "")
+	add("tx3", server.ClassTransaction, "")
+	add("data1", server.ClassStash, "data")
+	add("data2", server.ClassStash, "data")
+	add("data3", server.ClassStash, "data")
+	add("cache1", server.ClassStash, "cache")
+	add("cache2", server.ClassStash, "cache")
+	t.Cleanup(c.stopAll)
+	return c
+}
+
+func (c *simCluster) clusterString() string { return strings.Join(c.coords, ",") }
+
+// startNode starts n (again, after a stop) on its directory; it returns
+// once the node has registered with the controller.
+func (c *simCluster) startNode(ctx context.Context, n *simNode) error {
+	cfg, err := config.Parse([]byte(faultTOML))
+	if err != nil {
+		return err
+	}
+	ln, err := c.net.Listen(n.addr)
+	if err != nil {
+		return err
+	}
+	srv, err := server.StartNode(ctx, server.NodeOptions{
+		Dir: n.dir, Config: cfg, Listen: n.addr, Listener: ln, Dialer: c.net.Dialer(n.addr),
+		Coordinators: c.coords, Class: n.class, Pool: n.pool, Machine: n.name,
+		Logger: c.logger.With("name", n.name), FlushInterval: 20 * time.Millisecond,
+	})
+	if err != nil {
+		ln.Close()
+		return fmt.Errorf("start %s: %w", n.name, err)
+	}
+	c.mu.Lock()
+	n.srv = srv
+	c.mu.Unlock()
+	return nil
+}
+
+// startAll starts every node together (the first ones wait for a
+// coordinator quorum).
+func (c *simCluster) startAll(ctx context.Context) {
+	c.t.Helper()
+	errs := make(chan error, len(c.nodes))
+	for _, n := range c.nodes {
+		go func() { errs <- c.startNode(ctx, n) }()
+	}
+	for range c.nodes {
+		if err := <-errs; err != nil {
+			c.t.Fatalf("%v (%s)", err, c.replay)
+		}
+	}
+}
+
+// crash stops n as a crash would: its links break at once (it can reach
+// no one while its goroutines wind down), then it stops.
+func (c *simCluster) crash(n *simNode) {
+	c.mu.Lock()
+	srv := n.srv
+	n.srv = nil
+	c.mu.Unlock()
+	if srv == nil {
+		return
+	}
+	c.net.Partition([]string{n.addr}, c.others(n.addr))
+	c.net.Kill(n.addr)
+	srv.Stop()
+	c.net.Heal()
+}
+
+// others is every node's address but except's, and the client's.
+func (c *simCluster) others(except ...string) []string {
+	out := []string{clientNode}
+	for _, n := range c.nodes {
+		if !slices.Contains(except, n.addr) {
+			out = append(out, n.addr)
+		}
+	}
+	return out
+}
+
+func (c *simCluster) stopAll() {
+	c.mu.Lock()
+	var srvs []*server.Server
+	for _, n := range c.nodes {
+		if n.srv != nil {
+			srvs = append(srvs, n.srv)
+			n.srv = nil
+		}
+	}
+	c.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, s := range srvs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.Stop()
+		}()
+	}
+	wg.Wait()
+}
+
+// faultSeed is DISTASH_FAULT_SEED, or a new seed from the clock.
+func faultSeed(t *testing.T) uint64 {
+	if s := os.Getenv("DISTASH_FAULT_SEED"); s != "" {
+		seed, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatalf("DISTASH_FAULT_SEED=%q: %v", s, err)
+		}
+		return seed
+	}
+	return uint64(time.Now().UnixNano())
+}
+
+func faultTarget(t *testing.T) int {
+	if *faultTxns > 0 {
+		return *faultTxns
+	}
+	if s := os.Getenv("DISTASH_FAULT_TXNS"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n <= 0 {
+			t.Fatalf("DISTASH_FAULT_TXNS=%q: want a positive number", s)
+		}
+		return n
+	}
+	return 10000
+}
+
+// regInput is an operation on a register key: a set or a get.
+type regInput struct {
+	write bool
+	key   string
+	value string
+}
+
+// regModel is a register per key (porcupine checks each key's history
+// on its own): a get returns the last value set, "" before any.
+var regModel = porcupine.Model{
+	Partition: func(history []porcupine.Operation) [][]porcupine.Operation {
+		byKey := map[string][]porcupine.Operation{}
+		for _, op := range history {
+			k := op.Input.(regInput).key
+			byKey[k] = append(byKey[k], op)
+		}
+		var out [][]porcupine.Operation
+		for _, ops := range byKey {
+			out = append(out, ops)
+		}
+		return out
+	},
+	Init: func() any { return "" },
+	Step: func(state, input, output any) (bool, any) {
+		in := input.(regInput)
+		if in.write {
+			return true, in.value
+		}
+		return output.(string) == state.(string), state
+	},
+	DescribeOperation: func(input, output any) string {
+		in := input.(regInput)
+		if in.write {
+			return fmt.Sprintf("set(%s, %s)", in.key, in.value)
+		}
+		return fmt.Sprintf("get(%s) -> %q", in.key, output)
+	},
+}
+
+// registers runs single-key sets and gets and records their history.
+type registers struct {
+	db   *distash.DB
+	keys []string
+
+	ok      atomic.Int64 // acknowledged operations
+	unknown atomic.Int64 // sets whose outcome is unknown
+	lastAck atomic.Int64 // unix ns of the latest acknowledged set
+
+	mu        sync.Mutex
+	history   []porcupine.Operation // Protected by mu.
+	pendingID int                   // Protected by mu.
+}
+
+func (r *registers) record(op porcupine.Operation) {
+	r.mu.Lock()
+	if op.Return == math.MaxInt64 {
+		// An operation that never returned: a client id of its own, as
+		// its client went on without waiting for it.
+		r.pendingID++
+		op.ClientId = 1000 + r.pendingID
+	}
+	r.history = append(r.history, op)
+	r.mu.Unlock()
+}
+
+// run runs clients goroutines until ctx ends. A set is one commit attempt,
+// not Transact: a retry of a commit whose outcome is unknown could apply
+// the value twice, around another client's set, which the history could
+// not express. A set that fails is recorded as never returning: it may
+// take effect at any time after its call (or never). A get that fails is
+// left out: it had no effect.
+func (r *registers) run(ctx context.Context, clients int, seed uint64) (wait func()) {
+	var wg sync.WaitGroup
+	for cl := 0; cl < clients; cl++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(seed, uint64(100+cl)))
+			for i := 0; ctx.Err() == nil; i++ {
+				k := r.keys[rng.IntN(len(r.keys))]
+				in := regInput{key: k}
+				var out string
+				octx, cancel := context.WithTimeout(ctx, 3*time.Second)
+				call := time.Now().UnixNano()
+				var err error
+				if rng.IntN(2) == 0 {
+					in.write, in.value = true, fmt.Sprintf("%d-%d", cl, i)
+					var tr *distash.Tx
+					if tr, err = r.db.CreateTransaction(octx); err == nil {
+						tr.Set([]byte(k), []byte(in.value))
+						err = tr.Commit()
+					}
+				} else {
+					err = r.db.ReadTransact(octx, func(tr *distash.Tx) error {
+						v, err := tr.Get([]byte(k))
+						out = string(v)
+						return err
+					})
+				}
+				ret := time.Now().UnixNano()
+				cancel()
+				switch {
+				case err == nil:
+					r.ok.Add(1)
+					if in.write {
+						r.lastAck.Store(ret)
+					}
+					r.record(porcupine.Operation{ClientId: cl, Input: in, Output: out, Call: call, Return: ret})
+				case in.write:
+					r.unknown.Add(1)
+					r.record(porcupine.Operation{ClientId: cl, Input: in, Output: "", Call: call, Return: math.MaxInt64})
+				}
+				time.Sleep(time.Duration(rng.IntN(5)) * time.Millisecond)
+			}
+		}()
+	}
+	return wg.Wait
+}
+
+// TestClusterUnderFaults runs a whole multi-process cluster in this
+// process over simnet (3 transaction nodes that are the coordinators and
+// hold the 3 log replicas, 3 stash nodes of a durable Pebble pool with
+// replication 2, 2 of a DRAM pool with replication 2) under a bank
+// workload across both pools, a writer of acknowledged keys and
+// single-key register clients, while a schedule drawn from a seed
+// partitions nodes, black-holes links, delays links and kills and
+// restarts nodes, one fault at a time. It runs until
+// -distash.fault.txns (or DISTASH_FAULT_TXNS, else 10,000) transactions
+// were acknowledged, auditing the bank as it goes, then heals everything
+// and checks: the bank's total and its cache agree, every acknowledged
+// write is readable, each register's history is linearizable, and
+// commits resumed within 10 s of every fault. DISTASH_FAULT_SEED replays
+// a seed's schedule and workload choices (the interleaving with the
+// cluster's timing differs from run to run).
+func TestClusterUnderFaults(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs an 8-node cluster under faults")
+	}
+	seed := faultSeed(t)
+	replay := fmt.Sprintf("replay with DISTASH_FAULT_SEED=%d", seed)
+	target := faultTarget(t)
+	t.Logf("seed %d (%s); target %d acknowledged transactions", seed, replay, target)
+	fail := func(format string, args ...any) {
+		t.Helper()
+		t.Errorf("%s (%s)", fmt.Sprintf(format, args...), replay)
+	}
+	began := time.Now()
+
+	c := newSimCluster(t, replay)
+	ctx, cancel := context.WithTimeout(context.Background(), max(4*time.Minute, time.Duration(target)*25*time.Millisecond))
+	defer cancel()
+	sctx, scancel := context.WithTimeout(ctx, 60*time.Second)
+	c.startAll(sctx)
+	scancel()
+	octx, ocancel := context.WithTimeout(ctx, 60*time.Second)
+	db, err := distash.Open(octx, c.clusterString(), distash.WithDialer(c.net.Dialer(clientNode)))
+	ocancel()
+	if err != nil {
+		t.Fatalf("open: %v (%s)", err, replay)
+	}
+	defer db.Close()
+	b := &bank.Bank{DB: db, Data: "d/", Cache: "c/", Accounts: 20, Initial: 1000}
+	bctx, bcancel := context.WithTimeout(ctx, 60*time.Second)
+	err = b.Open(bctx)
+	bcancel()
+	if err != nil {
+		t.Fatalf("open the bank: %v (%s)", err, replay)
+	}
+	t.Logf("cluster up and bank open after %v", time.Since(began).Round(time.Millisecond))
+
+	w := &bank.Writer{DB: db, Prefix: "d/"}
+	regs := &registers{db: db, keys: []string{"d/reg:0", "d/reg:1", "d/reg:2", "d/reg:3"}}
+	wctx, wcancel := context.WithCancel(ctx)
+	defer wcancel()
+	bankFailures, waitBank := b.Run(wctx, 4, seed)
+	waitWriter := w.Run(wctx, 2)
+	waitRegs := regs.run(wctx, 3, seed)
+	acked := func() int64 { return b.Commits.Load() + int64(w.Count()) + regs.ok.Load() }
+
+	// The fault in force, for the commit-gap monitor and the log.
+	var faultMu sync.Mutex
+	fault := "none"
+	setFault := func(f string) {
+		faultMu.Lock()
+		fault = f
+		faultMu.Unlock()
+		if !strings.HasPrefix(f, "none") {
+			t.Logf("%6.2fs: %s", time.Since(began).Seconds(), f)
+		}
+	}
+	// Commit gaps: the longest time without an acknowledged transfer or
+	// register set, and the fault in force when it ended.
+	var gapMu sync.Mutex
+	var longest time.Duration
+	longestFault := ""
+	workStart := time.Now().UnixNano()
+	lastCommit := func() int64 { return max(b.LastCommit.Load(), regs.lastAck.Load(), workStart) }
+
+	var bg sync.WaitGroup
+	bg.Add(1)
+	go func() { // the gap monitor
+		defer bg.Done()
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-wctx.Done():
+				return
+			case <-tick.C:
+			}
+			gap := time.Since(time.Unix(0, lastCommit()))
+			faultMu.Lock()
+			f := fault
+			faultMu.Unlock()
+			gapMu.Lock()
+			if gap > longest {
+				longest, longestFault = gap, f
+			}
+			gapMu.Unlock()
+		}
+	}()
+	var audits, auditErrs atomic.Int64
+	bg.Add(1)
+	go func() { // periodic audits
+		defer bg.Done()
+		for {
+			select {
+			case <-wctx.Done():
+				return
+			case <-time.After(1500 * time.Millisecond):
+			}
+			actx, acancel := context.WithTimeout(wctx, 10*time.Second)
+			err := b.Audit(actx)
+			acancel()
+			switch {
+			case err == nil:
+				audits.Add(1)
+			case bank.IsViolation(err):
+				faultMu.Lock()
+				f := fault
+				faultMu.Unlock()
+				fail("audit during fault %q: %v", f, err)
+			default:
+				auditErrs.Add(1)
+			}
+		}
+	}()
+
+	// The fault schedule, one fault at a time.
+	rng := rand.New(rand.NewPCG(seed, 0xfa))
+	dur := func(lo, hi time.Duration) time.Duration { return lo + time.Duration(rng.Int64N(int64(hi-lo))) }
+	// minority picks one node of each class or pool, or none, and at least
+	// one: each pool keeps a replica of every shard and the log and the
+	// coordinators a quorum.
+	minority := func() []*simNode {
+		for {
+			var set []*simNode
+			for _, group := range []string{"tx", "data", "cache"} {
+				if rng.IntN(2) == 0 {
+					continue
+				}
+				var in []*simNode
+				for _, n := range c.nodes {
+					if strings.HasPrefix(n.name, group) {
+						in = append(in, n)
+					}
+				}
+				set = append(set, in[rng.IntN(len(in))])
+			}
+			if len(set) > 0 {
+				return set
+			}
+		}
+	}
+	names := func(ns []*simNode) (addrs []string, desc string) {
+		var d []string
+		for _, n := range ns {
+			addrs = append(addrs, n.addr)
+			d = append(d, n.name)
+		}
+		return addrs, strings.Join(d, "+")
+	}
+	sleep := func(d time.Duration) bool {
+		select {
+		case <-wctx.Done():
+			return false
+		case <-time.After(d):
+			return true
+		}
+	}
+	allNames := c.others() // every node and the client
+	counts := map[string]int{}
+	deadline := time.Now().Add(max(150*time.Second, time.Duration(target)*15*time.Millisecond))
+	var restartErr error
+	// Enough faults too: this cluster acknowledges 10,000 transactions in
+	// a few seconds.
+	minFaults := max(15, 15*target/10000)
+	faults := 0
+	for (acked() < int64(target) || faults < minFaults) && time.Now().Before(deadline) && restartErr == nil {
+		faults++
+		if !sleep(dur(500*time.Millisecond, 2*time.Second)) {
+			break
+		}
+		switch k := rng.IntN(4); k {
+		case 0, 1: // partition or drop a minority
+			set, desc := names(minority())
+			d := dur(500*time.Millisecond, 3*time.Second)
+			kind := "partition"
+			if k == 1 {
+				kind = "drop"
+			}
+			setFault(fmt.Sprintf("%s %s for %v", kind, desc, d.Round(time.Millisecond)))
+			if k == 0 {
+				c.net.Partition(set, c.others(set...))
+			} else {
+				c.net.Drop(set, c.others(set...))
+			}
+			counts[kind]++
+			sleep(d)
+			c.net.Heal()
+		case 2: // delay links
+			d := dur(500*time.Millisecond, 3*time.Second)
+			var links [][2]string
+			for i, a := range allNames {
+				for _, bn := range allNames[i+1:] {
+					if rng.IntN(2) == 0 {
+						links = append(links, [2]string{a, bn})
+						c.net.SetDelay(a, bn, time.Duration(1+rng.IntN(50))*time.Millisecond)
+					}
+				}
+			}
+			setFault(fmt.Sprintf("delay %d links by 1-50ms for %v", len(links), d.Round(time.Millisecond)))
+			counts["delay"]++
+			sleep(d)
+			for _, l := range links {
+				c.net.SetDelay(l[0], l[1], 0)
+			}
+		case 3: // kill and restart a node
+			n := c.nodes[rng.IntN(len(c.nodes))]
+			d := dur(500*time.Millisecond, 3*time.Second)
+			setFault(fmt.Sprintf("kill %s, restart after %v", n.name, d.Round(time.Millisecond)))
+			counts["kill"]++
+			c.crash(n)
+			time.Sleep(d) // the node comes back even if the run ends meanwhile
+			rctx, rcancel := context.WithTimeout(ctx, 60*time.Second)
+			restartErr = c.startNode(rctx, n)
+			rcancel()
+		}
+		setFault("none (after " + func() string { faultMu.Lock(); defer faultMu.Unlock(); return fault }() + ")")
+	}
+	c.net.Heal()
+	if restartErr != nil {
+		fail("restart: %v", restartErr)
+	}
+	reached := acked()
+	t.Logf("%d faults %v; %d transactions acknowledged after %v", faults, counts, reached, time.Since(began).Round(time.Millisecond))
+	if reached < int64(target) || faults < minFaults {
+		fail("only %d of %d transactions acknowledged and %d of %d faults before the deadline", reached, target, faults, minFaults)
+	}
+	// Commits must resume on the healed cluster.
+	healed := time.Now()
+	for lastCommit() < healed.UnixNano() && time.Since(healed) < 15*time.Second {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if lastCommit() < healed.UnixNano() {
+		fail("no commit within 15 s after healing everything")
+	}
+	wcancel()
+	waitBank()
+	waitWriter()
+	waitRegs()
+	bg.Wait()
+	gapMu.Lock()
+	t.Logf("longest time without a commit: %v (ended during or after: %s)", longest.Round(time.Millisecond), longestFault)
+	if longest > 10*time.Second {
+		fail("commits stopped for %v (%s): want < 10 s", longest.Round(time.Millisecond), longestFault)
+	}
+	gapMu.Unlock()
+	t.Logf("%d transfers, %d writer keys, %d register operations acknowledged; %d failed transfer attempts, %d register sets of unknown outcome; %d audits passed during the run, %d could not read",
+		b.Commits.Load(), w.Count(), regs.ok.Load(), bankFailures.Load(), regs.unknown.Load(), audits.Load(), auditErrs.Load())
+
+	actx, acancel := context.WithTimeout(ctx, 30*time.Second)
+	defer acancel()
+	if err := b.Audit(actx); err != nil {
+		fail("final audit: %v", err)
+	}
+	if missing, err := w.Check(actx, db); err != nil || missing > 0 {
+		fail("%d of %d acknowledged writes missing (err %v)", missing, w.Count(), err)
+	}
+	regs.mu.Lock()
+	history := regs.history
+	regs.mu.Unlock()
+	checkStart := time.Now()
+	res, info := porcupine.CheckOperationsVerbose(regModel, history, 30*time.Second)
+	t.Logf("porcupine: %d register operations, %v in %v", len(history), res, time.Since(checkStart).Round(time.Millisecond))
+	switch res {
+	case porcupine.Ok:
+	case porcupine.Illegal:
+		path := filepath.Join(t.TempDir(), "history.html")
+		if os.Getenv("DISTASH_FAULT_HISTORY") != "" {
+			path = os.Getenv("DISTASH_FAULT_HISTORY")
+		}
+		if err := porcupine.VisualizePath(regModel, info, path); err == nil {
+			t.Logf("visualization: %s (set DISTASH_FAULT_HISTORY to keep it)", path)
+		}
+		fail("register histories are not linearizable")
+	default:
+		fail("porcupine could not decide within 30 s (%v)", res)
+	}
+	t.Logf("total %v", time.Since(began).Round(time.Millisecond))
+}
+
+// TestStaleProxyCannotCommit cuts the node holding the stateless roles off
+// from every other node (a client still reaches it) until a new
+// generation starts elsewhere: from then on the old node's proxies must
+// not acknowledge a commit or hand out a read version, and after the
+// partition heals none of its attempted writes is visible.
+func TestStaleProxyCannotCommit(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs an 8-node cluster")
+	}
+	c := newSimCluster(t, "")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	sctx, scancel := context.WithTimeout(ctx, 60*time.Second)
+	c.startAll(sctx)
+	scancel()
+	db, err := distash.Open(ctx, c.clusterString(), distash.WithDialer(c.net.Dialer(clientNode)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	set := func(k, v string) error {
+		tctx, tcancel := context.WithTimeout(ctx, 20*time.Second)
+		defer tcancel()
+		return db.Transact(tctx, func(tr *distash.Tx) error { tr.Set([]byte(k), []byte(v)); return nil })
+	}
+	if err := set("d/before", "1"); err != nil {
+		t.Fatal(err)
+	}
+
+	// A probe that sees the view from any side.
+	cc, err := coordrpc.NewClient(c.clusterString(), coordrpc.ClientOptions{Dialer: c.net.Dialer("probe")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	view := func() *wire.ViewResponse {
+		vctx, vcancel := context.WithTimeout(ctx, 3*time.Second)
+		defer vcancel()
+		v, err := cc.View(vctx)
+		if err != nil {
+			return nil
+		}
+		return v
+	}
+	v := view()
+	if v == nil || v.StatelessAddress == "" {
+		t.Fatalf("no stateless node in the view: %v", v)
+	}
+	old, oldGen := v.StatelessAddress, v.Generation
+	// The old node's client API, reached from a node of its own that the
+	// partition leaves connected.
+	conn, err := grpc.NewClient("passthrough:///"+old, grpc.WithContextDialer(c.net.Dialer("stale-client")),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	api := wire.NewDiStashClient(conn)
+	commit := func(k string) error {
+		cctx, ccancel := context.WithTimeout(ctx, 2*time.Second)
+		defer ccancel()
+		resp, err := api.Commit(cctx, &wire.CommitRequest{
+			WriteConflicts: []*wire.KeyRange{{Begin: []byte(k), End: append([]byte(k), 0)}},
+			Mutations:      []*wire.Mutation{{Type: uint32(kv.MutSet), Key: []byte(k), Param: []byte("stale")}}})
+		if err != nil {
+			return err
+		}
+		if resp.Error != nil && resp.Error.Code != 0 {
+			return fmt.Errorf("code %d: %s", resp.Error.Code, resp.Error.Detail)
+		}
+		return nil
+	}
+	if err := commit("d/direct-before"); err != nil {
+		t.Fatalf("a direct commit to %s before the partition: %v", old, err)
+	}
+
+	c.net.Partition([]string{old}, c.others(old)) // the probe and stale-client are not in others
+	cut := time.Now()
+	t.Logf("stateless node %s (generation %d) cut off", old, oldGen)
+	var attempts []string
+	var acked []string
+	newGen := uint64(0)
+	for i := 0; time.Since(cut) < 30*time.Second; i++ {
+		k := fmt.Sprintf("d/stale:%03d", i)
+		attempts = append(attempts, k)
+		if err := commit(k); err == nil {
+			acked = append(acked, k)
+		}
+		time.Sleep(10 * time.Millisecond)
+		if nv := view(); nv != nil && nv.Generation > oldGen && nv.StatelessAddress != "" && nv.StatelessAddress != old {
+			if newGen == 0 {
+				newGen = nv.Generation
+				t.Logf("generation %d on %s after %v", newGen, nv.StatelessAddress, time.Since(cut).Round(time.Millisecond))
+			} else if time.Since(cut) > 8*time.Second {
+				break
+			}
+		}
+	}
+	if newGen == 0 {
+		t.Fatal("no new generation within 30 s of cutting off the stateless node")
+	}
+	// Cut off from the other log replicas, the old node can make nothing
+	// durable: any acknowledgement is a lie.
+	if len(acked) > 0 {
+		t.Errorf("the cut-off proxy on %s acknowledged %d commits (generation %d started elsewhere meanwhile): %v", old, len(acked), newGen, acked)
+	}
+	gctx, gcancel := context.WithTimeout(ctx, 2*time.Second)
+	grv, err := api.GetReadVersion(gctx, &wire.GetReadVersionRequest{})
+	gcancel()
+	if err == nil && (grv.Error == nil || grv.Error.Code == 0) {
+		t.Errorf("the old GRV proxy on %s handed out read version %d after generation %d started elsewhere", old, grv.Version, newGen)
+	}
+	if err := set("d/after", "1"); err != nil {
+		t.Fatalf("the new generation does not commit: %v", err)
+	}
+	c.net.Heal()
+	// Whatever the old proxy was asked after the new generation began must
+	// not be visible; what it acknowledged before is (it was durable).
+	rctx, rcancel := context.WithTimeout(ctx, 20*time.Second)
+	defer rcancel()
+	err = db.ReadTransact(rctx, func(tr *distash.Tx) error {
+		kvs, err := tr.GetRange([]byte("d/stale:"), []byte("d/stale;"), distash.RangeOptions{})
+		if err != nil {
+			return err
+		}
+		t.Logf("%d commits attempted on the cut-off node, %d visible after healing", len(attempts), len(kvs))
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRestartedTransactionNodesCanLead restarts both transaction nodes
+// that do not hold the stateless roles, one after the other, then crashes
+// the one that does: one of the restarted nodes must take over and
+// commits resume.
+//
+// A transaction node's system stash reads its local log replica, and only
+// the leader's system stash pops the system tag: a node that was down
+// while the log trimmed must still catch up. It can, because the log
+// refuses a peek only when a message of the stash's own tag was dropped
+// (system writes are rare), not whenever anything below it was; before
+// that, its system stash failed for good and, once its replica led,
+// recovery retried forever ("system stash did not catch up with the log").
+func TestRestartedTransactionNodesCanLead(t *testing.T) {
+	c := newSimCluster(t, "")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	sctx, scancel := context.WithTimeout(ctx, 60*time.Second)
+	c.startAll(sctx)
+	scancel()
+	db, err := distash.Open(ctx, c.clusterString(), distash.WithDialer(c.net.Dialer(clientNode)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	set := func(d time.Duration) error {
+		tctx, tcancel := context.WithTimeout(ctx, d)
+		defer tcancel()
+		return db.Transact(tctx, func(tr *distash.Tx) error { tr.Set([]byte("d/x"), []byte("1")); return nil })
+	}
+	if err := set(20 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	cc, err := coordrpc.NewClient(c.clusterString(), coordrpc.ClientOptions{Dialer: c.net.Dialer("probe")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	v, err := cc.View(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var leader *simNode
+	var others []*simNode
+	for _, n := range c.nodes {
+		switch {
+		case n.class != server.ClassTransaction:
+		case n.addr == v.StatelessAddress:
+			leader = n
+		default:
+			others = append(others, n)
+		}
+	}
+	if leader == nil {
+		t.Fatalf("no transaction node at the stateless address %q", v.StatelessAddress)
+	}
+	for _, n := range others {
+		c.crash(n)
+		time.Sleep(3 * time.Second)
+		if err := c.startNode(ctx, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(6 * time.Second)
+	if err := set(20 * time.Second); err != nil {
+		t.Fatalf("with every node up again: %v", err)
+	}
+	c.crash(leader)
+	start := time.Now()
+	err = set(20 * time.Second)
+	t.Logf("after crashing the stateless node %s: %v after %v", leader.name, err, time.Since(start).Round(time.Millisecond))
+	if err != nil {
+		t.Errorf("no commit within 20 s of crashing %s, after the other transaction nodes restarted: %v", leader.name, err)
+	}
+	if err := c.startNode(ctx, leader); err != nil {
+		t.Fatal(err)
+	}
+}
