@@ -1,0 +1,59 @@
+package server_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/distash/distash/config"
+	"github.com/distash/distash/server"
+)
+
+// TestNodeRefusals: a node whose configuration differs from the cluster's
+// is refused with the first differing field; a stash node of a pool whose
+// slots are all taken, or of no such pool, is refused with the reason.
+func TestNodeRefusals(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts an in-process cluster")
+	}
+	c := newSimCluster(t, "")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c.startAll(ctx)
+
+	start := func(name, toml, class, pool string) error {
+		cfg, err := config.Parse([]byte(toml))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ln, err := c.net.Listen(name + ":4500")
+		if err != nil {
+			t.Fatal(err)
+		}
+		sctx, scancel := context.WithTimeout(ctx, 20*time.Second)
+		defer scancel()
+		srv, err := server.StartNode(sctx, server.NodeOptions{
+			Dir: t.TempDir(), Config: cfg, Listen: name + ":4500", Listener: ln, Dialer: c.net.Dialer(name + ":4500"),
+			Coordinators: c.coords, Class: class, Pool: pool, Logger: c.logger,
+		})
+		if err == nil {
+			srv.Stop()
+		}
+		return err
+	}
+	other := strings.Replace(faultTOML, `prefix = "d/"`, `prefix = "e/"`, 1)
+	err := start("stranger", other, server.ClassStash, "data")
+	if err == nil || !strings.Contains(err.Error(), "prefix") || !strings.Contains(err.Error(), "e/") {
+		t.Errorf("a node with another data prefix: %v; want a refusal naming the prefix", err)
+	}
+	err = start("extra", faultTOML, server.ClassStash, "data")
+	if err == nil || !strings.Contains(err.Error(), "slots taken") {
+		t.Errorf("a fourth stash node of a 3-stash pool: %v; want a refusal saying the slots are taken", err)
+	}
+	err = start("lost", faultTOML, server.ClassStash, "nosuch")
+	if err == nil || !strings.Contains(err.Error(), "nosuch") {
+		t.Errorf("a stash node of no such pool: %v", err)
+	}
+	t.Logf("refusals work; e.g. %v", start("stranger2", other, server.ClassTransaction, ""))
+}
