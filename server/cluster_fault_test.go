@@ -863,3 +863,97 @@ func TestRestartedTransactionNodesCanLead(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestLostSystemStashIsRebuilt: a transaction node whose system stash lost
+// what the log has since dropped (here: its files are gone while the log
+// trimmed past the cluster's first system writes) copies the system key
+// space from the node holding the roles, then serves it.
+func TestLostSystemStashIsRebuilt(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts an in-process cluster")
+	}
+	c := newSimCluster(t, "")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c.startAll(ctx)
+	db, err := distash.Open(ctx, c.clusterString(), distash.WithDialer(c.net.Dialer(clientNode)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	cc, err := coordrpc.NewClient(c.clusterString(), coordrpc.ClientOptions{Dialer: c.net.Dialer("probe")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	v, err := cc.View(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var follower *simNode
+	for _, n := range c.nodes {
+		if n.class == server.ClassTransaction && n.addr != v.StatelessAddress {
+			follower = n
+			break
+		}
+	}
+	c.crash(follower)
+	if err := os.RemoveAll(filepath.Join(follower.dir, "system")); err != nil {
+		t.Fatal(err)
+	}
+	// Commits while it is down, more raft records than a compaction keeps
+	// (1024); the leader's system stash flushes the first system writes
+	// after its MVCC window (5 s) and pops them, the log trims past them,
+	// and a raft snapshot drops them from the raft logs too: the restarted
+	// replica catches up from the snapshot, without them.
+	began := time.Now()
+	for i := 0; i < 1500 || time.Since(began) < 7*time.Second; i++ {
+		if err := db.Transact(ctx, func(tr *distash.Tx) error { tr.Set(fmt.Appendf(nil, "d/k%d", i), []byte("v")); return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, n := range c.nodes {
+		if n.class == server.ClassTransaction && n != follower {
+			if err := n.srv.SnapshotLog(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := c.startNode(ctx, follower); err != nil {
+		t.Fatal(err)
+	}
+	// The restarted node's system stash serves the shard map again.
+	conn, err := grpc.NewClient("passthrough:///"+follower.addr, grpc.WithContextDialer(c.net.Dialer("probe")),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	api := wire.NewDiStashClient(conn)
+	for {
+		st, err := api.Status(ctx, &wire.StatusRequest{})
+		if err == nil && st.Node.GetLogDurableVersion() > 0 {
+			tr, err := db.CreateTransaction(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			grv, err := tr.ReadVersion()
+			if err != nil {
+				t.Fatal(err)
+			}
+			rr, err := api.ReadRange(ctx, &wire.ReadRangeRequest{Stash: 0, Version: grv, Begin: []byte("\xff/keyServers/"),
+				End: []byte("\xff/keyServers0"), ReadSystemKeys: true})
+			if err == nil && rr.Error == nil && len(rr.Kvs) > 0 {
+				t.Logf("the restarted node serves %d shard map keys at version %d", len(rr.Kvs), grv)
+				return
+			}
+			if err == nil && rr.Error != nil {
+				err = rr.Error.Err()
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("the restarted node's system stash does not serve the shard map: %v", err)
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}

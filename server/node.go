@@ -554,10 +554,17 @@ func (s *Server) runTransactionNode(ctx context.Context) {
 	}
 	s.log = l
 	n.log.set(l)
-	sys, err := s.startSystemStash(ctx)
-	if err != nil {
-		s.logger.Error("open the system stash", "err", err)
-		return
+	for {
+		_, err := s.startSystemStash(ctx)
+		if err == nil {
+			break
+		}
+		s.logger.Error("open the system stash; retrying", "err", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Second):
+		}
 	}
 	s.logger.Info("log replica running", "peers", peers)
 	t := time.NewTicker(50 * time.Millisecond)
@@ -579,7 +586,7 @@ func (s *Server) runTransactionNode(ctx context.Context) {
 			if held != nil {
 				s.stopRoles()
 			}
-			if err := s.recoverAsLeader(ctx, sys); err != nil && ctx.Err() == nil {
+			if err := s.recoverAsLeader(ctx); err != nil && ctx.Err() == nil {
 				s.logger.Warn("recovery failed; retrying", "err", err)
 			}
 		}
@@ -590,9 +597,18 @@ func (s *Server) runTransactionNode(ctx context.Context) {
 // leads: the controller records it (its number is the epoch the log
 // fences older proxies with), the log begins it and reports the highest
 // durable version, and the stateless roles start above that.
-func (s *Server) recoverAsLeader(ctx context.Context, sys *stash.Stash) error {
+func (s *Server) recoverAsLeader(ctx context.Context) error {
 	n := s.node
 	began := time.Now()
+	sys, _ := s.stash(shardmap.SystemTag)
+	if err := sys.Failed(); err != nil {
+		// This node cannot serve the shard map: let another replica lead
+		// the log (and take the roles) while the stash is rebuilt.
+		tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		terr := s.log.TransferLeadership(tctx)
+		cancel()
+		return fmt.Errorf("the system stash has failed (%v): handed the log's leadership on (%v)", err, terr)
+	}
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	gen, err := n.cc.Claim(cctx, n.id)
 	cancel()
@@ -622,6 +638,69 @@ func (s *Server) recoverAsLeader(ctx context.Context, sys *stash.Stash) error {
 	if err := n.cc.RecoveryDone(dctx, n.id, gen, r.recoveryTime.Microseconds()); err != nil {
 		s.logger.Warn("report the recovery to the controller", "err", err)
 	}
+	return nil
+}
+
+// rebuildSystemStash refills a transaction node's system engine from the
+// system stash of the node holding the stateless roles, at a read version
+// of that node: the local log no longer holds the system messages after
+// eng's version (the log dropped them up to gone while this node was
+// away), so the stash could not catch up from it. The copy replaces the
+// engine's system keys in one batch at that version, and the stash then
+// follows the local log from there.
+func (s *Server) rebuildSystemStash(ctx context.Context, eng engine.Engine, gone kv.Version) error {
+	n := s.node
+	was := eng.Version()
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	v, err := n.cc.View(ctx)
+	if err != nil {
+		return fmt.Errorf("server: rebuild the system stash: ask the coordinators: %w", err)
+	}
+	from := v.StatelessAddress
+	if from == "" || from == n.opts.Listen {
+		return fmt.Errorf("server: the system stash is at version %d but the log dropped system messages up to %d, and no other node holds the roles to copy it from", eng.Version(), gone)
+	}
+	conn, err := n.connTo(from)
+	if err != nil {
+		return err
+	}
+	api := wire.NewDiStashClient(conn)
+	grv, err := api.GetReadVersion(ctx, &wire.GetReadVersionRequest{})
+	if err == nil {
+		err = grv.Error.Err()
+	}
+	if err != nil {
+		return fmt.Errorf("server: rebuild the system stash from %s: read version: %w", from, err)
+	}
+	rv := kv.Version(grv.Version)
+	if rv < gone {
+		return fmt.Errorf("server: rebuild the system stash from %s: its read version %d is below what the log dropped (%d)", from, rv, gone)
+	}
+	b := &engine.Batch{Version: rv, Writes: []engine.Write{{Key: shardmap.SystemRange.Begin, End: shardmap.SystemRange.End}}}
+	begin := shardmap.SystemRange.Begin
+	for {
+		rr, err := api.ReadRange(ctx, &wire.ReadRangeRequest{Stash: uint32(shardmap.SystemTag), Version: int64(rv),
+			Begin: begin, End: shardmap.SystemRange.End, ReadSystemKeys: true})
+		if err == nil {
+			err = rr.Error.Err()
+		}
+		if err != nil {
+			return fmt.Errorf("server: rebuild the system stash from %s: read: %w", from, err)
+		}
+		for _, p := range rr.Kvs {
+			b.Writes = append(b.Writes, engine.Write{Key: p.Key, Value: p.Value})
+		}
+		if !rr.More || len(rr.Kvs) == 0 {
+			break
+		}
+		begin = append(append([]byte(nil), rr.Kvs[len(rr.Kvs)-1].Key...), 0)
+	}
+	if err := eng.Apply(b); err != nil {
+		return fmt.Errorf("server: rebuild the system stash: %w", err)
+	}
+	s.logger.Warn("system stash rebuilt from another node: the log had dropped system messages it had not made durable",
+		"from", from, "version", rv, "keys", len(b.Writes)-1, "was_at", was, "gone", gone)
 	return nil
 }
 

@@ -68,6 +68,16 @@ func (s *Server) startSystemStash(ctx context.Context) (*stash.Stash, error) {
 		if err != nil {
 			return nil, fmt.Errorf("server: open system stash: %w", err)
 		}
+		if s.node != nil {
+			if gone := s.log.Gone(shardmap.SystemTag); sysEng.Version() < gone {
+				// This node was away while the log dropped system
+				// messages its stash had not made durable.
+				if err := s.rebuildSystemStash(ctx, sysEng, gone); err != nil {
+					sysEng.Close()
+					return nil, err
+				}
+			}
+		}
 		return stash.New(stash.Options{
 			Tag: shardmap.SystemTag, Pool: "system", Engine: sysEng, Log: s.log,
 			WindowVersions: s.windowVersions(), FlushInterval: s.opts.FlushInterval, Logger: s.logger,

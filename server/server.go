@@ -333,6 +333,9 @@ func (s *Server) loadShardMap(ctx context.Context, sys *stash.Stash, recovered k
 		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
 		for sys.AppliedVersion() < recovered {
+			if err := sys.Failed(); err != nil {
+				return nil, false, fmt.Errorf("server: the system stash failed: %w", err)
+			}
 			select {
 			case <-rctx.Done():
 				return nil, false, fmt.Errorf("server: system stash did not catch up with the log: %w", rctx.Err())
@@ -535,6 +538,16 @@ func (s *Server) Stashes() []StashStats {
 		})
 	}
 	return out
+}
+
+// SnapshotLog makes this process's log replicas take a raft snapshot now
+// and compact their raft logs (raft also does so on its own, every 4096
+// records); for tests and operators. Nil on a node without a log replica.
+func (s *Server) SnapshotLog() error {
+	if s.log == nil {
+		return nil
+	}
+	return s.log.Snapshot()
 }
 
 // LogStats describes the transaction log.

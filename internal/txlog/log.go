@@ -767,6 +767,34 @@ func (l *Log) VerifyLeader(ctx context.Context) error {
 	return nil
 }
 
+// TransferLeadership asks raft to hand the leadership of the local leader
+// replica to another replica (the most up to date): a node that cannot
+// serve as the log's leader's node (its system stash is lost) lets
+// another one lead. ErrNotLeader when no local replica leads.
+func (l *Log) TransferLeadership(ctx context.Context) error {
+	r := l.leader()
+	if r == nil {
+		return ErrNotLeader
+	}
+	if err := awaitFutureCtx(ctx, r.raft.LeadershipTransfer(), r.stopped); err != nil {
+		return leaderErr(ctx, err)
+	}
+	return nil
+}
+
+// Gone returns the version up to which tag's messages may have been
+// dropped by trims (a Peek after a lower version fails with ErrTrimmed),
+// as this Log's most advanced replica knows it.
+func (l *Log) Gone(tag kv.Tag) kv.Version {
+	f := l.bestFSM()
+	if f == nil {
+		return 0
+	}
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return max(f.goneFloor, f.gone[tag])
+}
+
 // IsLeader reports whether a replica of this Log is the raft leader (in
 // network mode: the local replica).
 func (l *Log) IsLeader() bool { return l.leader() != nil }
