@@ -30,6 +30,7 @@ import (
 	"github.com/distash/distash/internal/engine/engines"
 	"github.com/distash/distash/internal/kv"
 	"github.com/distash/distash/internal/logrpc"
+	"github.com/distash/distash/internal/raftlog"
 	"github.com/distash/distash/internal/raftnet"
 	"github.com/distash/distash/internal/shardmap"
 	"github.com/distash/distash/internal/stash"
@@ -227,7 +228,7 @@ func (s *Server) startNode(ctx context.Context) error {
 			Addr: o.Listen, Coordinators: o.Coordinators, Dir: filepath.Join(o.Dir, "coord"),
 			StreamLayer: n.mux.StreamLayer(streamCoord, o.Listen), NodeID: n.id,
 			LivenessTimeout: o.LivenessTimeout,
-			Logger:          hclog.FromStandardLogger(slog.NewLogLogger(s.logger.Handler(), slog.LevelWarn), &hclog.LoggerOptions{Name: "coord", Level: hclog.Error}),
+			Logger:          raftlog.New(s.logger, "coord"),
 		})
 		if err != nil {
 			return fmt.Errorf("server: start the coordinator: %w", err)

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/distash/distash/internal/kv"
+	"github.com/distash/distash/internal/raftlog"
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 )
@@ -326,10 +327,9 @@ func Open(opts Options) (*Log, error) {
 	}
 	logger = logger.With("component", "txlog")
 	l := &Log{
-		opts:   opts,
-		logger: logger,
-		hlog: hclog.FromStandardLogger(slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
-			&hclog.LoggerOptions{Name: "raft", Level: hclog.Error}), // elections are routine on one machine
+		opts:       opts,
+		logger:     logger,
+		hlog:       raftlog.New(logger, "raft"), // errors only, rate-limited: elections are routine
 		pending:    make(chan *Future, 8192),
 		complDone:  make(chan struct{}),
 		popPending: make(map[kv.Tag]kv.Version),
