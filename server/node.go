@@ -107,6 +107,29 @@ type node struct {
 
 	leaderMu   sync.Mutex
 	leaderAddr string // the log leader's node as last looked up ("" = ask again)
+
+	failed chan error // receives the error that stops the node (once)
+}
+
+// fail reports an error the node cannot go on after (see Failed).
+func (s *Server) fail(err error) {
+	s.logger.Error("node failed", "err", err)
+	select {
+	case s.node.failed <- err:
+	default:
+	}
+}
+
+// Failed receives the error that stopped a node of a multi-process cluster
+// after it started (its log replica could not open, say): the process
+// should stop, so that an operator or a supervisor sees it rather than a
+// node that heartbeats and serves nothing. Nil (never ready) for an
+// embedded cluster.
+func (s *Server) Failed() <-chan error {
+	if s.node == nil {
+		return nil
+	}
+	return s.node.failed
 }
 
 // StartNode starts one node of a multi-process cluster (distash server
@@ -169,7 +192,7 @@ func startNode(ctx context.Context, opts NodeOptions) (*Server, error) {
 	}
 	logger := opts.Logger.With("node", id, "class", opts.Class)
 	s := newServer(Options{Dir: opts.Dir, Config: opts.Config, ListenAddr: opts.Listen, Logger: logger, FlushInterval: opts.FlushInterval})
-	n := &node{id: id, opts: opts, conns: map[string]*grpc.ClientConn{}, slot: -1}
+	n := &node{id: id, opts: opts, conns: map[string]*grpc.ClientConn{}, slot: -1, failed: make(chan error, 1)}
 	n.log.holds = func() bool { return s.tx.Load() != nil }
 	s.node = n
 	if err := s.startNode(ctx); err != nil {
@@ -549,8 +572,8 @@ func (s *Server) runTransactionNode(ctx context.Context) {
 		Network: &txlog.NetworkOptions{LocalID: n.id, Peers: peers, Transport: trans},
 	})
 	if err != nil {
-		s.logger.Error("open the log replica", "err", err)
 		trans.Close()
+		s.fail(fmt.Errorf("server: open the log replica: %w", err))
 		return
 	}
 	s.log = l

@@ -159,7 +159,12 @@ collection for 5 seconds), it returns freed memory to the system.`,
 				defer pprof.StopCPUProfile()
 			}
 			go newIdleTrimmer(logger).run(ctx)
-			<-ctx.Done()
+			select {
+			case <-ctx.Done():
+			case err := <-srv.Failed():
+				srv.Stop()
+				return err
+			}
 			fmt.Fprintln(os.Stderr, "stopping")
 			srv.Stop()
 			return nil
