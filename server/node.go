@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -20,8 +21,11 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
 
 	"github.com/distash/distash/config"
 	"github.com/distash/distash/internal/coord"
@@ -243,7 +247,9 @@ func (s *Server) startNode(ctx context.Context) error {
 	if o.Dialer != nil {
 		n.mux.SetDialer(o.Dialer)
 	}
-	s.grpcServer = s.newGRPCServer() // plaintext: TLS, if any, ends in the mux
+	// TLS, if any, ends in the mux; its credentials show handlers the
+	// peer's certificate.
+	s.grpcServer = s.newGRPCServer(grpc.Creds(raftnet.GRPCCredentials()), grpc.ChainUnaryInterceptor(s.nodeOnly))
 	wire.RegisterDiStashServer(s.grpcServer, &service{s: s})
 	logrpc.Register(s.grpcServer, &n.log, s.report)
 	if slices.Contains(o.Coordinators, o.Listen) {
@@ -340,6 +346,39 @@ func (n *node) stop(logger *slog.Logger) {
 		delete(n.conns, a)
 	}
 	n.connMu.Unlock()
+}
+
+// nodeOnlyMethods are the calls only cluster nodes make: registering,
+// heartbeats, claiming a generation, pulling and popping a tag, usage
+// reports. Clients may ask for the coordinators' View.
+var nodeOnlyMethods = map[string]bool{
+	wire.Coordinator_Register_FullMethodName:     true,
+	wire.Coordinator_Heartbeat_FullMethodName:    true,
+	wire.Coordinator_Claim_FullMethodName:        true,
+	wire.Coordinator_RecoveryDone_FullMethodName: true,
+	wire.Log_Peek_FullMethodName:                 true,
+	wire.Log_Pop_FullMethodName:                  true,
+	wire.Log_Report_FullMethodName:               true,
+}
+
+// nodeOnly refuses, on a cluster served over mutual TLS, node-to-node calls
+// from a peer whose certificate is not a node's: a node certificate allows
+// server authentication (a node serves its peers), a client certificate
+// only client authentication (docs/security.md). So a client certificate
+// reads and writes data but cannot register nodes, claim generations or
+// pop a stash's tag.
+func (s *Server) nodeOnly(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if !nodeOnlyMethods[info.FullMethod] || s.node.opts.ServerTLS == nil {
+		return handler(ctx, req)
+	}
+	p, ok := peer.FromContext(ctx)
+	if ok {
+		if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok && len(ti.State.PeerCertificates) > 0 &&
+			slices.Contains(ti.State.PeerCertificates[0].ExtKeyUsage, x509.ExtKeyUsageServerAuth) {
+			return handler(ctx, req)
+		}
+	}
+	return nil, status.Errorf(codes.PermissionDenied, "%s is for cluster nodes: a node's certificate allows server authentication (extendedKeyUsage serverAuth), a client's does not", info.FullMethod)
 }
 
 // Addr is the address the server serves on.

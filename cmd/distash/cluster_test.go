@@ -12,10 +12,16 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/status"
+
 	"github.com/distash/distash"
 	"github.com/distash/distash/internal/testutil/bank"
 	"github.com/distash/distash/internal/testutil/subprocess"
 	"github.com/distash/distash/internal/tlsconf/tlstest"
+	"github.com/distash/distash/internal/wire"
 )
 
 // clusterTOML: a DRAM cache pool and a durable Pebble pool, both with
@@ -359,6 +365,27 @@ func TestProcessClusterOverMutualTLS(t *testing.T) {
 	}
 	if out, err := run(cliCmd(), "get", "d/user:1", "--cluster", coordinators, "--timeout", "2s"); err == nil {
 		t.Fatalf("plaintext cli get succeeded: %q", out)
+	}
+	// A client certificate reaches the data, not the node-to-node calls.
+	cliTLS, err := distash.TLSConfigFromFiles(pki.ClientCert, pki.ClientKey, pki.CA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := grpc.NewClient(addrs[0], grpc.WithTransportCredentials(credentials.NewTLS(cliTLS)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer ccancel()
+	if _, err := wire.NewCoordinatorClient(conn).View(cctx, &wire.ViewRequest{}); err != nil {
+		t.Errorf("a client's View: %v", err)
+	}
+	if _, err := wire.NewCoordinatorClient(conn).Claim(cctx, &wire.ClaimRequest{Id: "x"}); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("a client's Claim: %v, want PermissionDenied", err)
+	}
+	if _, err := wire.NewLogClient(conn).Pop(cctx, &wire.PopRequest{Tag: 1, UpTo: 1}); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("a client's Pop: %v, want PermissionDenied", err)
 	}
 	if out, err := run(cliCmd(), "get", "d/user:1", "--cluster", coordinators, "--timeout", "2s",
 		"--tls-cert", pki.OtherClientCert, "--tls-key", pki.OtherClientKey, "--tls-ca", pki.CA); err == nil {

@@ -43,6 +43,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"google.golang.org/grpc/credentials"
 )
 
 // Stream kinds: the first byte a raft dialer sends.
@@ -468,3 +469,45 @@ var (
 	_ raft.StreamLayer = (*streamLayer)(nil)
 	_ net.Listener     = (*listener)(nil)
 )
+
+// TLSState returns the TLS connection state of a connection the mux
+// handed to GRPCListener, and false for a plaintext one.
+func TLSState(c net.Conn) (tls.ConnectionState, bool) {
+	if p, ok := c.(*peeked); ok {
+		c = p.Conn
+	}
+	if tc, ok := c.(*tls.Conn); ok {
+		return tc.ConnectionState(), true
+	}
+	return tls.ConnectionState{}, false
+}
+
+// GRPCCredentials are the server credentials of a gRPC server on
+// GRPCListener: the mux already terminated TLS, so the handshake does
+// nothing, but handlers see the peer's TLS state (its certificate) as
+// credentials.TLSInfo, as with gRPC's own TLS.
+func GRPCCredentials() credentials.TransportCredentials { return muxCreds{} }
+
+type muxCreds struct{}
+
+func (muxCreds) ClientHandshake(context.Context, string, net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	return nil, nil, errors.New("raftnet: GRPCCredentials are server credentials")
+}
+
+func (muxCreds) ServerHandshake(c net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	if st, ok := TLSState(c); ok {
+		return c, credentials.TLSInfo{State: st, CommonAuthInfo: credentials.CommonAuthInfo{SecurityLevel: credentials.PrivacyAndIntegrity}}, nil
+	}
+	return c, insecureInfo{}, nil
+}
+
+func (muxCreds) Info() credentials.ProtocolInfo {
+	return credentials.ProtocolInfo{SecurityProtocol: "raftnet"}
+}
+func (muxCreds) Clone() credentials.TransportCredentials { return muxCreds{} }
+func (muxCreds) OverrideServerName(string) error         { return nil }
+
+// insecureInfo is the AuthInfo of a plaintext connection.
+type insecureInfo struct{ credentials.CommonAuthInfo }
+
+func (insecureInfo) AuthType() string { return "insecure" }
