@@ -3,6 +3,7 @@ package distash
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/distash/distash/internal/kv"
 	"github.com/distash/distash/internal/wire"
@@ -20,6 +21,9 @@ type grvBatcher struct {
 	inflight bool       // a request is on the wire. Protected by mu.
 	waiting  []chan grv // callers for the next request. Protected by mu.
 }
+
+// grvTimeout bounds one read-version request.
+const grvTimeout = 5 * time.Second
 
 type grv struct {
 	version kv.Version
@@ -56,7 +60,13 @@ func (b *grvBatcher) send() {
 		}
 		b.mu.Unlock()
 		var r grv
-		resp, err := b.api.GetReadVersion(context.Background(), &wire.GetReadVersionRequest{})
+		// Bounded, so that a node that stopped answering without breaking
+		// the connection (cut off, or hung) fails these callers with a
+		// retryable error, and the client looks for the roles again,
+		// instead of holding every later transaction behind this request.
+		ctx, cancel := context.WithTimeout(context.Background(), grvTimeout)
+		resp, err := b.api.GetReadVersion(ctx, &wire.GetReadVersionRequest{})
+		cancel()
 		if err != nil {
 			r.err = transportErr(err)
 		} else if r.err = fromWire(resp.Error); r.err == nil {
