@@ -427,7 +427,8 @@ func (s *Server) startStashNode(ctx context.Context) error {
 	for _, p := range s.cfg.Pools {
 		specs = append(specs, shardmap.PoolSpec{Name: p.Name, Prefix: []byte(p.Prefix), Tags: s.poolTags[p.Name], Replication: p.Replication})
 	}
-	s.stashes[n.tag].setOwned(shardmap.Initial(specs).RangesOf(n.tag))
+	sl, _ := s.slot(n.tag)
+	sl.setOwned(shardmap.Initial(specs).RangesOf(n.tag))
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()

@@ -88,7 +88,8 @@ func (s *Server) startSystemStash(ctx context.Context) (*stash.Stash, error) {
 		return nil, err
 	}
 	s.addStash(ctx, shardmap.SystemTag, sys, open)
-	s.stashes[shardmap.SystemTag].setOwned([]kv.KeyRange{shardmap.SystemRange})
+	sl, _ := s.slot(shardmap.SystemTag)
+	sl.setOwned([]kv.KeyRange{shardmap.SystemRange})
 	return sys, nil
 }
 
@@ -251,8 +252,8 @@ func (s *Server) report(r logrpc.StashReport) {
 // this process and the reports of the others.
 func (s *Server) rateSample(r *txRoles) ratekeeper.Sample {
 	smp := ratekeeper.Sample{Committed: r.seq.CommittedVersion(), Commits: r.commit.Counters().Commits}
-	for _, t := range s.order {
-		applied, wb, wl := s.stashes[t].get().Pressure()
+	for _, sl := range s.slots() {
+		applied, wb, wl := sl.get().Pressure()
 		smp.Stashes = append(smp.Stashes, ratekeeper.StashSample{Applied: applied, WindowBytes: wb, WindowLimitBytes: wl})
 	}
 	for _, rep := range s.reports.fresh() {

@@ -79,10 +79,14 @@ type Server struct {
 	cfg    *config.Config
 	logger *slog.Logger
 
-	log      *txlog.Log              // nil on a stash node of a multi-process cluster
-	tx       atomic.Pointer[txRoles] // the stateless roles, while this process holds them
-	stashes  map[kv.Tag]*stashSlot   // fixed once started; the stash in a slot changes on restart
-	order    []kv.Tag                // stash tags in pool order, system first
+	log *txlog.Log              // nil on a stash node of a multi-process cluster
+	tx  atomic.Pointer[txRoles] // the stateless roles, while this process holds them
+	// stashes and order: the stash slots (the stash in a slot changes on
+	// restart). Fixed once an embedded cluster started; a cluster node adds
+	// its slots while it serves, hence the lock.
+	stashMu  sync.RWMutex
+	stashes  map[kv.Tag]*stashSlot // Protected by stashMu.
+	order    []kv.Tag              // Protected by stashMu: stash tags in pool order, system first.
 	poolTags map[string][]kv.Tag
 	usage    *proxy.UsageBoard // stashes report their live bytes here; the commit proxy reads it
 	reports  *reportBoard      // remote stashes' progress (multi-process cluster), for the ratekeeper
@@ -201,7 +205,8 @@ func (s *Server) start(ctx context.Context) error {
 		return err
 	}
 	for _, sp := range specs {
-		s.stashes[sp.tag].setOwned(s.tx.Load().commit.Shards().RangesOf(sp.tag))
+		sl, _ := s.slot(sp.tag)
+		sl.setOwned(s.tx.Load().commit.Shards().RangesOf(sp.tag))
 	}
 
 	s.listener, err = net.Listen("tcp", s.opts.ListenAddr)
@@ -308,8 +313,10 @@ func (s *Server) openStash(sp stashSpec, windowVersions, recovered kv.Version) (
 // addStash runs st in a new slot under supervision (see supervise).
 func (s *Server) addStash(ctx context.Context, tag kv.Tag, st *stash.Stash, reopen func() (*stash.Stash, error)) {
 	sl := newSlot(tag, st, reopen)
+	s.stashMu.Lock()
 	s.stashes[tag] = sl
 	s.order = append(s.order, tag)
+	s.stashMu.Unlock()
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
@@ -319,11 +326,30 @@ func (s *Server) addStash(ctx context.Context, tag kv.Tag, st *stash.Stash, reop
 
 // stash returns the stash serving tag now.
 func (s *Server) stash(tag kv.Tag) (*stash.Stash, bool) {
-	sl, ok := s.stashes[tag]
+	sl, ok := s.slot(tag)
 	if !ok {
 		return nil, false
 	}
 	return sl.get(), true
+}
+
+// slot returns the stash slot of tag in this process.
+func (s *Server) slot(tag kv.Tag) (*stashSlot, bool) {
+	s.stashMu.RLock()
+	defer s.stashMu.RUnlock()
+	sl, ok := s.stashes[tag]
+	return sl, ok
+}
+
+// slots returns this process's stash slots in pool order, system first.
+func (s *Server) slots() []*stashSlot {
+	s.stashMu.RLock()
+	defer s.stashMu.RUnlock()
+	out := make([]*stashSlot, len(s.order))
+	for i, t := range s.order {
+		out[i] = s.stashes[t]
+	}
+	return out
 }
 
 // loadShardMap reads the shard map from the system stash once it has caught
@@ -386,9 +412,9 @@ func (s *Server) Stop() {
 			s.cancel()
 		}
 		s.wg.Wait()
-		for _, t := range s.order {
-			if err := s.stashes[t].get().Close(); err != nil {
-				s.logger.Warn("close stash", "tag", t, "err", err)
+		for _, sl := range s.slots() {
+			if err := sl.get().Close(); err != nil {
+				s.logger.Warn("close stash", "tag", sl.tag, "err", err)
 			}
 		}
 		if s.log != nil {
@@ -522,8 +548,7 @@ type StashStats struct {
 // Stashes returns the statistics of every stash, in pool order.
 func (s *Server) Stashes() []StashStats {
 	var out []StashStats
-	for _, t := range s.order {
-		sl := s.stashes[t]
+	for _, sl := range s.slots() {
 		st := sl.get().Stats()
 		if st.Pool == "system" {
 			continue
@@ -544,11 +569,27 @@ func (s *Server) Stashes() []StashStats {
 // and compact their raft logs (raft also does so on its own, every 4096
 // records); for tests and operators. Nil on a node without a log replica.
 func (s *Server) SnapshotLog() error {
-	if s.log == nil {
-		return nil
+	if l := s.logReplica(); l != nil {
+		return l.Snapshot()
 	}
-	return s.log.Snapshot()
+	return nil
+}
+
+// logReplica returns this process's log, nil on a node without a log
+// replica (or before it opened). Safe from any goroutine: a node sets
+// s.log in its own goroutine once the replicas are placed, and publishes
+// it through node.log.
+func (s *Server) logReplica() *txlog.Log {
+	if s.node != nil {
+		return s.node.log.get()
+	}
+	return s.log
 }
 
 // LogStats describes the transaction log.
-func (s *Server) LogStats() txlog.Stats { return s.log.Stats() }
+func (s *Server) LogStats() txlog.Stats {
+	if l := s.logReplica(); l != nil {
+		return l.Stats()
+	}
+	return txlog.Stats{}
+}

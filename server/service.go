@@ -139,15 +139,14 @@ func (v *service) Status(ctx context.Context, _ *wire.StatusRequest) (*wire.Stat
 			resp.RateLimit, resp.RateLimitReason = rate, reason
 		}
 	}
-	if v.s.log != nil {
-		ls := v.s.log.Stats()
+	if l := v.s.logReplica(); l != nil {
+		ls := l.Stats()
 		resp.Log = &wire.LogStatus{
 			Replicas: int32(v.s.cfg.Log.Replicas), LastVersion: int64(ls.LastVersion),
 			EntriesInMemory: int64(ls.Entries), BytesInMemory: int64(ls.Bytes), MinPopped: int64(ls.MinPopped),
 		}
 	}
-	for _, t := range v.s.order {
-		sl := v.s.stashes[t]
+	for _, sl := range v.s.slots() {
 		st := sl.get().Stats()
 		if st.Pool == "system" {
 			continue
@@ -188,7 +187,7 @@ func (v *service) Coldest(ctx context.Context, req *wire.ColdestRequest) (*wire.
 	// first; a key replicated on several stashes appears once.
 	var lists [][][]byte
 	for _, t := range tags {
-		sl, here := v.s.stashes[t]
+		sl, here := v.s.slot(t)
 		if !here {
 			continue // in a multi-process cluster, on another node (the client asks each)
 		}
