@@ -250,6 +250,11 @@ func (s *Server) startNode(ctx context.Context) error {
 	// TLS, if any, ends in the mux; its credentials show handlers the
 	// peer's certificate.
 	s.grpcServer = s.newGRPCServer(grpc.Creds(raftnet.GRPCCredentials()), grpc.ChainUnaryInterceptor(s.nodeOnly))
+	if host, _, err := net.SplitHostPort(o.Listen); err == nil {
+		if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+			s.warnTLS(o.ServerTLS, o.Listen)
+		}
+	}
 	wire.RegisterDiStashServer(s.grpcServer, &service{s: s})
 	logrpc.Register(s.grpcServer, &n.log, s.report)
 	if slices.Contains(o.Coordinators, o.Listen) {

@@ -68,14 +68,19 @@ func (s *Server) warnIfExposed() {
 	if addr != nil && addr.IP.IsLoopback() {
 		return
 	}
-	t := s.opts.TLS
+	s.warnTLS(s.opts.TLS, s.listener.Addr().String())
+}
+
+// warnTLS is warnIfExposed's warning for a node listening on addr with
+// server configuration t.
+func (s *Server) warnTLS(t *tls.Config, addr string) {
 	switch {
 	case t == nil:
 		s.logger.Warn("WARNING: serving without TLS on a non-loopback address: anyone who can reach this port can read, write and clear every key of every pool. "+
 			"Enable mutual TLS (distash server --tls-cert F --tls-key F --tls-ca F, or server.Options.TLS; see docs/security.md) or listen on 127.0.0.1",
-			"addr", s.listener.Addr().String())
+			"addr", addr)
 	case t.GetConfigForClient == nil && t.ClientAuth != tls.RequireAndVerifyClientCert:
 		s.logger.Warn("WARNING: TLS does not require verified client certificates (tls.RequireAndVerifyClientCert): anyone who can reach this port can read, write and clear every key of every pool. See docs/security.md",
-			"addr", s.listener.Addr().String())
+			"addr", addr)
 	}
 }
