@@ -10,44 +10,8 @@ import (
 	"github.com/anishathalye/porcupine"
 
 	"github.com/distash/distash"
+	"github.com/distash/distash/internal/testutil/register"
 )
-
-type kvInput struct {
-	write bool
-	key   string
-	value string
-}
-
-// kvModel is a register per key: a read returns the last written value.
-var kvModel = porcupine.Model{
-	Partition: func(history []porcupine.Operation) [][]porcupine.Operation {
-		byKey := map[string][]porcupine.Operation{}
-		for _, op := range history {
-			k := op.Input.(kvInput).key
-			byKey[k] = append(byKey[k], op)
-		}
-		var out [][]porcupine.Operation
-		for _, ops := range byKey {
-			out = append(out, ops)
-		}
-		return out
-	},
-	Init: func() any { return "" },
-	Step: func(state, input, output any) (bool, any) {
-		in := input.(kvInput)
-		if in.write {
-			return true, in.value
-		}
-		return output.(string) == state.(string), state
-	},
-	DescribeOperation: func(input, output any) string {
-		in := input.(kvInput)
-		if in.write {
-			return fmt.Sprintf("set(%s, %s)", in.key, in.value)
-		}
-		return fmt.Sprintf("get(%s) -> %s", in.key, output)
-	},
-}
 
 // TestSingleKeyHistoriesAreLinearizable runs concurrent single-key reads
 // and writes on keys of both pools (the cache pool reads through
@@ -67,13 +31,13 @@ func TestSingleKeyHistoriesAreLinearizable(t *testing.T) {
 			rng := rand.New(rand.NewPCG(uint64(cl), 5))
 			for i := 0; time.Now().Before(deadline); i++ {
 				k := keys[rng.IntN(len(keys))]
-				in := kvInput{key: k}
+				in := register.Input{Key: k}
 				var out string
 				call := time.Now().UnixNano()
 				var err error
 				if rng.IntN(2) == 0 {
-					in.write, in.value = true, fmt.Sprintf("%d-%d", cl, i)
-					err = c.DB.Transact(ctx, func(tr *distash.Tx) error { tr.Set([]byte(k), []byte(in.value)); return nil })
+					in.Write, in.Value = true, fmt.Sprintf("%d-%d", cl, i)
+					err = c.DB.Transact(ctx, func(tr *distash.Tx) error { tr.Set([]byte(k), []byte(in.Value)); return nil })
 				} else {
 					err = c.DB.ReadTransact(ctx, func(tr *distash.Tx) error {
 						v, err := tr.Get([]byte(k))
@@ -94,7 +58,7 @@ func TestSingleKeyHistoriesAreLinearizable(t *testing.T) {
 	}
 	wg.Wait()
 	t.Logf("checking %d operations", len(history))
-	if res := porcupine.CheckOperationsTimeout(kvModel, history, 30*time.Second); res != porcupine.Ok {
+	if res := porcupine.CheckOperationsTimeout(register.Model, history, 30*time.Second); res != porcupine.Ok {
 		t.Fatalf("history is not linearizable (result %v)", res)
 	}
 }

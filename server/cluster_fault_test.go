@@ -28,6 +28,7 @@ import (
 	"github.com/distash/distash/internal/kv"
 	"github.com/distash/distash/internal/simnet"
 	"github.com/distash/distash/internal/testutil/bank"
+	"github.com/distash/distash/internal/testutil/register"
 	"github.com/distash/distash/internal/wire"
 	"github.com/distash/distash/server"
 )
@@ -241,45 +242,6 @@ func faultTarget(t *testing.T) int {
 	return 10000
 }
 
-// regInput is an operation on a register key: a set or a get.
-type regInput struct {
-	write bool
-	key   string
-	value string
-}
-
-// regModel is a register per key (porcupine checks each key's history
-// on its own): a get returns the last value set, "" before any.
-var regModel = porcupine.Model{
-	Partition: func(history []porcupine.Operation) [][]porcupine.Operation {
-		byKey := map[string][]porcupine.Operation{}
-		for _, op := range history {
-			k := op.Input.(regInput).key
-			byKey[k] = append(byKey[k], op)
-		}
-		var out [][]porcupine.Operation
-		for _, ops := range byKey {
-			out = append(out, ops)
-		}
-		return out
-	},
-	Init: func() any { return "" },
-	Step: func(state, input, output any) (bool, any) {
-		in := input.(regInput)
-		if in.write {
-			return true, in.value
-		}
-		return output.(string) == state.(string), state
-	},
-	DescribeOperation: func(input, output any) string {
-		in := input.(regInput)
-		if in.write {
-			return fmt.Sprintf("set(%s, %s)", in.key, in.value)
-		}
-		return fmt.Sprintf("get(%s) -> %q", in.key, output)
-	},
-}
-
 // registers runs single-key sets and gets and records their history.
 type registers struct {
 	db   *distash.DB
@@ -321,16 +283,16 @@ func (r *registers) run(ctx context.Context, clients int, seed uint64) (wait fun
 			rng := rand.New(rand.NewPCG(seed, uint64(100+cl)))
 			for i := 0; ctx.Err() == nil; i++ {
 				k := r.keys[rng.IntN(len(r.keys))]
-				in := regInput{key: k}
+				in := register.Input{Key: k}
 				var out string
 				octx, cancel := context.WithTimeout(ctx, 3*time.Second)
 				call := time.Now().UnixNano()
 				var err error
 				if rng.IntN(2) == 0 {
-					in.write, in.value = true, fmt.Sprintf("%d-%d", cl, i)
+					in.Write, in.Value = true, fmt.Sprintf("%d-%d", cl, i)
 					var tr *distash.Tx
 					if tr, err = r.db.CreateTransaction(octx); err == nil {
-						tr.Set([]byte(k), []byte(in.value))
+						tr.Set([]byte(k), []byte(in.Value))
 						err = tr.Commit()
 					}
 				} else {
@@ -345,11 +307,11 @@ func (r *registers) run(ctx context.Context, clients int, seed uint64) (wait fun
 				switch {
 				case err == nil:
 					r.ok.Add(1)
-					if in.write {
+					if in.Write {
 						r.lastAck.Store(ret)
 					}
 					r.record(porcupine.Operation{ClientId: cl, Input: in, Output: out, Call: call, Return: ret})
-				case in.write:
+				case in.Write:
 					r.unknown.Add(1)
 					r.record(porcupine.Operation{ClientId: cl, Input: in, Output: "", Call: call, Return: math.MaxInt64})
 				}
@@ -634,7 +596,7 @@ func TestClusterUnderFaults(t *testing.T) {
 	history := regs.history
 	regs.mu.Unlock()
 	checkStart := time.Now()
-	res, info := porcupine.CheckOperationsVerbose(regModel, history, 30*time.Second)
+	res, info := porcupine.CheckOperationsVerbose(register.Model, history, 30*time.Second)
 	t.Logf("porcupine: %d register operations, %v in %v", len(history), res, time.Since(checkStart).Round(time.Millisecond))
 	switch res {
 	case porcupine.Ok:
@@ -643,7 +605,7 @@ func TestClusterUnderFaults(t *testing.T) {
 		if os.Getenv("DISTASH_FAULT_HISTORY") != "" {
 			path = os.Getenv("DISTASH_FAULT_HISTORY")
 		}
-		if err := porcupine.VisualizePath(regModel, info, path); err == nil {
+		if err := porcupine.VisualizePath(register.Model, info, path); err == nil {
 			t.Logf("visualization: %s (set DISTASH_FAULT_HISTORY to keep it)", path)
 		}
 		fail("register histories are not linearizable")
