@@ -37,38 +37,6 @@ import (
 // runs (0: DISTASH_FAULT_TXNS, else 10,000).
 var faultTxns = flag.Int("distash.fault.txns", 0, "acknowledged transactions TestClusterUnderFaults runs (default $DISTASH_FAULT_TXNS, else 10000)")
 
-// faultTOML: a DRAM cache pool and a durable Pebble pool, both with
-// replication 2, and three log replicas (as the real-process test in
-// cmd/distash).
-const faultTOML = `
-[cluster]
-mvcc_window = "5s"
-
-[log]
-replicas = 3
-
-[[pool]]
-name = "cache"
-prefix = "c/"
-medium = "dram"
-mode = "ephemeral"
-engine = "memory"
-stashes = 2
-replication = 2
-capacity = "64MiB"
-eviction = "lru"
-
-[[pool]]
-name = "data"
-prefix = "d/"
-medium = "ssd"
-mode = "durable"
-engine = "pebble"
-stashes = 3
-replication = 2
-capacity = "unlimited"
-`
-
 // clientNode is the simnet name the test's client dials from.
 const clientNode = "client"
 
@@ -130,7 +98,7 @@ func (c *simCluster) clusterString() string { return strings.Join(c.coords, ",")
 // startNode starts n (again, after a stop) on its directory; it returns
 // once the node has registered with the controller.
 func (c *simCluster) startNode(ctx context.Context, n *simNode) error {
-	cfg, err := config.Parse([]byte(faultTOML))
+	cfg, err := config.Parse([]byte(bank.ClusterTOML))
 	if err != nil {
 		return err
 	}

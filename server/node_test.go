@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/distash/distash/config"
+	"github.com/distash/distash/internal/testutil/bank"
 	"github.com/distash/distash/server"
 )
 
@@ -42,16 +43,16 @@ func TestNodeRefusals(t *testing.T) {
 		}
 		return err
 	}
-	other := strings.Replace(faultTOML, `prefix = "d/"`, `prefix = "e/"`, 1)
+	other := strings.Replace(bank.ClusterTOML, `prefix = "d/"`, `prefix = "e/"`, 1)
 	err := start("stranger", other, server.ClassStash, "data")
 	if err == nil || !strings.Contains(err.Error(), "prefix") || !strings.Contains(err.Error(), "e/") {
 		t.Errorf("a node with another data prefix: %v; want a refusal naming the prefix", err)
 	}
-	err = start("extra", faultTOML, server.ClassStash, "data")
+	err = start("extra", bank.ClusterTOML, server.ClassStash, "data")
 	if err == nil || !strings.Contains(err.Error(), "slots taken") {
 		t.Errorf("a fourth stash node of a 3-stash pool: %v; want a refusal saying the slots are taken", err)
 	}
-	err = start("lost", faultTOML, server.ClassStash, "nosuch")
+	err = start("lost", bank.ClusterTOML, server.ClassStash, "nosuch")
 	if err == nil || !strings.Contains(err.Error(), "nosuch") {
 		t.Errorf("a stash node of no such pool: %v", err)
 	}

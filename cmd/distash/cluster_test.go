@@ -24,37 +24,6 @@ import (
 	"github.com/distash/distash/internal/wire"
 )
 
-// clusterTOML: a DRAM cache pool and a durable Pebble pool, both with
-// replication 2, and three log replicas.
-const clusterTOML = `
-[cluster]
-mvcc_window = "5s"
-
-[log]
-replicas = 3
-
-[[pool]]
-name = "cache"
-prefix = "c/"
-medium = "dram"
-mode = "ephemeral"
-engine = "memory"
-stashes = 2
-replication = 2
-capacity = "64MiB"
-eviction = "lru"
-
-[[pool]]
-name = "data"
-prefix = "d/"
-medium = "ssd"
-mode = "durable"
-engine = "pebble"
-stashes = 3
-replication = 2
-capacity = "unlimited"
-`
-
 // freePorts returns n loopback addresses that were free a moment ago.
 func freePorts(t *testing.T, n int) []string {
 	t.Helper()
@@ -94,7 +63,7 @@ func newProcCluster(t *testing.T) *procCluster {
 	bin := buildBinary(t)
 	root := t.TempDir()
 	cfg := filepath.Join(root, "cluster.toml")
-	if err := os.WriteFile(cfg, []byte(clusterTOML), 0o644); err != nil {
+	if err := os.WriteFile(cfg, []byte(bank.ClusterTOML), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	addrs := freePorts(t, 8)

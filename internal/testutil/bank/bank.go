@@ -19,6 +19,38 @@ import (
 	"github.com/distash/distash"
 )
 
+// ClusterTOML is the configuration of the cluster tests that run the bank:
+// a DRAM cache pool (prefix c/, 2 stashes) and a durable Pebble pool
+// (prefix d/, 3 stashes), both with replication 2, and three log replicas.
+const ClusterTOML = `
+[cluster]
+mvcc_window = "5s"
+
+[log]
+replicas = 3
+
+[[pool]]
+name = "cache"
+prefix = "c/"
+medium = "dram"
+mode = "ephemeral"
+engine = "memory"
+stashes = 2
+replication = 2
+capacity = "64MiB"
+eviction = "lru"
+
+[[pool]]
+name = "data"
+prefix = "d/"
+medium = "ssd"
+mode = "durable"
+engine = "pebble"
+stashes = 3
+replication = 2
+capacity = "unlimited"
+`
+
 // Bank is a set of accounts: Data+"acct:NNN" in a durable pool and their
 // cached copies Cache+"acct:NNN" in a cache pool.
 type Bank struct {
