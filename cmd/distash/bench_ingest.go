@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"runtime/pprof"
 	"runtime/trace"
 	"time"
 
@@ -46,15 +45,11 @@ func benchIngestCmd() *cobra.Command {
 				defer trace.Stop()
 			}
 			if cpuProfile != "" {
-				f, err := os.Create(cpuProfile)
+				stop, err := startCPUProfile(cpuProfile)
 				if err != nil {
 					return err
 				}
-				defer f.Close()
-				if err := pprof.StartCPUProfile(f); err != nil {
-					return err
-				}
-				defer pprof.StopCPUProfile()
+				defer stop()
 			}
 			_, err := ingest.Run(ctx, o, os.Stdout)
 			return err

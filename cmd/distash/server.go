@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
-	"runtime/pprof"
 	"strings"
 	"syscall"
 
@@ -148,15 +147,11 @@ collection for 5 seconds), it returns freed memory to the system.`,
 				fmt.Fprintf(cmd.OutOrStdout(), "node %s (%s) serving on %s\n", id, class, srv.Addr())
 			}
 			if cpuProfile != "" {
-				f, err := os.Create(cpuProfile)
+				stop, err := startCPUProfile(cpuProfile)
 				if err != nil {
 					return err
 				}
-				defer f.Close()
-				if err := pprof.StartCPUProfile(f); err != nil {
-					return err
-				}
-				defer pprof.StopCPUProfile()
+				defer stop()
 			}
 			go newIdleTrimmer(logger).run(ctx)
 			select {
