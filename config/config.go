@@ -14,6 +14,11 @@
 //	                       # before re-replicating its shards
 //	mvcc_window  = "5s"    # Go duration, 1s..1h, default 5s: how far back in
 //	                       # time reads may go (older: transaction_too_old)
+//	shard_bytes  = "250MiB" # size, >= 1KiB, default 250MiB: the data
+//	                       # distributor splits a shard past it
+//	dc_delay     = "0s"    # Go duration, 0..10s, default 0: one-way delay
+//	                       # the transport adds between nodes of different
+//	                       # --dc (emulated data centers)
 //
 //	[log]
 //	replicas = 1           # raft replicas of the transaction log, 1..7,
@@ -39,6 +44,7 @@
 //	                       # when absent); 0 is refused: it would hold nothing
 //	eviction    = "lru"    # lru | camp, ephemeral pools only, default lru
 //	recency     = false    # durable pools: stashes keep keys in access order (DB.ColdestKeys)
+//	across_dcs  = false    # place each shard's replicas in distinct data centers
 //
 //	[pool.flash]           # optional, engine flash only; per stash
 //	cache        = "8MiB"  # DRAM read cache, default 8MiB, "0" disables
@@ -87,6 +93,13 @@ type Cluster struct {
 	FailureWait Duration `toml:"failure_wait"`
 	// MVCCWindow is how far back in time reads may go. Default 5s.
 	MVCCWindow Duration `toml:"mvcc_window"`
+	// ShardBytes is the size past which the data distributor splits a
+	// shard. Default 250MiB (FoundationDB's order of magnitude).
+	ShardBytes Size `toml:"shard_bytes"`
+	// DCDelay is a one-way delay the transport adds between nodes of
+	// different data centers (--dc), to emulate several on one machine.
+	// Default 0.
+	DCDelay Duration `toml:"dc_delay"`
 }
 
 // Log holds settings of the transaction log.
@@ -110,6 +123,10 @@ type Pool struct {
 	// order, for DB.ColdestKeys (a storage hierarchy's migrator demotes the
 	// coldest). Ephemeral pools always keep it (their eviction order).
 	Recency bool `toml:"recency"`
+	// AcrossDCs places each shard's replicas in distinct data centers
+	// (--dc) as far as the pool's stashes allow; otherwise they are spread
+	// over zones only.
+	AcrossDCs bool `toml:"across_dcs"`
 	// Flash tunes the stashes of a pool whose engine is flash ([pool.flash]);
 	// nil, like absent keys, keeps the engine's defaults.
 	Flash *Flash `toml:"flash"`
@@ -156,6 +173,7 @@ type Size int64
 const (
 	DefaultFailureWait = 60 * time.Second
 	DefaultMVCCWindow  = 5 * time.Second
+	DefaultShardBytes  = 250 << 20
 	DefaultLogReplicas = 1
 	DefaultStashes     = 1
 	DefaultReplication = 1
@@ -180,6 +198,7 @@ func Default() *Config {
 		Cluster: Cluster{
 			FailureWait: Duration{DefaultFailureWait},
 			MVCCWindow:  Duration{DefaultMVCCWindow},
+			ShardBytes:  DefaultShardBytes,
 		},
 		Log: Log{Replicas: DefaultLogReplicas},
 		Pools: []Pool{

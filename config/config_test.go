@@ -66,7 +66,7 @@ func TestParseDesignExample(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := &Config{
-		Cluster: Cluster{FailureWait: Duration{60 * time.Second}, MVCCWindow: Duration{5 * time.Second}},
+		Cluster: Cluster{FailureWait: Duration{60 * time.Second}, MVCCWindow: Duration{5 * time.Second}, ShardBytes: DefaultShardBytes},
 		Log:     Log{Replicas: 1},
 		Pools: []Pool{
 			{Name: "cache", Prefix: "c/", Medium: "dram", Mode: "ephemeral", Engine: "memory",
@@ -532,7 +532,7 @@ func TestDuration(t *testing.T) {
 
 func TestRoundTrip(t *testing.T) {
 	rich := &Config{
-		Cluster: Cluster{FailureWait: Duration{0}, MVCCWindow: Duration{1500 * time.Millisecond}},
+		Cluster: Cluster{FailureWait: Duration{0}, MVCCWindow: Duration{1500 * time.Millisecond}, ShardBytes: 64 * KiB, DCDelay: Duration{3 * time.Millisecond}},
 		Log:     Log{Replicas: 3},
 		Pools: []Pool{
 			{Name: "front", Prefix: "f\x00\x01\t\"\\/é", Medium: "dram", Mode: "ephemeral", Engine: "memory",
@@ -672,20 +672,20 @@ engine = "pebble"
 		{"pool typo", pool + pool2 + "capacty = \"1GiB\"\n",
 			[]string{`pool[1] ("data").capacty: unknown key (did you mean capacity?)`}},
 		{"pool unrelated", pool + "color = \"red\"\n",
-			[]string{`pool[0] ("cache").color: unknown key (valid keys: capacity, engine, eviction, flash, medium, mode, name, prefix, recency, replication, stashes)`}},
+			[]string{`pool[0] ("cache").color: unknown key (valid keys: across_dcs, capacity, engine, eviction, flash, medium, mode, name, prefix, recency, replication, stashes)`}},
 		{"pool subtable", pool + "[pool.extra]\nx = 1\n",
-			[]string{`pool[0] ("cache").extra: unknown key (valid keys: capacity, engine, eviction, flash, medium, mode, name, prefix, recency, replication, stashes)`}},
+			[]string{`pool[0] ("cache").extra: unknown key (valid keys: across_dcs, capacity, engine, eviction, flash, medium, mode, name, prefix, recency, replication, stashes)`}},
 		{"case", "[Cluster]\nmvcc_window = \"2s\"\n" + pool + "Stashes = 2\n",
 			[]string{
 				`Cluster: unknown key (keys are case-sensitive: did you mean cluster?)`,
 				`pool[0] ("cache").Stashes: unknown key (keys are case-sensitive: did you mean stashes?)`,
 			}},
 		{"inline pool array", `pool = [{name = "a", prefix = "a", medium = "ssd", mode = "durable", engine = "pebble", zz = 1}]`,
-			[]string{`pool[0] ("a").zz: unknown key (valid keys: capacity, engine, eviction, flash, medium, mode, name, prefix, recency, replication, stashes)`}},
+			[]string{`pool[0] ("a").zz: unknown key (valid keys: across_dcs, capacity, engine, eviction, flash, medium, mode, name, prefix, recency, replication, stashes)`}},
 		{"same key in two pools", pool + "zone = 1\n" + pool2 + "zone = 2\n",
 			[]string{
-				`pool[0] ("cache").zone: unknown key (valid keys: capacity, engine, eviction, flash, medium, mode, name, prefix, recency, replication, stashes)`,
-				`pool[1] ("data").zone: unknown key (valid keys: capacity, engine, eviction, flash, medium, mode, name, prefix, recency, replication, stashes)`,
+				`pool[0] ("cache").zone: unknown key (valid keys: across_dcs, capacity, engine, eviction, flash, medium, mode, name, prefix, recency, replication, stashes)`,
+				`pool[1] ("data").zone: unknown key (valid keys: across_dcs, capacity, engine, eviction, flash, medium, mode, name, prefix, recency, replication, stashes)`,
 			}},
 	}
 	for _, tt := range tests {

@@ -26,6 +26,7 @@ type outPool struct {
 	Capacity    Size   `toml:"capacity,omitzero"`
 	Eviction    string `toml:"eviction,omitempty"`
 	Recency     bool   `toml:"recency,omitempty"`
+	AcrossDCs   bool   `toml:"across_dcs,omitempty"`
 	Flash       *Flash `toml:"flash,omitempty"`
 }
 

@@ -19,6 +19,8 @@ type rawConfig struct {
 	Cluster struct {
 		FailureWait *Duration `toml:"failure_wait"`
 		MVCCWindow  *Duration `toml:"mvcc_window"`
+		ShardBytes  *Size     `toml:"shard_bytes"`
+		DCDelay     *Duration `toml:"dc_delay"`
 	} `toml:"cluster"`
 	Log struct {
 		Replicas *int `toml:"replicas"`
@@ -37,6 +39,7 @@ type rawPool struct {
 	Capacity    *rawCapacity `toml:"capacity"`
 	Eviction    string       `toml:"eviction"`
 	Recency     bool         `toml:"recency"`
+	AcrossDCs   bool         `toml:"across_dcs"`
 	Flash       *Flash       `toml:"flash"`
 }
 
@@ -69,9 +72,9 @@ func (c *rawCapacity) UnmarshalTOML(v any) error {
 // schema lists the keys each table may hold.
 var schema = map[string][]string{
 	"":           {"cluster", "log", "pool"},
-	"cluster":    {"failure_wait", "mvcc_window"},
+	"cluster":    {"failure_wait", "mvcc_window", "shard_bytes", "dc_delay"},
 	"log":        {"replicas"},
-	"pool":       {"name", "prefix", "medium", "mode", "engine", "stashes", "replication", "capacity", "eviction", "recency", "flash"},
+	"pool":       {"name", "prefix", "medium", "mode", "engine", "stashes", "replication", "capacity", "eviction", "recency", "across_dcs", "flash"},
 	"pool.flash": {"cache", "write_buffer", "segment", "direct_io"},
 }
 
@@ -100,6 +103,7 @@ func Parse(data []byte) (*Config, error) {
 		Cluster: Cluster{
 			FailureWait: Duration{DefaultFailureWait},
 			MVCCWindow:  Duration{DefaultMVCCWindow},
+			ShardBytes:  DefaultShardBytes,
 		},
 		Log: Log{Replicas: DefaultLogReplicas},
 	}
@@ -108,6 +112,12 @@ func Parse(data []byte) (*Config, error) {
 	}
 	if raw.Cluster.MVCCWindow != nil {
 		c.Cluster.MVCCWindow = *raw.Cluster.MVCCWindow
+	}
+	if raw.Cluster.ShardBytes != nil {
+		c.Cluster.ShardBytes = *raw.Cluster.ShardBytes
+	}
+	if raw.Cluster.DCDelay != nil {
+		c.Cluster.DCDelay = *raw.Cluster.DCDelay
 	}
 	if raw.Log.Replicas != nil {
 		c.Log.Replicas = *raw.Log.Replicas
@@ -124,6 +134,7 @@ func Parse(data []byte) (*Config, error) {
 			Replication: DefaultReplication,
 			Eviction:    rp.Eviction,
 			Recency:     rp.Recency,
+			AcrossDCs:   rp.AcrossDCs,
 			Flash:       rp.Flash,
 		}
 		if rp.Stashes != nil {

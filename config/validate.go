@@ -85,6 +85,12 @@ func (c *Config) Validate() error {
 	if w := c.Cluster.FailureWait.Duration; w < 0 {
 		fail("cluster.failure_wait", "must not be negative, got %s", c.Cluster.FailureWait)
 	}
+	if b := c.Cluster.ShardBytes; b < 1<<10 {
+		fail("cluster.shard_bytes", "must be at least 1KiB, got %d bytes", int64(b))
+	}
+	if d := c.Cluster.DCDelay.Duration; d < 0 || d > 10*time.Second {
+		fail("cluster.dc_delay", "must be between 0s and 10s, got %s", c.Cluster.DCDelay)
+	}
 	if w := c.Cluster.MVCCWindow.Duration; w < time.Second || w > time.Hour {
 		fail("cluster.mvcc_window", "must be between 1s and 1h, got %s", c.Cluster.MVCCWindow)
 	}

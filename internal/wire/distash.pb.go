@@ -1191,6 +1191,9 @@ type StashStatus struct {
 	HealthSinceUnixMs int64                  `protobuf:"varint,20,opt,name=health_since_unix_ms,json=healthSinceUnixMs,proto3" json:"health_since_unix_ms,omitempty"` // when health last changed
 	Node              string                 `protobuf:"bytes,21,opt,name=node,proto3" json:"node,omitempty"`                                                         // cluster mode: the node serving it
 	Address           string                 `protobuf:"bytes,22,opt,name=address,proto3" json:"address,omitempty"`
+	Shards            int32                  `protobuf:"varint,23,opt,name=shards,proto3" json:"shards,omitempty"`     // shards whose team holds this stash (data distribution)
+	Fetching          int32                  `protobuf:"varint,24,opt,name=fetching,proto3" json:"fetching,omitempty"` // shards it is fetching (destination of a move)
+	Excluded          bool                   `protobuf:"varint,25,opt,name=excluded,proto3" json:"excluded,omitempty"` // excluded by `distash cli exclude`: its shards move off
 	unknownFields     protoimpl.UnknownFields
 	sizeCache         protoimpl.SizeCache
 }
@@ -1379,6 +1382,27 @@ func (x *StashStatus) GetAddress() string {
 	return ""
 }
 
+func (x *StashStatus) GetShards() int32 {
+	if x != nil {
+		return x.Shards
+	}
+	return 0
+}
+
+func (x *StashStatus) GetFetching() int32 {
+	if x != nil {
+		return x.Fetching
+	}
+	return 0
+}
+
+func (x *StashStatus) GetExcluded() bool {
+	if x != nil {
+		return x.Excluded
+	}
+	return false
+}
+
 type EngineCounter struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"` // lower_snake_case; names ending in _bytes are sizes
@@ -1507,6 +1531,246 @@ func (x *LogStatus) GetMinPopped() int64 {
 	return 0
 }
 
+type ShardMetricsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Stash         uint32                 `protobuf:"varint,1,opt,name=stash,proto3" json:"stash,omitempty"`
+	Ranges        []*KeyRangeMsg         `protobuf:"bytes,2,rep,name=ranges,proto3" json:"ranges,omitempty"`
+	SplitKeys     bool                   `protobuf:"varint,3,opt,name=split_keys,json=splitKeys,proto3" json:"split_keys,omitempty"` // also answer a key that halves each range's bytes
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShardMetricsRequest) Reset() {
+	*x = ShardMetricsRequest{}
+	mi := &file_distash_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShardMetricsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShardMetricsRequest) ProtoMessage() {}
+
+func (x *ShardMetricsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_distash_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShardMetricsRequest.ProtoReflect.Descriptor instead.
+func (*ShardMetricsRequest) Descriptor() ([]byte, []int) {
+	return file_distash_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *ShardMetricsRequest) GetStash() uint32 {
+	if x != nil {
+		return x.Stash
+	}
+	return 0
+}
+
+func (x *ShardMetricsRequest) GetRanges() []*KeyRangeMsg {
+	if x != nil {
+		return x.Ranges
+	}
+	return nil
+}
+
+func (x *ShardMetricsRequest) GetSplitKeys() bool {
+	if x != nil {
+		return x.SplitKeys
+	}
+	return false
+}
+
+type KeyRangeMsg struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Begin         []byte                 `protobuf:"bytes,1,opt,name=begin,proto3" json:"begin,omitempty"`
+	End           []byte                 `protobuf:"bytes,2,opt,name=end,proto3" json:"end,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KeyRangeMsg) Reset() {
+	*x = KeyRangeMsg{}
+	mi := &file_distash_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeyRangeMsg) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeyRangeMsg) ProtoMessage() {}
+
+func (x *KeyRangeMsg) ProtoReflect() protoreflect.Message {
+	mi := &file_distash_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeyRangeMsg.ProtoReflect.Descriptor instead.
+func (*KeyRangeMsg) Descriptor() ([]byte, []int) {
+	return file_distash_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *KeyRangeMsg) GetBegin() []byte {
+	if x != nil {
+		return x.Begin
+	}
+	return nil
+}
+
+func (x *KeyRangeMsg) GetEnd() []byte {
+	if x != nil {
+		return x.End
+	}
+	return nil
+}
+
+type RangeMetrics struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Bytes         int64                  `protobuf:"varint,1,opt,name=bytes,proto3" json:"bytes,omitempty"`                                   // estimated live bytes in the range
+	SplitKey      []byte                 `protobuf:"bytes,2,opt,name=split_key,json=splitKey,proto3" json:"split_key,omitempty"`              // empty if none
+	State         string                 `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`                                    // serving | fetching | fetched | none (this stash's part in the range)
+	FetchedBytes  int64                  `protobuf:"varint,4,opt,name=fetched_bytes,json=fetchedBytes,proto3" json:"fetched_bytes,omitempty"` // fetching: bytes copied so far
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RangeMetrics) Reset() {
+	*x = RangeMetrics{}
+	mi := &file_distash_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RangeMetrics) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RangeMetrics) ProtoMessage() {}
+
+func (x *RangeMetrics) ProtoReflect() protoreflect.Message {
+	mi := &file_distash_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RangeMetrics.ProtoReflect.Descriptor instead.
+func (*RangeMetrics) Descriptor() ([]byte, []int) {
+	return file_distash_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *RangeMetrics) GetBytes() int64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
+func (x *RangeMetrics) GetSplitKey() []byte {
+	if x != nil {
+		return x.SplitKey
+	}
+	return nil
+}
+
+func (x *RangeMetrics) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *RangeMetrics) GetFetchedBytes() int64 {
+	if x != nil {
+		return x.FetchedBytes
+	}
+	return 0
+}
+
+type ShardMetricsResponse struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Ranges         []*RangeMetrics        `protobuf:"bytes,1,rep,name=ranges,proto3" json:"ranges,omitempty"`
+	AppliedVersion int64                  `protobuf:"varint,2,opt,name=applied_version,json=appliedVersion,proto3" json:"applied_version,omitempty"`
+	Error          *Error                 `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *ShardMetricsResponse) Reset() {
+	*x = ShardMetricsResponse{}
+	mi := &file_distash_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShardMetricsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShardMetricsResponse) ProtoMessage() {}
+
+func (x *ShardMetricsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_distash_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShardMetricsResponse.ProtoReflect.Descriptor instead.
+func (*ShardMetricsResponse) Descriptor() ([]byte, []int) {
+	return file_distash_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *ShardMetricsResponse) GetRanges() []*RangeMetrics {
+	if x != nil {
+		return x.Ranges
+	}
+	return nil
+}
+
+func (x *ShardMetricsResponse) GetAppliedVersion() int64 {
+	if x != nil {
+		return x.AppliedVersion
+	}
+	return 0
+}
+
+func (x *ShardMetricsResponse) GetError() *Error {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
 type StatusRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1515,7 +1779,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_distash_proto_msgTypes[22]
+	mi := &file_distash_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1527,7 +1791,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[22]
+	mi := &file_distash_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1540,7 +1804,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{22}
+	return file_distash_proto_rawDescGZIP(), []int{26}
 }
 
 type StatusResponse struct {
@@ -1559,19 +1823,20 @@ type StatusResponse struct {
 	Node             *NodeStatus            `protobuf:"bytes,12,opt,name=node,proto3" json:"node,omitempty"` // cluster mode: the node that answered
 	// Cluster mode, filled by the CLI from the coordinators' view and every
 	// node's own status:
-	Nodes              []*NodeStatus `protobuf:"bytes,13,rep,name=nodes,proto3" json:"nodes,omitempty"`
-	Generation         uint64        `protobuf:"varint,14,opt,name=generation,proto3" json:"generation,omitempty"`
-	Controller         string        `protobuf:"bytes,15,opt,name=controller,proto3" json:"controller,omitempty"`
-	LogReplicas        []string      `protobuf:"bytes,16,rep,name=log_replicas,json=logReplicas,proto3" json:"log_replicas,omitempty"` // node ids
-	LastRecoveryMicros int64         `protobuf:"varint,17,opt,name=last_recovery_micros,json=lastRecoveryMicros,proto3" json:"last_recovery_micros,omitempty"`
-	LastRecoveryUnixMs int64         `protobuf:"varint,18,opt,name=last_recovery_unix_ms,json=lastRecoveryUnixMs,proto3" json:"last_recovery_unix_ms,omitempty"`
+	Nodes              []*NodeStatus       `protobuf:"bytes,13,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	Generation         uint64              `protobuf:"varint,14,opt,name=generation,proto3" json:"generation,omitempty"`
+	Controller         string              `protobuf:"bytes,15,opt,name=controller,proto3" json:"controller,omitempty"`
+	LogReplicas        []string            `protobuf:"bytes,16,rep,name=log_replicas,json=logReplicas,proto3" json:"log_replicas,omitempty"` // node ids
+	LastRecoveryMicros int64               `protobuf:"varint,17,opt,name=last_recovery_micros,json=lastRecoveryMicros,proto3" json:"last_recovery_micros,omitempty"`
+	LastRecoveryUnixMs int64               `protobuf:"varint,18,opt,name=last_recovery_unix_ms,json=lastRecoveryUnixMs,proto3" json:"last_recovery_unix_ms,omitempty"`
+	Distribution       []*PoolDistribution `protobuf:"bytes,19,rep,name=distribution,proto3" json:"distribution,omitempty"` // per pool: shards, teams, moves (data distributor)
 	unknownFields      protoimpl.UnknownFields
 	sizeCache          protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_distash_proto_msgTypes[23]
+	mi := &file_distash_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1583,7 +1848,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[23]
+	mi := &file_distash_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1596,7 +1861,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{23}
+	return file_distash_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *StatusResponse) GetPools() []*PoolInfo {
@@ -1725,6 +1990,254 @@ func (x *StatusResponse) GetLastRecoveryUnixMs() int64 {
 	return 0
 }
 
+func (x *StatusResponse) GetDistribution() []*PoolDistribution {
+	if x != nil {
+		return x.Distribution
+	}
+	return nil
+}
+
+// PoolDistribution is the data distributor's view of one pool.
+type PoolDistribution struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	Pool            string                 `protobuf:"bytes,1,opt,name=pool,proto3" json:"pool,omitempty"`
+	Shards          int32                  `protobuf:"varint,2,opt,name=shards,proto3" json:"shards,omitempty"`
+	Teams           int32                  `protobuf:"varint,3,opt,name=teams,proto3" json:"teams,omitempty"`
+	Replication     int32                  `protobuf:"varint,4,opt,name=replication,proto3" json:"replication,omitempty"`                                  // R in force (configure pool=NAME replication=N changes it)
+	UnderReplicated int32                  `protobuf:"varint,5,opt,name=under_replicated,json=underReplicated,proto3" json:"under_replicated,omitempty"`   // shards with fewer live replicas than R
+	Moving          int32                  `protobuf:"varint,6,opt,name=moving,proto3" json:"moving,omitempty"`                                            // shards being moved now
+	MovingBytesLeft int64                  `protobuf:"varint,7,opt,name=moving_bytes_left,json=movingBytesLeft,proto3" json:"moving_bytes_left,omitempty"` // estimated bytes the moves in flight still have to copy
+	Queued          int32                  `protobuf:"varint,8,opt,name=queued,proto3" json:"queued,omitempty"`                                            // moves waiting in the relocation queue
+	Queue           []*RelocationStatus    `protobuf:"bytes,9,rep,name=queue,proto3" json:"queue,omitempty"`                                               // moves in flight first, then the queue, highest priority first (at most 20)
+	Warning         string                 `protobuf:"bytes,10,opt,name=warning,proto3" json:"warning,omitempty"`                                          // e.g. fewer zones than replicas
+	Bytes           int64                  `protobuf:"varint,11,opt,name=bytes,proto3" json:"bytes,omitempty"`                                             // estimated bytes of the pool (one replica)
+	FailureWaitMs   int64                  `protobuf:"varint,12,opt,name=failure_wait_ms,json=failureWaitMs,proto3" json:"failure_wait_ms,omitempty"`
+	MovesDone       int64                  `protobuf:"varint,13,opt,name=moves_done,json=movesDone,proto3" json:"moves_done,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *PoolDistribution) Reset() {
+	*x = PoolDistribution{}
+	mi := &file_distash_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PoolDistribution) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PoolDistribution) ProtoMessage() {}
+
+func (x *PoolDistribution) ProtoReflect() protoreflect.Message {
+	mi := &file_distash_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PoolDistribution.ProtoReflect.Descriptor instead.
+func (*PoolDistribution) Descriptor() ([]byte, []int) {
+	return file_distash_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *PoolDistribution) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
+}
+
+func (x *PoolDistribution) GetShards() int32 {
+	if x != nil {
+		return x.Shards
+	}
+	return 0
+}
+
+func (x *PoolDistribution) GetTeams() int32 {
+	if x != nil {
+		return x.Teams
+	}
+	return 0
+}
+
+func (x *PoolDistribution) GetReplication() int32 {
+	if x != nil {
+		return x.Replication
+	}
+	return 0
+}
+
+func (x *PoolDistribution) GetUnderReplicated() int32 {
+	if x != nil {
+		return x.UnderReplicated
+	}
+	return 0
+}
+
+func (x *PoolDistribution) GetMoving() int32 {
+	if x != nil {
+		return x.Moving
+	}
+	return 0
+}
+
+func (x *PoolDistribution) GetMovingBytesLeft() int64 {
+	if x != nil {
+		return x.MovingBytesLeft
+	}
+	return 0
+}
+
+func (x *PoolDistribution) GetQueued() int32 {
+	if x != nil {
+		return x.Queued
+	}
+	return 0
+}
+
+func (x *PoolDistribution) GetQueue() []*RelocationStatus {
+	if x != nil {
+		return x.Queue
+	}
+	return nil
+}
+
+func (x *PoolDistribution) GetWarning() string {
+	if x != nil {
+		return x.Warning
+	}
+	return ""
+}
+
+func (x *PoolDistribution) GetBytes() int64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
+func (x *PoolDistribution) GetFailureWaitMs() int64 {
+	if x != nil {
+		return x.FailureWaitMs
+	}
+	return 0
+}
+
+func (x *PoolDistribution) GetMovesDone() int64 {
+	if x != nil {
+		return x.MovesDone
+	}
+	return 0
+}
+
+type RelocationStatus struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Begin         []byte                 `protobuf:"bytes,1,opt,name=begin,proto3" json:"begin,omitempty"`
+	End           []byte                 `protobuf:"bytes,2,opt,name=end,proto3" json:"end,omitempty"`
+	Reason        string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"` // unhealthy | excluded | split | rebalance | merge
+	Priority      int32                  `protobuf:"varint,4,opt,name=priority,proto3" json:"priority,omitempty"`
+	From          []uint32               `protobuf:"varint,5,rep,packed,name=from,proto3" json:"from,omitempty"` // the team before
+	To            []uint32               `protobuf:"varint,6,rep,packed,name=to,proto3" json:"to,omitempty"`     // the team after
+	InFlight      bool                   `protobuf:"varint,7,opt,name=in_flight,json=inFlight,proto3" json:"in_flight,omitempty"`
+	Bytes         int64                  `protobuf:"varint,8,opt,name=bytes,proto3" json:"bytes,omitempty"` // estimated bytes of the shard
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RelocationStatus) Reset() {
+	*x = RelocationStatus{}
+	mi := &file_distash_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RelocationStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RelocationStatus) ProtoMessage() {}
+
+func (x *RelocationStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_distash_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RelocationStatus.ProtoReflect.Descriptor instead.
+func (*RelocationStatus) Descriptor() ([]byte, []int) {
+	return file_distash_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *RelocationStatus) GetBegin() []byte {
+	if x != nil {
+		return x.Begin
+	}
+	return nil
+}
+
+func (x *RelocationStatus) GetEnd() []byte {
+	if x != nil {
+		return x.End
+	}
+	return nil
+}
+
+func (x *RelocationStatus) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *RelocationStatus) GetPriority() int32 {
+	if x != nil {
+		return x.Priority
+	}
+	return 0
+}
+
+func (x *RelocationStatus) GetFrom() []uint32 {
+	if x != nil {
+		return x.From
+	}
+	return nil
+}
+
+func (x *RelocationStatus) GetTo() []uint32 {
+	if x != nil {
+		return x.To
+	}
+	return nil
+}
+
+func (x *RelocationStatus) GetInFlight() bool {
+	if x != nil {
+		return x.InFlight
+	}
+	return false
+}
+
+func (x *RelocationStatus) GetBytes() int64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
 // NodeStatus describes one node of a multi-process cluster.
 type NodeStatus struct {
 	state             protoimpl.MessageState `protogen:"open.v1"`
@@ -1750,7 +2263,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_distash_proto_msgTypes[24]
+	mi := &file_distash_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1762,7 +2275,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[24]
+	mi := &file_distash_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1775,7 +2288,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{24}
+	return file_distash_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *NodeStatus) GetId() string {
@@ -1901,7 +2414,7 @@ type ColdestRequest struct {
 
 func (x *ColdestRequest) Reset() {
 	*x = ColdestRequest{}
-	mi := &file_distash_proto_msgTypes[25]
+	mi := &file_distash_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1913,7 +2426,7 @@ func (x *ColdestRequest) String() string {
 func (*ColdestRequest) ProtoMessage() {}
 
 func (x *ColdestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[25]
+	mi := &file_distash_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1926,7 +2439,7 @@ func (x *ColdestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ColdestRequest.ProtoReflect.Descriptor instead.
 func (*ColdestRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{25}
+	return file_distash_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ColdestRequest) GetPool() string {
@@ -1953,7 +2466,7 @@ type ColdestResponse struct {
 
 func (x *ColdestResponse) Reset() {
 	*x = ColdestResponse{}
-	mi := &file_distash_proto_msgTypes[26]
+	mi := &file_distash_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1965,7 +2478,7 @@ func (x *ColdestResponse) String() string {
 func (*ColdestResponse) ProtoMessage() {}
 
 func (x *ColdestResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[26]
+	mi := &file_distash_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1978,7 +2491,7 @@ func (x *ColdestResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ColdestResponse.ProtoReflect.Descriptor instead.
 func (*ColdestResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{26}
+	return file_distash_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ColdestResponse) GetKeys() [][]byte {
@@ -2008,7 +2521,7 @@ type CommitStreamRequest struct {
 
 func (x *CommitStreamRequest) Reset() {
 	*x = CommitStreamRequest{}
-	mi := &file_distash_proto_msgTypes[27]
+	mi := &file_distash_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2020,7 +2533,7 @@ func (x *CommitStreamRequest) String() string {
 func (*CommitStreamRequest) ProtoMessage() {}
 
 func (x *CommitStreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[27]
+	mi := &file_distash_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2033,7 +2546,7 @@ func (x *CommitStreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitStreamRequest.ProtoReflect.Descriptor instead.
 func (*CommitStreamRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{27}
+	return file_distash_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *CommitStreamRequest) GetId() uint64 {
@@ -2060,7 +2573,7 @@ type CommitStreamResponse struct {
 
 func (x *CommitStreamResponse) Reset() {
 	*x = CommitStreamResponse{}
-	mi := &file_distash_proto_msgTypes[28]
+	mi := &file_distash_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2072,7 +2585,7 @@ func (x *CommitStreamResponse) String() string {
 func (*CommitStreamResponse) ProtoMessage() {}
 
 func (x *CommitStreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[28]
+	mi := &file_distash_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2085,7 +2598,7 @@ func (x *CommitStreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitStreamResponse.ProtoReflect.Descriptor instead.
 func (*CommitStreamResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{28}
+	return file_distash_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *CommitStreamResponse) GetId() uint64 {
@@ -2116,7 +2629,7 @@ type PeekRequest struct {
 
 func (x *PeekRequest) Reset() {
 	*x = PeekRequest{}
-	mi := &file_distash_proto_msgTypes[29]
+	mi := &file_distash_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2128,7 +2641,7 @@ func (x *PeekRequest) String() string {
 func (*PeekRequest) ProtoMessage() {}
 
 func (x *PeekRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[29]
+	mi := &file_distash_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2141,7 +2654,7 @@ func (x *PeekRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeekRequest.ProtoReflect.Descriptor instead.
 func (*PeekRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{29}
+	return file_distash_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *PeekRequest) GetTag() uint32 {
@@ -2175,7 +2688,7 @@ type LogMessage struct {
 
 func (x *LogMessage) Reset() {
 	*x = LogMessage{}
-	mi := &file_distash_proto_msgTypes[30]
+	mi := &file_distash_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2187,7 +2700,7 @@ func (x *LogMessage) String() string {
 func (*LogMessage) ProtoMessage() {}
 
 func (x *LogMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[30]
+	mi := &file_distash_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2200,7 +2713,7 @@ func (x *LogMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogMessage.ProtoReflect.Descriptor instead.
 func (*LogMessage) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{30}
+	return file_distash_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *LogMessage) GetVersion() int64 {
@@ -2228,7 +2741,7 @@ type PeekResponse struct {
 
 func (x *PeekResponse) Reset() {
 	*x = PeekResponse{}
-	mi := &file_distash_proto_msgTypes[31]
+	mi := &file_distash_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2240,7 +2753,7 @@ func (x *PeekResponse) String() string {
 func (*PeekResponse) ProtoMessage() {}
 
 func (x *PeekResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[31]
+	mi := &file_distash_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2253,7 +2766,7 @@ func (x *PeekResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeekResponse.ProtoReflect.Descriptor instead.
 func (*PeekResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{31}
+	return file_distash_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *PeekResponse) GetMessages() []*LogMessage {
@@ -2287,7 +2800,7 @@ type PopRequest struct {
 
 func (x *PopRequest) Reset() {
 	*x = PopRequest{}
-	mi := &file_distash_proto_msgTypes[32]
+	mi := &file_distash_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2299,7 +2812,7 @@ func (x *PopRequest) String() string {
 func (*PopRequest) ProtoMessage() {}
 
 func (x *PopRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[32]
+	mi := &file_distash_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2312,7 +2825,7 @@ func (x *PopRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PopRequest.ProtoReflect.Descriptor instead.
 func (*PopRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{32}
+	return file_distash_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *PopRequest) GetTag() uint32 {
@@ -2338,7 +2851,7 @@ type PopResponse struct {
 
 func (x *PopResponse) Reset() {
 	*x = PopResponse{}
-	mi := &file_distash_proto_msgTypes[33]
+	mi := &file_distash_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2350,7 +2863,7 @@ func (x *PopResponse) String() string {
 func (*PopResponse) ProtoMessage() {}
 
 func (x *PopResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[33]
+	mi := &file_distash_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2363,7 +2876,7 @@ func (x *PopResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PopResponse.ProtoReflect.Descriptor instead.
 func (*PopResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{33}
+	return file_distash_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *PopResponse) GetError() *Error {
@@ -2389,7 +2902,7 @@ type ReportRequest struct {
 
 func (x *ReportRequest) Reset() {
 	*x = ReportRequest{}
-	mi := &file_distash_proto_msgTypes[34]
+	mi := &file_distash_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2401,7 +2914,7 @@ func (x *ReportRequest) String() string {
 func (*ReportRequest) ProtoMessage() {}
 
 func (x *ReportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[34]
+	mi := &file_distash_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2414,7 +2927,7 @@ func (x *ReportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRequest.ProtoReflect.Descriptor instead.
 func (*ReportRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{34}
+	return file_distash_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ReportRequest) GetTag() uint32 {
@@ -2462,7 +2975,7 @@ type ReportResponse struct {
 
 func (x *ReportResponse) Reset() {
 	*x = ReportResponse{}
-	mi := &file_distash_proto_msgTypes[35]
+	mi := &file_distash_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2474,7 +2987,7 @@ func (x *ReportResponse) String() string {
 func (*ReportResponse) ProtoMessage() {}
 
 func (x *ReportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[35]
+	mi := &file_distash_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2487,7 +3000,7 @@ func (x *ReportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportResponse.ProtoReflect.Descriptor instead.
 func (*ReportResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{35}
+	return file_distash_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ReportResponse) GetError() *Error {
@@ -2526,7 +3039,7 @@ type RegisterRequest struct {
 
 func (x *RegisterRequest) Reset() {
 	*x = RegisterRequest{}
-	mi := &file_distash_proto_msgTypes[36]
+	mi := &file_distash_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2538,7 +3051,7 @@ func (x *RegisterRequest) String() string {
 func (*RegisterRequest) ProtoMessage() {}
 
 func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[36]
+	mi := &file_distash_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2551,7 +3064,7 @@ func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterRequest.ProtoReflect.Descriptor instead.
 func (*RegisterRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{36}
+	return file_distash_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *RegisterRequest) GetId() string {
@@ -2630,7 +3143,7 @@ type RegisterResponse struct {
 
 func (x *RegisterResponse) Reset() {
 	*x = RegisterResponse{}
-	mi := &file_distash_proto_msgTypes[37]
+	mi := &file_distash_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2642,7 +3155,7 @@ func (x *RegisterResponse) String() string {
 func (*RegisterResponse) ProtoMessage() {}
 
 func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[37]
+	mi := &file_distash_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2655,7 +3168,7 @@ func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterResponse.ProtoReflect.Descriptor instead.
 func (*RegisterResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{37}
+	return file_distash_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *RegisterResponse) GetSlot() int32 {
@@ -2703,7 +3216,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_distash_proto_msgTypes[38]
+	mi := &file_distash_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2715,7 +3228,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[38]
+	mi := &file_distash_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2728,7 +3241,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{38}
+	return file_distash_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *HeartbeatRequest) GetId() string {
@@ -2756,7 +3269,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_distash_proto_msgTypes[39]
+	mi := &file_distash_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2768,7 +3281,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[39]
+	mi := &file_distash_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2781,7 +3294,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{39}
+	return file_distash_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *HeartbeatResponse) GetGeneration() uint64 {
@@ -2814,7 +3327,7 @@ type ViewRequest struct {
 
 func (x *ViewRequest) Reset() {
 	*x = ViewRequest{}
-	mi := &file_distash_proto_msgTypes[40]
+	mi := &file_distash_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2826,7 +3339,7 @@ func (x *ViewRequest) String() string {
 func (*ViewRequest) ProtoMessage() {}
 
 func (x *ViewRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[40]
+	mi := &file_distash_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2839,7 +3352,7 @@ func (x *ViewRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ViewRequest.ProtoReflect.Descriptor instead.
 func (*ViewRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{40}
+	return file_distash_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ViewRequest) GetHops() uint32 {
@@ -2866,7 +3379,7 @@ type ClusterNode struct {
 
 func (x *ClusterNode) Reset() {
 	*x = ClusterNode{}
-	mi := &file_distash_proto_msgTypes[41]
+	mi := &file_distash_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2878,7 +3391,7 @@ func (x *ClusterNode) String() string {
 func (*ClusterNode) ProtoMessage() {}
 
 func (x *ClusterNode) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[41]
+	mi := &file_distash_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2891,7 +3404,7 @@ func (x *ClusterNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterNode.ProtoReflect.Descriptor instead.
 func (*ClusterNode) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{41}
+	return file_distash_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ClusterNode) GetId() string {
@@ -2967,7 +3480,7 @@ type PoolSlots struct {
 
 func (x *PoolSlots) Reset() {
 	*x = PoolSlots{}
-	mi := &file_distash_proto_msgTypes[42]
+	mi := &file_distash_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2979,7 +3492,7 @@ func (x *PoolSlots) String() string {
 func (*PoolSlots) ProtoMessage() {}
 
 func (x *PoolSlots) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[42]
+	mi := &file_distash_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2992,7 +3505,7 @@ func (x *PoolSlots) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolSlots.ProtoReflect.Descriptor instead.
 func (*PoolSlots) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{42}
+	return file_distash_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *PoolSlots) GetPool() string {
@@ -3033,7 +3546,7 @@ type ViewResponse struct {
 
 func (x *ViewResponse) Reset() {
 	*x = ViewResponse{}
-	mi := &file_distash_proto_msgTypes[43]
+	mi := &file_distash_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3045,7 +3558,7 @@ func (x *ViewResponse) String() string {
 func (*ViewResponse) ProtoMessage() {}
 
 func (x *ViewResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[43]
+	mi := &file_distash_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3058,7 +3571,7 @@ func (x *ViewResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ViewResponse.ProtoReflect.Descriptor instead.
 func (*ViewResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{43}
+	return file_distash_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ViewResponse) GetGeneration() uint64 {
@@ -3187,7 +3700,7 @@ type StashLocation struct {
 
 func (x *StashLocation) Reset() {
 	*x = StashLocation{}
-	mi := &file_distash_proto_msgTypes[44]
+	mi := &file_distash_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3199,7 +3712,7 @@ func (x *StashLocation) String() string {
 func (*StashLocation) ProtoMessage() {}
 
 func (x *StashLocation) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[44]
+	mi := &file_distash_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3212,7 +3725,7 @@ func (x *StashLocation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StashLocation.ProtoReflect.Descriptor instead.
 func (*StashLocation) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{44}
+	return file_distash_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *StashLocation) GetTag() uint32 {
@@ -3272,7 +3785,7 @@ type ClaimRequest struct {
 
 func (x *ClaimRequest) Reset() {
 	*x = ClaimRequest{}
-	mi := &file_distash_proto_msgTypes[45]
+	mi := &file_distash_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3284,7 +3797,7 @@ func (x *ClaimRequest) String() string {
 func (*ClaimRequest) ProtoMessage() {}
 
 func (x *ClaimRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[45]
+	mi := &file_distash_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3297,7 +3810,7 @@ func (x *ClaimRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimRequest.ProtoReflect.Descriptor instead.
 func (*ClaimRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{45}
+	return file_distash_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ClaimRequest) GetId() string {
@@ -3325,7 +3838,7 @@ type ClaimResponse struct {
 
 func (x *ClaimResponse) Reset() {
 	*x = ClaimResponse{}
-	mi := &file_distash_proto_msgTypes[46]
+	mi := &file_distash_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3337,7 +3850,7 @@ func (x *ClaimResponse) String() string {
 func (*ClaimResponse) ProtoMessage() {}
 
 func (x *ClaimResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[46]
+	mi := &file_distash_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3350,7 +3863,7 @@ func (x *ClaimResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimResponse.ProtoReflect.Descriptor instead.
 func (*ClaimResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{46}
+	return file_distash_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ClaimResponse) GetGeneration() uint64 {
@@ -3388,7 +3901,7 @@ type RecoveryDoneRequest struct {
 
 func (x *RecoveryDoneRequest) Reset() {
 	*x = RecoveryDoneRequest{}
-	mi := &file_distash_proto_msgTypes[47]
+	mi := &file_distash_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3400,7 +3913,7 @@ func (x *RecoveryDoneRequest) String() string {
 func (*RecoveryDoneRequest) ProtoMessage() {}
 
 func (x *RecoveryDoneRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[47]
+	mi := &file_distash_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3413,7 +3926,7 @@ func (x *RecoveryDoneRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoveryDoneRequest.ProtoReflect.Descriptor instead.
 func (*RecoveryDoneRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{47}
+	return file_distash_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *RecoveryDoneRequest) GetId() string {
@@ -3454,7 +3967,7 @@ type RecoveryDoneResponse struct {
 
 func (x *RecoveryDoneResponse) Reset() {
 	*x = RecoveryDoneResponse{}
-	mi := &file_distash_proto_msgTypes[48]
+	mi := &file_distash_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3466,7 +3979,7 @@ func (x *RecoveryDoneResponse) String() string {
 func (*RecoveryDoneResponse) ProtoMessage() {}
 
 func (x *RecoveryDoneResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[48]
+	mi := &file_distash_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3479,7 +3992,7 @@ func (x *RecoveryDoneResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoveryDoneResponse.ProtoReflect.Descriptor instead.
 func (*RecoveryDoneResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{48}
+	return file_distash_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *RecoveryDoneResponse) GetError() *Error {
@@ -3579,7 +4092,7 @@ const file_distash_proto_rawDesc = "" +
 	"\x12ClusterInfoRequest\"o\n" +
 	"\x13ClusterInfoResponse\x12*\n" +
 	"\x05pools\x18\x01 \x03(\v2\x14.distash.v1.PoolInfoR\x05pools\x12,\n" +
-	"\x12mvcc_window_micros\x18\x02 \x01(\x03R\x10mvccWindowMicros\"\xa2\x05\n" +
+	"\x12mvcc_window_micros\x18\x02 \x01(\x03R\x10mvccWindowMicros\"\xf2\x05\n" +
 	"\vStashStatus\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x12\n" +
 	"\x04pool\x18\x02 \x01(\tR\x04pool\x12\x14\n" +
@@ -3604,7 +4117,10 @@ const file_distash_proto_rawDesc = "" +
 	"\brestarts\x18\x13 \x01(\x03R\brestarts\x12/\n" +
 	"\x14health_since_unix_ms\x18\x14 \x01(\x03R\x11healthSinceUnixMs\x12\x12\n" +
 	"\x04node\x18\x15 \x01(\tR\x04node\x12\x18\n" +
-	"\aaddress\x18\x16 \x01(\tR\aaddress\"9\n" +
+	"\aaddress\x18\x16 \x01(\tR\aaddress\x12\x16\n" +
+	"\x06shards\x18\x17 \x01(\x05R\x06shards\x12\x1a\n" +
+	"\bfetching\x18\x18 \x01(\x05R\bfetching\x12\x1a\n" +
+	"\bexcluded\x18\x19 \x01(\bR\bexcluded\"9\n" +
 	"\rEngineCounter\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x03R\x05value\"\xbd\x01\n" +
@@ -3614,8 +4130,25 @@ const file_distash_proto_rawDesc = "" +
 	"\x11entries_in_memory\x18\x03 \x01(\x03R\x0fentriesInMemory\x12&\n" +
 	"\x0fbytes_in_memory\x18\x04 \x01(\x03R\rbytesInMemory\x12\x1d\n" +
 	"\n" +
-	"min_popped\x18\x05 \x01(\x03R\tminPopped\"\x0f\n" +
-	"\rStatusRequest\"\xc7\x05\n" +
+	"min_popped\x18\x05 \x01(\x03R\tminPopped\"{\n" +
+	"\x13ShardMetricsRequest\x12\x14\n" +
+	"\x05stash\x18\x01 \x01(\rR\x05stash\x12/\n" +
+	"\x06ranges\x18\x02 \x03(\v2\x17.distash.v1.KeyRangeMsgR\x06ranges\x12\x1d\n" +
+	"\n" +
+	"split_keys\x18\x03 \x01(\bR\tsplitKeys\"5\n" +
+	"\vKeyRangeMsg\x12\x14\n" +
+	"\x05begin\x18\x01 \x01(\fR\x05begin\x12\x10\n" +
+	"\x03end\x18\x02 \x01(\fR\x03end\"|\n" +
+	"\fRangeMetrics\x12\x14\n" +
+	"\x05bytes\x18\x01 \x01(\x03R\x05bytes\x12\x1b\n" +
+	"\tsplit_key\x18\x02 \x01(\fR\bsplitKey\x12\x14\n" +
+	"\x05state\x18\x03 \x01(\tR\x05state\x12#\n" +
+	"\rfetched_bytes\x18\x04 \x01(\x03R\ffetchedBytes\"\x9a\x01\n" +
+	"\x14ShardMetricsResponse\x120\n" +
+	"\x06ranges\x18\x01 \x03(\v2\x18.distash.v1.RangeMetricsR\x06ranges\x12'\n" +
+	"\x0fapplied_version\x18\x02 \x01(\x03R\x0eappliedVersion\x12'\n" +
+	"\x05error\x18\x03 \x01(\v2\x11.distash.v1.ErrorR\x05error\"\x0f\n" +
+	"\rStatusRequest\"\x89\x06\n" +
 	"\x0eStatusResponse\x12*\n" +
 	"\x05pools\x18\x01 \x03(\v2\x14.distash.v1.PoolInfoR\x05pools\x121\n" +
 	"\astashes\x18\x02 \x03(\v2\x17.distash.v1.StashStatusR\astashes\x12+\n" +
@@ -3640,7 +4173,33 @@ const file_distash_proto_rawDesc = "" +
 	"controller\x12!\n" +
 	"\flog_replicas\x18\x10 \x03(\tR\vlogReplicas\x120\n" +
 	"\x14last_recovery_micros\x18\x11 \x01(\x03R\x12lastRecoveryMicros\x121\n" +
-	"\x15last_recovery_unix_ms\x18\x12 \x01(\x03R\x12lastRecoveryUnixMs\"\xee\x03\n" +
+	"\x15last_recovery_unix_ms\x18\x12 \x01(\x03R\x12lastRecoveryUnixMs\x12@\n" +
+	"\fdistribution\x18\x13 \x03(\v2\x1c.distash.v1.PoolDistributionR\fdistribution\"\xa8\x03\n" +
+	"\x10PoolDistribution\x12\x12\n" +
+	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x16\n" +
+	"\x06shards\x18\x02 \x01(\x05R\x06shards\x12\x14\n" +
+	"\x05teams\x18\x03 \x01(\x05R\x05teams\x12 \n" +
+	"\vreplication\x18\x04 \x01(\x05R\vreplication\x12)\n" +
+	"\x10under_replicated\x18\x05 \x01(\x05R\x0funderReplicated\x12\x16\n" +
+	"\x06moving\x18\x06 \x01(\x05R\x06moving\x12*\n" +
+	"\x11moving_bytes_left\x18\a \x01(\x03R\x0fmovingBytesLeft\x12\x16\n" +
+	"\x06queued\x18\b \x01(\x05R\x06queued\x122\n" +
+	"\x05queue\x18\t \x03(\v2\x1c.distash.v1.RelocationStatusR\x05queue\x12\x18\n" +
+	"\awarning\x18\n" +
+	" \x01(\tR\awarning\x12\x14\n" +
+	"\x05bytes\x18\v \x01(\x03R\x05bytes\x12&\n" +
+	"\x0ffailure_wait_ms\x18\f \x01(\x03R\rfailureWaitMs\x12\x1d\n" +
+	"\n" +
+	"moves_done\x18\r \x01(\x03R\tmovesDone\"\xc5\x01\n" +
+	"\x10RelocationStatus\x12\x14\n" +
+	"\x05begin\x18\x01 \x01(\fR\x05begin\x12\x10\n" +
+	"\x03end\x18\x02 \x01(\fR\x03end\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x1a\n" +
+	"\bpriority\x18\x04 \x01(\x05R\bpriority\x12\x12\n" +
+	"\x04from\x18\x05 \x03(\rR\x04from\x12\x0e\n" +
+	"\x02to\x18\x06 \x03(\rR\x02to\x12\x1b\n" +
+	"\tin_flight\x18\a \x01(\bR\binFlight\x12\x14\n" +
+	"\x05bytes\x18\b \x01(\x03R\x05bytes\"\xee\x03\n" +
 	"\n" +
 	"NodeStatus\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
@@ -3792,7 +4351,7 @@ const file_distash_proto_rawDesc = "" +
 	"\x04hops\x18\x04 \x01(\rR\x04hops\"W\n" +
 	"\x14RecoveryDoneResponse\x12'\n" +
 	"\x05error\x18\x01 \x01(\v2\x11.distash.v1.ErrorR\x05error\x12\x16\n" +
-	"\x06leader\x18\x02 \x01(\tR\x06leader2\x9e\x05\n" +
+	"\x06leader\x18\x02 \x01(\tR\x06leader2\xf1\x05\n" +
 	"\aDiStash\x12W\n" +
 	"\x0eGetReadVersion\x12!.distash.v1.GetReadVersionRequest\x1a\".distash.v1.GetReadVersionResponse\x12?\n" +
 	"\x06Commit\x12\x19.distash.v1.CommitRequest\x1a\x1a.distash.v1.CommitResponse\x12U\n" +
@@ -3802,7 +4361,8 @@ const file_distash_proto_rawDesc = "" +
 	"\tLocations\x12\x1c.distash.v1.LocationsRequest\x1a\x1d.distash.v1.LocationsResponse\x12N\n" +
 	"\vClusterInfo\x12\x1e.distash.v1.ClusterInfoRequest\x1a\x1f.distash.v1.ClusterInfoResponse\x12?\n" +
 	"\x06Status\x12\x19.distash.v1.StatusRequest\x1a\x1a.distash.v1.StatusResponse\x12B\n" +
-	"\aColdest\x12\x1a.distash.v1.ColdestRequest\x1a\x1b.distash.v1.ColdestResponse2\xb9\x01\n" +
+	"\aColdest\x12\x1a.distash.v1.ColdestRequest\x1a\x1b.distash.v1.ColdestResponse\x12Q\n" +
+	"\fShardMetrics\x12\x1f.distash.v1.ShardMetricsRequest\x1a .distash.v1.ShardMetricsResponse2\xb9\x01\n" +
 	"\x03Log\x129\n" +
 	"\x04Peek\x12\x17.distash.v1.PeekRequest\x1a\x18.distash.v1.PeekResponse\x126\n" +
 	"\x03Pop\x12\x16.distash.v1.PopRequest\x1a\x17.distash.v1.PopResponse\x12?\n" +
@@ -3826,7 +4386,7 @@ func file_distash_proto_rawDescGZIP() []byte {
 	return file_distash_proto_rawDescData
 }
 
-var file_distash_proto_msgTypes = make([]protoimpl.MessageInfo, 49)
+var file_distash_proto_msgTypes = make([]protoimpl.MessageInfo, 55)
 var file_distash_proto_goTypes = []any{
 	(*Error)(nil),                  // 0: distash.v1.Error
 	(*Mutation)(nil),               // 1: distash.v1.Mutation
@@ -3850,33 +4410,39 @@ var file_distash_proto_goTypes = []any{
 	(*StashStatus)(nil),            // 19: distash.v1.StashStatus
 	(*EngineCounter)(nil),          // 20: distash.v1.EngineCounter
 	(*LogStatus)(nil),              // 21: distash.v1.LogStatus
-	(*StatusRequest)(nil),          // 22: distash.v1.StatusRequest
-	(*StatusResponse)(nil),         // 23: distash.v1.StatusResponse
-	(*NodeStatus)(nil),             // 24: distash.v1.NodeStatus
-	(*ColdestRequest)(nil),         // 25: distash.v1.ColdestRequest
-	(*ColdestResponse)(nil),        // 26: distash.v1.ColdestResponse
-	(*CommitStreamRequest)(nil),    // 27: distash.v1.CommitStreamRequest
-	(*CommitStreamResponse)(nil),   // 28: distash.v1.CommitStreamResponse
-	(*PeekRequest)(nil),            // 29: distash.v1.PeekRequest
-	(*LogMessage)(nil),             // 30: distash.v1.LogMessage
-	(*PeekResponse)(nil),           // 31: distash.v1.PeekResponse
-	(*PopRequest)(nil),             // 32: distash.v1.PopRequest
-	(*PopResponse)(nil),            // 33: distash.v1.PopResponse
-	(*ReportRequest)(nil),          // 34: distash.v1.ReportRequest
-	(*ReportResponse)(nil),         // 35: distash.v1.ReportResponse
-	(*RegisterRequest)(nil),        // 36: distash.v1.RegisterRequest
-	(*RegisterResponse)(nil),       // 37: distash.v1.RegisterResponse
-	(*HeartbeatRequest)(nil),       // 38: distash.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),      // 39: distash.v1.HeartbeatResponse
-	(*ViewRequest)(nil),            // 40: distash.v1.ViewRequest
-	(*ClusterNode)(nil),            // 41: distash.v1.ClusterNode
-	(*PoolSlots)(nil),              // 42: distash.v1.PoolSlots
-	(*ViewResponse)(nil),           // 43: distash.v1.ViewResponse
-	(*StashLocation)(nil),          // 44: distash.v1.StashLocation
-	(*ClaimRequest)(nil),           // 45: distash.v1.ClaimRequest
-	(*ClaimResponse)(nil),          // 46: distash.v1.ClaimResponse
-	(*RecoveryDoneRequest)(nil),    // 47: distash.v1.RecoveryDoneRequest
-	(*RecoveryDoneResponse)(nil),   // 48: distash.v1.RecoveryDoneResponse
+	(*ShardMetricsRequest)(nil),    // 22: distash.v1.ShardMetricsRequest
+	(*KeyRangeMsg)(nil),            // 23: distash.v1.KeyRangeMsg
+	(*RangeMetrics)(nil),           // 24: distash.v1.RangeMetrics
+	(*ShardMetricsResponse)(nil),   // 25: distash.v1.ShardMetricsResponse
+	(*StatusRequest)(nil),          // 26: distash.v1.StatusRequest
+	(*StatusResponse)(nil),         // 27: distash.v1.StatusResponse
+	(*PoolDistribution)(nil),       // 28: distash.v1.PoolDistribution
+	(*RelocationStatus)(nil),       // 29: distash.v1.RelocationStatus
+	(*NodeStatus)(nil),             // 30: distash.v1.NodeStatus
+	(*ColdestRequest)(nil),         // 31: distash.v1.ColdestRequest
+	(*ColdestResponse)(nil),        // 32: distash.v1.ColdestResponse
+	(*CommitStreamRequest)(nil),    // 33: distash.v1.CommitStreamRequest
+	(*CommitStreamResponse)(nil),   // 34: distash.v1.CommitStreamResponse
+	(*PeekRequest)(nil),            // 35: distash.v1.PeekRequest
+	(*LogMessage)(nil),             // 36: distash.v1.LogMessage
+	(*PeekResponse)(nil),           // 37: distash.v1.PeekResponse
+	(*PopRequest)(nil),             // 38: distash.v1.PopRequest
+	(*PopResponse)(nil),            // 39: distash.v1.PopResponse
+	(*ReportRequest)(nil),          // 40: distash.v1.ReportRequest
+	(*ReportResponse)(nil),         // 41: distash.v1.ReportResponse
+	(*RegisterRequest)(nil),        // 42: distash.v1.RegisterRequest
+	(*RegisterResponse)(nil),       // 43: distash.v1.RegisterResponse
+	(*HeartbeatRequest)(nil),       // 44: distash.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),      // 45: distash.v1.HeartbeatResponse
+	(*ViewRequest)(nil),            // 46: distash.v1.ViewRequest
+	(*ClusterNode)(nil),            // 47: distash.v1.ClusterNode
+	(*PoolSlots)(nil),              // 48: distash.v1.PoolSlots
+	(*ViewResponse)(nil),           // 49: distash.v1.ViewResponse
+	(*StashLocation)(nil),          // 50: distash.v1.StashLocation
+	(*ClaimRequest)(nil),           // 51: distash.v1.ClaimRequest
+	(*ClaimResponse)(nil),          // 52: distash.v1.ClaimResponse
+	(*RecoveryDoneRequest)(nil),    // 53: distash.v1.RecoveryDoneRequest
+	(*RecoveryDoneResponse)(nil),   // 54: distash.v1.RecoveryDoneResponse
 }
 var file_distash_proto_depIdxs = []int32{
 	0,  // 0: distash.v1.GetReadVersionResponse.error:type_name -> distash.v1.Error
@@ -3892,66 +4458,73 @@ var file_distash_proto_depIdxs = []int32{
 	0,  // 10: distash.v1.LocationsResponse.error:type_name -> distash.v1.Error
 	16, // 11: distash.v1.ClusterInfoResponse.pools:type_name -> distash.v1.PoolInfo
 	20, // 12: distash.v1.StashStatus.engine_counters:type_name -> distash.v1.EngineCounter
-	16, // 13: distash.v1.StatusResponse.pools:type_name -> distash.v1.PoolInfo
-	19, // 14: distash.v1.StatusResponse.stashes:type_name -> distash.v1.StashStatus
-	21, // 15: distash.v1.StatusResponse.log:type_name -> distash.v1.LogStatus
-	24, // 16: distash.v1.StatusResponse.node:type_name -> distash.v1.NodeStatus
-	24, // 17: distash.v1.StatusResponse.nodes:type_name -> distash.v1.NodeStatus
-	0,  // 18: distash.v1.ColdestResponse.error:type_name -> distash.v1.Error
-	7,  // 19: distash.v1.CommitStreamRequest.request:type_name -> distash.v1.CommitRequest
-	8,  // 20: distash.v1.CommitStreamResponse.response:type_name -> distash.v1.CommitResponse
-	1,  // 21: distash.v1.LogMessage.mutations:type_name -> distash.v1.Mutation
-	30, // 22: distash.v1.PeekResponse.messages:type_name -> distash.v1.LogMessage
-	0,  // 23: distash.v1.PeekResponse.error:type_name -> distash.v1.Error
-	0,  // 24: distash.v1.PopResponse.error:type_name -> distash.v1.Error
-	0,  // 25: distash.v1.ReportResponse.error:type_name -> distash.v1.Error
-	0,  // 26: distash.v1.RegisterResponse.error:type_name -> distash.v1.Error
-	0,  // 27: distash.v1.HeartbeatResponse.error:type_name -> distash.v1.Error
-	41, // 28: distash.v1.ViewResponse.nodes:type_name -> distash.v1.ClusterNode
-	42, // 29: distash.v1.ViewResponse.slots:type_name -> distash.v1.PoolSlots
-	0,  // 30: distash.v1.ViewResponse.error:type_name -> distash.v1.Error
-	44, // 31: distash.v1.ViewResponse.stashes:type_name -> distash.v1.StashLocation
-	0,  // 32: distash.v1.ClaimResponse.error:type_name -> distash.v1.Error
-	0,  // 33: distash.v1.RecoveryDoneResponse.error:type_name -> distash.v1.Error
-	5,  // 34: distash.v1.DiStash.GetReadVersion:input_type -> distash.v1.GetReadVersionRequest
-	7,  // 35: distash.v1.DiStash.Commit:input_type -> distash.v1.CommitRequest
-	27, // 36: distash.v1.DiStash.CommitStream:input_type -> distash.v1.CommitStreamRequest
-	9,  // 37: distash.v1.DiStash.Read:input_type -> distash.v1.ReadRequest
-	11, // 38: distash.v1.DiStash.ReadRange:input_type -> distash.v1.ReadRangeRequest
-	13, // 39: distash.v1.DiStash.Locations:input_type -> distash.v1.LocationsRequest
-	17, // 40: distash.v1.DiStash.ClusterInfo:input_type -> distash.v1.ClusterInfoRequest
-	22, // 41: distash.v1.DiStash.Status:input_type -> distash.v1.StatusRequest
-	25, // 42: distash.v1.DiStash.Coldest:input_type -> distash.v1.ColdestRequest
-	29, // 43: distash.v1.Log.Peek:input_type -> distash.v1.PeekRequest
-	32, // 44: distash.v1.Log.Pop:input_type -> distash.v1.PopRequest
-	34, // 45: distash.v1.Log.Report:input_type -> distash.v1.ReportRequest
-	36, // 46: distash.v1.Coordinator.Register:input_type -> distash.v1.RegisterRequest
-	38, // 47: distash.v1.Coordinator.Heartbeat:input_type -> distash.v1.HeartbeatRequest
-	40, // 48: distash.v1.Coordinator.View:input_type -> distash.v1.ViewRequest
-	45, // 49: distash.v1.Coordinator.Claim:input_type -> distash.v1.ClaimRequest
-	47, // 50: distash.v1.Coordinator.RecoveryDone:input_type -> distash.v1.RecoveryDoneRequest
-	6,  // 51: distash.v1.DiStash.GetReadVersion:output_type -> distash.v1.GetReadVersionResponse
-	8,  // 52: distash.v1.DiStash.Commit:output_type -> distash.v1.CommitResponse
-	28, // 53: distash.v1.DiStash.CommitStream:output_type -> distash.v1.CommitStreamResponse
-	10, // 54: distash.v1.DiStash.Read:output_type -> distash.v1.ReadResponse
-	12, // 55: distash.v1.DiStash.ReadRange:output_type -> distash.v1.ReadRangeResponse
-	15, // 56: distash.v1.DiStash.Locations:output_type -> distash.v1.LocationsResponse
-	18, // 57: distash.v1.DiStash.ClusterInfo:output_type -> distash.v1.ClusterInfoResponse
-	23, // 58: distash.v1.DiStash.Status:output_type -> distash.v1.StatusResponse
-	26, // 59: distash.v1.DiStash.Coldest:output_type -> distash.v1.ColdestResponse
-	31, // 60: distash.v1.Log.Peek:output_type -> distash.v1.PeekResponse
-	33, // 61: distash.v1.Log.Pop:output_type -> distash.v1.PopResponse
-	35, // 62: distash.v1.Log.Report:output_type -> distash.v1.ReportResponse
-	37, // 63: distash.v1.Coordinator.Register:output_type -> distash.v1.RegisterResponse
-	39, // 64: distash.v1.Coordinator.Heartbeat:output_type -> distash.v1.HeartbeatResponse
-	43, // 65: distash.v1.Coordinator.View:output_type -> distash.v1.ViewResponse
-	46, // 66: distash.v1.Coordinator.Claim:output_type -> distash.v1.ClaimResponse
-	48, // 67: distash.v1.Coordinator.RecoveryDone:output_type -> distash.v1.RecoveryDoneResponse
-	51, // [51:68] is the sub-list for method output_type
-	34, // [34:51] is the sub-list for method input_type
-	34, // [34:34] is the sub-list for extension type_name
-	34, // [34:34] is the sub-list for extension extendee
-	0,  // [0:34] is the sub-list for field type_name
+	23, // 13: distash.v1.ShardMetricsRequest.ranges:type_name -> distash.v1.KeyRangeMsg
+	24, // 14: distash.v1.ShardMetricsResponse.ranges:type_name -> distash.v1.RangeMetrics
+	0,  // 15: distash.v1.ShardMetricsResponse.error:type_name -> distash.v1.Error
+	16, // 16: distash.v1.StatusResponse.pools:type_name -> distash.v1.PoolInfo
+	19, // 17: distash.v1.StatusResponse.stashes:type_name -> distash.v1.StashStatus
+	21, // 18: distash.v1.StatusResponse.log:type_name -> distash.v1.LogStatus
+	30, // 19: distash.v1.StatusResponse.node:type_name -> distash.v1.NodeStatus
+	30, // 20: distash.v1.StatusResponse.nodes:type_name -> distash.v1.NodeStatus
+	28, // 21: distash.v1.StatusResponse.distribution:type_name -> distash.v1.PoolDistribution
+	29, // 22: distash.v1.PoolDistribution.queue:type_name -> distash.v1.RelocationStatus
+	0,  // 23: distash.v1.ColdestResponse.error:type_name -> distash.v1.Error
+	7,  // 24: distash.v1.CommitStreamRequest.request:type_name -> distash.v1.CommitRequest
+	8,  // 25: distash.v1.CommitStreamResponse.response:type_name -> distash.v1.CommitResponse
+	1,  // 26: distash.v1.LogMessage.mutations:type_name -> distash.v1.Mutation
+	36, // 27: distash.v1.PeekResponse.messages:type_name -> distash.v1.LogMessage
+	0,  // 28: distash.v1.PeekResponse.error:type_name -> distash.v1.Error
+	0,  // 29: distash.v1.PopResponse.error:type_name -> distash.v1.Error
+	0,  // 30: distash.v1.ReportResponse.error:type_name -> distash.v1.Error
+	0,  // 31: distash.v1.RegisterResponse.error:type_name -> distash.v1.Error
+	0,  // 32: distash.v1.HeartbeatResponse.error:type_name -> distash.v1.Error
+	47, // 33: distash.v1.ViewResponse.nodes:type_name -> distash.v1.ClusterNode
+	48, // 34: distash.v1.ViewResponse.slots:type_name -> distash.v1.PoolSlots
+	0,  // 35: distash.v1.ViewResponse.error:type_name -> distash.v1.Error
+	50, // 36: distash.v1.ViewResponse.stashes:type_name -> distash.v1.StashLocation
+	0,  // 37: distash.v1.ClaimResponse.error:type_name -> distash.v1.Error
+	0,  // 38: distash.v1.RecoveryDoneResponse.error:type_name -> distash.v1.Error
+	5,  // 39: distash.v1.DiStash.GetReadVersion:input_type -> distash.v1.GetReadVersionRequest
+	7,  // 40: distash.v1.DiStash.Commit:input_type -> distash.v1.CommitRequest
+	33, // 41: distash.v1.DiStash.CommitStream:input_type -> distash.v1.CommitStreamRequest
+	9,  // 42: distash.v1.DiStash.Read:input_type -> distash.v1.ReadRequest
+	11, // 43: distash.v1.DiStash.ReadRange:input_type -> distash.v1.ReadRangeRequest
+	13, // 44: distash.v1.DiStash.Locations:input_type -> distash.v1.LocationsRequest
+	17, // 45: distash.v1.DiStash.ClusterInfo:input_type -> distash.v1.ClusterInfoRequest
+	26, // 46: distash.v1.DiStash.Status:input_type -> distash.v1.StatusRequest
+	31, // 47: distash.v1.DiStash.Coldest:input_type -> distash.v1.ColdestRequest
+	22, // 48: distash.v1.DiStash.ShardMetrics:input_type -> distash.v1.ShardMetricsRequest
+	35, // 49: distash.v1.Log.Peek:input_type -> distash.v1.PeekRequest
+	38, // 50: distash.v1.Log.Pop:input_type -> distash.v1.PopRequest
+	40, // 51: distash.v1.Log.Report:input_type -> distash.v1.ReportRequest
+	42, // 52: distash.v1.Coordinator.Register:input_type -> distash.v1.RegisterRequest
+	44, // 53: distash.v1.Coordinator.Heartbeat:input_type -> distash.v1.HeartbeatRequest
+	46, // 54: distash.v1.Coordinator.View:input_type -> distash.v1.ViewRequest
+	51, // 55: distash.v1.Coordinator.Claim:input_type -> distash.v1.ClaimRequest
+	53, // 56: distash.v1.Coordinator.RecoveryDone:input_type -> distash.v1.RecoveryDoneRequest
+	6,  // 57: distash.v1.DiStash.GetReadVersion:output_type -> distash.v1.GetReadVersionResponse
+	8,  // 58: distash.v1.DiStash.Commit:output_type -> distash.v1.CommitResponse
+	34, // 59: distash.v1.DiStash.CommitStream:output_type -> distash.v1.CommitStreamResponse
+	10, // 60: distash.v1.DiStash.Read:output_type -> distash.v1.ReadResponse
+	12, // 61: distash.v1.DiStash.ReadRange:output_type -> distash.v1.ReadRangeResponse
+	15, // 62: distash.v1.DiStash.Locations:output_type -> distash.v1.LocationsResponse
+	18, // 63: distash.v1.DiStash.ClusterInfo:output_type -> distash.v1.ClusterInfoResponse
+	27, // 64: distash.v1.DiStash.Status:output_type -> distash.v1.StatusResponse
+	32, // 65: distash.v1.DiStash.Coldest:output_type -> distash.v1.ColdestResponse
+	25, // 66: distash.v1.DiStash.ShardMetrics:output_type -> distash.v1.ShardMetricsResponse
+	37, // 67: distash.v1.Log.Peek:output_type -> distash.v1.PeekResponse
+	39, // 68: distash.v1.Log.Pop:output_type -> distash.v1.PopResponse
+	41, // 69: distash.v1.Log.Report:output_type -> distash.v1.ReportResponse
+	43, // 70: distash.v1.Coordinator.Register:output_type -> distash.v1.RegisterResponse
+	45, // 71: distash.v1.Coordinator.Heartbeat:output_type -> distash.v1.HeartbeatResponse
+	49, // 72: distash.v1.Coordinator.View:output_type -> distash.v1.ViewResponse
+	52, // 73: distash.v1.Coordinator.Claim:output_type -> distash.v1.ClaimResponse
+	54, // 74: distash.v1.Coordinator.RecoveryDone:output_type -> distash.v1.RecoveryDoneResponse
+	57, // [57:75] is the sub-list for method output_type
+	39, // [39:57] is the sub-list for method input_type
+	39, // [39:39] is the sub-list for extension type_name
+	39, // [39:39] is the sub-list for extension extendee
+	0,  // [0:39] is the sub-list for field type_name
 }
 
 func init() { file_distash_proto_init() }
@@ -3965,7 +4538,7 @@ func file_distash_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_distash_proto_rawDesc), len(file_distash_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   49,
+			NumMessages:   55,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

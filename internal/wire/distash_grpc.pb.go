@@ -32,6 +32,7 @@ const (
 	DiStash_ClusterInfo_FullMethodName    = "/distash.v1.DiStash/ClusterInfo"
 	DiStash_Status_FullMethodName         = "/distash.v1.DiStash/Status"
 	DiStash_Coldest_FullMethodName        = "/distash.v1.DiStash/Coldest"
+	DiStash_ShardMetrics_FullMethodName   = "/distash.v1.DiStash/ShardMetrics"
 )
 
 // DiStashClient is the client API for DiStash service.
@@ -47,6 +48,9 @@ type DiStashClient interface {
 	ClusterInfo(ctx context.Context, in *ClusterInfoRequest, opts ...grpc.CallOption) (*ClusterInfoResponse, error)
 	Status(ctx context.Context, in *StatusRequest, opts ...grpc.CallOption) (*StatusResponse, error)
 	Coldest(ctx context.Context, in *ColdestRequest, opts ...grpc.CallOption) (*ColdestResponse, error)
+	// ShardMetrics: the data distributor asks a stash the size of ranges it
+	// holds and where to split them, and how its fetches stand.
+	ShardMetrics(ctx context.Context, in *ShardMetricsRequest, opts ...grpc.CallOption) (*ShardMetricsResponse, error)
 }
 
 type diStashClient struct {
@@ -150,6 +154,16 @@ func (c *diStashClient) Coldest(ctx context.Context, in *ColdestRequest, opts ..
 	return out, nil
 }
 
+func (c *diStashClient) ShardMetrics(ctx context.Context, in *ShardMetricsRequest, opts ...grpc.CallOption) (*ShardMetricsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ShardMetricsResponse)
+	err := c.cc.Invoke(ctx, DiStash_ShardMetrics_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // DiStashServer is the server API for DiStash service.
 // All implementations must embed UnimplementedDiStashServer
 // for forward compatibility.
@@ -163,6 +177,9 @@ type DiStashServer interface {
 	ClusterInfo(context.Context, *ClusterInfoRequest) (*ClusterInfoResponse, error)
 	Status(context.Context, *StatusRequest) (*StatusResponse, error)
 	Coldest(context.Context, *ColdestRequest) (*ColdestResponse, error)
+	// ShardMetrics: the data distributor asks a stash the size of ranges it
+	// holds and where to split them, and how its fetches stand.
+	ShardMetrics(context.Context, *ShardMetricsRequest) (*ShardMetricsResponse, error)
 	mustEmbedUnimplementedDiStashServer()
 }
 
@@ -199,6 +216,9 @@ func (UnimplementedDiStashServer) Status(context.Context, *StatusRequest) (*Stat
 }
 func (UnimplementedDiStashServer) Coldest(context.Context, *ColdestRequest) (*ColdestResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Coldest not implemented")
+}
+func (UnimplementedDiStashServer) ShardMetrics(context.Context, *ShardMetricsRequest) (*ShardMetricsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ShardMetrics not implemented")
 }
 func (UnimplementedDiStashServer) mustEmbedUnimplementedDiStashServer() {}
 func (UnimplementedDiStashServer) testEmbeddedByValue()                 {}
@@ -372,6 +392,24 @@ func _DiStash_Coldest_Handler(srv interface{}, ctx context.Context, dec func(int
 	return interceptor(ctx, in, info, handler)
 }
 
+func _DiStash_ShardMetrics_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ShardMetricsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(DiStashServer).ShardMetrics(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: DiStash_ShardMetrics_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(DiStashServer).ShardMetrics(ctx, req.(*ShardMetricsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // DiStash_ServiceDesc is the grpc.ServiceDesc for DiStash service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -410,6 +448,10 @@ var DiStash_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Coldest",
 			Handler:    _DiStash_Coldest_Handler,
+		},
+		{
+			MethodName: "ShardMetrics",
+			Handler:    _DiStash_ShardMetrics_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
