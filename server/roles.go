@@ -10,6 +10,7 @@ import (
 	"github.com/distash/distash/internal/clock"
 	"github.com/distash/distash/internal/engine"
 	"github.com/distash/distash/internal/engine/engines"
+	"github.com/distash/distash/internal/dd"
 	"github.com/distash/distash/internal/kv"
 	"github.com/distash/distash/internal/logrpc"
 	"github.com/distash/distash/internal/proxy"
@@ -32,6 +33,7 @@ type txRoles struct {
 	commit     *proxy.CommitProxy
 	grv        *proxy.GRVProxy
 	rk         *ratekeeper.Ratekeeper
+	dd         *dd.Distributor // the data distributor
 
 	recovered    kv.Version    // the log's end when they started: versions restart above it
 	startedAt    time.Time     // when this node began the recovery that started them
@@ -186,6 +188,12 @@ func (s *Server) startRoles(ctx context.Context, gen uint64, recovered kv.Versio
 		}
 	}
 	r.recoveryTime = time.Since(began)
+	r.dd, _ = s.newDistributor(r)
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		r.dd.Run(runCtx)
+	}()
 	s.tx.Store(r)
 	return nil
 }
@@ -249,15 +257,47 @@ func (s *Server) report(r logrpc.StashReport) {
 }
 
 // rateSample is what the ratekeeper of roles r watches: the stashes of
-// this process and the reports of the others.
+// this process and the reports of the others, with the capacity of those
+// of durable pools that have one.
+//
+// A report names no pool (the Report RPC carries none), so its pool is the
+// one poolTags gives its tag. No stash says yet whether it is fetching a
+// shard (neither Stash nor the Report RPC has it): Fetching stays false.
 func (s *Server) rateSample(r *txRoles) ratekeeper.Sample {
 	smp := ratekeeper.Sample{Committed: r.seq.CommittedVersion(), Commits: r.commit.Counters().Commits}
-	for _, sl := range s.slots() {
-		applied, wb, wl := sl.get().Pressure()
-		smp.Stashes = append(smp.Stashes, ratekeeper.StashSample{Applied: applied, WindowBytes: wb, WindowLimitBytes: wl})
+	durable := make(map[string]int64, len(s.cfg.Pools)) // durable pool -> capacity per stash (0: unlimited)
+	for _, p := range s.cfg.Pools {
+		if !p.Ephemeral() {
+			durable[p.Name] = int64(p.Capacity)
+		}
 	}
+	for _, sl := range s.slots() {
+		st := sl.get()
+		applied, wb, wl := st.Pressure()
+		ss := ratekeeper.StashSample{Tag: sl.tag, Pool: st.Pool(), Applied: applied, WindowBytes: wb, WindowLimitBytes: wl}
+		if capacity, ok := durable[ss.Pool]; ok {
+			// Durable stashes track their live bytes: Usage is cheap.
+			ss.UsedBytes, _ = st.Usage()
+			ss.CapacityBytes = capacity
+		}
+		smp.Stashes = append(smp.Stashes, ss)
+	}
+	var poolOf map[kv.Tag]string
 	for _, rep := range s.reports.fresh() {
-		smp.Stashes = append(smp.Stashes, ratekeeper.StashSample{Applied: rep.Applied, WindowBytes: rep.WindowBytes, WindowLimitBytes: rep.WindowLimitBytes})
+		if poolOf == nil {
+			poolOf = map[kv.Tag]string{}
+			for pool, tags := range s.poolTags {
+				for _, t := range tags {
+					poolOf[t] = pool
+				}
+			}
+		}
+		ss := ratekeeper.StashSample{Tag: rep.Tag, Pool: poolOf[rep.Tag], Applied: rep.Applied, UsedBytes: rep.UsedBytes,
+			WindowBytes: rep.WindowBytes, WindowLimitBytes: rep.WindowLimitBytes}
+		if capacity, ok := durable[ss.Pool]; ok {
+			ss.CapacityBytes = capacity
+		}
+		smp.Stashes = append(smp.Stashes, ss)
 	}
 	return smp
 }

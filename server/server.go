@@ -88,6 +88,8 @@ type Server struct {
 	stashes  map[kv.Tag]*stashSlot // Protected by stashMu.
 	order    []kv.Tag              // Protected by stashMu: stash tags in pool order, system first.
 	poolTags map[string][]kv.Tag
+	// views caches the controller's view (cluster mode, distribution.go).
+	views viewCache
 	usage    *proxy.UsageBoard // stashes report their live bytes here; the commit proxy reads it
 	reports  *reportBoard      // remote stashes' progress (multi-process cluster), for the ratekeeper
 	node     *node             // the multi-process cluster's node; nil for an embedded cluster
@@ -307,7 +309,14 @@ func (s *Server) openStash(sp stashSpec, windowVersions, recovered kv.Version) (
 		TrackRecency:   sp.pool.Recency,
 		WindowVersions: windowVersions, WindowBytes: windowBudget(sp.pool), FlushInterval: s.opts.FlushInterval, Logger: s.logger,
 		ReportUsage: s.usage.Report,
+		Dir:         dir, Fetcher: fetcher{s}, SampleUnit: sampleUnit(s.cfg),
 	}), nil
+}
+
+// sampleUnit is the stashes' byte sample unit: fine enough that a shard
+// at the split size holds a few hundred samples.
+func sampleUnit(cfg *config.Config) int64 {
+	return max(int64(cfg.Cluster.ShardBytes)/500, 1)
 }
 
 // addStash runs st in a new slot under supervision (see supervise).

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"github.com/distash/distash/config"
 	"math"
 	"runtime/debug"
 	"sort"
@@ -12,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/distash/distash/internal/budget"
+	"github.com/distash/distash/internal/dd"
 	"github.com/distash/distash/internal/kv"
 	"github.com/distash/distash/internal/wire"
 )
@@ -139,6 +141,16 @@ func (v *service) Status(ctx context.Context, _ *wire.StatusRequest) (*wire.Stat
 			resp.RateLimit, resp.RateLimitReason = rate, reason
 		}
 	}
+	shares := map[kv.Tag]dd.StashSummary{}
+	if r := v.s.tx.Load(); r != nil && r.dd != nil {
+		pools, loads := r.dd.Status()
+		shares = loads
+		resp.Distribution = distributionStatus(v.s.cfg, pools)
+		for tag, l := range loads {
+			resp.StashShares = append(resp.StashShares, &wire.StashShare{Id: uint32(tag), Shards: int32(l.Shards), Fetching: int32(l.Fetching), Bytes: l.Bytes})
+		}
+		sort.Slice(resp.StashShares, func(i, j int) bool { return resp.StashShares[i].Id < resp.StashShares[j].Id })
+	}
 	if l := v.s.logReplica(); l != nil {
 		ls := l.Stats()
 		resp.Log = &wire.LogStatus{
@@ -157,6 +169,9 @@ func (v *service) Status(ctx context.Context, _ *wire.StatusRequest) (*wire.Stat
 			Evictions: st.Evictions, Version: int64(st.Applied), DurableVersion: int64(st.Durable),
 			CapacityBytes: st.CapacityBytes, Reads: st.Reads, FilterNegatives: st.FilterNegatives,
 		}
+		if sh, ok := shares[st.Tag]; ok {
+			ws.Shards, ws.Fetching = int32(sh.Shards), int32(sh.Fetching)
+		}
 		h := sl.healthNow()
 		ws.Health, ws.LastError, ws.Restarts, ws.HealthSinceUnixMs = h.Health, h.LastErr, h.Restarts, h.Since.UnixMilli()
 		if v.s.node != nil {
@@ -169,6 +184,53 @@ func (v *service) Status(ctx context.Context, _ *wire.StatusRequest) (*wire.Stat
 	}
 	sort.SliceStable(resp.Stashes, func(i, j int) bool { return resp.Stashes[i].Id < resp.Stashes[j].Id })
 	return resp, nil
+}
+
+func (v *service) ShardMetrics(ctx context.Context, req *wire.ShardMetricsRequest) (*wire.ShardMetricsResponse, error) {
+	sl, ok := v.s.slot(kv.Tag(req.Stash))
+	if !ok {
+		return &wire.ShardMetricsResponse{Error: wire.ErrorOf(kv.Errorf(kv.CodeWrongShardServer, "no stash %d here", req.Stash))}, nil
+	}
+	ranges := make([]kv.KeyRange, len(req.Ranges))
+	for i, r := range req.Ranges {
+		if err := checkRange("range", r.Begin, r.End); err != nil {
+			return &wire.ShardMetricsResponse{Error: wire.ErrorOf(err)}, nil
+		}
+		ranges[i] = kv.KeyRange{Begin: r.Begin, End: r.End}
+	}
+	st := sl.get()
+	resp := &wire.ShardMetricsResponse{AppliedVersion: int64(st.AppliedVersion())}
+	for _, m := range st.Metrics(ranges, req.SplitKeys) {
+		resp.Ranges = append(resp.Ranges, &wire.RangeMetrics{Bytes: m.Bytes, SplitKey: m.SplitKey, State: m.State, FetchedBytes: m.FetchedBytes})
+	}
+	return resp, nil
+}
+
+// distributionStatus turns the data distributor's pools into status, in
+// the configuration's pool order.
+func distributionStatus(cfg *config.Config, pools map[string]dd.PoolStatus) []*wire.PoolDistribution {
+	var out []*wire.PoolDistribution
+	for _, p := range cfg.Pools {
+		ps, ok := pools[p.Name]
+		if !ok {
+			continue
+		}
+		wd := &wire.PoolDistribution{Pool: ps.Pool, Shards: int32(ps.Shards), Teams: int32(ps.Teams), Replication: int32(ps.Replication),
+			UnderReplicated: int32(ps.UnderReplicated), Moving: int32(ps.Moving), MovingBytesLeft: ps.MovingBytesLeft,
+			Queued: int32(ps.Queued), Warning: ps.Warning, Bytes: ps.Bytes, MovesDone: ps.MovesDone}
+		for i, r := range ps.Queue {
+			rs := &wire.RelocationStatus{Begin: r.Begin, End: r.End, Reason: r.Reason, Priority: int32(r.Priority), InFlight: i < ps.InFlight, Bytes: r.Bytes}
+			for _, t := range r.From {
+				rs.From = append(rs.From, uint32(t))
+			}
+			for _, t := range r.To {
+				rs.To = append(rs.To, uint32(t))
+			}
+			wd.Queue = append(wd.Queue, rs)
+		}
+		out = append(out, wd)
+	}
+	return out
 }
 
 func (v *service) Coldest(ctx context.Context, req *wire.ColdestRequest) (*wire.ColdestResponse, error) {

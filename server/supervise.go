@@ -128,7 +128,13 @@ func (s *Server) supervise(ctx context.Context, sl *stashSlot) {
 			next = st
 		}
 		sl.mu.Lock()
-		next.SetOwned(sl.owned)
+		owned := sl.owned
+		if r := s.tx.Load(); r != nil {
+			// A stash that restarts empty serves what its tag holds now
+			// (shards move); one with data keeps its own ownership.
+			owned = r.commit.Shards().RangesOf(sl.tag)
+		}
+		next.SetOwned(owned)
 		sl.restarts++
 		sl.mu.Unlock()
 		sl.cur.Store(next)

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"container/heap"
 	"slices"
+
+	"github.com/distash/distash/internal/kv"
 )
 
 // Priority orders relocations: higher first.
@@ -33,6 +35,11 @@ type Relocation struct {
 	Pool       string
 	Priority   Priority
 	Reason     string
+	// From is the shard's team now, To its team after the move.
+	From, To []kv.Tag
+	Bytes    int64 // estimated bytes of the shard
+	// Split: the key a split cuts the shard at (To is nil).
+	Split []byte
 
 	seq uint64 // arrival order, for FIFO among equal priorities
 }

@@ -15,6 +15,7 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -551,11 +552,7 @@ func (p *CommitProxy) commitBatch(batch []*commitReq) *inflight {
 		inf.results[i] = commitResult{version: version}
 		entry.Mutations = append(entry.Mutations, tagged...)
 		if batch[i].system {
-			for _, m := range batch[i].txn.Mutations {
-				if _, err := p.shards.Apply(m); err != nil {
-					p.opts.Logger.Error("bad shard map mutation", "err", err)
-				}
-			}
+			entry.Mutations = append(entry.Mutations, p.applyShardChanges(batch[i].txn.Mutations)...)
 		}
 	}
 	for tag, n := range inf.pending {
@@ -565,6 +562,48 @@ func (p *CommitProxy) commitBatch(batch []*commitReq) *inflight {
 	return inf
 }
 
+// applyShardChanges applies a system transaction's shard map mutations to
+// the proxy's map and returns the private assignment mutations that tell
+// the stashes concerned: each new shard entry goes to every stash that
+// held any part of its range before (they may have to drop it) and to its
+// new team and destinations (they may have to fetch it). Mutations later
+// in the batch are tagged with the new map. Called with mu held.
+func (p *CommitProxy) applyShardChanges(muts []kv.Mutation) []txlog.TaggedMutation {
+	var out []txlog.TaggedMutation
+	for _, m := range muts {
+		var announce *shardmap.Shard
+		var before []kv.Tag
+		if m.Type == kv.MutSet && shardmap.IsShardKey(m.Key) {
+			s, err := shardmap.Decode(m.Key, m.Param)
+			if err != nil {
+				p.opts.Logger.Error("bad shard map mutation", "err", err)
+				continue
+			}
+			if s.Pool != "system" {
+				announce = &s
+				for _, old := range p.shards.Intersect(s.Begin, s.End) {
+					before = append(before, old.Tags()...)
+				}
+			}
+		}
+		if _, err := p.shards.Apply(m); err != nil {
+			p.opts.Logger.Error("bad shard map mutation", "err", err)
+			continue
+		}
+		if announce == nil {
+			continue
+		}
+		tags := announce.Tags()
+		for _, t := range before {
+			if !slices.Contains(tags, t) {
+				tags = append(tags, t)
+			}
+		}
+		out = append(out, txlog.TaggedMutation{Mutation: shardmap.AssignMutation(*announce), Tags: tags})
+	}
+	return out
+}
+
 // checkTaggable returns an error naming the first mutation of txn that no
 // shard owns. Called with mu held.
 func (p *CommitProxy) checkTaggable(txn Txn) error {
@@ -572,7 +611,7 @@ func (p *CommitProxy) checkTaggable(txn Txn) error {
 		if m.Type == kv.MutClearRange {
 			continue // the pieces of a clear range that no shard owns hold no keys
 		}
-		if s, ok := p.shards.Lookup(m.Key); !ok || len(s.Team) == 0 {
+		if s, ok := p.shards.Lookup(m.Key); !ok || len(s.Tags()) == 0 {
 			return kv.Errorf(kv.CodeKeyOutsidePools, "key %.60q is in no shard of the cluster's shard map", m.Key)
 		}
 	}
@@ -590,15 +629,15 @@ func (p *CommitProxy) tagAll(muts []kv.Mutation) ([]txlog.TaggedMutation, error)
 			for _, s := range p.shards.Intersect(m.Key, m.Param) {
 				piece := m
 				piece.Key, piece.Param = s.Begin, s.End
-				out = append(out, txlog.TaggedMutation{Mutation: piece, Tags: s.Team})
+				out = append(out, txlog.TaggedMutation{Mutation: piece, Tags: s.Tags()})
 			}
 			continue
 		}
 		s, ok := p.shards.Lookup(m.Key)
-		if !ok || len(s.Team) == 0 {
+		if !ok || len(s.Tags()) == 0 {
 			return nil, kv.Errorf(kv.CodeInternal, "mutation of key %.60q is in no shard", m.Key)
 		}
-		out = append(out, txlog.TaggedMutation{Mutation: m, Tags: s.Team})
+		out = append(out, txlog.TaggedMutation{Mutation: m, Tags: s.Tags()})
 	}
 	return out, nil
 }
@@ -628,7 +667,7 @@ func (p *CommitProxy) checkCapacity(txn Txn, batchPending map[kv.Tag]int64) erro
 		if add == nil {
 			add, poolOf = map[kv.Tag]int64{}, map[kv.Tag]*config.Pool{}
 		}
-		for _, t := range s.Team {
+		for _, t := range s.Tags() {
 			add[t] += n
 			poolOf[t] = pool
 		}

@@ -10,6 +10,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"sort"
 
 	"github.com/distash/distash/config"
@@ -29,8 +30,31 @@ var SystemRange = kv.KeyRange{Begin: []byte{0xff}, End: []byte{0xff, 0xff}}
 type Shard struct {
 	Begin, End []byte
 	Pool       string
-	Team       []kv.Tag
+	// Team serves the shard's reads and receives its writes.
+	Team []kv.Tag
+	// Dest, while the shard moves, are the stashes fetching it: they
+	// receive its writes from the version the move began but serve no
+	// reads until the data distributor makes them (part of) the Team.
+	Dest []kv.Tag
 }
+
+// Tags returns the stashes that receive the shard's writes: its team and
+// the destinations of a move in flight.
+func (s Shard) Tags() []kv.Tag {
+	if len(s.Dest) == 0 {
+		return s.Team
+	}
+	out := append([]kv.Tag(nil), s.Team...)
+	for _, t := range s.Dest {
+		if !slices.Contains(out, t) {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// Moving reports whether a move of the shard is in flight.
+func (s Shard) Moving() bool { return len(s.Dest) > 0 }
 
 // Map is an ordered set of non-overlapping shards. It is not safe for
 // concurrent mutation; callers guard it or copy it.
@@ -80,6 +104,15 @@ func (m *Map) Intersect(begin, end []byte) []Shard {
 	return out
 }
 
+// Clone returns a copy of the map sharing no slice with it.
+func (m *Map) Clone() *Map {
+	c := &Map{shards: make([]Shard, len(m.shards))}
+	for i, s := range m.shards {
+		c.shards[i] = Shard{Begin: slices.Clone(s.Begin), End: slices.Clone(s.End), Pool: s.Pool, Team: slices.Clone(s.Team), Dest: slices.Clone(s.Dest)}
+	}
+	return c
+}
+
 // RangesOf returns the ranges whose team includes tag.
 func (m *Map) RangesOf(tag kv.Tag) []kv.KeyRange {
 	var out []kv.KeyRange
@@ -107,11 +140,40 @@ func Encode(s Shard) (key, value []byte) {
 	v = append(v, s.End...)
 	v = binary.AppendUvarint(v, uint64(len(s.Pool)))
 	v = append(v, s.Pool...)
-	v = binary.AppendUvarint(v, uint64(len(s.Team)))
-	for _, t := range s.Team {
-		v = binary.AppendUvarint(v, uint64(t))
+	v = appendTags(v, s.Team)
+	if len(s.Dest) > 0 {
+		// Absent in maps written before moves existed: Decode reads no
+		// destinations then.
+		v = appendTags(v, s.Dest)
 	}
 	return Key(s.Begin), v
+}
+
+func appendTags(v []byte, tags []kv.Tag) []byte {
+	v = binary.AppendUvarint(v, uint64(len(tags)))
+	for _, t := range tags {
+		v = binary.AppendUvarint(v, uint64(t))
+	}
+	return v
+}
+
+// readTags decodes what appendTags wrote, returning the rest of r.
+func readTags(r []byte, key []byte) ([]kv.Tag, []byte, error) {
+	n, w := binary.Uvarint(r)
+	if w <= 0 || n > uint64(len(r)) {
+		return nil, nil, fmt.Errorf("shardmap: corrupt team for %q", key)
+	}
+	r = r[w:]
+	tags := make([]kv.Tag, 0, n)
+	for i := uint64(0); i < n; i++ {
+		t, w := binary.Uvarint(r)
+		if w <= 0 {
+			return nil, nil, fmt.Errorf("shardmap: corrupt team for %q", key)
+		}
+		r = r[w:]
+		tags = append(tags, kv.Tag(t))
+	}
+	return tags, r, nil
 }
 
 // Decode parses a shard map system key and value.
@@ -140,20 +202,44 @@ func Decode(key, value []byte) (Shard, error) {
 		return Shard{}, err
 	}
 	s.Pool = string(pool)
-	n, w := binary.Uvarint(r)
-	if w <= 0 {
-		return Shard{}, fmt.Errorf("shardmap: corrupt team for %q", key)
+	if s.Team, r, err = readTags(r, key); err != nil {
+		return Shard{}, err
 	}
-	r = r[w:]
-	for i := uint64(0); i < n; i++ {
-		t, w := binary.Uvarint(r)
-		if w <= 0 {
-			return Shard{}, fmt.Errorf("shardmap: corrupt team for %q", key)
+	if len(r) > 0 {
+		if s.Dest, r, err = readTags(r, key); err != nil {
+			return Shard{}, err
 		}
-		r = r[w:]
-		s.Team = append(s.Team, kv.Tag(t))
+		if len(s.Dest) == 0 {
+			s.Dest = nil
+		}
+	}
+	if len(r) > 0 {
+		return Shard{}, fmt.Errorf("shardmap: %d trailing bytes in the value of %q", len(r), key)
 	}
 	return s, nil
+}
+
+// AssignPrefix starts the private mutations the commit proxy adds to a
+// commit that changes the shard map: one per changed shard, tagged to
+// every stash that held, holds or fetches it, so each learns at that exact
+// version what it must serve, fetch or drop. They are never stored.
+var AssignPrefix = []byte("\xff\xff/assign/")
+
+// IsAssign reports whether key is a private assignment mutation's.
+func IsAssign(key []byte) bool { return bytes.HasPrefix(key, AssignPrefix) }
+
+// AssignMutation returns the private mutation announcing shard s.
+func AssignMutation(s Shard) kv.Mutation {
+	_, v := Encode(s)
+	return kv.Mutation{Type: kv.MutSet, Key: append(append([]byte(nil), AssignPrefix...), s.Begin...), Param: v}
+}
+
+// DecodeAssign parses a private assignment mutation.
+func DecodeAssign(m kv.Mutation) (Shard, error) {
+	if !IsAssign(m.Key) {
+		return Shard{}, fmt.Errorf("shardmap: %q is not an assignment", m.Key)
+	}
+	return Decode(Key(m.Key[len(AssignPrefix):]), m.Param)
 }
 
 // Apply updates the map with a committed system mutation; it reports

@@ -26,12 +26,16 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/distash/distash/internal/dd"
 	"github.com/distash/distash/internal/engine"
 	"github.com/distash/distash/internal/kv"
+	"github.com/distash/distash/internal/shardmap"
 	"github.com/distash/distash/internal/txlog"
 )
 
@@ -86,6 +90,14 @@ type Options struct {
 	// FutureWait is how long a read at a version the stash has not reached waits.
 	FutureWait time.Duration
 	Logger     *slog.Logger
+	// Dir is where a durable stash keeps its ownership across restarts
+	// (see ownership.go); "" keeps it in memory only.
+	Dir string
+	// Fetcher copies the ranges this stash becomes a destination of from
+	// their source replicas (data distribution); nil: it cannot fetch.
+	Fetcher Fetcher
+	// SampleUnit is the byte sample's unit (dd.ByteSample); 0: default.
+	SampleUnit int64
 }
 
 // DefaultWindowBytes is the default of Options.WindowBytes.
@@ -112,8 +124,6 @@ type Stash struct {
 	// appliedCh is closed and replaced whenever applied advances. Protected by mu.
 	appliedCh chan struct{}
 
-	owned atomic.Pointer[[]kv.KeyRange]
-
 	hits, misses, reads atomic.Int64
 	// flushMu serializes flushes: the flush loop's, by age, and the pull
 	// loop's, when the window is over its budget.
@@ -132,6 +142,21 @@ type Stash struct {
 
 	// rec is the access order of keys when TrackRecency (nil otherwise).
 	rec *recency
+
+	// own is what the stash serves and fetches; snaps its persisted
+	// snapshots; jobs the fetches in progress by range id; cleanups the
+	// ranges of aborted fetches to clear. Protected by mu.
+	own      ownership
+	snaps    []ownSnapshot
+	jobs     map[uint64]*fetchJob
+	cleanups []kv.KeyRange
+	// sample estimates the bytes of key ranges (shard sizes, split keys).
+	// Protected by mu.
+	sample    *dd.ByteSample
+	fetchWake chan struct{}
+	// dropped counts mutations for keys the stash does not hold (should
+	// stay 0); movedIn counts ranges fetched.
+	dropped, movedIn atomic.Int64
 }
 
 // New returns a stash over an opened engine.
@@ -151,7 +176,8 @@ func New(opts Options) *Stash {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	s := &Stash{opts: opts, eng: opts.Engine, win: newWindow(), appliedCh: make(chan struct{}), failedC: make(chan struct{})}
+	s := &Stash{opts: opts, eng: opts.Engine, win: newWindow(), appliedCh: make(chan struct{}), failedC: make(chan struct{}),
+		jobs: map[uint64]*fetchJob{}, sample: dd.NewByteSample(opts.SampleUnit), fetchWake: make(chan struct{}, 1)}
 	v := opts.Engine.Version()
 	if opts.Volatile && opts.StartVersion > v {
 		v = opts.StartVersion
@@ -159,15 +185,35 @@ func New(opts Options) *Stash {
 	s.applied, s.durable, s.minReadable = v, v, v
 	st := opts.Engine.Stats()
 	s.liveBytes, s.liveKeys = st.Bytes, st.Keys
-	empty := []kv.KeyRange{}
-	s.owned.Store(&empty)
-	if _, ordered := opts.Engine.(engine.RecencyOrdered); opts.TrackRecency && !ordered {
+	_, ordered := opts.Engine.(engine.RecencyOrdered)
+	if opts.TrackRecency && !ordered {
 		s.rec = newRecency()
-		// Every key the engine holds starts cold, in key order.
-		opts.Engine.Scan(nil, nil, false, func(k, _ []byte) bool {
+	}
+	// Every key the engine holds starts cold, in key order, and in the
+	// byte sample.
+	opts.Engine.Scan(nil, nil, false, func(k, val []byte) bool {
+		if s.rec != nil {
 			s.rec.addCold(k)
-			return true
-		})
+		}
+		s.sample.Set(k, int64(len(k)+len(val)))
+		return true
+	})
+	if opts.Dir != "" && !opts.Volatile {
+		snaps, at, found, err := loadOwnership(opts.Dir, s.durable)
+		if err != nil {
+			// A stash that cannot tell what it owns must not serve.
+			s.fail(err)
+		} else if found {
+			s.snaps = snaps
+			s.own.set = true
+			for _, r := range at.Ranges {
+				if r.State == fetching {
+					r.id = s.own.newID()
+					s.jobs[r.id] = &fetchJob{id: r.id}
+				}
+				s.own.cur = append(s.own.cur, r)
+			}
+		}
 	}
 	return s
 }
@@ -175,16 +221,31 @@ func New(opts Options) *Stash {
 // Tag is the stash's tag.
 func (s *Stash) Tag() kv.Tag { return s.opts.Tag }
 
-// SetOwned sets the key ranges this stash serves.
-func (s *Stash) SetOwned(ranges []kv.KeyRange) { s.owned.Store(&ranges) }
-
-func (s *Stash) owns(begin, end []byte) bool {
-	for _, r := range *s.owned.Load() {
-		if bytes.Compare(begin, r.Begin) >= 0 && (r.End == nil || (end != nil && bytes.Compare(end, r.End) <= 0)) {
-			return true
-		}
+// SetOwned sets the key ranges a stash serves from its first version when
+// it has no ownership of its own yet: a new stash of the cluster's first
+// shard map, or a stash made before ownership was kept. Once the stash
+// has ownership (loaded, set, or changed by an assignment) it is ignored:
+// the log's assignments change it from then on.
+func (s *Stash) SetOwned(ranges []kv.KeyRange) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.own.set {
+		return
 	}
-	return false
+	s.own.set = true
+	s.own.cur = nil
+	for _, r := range ranges {
+		s.own.cur = append(s.own.cur, ownRange{Begin: r.Begin, End: r.End, State: serving})
+	}
+	sort.Slice(s.own.cur, func(i, j int) bool { return bytes.Compare(s.own.cur[i].Begin, s.own.cur[j].Begin) < 0 })
+	s.own.cur = coalesce(s.own.cur)
+}
+
+// readable reports whether [begin, end) may be read at v. Called with pin held.
+func (s *Stash) readable(begin, end []byte, v kv.Version) bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.own.readable(begin, end, v)
 }
 
 // Run pulls from the log and flushes until ctx is done or one of them
@@ -198,20 +259,24 @@ func (s *Stash) Run(ctx context.Context) error {
 	s.reportUsage()
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
-	errc := make(chan error, 2)
+	errc := make(chan error, 3)
 	go func() { errc <- s.pullLoop(runCtx) }()
 	go func() { errc <- s.flushLoop(runCtx) }()
+	go func() { errc <- s.fetchLoop(runCtx) }()
 	var err error
 	select {
 	case err = <-errc:
 		stop()
-		if err2 := <-errc; err == nil {
-			err = err2
+		for range 2 {
+			if err2 := <-errc; err == nil {
+				err = err2
+			}
 		}
 	case <-s.failedC: // a read found the engine broken
 		stop()
-		<-errc
-		<-errc
+		for range 3 {
+			<-errc
+		}
 	}
 	if err != nil {
 		s.fail(err)
@@ -319,7 +384,7 @@ func (s *Stash) apply(msgs []txlog.Message, end kv.Version) (over bool, err erro
 			continue // already durable in the engine (restart) or applied
 		}
 		for _, mut := range m.Mutations {
-			if err := s.applyMutation(m.Version, mut); err != nil {
+			if err := s.route(m.Version, mut); err != nil {
 				s.mu.Unlock()
 				return false, err
 			}
@@ -350,6 +415,54 @@ func (s *Stash) current(key []byte) ([]byte, bool, error) {
 	return engine.Peek(s.eng, key)
 }
 
+// route applies mutation m of version v as the stash's ownership says:
+// assignments change the ownership, writes of served ranges go to the
+// window, writes of ranges being fetched to the fetch's buffer, others
+// are dropped. Called with mu held.
+func (s *Stash) route(v kv.Version, m kv.Mutation) error {
+	if shardmap.IsAssign(m.Key) {
+		return s.applyAssign(v, m)
+	}
+	if !s.own.set {
+		return s.applyMutation(v, m)
+	}
+	if m.Type == kv.MutClearRange {
+		for _, r := range s.own.cur {
+			if bytes.Compare(r.End, m.Key) <= 0 || bytes.Compare(r.Begin, m.Param) >= 0 {
+				continue
+			}
+			piece := m
+			if bytes.Compare(piece.Key, r.Begin) < 0 {
+				piece.Key = r.Begin
+			}
+			if bytes.Compare(piece.Param, r.End) > 0 {
+				piece.Param = r.End
+			}
+			if err := s.routeTo(r, v, piece); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	i := s.own.lookup(m.Key)
+	if i < 0 {
+		s.dropped.Add(1)
+		return nil
+	}
+	return s.routeTo(s.own.cur[i], v, m)
+}
+
+func (s *Stash) routeTo(r ownRange, v kv.Version, m kv.Mutation) error {
+	if r.State == serving {
+		return s.applyMutation(v, m)
+	}
+	if j := s.jobs[r.id]; j != nil {
+		m.Key, m.Param = slices.Clone(m.Key), slices.Clone(m.Param)
+		j.buffer = append(j.buffer, bufferedMutation{version: v, m: m})
+	}
+	return nil
+}
+
 func (s *Stash) applyMutation(v kv.Version, m kv.Mutation) error {
 	switch m.Type {
 	case kv.MutSet:
@@ -357,6 +470,7 @@ func (s *Stash) applyMutation(v kv.Version, m kv.Mutation) error {
 			return err
 		}
 		s.win.put(v, m.Key, m.Param, true, m.Cost)
+		s.sample.Set(m.Key, int64(len(m.Key)+len(m.Param)))
 		if s.rec != nil {
 			s.rec.touch(m.Key)
 		}
@@ -365,6 +479,7 @@ func (s *Stash) applyMutation(v kv.Version, m kv.Mutation) error {
 			return err
 		}
 		s.win.put(v, m.Key, nil, false, 0)
+		s.sample.Clear(m.Key)
 		if s.rec != nil {
 			s.rec.remove(m.Key)
 		}
@@ -375,6 +490,7 @@ func (s *Stash) applyMutation(v kv.Version, m kv.Mutation) error {
 			}
 		}
 		s.win.clearRange(v, m.Key, m.Param)
+		s.sample.ClearRange(m.Key, m.Param)
 		if s.rec != nil {
 			s.rec.removeRange(m.Key, m.Param)
 		}
@@ -388,6 +504,7 @@ func (s *Stash) applyMutation(v kv.Version, m kv.Mutation) error {
 			return err
 		}
 		s.win.put(v, m.Key, nv, true, m.Cost)
+		s.sample.Set(m.Key, int64(len(m.Key)+len(nv)))
 		if s.rec != nil {
 			s.rec.touch(m.Key)
 		}
@@ -446,7 +563,11 @@ func (s *Stash) flushLoop(ctx context.Context) error {
 
 // flush moves versions that left the window (by age or by memory, its own
 // or the log's) into the engine.
-func (s *Stash) flush() error {
+func (s *Stash) flush() error { return s.flushTo(0) }
+
+// flushTo is flush that also moves every version up to min (capped at the
+// applied version) into the engine.
+func (s *Stash) flushTo(min kv.Version) error {
 	s.flushMu.Lock()
 	defer s.flushMu.Unlock()
 	logOver := false
@@ -462,6 +583,9 @@ func (s *Stash) flush() error {
 		if t := s.win.targetForBytes(s.opts.WindowBytes / 2); t > target {
 			target = t
 		}
+	}
+	if min > target {
+		target = min
 	}
 	if target > s.applied {
 		target = s.applied
@@ -479,6 +603,7 @@ func (s *Stash) flush() error {
 	s.pin.Lock()
 	s.mu.Lock()
 	s.minReadable = target
+	s.own.forget(target)
 	p := s.win.plan(target)
 	s.mu.Unlock()
 	s.pin.Unlock()
@@ -544,15 +669,15 @@ func (s *Stash) waitFor(ctx context.Context, v kv.Version) error {
 
 // Get reads keys at version v.
 func (s *Stash) Get(ctx context.Context, v kv.Version, keys [][]byte) ([][]byte, []bool, error) {
-	for _, k := range keys {
-		if !s.owns(k, kv.KeyAfter(k)) {
-			return nil, nil, kv.Errorf(kv.CodeWrongShardServer, "stash %d does not hold key %q", s.opts.Tag, k)
-		}
-	}
 	if err := s.waitFor(ctx, v); err != nil {
 		return nil, nil, err
 	}
 	defer s.pin.RUnlock()
+	for _, k := range keys {
+		if !s.readable(k, kv.KeyAfter(k), v) {
+			return nil, nil, kv.Errorf(kv.CodeWrongShardServer, "stash %d does not hold key %q at version %d", s.opts.Tag, k, v)
+		}
+	}
 	values := make([][]byte, len(keys))
 	present := make([]bool, len(keys))
 	for i, k := range keys {
@@ -585,13 +710,13 @@ func (s *Stash) Get(ctx context.Context, v kv.Version, keys [][]byte) ([][]byte,
 // GetRange reads [begin, end) at version v, at most limit pairs (0: no
 // limit) and about byteLimit bytes; more reports that it stopped early.
 func (s *Stash) GetRange(ctx context.Context, v kv.Version, begin, end []byte, limit int, byteLimit int64, reverse bool) ([]kv.KeyValue, bool, error) {
-	if !s.owns(begin, end) {
-		return nil, false, kv.Errorf(kv.CodeWrongShardServer, "stash %d does not hold range [%q, %q)", s.opts.Tag, begin, end)
-	}
 	if err := s.waitFor(ctx, v); err != nil {
 		return nil, false, err
 	}
 	defer s.pin.RUnlock()
+	if !s.readable(begin, end, v) {
+		return nil, false, kv.Errorf(kv.CodeWrongShardServer, "stash %d does not hold range [%q, %q) at version %d", s.opts.Tag, begin, end, v)
+	}
 	s.reads.Add(1)
 	s.mu.RLock()
 	o := s.win.overlay(begin, end, v)

@@ -1829,7 +1829,8 @@ type StatusResponse struct {
 	LogReplicas        []string            `protobuf:"bytes,16,rep,name=log_replicas,json=logReplicas,proto3" json:"log_replicas,omitempty"` // node ids
 	LastRecoveryMicros int64               `protobuf:"varint,17,opt,name=last_recovery_micros,json=lastRecoveryMicros,proto3" json:"last_recovery_micros,omitempty"`
 	LastRecoveryUnixMs int64               `protobuf:"varint,18,opt,name=last_recovery_unix_ms,json=lastRecoveryUnixMs,proto3" json:"last_recovery_unix_ms,omitempty"`
-	Distribution       []*PoolDistribution `protobuf:"bytes,19,rep,name=distribution,proto3" json:"distribution,omitempty"` // per pool: shards, teams, moves (data distributor)
+	Distribution       []*PoolDistribution `protobuf:"bytes,19,rep,name=distribution,proto3" json:"distribution,omitempty"`                  // per pool: shards, teams, moves (data distributor)
+	StashShares        []*StashShare       `protobuf:"bytes,20,rep,name=stash_shares,json=stashShares,proto3" json:"stash_shares,omitempty"` // per stash: its part of the shard map (the roles' node answers)
 	unknownFields      protoimpl.UnknownFields
 	sizeCache          protoimpl.SizeCache
 }
@@ -1997,6 +1998,82 @@ func (x *StatusResponse) GetDistribution() []*PoolDistribution {
 	return nil
 }
 
+func (x *StatusResponse) GetStashShares() []*StashShare {
+	if x != nil {
+		return x.StashShares
+	}
+	return nil
+}
+
+// StashShare is a stash's part of its pool as the data distributor sees it.
+type StashShare struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            uint32                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Shards        int32                  `protobuf:"varint,2,opt,name=shards,proto3" json:"shards,omitempty"`
+	Fetching      int32                  `protobuf:"varint,3,opt,name=fetching,proto3" json:"fetching,omitempty"`
+	Bytes         int64                  `protobuf:"varint,4,opt,name=bytes,proto3" json:"bytes,omitempty"` // estimated bytes of its shards
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StashShare) Reset() {
+	*x = StashShare{}
+	mi := &file_distash_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StashShare) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StashShare) ProtoMessage() {}
+
+func (x *StashShare) ProtoReflect() protoreflect.Message {
+	mi := &file_distash_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StashShare.ProtoReflect.Descriptor instead.
+func (*StashShare) Descriptor() ([]byte, []int) {
+	return file_distash_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *StashShare) GetId() uint32 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *StashShare) GetShards() int32 {
+	if x != nil {
+		return x.Shards
+	}
+	return 0
+}
+
+func (x *StashShare) GetFetching() int32 {
+	if x != nil {
+		return x.Fetching
+	}
+	return 0
+}
+
+func (x *StashShare) GetBytes() int64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
 // PoolDistribution is the data distributor's view of one pool.
 type PoolDistribution struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
@@ -2019,7 +2096,7 @@ type PoolDistribution struct {
 
 func (x *PoolDistribution) Reset() {
 	*x = PoolDistribution{}
-	mi := &file_distash_proto_msgTypes[28]
+	mi := &file_distash_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2031,7 +2108,7 @@ func (x *PoolDistribution) String() string {
 func (*PoolDistribution) ProtoMessage() {}
 
 func (x *PoolDistribution) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[28]
+	mi := &file_distash_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2044,7 +2121,7 @@ func (x *PoolDistribution) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolDistribution.ProtoReflect.Descriptor instead.
 func (*PoolDistribution) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{28}
+	return file_distash_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *PoolDistribution) GetPool() string {
@@ -2154,7 +2231,7 @@ type RelocationStatus struct {
 
 func (x *RelocationStatus) Reset() {
 	*x = RelocationStatus{}
-	mi := &file_distash_proto_msgTypes[29]
+	mi := &file_distash_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2166,7 +2243,7 @@ func (x *RelocationStatus) String() string {
 func (*RelocationStatus) ProtoMessage() {}
 
 func (x *RelocationStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[29]
+	mi := &file_distash_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2179,7 +2256,7 @@ func (x *RelocationStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RelocationStatus.ProtoReflect.Descriptor instead.
 func (*RelocationStatus) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{29}
+	return file_distash_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *RelocationStatus) GetBegin() []byte {
@@ -2263,7 +2340,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_distash_proto_msgTypes[30]
+	mi := &file_distash_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2275,7 +2352,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[30]
+	mi := &file_distash_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2288,7 +2365,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{30}
+	return file_distash_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *NodeStatus) GetId() string {
@@ -2414,7 +2491,7 @@ type ColdestRequest struct {
 
 func (x *ColdestRequest) Reset() {
 	*x = ColdestRequest{}
-	mi := &file_distash_proto_msgTypes[31]
+	mi := &file_distash_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2426,7 +2503,7 @@ func (x *ColdestRequest) String() string {
 func (*ColdestRequest) ProtoMessage() {}
 
 func (x *ColdestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[31]
+	mi := &file_distash_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2439,7 +2516,7 @@ func (x *ColdestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ColdestRequest.ProtoReflect.Descriptor instead.
 func (*ColdestRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{31}
+	return file_distash_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ColdestRequest) GetPool() string {
@@ -2466,7 +2543,7 @@ type ColdestResponse struct {
 
 func (x *ColdestResponse) Reset() {
 	*x = ColdestResponse{}
-	mi := &file_distash_proto_msgTypes[32]
+	mi := &file_distash_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2478,7 +2555,7 @@ func (x *ColdestResponse) String() string {
 func (*ColdestResponse) ProtoMessage() {}
 
 func (x *ColdestResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[32]
+	mi := &file_distash_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2491,7 +2568,7 @@ func (x *ColdestResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ColdestResponse.ProtoReflect.Descriptor instead.
 func (*ColdestResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{32}
+	return file_distash_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ColdestResponse) GetKeys() [][]byte {
@@ -2521,7 +2598,7 @@ type CommitStreamRequest struct {
 
 func (x *CommitStreamRequest) Reset() {
 	*x = CommitStreamRequest{}
-	mi := &file_distash_proto_msgTypes[33]
+	mi := &file_distash_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2533,7 +2610,7 @@ func (x *CommitStreamRequest) String() string {
 func (*CommitStreamRequest) ProtoMessage() {}
 
 func (x *CommitStreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[33]
+	mi := &file_distash_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2546,7 +2623,7 @@ func (x *CommitStreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitStreamRequest.ProtoReflect.Descriptor instead.
 func (*CommitStreamRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{33}
+	return file_distash_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *CommitStreamRequest) GetId() uint64 {
@@ -2573,7 +2650,7 @@ type CommitStreamResponse struct {
 
 func (x *CommitStreamResponse) Reset() {
 	*x = CommitStreamResponse{}
-	mi := &file_distash_proto_msgTypes[34]
+	mi := &file_distash_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2585,7 +2662,7 @@ func (x *CommitStreamResponse) String() string {
 func (*CommitStreamResponse) ProtoMessage() {}
 
 func (x *CommitStreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[34]
+	mi := &file_distash_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2598,7 +2675,7 @@ func (x *CommitStreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitStreamResponse.ProtoReflect.Descriptor instead.
 func (*CommitStreamResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{34}
+	return file_distash_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *CommitStreamResponse) GetId() uint64 {
@@ -2629,7 +2706,7 @@ type PeekRequest struct {
 
 func (x *PeekRequest) Reset() {
 	*x = PeekRequest{}
-	mi := &file_distash_proto_msgTypes[35]
+	mi := &file_distash_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2641,7 +2718,7 @@ func (x *PeekRequest) String() string {
 func (*PeekRequest) ProtoMessage() {}
 
 func (x *PeekRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[35]
+	mi := &file_distash_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2654,7 +2731,7 @@ func (x *PeekRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeekRequest.ProtoReflect.Descriptor instead.
 func (*PeekRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{35}
+	return file_distash_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *PeekRequest) GetTag() uint32 {
@@ -2688,7 +2765,7 @@ type LogMessage struct {
 
 func (x *LogMessage) Reset() {
 	*x = LogMessage{}
-	mi := &file_distash_proto_msgTypes[36]
+	mi := &file_distash_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2700,7 +2777,7 @@ func (x *LogMessage) String() string {
 func (*LogMessage) ProtoMessage() {}
 
 func (x *LogMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[36]
+	mi := &file_distash_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2713,7 +2790,7 @@ func (x *LogMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogMessage.ProtoReflect.Descriptor instead.
 func (*LogMessage) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{36}
+	return file_distash_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *LogMessage) GetVersion() int64 {
@@ -2741,7 +2818,7 @@ type PeekResponse struct {
 
 func (x *PeekResponse) Reset() {
 	*x = PeekResponse{}
-	mi := &file_distash_proto_msgTypes[37]
+	mi := &file_distash_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2753,7 +2830,7 @@ func (x *PeekResponse) String() string {
 func (*PeekResponse) ProtoMessage() {}
 
 func (x *PeekResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[37]
+	mi := &file_distash_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2766,7 +2843,7 @@ func (x *PeekResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeekResponse.ProtoReflect.Descriptor instead.
 func (*PeekResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{37}
+	return file_distash_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *PeekResponse) GetMessages() []*LogMessage {
@@ -2800,7 +2877,7 @@ type PopRequest struct {
 
 func (x *PopRequest) Reset() {
 	*x = PopRequest{}
-	mi := &file_distash_proto_msgTypes[38]
+	mi := &file_distash_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2812,7 +2889,7 @@ func (x *PopRequest) String() string {
 func (*PopRequest) ProtoMessage() {}
 
 func (x *PopRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[38]
+	mi := &file_distash_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2825,7 +2902,7 @@ func (x *PopRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PopRequest.ProtoReflect.Descriptor instead.
 func (*PopRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{38}
+	return file_distash_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *PopRequest) GetTag() uint32 {
@@ -2851,7 +2928,7 @@ type PopResponse struct {
 
 func (x *PopResponse) Reset() {
 	*x = PopResponse{}
-	mi := &file_distash_proto_msgTypes[39]
+	mi := &file_distash_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2863,7 +2940,7 @@ func (x *PopResponse) String() string {
 func (*PopResponse) ProtoMessage() {}
 
 func (x *PopResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[39]
+	mi := &file_distash_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2876,7 +2953,7 @@ func (x *PopResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PopResponse.ProtoReflect.Descriptor instead.
 func (*PopResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{39}
+	return file_distash_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *PopResponse) GetError() *Error {
@@ -2902,7 +2979,7 @@ type ReportRequest struct {
 
 func (x *ReportRequest) Reset() {
 	*x = ReportRequest{}
-	mi := &file_distash_proto_msgTypes[40]
+	mi := &file_distash_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2914,7 +2991,7 @@ func (x *ReportRequest) String() string {
 func (*ReportRequest) ProtoMessage() {}
 
 func (x *ReportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[40]
+	mi := &file_distash_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2927,7 +3004,7 @@ func (x *ReportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRequest.ProtoReflect.Descriptor instead.
 func (*ReportRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{40}
+	return file_distash_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ReportRequest) GetTag() uint32 {
@@ -2975,7 +3052,7 @@ type ReportResponse struct {
 
 func (x *ReportResponse) Reset() {
 	*x = ReportResponse{}
-	mi := &file_distash_proto_msgTypes[41]
+	mi := &file_distash_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2987,7 +3064,7 @@ func (x *ReportResponse) String() string {
 func (*ReportResponse) ProtoMessage() {}
 
 func (x *ReportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[41]
+	mi := &file_distash_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3000,7 +3077,7 @@ func (x *ReportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportResponse.ProtoReflect.Descriptor instead.
 func (*ReportResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{41}
+	return file_distash_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ReportResponse) GetError() *Error {
@@ -3033,13 +3110,14 @@ type RegisterRequest struct {
 	Machine       string                 `protobuf:"bytes,7,opt,name=machine,proto3" json:"machine,omitempty"`
 	Config        string                 `protobuf:"bytes,8,opt,name=config,proto3" json:"config,omitempty"` // the node's configuration (TOML); the first node's becomes the cluster's
 	Hops          uint32                 `protobuf:"varint,9,opt,name=hops,proto3" json:"hops,omitempty"`    // times forwarded so far
+	Empty         bool                   `protobuf:"varint,10,opt,name=empty,proto3" json:"empty,omitempty"` // a stash node whose stash starts with no data (dram, or a fresh directory)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RegisterRequest) Reset() {
 	*x = RegisterRequest{}
-	mi := &file_distash_proto_msgTypes[42]
+	mi := &file_distash_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3051,7 +3129,7 @@ func (x *RegisterRequest) String() string {
 func (*RegisterRequest) ProtoMessage() {}
 
 func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[42]
+	mi := &file_distash_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3064,7 +3142,7 @@ func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterRequest.ProtoReflect.Descriptor instead.
 func (*RegisterRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{42}
+	return file_distash_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *RegisterRequest) GetId() string {
@@ -3130,6 +3208,13 @@ func (x *RegisterRequest) GetHops() uint32 {
 	return 0
 }
 
+func (x *RegisterRequest) GetEmpty() bool {
+	if x != nil {
+		return x.Empty
+	}
+	return false
+}
+
 type RegisterResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Slot          int32                  `protobuf:"varint,1,opt,name=slot,proto3" json:"slot,omitempty"` // a stash node's tag slot in its pool; -1 for a transaction node
@@ -3137,13 +3222,14 @@ type RegisterResponse struct {
 	Error         *Error                 `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
 	Leader        string                 `protobuf:"bytes,4,opt,name=leader,proto3" json:"leader,omitempty"`                              // with a retryable error: the controller's address, if known
 	ConfigField   string                 `protobuf:"bytes,5,opt,name=config_field,json=configField,proto3" json:"config_field,omitempty"` // a refused configuration: the first field that differs
+	Tag           uint32                 `protobuf:"varint,6,opt,name=tag,proto3" json:"tag,omitempty"`                                   // a stash node's tag (its slot's); 0 for a transaction node
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RegisterResponse) Reset() {
 	*x = RegisterResponse{}
-	mi := &file_distash_proto_msgTypes[43]
+	mi := &file_distash_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3155,7 +3241,7 @@ func (x *RegisterResponse) String() string {
 func (*RegisterResponse) ProtoMessage() {}
 
 func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[43]
+	mi := &file_distash_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3168,7 +3254,7 @@ func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterResponse.ProtoReflect.Descriptor instead.
 func (*RegisterResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{43}
+	return file_distash_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *RegisterResponse) GetSlot() int32 {
@@ -3206,6 +3292,13 @@ func (x *RegisterResponse) GetConfigField() string {
 	return ""
 }
 
+func (x *RegisterResponse) GetTag() uint32 {
+	if x != nil {
+		return x.Tag
+	}
+	return 0
+}
+
 type HeartbeatRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -3216,7 +3309,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_distash_proto_msgTypes[44]
+	mi := &file_distash_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3228,7 +3321,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[44]
+	mi := &file_distash_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3241,7 +3334,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{44}
+	return file_distash_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *HeartbeatRequest) GetId() string {
@@ -3269,7 +3362,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_distash_proto_msgTypes[45]
+	mi := &file_distash_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3281,7 +3374,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[45]
+	mi := &file_distash_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3294,7 +3387,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{45}
+	return file_distash_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *HeartbeatResponse) GetGeneration() uint64 {
@@ -3327,7 +3420,7 @@ type ViewRequest struct {
 
 func (x *ViewRequest) Reset() {
 	*x = ViewRequest{}
-	mi := &file_distash_proto_msgTypes[46]
+	mi := &file_distash_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3339,7 +3432,7 @@ func (x *ViewRequest) String() string {
 func (*ViewRequest) ProtoMessage() {}
 
 func (x *ViewRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[46]
+	mi := &file_distash_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3352,7 +3445,7 @@ func (x *ViewRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ViewRequest.ProtoReflect.Descriptor instead.
 func (*ViewRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{46}
+	return file_distash_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ViewRequest) GetHops() uint32 {
@@ -3379,7 +3472,7 @@ type ClusterNode struct {
 
 func (x *ClusterNode) Reset() {
 	*x = ClusterNode{}
-	mi := &file_distash_proto_msgTypes[47]
+	mi := &file_distash_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3391,7 +3484,7 @@ func (x *ClusterNode) String() string {
 func (*ClusterNode) ProtoMessage() {}
 
 func (x *ClusterNode) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[47]
+	mi := &file_distash_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3404,7 +3497,7 @@ func (x *ClusterNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterNode.ProtoReflect.Descriptor instead.
 func (*ClusterNode) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{47}
+	return file_distash_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ClusterNode) GetId() string {
@@ -3480,7 +3573,7 @@ type PoolSlots struct {
 
 func (x *PoolSlots) Reset() {
 	*x = PoolSlots{}
-	mi := &file_distash_proto_msgTypes[48]
+	mi := &file_distash_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3492,7 +3585,7 @@ func (x *PoolSlots) String() string {
 func (*PoolSlots) ProtoMessage() {}
 
 func (x *PoolSlots) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[48]
+	mi := &file_distash_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3505,7 +3598,7 @@ func (x *PoolSlots) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolSlots.ProtoReflect.Descriptor instead.
 func (*PoolSlots) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{48}
+	return file_distash_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *PoolSlots) GetPool() string {
@@ -3540,13 +3633,17 @@ type ViewResponse struct {
 	Config             string                 `protobuf:"bytes,14,opt,name=config,proto3" json:"config,omitempty"`                                                        // the cluster's configuration (TOML)
 	LastRecoveryUnixMs int64                  `protobuf:"varint,15,opt,name=last_recovery_unix_ms,json=lastRecoveryUnixMs,proto3" json:"last_recovery_unix_ms,omitempty"` // when the current generation's roles started (claim time)
 	LastRecoveryMicros int64                  `protobuf:"varint,16,opt,name=last_recovery_micros,json=lastRecoveryMicros,proto3" json:"last_recovery_micros,omitempty"`   // how long that recovery took, as its node reported it
+	FailureWaitMs      int64                  `protobuf:"varint,17,opt,name=failure_wait_ms,json=failureWaitMs,proto3" json:"failure_wait_ms,omitempty"`                  // the failure_wait in force (configure failure_wait=D, else the configuration's)
+	Replication        []*PoolReplication     `protobuf:"bytes,18,rep,name=replication,proto3" json:"replication,omitempty"`                                              // the replication in force, every pool, in configuration order
+	Excluded           []string               `protobuf:"bytes,19,rep,name=excluded,proto3" json:"excluded,omitempty"`                                                    // excluded addresses (host:port), sorted
+	FailureWaitSet     bool                   `protobuf:"varint,20,opt,name=failure_wait_set,json=failureWaitSet,proto3" json:"failure_wait_set,omitempty"`               // failure_wait_ms comes from configure, not the configuration
 	unknownFields      protoimpl.UnknownFields
 	sizeCache          protoimpl.SizeCache
 }
 
 func (x *ViewResponse) Reset() {
 	*x = ViewResponse{}
-	mi := &file_distash_proto_msgTypes[49]
+	mi := &file_distash_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3558,7 +3655,7 @@ func (x *ViewResponse) String() string {
 func (*ViewResponse) ProtoMessage() {}
 
 func (x *ViewResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[49]
+	mi := &file_distash_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3571,7 +3668,7 @@ func (x *ViewResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ViewResponse.ProtoReflect.Descriptor instead.
 func (*ViewResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{49}
+	return file_distash_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ViewResponse) GetGeneration() uint64 {
@@ -3686,6 +3783,86 @@ func (x *ViewResponse) GetLastRecoveryMicros() int64 {
 	return 0
 }
 
+func (x *ViewResponse) GetFailureWaitMs() int64 {
+	if x != nil {
+		return x.FailureWaitMs
+	}
+	return 0
+}
+
+func (x *ViewResponse) GetReplication() []*PoolReplication {
+	if x != nil {
+		return x.Replication
+	}
+	return nil
+}
+
+func (x *ViewResponse) GetExcluded() []string {
+	if x != nil {
+		return x.Excluded
+	}
+	return nil
+}
+
+func (x *ViewResponse) GetFailureWaitSet() bool {
+	if x != nil {
+		return x.FailureWaitSet
+	}
+	return false
+}
+
+type PoolReplication struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Pool          string                 `protobuf:"bytes,1,opt,name=pool,proto3" json:"pool,omitempty"`
+	Replication   int32                  `protobuf:"varint,2,opt,name=replication,proto3" json:"replication,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PoolReplication) Reset() {
+	*x = PoolReplication{}
+	mi := &file_distash_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PoolReplication) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PoolReplication) ProtoMessage() {}
+
+func (x *PoolReplication) ProtoReflect() protoreflect.Message {
+	mi := &file_distash_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PoolReplication.ProtoReflect.Descriptor instead.
+func (*PoolReplication) Descriptor() ([]byte, []int) {
+	return file_distash_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *PoolReplication) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
+}
+
+func (x *PoolReplication) GetReplication() int32 {
+	if x != nil {
+		return x.Replication
+	}
+	return 0
+}
+
 type StashLocation struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Tag           uint32                 `protobuf:"varint,1,opt,name=tag,proto3" json:"tag,omitempty"`
@@ -3694,13 +3871,17 @@ type StashLocation struct {
 	Node          string                 `protobuf:"bytes,4,opt,name=node,proto3" json:"node,omitempty"` // node id, "" for a free slot
 	Address       string                 `protobuf:"bytes,5,opt,name=address,proto3" json:"address,omitempty"`
 	Alive         bool                   `protobuf:"varint,6,opt,name=alive,proto3" json:"alive,omitempty"`
+	Dc            string                 `protobuf:"bytes,7,opt,name=dc,proto3" json:"dc,omitempty"` // the node's locality
+	Zone          string                 `protobuf:"bytes,8,opt,name=zone,proto3" json:"zone,omitempty"`
+	Excluded      bool                   `protobuf:"varint,9,opt,name=excluded,proto3" json:"excluded,omitempty"` // the node's address is excluded
+	Retired       bool                   `protobuf:"varint,10,opt,name=retired,proto3" json:"retired,omitempty"`  // the tag is retired (its node gets a fresh one when it registers next)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StashLocation) Reset() {
 	*x = StashLocation{}
-	mi := &file_distash_proto_msgTypes[50]
+	mi := &file_distash_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3712,7 +3893,7 @@ func (x *StashLocation) String() string {
 func (*StashLocation) ProtoMessage() {}
 
 func (x *StashLocation) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[50]
+	mi := &file_distash_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3725,7 +3906,7 @@ func (x *StashLocation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StashLocation.ProtoReflect.Descriptor instead.
 func (*StashLocation) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{50}
+	return file_distash_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *StashLocation) GetTag() uint32 {
@@ -3770,6 +3951,34 @@ func (x *StashLocation) GetAlive() bool {
 	return false
 }
 
+func (x *StashLocation) GetDc() string {
+	if x != nil {
+		return x.Dc
+	}
+	return ""
+}
+
+func (x *StashLocation) GetZone() string {
+	if x != nil {
+		return x.Zone
+	}
+	return ""
+}
+
+func (x *StashLocation) GetExcluded() bool {
+	if x != nil {
+		return x.Excluded
+	}
+	return false
+}
+
+func (x *StashLocation) GetRetired() bool {
+	if x != nil {
+		return x.Retired
+	}
+	return false
+}
+
 // Claim: the transaction node whose log replica became the log's raft
 // leader asks the controller for a new generation in which it holds the
 // stateless roles (sequencer, proxies, resolver). The generation number is
@@ -3785,7 +3994,7 @@ type ClaimRequest struct {
 
 func (x *ClaimRequest) Reset() {
 	*x = ClaimRequest{}
-	mi := &file_distash_proto_msgTypes[51]
+	mi := &file_distash_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3797,7 +4006,7 @@ func (x *ClaimRequest) String() string {
 func (*ClaimRequest) ProtoMessage() {}
 
 func (x *ClaimRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[51]
+	mi := &file_distash_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3810,7 +4019,7 @@ func (x *ClaimRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimRequest.ProtoReflect.Descriptor instead.
 func (*ClaimRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{51}
+	return file_distash_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ClaimRequest) GetId() string {
@@ -3838,7 +4047,7 @@ type ClaimResponse struct {
 
 func (x *ClaimResponse) Reset() {
 	*x = ClaimResponse{}
-	mi := &file_distash_proto_msgTypes[52]
+	mi := &file_distash_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3850,7 +4059,7 @@ func (x *ClaimResponse) String() string {
 func (*ClaimResponse) ProtoMessage() {}
 
 func (x *ClaimResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[52]
+	mi := &file_distash_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3863,7 +4072,7 @@ func (x *ClaimResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimResponse.ProtoReflect.Descriptor instead.
 func (*ClaimResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{52}
+	return file_distash_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ClaimResponse) GetGeneration() uint64 {
@@ -3901,7 +4110,7 @@ type RecoveryDoneRequest struct {
 
 func (x *RecoveryDoneRequest) Reset() {
 	*x = RecoveryDoneRequest{}
-	mi := &file_distash_proto_msgTypes[53]
+	mi := &file_distash_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3913,7 +4122,7 @@ func (x *RecoveryDoneRequest) String() string {
 func (*RecoveryDoneRequest) ProtoMessage() {}
 
 func (x *RecoveryDoneRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[53]
+	mi := &file_distash_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3926,7 +4135,7 @@ func (x *RecoveryDoneRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoveryDoneRequest.ProtoReflect.Descriptor instead.
 func (*RecoveryDoneRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{53}
+	return file_distash_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *RecoveryDoneRequest) GetId() string {
@@ -3967,7 +4176,7 @@ type RecoveryDoneResponse struct {
 
 func (x *RecoveryDoneResponse) Reset() {
 	*x = RecoveryDoneResponse{}
-	mi := &file_distash_proto_msgTypes[54]
+	mi := &file_distash_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3979,7 +4188,7 @@ func (x *RecoveryDoneResponse) String() string {
 func (*RecoveryDoneResponse) ProtoMessage() {}
 
 func (x *RecoveryDoneResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[54]
+	mi := &file_distash_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3992,7 +4201,7 @@ func (x *RecoveryDoneResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoveryDoneResponse.ProtoReflect.Descriptor instead.
 func (*RecoveryDoneResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{54}
+	return file_distash_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *RecoveryDoneResponse) GetError() *Error {
@@ -4007,6 +4216,551 @@ func (x *RecoveryDoneResponse) GetLeader() string {
 		return x.Leader
 	}
 	return ""
+}
+
+// Exclude, Include: the data distributor moves every shard off the stashes
+// at excluded addresses (host:port). Include with no address, or the one
+// address "all", includes every excluded address.
+type ExcludeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Addresses     []string               `protobuf:"bytes,1,rep,name=addresses,proto3" json:"addresses,omitempty"`
+	Hops          uint32                 `protobuf:"varint,2,opt,name=hops,proto3" json:"hops,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExcludeRequest) Reset() {
+	*x = ExcludeRequest{}
+	mi := &file_distash_proto_msgTypes[57]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExcludeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExcludeRequest) ProtoMessage() {}
+
+func (x *ExcludeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_distash_proto_msgTypes[57]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExcludeRequest.ProtoReflect.Descriptor instead.
+func (*ExcludeRequest) Descriptor() ([]byte, []int) {
+	return file_distash_proto_rawDescGZIP(), []int{57}
+}
+
+func (x *ExcludeRequest) GetAddresses() []string {
+	if x != nil {
+		return x.Addresses
+	}
+	return nil
+}
+
+func (x *ExcludeRequest) GetHops() uint32 {
+	if x != nil {
+		return x.Hops
+	}
+	return 0
+}
+
+type ExcludeResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Excluded      []string               `protobuf:"bytes,1,rep,name=excluded,proto3" json:"excluded,omitempty"` // every excluded address after the call, sorted
+	Error         *Error                 `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	Leader        string                 `protobuf:"bytes,3,opt,name=leader,proto3" json:"leader,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExcludeResponse) Reset() {
+	*x = ExcludeResponse{}
+	mi := &file_distash_proto_msgTypes[58]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExcludeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExcludeResponse) ProtoMessage() {}
+
+func (x *ExcludeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_distash_proto_msgTypes[58]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExcludeResponse.ProtoReflect.Descriptor instead.
+func (*ExcludeResponse) Descriptor() ([]byte, []int) {
+	return file_distash_proto_rawDescGZIP(), []int{58}
+}
+
+func (x *ExcludeResponse) GetExcluded() []string {
+	if x != nil {
+		return x.Excluded
+	}
+	return nil
+}
+
+func (x *ExcludeResponse) GetError() *Error {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+func (x *ExcludeResponse) GetLeader() string {
+	if x != nil {
+		return x.Leader
+	}
+	return ""
+}
+
+type IncludeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Addresses     []string               `protobuf:"bytes,1,rep,name=addresses,proto3" json:"addresses,omitempty"`
+	Hops          uint32                 `protobuf:"varint,2,opt,name=hops,proto3" json:"hops,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *IncludeRequest) Reset() {
+	*x = IncludeRequest{}
+	mi := &file_distash_proto_msgTypes[59]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IncludeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IncludeRequest) ProtoMessage() {}
+
+func (x *IncludeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_distash_proto_msgTypes[59]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IncludeRequest.ProtoReflect.Descriptor instead.
+func (*IncludeRequest) Descriptor() ([]byte, []int) {
+	return file_distash_proto_rawDescGZIP(), []int{59}
+}
+
+func (x *IncludeRequest) GetAddresses() []string {
+	if x != nil {
+		return x.Addresses
+	}
+	return nil
+}
+
+func (x *IncludeRequest) GetHops() uint32 {
+	if x != nil {
+		return x.Hops
+	}
+	return 0
+}
+
+type IncludeResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Excluded      []string               `protobuf:"bytes,1,rep,name=excluded,proto3" json:"excluded,omitempty"`
+	Error         *Error                 `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	Leader        string                 `protobuf:"bytes,3,opt,name=leader,proto3" json:"leader,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *IncludeResponse) Reset() {
+	*x = IncludeResponse{}
+	mi := &file_distash_proto_msgTypes[60]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IncludeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IncludeResponse) ProtoMessage() {}
+
+func (x *IncludeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_distash_proto_msgTypes[60]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IncludeResponse.ProtoReflect.Descriptor instead.
+func (*IncludeResponse) Descriptor() ([]byte, []int) {
+	return file_distash_proto_rawDescGZIP(), []int{60}
+}
+
+func (x *IncludeResponse) GetExcluded() []string {
+	if x != nil {
+		return x.Excluded
+	}
+	return nil
+}
+
+func (x *IncludeResponse) GetError() *Error {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+func (x *IncludeResponse) GetLeader() string {
+	if x != nil {
+		return x.Leader
+	}
+	return ""
+}
+
+// Configure changes a live setting: key failure_wait (a duration such as
+// 5s, or "default") with no pool, or key replication (1 to the pool's
+// slots, or "default") with a pool.
+type ConfigureRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Value         string                 `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	Pool          string                 `protobuf:"bytes,3,opt,name=pool,proto3" json:"pool,omitempty"`
+	Hops          uint32                 `protobuf:"varint,4,opt,name=hops,proto3" json:"hops,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConfigureRequest) Reset() {
+	*x = ConfigureRequest{}
+	mi := &file_distash_proto_msgTypes[61]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConfigureRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConfigureRequest) ProtoMessage() {}
+
+func (x *ConfigureRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_distash_proto_msgTypes[61]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConfigureRequest.ProtoReflect.Descriptor instead.
+func (*ConfigureRequest) Descriptor() ([]byte, []int) {
+	return file_distash_proto_rawDescGZIP(), []int{61}
+}
+
+func (x *ConfigureRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *ConfigureRequest) GetValue() string {
+	if x != nil {
+		return x.Value
+	}
+	return ""
+}
+
+func (x *ConfigureRequest) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
+}
+
+func (x *ConfigureRequest) GetHops() uint32 {
+	if x != nil {
+		return x.Hops
+	}
+	return 0
+}
+
+type ConfigureResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Error         *Error                 `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
+	Leader        string                 `protobuf:"bytes,2,opt,name=leader,proto3" json:"leader,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConfigureResponse) Reset() {
+	*x = ConfigureResponse{}
+	mi := &file_distash_proto_msgTypes[62]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConfigureResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConfigureResponse) ProtoMessage() {}
+
+func (x *ConfigureResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_distash_proto_msgTypes[62]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConfigureResponse.ProtoReflect.Descriptor instead.
+func (*ConfigureResponse) Descriptor() ([]byte, []int) {
+	return file_distash_proto_rawDescGZIP(), []int{62}
+}
+
+func (x *ConfigureResponse) GetError() *Error {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+func (x *ConfigureResponse) GetLeader() string {
+	if x != nil {
+		return x.Leader
+	}
+	return ""
+}
+
+// Retire: the data distributor retires a tag no shard refers to any more.
+type RetireRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Tag           uint32                 `protobuf:"varint,1,opt,name=tag,proto3" json:"tag,omitempty"`
+	Hops          uint32                 `protobuf:"varint,2,opt,name=hops,proto3" json:"hops,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RetireRequest) Reset() {
+	*x = RetireRequest{}
+	mi := &file_distash_proto_msgTypes[63]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RetireRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RetireRequest) ProtoMessage() {}
+
+func (x *RetireRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_distash_proto_msgTypes[63]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RetireRequest.ProtoReflect.Descriptor instead.
+func (*RetireRequest) Descriptor() ([]byte, []int) {
+	return file_distash_proto_rawDescGZIP(), []int{63}
+}
+
+func (x *RetireRequest) GetTag() uint32 {
+	if x != nil {
+		return x.Tag
+	}
+	return 0
+}
+
+func (x *RetireRequest) GetHops() uint32 {
+	if x != nil {
+		return x.Hops
+	}
+	return 0
+}
+
+type RetireResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Error         *Error                 `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
+	Leader        string                 `protobuf:"bytes,2,opt,name=leader,proto3" json:"leader,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RetireResponse) Reset() {
+	*x = RetireResponse{}
+	mi := &file_distash_proto_msgTypes[64]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RetireResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RetireResponse) ProtoMessage() {}
+
+func (x *RetireResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_distash_proto_msgTypes[64]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RetireResponse.ProtoReflect.Descriptor instead.
+func (*RetireResponse) Descriptor() ([]byte, []int) {
+	return file_distash_proto_rawDescGZIP(), []int{64}
+}
+
+func (x *RetireResponse) GetError() *Error {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+func (x *RetireResponse) GetLeader() string {
+	if x != nil {
+		return x.Leader
+	}
+	return ""
+}
+
+// Admin: operator calls served by every node of a multi-process cluster.
+// Kill stops the node's process (it exits with status 0).
+type KillRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Reason        string                 `protobuf:"bytes,1,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KillRequest) Reset() {
+	*x = KillRequest{}
+	mi := &file_distash_proto_msgTypes[65]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KillRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KillRequest) ProtoMessage() {}
+
+func (x *KillRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_distash_proto_msgTypes[65]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KillRequest.ProtoReflect.Descriptor instead.
+func (*KillRequest) Descriptor() ([]byte, []int) {
+	return file_distash_proto_rawDescGZIP(), []int{65}
+}
+
+func (x *KillRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type KillResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Error         *Error                 `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KillResponse) Reset() {
+	*x = KillResponse{}
+	mi := &file_distash_proto_msgTypes[66]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KillResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KillResponse) ProtoMessage() {}
+
+func (x *KillResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_distash_proto_msgTypes[66]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KillResponse.ProtoReflect.Descriptor instead.
+func (*KillResponse) Descriptor() ([]byte, []int) {
+	return file_distash_proto_rawDescGZIP(), []int{66}
+}
+
+func (x *KillResponse) GetError() *Error {
+	if x != nil {
+		return x.Error
+	}
+	return nil
 }
 
 var File_distash_proto protoreflect.FileDescriptor
@@ -4148,7 +4902,7 @@ const file_distash_proto_rawDesc = "" +
 	"\x06ranges\x18\x01 \x03(\v2\x18.distash.v1.RangeMetricsR\x06ranges\x12'\n" +
 	"\x0fapplied_version\x18\x02 \x01(\x03R\x0eappliedVersion\x12'\n" +
 	"\x05error\x18\x03 \x01(\v2\x11.distash.v1.ErrorR\x05error\"\x0f\n" +
-	"\rStatusRequest\"\x89\x06\n" +
+	"\rStatusRequest\"\xc4\x06\n" +
 	"\x0eStatusResponse\x12*\n" +
 	"\x05pools\x18\x01 \x03(\v2\x14.distash.v1.PoolInfoR\x05pools\x121\n" +
 	"\astashes\x18\x02 \x03(\v2\x17.distash.v1.StashStatusR\astashes\x12+\n" +
@@ -4174,7 +4928,14 @@ const file_distash_proto_rawDesc = "" +
 	"\flog_replicas\x18\x10 \x03(\tR\vlogReplicas\x120\n" +
 	"\x14last_recovery_micros\x18\x11 \x01(\x03R\x12lastRecoveryMicros\x121\n" +
 	"\x15last_recovery_unix_ms\x18\x12 \x01(\x03R\x12lastRecoveryUnixMs\x12@\n" +
-	"\fdistribution\x18\x13 \x03(\v2\x1c.distash.v1.PoolDistributionR\fdistribution\"\xa8\x03\n" +
+	"\fdistribution\x18\x13 \x03(\v2\x1c.distash.v1.PoolDistributionR\fdistribution\x129\n" +
+	"\fstash_shares\x18\x14 \x03(\v2\x16.distash.v1.StashShareR\vstashShares\"f\n" +
+	"\n" +
+	"StashShare\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\rR\x02id\x12\x16\n" +
+	"\x06shards\x18\x02 \x01(\x05R\x06shards\x12\x1a\n" +
+	"\bfetching\x18\x03 \x01(\x05R\bfetching\x12\x14\n" +
+	"\x05bytes\x18\x04 \x01(\x03R\x05bytes\"\xa8\x03\n" +
 	"\x10PoolDistribution\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x16\n" +
 	"\x06shards\x18\x02 \x01(\x05R\x06shards\x12\x14\n" +
@@ -4260,7 +5021,7 @@ const file_distash_proto_rawDesc = "" +
 	"\x12window_limit_bytes\x18\x05 \x01(\x03R\x10windowLimitBytes\"\\\n" +
 	"\x0eReportResponse\x12'\n" +
 	"\x05error\x18\x01 \x01(\v2\x11.distash.v1.ErrorR\x05error\x12!\n" +
-	"\flast_version\x18\x02 \x01(\x03R\vlastVersion\"\xcf\x01\n" +
+	"\flast_version\x18\x02 \x01(\x03R\vlastVersion\"\xe5\x01\n" +
 	"\x0fRegisterRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x14\n" +
@@ -4270,7 +5031,9 @@ const file_distash_proto_rawDesc = "" +
 	"\x04zone\x18\x06 \x01(\tR\x04zone\x12\x18\n" +
 	"\amachine\x18\a \x01(\tR\amachine\x12\x16\n" +
 	"\x06config\x18\b \x01(\tR\x06config\x12\x12\n" +
-	"\x04hops\x18\t \x01(\rR\x04hops\"\xaa\x01\n" +
+	"\x04hops\x18\t \x01(\rR\x04hops\x12\x14\n" +
+	"\x05empty\x18\n" +
+	" \x01(\bR\x05empty\"\xbc\x01\n" +
 	"\x10RegisterResponse\x12\x12\n" +
 	"\x04slot\x18\x01 \x01(\x05R\x04slot\x12\x1e\n" +
 	"\n" +
@@ -4278,7 +5041,8 @@ const file_distash_proto_rawDesc = "" +
 	"generation\x12'\n" +
 	"\x05error\x18\x03 \x01(\v2\x11.distash.v1.ErrorR\x05error\x12\x16\n" +
 	"\x06leader\x18\x04 \x01(\tR\x06leader\x12!\n" +
-	"\fconfig_field\x18\x05 \x01(\tR\vconfigField\"6\n" +
+	"\fconfig_field\x18\x05 \x01(\tR\vconfigField\x12\x10\n" +
+	"\x03tag\x18\x06 \x01(\rR\x03tag\"6\n" +
 	"\x10HeartbeatRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04hops\x18\x02 \x01(\rR\x04hops\"t\n" +
@@ -4302,7 +5066,7 @@ const file_distash_proto_rawDesc = "" +
 	"\x11last_seen_unix_ms\x18\t \x01(\x03R\x0elastSeenUnixMs\"5\n" +
 	"\tPoolSlots\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x14\n" +
-	"\x05nodes\x18\x02 \x03(\tR\x05nodes\"\xef\x04\n" +
+	"\x05nodes\x18\x02 \x03(\tR\x05nodes\"\x9c\x06\n" +
 	"\fViewResponse\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x01 \x01(\x04R\n" +
@@ -4325,14 +5089,26 @@ const file_distash_proto_rawDesc = "" +
 	"\astashes\x18\r \x03(\v2\x19.distash.v1.StashLocationR\astashes\x12\x16\n" +
 	"\x06config\x18\x0e \x01(\tR\x06config\x121\n" +
 	"\x15last_recovery_unix_ms\x18\x0f \x01(\x03R\x12lastRecoveryUnixMs\x120\n" +
-	"\x14last_recovery_micros\x18\x10 \x01(\x03R\x12lastRecoveryMicros\"\x8d\x01\n" +
+	"\x14last_recovery_micros\x18\x10 \x01(\x03R\x12lastRecoveryMicros\x12&\n" +
+	"\x0ffailure_wait_ms\x18\x11 \x01(\x03R\rfailureWaitMs\x12=\n" +
+	"\vreplication\x18\x12 \x03(\v2\x1b.distash.v1.PoolReplicationR\vreplication\x12\x1a\n" +
+	"\bexcluded\x18\x13 \x03(\tR\bexcluded\x12(\n" +
+	"\x10failure_wait_set\x18\x14 \x01(\bR\x0efailureWaitSet\"G\n" +
+	"\x0fPoolReplication\x12\x12\n" +
+	"\x04pool\x18\x01 \x01(\tR\x04pool\x12 \n" +
+	"\vreplication\x18\x02 \x01(\x05R\vreplication\"\xe7\x01\n" +
 	"\rStashLocation\x12\x10\n" +
 	"\x03tag\x18\x01 \x01(\rR\x03tag\x12\x12\n" +
 	"\x04pool\x18\x02 \x01(\tR\x04pool\x12\x12\n" +
 	"\x04slot\x18\x03 \x01(\x05R\x04slot\x12\x12\n" +
 	"\x04node\x18\x04 \x01(\tR\x04node\x12\x18\n" +
 	"\aaddress\x18\x05 \x01(\tR\aaddress\x12\x14\n" +
-	"\x05alive\x18\x06 \x01(\bR\x05alive\"2\n" +
+	"\x05alive\x18\x06 \x01(\bR\x05alive\x12\x0e\n" +
+	"\x02dc\x18\a \x01(\tR\x02dc\x12\x12\n" +
+	"\x04zone\x18\b \x01(\tR\x04zone\x12\x1a\n" +
+	"\bexcluded\x18\t \x01(\bR\bexcluded\x12\x18\n" +
+	"\aretired\x18\n" +
+	" \x01(\bR\aretired\"2\n" +
 	"\fClaimRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04hops\x18\x02 \x01(\rR\x04hops\"p\n" +
@@ -4351,7 +5127,39 @@ const file_distash_proto_rawDesc = "" +
 	"\x04hops\x18\x04 \x01(\rR\x04hops\"W\n" +
 	"\x14RecoveryDoneResponse\x12'\n" +
 	"\x05error\x18\x01 \x01(\v2\x11.distash.v1.ErrorR\x05error\x12\x16\n" +
-	"\x06leader\x18\x02 \x01(\tR\x06leader2\xf1\x05\n" +
+	"\x06leader\x18\x02 \x01(\tR\x06leader\"B\n" +
+	"\x0eExcludeRequest\x12\x1c\n" +
+	"\taddresses\x18\x01 \x03(\tR\taddresses\x12\x12\n" +
+	"\x04hops\x18\x02 \x01(\rR\x04hops\"n\n" +
+	"\x0fExcludeResponse\x12\x1a\n" +
+	"\bexcluded\x18\x01 \x03(\tR\bexcluded\x12'\n" +
+	"\x05error\x18\x02 \x01(\v2\x11.distash.v1.ErrorR\x05error\x12\x16\n" +
+	"\x06leader\x18\x03 \x01(\tR\x06leader\"B\n" +
+	"\x0eIncludeRequest\x12\x1c\n" +
+	"\taddresses\x18\x01 \x03(\tR\taddresses\x12\x12\n" +
+	"\x04hops\x18\x02 \x01(\rR\x04hops\"n\n" +
+	"\x0fIncludeResponse\x12\x1a\n" +
+	"\bexcluded\x18\x01 \x03(\tR\bexcluded\x12'\n" +
+	"\x05error\x18\x02 \x01(\v2\x11.distash.v1.ErrorR\x05error\x12\x16\n" +
+	"\x06leader\x18\x03 \x01(\tR\x06leader\"b\n" +
+	"\x10ConfigureRequest\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\x12\x12\n" +
+	"\x04pool\x18\x03 \x01(\tR\x04pool\x12\x12\n" +
+	"\x04hops\x18\x04 \x01(\rR\x04hops\"T\n" +
+	"\x11ConfigureResponse\x12'\n" +
+	"\x05error\x18\x01 \x01(\v2\x11.distash.v1.ErrorR\x05error\x12\x16\n" +
+	"\x06leader\x18\x02 \x01(\tR\x06leader\"5\n" +
+	"\rRetireRequest\x12\x10\n" +
+	"\x03tag\x18\x01 \x01(\rR\x03tag\x12\x12\n" +
+	"\x04hops\x18\x02 \x01(\rR\x04hops\"Q\n" +
+	"\x0eRetireResponse\x12'\n" +
+	"\x05error\x18\x01 \x01(\v2\x11.distash.v1.ErrorR\x05error\x12\x16\n" +
+	"\x06leader\x18\x02 \x01(\tR\x06leader\"%\n" +
+	"\vKillRequest\x12\x16\n" +
+	"\x06reason\x18\x01 \x01(\tR\x06reason\"7\n" +
+	"\fKillResponse\x12'\n" +
+	"\x05error\x18\x01 \x01(\v2\x11.distash.v1.ErrorR\x05error2\xf1\x05\n" +
 	"\aDiStash\x12W\n" +
 	"\x0eGetReadVersion\x12!.distash.v1.GetReadVersionRequest\x1a\".distash.v1.GetReadVersionResponse\x12?\n" +
 	"\x06Commit\x12\x19.distash.v1.CommitRequest\x1a\x1a.distash.v1.CommitResponse\x12U\n" +
@@ -4366,13 +5174,19 @@ const file_distash_proto_rawDesc = "" +
 	"\x03Log\x129\n" +
 	"\x04Peek\x12\x17.distash.v1.PeekRequest\x1a\x18.distash.v1.PeekResponse\x126\n" +
 	"\x03Pop\x12\x16.distash.v1.PopRequest\x1a\x17.distash.v1.PopResponse\x12?\n" +
-	"\x06Report\x12\x19.distash.v1.ReportRequest\x1a\x1a.distash.v1.ReportResponse2\xea\x02\n" +
+	"\x06Report\x12\x19.distash.v1.ReportRequest\x1a\x1a.distash.v1.ReportResponse2\xfd\x04\n" +
 	"\vCoordinator\x12E\n" +
 	"\bRegister\x12\x1b.distash.v1.RegisterRequest\x1a\x1c.distash.v1.RegisterResponse\x12H\n" +
 	"\tHeartbeat\x12\x1c.distash.v1.HeartbeatRequest\x1a\x1d.distash.v1.HeartbeatResponse\x129\n" +
 	"\x04View\x12\x17.distash.v1.ViewRequest\x1a\x18.distash.v1.ViewResponse\x12<\n" +
 	"\x05Claim\x12\x18.distash.v1.ClaimRequest\x1a\x19.distash.v1.ClaimResponse\x12Q\n" +
-	"\fRecoveryDone\x12\x1f.distash.v1.RecoveryDoneRequest\x1a .distash.v1.RecoveryDoneResponseB*Z(github.com/distash/distash/internal/wireb\x06proto3"
+	"\fRecoveryDone\x12\x1f.distash.v1.RecoveryDoneRequest\x1a .distash.v1.RecoveryDoneResponse\x12B\n" +
+	"\aExclude\x12\x1a.distash.v1.ExcludeRequest\x1a\x1b.distash.v1.ExcludeResponse\x12B\n" +
+	"\aInclude\x12\x1a.distash.v1.IncludeRequest\x1a\x1b.distash.v1.IncludeResponse\x12H\n" +
+	"\tConfigure\x12\x1c.distash.v1.ConfigureRequest\x1a\x1d.distash.v1.ConfigureResponse\x12?\n" +
+	"\x06Retire\x12\x19.distash.v1.RetireRequest\x1a\x1a.distash.v1.RetireResponse2B\n" +
+	"\x05Admin\x129\n" +
+	"\x04Kill\x12\x17.distash.v1.KillRequest\x1a\x18.distash.v1.KillResponseB*Z(github.com/distash/distash/internal/wireb\x06proto3"
 
 var (
 	file_distash_proto_rawDescOnce sync.Once
@@ -4386,7 +5200,7 @@ func file_distash_proto_rawDescGZIP() []byte {
 	return file_distash_proto_rawDescData
 }
 
-var file_distash_proto_msgTypes = make([]protoimpl.MessageInfo, 55)
+var file_distash_proto_msgTypes = make([]protoimpl.MessageInfo, 67)
 var file_distash_proto_goTypes = []any{
 	(*Error)(nil),                  // 0: distash.v1.Error
 	(*Mutation)(nil),               // 1: distash.v1.Mutation
@@ -4416,33 +5230,45 @@ var file_distash_proto_goTypes = []any{
 	(*ShardMetricsResponse)(nil),   // 25: distash.v1.ShardMetricsResponse
 	(*StatusRequest)(nil),          // 26: distash.v1.StatusRequest
 	(*StatusResponse)(nil),         // 27: distash.v1.StatusResponse
-	(*PoolDistribution)(nil),       // 28: distash.v1.PoolDistribution
-	(*RelocationStatus)(nil),       // 29: distash.v1.RelocationStatus
-	(*NodeStatus)(nil),             // 30: distash.v1.NodeStatus
-	(*ColdestRequest)(nil),         // 31: distash.v1.ColdestRequest
-	(*ColdestResponse)(nil),        // 32: distash.v1.ColdestResponse
-	(*CommitStreamRequest)(nil),    // 33: distash.v1.CommitStreamRequest
-	(*CommitStreamResponse)(nil),   // 34: distash.v1.CommitStreamResponse
-	(*PeekRequest)(nil),            // 35: distash.v1.PeekRequest
-	(*LogMessage)(nil),             // 36: distash.v1.LogMessage
-	(*PeekResponse)(nil),           // 37: distash.v1.PeekResponse
-	(*PopRequest)(nil),             // 38: distash.v1.PopRequest
-	(*PopResponse)(nil),            // 39: distash.v1.PopResponse
-	(*ReportRequest)(nil),          // 40: distash.v1.ReportRequest
-	(*ReportResponse)(nil),         // 41: distash.v1.ReportResponse
-	(*RegisterRequest)(nil),        // 42: distash.v1.RegisterRequest
-	(*RegisterResponse)(nil),       // 43: distash.v1.RegisterResponse
-	(*HeartbeatRequest)(nil),       // 44: distash.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),      // 45: distash.v1.HeartbeatResponse
-	(*ViewRequest)(nil),            // 46: distash.v1.ViewRequest
-	(*ClusterNode)(nil),            // 47: distash.v1.ClusterNode
-	(*PoolSlots)(nil),              // 48: distash.v1.PoolSlots
-	(*ViewResponse)(nil),           // 49: distash.v1.ViewResponse
-	(*StashLocation)(nil),          // 50: distash.v1.StashLocation
-	(*ClaimRequest)(nil),           // 51: distash.v1.ClaimRequest
-	(*ClaimResponse)(nil),          // 52: distash.v1.ClaimResponse
-	(*RecoveryDoneRequest)(nil),    // 53: distash.v1.RecoveryDoneRequest
-	(*RecoveryDoneResponse)(nil),   // 54: distash.v1.RecoveryDoneResponse
+	(*StashShare)(nil),             // 28: distash.v1.StashShare
+	(*PoolDistribution)(nil),       // 29: distash.v1.PoolDistribution
+	(*RelocationStatus)(nil),       // 30: distash.v1.RelocationStatus
+	(*NodeStatus)(nil),             // 31: distash.v1.NodeStatus
+	(*ColdestRequest)(nil),         // 32: distash.v1.ColdestRequest
+	(*ColdestResponse)(nil),        // 33: distash.v1.ColdestResponse
+	(*CommitStreamRequest)(nil),    // 34: distash.v1.CommitStreamRequest
+	(*CommitStreamResponse)(nil),   // 35: distash.v1.CommitStreamResponse
+	(*PeekRequest)(nil),            // 36: distash.v1.PeekRequest
+	(*LogMessage)(nil),             // 37: distash.v1.LogMessage
+	(*PeekResponse)(nil),           // 38: distash.v1.PeekResponse
+	(*PopRequest)(nil),             // 39: distash.v1.PopRequest
+	(*PopResponse)(nil),            // 40: distash.v1.PopResponse
+	(*ReportRequest)(nil),          // 41: distash.v1.ReportRequest
+	(*ReportResponse)(nil),         // 42: distash.v1.ReportResponse
+	(*RegisterRequest)(nil),        // 43: distash.v1.RegisterRequest
+	(*RegisterResponse)(nil),       // 44: distash.v1.RegisterResponse
+	(*HeartbeatRequest)(nil),       // 45: distash.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),      // 46: distash.v1.HeartbeatResponse
+	(*ViewRequest)(nil),            // 47: distash.v1.ViewRequest
+	(*ClusterNode)(nil),            // 48: distash.v1.ClusterNode
+	(*PoolSlots)(nil),              // 49: distash.v1.PoolSlots
+	(*ViewResponse)(nil),           // 50: distash.v1.ViewResponse
+	(*PoolReplication)(nil),        // 51: distash.v1.PoolReplication
+	(*StashLocation)(nil),          // 52: distash.v1.StashLocation
+	(*ClaimRequest)(nil),           // 53: distash.v1.ClaimRequest
+	(*ClaimResponse)(nil),          // 54: distash.v1.ClaimResponse
+	(*RecoveryDoneRequest)(nil),    // 55: distash.v1.RecoveryDoneRequest
+	(*RecoveryDoneResponse)(nil),   // 56: distash.v1.RecoveryDoneResponse
+	(*ExcludeRequest)(nil),         // 57: distash.v1.ExcludeRequest
+	(*ExcludeResponse)(nil),        // 58: distash.v1.ExcludeResponse
+	(*IncludeRequest)(nil),         // 59: distash.v1.IncludeRequest
+	(*IncludeResponse)(nil),        // 60: distash.v1.IncludeResponse
+	(*ConfigureRequest)(nil),       // 61: distash.v1.ConfigureRequest
+	(*ConfigureResponse)(nil),      // 62: distash.v1.ConfigureResponse
+	(*RetireRequest)(nil),          // 63: distash.v1.RetireRequest
+	(*RetireResponse)(nil),         // 64: distash.v1.RetireResponse
+	(*KillRequest)(nil),            // 65: distash.v1.KillRequest
+	(*KillResponse)(nil),           // 66: distash.v1.KillResponse
 }
 var file_distash_proto_depIdxs = []int32{
 	0,  // 0: distash.v1.GetReadVersionResponse.error:type_name -> distash.v1.Error
@@ -4464,67 +5290,84 @@ var file_distash_proto_depIdxs = []int32{
 	16, // 16: distash.v1.StatusResponse.pools:type_name -> distash.v1.PoolInfo
 	19, // 17: distash.v1.StatusResponse.stashes:type_name -> distash.v1.StashStatus
 	21, // 18: distash.v1.StatusResponse.log:type_name -> distash.v1.LogStatus
-	30, // 19: distash.v1.StatusResponse.node:type_name -> distash.v1.NodeStatus
-	30, // 20: distash.v1.StatusResponse.nodes:type_name -> distash.v1.NodeStatus
-	28, // 21: distash.v1.StatusResponse.distribution:type_name -> distash.v1.PoolDistribution
-	29, // 22: distash.v1.PoolDistribution.queue:type_name -> distash.v1.RelocationStatus
-	0,  // 23: distash.v1.ColdestResponse.error:type_name -> distash.v1.Error
-	7,  // 24: distash.v1.CommitStreamRequest.request:type_name -> distash.v1.CommitRequest
-	8,  // 25: distash.v1.CommitStreamResponse.response:type_name -> distash.v1.CommitResponse
-	1,  // 26: distash.v1.LogMessage.mutations:type_name -> distash.v1.Mutation
-	36, // 27: distash.v1.PeekResponse.messages:type_name -> distash.v1.LogMessage
-	0,  // 28: distash.v1.PeekResponse.error:type_name -> distash.v1.Error
-	0,  // 29: distash.v1.PopResponse.error:type_name -> distash.v1.Error
-	0,  // 30: distash.v1.ReportResponse.error:type_name -> distash.v1.Error
-	0,  // 31: distash.v1.RegisterResponse.error:type_name -> distash.v1.Error
-	0,  // 32: distash.v1.HeartbeatResponse.error:type_name -> distash.v1.Error
-	47, // 33: distash.v1.ViewResponse.nodes:type_name -> distash.v1.ClusterNode
-	48, // 34: distash.v1.ViewResponse.slots:type_name -> distash.v1.PoolSlots
-	0,  // 35: distash.v1.ViewResponse.error:type_name -> distash.v1.Error
-	50, // 36: distash.v1.ViewResponse.stashes:type_name -> distash.v1.StashLocation
-	0,  // 37: distash.v1.ClaimResponse.error:type_name -> distash.v1.Error
-	0,  // 38: distash.v1.RecoveryDoneResponse.error:type_name -> distash.v1.Error
-	5,  // 39: distash.v1.DiStash.GetReadVersion:input_type -> distash.v1.GetReadVersionRequest
-	7,  // 40: distash.v1.DiStash.Commit:input_type -> distash.v1.CommitRequest
-	33, // 41: distash.v1.DiStash.CommitStream:input_type -> distash.v1.CommitStreamRequest
-	9,  // 42: distash.v1.DiStash.Read:input_type -> distash.v1.ReadRequest
-	11, // 43: distash.v1.DiStash.ReadRange:input_type -> distash.v1.ReadRangeRequest
-	13, // 44: distash.v1.DiStash.Locations:input_type -> distash.v1.LocationsRequest
-	17, // 45: distash.v1.DiStash.ClusterInfo:input_type -> distash.v1.ClusterInfoRequest
-	26, // 46: distash.v1.DiStash.Status:input_type -> distash.v1.StatusRequest
-	31, // 47: distash.v1.DiStash.Coldest:input_type -> distash.v1.ColdestRequest
-	22, // 48: distash.v1.DiStash.ShardMetrics:input_type -> distash.v1.ShardMetricsRequest
-	35, // 49: distash.v1.Log.Peek:input_type -> distash.v1.PeekRequest
-	38, // 50: distash.v1.Log.Pop:input_type -> distash.v1.PopRequest
-	40, // 51: distash.v1.Log.Report:input_type -> distash.v1.ReportRequest
-	42, // 52: distash.v1.Coordinator.Register:input_type -> distash.v1.RegisterRequest
-	44, // 53: distash.v1.Coordinator.Heartbeat:input_type -> distash.v1.HeartbeatRequest
-	46, // 54: distash.v1.Coordinator.View:input_type -> distash.v1.ViewRequest
-	51, // 55: distash.v1.Coordinator.Claim:input_type -> distash.v1.ClaimRequest
-	53, // 56: distash.v1.Coordinator.RecoveryDone:input_type -> distash.v1.RecoveryDoneRequest
-	6,  // 57: distash.v1.DiStash.GetReadVersion:output_type -> distash.v1.GetReadVersionResponse
-	8,  // 58: distash.v1.DiStash.Commit:output_type -> distash.v1.CommitResponse
-	34, // 59: distash.v1.DiStash.CommitStream:output_type -> distash.v1.CommitStreamResponse
-	10, // 60: distash.v1.DiStash.Read:output_type -> distash.v1.ReadResponse
-	12, // 61: distash.v1.DiStash.ReadRange:output_type -> distash.v1.ReadRangeResponse
-	15, // 62: distash.v1.DiStash.Locations:output_type -> distash.v1.LocationsResponse
-	18, // 63: distash.v1.DiStash.ClusterInfo:output_type -> distash.v1.ClusterInfoResponse
-	27, // 64: distash.v1.DiStash.Status:output_type -> distash.v1.StatusResponse
-	32, // 65: distash.v1.DiStash.Coldest:output_type -> distash.v1.ColdestResponse
-	25, // 66: distash.v1.DiStash.ShardMetrics:output_type -> distash.v1.ShardMetricsResponse
-	37, // 67: distash.v1.Log.Peek:output_type -> distash.v1.PeekResponse
-	39, // 68: distash.v1.Log.Pop:output_type -> distash.v1.PopResponse
-	41, // 69: distash.v1.Log.Report:output_type -> distash.v1.ReportResponse
-	43, // 70: distash.v1.Coordinator.Register:output_type -> distash.v1.RegisterResponse
-	45, // 71: distash.v1.Coordinator.Heartbeat:output_type -> distash.v1.HeartbeatResponse
-	49, // 72: distash.v1.Coordinator.View:output_type -> distash.v1.ViewResponse
-	52, // 73: distash.v1.Coordinator.Claim:output_type -> distash.v1.ClaimResponse
-	54, // 74: distash.v1.Coordinator.RecoveryDone:output_type -> distash.v1.RecoveryDoneResponse
-	57, // [57:75] is the sub-list for method output_type
-	39, // [39:57] is the sub-list for method input_type
-	39, // [39:39] is the sub-list for extension type_name
-	39, // [39:39] is the sub-list for extension extendee
-	0,  // [0:39] is the sub-list for field type_name
+	31, // 19: distash.v1.StatusResponse.node:type_name -> distash.v1.NodeStatus
+	31, // 20: distash.v1.StatusResponse.nodes:type_name -> distash.v1.NodeStatus
+	29, // 21: distash.v1.StatusResponse.distribution:type_name -> distash.v1.PoolDistribution
+	28, // 22: distash.v1.StatusResponse.stash_shares:type_name -> distash.v1.StashShare
+	30, // 23: distash.v1.PoolDistribution.queue:type_name -> distash.v1.RelocationStatus
+	0,  // 24: distash.v1.ColdestResponse.error:type_name -> distash.v1.Error
+	7,  // 25: distash.v1.CommitStreamRequest.request:type_name -> distash.v1.CommitRequest
+	8,  // 26: distash.v1.CommitStreamResponse.response:type_name -> distash.v1.CommitResponse
+	1,  // 27: distash.v1.LogMessage.mutations:type_name -> distash.v1.Mutation
+	37, // 28: distash.v1.PeekResponse.messages:type_name -> distash.v1.LogMessage
+	0,  // 29: distash.v1.PeekResponse.error:type_name -> distash.v1.Error
+	0,  // 30: distash.v1.PopResponse.error:type_name -> distash.v1.Error
+	0,  // 31: distash.v1.ReportResponse.error:type_name -> distash.v1.Error
+	0,  // 32: distash.v1.RegisterResponse.error:type_name -> distash.v1.Error
+	0,  // 33: distash.v1.HeartbeatResponse.error:type_name -> distash.v1.Error
+	48, // 34: distash.v1.ViewResponse.nodes:type_name -> distash.v1.ClusterNode
+	49, // 35: distash.v1.ViewResponse.slots:type_name -> distash.v1.PoolSlots
+	0,  // 36: distash.v1.ViewResponse.error:type_name -> distash.v1.Error
+	52, // 37: distash.v1.ViewResponse.stashes:type_name -> distash.v1.StashLocation
+	51, // 38: distash.v1.ViewResponse.replication:type_name -> distash.v1.PoolReplication
+	0,  // 39: distash.v1.ClaimResponse.error:type_name -> distash.v1.Error
+	0,  // 40: distash.v1.RecoveryDoneResponse.error:type_name -> distash.v1.Error
+	0,  // 41: distash.v1.ExcludeResponse.error:type_name -> distash.v1.Error
+	0,  // 42: distash.v1.IncludeResponse.error:type_name -> distash.v1.Error
+	0,  // 43: distash.v1.ConfigureResponse.error:type_name -> distash.v1.Error
+	0,  // 44: distash.v1.RetireResponse.error:type_name -> distash.v1.Error
+	0,  // 45: distash.v1.KillResponse.error:type_name -> distash.v1.Error
+	5,  // 46: distash.v1.DiStash.GetReadVersion:input_type -> distash.v1.GetReadVersionRequest
+	7,  // 47: distash.v1.DiStash.Commit:input_type -> distash.v1.CommitRequest
+	34, // 48: distash.v1.DiStash.CommitStream:input_type -> distash.v1.CommitStreamRequest
+	9,  // 49: distash.v1.DiStash.Read:input_type -> distash.v1.ReadRequest
+	11, // 50: distash.v1.DiStash.ReadRange:input_type -> distash.v1.ReadRangeRequest
+	13, // 51: distash.v1.DiStash.Locations:input_type -> distash.v1.LocationsRequest
+	17, // 52: distash.v1.DiStash.ClusterInfo:input_type -> distash.v1.ClusterInfoRequest
+	26, // 53: distash.v1.DiStash.Status:input_type -> distash.v1.StatusRequest
+	32, // 54: distash.v1.DiStash.Coldest:input_type -> distash.v1.ColdestRequest
+	22, // 55: distash.v1.DiStash.ShardMetrics:input_type -> distash.v1.ShardMetricsRequest
+	36, // 56: distash.v1.Log.Peek:input_type -> distash.v1.PeekRequest
+	39, // 57: distash.v1.Log.Pop:input_type -> distash.v1.PopRequest
+	41, // 58: distash.v1.Log.Report:input_type -> distash.v1.ReportRequest
+	43, // 59: distash.v1.Coordinator.Register:input_type -> distash.v1.RegisterRequest
+	45, // 60: distash.v1.Coordinator.Heartbeat:input_type -> distash.v1.HeartbeatRequest
+	47, // 61: distash.v1.Coordinator.View:input_type -> distash.v1.ViewRequest
+	53, // 62: distash.v1.Coordinator.Claim:input_type -> distash.v1.ClaimRequest
+	55, // 63: distash.v1.Coordinator.RecoveryDone:input_type -> distash.v1.RecoveryDoneRequest
+	57, // 64: distash.v1.Coordinator.Exclude:input_type -> distash.v1.ExcludeRequest
+	59, // 65: distash.v1.Coordinator.Include:input_type -> distash.v1.IncludeRequest
+	61, // 66: distash.v1.Coordinator.Configure:input_type -> distash.v1.ConfigureRequest
+	63, // 67: distash.v1.Coordinator.Retire:input_type -> distash.v1.RetireRequest
+	65, // 68: distash.v1.Admin.Kill:input_type -> distash.v1.KillRequest
+	6,  // 69: distash.v1.DiStash.GetReadVersion:output_type -> distash.v1.GetReadVersionResponse
+	8,  // 70: distash.v1.DiStash.Commit:output_type -> distash.v1.CommitResponse
+	35, // 71: distash.v1.DiStash.CommitStream:output_type -> distash.v1.CommitStreamResponse
+	10, // 72: distash.v1.DiStash.Read:output_type -> distash.v1.ReadResponse
+	12, // 73: distash.v1.DiStash.ReadRange:output_type -> distash.v1.ReadRangeResponse
+	15, // 74: distash.v1.DiStash.Locations:output_type -> distash.v1.LocationsResponse
+	18, // 75: distash.v1.DiStash.ClusterInfo:output_type -> distash.v1.ClusterInfoResponse
+	27, // 76: distash.v1.DiStash.Status:output_type -> distash.v1.StatusResponse
+	33, // 77: distash.v1.DiStash.Coldest:output_type -> distash.v1.ColdestResponse
+	25, // 78: distash.v1.DiStash.ShardMetrics:output_type -> distash.v1.ShardMetricsResponse
+	38, // 79: distash.v1.Log.Peek:output_type -> distash.v1.PeekResponse
+	40, // 80: distash.v1.Log.Pop:output_type -> distash.v1.PopResponse
+	42, // 81: distash.v1.Log.Report:output_type -> distash.v1.ReportResponse
+	44, // 82: distash.v1.Coordinator.Register:output_type -> distash.v1.RegisterResponse
+	46, // 83: distash.v1.Coordinator.Heartbeat:output_type -> distash.v1.HeartbeatResponse
+	50, // 84: distash.v1.Coordinator.View:output_type -> distash.v1.ViewResponse
+	54, // 85: distash.v1.Coordinator.Claim:output_type -> distash.v1.ClaimResponse
+	56, // 86: distash.v1.Coordinator.RecoveryDone:output_type -> distash.v1.RecoveryDoneResponse
+	58, // 87: distash.v1.Coordinator.Exclude:output_type -> distash.v1.ExcludeResponse
+	60, // 88: distash.v1.Coordinator.Include:output_type -> distash.v1.IncludeResponse
+	62, // 89: distash.v1.Coordinator.Configure:output_type -> distash.v1.ConfigureResponse
+	64, // 90: distash.v1.Coordinator.Retire:output_type -> distash.v1.RetireResponse
+	66, // 91: distash.v1.Admin.Kill:output_type -> distash.v1.KillResponse
+	69, // [69:92] is the sub-list for method output_type
+	46, // [46:69] is the sub-list for method input_type
+	46, // [46:46] is the sub-list for extension type_name
+	46, // [46:46] is the sub-list for extension extendee
+	0,  // [0:46] is the sub-list for field type_name
 }
 
 func init() { file_distash_proto_init() }
@@ -4538,9 +5381,9 @@ func file_distash_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_distash_proto_rawDesc), len(file_distash_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   55,
+			NumMessages:   67,
 			NumExtensions: 0,
-			NumServices:   3,
+			NumServices:   4,
 		},
 		GoTypes:           file_distash_proto_goTypes,
 		DependencyIndexes: file_distash_proto_depIdxs,

@@ -649,6 +649,10 @@ const (
 	Coordinator_View_FullMethodName         = "/distash.v1.Coordinator/View"
 	Coordinator_Claim_FullMethodName        = "/distash.v1.Coordinator/Claim"
 	Coordinator_RecoveryDone_FullMethodName = "/distash.v1.Coordinator/RecoveryDone"
+	Coordinator_Exclude_FullMethodName      = "/distash.v1.Coordinator/Exclude"
+	Coordinator_Include_FullMethodName      = "/distash.v1.Coordinator/Include"
+	Coordinator_Configure_FullMethodName    = "/distash.v1.Coordinator/Configure"
+	Coordinator_Retire_FullMethodName       = "/distash.v1.Coordinator/Retire"
 )
 
 // CoordinatorClient is the client API for Coordinator service.
@@ -660,6 +664,10 @@ type CoordinatorClient interface {
 	View(ctx context.Context, in *ViewRequest, opts ...grpc.CallOption) (*ViewResponse, error)
 	Claim(ctx context.Context, in *ClaimRequest, opts ...grpc.CallOption) (*ClaimResponse, error)
 	RecoveryDone(ctx context.Context, in *RecoveryDoneRequest, opts ...grpc.CallOption) (*RecoveryDoneResponse, error)
+	Exclude(ctx context.Context, in *ExcludeRequest, opts ...grpc.CallOption) (*ExcludeResponse, error)
+	Include(ctx context.Context, in *IncludeRequest, opts ...grpc.CallOption) (*IncludeResponse, error)
+	Configure(ctx context.Context, in *ConfigureRequest, opts ...grpc.CallOption) (*ConfigureResponse, error)
+	Retire(ctx context.Context, in *RetireRequest, opts ...grpc.CallOption) (*RetireResponse, error)
 }
 
 type coordinatorClient struct {
@@ -720,6 +728,46 @@ func (c *coordinatorClient) RecoveryDone(ctx context.Context, in *RecoveryDoneRe
 	return out, nil
 }
 
+func (c *coordinatorClient) Exclude(ctx context.Context, in *ExcludeRequest, opts ...grpc.CallOption) (*ExcludeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ExcludeResponse)
+	err := c.cc.Invoke(ctx, Coordinator_Exclude_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *coordinatorClient) Include(ctx context.Context, in *IncludeRequest, opts ...grpc.CallOption) (*IncludeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(IncludeResponse)
+	err := c.cc.Invoke(ctx, Coordinator_Include_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *coordinatorClient) Configure(ctx context.Context, in *ConfigureRequest, opts ...grpc.CallOption) (*ConfigureResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ConfigureResponse)
+	err := c.cc.Invoke(ctx, Coordinator_Configure_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *coordinatorClient) Retire(ctx context.Context, in *RetireRequest, opts ...grpc.CallOption) (*RetireResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RetireResponse)
+	err := c.cc.Invoke(ctx, Coordinator_Retire_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // CoordinatorServer is the server API for Coordinator service.
 // All implementations must embed UnimplementedCoordinatorServer
 // for forward compatibility.
@@ -729,6 +777,10 @@ type CoordinatorServer interface {
 	View(context.Context, *ViewRequest) (*ViewResponse, error)
 	Claim(context.Context, *ClaimRequest) (*ClaimResponse, error)
 	RecoveryDone(context.Context, *RecoveryDoneRequest) (*RecoveryDoneResponse, error)
+	Exclude(context.Context, *ExcludeRequest) (*ExcludeResponse, error)
+	Include(context.Context, *IncludeRequest) (*IncludeResponse, error)
+	Configure(context.Context, *ConfigureRequest) (*ConfigureResponse, error)
+	Retire(context.Context, *RetireRequest) (*RetireResponse, error)
 	mustEmbedUnimplementedCoordinatorServer()
 }
 
@@ -753,6 +805,18 @@ func (UnimplementedCoordinatorServer) Claim(context.Context, *ClaimRequest) (*Cl
 }
 func (UnimplementedCoordinatorServer) RecoveryDone(context.Context, *RecoveryDoneRequest) (*RecoveryDoneResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RecoveryDone not implemented")
+}
+func (UnimplementedCoordinatorServer) Exclude(context.Context, *ExcludeRequest) (*ExcludeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Exclude not implemented")
+}
+func (UnimplementedCoordinatorServer) Include(context.Context, *IncludeRequest) (*IncludeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Include not implemented")
+}
+func (UnimplementedCoordinatorServer) Configure(context.Context, *ConfigureRequest) (*ConfigureResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Configure not implemented")
+}
+func (UnimplementedCoordinatorServer) Retire(context.Context, *RetireRequest) (*RetireResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Retire not implemented")
 }
 func (UnimplementedCoordinatorServer) mustEmbedUnimplementedCoordinatorServer() {}
 func (UnimplementedCoordinatorServer) testEmbeddedByValue()                     {}
@@ -865,6 +929,78 @@ func _Coordinator_RecoveryDone_Handler(srv interface{}, ctx context.Context, dec
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Coordinator_Exclude_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ExcludeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServer).Exclude(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Coordinator_Exclude_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServer).Exclude(ctx, req.(*ExcludeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Coordinator_Include_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(IncludeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServer).Include(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Coordinator_Include_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServer).Include(ctx, req.(*IncludeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Coordinator_Configure_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ConfigureRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServer).Configure(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Coordinator_Configure_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServer).Configure(ctx, req.(*ConfigureRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Coordinator_Retire_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RetireRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServer).Retire(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Coordinator_Retire_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServer).Retire(ctx, req.(*RetireRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Coordinator_ServiceDesc is the grpc.ServiceDesc for Coordinator service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -891,6 +1027,124 @@ var Coordinator_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RecoveryDone",
 			Handler:    _Coordinator_RecoveryDone_Handler,
+		},
+		{
+			MethodName: "Exclude",
+			Handler:    _Coordinator_Exclude_Handler,
+		},
+		{
+			MethodName: "Include",
+			Handler:    _Coordinator_Include_Handler,
+		},
+		{
+			MethodName: "Configure",
+			Handler:    _Coordinator_Configure_Handler,
+		},
+		{
+			MethodName: "Retire",
+			Handler:    _Coordinator_Retire_Handler,
+		},
+	},
+	Streams:  []grpc.StreamDesc{},
+	Metadata: "distash.proto",
+}
+
+const (
+	Admin_Kill_FullMethodName = "/distash.v1.Admin/Kill"
+)
+
+// AdminClient is the client API for Admin service.
+//
+// For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
+type AdminClient interface {
+	Kill(ctx context.Context, in *KillRequest, opts ...grpc.CallOption) (*KillResponse, error)
+}
+
+type adminClient struct {
+	cc grpc.ClientConnInterface
+}
+
+func NewAdminClient(cc grpc.ClientConnInterface) AdminClient {
+	return &adminClient{cc}
+}
+
+func (c *adminClient) Kill(ctx context.Context, in *KillRequest, opts ...grpc.CallOption) (*KillResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(KillResponse)
+	err := c.cc.Invoke(ctx, Admin_Kill_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// AdminServer is the server API for Admin service.
+// All implementations must embed UnimplementedAdminServer
+// for forward compatibility.
+type AdminServer interface {
+	Kill(context.Context, *KillRequest) (*KillResponse, error)
+	mustEmbedUnimplementedAdminServer()
+}
+
+// UnimplementedAdminServer must be embedded to have
+// forward compatible implementations.
+//
+// NOTE: this should be embedded by value instead of pointer to avoid a nil
+// pointer dereference when methods are called.
+type UnimplementedAdminServer struct{}
+
+func (UnimplementedAdminServer) Kill(context.Context, *KillRequest) (*KillResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Kill not implemented")
+}
+func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
+func (UnimplementedAdminServer) testEmbeddedByValue()               {}
+
+// UnsafeAdminServer may be embedded to opt out of forward compatibility for this service.
+// Use of this interface is not recommended, as added methods to AdminServer will
+// result in compilation errors.
+type UnsafeAdminServer interface {
+	mustEmbedUnimplementedAdminServer()
+}
+
+func RegisterAdminServer(s grpc.ServiceRegistrar, srv AdminServer) {
+	// If the following call panics, it indicates UnimplementedAdminServer was
+	// embedded by pointer and is nil.  This will cause panics if an
+	// unimplemented method is ever invoked, so we test this at initialization
+	// time to prevent it from happening at runtime later due to I/O.
+	if t, ok := srv.(interface{ testEmbeddedByValue() }); ok {
+		t.testEmbeddedByValue()
+	}
+	s.RegisterService(&Admin_ServiceDesc, srv)
+}
+
+func _Admin_Kill_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(KillRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).Kill(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_Kill_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).Kill(ctx, req.(*KillRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+// Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
+// It's only intended for direct use with grpc.RegisterService,
+// and not to be introspected or modified (even as a copy)
+var Admin_ServiceDesc = grpc.ServiceDesc{
+	ServiceName: "distash.v1.Admin",
+	HandlerType: (*AdminServer)(nil),
+	Methods: []grpc.MethodDesc{
+		{
+			MethodName: "Kill",
+			Handler:    _Admin_Kill_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

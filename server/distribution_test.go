@@ -1,0 +1,156 @@
+package server_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/distash/distash"
+	"github.com/distash/distash/config"
+	"github.com/distash/distash/server"
+)
+
+const skewedTOML = `
+[cluster]
+mvcc_window = "1s"
+shard_bytes = "8KiB"
+
+[[pool]]
+name = "data"
+prefix = "d/"
+medium = "ssd"
+mode = "durable"
+engine = "pebble"
+stashes = 4
+replication = 1
+`
+
+// poolShares returns each stash's share of the pool's bytes.
+func poolShares(srv *server.Server, pool string) (shares map[uint32]float64, total int64) {
+	shares = map[uint32]float64{}
+	for _, st := range srv.Stashes() {
+		if st.Pool == pool {
+			total += st.Bytes
+		}
+	}
+	for _, st := range srv.Stashes() {
+		if st.Pool == pool && total > 0 {
+			shares[st.Tag] = float64(st.Bytes) / float64(total)
+		}
+	}
+	return shares, total
+}
+
+// TestSkewedKeysSpreadOverThePool writes 2,000 keys that the first shard
+// map puts on one stash of four (they share their first byte after the
+// prefix): the data distributor splits the shard as it grows and moves
+// pieces until no stash holds more than 35% of the pool's bytes, while
+// readers check that every key written reads back with its value.
+func TestSkewedKeysSpreadOverThePool(t *testing.T) {
+	defer server.SetDistributionInterval(20 * time.Millisecond)()
+	cfg, err := config.Parse([]byte(skewedTOML))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, db := start(t, t.TempDir(), cfg)
+	defer srv.Stop()
+	defer db.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	value := func(i int) []byte { return []byte(fmt.Sprintf("value-%06d-%s", i, make([]byte, 80))) }
+	var mu sync.Mutex
+	written := 0
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var readErr error
+	for r := 0; r < 2; r++ {
+		wg.Add(1)
+		go func(r int) {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				mu.Lock()
+				n := written
+				mu.Unlock()
+				if n == 0 {
+					time.Sleep(time.Millisecond)
+					continue
+				}
+				k := (i*7919 + r) % n
+				err := db.ReadTransact(ctx, func(tr *distash.Tx) error {
+					v, err := tr.Get([]byte(fmt.Sprintf("d/user:%d", k)))
+					if err != nil {
+						return err
+					}
+					if string(v) != string(value(k)) {
+						return fmt.Errorf("d/user:%d = %.20q, want %.20q", k, v, value(k))
+					}
+					return nil
+				})
+				if err != nil && !errors.Is(err, context.Canceled) {
+					mu.Lock()
+					readErr = err
+					mu.Unlock()
+					return
+				}
+			}
+		}(r)
+	}
+	for i := 0; i < 2000; i += 50 {
+		err := db.Transact(ctx, func(tr *distash.Tx) error {
+			for j := i; j < i+50; j++ {
+				tr.Set([]byte(fmt.Sprintf("d/user:%d", j)), value(j))
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		written = i + 50
+		mu.Unlock()
+	}
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		shares, total := poolShares(srv, "data")
+		worst := 0.0
+		for _, s := range shares {
+			worst = max(worst, s)
+		}
+		if worst <= 0.35 && total > 0 {
+			t.Logf("balanced: shares %v of %d bytes", shares, total)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not balanced after 90 s: shares %v of %d bytes", shares, total)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	close(stop)
+	wg.Wait()
+	if readErr != nil {
+		t.Fatal(readErr)
+	}
+	// Every key reads back after the moves.
+	err = db.ReadTransact(ctx, func(tr *distash.Tx) error {
+		kvs, err := tr.GetRange([]byte("d/"), []byte("d0"), distash.RangeOptions{})
+		if err != nil {
+			return err
+		}
+		if len(kvs) != 2000 {
+			return fmt.Errorf("%d keys, want 2000", len(kvs))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
