@@ -43,9 +43,10 @@ type stashRoutes struct {
 
 // stashRoute is one stash's node; api is nil when no live node serves it.
 type stashRoute struct {
-	pool string
-	addr string
-	api  wire.DiStashClient
+	pool    string
+	addr    string
+	api     wire.DiStashClient
+	retired bool // replaced: it never serves again
 }
 
 const (
@@ -112,7 +113,12 @@ func (db *DB) stashClient(id uint32) (wire.DiStashClient, error) {
 		return db.proxy.Load().api, nil
 	}
 	rt, ok := r.byTag[id]
-	if !ok || rt.api == nil {
+	if !ok || rt.retired {
+		// Replaced (its stash lost its data, or was re-replicated away):
+		// the shard map names a new team, so the client reloads it.
+		return nil, errorf(kv.CodeWrongShardServer, "stash %d is no longer in the cluster (view generation %d)", id, r.generation)
+	}
+	if rt.api == nil {
 		return nil, errorf(kv.CodeStashUnavailable, "stash %d has no live node (view generation %d)", id, r.generation)
 	}
 	return rt.api, nil
@@ -323,7 +329,7 @@ func (db *DB) applyView(v *wire.ViewResponse) error {
 	}
 	routes := &stashRoutes{generation: v.Generation, byTag: make(map[uint32]stashRoute, len(v.Stashes))}
 	for _, s := range v.Stashes {
-		rt := stashRoute{pool: s.Pool, addr: s.Address}
+		rt := stashRoute{pool: s.Pool, addr: s.Address, retired: s.Retired}
 		if s.Address != "" && s.Alive {
 			c, err := db.conn(s.Address)
 			if err != nil {
@@ -333,6 +339,7 @@ func (db *DB) applyView(v *wire.ViewResponse) error {
 		}
 		routes.byTag[s.Tag] = rt
 	}
+	db.noteDCs(v)
 	db.stashes.Store(routes)
 	return nil
 }

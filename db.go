@@ -87,6 +87,11 @@ type DB struct {
 
 	loadMu sync.Mutex
 	load   map[uint32]*stashLoad // Protected by loadMu.
+
+	// dc is the client's data center (WithDC); localStashes the stashes
+	// whose node is in it, from the last view (cluster_dc.go).
+	dc           string
+	localStashes atomic.Pointer[map[uint32]bool]
 }
 
 // stashLoad tracks requests in flight and recent latency of one stash, to
@@ -111,7 +116,7 @@ func (db *DB) markDown(id uint32) {
 // Open connects to a cluster. clusterString is "host:port[,host:port...]":
 // the coordinators of a multi-process cluster, or the address of an
 // embedded cluster's server. Open tries the addresses in order and uses the
-// first that answers. Options: WithTLS, WithDialer.
+// first that answers. Options: WithTLS, WithDialer, WithDC.
 func Open(ctx context.Context, clusterString string, opts ...Option) (*DB, error) {
 	var o openOptions
 	for _, opt := range opts {
@@ -131,7 +136,7 @@ func Open(ctx context.Context, clusterString string, opts ...Option) (*DB, error
 		return nil, fmt.Errorf("distash: open %q: %w", clusterString, errors.New("empty cluster string"))
 	}
 	life, stop := context.WithCancel(context.Background())
-	db := &DB{creds: creds, dialer: o.dialer, life: life, stop: stop, conns: map[string]*grpc.ClientConn{}, load: map[uint32]*stashLoad{}}
+	db := &DB{creds: creds, dialer: o.dialer, life: life, stop: stop, conns: map[string]*grpc.ClientConn{}, load: map[uint32]*stashLoad{}, dc: o.dc}
 	if err := db.open(ctx, addrs); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("distash: open %q: %w", clusterString, err)
@@ -261,8 +266,10 @@ func (db *DB) loadOf(id uint32) *stashLoad {
 // Stashes marked down come last: they are asked only when every replica
 // is, and then the one marked down longest ago first, so that retries
 // rotate among them (a dead node fails fast, and would otherwise look the
-// least loaded).
+// least loaded). With WithDC only the replicas in the client's data center
+// are considered, if one of them is not marked down (preferLocal).
 func (db *DB) pickReplica(team []kv.Tag) uint32 {
+	team = db.preferLocal(team)
 	best, bestScore, bestDown, bestUntil := uint32(team[0]), int64(-1), true, int64(0)
 	off := rand.IntN(len(team))
 	now := time.Now().UnixNano()

@@ -14,6 +14,7 @@ type Option func(*openOptions)
 type openOptions struct {
 	tls    *tls.Config
 	dialer func(ctx context.Context, addr string) (net.Conn, error)
+	dc     string // WithDC (cluster_dc.go)
 }
 
 // WithDialer makes the DB open every connection it makes (to the

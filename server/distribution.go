@@ -4,10 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/distash/distash/config"
 	"github.com/distash/distash/internal/dd"
 	"github.com/distash/distash/internal/kv"
 	"github.com/distash/distash/internal/proxy"
@@ -309,4 +314,58 @@ func (f fetcher) FetchRange(ctx context.Context, from []kv.Tag, begin, end []byt
 		}
 	}
 	return nil, false, kv.Errorf(kv.CodeStashUnavailable, "fetch from %v: %v", from, errors.Join(errs...))
+}
+
+// stashTagFile records, in a stash node's --dir, the tag its stash's data
+// belongs to.
+const stashTagFile = "stash-tag"
+
+// stashStartsEmpty reports whether this stash node's stash has no data: a
+// dram stash always (it rejoins as a new stash), a durable one when its
+// directory holds no stash of a known tag.
+func (s *Server) stashStartsEmpty() bool {
+	p, ok := s.cfg.PoolByName(s.node.opts.Pool)
+	if !ok || p.Volatile() {
+		return true
+	}
+	_, err := os.Stat(filepath.Join(s.opts.Dir, stashTagFile))
+	return err != nil
+}
+
+// adoptStashTag makes the stash directory belong to the tag the controller
+// gave: data of another tag (one that was replaced while this node was
+// away, so its shards live elsewhere now) is removed first.
+func (s *Server) adoptStashTag(pool config.Pool) error {
+	if pool.Volatile() {
+		return nil
+	}
+	n := s.node
+	path := filepath.Join(s.opts.Dir, stashTagFile)
+	want := strconv.FormatUint(uint64(n.tag), 10)
+	if b, err := os.ReadFile(path); err == nil {
+		if strings.TrimSpace(string(b)) == want {
+			return nil
+		}
+		s.logger.Warn("this stash was replaced while it was away: its data is dropped and it joins as a new stash",
+			"old_tag", strings.TrimSpace(string(b)), "tag", n.tag)
+	}
+	if err := os.RemoveAll(filepath.Join(s.opts.Dir, "stash")); err != nil {
+		return fmt.Errorf("server: drop a replaced stash's data: %w", err)
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(want+"\n"), 0o644); err != nil {
+		return err
+	}
+	if f, err := os.Open(tmp); err == nil {
+		f.Sync()
+		f.Close()
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return err
+	}
+	if d, err := os.Open(s.opts.Dir); err == nil {
+		d.Sync()
+		d.Close()
+	}
+	return nil
 }

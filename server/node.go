@@ -30,6 +30,7 @@ import (
 	"github.com/distash/distash/config"
 	"github.com/distash/distash/internal/coord"
 	"github.com/distash/distash/internal/coordrpc"
+	"github.com/distash/distash/internal/dcdelay"
 	"github.com/distash/distash/internal/engine"
 	"github.com/distash/distash/internal/engine/engines"
 	"github.com/distash/distash/internal/kv"
@@ -89,6 +90,10 @@ type NodeOptions struct {
 	// LivenessTimeout is how long the controller waits before it counts a
 	// silent node dead; default 2s.
 	LivenessTimeout time.Duration
+	// DCDelay, if > 0, is the one-way delay added to the node's
+	// connections to nodes of other data centers (--dc-delay), in place of
+	// the configuration's [cluster] dc_delay; < 0 turns the delay off.
+	DCDelay time.Duration
 }
 
 // node is the multi-process part of a Server.
@@ -113,6 +118,8 @@ type node struct {
 	leaderAddr string // the log leader's node as last looked up ("" = ask again)
 
 	failed chan error // receives the error that stops the node (once)
+
+	dcs *dcdelay.Table // the peers' data centers; nil without a DC delay (dcdelay.go)
 }
 
 // fail reports an error the node cannot go on after (see Failed).
@@ -198,6 +205,7 @@ func startNode(ctx context.Context, opts NodeOptions) (*Server, error) {
 	s := newServer(Options{Dir: opts.Dir, Config: opts.Config, ListenAddr: opts.Listen, Logger: logger, FlushInterval: opts.FlushInterval})
 	n := &node{id: id, opts: opts, conns: map[string]*grpc.ClientConn{}, slot: -1, failed: make(chan error, 1)}
 	n.log.holds = func() bool { return s.tx.Load() != nil }
+	n.setupDCDelay()
 	s.node = n
 	if err := s.startNode(ctx); err != nil {
 		s.Stop()
@@ -256,6 +264,7 @@ func (s *Server) startNode(ctx context.Context) error {
 		}
 	}
 	wire.RegisterDiStashServer(s.grpcServer, &service{s: s})
+	registerAdmin(s.grpcServer, func(reason string) { s.fail(&KilledError{Reason: reason}) })
 	logrpc.Register(s.grpcServer, &n.log, s.report)
 	if slices.Contains(o.Coordinators, o.Listen) {
 		n.coord, err = coord.Start(coord.Options{
@@ -288,12 +297,16 @@ func (s *Server) startNode(ctx context.Context) error {
 	}
 	reg := coordrpc.NodeRegistration{ID: n.id, Addr: o.Listen, Class: o.Class, Pool: o.Pool,
 		DC: o.DC, Zone: o.Zone, Machine: o.Machine, Config: string(cfgText)}
+	if o.Class == ClassStash {
+		reg.Empty = s.stashStartsEmpty()
+	}
 	for {
 		rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
-		slot, gen, err := n.cc.Register(rctx, reg)
+		slot, tag, gen, err := n.cc.Register(rctx, reg)
 		rcancel()
 		if err == nil {
 			n.slot = slot
+			n.tag = kv.Tag(tag)
 			n.generation.Store(gen)
 			break
 		}
@@ -308,6 +321,7 @@ func (s *Server) startNode(ctx context.Context) error {
 		s.logger.Info("waiting for the cluster controller", "coordinators", strings.Join(o.Coordinators, ","), "last_error", err)
 	}
 	s.logger.Info("node registered", "addr", o.Listen, "generation", n.generation.Load(), "slot", n.slot)
+	s.followDCs(runCtx)
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
@@ -354,13 +368,14 @@ func (n *node) stop(logger *slog.Logger) {
 }
 
 // nodeOnlyMethods are the calls only cluster nodes make: registering,
-// heartbeats, claiming a generation, pulling and popping a tag, usage
+// heartbeats, claiming a generation, retiring a tag, pulling and popping a tag, usage
 // reports. Clients may ask for the coordinators' View.
 var nodeOnlyMethods = map[string]bool{
 	wire.Coordinator_Register_FullMethodName:     true,
 	wire.Coordinator_Heartbeat_FullMethodName:    true,
 	wire.Coordinator_Claim_FullMethodName:        true,
 	wire.Coordinator_RecoveryDone_FullMethodName: true,
+	wire.Coordinator_Retire_FullMethodName:       true,
 	wire.Log_Peek_FullMethodName:                 true,
 	wire.Log_Pop_FullMethodName:                  true,
 	wire.Log_Report_FullMethodName:               true,
@@ -411,13 +426,14 @@ func (s *Server) NodeID() string {
 // node and serves reads.
 func (s *Server) startStashNode(ctx context.Context) error {
 	n := s.node
-	tags := s.poolTags[n.opts.Pool]
-	if n.slot < 0 || n.slot >= len(tags) {
-		return fmt.Errorf("server: the controller gave slot %d of pool %q, which has %d", n.slot, n.opts.Pool, len(tags))
+	if n.slot < 0 || n.tag == 0 {
+		return fmt.Errorf("server: the controller gave slot %d, tag %d of pool %q", n.slot, n.tag, n.opts.Pool)
 	}
-	n.tag = tags[n.slot]
 	p, _ := s.cfg.PoolByName(n.opts.Pool)
 	pool := *p
+	if err := s.adoptStashTag(pool); err != nil {
+		return err
+	}
 	sp := stashSpec{tag: n.tag, pool: pool, index: n.slot}
 	logc := logrpc.NewLeaderClient(n, s.logger)
 	open := func() (*stash.Stash, error) { return s.openRemoteStash(ctx, sp, logc) }
@@ -426,8 +442,9 @@ func (s *Server) startStashNode(ctx context.Context) error {
 		return err
 	}
 	s.addStash(ctx, n.tag, st, open)
-	// The shard map of a new cluster follows from the configuration
-	// (shardmap.Initial); shards do not move yet.
+	// A stash of the cluster's first shard map starts with its part of it
+	// (shardmap.Initial); one that has ownership of its own keeps it, and a
+	// new stash owns nothing until the data distributor moves shards to it.
 	var specs []shardmap.PoolSpec
 	for _, p := range s.cfg.Pools {
 		specs = append(specs, shardmap.PoolSpec{Name: p.Name, Prefix: []byte(p.Prefix), Tags: s.poolTags[p.Name], Replication: p.Replication})
@@ -483,6 +500,7 @@ func (s *Server) openRemoteStash(ctx context.Context, sp stashSpec, logc *logrpc
 		TrackRecency:   sp.pool.Recency,
 		WindowVersions: s.windowVersions(), WindowBytes: windowBudget(sp.pool), FlushInterval: s.opts.FlushInterval, Logger: s.logger,
 		ReportUsage: func(_ kv.Tag, used int64, _ kv.Version) { s.node.used.Store(used) },
+		Dir:         dir, Fetcher: fetcher{s}, SampleUnit: sampleUnit(s.cfg),
 	}), nil
 }
 

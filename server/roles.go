@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"github.com/distash/distash/internal/clock"
+	"github.com/distash/distash/internal/dd"
 	"github.com/distash/distash/internal/engine"
 	"github.com/distash/distash/internal/engine/engines"
-	"github.com/distash/distash/internal/dd"
 	"github.com/distash/distash/internal/kv"
 	"github.com/distash/distash/internal/logrpc"
 	"github.com/distash/distash/internal/proxy"
@@ -258,11 +258,12 @@ func (s *Server) report(r logrpc.StashReport) {
 
 // rateSample is what the ratekeeper of roles r watches: the stashes of
 // this process and the reports of the others, with the capacity of those
-// of durable pools that have one.
+// of durable pools that have one, and whether each is fetching a shard.
 //
-// A report names no pool (the Report RPC carries none), so its pool is the
-// one poolTags gives its tag. No stash says yet whether it is fetching a
-// shard (neither Stash nor the Report RPC has it): Fetching stays false.
+// A report names no pool (the Report RPC carries none): its pool is that of
+// the shards its tag serves or fetches in the commit proxy's shard map, or
+// else the one poolTags gives the tag. A stash is fetching while the map
+// names it a destination of a move.
 func (s *Server) rateSample(r *txRoles) ratekeeper.Sample {
 	smp := ratekeeper.Sample{Committed: r.seq.CommittedVersion(), Commits: r.commit.Counters().Commits}
 	durable := make(map[string]int64, len(s.cfg.Pools)) // durable pool -> capacity per stash (0: unlimited)
@@ -271,10 +272,25 @@ func (s *Server) rateSample(r *txRoles) ratekeeper.Sample {
 			durable[p.Name] = int64(p.Capacity)
 		}
 	}
+	poolOf := map[kv.Tag]string{}
+	for pool, tags := range s.poolTags {
+		for _, t := range tags {
+			poolOf[t] = pool
+		}
+	}
+	fetching := map[kv.Tag]bool{}
+	for _, sh := range r.commit.Shards().Shards() {
+		for _, t := range sh.Team {
+			poolOf[t] = sh.Pool
+		}
+		for _, t := range sh.Dest {
+			poolOf[t], fetching[t] = sh.Pool, true
+		}
+	}
 	for _, sl := range s.slots() {
 		st := sl.get()
 		applied, wb, wl := st.Pressure()
-		ss := ratekeeper.StashSample{Tag: sl.tag, Pool: st.Pool(), Applied: applied, WindowBytes: wb, WindowLimitBytes: wl}
+		ss := ratekeeper.StashSample{Tag: sl.tag, Pool: st.Pool(), Applied: applied, WindowBytes: wb, WindowLimitBytes: wl, Fetching: fetching[sl.tag]}
 		if capacity, ok := durable[ss.Pool]; ok {
 			// Durable stashes track their live bytes: Usage is cheap.
 			ss.UsedBytes, _ = st.Usage()
@@ -282,21 +298,10 @@ func (s *Server) rateSample(r *txRoles) ratekeeper.Sample {
 		}
 		smp.Stashes = append(smp.Stashes, ss)
 	}
-	var poolOf map[kv.Tag]string
 	for _, rep := range s.reports.fresh() {
-		if poolOf == nil {
-			poolOf = map[kv.Tag]string{}
-			for pool, tags := range s.poolTags {
-				for _, t := range tags {
-					poolOf[t] = pool
-				}
-			}
-		}
 		ss := ratekeeper.StashSample{Tag: rep.Tag, Pool: poolOf[rep.Tag], Applied: rep.Applied, UsedBytes: rep.UsedBytes,
-			WindowBytes: rep.WindowBytes, WindowLimitBytes: rep.WindowLimitBytes}
-		if capacity, ok := durable[ss.Pool]; ok {
-			ss.CapacityBytes = capacity
-		}
+			WindowBytes: rep.WindowBytes, WindowLimitBytes: rep.WindowLimitBytes, Fetching: fetching[rep.Tag]}
+		ss.CapacityBytes = durable[ss.Pool]
 		smp.Stashes = append(smp.Stashes, ss)
 	}
 	return smp

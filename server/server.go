@@ -89,10 +89,10 @@ type Server struct {
 	order    []kv.Tag              // Protected by stashMu: stash tags in pool order, system first.
 	poolTags map[string][]kv.Tag
 	// views caches the controller's view (cluster mode, distribution.go).
-	views viewCache
-	usage    *proxy.UsageBoard // stashes report their live bytes here; the commit proxy reads it
-	reports  *reportBoard      // remote stashes' progress (multi-process cluster), for the ratekeeper
-	node     *node             // the multi-process cluster's node; nil for an embedded cluster
+	views   viewCache
+	usage   *proxy.UsageBoard // stashes report their live bytes here; the commit proxy reads it
+	reports *reportBoard      // remote stashes' progress (multi-process cluster), for the ratekeeper
+	node    *node             // the multi-process cluster's node; nil for an embedded cluster
 
 	grpcServer *grpc.Server
 	listener   net.Listener

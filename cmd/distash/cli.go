@@ -29,7 +29,7 @@ func cliCmd() *cobra.Command {
 	var tlsf tlsFlags
 	cmd := &cobra.Command{
 		Use:   "cli",
-		Short: "Talk to a running cluster: get, set, clear, getrange, status",
+		Short: "Talk to a running cluster: get, set, clear, getrange, status; configure, exclude, include, kill",
 		Long: `Talk to a running cluster. Keys and values are strings in which \xNN
 escapes stand for arbitrary bytes; output is printed the same way.
 A cluster that serves mutual TLS needs --tls-cert, --tls-key and --tls-ca
@@ -165,6 +165,7 @@ certificate and key, and the CA that signed the server's certificate.`,
 		},
 	}
 	cmd.AddCommand(get, set, clear, getrange, status)
+	cmd.AddCommand(adminCmds(&cluster, &timeout, &tlsf)...)
 	return cmd
 }
 

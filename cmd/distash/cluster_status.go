@@ -126,6 +126,7 @@ func clusterStatus(ctx context.Context, view *wire.ViewResponse, creds credentia
 			if n.Address == view.StatelessAddress {
 				out.CommittedVersion, out.Commits, out.Conflicts, out.TooOld, out.PoolFull = a.st.CommittedVersion, a.st.Commits, a.st.Conflicts, a.st.TooOld, a.st.PoolFull
 				out.CommitBatches, out.RateLimit, out.RateLimitReason, out.Log = a.st.CommitBatches, a.st.RateLimit, a.st.RateLimitReason, a.st.Log
+				out.Distribution = a.st.Distribution // the data distributor runs there
 			}
 			for _, s := range a.st.Stashes {
 				out.Stashes = append(out.Stashes, s)

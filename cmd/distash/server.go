@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -9,6 +10,7 @@ import (
 	"runtime/debug"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -46,6 +48,7 @@ func serverCmd() *cobra.Command {
 	var configPath, dir, listen, memory string
 	var coordinators, class, pool, dc, zone, machine, cpuProfile string
 	var verbose bool
+	var dcDelay time.Duration
 	var tlsf tlsFlags
 	cmd := &cobra.Command{
 		Use:   "server",
@@ -115,7 +118,7 @@ collection for 5 seconds), it returns freed memory to the system.`,
 			defer stop()
 			var srv *server.Server
 			if coordinators == "" {
-				for _, f := range []string{"class", "pool", "dc", "zone", "machine"} {
+				for _, f := range []string{"class", "pool", "dc", "zone", "machine", "dc-delay"} {
 					if cmd.Flags().Changed(f) {
 						return fmt.Errorf("--%s is a flag of a cluster node: give --coordinators too (without it the server runs a whole embedded cluster)", f)
 					}
@@ -127,6 +130,15 @@ collection for 5 seconds), it returns freed memory to the system.`,
 				}
 				opts := server.NodeOptions{Dir: dir, Config: cfg, Listen: listen, Class: class, Pool: pool,
 					DC: dc, Zone: zone, Machine: machine, ServerTLS: tlsConfig, Logger: logger}
+				if cmd.Flags().Changed("dc-delay") {
+					if dcDelay < 0 {
+						return fmt.Errorf("--dc-delay %v: want a duration >= 0", dcDelay)
+					}
+					opts.DCDelay = dcDelay
+					if dcDelay == 0 {
+						opts.DCDelay = -1 // off, whatever [cluster] dc_delay says
+					}
+				}
 				for _, a := range strings.Split(coordinators, ",") {
 					if a = strings.TrimSpace(a); a != "" {
 						opts.Coordinators = append(opts.Coordinators, a)
@@ -158,6 +170,11 @@ collection for 5 seconds), it returns freed memory to the system.`,
 			case <-ctx.Done():
 			case err := <-srv.Failed():
 				srv.Stop()
+				if errors.Is(err, server.ErrKilled) {
+					// An operator's `distash cli kill`: a clean exit.
+					fmt.Fprintln(os.Stderr, err)
+					return nil
+				}
 				return err
 			}
 			fmt.Fprintln(os.Stderr, "stopping")
@@ -175,6 +192,7 @@ collection for 5 seconds), it returns freed memory to the system.`,
 	cmd.Flags().StringVar(&dc, "dc", "dc1", "the node's data center")
 	cmd.Flags().StringVar(&zone, "zone", "", "the node's zone (failure domain); default: its address")
 	cmd.Flags().StringVar(&machine, "machine", "", "the node's machine; nodes on one machine share its failures")
+	cmd.Flags().DurationVar(&dcDelay, "dc-delay", 0, "one-way delay added to this node's connections to nodes of other --dc (emulated data centers); overrides [cluster] dc_delay, 0 turns it off")
 	cmd.Flags().StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the process to this file until it stops")
 	tlsf.add(cmd.Flags(), "server", false)
 	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "log at info level")

@@ -14,7 +14,14 @@
 //     with the field that differs);
 //   - the generation (epoch), bumped by every recovery;
 //   - the registered nodes: id, address, class (transaction | stash), pool,
-//     dc, zone, machine; a stash node holds a stable tag slot of its pool;
+//     dc, zone, machine; a stash node holds a stable slot of its pool, and
+//     each slot has its tag (State.SlotTags): a slot gets a fresh tag when
+//     its tag was retired (Retire) or when a stash that starts empty would
+//     take a tag that served before, and a pool grows by a slot when a
+//     stash node joins and finds none free ([RegisterStash]);
+//   - the excluded addresses (Exclude, Include) and the live settings that
+//     override the configuration: failure_wait and each pool's replication
+//     ([Configure], [ConfigurePool]);
 //   - the role assignment of the current generation: controller, sequencer,
 //     proxies, resolver and log replicas;
 //   - the last claim of the stateless roles and how long its recovery took

@@ -5,9 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net"
 	"slices"
+	"strconv"
+	"strings"
+	"time"
 
 	"github.com/distash/distash/config"
+	"github.com/distash/distash/internal/shardmap"
 )
 
 // Node classes.
@@ -51,11 +56,35 @@ type State struct {
 	Generation uint64              `json:"generation"`
 	Nodes      map[string]NodeInfo `json:"nodes,omitempty"` // by id
 	Roles      Roles               `json:"roles"`           // of Generation
-	// Tags holds, per pool, its stash tag slots (the config's stashes count):
-	// the id of the stash node holding each, "" for a free slot. A slot is
-	// a stash's identity in the shard map and the log, so a returning node
+	// Tags holds, per pool, its stash slots: the id of the stash node
+	// holding each, "" for a free slot. A pool starts with the config's
+	// stashes count of slots and grows by one when a stash node joins and
+	// finds none free (up to config.MaxStashesPerPool). A returning node
 	// keeps its slot.
 	Tags map[string][]string `json:"tags,omitempty"`
+	// SlotTags holds, per pool, each slot's tag (parallel to Tags): the
+	// stash's identity in the shard map and the log. A new configuration
+	// numbers them as shardmap.StashTags does (from 1, in the pools'
+	// order); a slot gets a fresh tag (NextTag) when its tag is retired, or
+	// when a stash that starts empty would otherwise take a tag that
+	// already served (see RegisterStash).
+	SlotTags map[string][]uint32 `json:"slot_tags,omitempty"`
+	// NextTag is one above the highest tag ever given.
+	NextTag uint32 `json:"next_tag,omitempty"`
+	// UsedTags are the tags a stash node ever registered on (sorted): such
+	// a tag may be in the shard map with data behind it.
+	UsedTags []uint32 `json:"used_tags,omitempty"`
+	// Retired are the tags the data distributor retired (sorted): no shard
+	// refers to them any more, so their slots' next stash gets a fresh one.
+	Retired []uint32 `json:"retired,omitempty"`
+	// Excluded are the addresses ("host:port", sorted) whose stashes the
+	// data distributor empties (Exclude, Include).
+	Excluded []string `json:"excluded,omitempty"`
+	// FailureWaitMs overrides the configuration's cluster.failure_wait, in
+	// milliseconds; nil: the configuration's.
+	FailureWaitMs *int64 `json:"failure_wait_ms,omitempty"`
+	// Replication overrides, per pool, the configuration's replication.
+	Replication map[string]int `json:"replication,omitempty"`
 	// Recovery is the last claim of the stateless roles, while the node
 	// that claimed them holds them; nil before the first claim.
 	Recovery *Recovery `json:"recovery,omitempty"`
@@ -85,7 +114,118 @@ func (s *State) Clone() *State {
 	for p, t := range s.Tags {
 		c.Tags[p] = slices.Clone(t)
 	}
+	if s.SlotTags != nil {
+		c.SlotTags = make(map[string][]uint32, len(s.SlotTags))
+		for p, t := range s.SlotTags {
+			c.SlotTags[p] = slices.Clone(t)
+		}
+	}
+	c.UsedTags = slices.Clone(s.UsedTags)
+	c.Retired = slices.Clone(s.Retired)
+	c.Excluded = slices.Clone(s.Excluded)
+	if s.FailureWaitMs != nil {
+		v := *s.FailureWaitMs
+		c.FailureWaitMs = &v
+	}
+	c.Replication = maps.Clone(s.Replication)
 	return &c
+}
+
+// SlotTag returns the tag of slot i of pool, 0 if there is no such slot.
+func (s *State) SlotTag(pool string, i int) uint32 {
+	if t := s.SlotTags[pool]; i >= 0 && i < len(t) {
+		return t[i]
+	}
+	return 0
+}
+
+// TagUsed reports whether a stash node ever registered on tag.
+func (s *State) TagUsed(tag uint32) bool {
+	_, ok := slices.BinarySearch(s.UsedTags, tag)
+	return ok
+}
+
+// TagRetired reports whether tag was retired.
+func (s *State) TagRetired(tag uint32) bool {
+	_, ok := slices.BinarySearch(s.Retired, tag)
+	return ok
+}
+
+// IsExcluded reports whether addr is excluded.
+func (s *State) IsExcluded(addr string) bool {
+	_, ok := slices.BinarySearch(s.Excluded, addr)
+	return ok
+}
+
+// FailureWait returns the failure_wait in force: the override, else cfg's
+// (0 if cfg is nil).
+func (s *State) FailureWait(cfg *config.Config) time.Duration {
+	if s.FailureWaitMs != nil {
+		return time.Duration(*s.FailureWaitMs) * time.Millisecond
+	}
+	if cfg == nil {
+		return 0
+	}
+	return cfg.Cluster.FailureWait.Duration
+}
+
+// PoolReplication returns the replication in force for pool: the override,
+// else cfg's (0 for a pool cfg does not have).
+func (s *State) PoolReplication(cfg *config.Config, pool string) int {
+	if r, ok := s.Replication[pool]; ok {
+		return r
+	}
+	if cfg != nil {
+		for _, p := range cfg.Pools {
+			if p.Name == pool {
+				return p.Replication
+			}
+		}
+	}
+	return 0
+}
+
+// insertSorted adds v to the sorted set xs.
+func insertSorted[T interface{ ~uint32 | ~string }](xs []T, v T) []T {
+	i, ok := slices.BinarySearch(xs, v)
+	if ok {
+		return xs
+	}
+	return slices.Insert(xs, i, v)
+}
+
+// freshTag gives out a tag never given before.
+func (s *State) freshTag() uint32 {
+	t := s.NextTag
+	s.NextTag++
+	return t
+}
+
+// deriveTags fills SlotTags, NextTag and UsedTags of a state encoded
+// before they existed (versions 1 and 2): the slots' tags are then the
+// configuration's numbering (shardmap.StashTags), and the tags of the
+// slots a node holds are the ones known to have served. A state that has
+// them, or no configuration, is left as it is.
+func (s *State) deriveTags() error {
+	if s.SlotTags != nil || s.Config == "" {
+		return nil
+	}
+	cfg, err := s.ParsedConfig()
+	if err != nil {
+		return fmt.Errorf("coord: stored configuration: %w", err)
+	}
+	s.SlotTags = make(map[string][]uint32, len(cfg.Pools))
+	s.NextTag = uint32(shardmap.SystemTag) + 1
+	for p, tags := range shardmap.StashTags(cfg) {
+		for i, t := range tags {
+			s.SlotTags[p] = append(s.SlotTags[p], uint32(t))
+			s.NextTag = max(s.NextTag, uint32(t)+1)
+			if held := s.Tags[p]; i < len(held) && held[i] != "" {
+				s.UsedTags = insertSorted(s.UsedTags, uint32(t))
+			}
+		}
+	}
+	return nil
 }
 
 // Slot returns the tag slot of pool held by node id, or -1.
@@ -109,7 +249,20 @@ const (
 	OpNewGeneration = "new_generation"
 	OpClaim         = "claim"
 	OpRecoveryDone  = "recovery_done"
+	OpExclude       = "exclude"
+	OpInclude       = "include"
+	OpConfigure     = "configure"
+	OpRetire        = "retire"
 )
+
+// Configure keys.
+const (
+	KeyFailureWait = "failure_wait" // cluster-wide: a Go duration ≥ 0, or "default"
+	KeyReplication = "replication"  // per pool: 1 to the pool's slots, or "default"
+)
+
+// MaxExcludeAddrs bounds the addresses of one Exclude or Include.
+const MaxExcludeAddrs = 1000
 
 // Command is one change of the State, applied through raft.
 type Command struct {
@@ -127,6 +280,21 @@ type Command struct {
 	UnixMs     int64  `json:"unix_ms,omitempty"`
 	Generation uint64 `json:"generation,omitempty"`
 	Micros     int64  `json:"micros,omitempty"`
+	// RegisterNode of a stash node: its stash starts with no data.
+	Empty bool `json:"empty,omitempty"`
+	// Exclude, Include: addresses; Include with none includes every one.
+	Addrs []string `json:"addrs,omitempty"`
+	// Configure: Key = Value, for Pool if the key is per pool.
+	Key   string `json:"key,omitempty"`
+	Value string `json:"value,omitempty"`
+	Pool  string `json:"pool,omitempty"`
+	// Retire: the tag.
+	Tag uint32 `json:"tag,omitempty"`
+
+	// version is the encoding version the command was decoded from (0:
+	// built in this binary): version 1 and 2 registrations apply as those
+	// binaries applied them, so replicas replaying an old log agree.
+	version int
 }
 
 // SetConfig stores the cluster configuration unless one is stored; then
@@ -134,8 +302,132 @@ type Command struct {
 // the stored text stays.
 func SetConfig(toml string) Command { return Command{Op: OpSetConfig, Config: toml} }
 
-// RegisterNode registers n, or updates its address and locality.
+// RegisterNode registers n, or updates its address and locality: a stash
+// node whose stash keeps its data (RegisterStash with empty false).
 func RegisterNode(n NodeInfo) Command { return Command{Op: OpRegisterNode, Node: &n} }
+
+// RegisterStash registers n; empty says its stash starts with no data (a
+// dram stash always, a durable one with a fresh directory). A stash node
+// gets a slot of its pool and the slot's tag (Result.Slot, Result.Tag):
+//
+//   - a node holding a slot keeps it; the slot gets a fresh tag if its tag
+//     is retired, or if the node is empty and the tag served before (the
+//     shard map may name that tag for data the node no longer has);
+//   - another node takes a free slot, with a fresh tag if the slot's tag
+//     served before or is retired (a new node never takes another stash's
+//     identity), or, with no free slot, a new slot appended to the pool
+//     with a fresh tag (up to config.MaxStashesPerPool slots).
+//
+// The tag is marked used (State.UsedTags).
+func RegisterStash(n NodeInfo, empty bool) Command {
+	return Command{Op: OpRegisterNode, Node: &n, Empty: empty}
+}
+
+// Exclude adds addrs ("host:port") to State.Excluded: the data distributor
+// moves the shards of the stashes there onto others.
+func Exclude(addrs []string) Command { return Command{Op: OpExclude, Addrs: slices.Clone(addrs)} }
+
+// Include removes addrs from State.Excluded; no addresses, or the one
+// address "all", include every excluded address. An address that is not
+// excluded is no error.
+func Include(addrs []string) Command { return Command{Op: OpInclude, Addrs: slices.Clone(addrs)} }
+
+// Configure sets a cluster-wide setting: KeyFailureWait to a Go duration
+// ≥ 0 ("5s"), or "default" for the configuration's.
+func Configure(key, value string) Command { return Command{Op: OpConfigure, Key: key, Value: value} }
+
+// ConfigurePool sets a setting of one pool: KeyReplication to an integer
+// from 1 to the pool's number of slots, or "default" for the
+// configuration's.
+func ConfigurePool(pool, key, value string) Command {
+	return Command{Op: OpConfigure, Pool: pool, Key: key, Value: value}
+}
+
+// ParseConfigure turns `distash cli configure` words into a command:
+// "failure_wait=5s", or "pool=NAME" and "replication=N" (in either order).
+// It checks what needs no cluster state; Apply checks the rest.
+func ParseConfigure(words []string) (Command, error) {
+	kv := map[string]string{}
+	var order []string
+	for _, w := range words {
+		k, v, ok := strings.Cut(w, "=")
+		if !ok || k == "" {
+			return Command{}, fmt.Errorf("configure: %q is not KEY=VALUE", w)
+		}
+		if _, dup := kv[k]; dup {
+			return Command{}, fmt.Errorf("configure: %s given twice", k)
+		}
+		kv[k] = v
+		order = append(order, k)
+	}
+	var c Command
+	switch {
+	case len(words) == 0:
+		return Command{}, fmt.Errorf("configure: nothing to set: want %s=DURATION or pool=NAME %s=N", KeyFailureWait, KeyReplication)
+	case len(kv) == 1 && order[0] == KeyFailureWait:
+		c = Configure(KeyFailureWait, kv[KeyFailureWait])
+	case len(kv) == 2 && kv["pool"] != "" && hasKey(kv, KeyReplication):
+		c = ConfigurePool(kv["pool"], KeyReplication, kv[KeyReplication])
+	default:
+		for _, k := range order {
+			if k != KeyFailureWait && k != KeyReplication && k != "pool" {
+				return Command{}, fmt.Errorf("configure: unknown key %q: want %s=DURATION or pool=NAME %s=N", k, KeyFailureWait, KeyReplication)
+			}
+		}
+		if hasKey(kv, "pool") && kv["pool"] == "" {
+			return Command{}, errors.New("configure: pool= needs a pool name")
+		}
+		return Command{}, fmt.Errorf("configure: want %s=DURATION alone, or pool=NAME with %s=N (got %s)", KeyFailureWait, KeyReplication, strings.Join(words, " "))
+	}
+	if _, _, err := checkConfigureValue(c); err != nil {
+		return Command{}, err
+	}
+	return c, nil
+}
+
+func hasKey(m map[string]string, k string) bool { _, ok := m[k]; return ok }
+
+// checkConfigureValue checks c's key and value on their own, and returns
+// the value: failure_wait in milliseconds, or replication; def is true for
+// "default".
+func checkConfigureValue(c Command) (v int64, def bool, err error) {
+	switch {
+	case c.Key == KeyFailureWait && c.Pool == "":
+		if c.Value == "default" {
+			return 0, true, nil
+		}
+		d, err := time.ParseDuration(c.Value)
+		if err != nil {
+			return 0, false, fmt.Errorf("configure: %s=%q: not a duration such as 5s or 1m30s", KeyFailureWait, c.Value)
+		}
+		if d < 0 {
+			return 0, false, fmt.Errorf("configure: %s=%q: negative", KeyFailureWait, c.Value)
+		}
+		return d.Milliseconds(), false, nil
+	case c.Key == KeyReplication && c.Pool != "":
+		if c.Value == "default" {
+			return 0, true, nil
+		}
+		n, err := strconv.Atoi(c.Value)
+		if err != nil {
+			return 0, false, fmt.Errorf("configure: pool=%s %s=%q: not an integer", c.Pool, KeyReplication, c.Value)
+		}
+		if n < 1 {
+			return 0, false, fmt.Errorf("configure: pool=%s %s=%d: at least 1", c.Pool, KeyReplication, n)
+		}
+		return int64(n), false, nil
+	case c.Key == KeyFailureWait:
+		return 0, false, fmt.Errorf("configure: %s is cluster-wide: give no pool (got pool=%s)", KeyFailureWait, c.Pool)
+	case c.Key == KeyReplication:
+		return 0, false, fmt.Errorf("configure: %s is per pool: give pool=NAME", KeyReplication)
+	}
+	return 0, false, fmt.Errorf("configure: unknown key %q: want %s or %s", c.Key, KeyFailureWait, KeyReplication)
+}
+
+// Retire retires tag: the data distributor calls it once no shard refers
+// to it. The node whose slot holds it gets a fresh tag when it registers
+// next. Retiring a tag never given is an error; retiring one again is not.
+func Retire(tag uint32) Command { return Command{Op: OpRetire, Tag: tag} }
 
 // RemoveNode forgets node id and frees its tag slot.
 func RemoveNode(id string) Command { return Command{Op: OpRemoveNode, ID: id} }
@@ -168,6 +460,7 @@ var ErrNotLogReplica = errors.New("coord: not a log replica")
 type Result struct {
 	Generation uint64 // the generation after the command
 	Slot       int    // RegisterNode of a stash node: its tag slot; else -1
+	Tag        uint32 // RegisterNode of a stash node: its slot's tag; else 0
 }
 
 // ErrStaleGeneration refuses a NewGeneration whose From is not current.
@@ -178,6 +471,11 @@ var ErrStaleGeneration = errors.New("coord: stale generation")
 // same state) and depends on nothing but s and c.
 func (s *State) Apply(c Command) (Result, error) {
 	res := Result{Generation: s.Generation, Slot: -1}
+	// A state decoded from an old encoding gets its tags before any change
+	// (DecodeState does it too; this covers a State built by hand).
+	if err := s.deriveTags(); err != nil {
+		return res, err
+	}
 	switch c.Op {
 	case OpSetConfig:
 		return res, s.setConfig(c.Config)
@@ -185,9 +483,44 @@ func (s *State) Apply(c Command) (Result, error) {
 		if c.Node == nil {
 			return res, errors.New("coord: register_node without a node")
 		}
-		slot, err := s.register(*c.Node)
-		res.Slot = slot
+		slot, tag, err := s.register(*c.Node, c.Empty, c.version != 0 && c.version < 3)
+		res.Slot, res.Tag = slot, tag
 		return res, err
+	case OpExclude:
+		addrs, err := checkAddrs(c.Addrs, false)
+		if err != nil {
+			return res, err
+		}
+		for _, a := range addrs {
+			s.Excluded = insertSorted(s.Excluded, a)
+		}
+		return res, nil
+	case OpInclude:
+		if len(c.Addrs) == 0 || len(c.Addrs) == 1 && c.Addrs[0] == "all" {
+			s.Excluded = nil
+			return res, nil
+		}
+		addrs, err := checkAddrs(c.Addrs, true)
+		if err != nil {
+			return res, err
+		}
+		s.Excluded = slices.DeleteFunc(s.Excluded, func(a string) bool { return slices.Contains(addrs, a) })
+		if len(s.Excluded) == 0 {
+			s.Excluded = nil
+		}
+		return res, nil
+	case OpConfigure:
+		return res, s.configure(c)
+	case OpRetire:
+		if c.Tag <= uint32(shardmap.SystemTag) || c.Tag >= s.NextTag {
+			given := "no tag was given yet"
+			if s.NextTag > uint32(shardmap.SystemTag)+1 {
+				given = fmt.Sprintf("tags given are %d to %d", shardmap.SystemTag+1, s.NextTag-1)
+			}
+			return res, fmt.Errorf("coord: retire: tag %d was never given to a stash (%s)", c.Tag, given)
+		}
+		s.Retired = insertSorted(s.Retired, c.Tag)
+		return res, nil
 	case OpRemoveNode:
 		if _, ok := s.Nodes[c.ID]; !ok {
 			return res, fmt.Errorf("coord: no node %q", c.ID)
@@ -286,57 +619,163 @@ func (s *State) setConfig(text string) error {
 	for _, p := range cfg.Pools {
 		s.Tags[p.Name] = make([]string, p.Stashes)
 	}
+	s.SlotTags = nil
+	return s.deriveTags()
+}
+
+// checkAddrs checks the addresses of an Exclude or Include: each is
+// host:port. It returns them without duplicates.
+func checkAddrs(addrs []string, include bool) ([]string, error) {
+	verb := "exclude"
+	if include {
+		verb = "include"
+	}
+	if len(addrs) == 0 {
+		return nil, fmt.Errorf("coord: %s: no address given", verb)
+	}
+	if len(addrs) > MaxExcludeAddrs {
+		return nil, fmt.Errorf("coord: %s: %d addresses (limit %d)", verb, len(addrs), MaxExcludeAddrs)
+	}
+	var out []string
+	for _, a := range addrs {
+		if a == "all" && include {
+			return nil, errors.New(`coord: include: "all" stands alone: it includes every excluded address`)
+		}
+		host, port, err := net.SplitHostPort(a)
+		if err != nil || host == "" || port == "" {
+			return nil, fmt.Errorf("coord: %s: address %q is not host:port", verb, a)
+		}
+		if !slices.Contains(out, a) {
+			out = append(out, a)
+		}
+	}
+	return out, nil
+}
+
+// configure applies a Configure command.
+func (s *State) configure(c Command) error {
+	v, def, err := checkConfigureValue(c)
+	if err != nil {
+		return fmt.Errorf("coord: %w", err)
+	}
+	if s.Config == "" {
+		return errors.New("coord: configure: the cluster has no configuration yet")
+	}
+	switch c.Key {
+	case KeyFailureWait:
+		if def {
+			s.FailureWaitMs = nil
+		} else {
+			s.FailureWaitMs = &v
+		}
+	case KeyReplication:
+		slots, ok := s.Tags[c.Pool]
+		if !ok {
+			pools := slices.Sorted(maps.Keys(s.Tags))
+			return fmt.Errorf("coord: configure: pool=%s: no such pool (pools: %s)", c.Pool, strings.Join(pools, ", "))
+		}
+		if def {
+			delete(s.Replication, c.Pool)
+			if len(s.Replication) == 0 {
+				s.Replication = nil
+			}
+			return nil
+		}
+		if v > int64(len(slots)) {
+			return fmt.Errorf("coord: configure: pool=%s %s=%d: the pool has %d stash slots, so at most %d", c.Pool, KeyReplication, v, len(slots), len(slots))
+		}
+		if s.Replication == nil {
+			s.Replication = make(map[string]int)
+		}
+		s.Replication[c.Pool] = int(v)
+	}
 	return nil
 }
 
-func (s *State) register(n NodeInfo) (int, error) {
+func (s *State) register(n NodeInfo, empty, legacy bool) (int, uint32, error) {
 	if n.ID == "" || n.Addr == "" {
-		return -1, errors.New("coord: a node needs an id and an address")
+		return -1, 0, errors.New("coord: a node needs an id and an address")
 	}
 	if s.Config == "" {
-		return -1, errors.New("coord: no cluster configuration yet: set it before registering nodes")
+		return -1, 0, errors.New("coord: no cluster configuration yet: set it before registering nodes")
 	}
 	switch n.Class {
 	case ClassTransaction:
 		if n.Pool != "" {
-			return -1, fmt.Errorf("coord: node %q: a transaction node has no pool (got %q)", n.ID, n.Pool)
+			return -1, 0, fmt.Errorf("coord: node %q: a transaction node has no pool (got %q)", n.ID, n.Pool)
 		}
 	case ClassStash:
 		if _, ok := s.Tags[n.Pool]; !ok {
-			return -1, fmt.Errorf("coord: node %q: no pool %q in the cluster configuration", n.ID, n.Pool)
+			return -1, 0, fmt.Errorf("coord: node %q: no pool %q in the cluster configuration", n.ID, n.Pool)
 		}
 	default:
-		return -1, fmt.Errorf("coord: node %q: class %q is not %s or %s", n.ID, n.Class, ClassTransaction, ClassStash)
+		return -1, 0, fmt.Errorf("coord: node %q: class %q is not %s or %s", n.ID, n.Class, ClassTransaction, ClassStash)
 	}
 	if old, ok := s.Nodes[n.ID]; ok && (old.Class != n.Class || old.Pool != n.Pool) {
-		return -1, fmt.Errorf("coord: node %q is registered as %s (pool %q), not %s (pool %q); remove it first",
+		return -1, 0, fmt.Errorf("coord: node %q is registered as %s (pool %q), not %s (pool %q); remove it first",
 			n.ID, old.Class, old.Pool, n.Class, n.Pool)
 	}
-	slot := -1
+	slot, tag := -1, uint32(0)
 	if n.Class == ClassStash {
 		tags := s.Tags[n.Pool]
-		if slot = slices.Index(tags, n.ID); slot < 0 {
-			if slot = slices.Index(tags, ""); slot < 0 {
-				return -1, fmt.Errorf("coord: node %q: pool %q has all %d stash slots taken (%v)", n.ID, n.Pool, len(tags), tags)
-			}
-			tags[slot] = n.ID
+		slotTags := s.SlotTags[n.Pool]
+		if len(slotTags) != len(tags) {
+			return -1, 0, fmt.Errorf("coord: pool %q has %d slots but %d slot tags: corrupt state", n.Pool, len(tags), len(slotTags))
 		}
+		fresh := false
+		if slot = slices.Index(tags, n.ID); slot >= 0 {
+			t := slotTags[slot]
+			fresh = !legacy && (s.TagRetired(t) || empty && s.TagUsed(t))
+		} else if slot = slices.Index(tags, ""); slot >= 0 {
+			t := slotTags[slot]
+			fresh = !legacy && (s.TagRetired(t) || s.TagUsed(t))
+		} else {
+			// Every slot is taken: the pool grows by one.
+			switch {
+			case legacy:
+				return -1, 0, fmt.Errorf("coord: node %q: pool %q has all %d stash slots taken (%v)", n.ID, n.Pool, len(tags), tags)
+			case len(tags) >= config.MaxStashesPerPool:
+				return -1, 0, fmt.Errorf("coord: node %q: pool %q has all %d stash slots taken, the most a pool may have (config.MaxStashesPerPool)", n.ID, n.Pool, len(tags))
+			}
+			slot = len(tags)
+			s.Tags[n.Pool] = append(tags, "")
+			s.SlotTags[n.Pool] = append(slotTags, 0)
+			fresh = true
+		}
+		s.Tags[n.Pool][slot] = n.ID
+		if fresh {
+			// The tag the slot had will never serve again (its stash
+			// lost its data, or was replaced): retired, so the data
+			// distributor re-replicates its shards without waiting.
+			if old := s.SlotTags[n.Pool][slot]; old != 0 && s.TagUsed(old) && !s.TagRetired(old) {
+				s.Retired = insertSorted(s.Retired, old)
+			}
+			s.SlotTags[n.Pool][slot] = s.freshTag()
+		}
+		tag = s.SlotTags[n.Pool][slot]
+		s.UsedTags = insertSorted(s.UsedTags, tag)
 	}
 	if s.Nodes == nil {
 		s.Nodes = make(map[string]NodeInfo)
 	}
 	s.Nodes[n.ID] = n // a restarted node may come back on a new address
-	return slot, nil
+	return slot, tag, nil
 }
 
 // Encoding versions: bump when a change is not backward compatible, and
 // keep decoding the old ones. Version 2 added the claim and recovery_done
 // commands and State.Recovery: version 1 encodings decode as they are, and
 // a binary that knows only version 1 refuses version 2 rather than
-// dropping what it does not know.
+// dropping what it does not know. Version 3 added the slots' own tags
+// (State.SlotTags, NextTag, UsedTags, Retired), pools that grow, empty
+// registrations, exclusions and live settings (exclude, include,
+// configure, retire): a version 1 or 2 state gets the configuration's tag
+// numbering (deriveTags), and a version 1 or 2 registration applies as it
+// did then (no fresh tags, no growth), so a replayed old log gives the
+// state it gave.
 const (
-	commandVersion  = 2
-	snapshotVersion = 2
+	commandVersion  = 3
+	snapshotVersion = 3
 )
 
 type commandEnvelope struct {
@@ -356,6 +795,7 @@ func decodeCommand(b []byte) (Command, error) {
 	if e.V < 1 || e.V > commandVersion {
 		return Command{}, fmt.Errorf("coord: command encoding version %d, want 1 to %d", e.V, commandVersion)
 	}
+	e.Command.version = e.V
 	return e.Command, nil
 }
 
@@ -377,6 +817,9 @@ func DecodeState(b []byte) (*State, error) {
 	}
 	if e.V < 1 || e.V > snapshotVersion || e.State == nil {
 		return nil, fmt.Errorf("coord: state encoding version %d, want 1 to %d", e.V, snapshotVersion)
+	}
+	if err := e.State.deriveTags(); err != nil {
+		return nil, err
 	}
 	return e.State, nil
 }

@@ -182,29 +182,32 @@ func call[R answer](ctx context.Context, c *Client, fn func(context.Context, wir
 type NodeRegistration struct {
 	ID, Addr, Class, Pool, DC, Zone, Machine string
 	Config                                   string // the node's configuration TOML
+	// Empty: a stash node whose stash starts with no data (a dram stash,
+	// or a durable one on a fresh directory); see coord.RegisterStash.
+	Empty bool
 }
 
-// Register registers a node and returns its tag slot (-1 for a
-// transaction node) and the current generation. A configuration that
-// differs from the cluster's is refused with an error wrapping a
+// Register registers a node and returns its tag slot and tag (-1 and 0
+// for a transaction node) and the current generation. A configuration
+// that differs from the cluster's is refused with an error wrapping a
 // *config.FieldError naming the first differing field.
-func (c *Client) Register(ctx context.Context, r NodeRegistration) (slot int, generation uint64, err error) {
+func (c *Client) Register(ctx context.Context, r NodeRegistration) (slot int, tag uint32, generation uint64, err error) {
 	req := &wire.RegisterRequest{Id: r.ID, Address: r.Addr, Class: r.Class, Pool: r.Pool,
-		Dc: r.DC, Zone: r.Zone, Machine: r.Machine, Config: r.Config}
+		Dc: r.DC, Zone: r.Zone, Machine: r.Machine, Config: r.Config, Empty: r.Empty}
 	resp, err := call(ctx, c, func(ctx context.Context, cl wire.CoordinatorClient) (*wire.RegisterResponse, error) {
 		return cl.Register(ctx, req)
 	})
 	if err != nil {
-		return -1, 0, err
+		return -1, 0, 0, err
 	}
 	if resp.Error != nil {
 		ke := &kv.Error{Code: kv.Code(resp.Error.Code), Detail: resp.Error.Detail}
 		if resp.ConfigField != "" {
-			return -1, 0, &configError{ke, &config.FieldError{Field: resp.ConfigField, Msg: ke.Detail}}
+			return -1, 0, 0, &configError{ke, &config.FieldError{Field: resp.ConfigField, Msg: ke.Detail}}
 		}
-		return -1, 0, ke
+		return -1, 0, 0, ke
 	}
-	return int(resp.Slot), resp.Generation, nil
+	return int(resp.Slot), resp.Tag, resp.Generation, nil
 }
 
 // configError is a refused configuration: errors.As finds both the code
@@ -278,6 +281,65 @@ func (c *Client) Claim(ctx context.Context, id string) (uint64, error) {
 func (c *Client) RecoveryDone(ctx context.Context, id string, generation uint64, micros int64) error {
 	resp, err := call(ctx, c, func(ctx context.Context, cl wire.CoordinatorClient) (*wire.RecoveryDoneResponse, error) {
 		return cl.RecoveryDone(ctx, &wire.RecoveryDoneRequest{Id: id, Generation: generation, Micros: micros})
+	})
+	if err != nil {
+		return err
+	}
+	return resp.Error.Err()
+}
+
+// Exclude asks the controller to exclude addrs ("host:port"): the data
+// distributor moves the shards of the stashes there onto others. It
+// returns every excluded address after the call. A malformed address is
+// refused with an invalid_mutation error naming it.
+func (c *Client) Exclude(ctx context.Context, addrs []string) ([]string, error) {
+	resp, err := call(ctx, c, func(ctx context.Context, cl wire.CoordinatorClient) (*wire.ExcludeResponse, error) {
+		return cl.Exclude(ctx, &wire.ExcludeRequest{Addresses: addrs})
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := resp.Error.Err(); err != nil {
+		return nil, err
+	}
+	return resp.Excluded, nil
+}
+
+// Include includes addrs again; none, or the one address "all", include
+// every excluded address. It returns the excluded addresses left.
+func (c *Client) Include(ctx context.Context, addrs []string) ([]string, error) {
+	resp, err := call(ctx, c, func(ctx context.Context, cl wire.CoordinatorClient) (*wire.IncludeResponse, error) {
+		return cl.Include(ctx, &wire.IncludeRequest{Addresses: addrs})
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := resp.Error.Err(); err != nil {
+		return nil, err
+	}
+	return resp.Excluded, nil
+}
+
+// Configure changes a live setting: pool "" and key "failure_wait" with a
+// duration ("5s") or "default"; or a pool, key "replication" and 1 to the
+// pool's number of slots, or "default". Invalid settings are refused with
+// an invalid_mutation error naming what is wrong; nothing changes then.
+func (c *Client) Configure(ctx context.Context, pool, key, value string) error {
+	resp, err := call(ctx, c, func(ctx context.Context, cl wire.CoordinatorClient) (*wire.ConfigureResponse, error) {
+		return cl.Configure(ctx, &wire.ConfigureRequest{Pool: pool, Key: key, Value: value})
+	})
+	if err != nil {
+		return err
+	}
+	return resp.Error.Err()
+}
+
+// Retire retires tag: the data distributor calls it once no shard refers
+// to the tag. The node whose slot has it gets a fresh tag when it
+// registers next. A tag never given is refused; retiring one again is not.
+func (c *Client) Retire(ctx context.Context, tag uint32) error {
+	resp, err := call(ctx, c, func(ctx context.Context, cl wire.CoordinatorClient) (*wire.RetireResponse, error) {
+		return cl.Retire(ctx, &wire.RetireRequest{Tag: tag})
 	})
 	if err != nil {
 		return err

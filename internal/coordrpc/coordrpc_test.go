@@ -181,7 +181,7 @@ func TestRegisterHeartbeatViewAndFailover(t *testing.T) {
 	// controller; the first node's configuration becomes the cluster's.
 	viaFollower := c.client(c.grpc[fi])
 	s0 := NodeRegistration{ID: "s0", Addr: "127.0.0.1:7000", Class: coord.ClassStash, Pool: "data", DC: "dc1", Zone: "za", Config: cfg}
-	slot, gen, err := viaFollower.Register(ctx, s0)
+	slot, _, gen, err := viaFollower.Register(ctx, s0)
 	if err != nil || slot != 0 || gen == 0 {
 		t.Fatalf("register s0: slot %d, generation %d, %v", slot, gen, err)
 	}
@@ -190,15 +190,15 @@ func TestRegisterHeartbeatViewAndFailover(t *testing.T) {
 	}
 	// Re-registering (say on a new address after a restart) keeps the slot.
 	s0.Addr = "127.0.0.1:7001"
-	if slot, _, err := viaFollower.Register(ctx, s0); err != nil || slot != 0 {
+	if slot, _, _, err := viaFollower.Register(ctx, s0); err != nil || slot != 0 {
 		t.Fatalf("re-register s0: slot %d, %v", slot, err)
 	}
-	if slot, _, err := viaFollower.Register(ctx, NodeRegistration{ID: "s1", Addr: "127.0.0.1:7002", Class: coord.ClassStash, Pool: "data", Config: cfg}); err != nil || slot != 1 {
+	if slot, _, _, err := viaFollower.Register(ctx, NodeRegistration{ID: "s1", Addr: "127.0.0.1:7002", Class: coord.ClassStash, Pool: "data", Config: cfg}); err != nil || slot != 1 {
 		t.Fatalf("register s1: slot %d, %v", slot, err)
 	}
 
 	// A different cluster layout is refused, naming the field.
-	_, _, err = viaFollower.Register(ctx, NodeRegistration{ID: "s2", Addr: "127.0.0.1:7003", Class: coord.ClassStash, Pool: "data",
+	_, _, _, err = viaFollower.Register(ctx, NodeRegistration{ID: "s2", Addr: "127.0.0.1:7003", Class: coord.ClassStash, Pool: "data",
 		Config: testConfig(t, func(cf *config.Config) { cf.Pools[1].Stashes = 3 })})
 	var fe *config.FieldError
 	if !errors.As(err, &fe) || !strings.Contains(fe.Field, "stashes") || kv.CodeOf(err) != kv.CodeInvalidMutation {
@@ -209,7 +209,7 @@ func TestRegisterHeartbeatViewAndFailover(t *testing.T) {
 	}
 	// The third transaction node to register forms the log (3 replicas).
 	for i := range 3 {
-		slot, g, err := viaFollower.Register(ctx, NodeRegistration{ID: fmt.Sprint("t", i), Addr: c.grpc[i], Class: coord.ClassTransaction,
+		slot, _, g, err := viaFollower.Register(ctx, NodeRegistration{ID: fmt.Sprint("t", i), Addr: c.grpc[i], Class: coord.ClassTransaction,
 			DC: "dc1", Zone: fmt.Sprint("z", i), Config: cfg})
 		if err != nil || slot != -1 {
 			t.Fatalf("register t%d: slot %d, %v", i, slot, err)
@@ -335,10 +335,10 @@ func TestRegisterHeartbeatViewAndFailover(t *testing.T) {
 	// first, still registers and views, in a later generation.
 	c.stop(li)
 	all := c.client(c.grpc[li], c.grpc[(li+1)%3], c.grpc[(li+2)%3])
-	if slot, g, err := all.Register(ctx, NodeRegistration{ID: "s3", Addr: "127.0.0.1:7004", Class: coord.ClassStash, Pool: "cache", Config: cfg}); err != nil || slot != 0 || g <= gen {
+	if slot, _, g, err := all.Register(ctx, NodeRegistration{ID: "s3", Addr: "127.0.0.1:7004", Class: coord.ClassStash, Pool: "cache", Config: cfg}); err != nil || slot != 0 || g <= gen {
 		t.Fatalf("register after failover: slot %d, generation %d (was %d), %v", slot, g, gen, err)
 	}
-	if slot, _, err := all.Register(ctx, s0); err != nil || slot != 0 {
+	if slot, _, _, err := all.Register(ctx, s0); err != nil || slot != 0 {
 		t.Fatalf("re-register s0 after failover: slot %d, %v", slot, err)
 	}
 	v, err = all.View(ctx)
@@ -405,7 +405,7 @@ func TestRecruitLogAndClaim(t *testing.T) {
 	cfg := testConfig(t, nil) // 3 log replicas
 	reg := func(id, zone string) uint64 {
 		t.Helper()
-		_, g, err := cl.Register(ctx, NodeRegistration{ID: id, Addr: "127.0.0.1:1", Class: coord.ClassTransaction, DC: "dc1", Zone: zone, Config: cfg})
+		_, _, g, err := cl.Register(ctx, NodeRegistration{ID: id, Addr: "127.0.0.1:1", Class: coord.ClassTransaction, DC: "dc1", Zone: zone, Config: cfg})
 		if err != nil {
 			t.Fatalf("register %s: %v", id, err)
 		}
@@ -425,7 +425,7 @@ func TestRecruitLogAndClaim(t *testing.T) {
 		t.Fatalf("log replicas %v with 2 transaction nodes", lr)
 	}
 	// A stash node does not count.
-	if _, _, err := cl.Register(ctx, NodeRegistration{ID: "s0", Addr: "127.0.0.1:2", Class: coord.ClassStash, Pool: "data", Config: cfg}); err != nil {
+	if _, _, _, err := cl.Register(ctx, NodeRegistration{ID: "s0", Addr: "127.0.0.1:2", Class: coord.ClassStash, Pool: "data", Config: cfg}); err != nil {
 		t.Fatal(err)
 	}
 	// a and b die; c comes, and a comes back: 2 alive.
@@ -517,7 +517,7 @@ func TestMutualTLS(t *testing.T) {
 	li := c.controller()
 	ctx := ctxT(t)
 	viaFollower := c.client(c.grpc[(li+1)%3])
-	if slot, _, err := viaFollower.Register(ctx, NodeRegistration{ID: "s0", Addr: "127.0.0.1:7000", Class: coord.ClassStash, Pool: "data", Config: testConfig(t, nil)}); err != nil || slot != 0 {
+	if slot, _, _, err := viaFollower.Register(ctx, NodeRegistration{ID: "s0", Addr: "127.0.0.1:7000", Class: coord.ClassStash, Pool: "data", Config: testConfig(t, nil)}); err != nil || slot != 0 {
 		t.Fatalf("register over TLS: slot %d, %v", slot, err)
 	}
 

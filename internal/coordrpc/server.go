@@ -7,11 +7,15 @@
 //	defer srv.Close()
 //
 //	c, err := coordrpc.NewClient("a:1,b:2,c:3", coordrpc.ClientOptions{TLS: cli})
-//	slot, gen, err := c.Register(ctx, coordrpc.NodeRegistration{...})
+//	slot, tag, gen, err := c.Register(ctx, coordrpc.NodeRegistration{...})
 //	go c.HeartbeatLoop(ctx, id, time.Second, nil)
 //	v, err := c.View(ctx)
 //	gen, err := c.Claim(ctx, id)                 // this node's log replica leads the log
 //	err = c.RecoveryDone(ctx, id, gen, micros)  // and its recovery took that long
+//	excluded, err := c.Exclude(ctx, []string{"10.0.0.5:4500"}) // admin calls
+//	excluded, err = c.Include(ctx, nil)                        // every address
+//	err = c.Configure(ctx, "", "failure_wait", "5s")           // or "data", "replication", "2"
+//	err = c.Retire(ctx, tag)                    // the data distributor: no shard refers to tag
 //
 // Every coordinator answers every call. The controller (the raft leader,
 // once its generation is committed) serves them itself; a follower
@@ -30,8 +34,15 @@
 // becomes the log's raft leader calls Claim to take the stateless roles in
 // a new generation, the epoch of its log appends, and RecoveryDone once it
 // serves. View shows where everything is: roles, nodes, every stash slot
-// with its tag (shardmap.StashTags) and node, the configuration, and the
+// with its tag (coord.State.SlotTags), node, locality and whether it is
+// excluded or retired, the configuration, the settings in force
+// (failure_wait, each pool's replication), the excluded addresses, and the
 // last claim's time and recovery duration.
+//
+// Exclude, Include and Configure are admin calls any client may make (on a
+// cluster served over mutual TLS, any client with a certificate the CA
+// signed); Retire, like Register, Heartbeat, Claim and RecoveryDone, is for
+// cluster nodes (the node restricts it, see server/node.go).
 //
 // The gRPC service is reached at the coordinator's address in the
 // coordinators list: a node serves gRPC and the coordinators' raft on one
@@ -58,7 +69,6 @@ import (
 	"github.com/distash/distash/config"
 	"github.com/distash/distash/internal/coord"
 	"github.com/distash/distash/internal/kv"
-	"github.com/distash/distash/internal/shardmap"
 	"github.com/distash/distash/internal/wire"
 )
 
@@ -282,7 +292,7 @@ func (s *Server) Register(ctx context.Context, req *wire.RegisterRequest) (*wire
 	} else if _, err := s.node.Apply(ctx, coord.SetConfig(req.Config)); err != nil {
 		return fail(err)
 	}
-	res, err := s.node.Apply(ctx, coord.RegisterNode(info))
+	res, err := s.node.Apply(ctx, coord.RegisterStash(info, req.Empty))
 	if err != nil {
 		return fail(err)
 	}
@@ -295,7 +305,7 @@ func (s *Server) Register(ctx context.Context, req *wire.RegisterRequest) (*wire
 		}
 		// A failure leaves the log to the next registration or heartbeat.
 	}
-	return &wire.RegisterResponse{Slot: int32(res.Slot), Generation: res.Generation}, nil
+	return &wire.RegisterResponse{Slot: int32(res.Slot), Tag: res.Tag, Generation: res.Generation}, nil
 }
 
 // Heartbeat records that a registered node is alive.
@@ -474,23 +484,180 @@ func (s *Server) view(st *coord.State) *wire.ViewResponse {
 	}
 	// Every stash slot, in the configuration's pool order, with its tag.
 	if cfg, err := st.ParsedConfig(); err == nil && cfg != nil {
-		tags := shardmap.StashTags(cfg)
 		for _, p := range cfg.Pools {
-			for i, tag := range tags[p.Name] {
-				loc := &wire.StashLocation{Tag: uint32(tag), Pool: p.Name, Slot: int32(i)}
+			for i, tag := range st.SlotTags[p.Name] {
+				loc := &wire.StashLocation{Tag: tag, Pool: p.Name, Slot: int32(i), Retired: st.TagRetired(tag)}
 				if held := st.Tags[p.Name]; i < len(held) && held[i] != "" {
-					loc.Node = held[i]
-					loc.Address = st.Nodes[held[i]].Addr
+					n := st.Nodes[held[i]]
+					loc.Node, loc.Address, loc.Dc, loc.Zone = held[i], n.Addr, n.DC, n.Zone
 					loc.Alive = s.node.Alive(held[i])
+					loc.Excluded = st.IsExcluded(n.Addr)
 				}
 				r.Stashes = append(r.Stashes, loc)
 			}
+			r.Replication = append(r.Replication, &wire.PoolReplication{Pool: p.Name, Replication: int32(st.PoolReplication(cfg, p.Name))})
 		}
+		// Retired tags no slot holds any more (replaced stashes): listed
+		// so the data distributor knows they will not return.
+		inSlot := map[uint32]bool{}
+		for _, loc := range r.Stashes {
+			inSlot[loc.Tag] = true
+		}
+		for _, tag := range st.Retired {
+			if !inSlot[tag] {
+				r.Stashes = append(r.Stashes, &wire.StashLocation{Tag: tag, Slot: -1, Retired: true})
+			}
+		}
+		r.FailureWaitMs = st.FailureWait(cfg).Milliseconds()
+		r.FailureWaitSet = st.FailureWaitMs != nil
 	}
+	r.Excluded = st.Excluded
 	if rec := st.Recovery; rec != nil {
 		r.LastRecoveryUnixMs, r.LastRecoveryMicros = rec.ClaimedUnixMs, rec.Micros
 	}
 	return r
+}
+
+// Exclude excludes addresses (coord.Exclude).
+func (s *Server) Exclude(ctx context.Context, req *wire.ExcludeRequest) (*wire.ExcludeResponse, error) {
+	fail := func(err error) (*wire.ExcludeResponse, error) {
+		r := &wire.ExcludeResponse{}
+		r.Error, r.Leader, _ = s.wireErr(err)
+		return r, nil
+	}
+	if req == nil {
+		return fail(invalid("exclude request missing"))
+	}
+	if err := checkAddrs(req.Addresses); err != nil {
+		return fail(err)
+	}
+	c, leader, err := s.controllerClient(ctx, req.Hops)
+	if err != nil {
+		return fail(err)
+	}
+	if c != nil {
+		fwd := proto.Clone(req).(*wire.ExcludeRequest)
+		fwd.Hops++
+		resp, err := c.Exclude(ctx, fwd)
+		if err != nil {
+			return fail(forwardFailed(leader, err))
+		}
+		return resp, nil
+	}
+	if _, err := s.node.Apply(ctx, coord.Exclude(req.Addresses)); err != nil {
+		return fail(err)
+	}
+	return &wire.ExcludeResponse{Excluded: s.node.State().Excluded}, nil
+}
+
+// Include includes addresses again (coord.Include).
+func (s *Server) Include(ctx context.Context, req *wire.IncludeRequest) (*wire.IncludeResponse, error) {
+	fail := func(err error) (*wire.IncludeResponse, error) {
+		r := &wire.IncludeResponse{}
+		r.Error, r.Leader, _ = s.wireErr(err)
+		return r, nil
+	}
+	if req == nil {
+		return fail(invalid("include request missing"))
+	}
+	if err := checkAddrs(req.Addresses); err != nil {
+		return fail(err)
+	}
+	c, leader, err := s.controllerClient(ctx, req.Hops)
+	if err != nil {
+		return fail(err)
+	}
+	if c != nil {
+		fwd := proto.Clone(req).(*wire.IncludeRequest)
+		fwd.Hops++
+		resp, err := c.Include(ctx, fwd)
+		if err != nil {
+			return fail(forwardFailed(leader, err))
+		}
+		return resp, nil
+	}
+	if _, err := s.node.Apply(ctx, coord.Include(req.Addresses)); err != nil {
+		return fail(err)
+	}
+	return &wire.IncludeResponse{Excluded: s.node.State().Excluded}, nil
+}
+
+// Configure changes a live setting (coord.Configure, coord.ConfigurePool).
+func (s *Server) Configure(ctx context.Context, req *wire.ConfigureRequest) (*wire.ConfigureResponse, error) {
+	fail := func(err error) (*wire.ConfigureResponse, error) {
+		r := &wire.ConfigureResponse{}
+		r.Error, r.Leader, _ = s.wireErr(err)
+		return r, nil
+	}
+	if req == nil {
+		return fail(invalid("configure request missing"))
+	}
+	for _, f := range []struct{ what, v string }{{"key", req.Key}, {"value", req.Value}, {"pool", req.Pool}} {
+		if err := checkName(f.what, f.v, f.what == "key"); err != nil {
+			return fail(err)
+		}
+	}
+	c, leader, err := s.controllerClient(ctx, req.Hops)
+	if err != nil {
+		return fail(err)
+	}
+	if c != nil {
+		fwd := proto.Clone(req).(*wire.ConfigureRequest)
+		fwd.Hops++
+		resp, err := c.Configure(ctx, fwd)
+		if err != nil {
+			return fail(forwardFailed(leader, err))
+		}
+		return resp, nil
+	}
+	if _, err := s.node.Apply(ctx, coord.ConfigurePool(req.Pool, req.Key, req.Value)); err != nil {
+		return fail(err)
+	}
+	return &wire.ConfigureResponse{}, nil
+}
+
+// Retire retires a tag (coord.Retire): the data distributor's call.
+func (s *Server) Retire(ctx context.Context, req *wire.RetireRequest) (*wire.RetireResponse, error) {
+	fail := func(err error) (*wire.RetireResponse, error) {
+		r := &wire.RetireResponse{}
+		r.Error, r.Leader, _ = s.wireErr(err)
+		return r, nil
+	}
+	if req == nil {
+		return fail(invalid("retire request missing"))
+	}
+	if req.Tag == 0 {
+		return fail(invalid("retire: tag missing (tag 0 is the system stash's)"))
+	}
+	c, leader, err := s.controllerClient(ctx, req.Hops)
+	if err != nil {
+		return fail(err)
+	}
+	if c != nil {
+		resp, err := c.Retire(ctx, &wire.RetireRequest{Tag: req.Tag, Hops: req.Hops + 1})
+		if err != nil {
+			return fail(forwardFailed(leader, err))
+		}
+		return resp, nil
+	}
+	if _, err := s.node.Apply(ctx, coord.Retire(req.Tag)); err != nil {
+		return fail(err)
+	}
+	return &wire.RetireResponse{}, nil
+}
+
+// checkAddrs bounds the addresses of an exclude or include; the
+// controller checks their form.
+func checkAddrs(addrs []string) error {
+	if len(addrs) > coord.MaxExcludeAddrs {
+		return invalid("%d addresses (limit %d)", len(addrs), coord.MaxExcludeAddrs)
+	}
+	for _, a := range addrs {
+		if err := checkName("address", a, true); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // checkName refuses an over-long name, or an empty one when required.

@@ -99,6 +99,7 @@ type Distributor struct {
 	moves     map[string]*move        // by shard begin. Protected by mu.
 	downSince map[kv.Tag]time.Time    // Protected by mu.
 	retired   map[kv.Tag]bool         // retired by this distributor. Protected by mu.
+	failedAt  map[kv.Tag]string       // tags seen failed, with their pool. Protected by mu.
 	status    map[string]*PoolStatus  // Protected by mu.
 	stashLoad map[kv.Tag]StashSummary // Protected by mu.
 	done      int64                   // moves finished. Protected by mu.
@@ -154,7 +155,7 @@ func New(opts Options) *Distributor {
 		opts.ShardBytes = 250 << 20
 	}
 	return &Distributor{opts: opts, moves: map[string]*move{}, downSince: map[kv.Tag]time.Time{},
-		retired: map[kv.Tag]bool{}, status: map[string]*PoolStatus{}, stashLoad: map[kv.Tag]StashSummary{}}
+		retired: map[kv.Tag]bool{}, failedAt: map[kv.Tag]string{}, status: map[string]*PoolStatus{}, stashLoad: map[kv.Tag]StashSummary{}}
 }
 
 // Run runs rounds until ctx ends.
@@ -214,8 +215,27 @@ func (d *Distributor) Tick(ctx context.Context) error {
 	env := d.opts.Env
 	m := env.Shards()
 	r := &round{d: d, now: d.opts.Now(), wait: d.opts.FailureWait(), stashes: map[kv.Tag]StashInfo{}, failed: map[kv.Tag]bool{}, bytes: map[string]Metrics{}}
+	stashes := env.Stashes()
+	// A tag the shard map names but the cluster does not list (a stash
+	// that was replaced by a new one, a slot whose node was removed) is
+	// down: after the failure wait its shards are re-replicated.
+	listed := map[kv.Tag]bool{}
+	for _, s := range stashes {
+		listed[s.Tag] = true
+	}
+	for _, sh := range m.Shards() {
+		if sh.Pool == "system" {
+			continue
+		}
+		for _, t := range sh.Tags() {
+			if !listed[t] {
+				listed[t] = true
+				stashes = append(stashes, StashInfo{Tag: t, Pool: sh.Pool})
+			}
+		}
+	}
 	d.mu.Lock()
-	for _, s := range env.Stashes() {
+	for _, s := range stashes {
 		r.stashes[s.Tag] = s
 		if s.Alive {
 			delete(d.downSince, s.Tag)
@@ -226,6 +246,11 @@ func (d *Distributor) Tick(ctx context.Context) error {
 			r.failed[s.Tag] = true
 		} else if since, ok := d.downSince[s.Tag]; ok && r.now.Sub(since) >= r.wait {
 			r.failed[s.Tag] = true
+		}
+		if r.failed[s.Tag] {
+			d.failedAt[s.Tag] = s.Pool
+		} else {
+			delete(d.failedAt, s.Tag)
 		}
 	}
 	d.mu.Unlock()
@@ -656,21 +681,23 @@ func (d *Distributor) retire(ctx context.Context, r *round, m *shardmap.Map) {
 			named[t] = true
 		}
 	}
-	for t, s := range r.stashes {
-		if !r.failed[t] || s.Retired || named[t] {
-			continue
+	d.mu.Lock()
+	failed := make(map[kv.Tag]string, len(d.failedAt))
+	for t, p := range d.failedAt {
+		if !d.retired[t] {
+			failed[t] = p
 		}
-		d.mu.Lock()
-		done := d.retired[t]
-		d.mu.Unlock()
-		if done {
+	}
+	d.mu.Unlock()
+	for t, pool := range failed {
+		if named[t] {
 			continue
 		}
 		if err := d.opts.Env.Retire(ctx, t); err != nil {
 			d.opts.Logger.Warn("data distribution: retire a replaced stash", "tag", t, "err", err)
 			continue
 		}
-		d.opts.Logger.Info("data distribution: stash replaced; the log no longer keeps its entries", "tag", t, "pool", s.Pool)
+		d.opts.Logger.Info("data distribution: stash replaced; the log no longer keeps its entries", "tag", t, "pool", pool)
 		d.mu.Lock()
 		d.retired[t] = true
 		d.mu.Unlock()

@@ -1,9 +1,19 @@
-// Package ratekeeper throttles new transactions when stashes fall behind, as
-// FoundationDB's Ratekeeper does: if a stash applies the log too slowly
-// (apply lag) or cannot make versions durable fast enough (its MVCC window
-// outgrows its memory budget), the cluster's transaction rate is cut until
-// the stash catches up, instead of letting memory grow without bound and
-// reads fail with future_version.
+// Package ratekeeper throttles new transactions when stashes fall behind or
+// durable stashes near their capacity, as FoundationDB's Ratekeeper does:
+//
+//   - if a stash applies the log too slowly (apply lag) or cannot make
+//     versions durable fast enough (its MVCC window outgrows its memory
+//     budget), the cluster's transaction rate is cut until the stash catches
+//     up, instead of letting memory grow without bound and reads fail with
+//     future_version. A stash fetching a shard (the destination of a move)
+//     counts like any other;
+//   - if a stash of a durable pool with a capacity is more than 90% full,
+//     the rate falls with its fullness, from the rate the cluster ran at when
+//     it crossed 90% down to CapacityMinRate at 98%, so the pool fills ever
+//     more slowly instead of refusing writes with pool_full all at once,
+//     while reads and deletes (which free space) still get through.
+//
+// The most constraining of these limits wins, and Reason says which it is.
 //
 // The core (Controller) is a pure function of observations and time, so it
 // is tested without goroutines; Ratekeeper wraps it with a sampling loop and
@@ -12,6 +22,7 @@ package ratekeeper
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"sync"
 	"time"
@@ -21,9 +32,14 @@ import (
 
 // StashSample is one stash's state at a sample.
 type StashSample struct {
+	Tag              kv.Tag     // the stash's tag
+	Pool             string     // its pool; "" when not known
 	Applied          kv.Version // newest version applied to its window
 	WindowBytes      int64      // bytes held in its MVCC window
 	WindowLimitBytes int64      // the window's memory budget
+	UsedBytes        int64      // live bytes, checked against CapacityBytes
+	CapacityBytes    int64      // the stash's capacity; 0: unlimited or an ephemeral pool
+	Fetching         bool       // it is fetching a shard (the destination of a move)
 }
 
 // Sample is the cluster's state at one instant.
@@ -39,21 +55,41 @@ const (
 	MaxApplyLag = kv.Version(kv.VersionsPerSecond) // 1 s
 	// WindowPressure is the fraction of a window's budget above which the rate is cut.
 	WindowPressure = 0.75
-	// MinRate is the lowest rate the controller sets (transactions/s).
+	// MinRate is the lowest rate the lag and window signals set (transactions/s).
 	MinRate = 50
+
+	// CapacityThrottleStart is the fraction of a durable stash's capacity
+	// from which the rate falls with its fullness.
+	CapacityThrottleStart = 0.90
+	// CapacityThrottleFull is the fraction at which the rate reaches
+	// CapacityMinRate.
+	CapacityThrottleFull = 0.98
+	// CapacityMinRate is the rate at and above CapacityThrottleFull
+	// (transactions/s): low enough that the pool barely fills, high enough
+	// that reads and the deletes that free space still proceed.
+	CapacityMinRate = 5
+	// CapacityBaseMin is the least rate the capacity limit falls from: a
+	// cluster that was idle when a stash crossed CapacityThrottleStart is
+	// not pinned to its idle rate.
+	CapacityBaseMin = 1000
+	// peakHalfLife is how fast the remembered peak commit rate decays.
+	peakHalfLife = 10 * time.Second
 )
 
 // Controller decides the transaction rate from samples.
 type Controller struct {
-	rate    float64 // transactions/s; +Inf when unthrottled
+	rate    float64 // transactions/s, the lower of lagRate and the capacity limit; +Inf when unthrottled
+	lagRate float64 // the limit of the lag and window signals; +Inf when they set none
 	last    Sample
 	lastAt  time.Time
-	healthy time.Duration // how long no stash has been under pressure
-	Reason  string        // why the rate is limited, "" when it is not
+	healthy time.Duration // how long no stash has lagged or had window pressure
+	peak    float64       // recent peak commit rate (transactions/s), decaying
+	capBase float64       // the rate the capacity limit falls from; 0 when no stash is past CapacityThrottleStart
+	Reason  string        // why the rate is limited, "" when it is not (or it is recovering)
 }
 
 // NewController returns an unthrottled controller.
-func NewController() *Controller { return &Controller{rate: math.Inf(1)} }
+func NewController() *Controller { return &Controller{rate: math.Inf(1), lagRate: math.Inf(1)} }
 
 // Rate is the current limit in transactions per second (+Inf: none).
 func (c *Controller) Rate() float64 { return c.rate }
@@ -67,46 +103,155 @@ func (c *Controller) Observe(now time.Time, s Sample) float64 {
 		}
 	}
 	elapsed := now.Sub(c.lastAt)
+	if c.lastAt.IsZero() {
+		c.peak = observed
+	} else {
+		c.peak = math.Max(observed, c.peak*math.Pow(0.5, elapsed.Seconds()/peakHalfLife.Seconds()))
+	}
 	c.last, c.lastAt = s, now
 
-	reason := ""
+	lagReason := c.observeLag(s, observed, elapsed)
+	capLimit, capReason := c.observeCapacity(s)
+
+	c.rate = math.Min(c.lagRate, capLimit)
+	if capLimit < c.lagRate {
+		c.Reason = capReason
+	} else {
+		c.Reason = lagReason
+	}
+	return c.rate
+}
+
+// observeLag runs the feedback loop of the lag and window signals: while a
+// stash is under pressure, lagRate is cut to 70% of the rate observed (down
+// to MinRate); once none is, it grows by a quarter a sample and is lifted
+// after 2 s. It returns the most pressed stash's reason, "" when none is.
+func (c *Controller) observeLag(s Sample, observed float64, elapsed time.Duration) string {
+	reason, worst := "", 0.0
 	for _, st := range s.Stashes {
 		if lag := s.Committed - st.Applied; lag > MaxApplyLag {
-			reason = "a stash is applying the log too slowly"
-			break
+			if sev := float64(lag) / float64(MaxApplyLag); sev > worst {
+				worst = sev
+				secs := float64(lag) / kv.VersionsPerSecond
+				if st.Fetching {
+					reason = fmt.Sprintf("stash %d is behind while fetching a shard (%.1f s behind the log)", st.Tag, secs)
+				} else {
+					reason = fmt.Sprintf("stash %d is applying the log too slowly (%.1f s behind)", st.Tag, secs)
+				}
+			}
 		}
 		if st.WindowLimitBytes > 0 && float64(st.WindowBytes) > WindowPressure*float64(st.WindowLimitBytes) {
-			reason = "a stash's MVCC window is near its memory budget (its engine is not keeping up)"
-			break
+			if sev := float64(st.WindowBytes) / (WindowPressure * float64(st.WindowLimitBytes)); sev > worst {
+				worst = sev
+				pct := int(100 * float64(st.WindowBytes) / float64(st.WindowLimitBytes))
+				if st.Fetching {
+					reason = fmt.Sprintf("stash %d is behind while fetching a shard (its MVCC window is at %d%% of its memory budget)", st.Tag, pct)
+				} else {
+					reason = fmt.Sprintf("stash %d's MVCC window is at %d%% of its memory budget (its engine is not keeping up)", st.Tag, pct)
+				}
+			}
 		}
 	}
-	c.Reason = reason
 	if reason != "" {
 		c.healthy = 0
 		base := observed
-		if math.IsInf(c.rate, 1) || base < c.rate {
+		if math.IsInf(c.lagRate, 1) || base < c.lagRate {
 			if base <= 0 {
-				base = c.rate
+				base = c.lagRate
 			}
 		} else {
-			base = c.rate
+			base = c.lagRate
 		}
 		if math.IsInf(base, 1) || base <= 0 {
 			base = 1000
 		}
-		c.rate = math.Max(MinRate, base*0.7)
-		return c.rate
+		c.lagRate = math.Max(MinRate, base*0.7)
+		return reason
 	}
-	if math.IsInf(c.rate, 1) {
-		return c.rate
+	if math.IsInf(c.lagRate, 1) {
+		return ""
 	}
 	c.healthy += elapsed
 	if c.healthy > 2*time.Second {
-		c.rate = math.Inf(1)
+		c.lagRate = math.Inf(1)
 	} else {
-		c.rate *= 1.25
+		c.lagRate *= 1.25
 	}
-	return c.rate
+	return ""
+}
+
+// observeCapacity returns the capacity limit (+Inf: none) and its reason:
+// that of the fullest stash with a capacity, if it is past
+// CapacityThrottleStart.
+func (c *Controller) observeCapacity(s Sample) (float64, string) {
+	var fullest *StashSample
+	frac := 0.0
+	for i := range s.Stashes {
+		st := &s.Stashes[i]
+		if st.CapacityBytes <= 0 {
+			continue
+		}
+		if f := float64(st.UsedBytes) / float64(st.CapacityBytes); f > frac {
+			fullest, frac = st, f
+		}
+	}
+	if fullest == nil || frac < CapacityThrottleStart {
+		c.capBase = 0
+		return math.Inf(1), ""
+	}
+	if c.capBase == 0 {
+		// The rate the cluster ran at when the stash crossed the threshold:
+		// the recent peak, not the last sample's (a lag limit may hold it
+		// down for now).
+		c.capBase = math.Max(c.peak, CapacityBaseMin)
+	}
+	limit := CapacityLimit(c.capBase, frac)
+	where := fmt.Sprintf("stash %d", fullest.Tag)
+	if fullest.Pool != "" {
+		where = fmt.Sprintf("pool %q %s", fullest.Pool, where)
+	}
+	return limit, fmt.Sprintf("%s is %d%% full (%s)", where, int(math.Floor(100*frac+1e-9)),
+		formatOf(fullest.UsedBytes, fullest.CapacityBytes))
+}
+
+// CapacityLimit is the rate allowed when the fullest durable stash has used
+// fraction of its capacity, falling from base: base up to
+// CapacityThrottleStart, CapacityMinRate from CapacityThrottleFull, and
+// between them linearly in log space (each point of fullness divides the
+// rate by the same factor).
+func CapacityLimit(base, fraction float64) float64 {
+	if fraction < CapacityThrottleStart {
+		return math.Inf(1)
+	}
+	base = math.Max(base, CapacityMinRate)
+	x := math.Min(1, (fraction-CapacityThrottleStart)/(CapacityThrottleFull-CapacityThrottleStart))
+	return base * math.Pow(CapacityMinRate/base, x)
+}
+
+// formatOf formats "used of capacity" in the largest binary unit that
+// capacity has at least one of: "930 MiB of 1000 MiB".
+func formatOf(used, capacity int64) string {
+	units := []struct {
+		name string
+		size int64
+	}{{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}}
+	for _, u := range units {
+		if capacity >= u.size {
+			return fmt.Sprintf("%s of %s", formatIn(used, u.size, u.name), formatIn(capacity, u.size, u.name))
+		}
+	}
+	return fmt.Sprintf("%d B of %d B", used, capacity)
+}
+
+func formatIn(n, unit int64, name string) string {
+	if n%unit == 0 {
+		return fmt.Sprintf("%d %s", n/unit, name)
+	}
+	v := float64(n) / float64(unit)
+	if v >= 100 {
+		return fmt.Sprintf("%.0f %s", v, name)
+	}
+	return fmt.Sprintf("%.1f %s", v, name)
 }
 
 // Ratekeeper samples the cluster and limits transactions to the
