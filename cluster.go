@@ -115,7 +115,9 @@ func (db *DB) stashClient(id uint32) (wire.DiStashClient, error) {
 	rt, ok := r.byTag[id]
 	if !ok || rt.retired {
 		// Replaced (its stash lost its data, or was re-replicated away):
-		// the shard map names a new team, so the client reloads it.
+		// the other replicas serve, and the shard map names (or soon
+		// will) a new team, so the client reloads it.
+		db.markDown(id)
 		return nil, errorf(kv.CodeWrongShardServer, "stash %d is no longer in the cluster (view generation %d)", id, r.generation)
 	}
 	if rt.api == nil {

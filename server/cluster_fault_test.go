@@ -59,6 +59,8 @@ type simCluster struct {
 	logger *slog.Logger
 	// replay is appended to every failure message.
 	replay string
+	// toml is the nodes' configuration; "" is bank.ClusterTOML.
+	toml string
 
 	mu sync.Mutex // guards simNode.srv
 }
@@ -98,7 +100,11 @@ func (c *simCluster) clusterString() string { return strings.Join(c.coords, ",")
 // startNode starts n (again, after a stop) on its directory; it returns
 // once the node has registered with the controller.
 func (c *simCluster) startNode(ctx context.Context, n *simNode) error {
-	cfg, err := config.Parse([]byte(bank.ClusterTOML))
+	toml := c.toml
+	if toml == "" {
+		toml = bank.ClusterTOML
+	}
+	cfg, err := config.Parse([]byte(toml))
 	if err != nil {
 		return err
 	}

@@ -369,3 +369,14 @@ func (s *Server) adoptStashTag(pool config.Pool) error {
 	}
 	return nil
 }
+
+// Distribution returns the data distributor's status of every pool, nil on
+// a node that does not hold the stateless roles.
+func (s *Server) Distribution() map[string]dd.PoolStatus {
+	r := s.tx.Load()
+	if r == nil || r.dd == nil {
+		return nil
+	}
+	pools, _ := r.dd.Status()
+	return pools
+}

@@ -545,8 +545,9 @@ func (d *Distributor) pool(ctx context.Context, r *round, pool PoolSettings, sha
 		}
 	}
 	// Balance: a shard from the stash holding the most bytes to the one
-	// holding the fewest, when the first is past the pool's mean by more
-	// than Imbalance and the move narrows the gap.
+	// holding the fewest, when either is off the pool's mean by more than
+	// Imbalance; the shard is at most half the gap between them, so the
+	// move narrows it (no shard moves back and forth).
 	if len(members) > R {
 		var total int64
 		for _, s := range members {
@@ -563,7 +564,7 @@ func (d *Distributor) pool(ctx context.Context, r *round, pool PoolSettings, sha
 			}
 		}
 		gap := load[hi] - load[lo]
-		if float64(load[hi]) > mean*(1+d.opts.Imbalance) && gap > 0 {
+		if (float64(load[hi]) > mean*(1+d.opts.Imbalance) || float64(load[lo]) < mean*(1-d.opts.Imbalance)) && gap > 0 {
 			var best *shardmap.Shard
 			var bestBytes int64
 			for i := range shards {

@@ -222,6 +222,8 @@ func IsViolation(err error) bool {
 type Writer struct {
 	DB     *distash.DB
 	Prefix string
+	// Pause is how long each worker waits between writes (0: none).
+	Pause time.Duration
 
 	mu    sync.Mutex
 	acked map[string]string // Protected by mu.
@@ -252,6 +254,12 @@ func (w *Writer) Run(ctx context.Context, workers int) (wait func()) {
 					w.mu.Lock()
 					w.acked[k] = v
 					w.mu.Unlock()
+				}
+				if w.Pause > 0 {
+					select {
+					case <-ctx.Done():
+					case <-time.After(w.Pause):
+					}
 				}
 			}
 		}(g)

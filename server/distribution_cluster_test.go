@@ -1,0 +1,405 @@
+package server_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/distash/distash"
+	"github.com/distash/distash/internal/coordrpc"
+	"github.com/distash/distash/internal/dd"
+	"github.com/distash/distash/internal/simnet"
+	"github.com/distash/distash/internal/testutil/bank"
+	"github.com/distash/distash/server"
+)
+
+// newLayoutCluster is a simCluster of the given nodes ("name class pool")
+// running toml; the transaction nodes are the coordinators.
+func newLayoutCluster(t *testing.T, toml string, nodes ...string) *simCluster {
+	c := &simCluster{t: t, net: simnet.New(), toml: toml, logger: newSimCluster(t, "").logger}
+	root := t.TempDir()
+	for _, spec := range nodes {
+		c.addNode(root, spec)
+	}
+	t.Cleanup(c.stopAll)
+	return c
+}
+
+// addNode adds a node ("name class pool") that is not started yet.
+func (c *simCluster) addNode(root, spec string) *simNode {
+	f := strings.Fields(spec)
+	n := &simNode{name: f[0], addr: f[0] + ":4500", class: f[1], dir: filepath.Join(root, f[0])}
+	if len(f) > 2 {
+		n.pool = f[2]
+	}
+	c.nodes = append(c.nodes, n)
+	if n.class == server.ClassTransaction {
+		c.coords = append(c.coords, n.addr)
+	}
+	return n
+}
+
+func (c *simCluster) node(name string) *simNode {
+	for _, n := range c.nodes {
+		if n.name == name {
+			return n
+		}
+	}
+	c.t.Fatalf("no node %s", name)
+	return nil
+}
+
+// distribution returns the data distributor's status, from the node that
+// holds the stateless roles (nil if none does now).
+func (c *simCluster) distribution() map[string]dd.PoolStatus {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, n := range c.nodes {
+		if n.srv != nil {
+			if d := n.srv.Distribution(); d != nil {
+				return d
+			}
+		}
+	}
+	return nil
+}
+
+// poolBytes returns the live bytes of each running stash node of pool.
+func (c *simCluster) poolBytes(pool string) map[string]int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := map[string]int64{}
+	for _, n := range c.nodes {
+		if n.srv == nil || n.pool != pool {
+			continue
+		}
+		for _, st := range n.srv.Stashes() {
+			out[n.name] += st.Bytes
+		}
+	}
+	return out
+}
+
+// waitUntil polls cond until it holds or the timeout passes.
+func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) time.Duration {
+	t.Helper()
+	began := time.Now()
+	last := ""
+	for time.Since(began) < timeout {
+		ok, state := cond()
+		last = state
+		if ok {
+			return time.Since(began)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("%s: not after %v (%s)", what, timeout, last)
+	return 0
+}
+
+// withinShare reports whether every stash holds within frac of the mean.
+func withinShare(bytes map[string]int64, frac float64) (bool, string) {
+	var total int64
+	for _, b := range bytes {
+		total += b
+	}
+	if len(bytes) == 0 || total == 0 {
+		return false, "no bytes"
+	}
+	mean := float64(total) / float64(len(bytes))
+	ok := true
+	for _, b := range bytes {
+		if float64(b) < mean*(1-frac) || float64(b) > mean*(1+frac) {
+			ok = false
+		}
+	}
+	return ok, fmt.Sprintf("bytes %v, mean %.0f", bytes, mean)
+}
+
+const growTOML = `
+[cluster]
+mvcc_window = "2s"
+shard_bytes = "4KiB"
+failure_wait = "2s"
+
+[[pool]]
+name = "data"
+prefix = "d/"
+medium = "ssd"
+mode = "durable"
+engine = "pebble"
+stashes = 4
+replication = 1
+`
+
+// TestStashJoinsThenIsExcludedAndIncluded runs a four-stash pool in
+// process over the fault transport: 2,000 skewed keys spread to within
+// 35% per stash; a fifth stash process joins and gets its share (±20% of
+// the mean); `exclude` drains it completely and `include` gives it shards
+// back; a writer and readers run throughout, and every acknowledged write
+// reads back at the end.
+func TestStashJoinsThenIsExcludedAndIncluded(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts an in-process cluster")
+	}
+	defer server.SetDistributionInterval(50 * time.Millisecond)()
+	c := newLayoutCluster(t, growTOML, "tx1 transaction", "data1 stash data", "data2 stash data", "data3 stash data", "data4 stash data")
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	c.startAll(ctx)
+	db, err := distash.Open(ctx, c.clusterString(), distash.WithDialer(c.net.Dialer(clientNode)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+
+	value := func(i int) string { return fmt.Sprintf("value-%06d-%080d", i, i) }
+	for i := 0; i < 2000; i += 50 {
+		err := db.Transact(ctx, func(tr *distash.Tx) error {
+			for j := i; j < i+50; j++ {
+				tr.Set([]byte(fmt.Sprintf("d/user:%d", j)), []byte(value(j)))
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	took := waitUntil(t, time.Minute, "2,000 skewed keys spread over four stashes", func() (bool, string) {
+		b := c.poolBytes("data")
+		var total, most int64
+		for _, n := range b {
+			total += n
+			most = max(most, n)
+		}
+		return total > 0 && float64(most) <= 0.35*float64(total), fmt.Sprint(b)
+	})
+	t.Logf("spread: %v after %v", c.poolBytes("data"), took.Round(time.Millisecond))
+
+	// A workload for the rest of the test.
+	wctx, wcancel := context.WithCancel(ctx)
+	defer wcancel()
+	// About 100 new keys a second: the moves keep up with it.
+	w := &bank.Writer{DB: db, Prefix: "d/", Pause: 20 * time.Millisecond}
+	waitWriter := w.Run(wctx, 2)
+	var readErr atomic.Pointer[error]
+	var readers sync.WaitGroup
+	for r := 0; r < 2; r++ {
+		readers.Add(1)
+		go func(seed uint64) {
+			defer readers.Done()
+			rng := rand.New(rand.NewPCG(seed, 1))
+			for wctx.Err() == nil {
+				k := rng.IntN(2000)
+				err := db.ReadTransact(wctx, func(tr *distash.Tx) error {
+					v, err := tr.Get([]byte(fmt.Sprintf("d/user:%d", k)))
+					if err != nil {
+						return err
+					}
+					if string(v) != value(k) {
+						return fmt.Errorf("d/user:%d = %.20q, want %.20q", k, v, value(k))
+					}
+					return nil
+				})
+				if err != nil && wctx.Err() == nil {
+					readErr.Store(&err)
+					return
+				}
+			}
+		}(uint64(r))
+	}
+
+	// A fifth stash joins.
+	n5 := c.addNode(filepath.Dir(c.node("data1").dir), "data5 stash data")
+	if err := c.startNode(ctx, n5); err != nil {
+		t.Fatal(err)
+	}
+	took = waitUntil(t, 2*time.Minute, "the fifth stash holds its share", func() (bool, string) {
+		return withinShare(c.poolBytes("data"), 0.2)
+	})
+	t.Logf("fifth stash joined: %v after %v", c.poolBytes("data"), took.Round(time.Millisecond))
+
+	// Exclude drains it; include undoes it.
+	cc, err := coordrpc.NewClient(c.clusterString(), coordrpc.ClientOptions{Dialer: c.net.Dialer(clientNode)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	if _, err := cc.Exclude(ctx, []string{n5.addr}); err != nil {
+		t.Fatal(err)
+	}
+	took = waitUntil(t, 2*time.Minute, "the excluded stash is drained", func() (bool, string) {
+		b := c.poolBytes("data")
+		d := c.distribution()["data"]
+		return b["data5"] == 0 && d.Moving == 0, fmt.Sprintf("%v, moving %d", b, d.Moving)
+	})
+	t.Logf("excluded stash drained after %v: %v", took.Round(time.Millisecond), c.poolBytes("data"))
+	if _, err := cc.Include(ctx, []string{n5.addr}); err != nil {
+		t.Fatal(err)
+	}
+	took = waitUntil(t, 2*time.Minute, "the included stash gets its share back", func() (bool, string) {
+		return withinShare(c.poolBytes("data"), 0.2)
+	})
+	t.Logf("included again: %v after %v", c.poolBytes("data"), took.Round(time.Millisecond))
+
+	wcancel()
+	waitWriter()
+	readers.Wait()
+	if p := readErr.Load(); p != nil {
+		t.Fatalf("a reader: %v", *p)
+	}
+	missing, err := w.Check(ctx, db)
+	if err != nil || missing != 0 {
+		t.Fatalf("%d of %d acknowledged writes missing (%v)", missing, w.Count(), err)
+	}
+	t.Logf("%d acknowledged writes all read back; %d moves done", w.Count(), c.distribution()["data"].MovesDone)
+}
+
+const dramTOML = `
+[cluster]
+mvcc_window = "2s"
+shard_bytes = "4KiB"
+
+[[pool]]
+name = "cache"
+prefix = "c/"
+medium = "dram"
+mode = "ephemeral"
+engine = "memory"
+stashes = 3
+replication = 2
+capacity = "64MiB"
+`
+
+// TestDramStashRestartRejoinsEmpty restarts a dram stash of an R=2 pool:
+// it comes back empty as a new stash (a new tag; the old one is retired
+// at once, without the failure wait), every shard gets back to two live
+// replicas, and no read ever returns an older value of a key than one
+// already read.
+func TestDramStashRestartRejoinsEmpty(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts an in-process cluster")
+	}
+	defer server.SetDistributionInterval(50 * time.Millisecond)()
+	c := newLayoutCluster(t, dramTOML, "tx1 transaction", "cache1 stash cache", "cache2 stash cache", "cache3 stash cache")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	c.startAll(ctx)
+	db, err := distash.Open(ctx, c.clusterString(), distash.WithDialer(c.net.Dialer(clientNode)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+
+	const keys = 300
+	var counter atomic.Int64
+	enc := func(n int64) []byte { return []byte(fmt.Sprintf("%012d-%050d", n, n)) }
+	for i := 0; i < keys; i += 50 {
+		err := db.Transact(ctx, func(tr *distash.Tx) error {
+			for j := i; j < i+50; j++ {
+				tr.Set([]byte(fmt.Sprintf("c/k:%03d", j)), enc(counter.Add(1)))
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	wctx, wcancel := context.WithCancel(ctx)
+	defer wcancel()
+	var wg sync.WaitGroup
+	var fail atomic.Pointer[string]
+	// Writers raise values; readers remember the highest value seen per
+	// key and must never see a lower one (or none).
+	for g := 0; g < 2; g++ {
+		wg.Add(1)
+		go func(seed uint64) {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(seed, 2))
+			for wctx.Err() == nil {
+				k := fmt.Sprintf("c/k:%03d", rng.IntN(keys))
+				db.Transact(wctx, func(tr *distash.Tx) error {
+					tr.Set([]byte(k), enc(counter.Add(1)))
+					return nil
+				})
+			}
+		}(uint64(g))
+	}
+	var seenMu sync.Mutex
+	seen := map[string]string{}
+	for g := 0; g < 3; g++ {
+		wg.Add(1)
+		go func(seed uint64) {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(seed, 3))
+			for wctx.Err() == nil {
+				k := fmt.Sprintf("c/k:%03d", rng.IntN(keys))
+				var got []byte
+				err := db.ReadTransact(wctx, func(tr *distash.Tx) error {
+					v, err := tr.Get([]byte(k))
+					got = v
+					return err
+				})
+				if err != nil {
+					continue
+				}
+				seenMu.Lock()
+				if prev := seen[k]; string(got) < prev {
+					msg := fmt.Sprintf("%s read %.12q after %.12q", k, got, prev)
+					fail.Store(&msg)
+				} else {
+					seen[k] = string(got)
+				}
+				seenMu.Unlock()
+			}
+		}(uint64(10 + g))
+	}
+	twoReplicas := func() (bool, string) {
+		d, ok := c.distribution()["cache"]
+		return ok && d.UnderReplicated == 0 && d.Moving == 0 && d.Queued == 0,
+			fmt.Sprintf("%+v", d)
+	}
+	waitUntil(t, time.Minute, "the pool settles", twoReplicas)
+
+	n := c.node("cache1")
+	c.crash(n)
+	if err := c.startNode(ctx, n); err != nil {
+		t.Fatal(err)
+	}
+	took := waitUntil(t, time.Minute, "the restarted stash holds data again and every shard has two live replicas", func() (bool, string) {
+		b := c.poolBytes("cache")
+		ok, state := twoReplicas()
+		return ok && b["cache1"] > 0, fmt.Sprintf("%v %s", b, state)
+	})
+	t.Logf("restarted dram stash: two replicas per shard again %v after the restart", took.Round(time.Millisecond))
+	time.Sleep(500 * time.Millisecond)
+	wcancel()
+	wg.Wait()
+	if p := fail.Load(); p != nil {
+		t.Fatalf("an older value after a newer one: %s", *p)
+	}
+	// Every key still has a value: one replica always had it.
+	err = db.ReadTransact(ctx, func(tr *distash.Tx) error {
+		for i := 0; i < keys; i++ {
+			v, err := tr.Get([]byte(fmt.Sprintf("c/k:%03d", i)))
+			if err != nil {
+				return err
+			}
+			if v == nil {
+				return fmt.Errorf("c/k:%03d is gone", i)
+			}
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, context.Canceled) {
+		t.Fatal(err)
+	}
+	t.Logf("pool bytes after: %v", c.poolBytes("cache"))
+}
