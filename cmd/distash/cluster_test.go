@@ -59,11 +59,14 @@ type procCluster struct {
 
 // newProcCluster lays out 3 transaction nodes (the coordinators, in two
 // DCs), 3 stash nodes of pool data and 2 of pool cache.
-func newProcCluster(t *testing.T) *procCluster {
+func newProcCluster(t *testing.T) *procCluster { return newProcClusterOf(t, bank.ClusterTOML) }
+
+// newProcClusterOf is newProcCluster running configuration toml.
+func newProcClusterOf(t *testing.T, toml string) *procCluster {
 	bin := buildBinary(t)
 	root := t.TempDir()
 	cfg := filepath.Join(root, "cluster.toml")
-	if err := os.WriteFile(cfg, []byte(bank.ClusterTOML), 0o644); err != nil {
+	if err := os.WriteFile(cfg, []byte(toml), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	addrs := freePorts(t, 8)
