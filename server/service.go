@@ -217,7 +217,8 @@ func distributionStatus(cfg *config.Config, pools map[string]dd.PoolStatus) []*w
 		}
 		wd := &wire.PoolDistribution{Pool: ps.Pool, Shards: int32(ps.Shards), Teams: int32(ps.Teams), Replication: int32(ps.Replication),
 			UnderReplicated: int32(ps.UnderReplicated), Moving: int32(ps.Moving), MovingBytesLeft: ps.MovingBytesLeft,
-			Queued: int32(ps.Queued), Warning: ps.Warning, Bytes: ps.Bytes, MovesDone: ps.MovesDone}
+			Queued: int32(ps.Queued), Warning: ps.Warning, Bytes: ps.Bytes, MovesDone: ps.MovesDone,
+			FailureWaitMs: ps.FailureWait.Milliseconds()}
 		for i, r := range ps.Queue {
 			rs := &wire.RelocationStatus{Begin: r.Begin, End: r.End, Reason: r.Reason, Priority: int32(r.Priority), InFlight: i < ps.InFlight, Bytes: r.Bytes}
 			for _, t := range r.From {

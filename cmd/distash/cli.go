@@ -219,8 +219,9 @@ func printStatusTo(out io.Writer, st *wire.StatusResponse) {
 	for _, p := range st.Pools {
 		modes[p.Name] = p.Mode
 	}
+	printDistributionTo(out, st)
 	w = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(w, "STASH\tPOOL\tKEYS\tBYTES\tWINDOW\tREADS\tHITS\tMISSES\tEVICTIONS\tFILTERED\tVERSION\tHEALTH")
+	fmt.Fprintln(w, "STASH\tPOOL\tKEYS\tBYTES\tSHARDS\tWINDOW\tREADS\tHITS\tMISSES\tEVICTIONS\tFILTERED\tVERSION\tHEALTH")
 	for _, s := range st.Stashes {
 		hits, misses, ev := "-", "-", "-"
 		if modes[s.Pool] == "ephemeral" {
@@ -230,8 +231,15 @@ func printStatusTo(out io.Writer, st *wire.StatusResponse) {
 		if s.Restarts > 0 {
 			health += fmt.Sprintf(" (%d restarts)", s.Restarts)
 		}
-		fmt.Fprintf(w, "%d\t%s-%d\t%d\t%s\t%s\t%d\t%s\t%s\t%s\t%d\t%d\t%s\n", s.Id, s.Pool, s.Index, s.Keys, humanize.IBytes(uint64(s.Bytes)),
-			humanize.IBytes(uint64(s.WindowBytes)), s.Reads, hits, misses, ev, s.FilterNegatives, s.Version, health)
+		if s.Excluded {
+			health += ", excluded"
+		}
+		shards := strconv.Itoa(int(s.Shards))
+		if s.Fetching > 0 {
+			shards += fmt.Sprintf(" (%d fetching)", s.Fetching)
+		}
+		fmt.Fprintf(w, "%d\t%s-%d\t%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%d\t%d\t%s\n", s.Id, s.Pool, s.Index, s.Keys, humanize.IBytes(uint64(s.Bytes)),
+			shards, humanize.IBytes(uint64(s.WindowBytes)), s.Reads, hits, misses, ev, s.FilterNegatives, s.Version, health)
 	}
 	w.Flush()
 	for _, s := range st.Stashes {
@@ -267,6 +275,35 @@ func printStatusTo(out io.Writer, st *wire.StatusResponse) {
 		}
 		fmt.Fprintf(out, "  %s-%d (%s): %s\n", s.Pool, s.Index, engines[s.Pool], strings.Join(parts, ", "))
 	}
+}
+
+// printDistributionTo prints the data distributor's view of each pool:
+// shards, teams, replicas missing, moves in flight and queued.
+func printDistributionTo(out io.Writer, st *wire.StatusResponse) {
+	if len(st.Distribution) == 0 {
+		return
+	}
+	fmt.Fprintln(out, "Data distribution:")
+	for _, d := range st.Distribution {
+		fmt.Fprintf(out, "  %s: %d shards on %d teams, ~%s (sampled), R=%d; %d under-replicated, %d moving (%s left), %d queued; %d moves done; failure wait %s\n",
+			d.Pool, d.Shards, d.Teams, humanize.IBytes(uint64(max(d.Bytes, 0))), d.Replication, d.UnderReplicated, d.Moving,
+			humanize.IBytes(uint64(max(d.MovingBytesLeft, 0))), d.Queued, d.MovesDone, time.Duration(d.FailureWaitMs)*time.Millisecond)
+		if d.Warning != "" {
+			fmt.Fprintf(out, "    warning: %s\n", d.Warning)
+		}
+		for _, r := range d.Queue {
+			state := "queued"
+			if r.InFlight {
+				state = "moving"
+			}
+			to := fmt.Sprint(r.To)
+			if r.Reason == "split" {
+				to = "split"
+			}
+			fmt.Fprintf(out, "    %-7s %-9s [%s, %s)  %v -> %s  %s\n", state, r.Reason, escape(r.Begin), escape(r.End), r.From, to, humanize.IBytes(uint64(max(r.Bytes, 0))))
+		}
+	}
+	fmt.Fprintln(out)
 }
 
 func envOr(name, def string) string {

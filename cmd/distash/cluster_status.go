@@ -127,6 +127,7 @@ func clusterStatus(ctx context.Context, view *wire.ViewResponse, creds credentia
 				out.CommittedVersion, out.Commits, out.Conflicts, out.TooOld, out.PoolFull = a.st.CommittedVersion, a.st.Commits, a.st.Conflicts, a.st.TooOld, a.st.PoolFull
 				out.CommitBatches, out.RateLimit, out.RateLimitReason, out.Log = a.st.CommitBatches, a.st.RateLimit, a.st.RateLimitReason, a.st.Log
 				out.Distribution = a.st.Distribution // the data distributor runs there
+				out.StashShares = a.st.StashShares
 			}
 			for _, s := range a.st.Stashes {
 				out.Stashes = append(out.Stashes, s)
@@ -135,9 +136,10 @@ func clusterStatus(ctx context.Context, view *wire.ViewResponse, creds credentia
 		}
 		out.Nodes = append(out.Nodes, ns)
 	}
-	// Stashes whose node is down (or whose slot is free) still show.
+	// Stashes whose node is down (or whose slot is free) still show;
+	// replaced ones (no slot) do not.
 	for _, loc := range view.Stashes {
-		if served[loc.Tag] {
+		if served[loc.Tag] || loc.Slot < 0 {
 			continue
 		}
 		health := "unreachable"
@@ -147,6 +149,22 @@ func clusterStatus(ctx context.Context, view *wire.ViewResponse, creds credentia
 		out.Stashes = append(out.Stashes, &wire.StashStatus{Id: loc.Tag, Pool: loc.Pool, Index: loc.Slot, Health: health, Node: loc.Node, Address: loc.Address})
 	}
 	sort.SliceStable(out.Stashes, func(i, j int) bool { return out.Stashes[i].Id < out.Stashes[j].Id })
+	// Each stash's part of the shard map, as the data distributor sees it,
+	// and whether an operator excluded it.
+	shares := map[uint32]*wire.StashShare{}
+	for _, sh := range out.StashShares {
+		shares[sh.Id] = sh
+	}
+	excluded := map[uint32]bool{}
+	for _, loc := range view.Stashes {
+		excluded[loc.Tag] = loc.Excluded
+	}
+	for _, st := range out.Stashes {
+		if sh := shares[st.Id]; sh != nil {
+			st.Shards, st.Fetching = sh.Shards, sh.Fetching
+		}
+		st.Excluded = excluded[st.Id]
+	}
 	return out, nil
 }
 

@@ -125,6 +125,7 @@ type PoolStatus struct {
 	Warning         string
 	Bytes           int64
 	MovesDone       int64
+	FailureWait     time.Duration
 }
 
 // StashSummary is a stash's share of its pool.
@@ -314,7 +315,7 @@ func (r *round) measure(ctx context.Context, shards []shardmap.Shard) {
 func (d *Distributor) pool(ctx context.Context, r *round, pool PoolSettings, shards []shardmap.Shard, loads map[kv.Tag]StashSummary) (*PoolStatus, error) {
 	env := d.opts.Env
 	R := max(pool.Replication, 1)
-	st := &PoolStatus{Pool: pool.Name, Shards: len(shards), Replication: R}
+	st := &PoolStatus{Pool: pool.Name, Shards: len(shards), Replication: R, FailureWait: r.wait}
 	r.measure(ctx, shards)
 
 	var members []StashInfo
@@ -329,7 +330,9 @@ func (d *Distributor) pool(ctx context.Context, r *round, pool PoolSettings, sha
 	switch {
 	case len(members) < R:
 		st.Warning = fmt.Sprintf("%d usable stashes for replication %d", len(members), R)
-	case len(zones) < R:
+	case len(zones) < R && !(len(zones) == 1 && zones["/"]):
+		// (Stashes that give no locality at all, as in an embedded
+		// cluster, get no warning: they are one failure domain by choice.)
 		st.Warning = fmt.Sprintf("the pool's stashes span %d zones for replication %d: some shards have two replicas in one zone", len(zones), R)
 	case pool.AcrossDCs && len(dcs) < 2:
 		st.Warning = "across_dcs: the pool's stashes are all in one data center"
