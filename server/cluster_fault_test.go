@@ -326,6 +326,9 @@ func TestClusterUnderFaults(t *testing.T) {
 	began := time.Now()
 
 	c := newSimCluster(t, replay)
+	// Small shards and a short failure wait: the data distributor splits,
+	// moves and re-replicates shards while the faults happen.
+	c.toml = strings.Replace(bank.ClusterTOML, "[cluster]\n", "[cluster]\nshard_bytes = \"16KiB\"\nfailure_wait = \"3s\"\n", 1)
 	ctx, cancel := context.WithTimeout(context.Background(), max(4*time.Minute, time.Duration(target)*25*time.Millisecond))
 	defer cancel()
 	sctx, scancel := context.WithTimeout(ctx, 60*time.Second)
@@ -585,6 +588,9 @@ func TestClusterUnderFaults(t *testing.T) {
 		fail("register histories are not linearizable")
 	default:
 		fail("porcupine could not decide within 30 s (%v)", res)
+	}
+	for pool, d := range c.distribution() {
+		t.Logf("data distribution of %s: %d shards, %d moves done by the last distributor, %d under-replicated, %d moving", pool, d.Shards, d.MovesDone, d.UnderReplicated, d.Moving)
 	}
 	t.Logf("total %v", time.Since(began).Round(time.Millisecond))
 }

@@ -102,7 +102,7 @@ type Distributor struct {
 	failedAt  map[kv.Tag]string       // tags seen failed, with their pool. Protected by mu.
 	status    map[string]*PoolStatus  // Protected by mu.
 	stashLoad map[kv.Tag]StashSummary // Protected by mu.
-	done      int64                   // moves finished. Protected by mu.
+	done      map[string]int64        // moves finished, per pool. Protected by mu.
 }
 
 // move is a move in flight.
@@ -156,7 +156,7 @@ func New(opts Options) *Distributor {
 		opts.ShardBytes = 250 << 20
 	}
 	return &Distributor{opts: opts, moves: map[string]*move{}, downSince: map[kv.Tag]time.Time{},
-		retired: map[kv.Tag]bool{}, failedAt: map[kv.Tag]string{}, status: map[string]*PoolStatus{}, stashLoad: map[kv.Tag]StashSummary{}}
+		done: map[string]int64{}, retired: map[kv.Tag]bool{}, failedAt: map[kv.Tag]string{}, status: map[string]*PoolStatus{}, stashLoad: map[kv.Tag]StashSummary{}}
 }
 
 // Run runs rounds until ctx ends.
@@ -426,7 +426,7 @@ func (d *Distributor) pool(ctx context.Context, r *round, pool PoolSettings, sha
 				"from", sh.Team, "to", mv.To, "reason", mv.Reason, "took", r.now.Sub(mv.started).Round(time.Millisecond))
 			d.mu.Lock()
 			delete(d.moves, string(sh.Begin))
-			d.done++
+			d.done[pool.Name]++
 			d.mu.Unlock()
 		default:
 			inFlight++
@@ -616,7 +616,7 @@ func (d *Distributor) pool(ctx context.Context, r *round, pool PoolSettings, sha
 		st.Queue = st.Queue[:20]
 	}
 	d.mu.Lock()
-	st.MovesDone = d.done
+	st.MovesDone = d.done[pool.Name]
 	d.mu.Unlock()
 	if len(errs) > 0 {
 		return st, errs[0]
