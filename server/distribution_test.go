@@ -55,9 +55,10 @@ func TestSkewedKeysSpreadOverThePool(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, db := start(t, t.TempDir(), cfg)
-	defer srv.Stop()
-	defer db.Close()
+	dir := t.TempDir()
+	srv, db := start(t, dir, cfg)
+	defer func() { srv.Stop() }()
+	defer func() { db.Close() }()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
@@ -140,17 +141,36 @@ func TestSkewedKeysSpreadOverThePool(t *testing.T) {
 		t.Fatal(readErr)
 	}
 	// Every key reads back after the moves.
-	err = db.ReadTransact(ctx, func(tr *distash.Tx) error {
-		kvs, err := tr.GetRange([]byte("d/"), []byte("d0"), distash.RangeOptions{})
+	readAll := func(when string) {
+		t.Helper()
+		err := db.ReadTransact(ctx, func(tr *distash.Tx) error {
+			kvs, err := tr.GetRange([]byte("d/"), []byte("d0"), distash.RangeOptions{})
+			if err != nil {
+				return err
+			}
+			if len(kvs) != 2000 {
+				return fmt.Errorf("%d keys, want 2000", len(kvs))
+			}
+			for _, p := range kvs {
+				var i int
+				fmt.Sscanf(string(p.Key), "d/user:%d", &i)
+				if string(p.Value) != string(value(i)) {
+					return fmt.Errorf("%s = %.20q", p.Key, p.Value)
+				}
+			}
+			return nil
+		})
 		if err != nil {
-			return err
+			t.Fatalf("%s: %v", when, err)
 		}
-		if len(kvs) != 2000 {
-			return fmt.Errorf("%d keys, want 2000", len(kvs))
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
+	readAll("after the moves")
+	// A restart: every stash comes back with what it owned (its own
+	// record of the moves), not the first shard map's ranges.
+	db.Close()
+	srv.Stop()
+	srv, db = start(t, dir, cfg)
+	readAll("after a restart")
+	shares, _ := poolShares(srv, "data")
+	t.Logf("after the restart: shares %v", shares)
 }
