@@ -15,6 +15,7 @@ import (
 	"github.com/distash/distash/internal/budget"
 	"github.com/distash/distash/internal/dd"
 	"github.com/distash/distash/internal/kv"
+	"github.com/distash/distash/internal/shardmap"
 	"github.com/distash/distash/internal/wire"
 )
 
@@ -238,9 +239,16 @@ func (v *service) Coldest(ctx context.Context, req *wire.ColdestRequest) (*wire.
 	if err := checkColdest(req); err != nil {
 		return &wire.ColdestResponse{Error: wire.ErrorOf(err)}, nil
 	}
-	tags, ok := v.s.poolTags[req.Pool]
-	if !ok {
+	if _, ok := v.s.cfg.PoolByName(req.Pool); !ok {
 		return &wire.ColdestResponse{Error: wire.ErrorOf(kv.Errorf(kv.CodeUnknownPool, "no pool named %q", req.Pool))}, nil
+	}
+	// The pool's stashes in this process (in a multi-process cluster the
+	// client asks each node; tags there are given out as stashes join).
+	var tags []kv.Tag
+	for _, sl := range v.s.slots() {
+		if sl.tag != shardmap.SystemTag && sl.get().Pool() == req.Pool {
+			tags = append(tags, sl.tag)
+		}
 	}
 	n := int(req.Limit)
 	if n <= 0 {
