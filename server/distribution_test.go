@@ -174,3 +174,65 @@ func TestSkewedKeysSpreadOverThePool(t *testing.T) {
 	shares, _ := poolShares(srv, "data")
 	t.Logf("after the restart: shares %v", shares)
 }
+
+// TestOtherSkewedKeySetsSpread loads other skewed key sets into a
+// four-stash R=1 pool: one long common prefix with sequential numbers,
+// and values of very different sizes (a few large ones among many small).
+// After the data distributor runs, no stash holds more than 35% of the
+// pool's bytes.
+func TestOtherSkewedKeySetsSpread(t *testing.T) {
+	defer server.SetDistributionInterval(20 * time.Millisecond)()
+	sets := map[string]func(i int) (key, value string){
+		"sequential": func(i int) (string, string) {
+			return fmt.Sprintf("d/tenant-0042/orders/%08d", i), fmt.Sprintf("%0100d", i)
+		},
+		"sizes": func(i int) (string, string) {
+			n := 20
+			if i%100 == 0 {
+				n = 4000 // one pair in a hundred is 200 times larger
+			}
+			return fmt.Sprintf("d/z/%06d", (i*7919)%2000), string(make([]byte, n))
+		},
+	}
+	for name, gen := range sets {
+		t.Run(name, func(t *testing.T) {
+			cfg, err := config.Parse([]byte(skewedTOML))
+			if err != nil {
+				t.Fatal(err)
+			}
+			srv, db := start(t, t.TempDir(), cfg)
+			defer srv.Stop()
+			defer db.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			for i := 0; i < 2000; i += 100 {
+				err := db.Transact(ctx, func(tr *distash.Tx) error {
+					for j := i; j < i+100; j++ {
+						k, v := gen(j)
+						tr.Set([]byte(k), []byte(v))
+					}
+					return nil
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			deadline := time.Now().Add(45 * time.Second)
+			for {
+				shares, total := poolShares(srv, "data")
+				worst := 0.0
+				for _, s := range shares {
+					worst = max(worst, s)
+				}
+				if worst <= 0.35 && total > 0 {
+					t.Logf("spread: shares %v of %d bytes", shares, total)
+					return
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("not spread after 45 s: shares %v of %d bytes", shares, total)
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+		})
+	}
+}
