@@ -388,6 +388,12 @@ func (d *Distributor) pool(ctx context.Context, r *round, pool PoolSettings, sha
 		}
 		done, cancel := true, false
 		var copied int64
+		// A move whose sources all failed (past the failure wait) cannot
+		// finish: cancel it (the shard is then re-replicated from what is
+		// left, or waits for a replica to return).
+		if !slices.ContainsFunc(sh.Team, func(t kv.Tag) bool { return !r.failed[t] }) {
+			cancel = true
+		}
 		for _, t := range sh.Dest {
 			if !r.live(t) {
 				cancel = true

@@ -446,7 +446,11 @@ func (s *Stash) route(v kv.Version, m kv.Mutation) error {
 	}
 	i := s.own.lookup(m.Key)
 	if i < 0 {
-		s.dropped.Add(1)
+		// The commit proxy tags a key to the stashes that hold it at
+		// that version, so this should not happen: say so once.
+		if s.dropped.Add(1) == 1 {
+			s.opts.Logger.Warn("stash got a write for a key it does not hold; dropped", "tag", s.opts.Tag, "key", m.Key, "version", v)
+		}
 		return nil
 	}
 	return s.routeTo(s.own.cur[i], v, m)
