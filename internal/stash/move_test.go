@@ -184,3 +184,112 @@ func diff(got []kv.KeyValue, want map[string][]byte) string {
 	}
 	return ""
 }
+
+// TestFetchSurvivesRestart stops a durable destination in the middle of
+// its copy and opens it again on the same engine and directory: it takes
+// its ownership back from its file (the range is still being fetched),
+// clears what it had copied and copies again, and ends with exactly the
+// model's state.
+func TestFetchSurvivesRestart(t *testing.T) {
+	old := fetchChunkBytes
+	fetchChunkBytes = 64
+	defer func() { fetchChunkBytes = old }()
+	rng := rand.New(rand.NewPCG(5, 5))
+	fetcher := &stashFetcher{stashes: map[kv.Tag]*Stash{}, delay: 5 * time.Millisecond}
+	logs := map[kv.Tag]*fakeLog{1: newFakeLog(1), 2: newFakeLog(2)}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	srcEng, err := memory.Open(engine.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := New(Options{Tag: 1, Engine: srcEng, Log: logs[1], WindowVersions: 30, FlushInterval: time.Millisecond,
+		TrackBytes: true, Logger: quiet, Fetcher: fetcher, SampleUnit: 1, FutureWait: 30 * time.Second})
+	src.SetOwned([]kv.KeyRange{{Begin: []byte("k"), End: []byte("l")}})
+	fetcher.stashes[1] = src
+	srcDone := make(chan struct{})
+	go func() { src.Run(ctx); close(srcDone) }()
+	defer func() { cancel(); <-srcDone; src.Close() }()
+
+	dir, engDir := t.TempDir(), t.TempDir()
+	openDst := func() (*Stash, chan struct{}, context.CancelFunc) {
+		eng, err := pebbleengine.Open(engine.Options{Dir: engDir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := New(Options{Tag: 2, Engine: eng, Log: logs[2], WindowVersions: 30, FlushInterval: time.Millisecond,
+			TrackBytes: true, Logger: quiet, Fetcher: fetcher, Dir: dir, SampleUnit: 1, FutureWait: 30 * time.Second})
+		s.SetOwned(nil)
+		fetcher.stashes[2] = s
+		dctx, dcancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { s.Run(dctx); close(done) }()
+		return s, done, dcancel
+	}
+	dst, dstDone, stopDst := openDst()
+
+	m := &model{}
+	v := kv.Version(0)
+	push := func(tags []kv.Tag, muts ...kv.Mutation) {
+		v++
+		m.msgs = append(m.msgs, txlog.Message{Version: v, Mutations: userOnly(muts)})
+		for _, tg := range tags {
+			logs[tg].push(txlog.Message{Version: v, Mutations: muts})
+		}
+	}
+	for i := 0; i < 300; i++ {
+		push([]kv.Tag{1}, randomMutation(rng), randomMutation(rng))
+	}
+	shard := shardmap.Shard{Begin: []byte("k"), End: []byte("l"), Pool: "p", Team: []kv.Tag{1}, Dest: []kv.Tag{2}}
+	push([]kv.Tag{1, 2}, shardmap.AssignMutation(shard))
+	// Let it copy some chunks, then stop it as a crash would (its window
+	// is lost; its engine and ownership file stay).
+	deadline := time.Now().Add(10 * time.Second)
+	for dst.Metrics([]kv.KeyRange{{Begin: shard.Begin, End: shard.End}}, false)[0].FetchedBytes == 0 {
+		push([]kv.Tag{1, 2}, randomMutation(rng))
+		time.Sleep(time.Millisecond)
+		if time.Now().After(deadline) {
+			t.Fatal("the copy never began")
+		}
+	}
+	stopDst()
+	<-dstDone
+	dst.Close()
+	for i := 0; i < 20; i++ {
+		push([]kv.Tag{1, 2}, randomMutation(rng))
+	}
+	dst, dstDone, stopDst = openDst()
+	defer func() { stopDst(); <-dstDone; dst.Close() }()
+	if st := dst.Metrics([]kv.KeyRange{{Begin: shard.Begin, End: shard.End}}, false)[0].State; st != "fetching" {
+		t.Fatalf("after the restart the range is %q, want fetching", st)
+	}
+	deadline = time.Now().Add(20 * time.Second)
+	for dst.Metrics([]kv.KeyRange{{Begin: shard.Begin, End: shard.End}}, false)[0].State != "serving" {
+		push([]kv.Tag{1, 2}, randomMutation(rng))
+		time.Sleep(time.Millisecond)
+		if time.Now().After(deadline) {
+			t.Fatal("the copy never finished after the restart")
+		}
+	}
+	moved := shard
+	moved.Team, moved.Dest = []kv.Tag{2}, nil
+	push([]kv.Tag{1, 2}, shardmap.AssignMutation(moved))
+	for i := 0; i < 20; i++ {
+		push([]kv.Tag{2}, randomMutation(rng))
+	}
+	got, _, err := dst.GetRange(ctx, v, shard.Begin, shard.End, 0, 0, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := m.stateAt(v)
+	if msg := diff(got, want); msg != "" {
+		t.Fatalf("destination after a restart mid-copy: %s", msg)
+	}
+	var live int64
+	for k, val := range want {
+		live += int64(len(k) + len(val))
+	}
+	if st := dst.Stats(); st.Bytes != live {
+		t.Errorf("destination counts %d bytes, holds %d", st.Bytes, live)
+	}
+}
