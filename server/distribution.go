@@ -152,7 +152,8 @@ func (e *distEnv) Metrics(ctx context.Context, tag kv.Tag, ranges []kv.KeyRange,
 	}
 	out := make([]dd.Metrics, len(resp.Ranges))
 	for i, m := range resp.Ranges {
-		out[i] = dd.Metrics{Bytes: m.Bytes, SplitKey: m.SplitKey, State: m.State, FetchedBytes: m.FetchedBytes}
+		out[i] = dd.Metrics{Bytes: m.Bytes, SplitKey: m.SplitKey, State: m.State, FetchedBytes: m.FetchedBytes,
+			WriteRate: m.WriteBytesPerSec, WriteSplitKey: m.WriteSplitKey}
 	}
 	return out, nil
 }
@@ -160,7 +161,8 @@ func (e *distEnv) Metrics(ctx context.Context, tag kv.Tag, ranges []kv.KeyRange,
 func toDDMetrics(ms []stash.RangeMetrics) []dd.Metrics {
 	out := make([]dd.Metrics, len(ms))
 	for i, m := range ms {
-		out[i] = dd.Metrics{Bytes: m.Bytes, SplitKey: m.SplitKey, State: m.State, FetchedBytes: m.FetchedBytes}
+		out[i] = dd.Metrics{Bytes: m.Bytes, SplitKey: m.SplitKey, State: m.State, FetchedBytes: m.FetchedBytes,
+			WriteRate: m.WriteRate, WriteSplitKey: m.WriteSplitKey}
 	}
 	return out
 }

@@ -235,8 +235,10 @@ func (b *reportBoard) put(r logrpc.StashReport) {
 // reportFresh is how recent a stash's report must be for the ratekeeper to
 // count it: a stash that stopped reporting is down, and a down stash must
 // not throttle the cluster (its replicas serve its reads; it catches up
-// when it returns).
-const reportFresh = 2 * time.Second
+// when it returns). Stashes report every 200 ms: three missed reports and
+// it no longer counts, well before the controller declares it dead (2 s),
+// so a killed stash's growing lag does not throttle the cluster meanwhile.
+const reportFresh = 750 * time.Millisecond
 
 func (b *reportBoard) fresh() []logrpc.StashReport {
 	b.mu.Lock()

@@ -202,7 +202,8 @@ func (v *service) ShardMetrics(ctx context.Context, req *wire.ShardMetricsReques
 	st := sl.get()
 	resp := &wire.ShardMetricsResponse{AppliedVersion: int64(st.AppliedVersion())}
 	for _, m := range st.Metrics(ranges, req.SplitKeys) {
-		resp.Ranges = append(resp.Ranges, &wire.RangeMetrics{Bytes: m.Bytes, SplitKey: m.SplitKey, State: m.State, FetchedBytes: m.FetchedBytes})
+		resp.Ranges = append(resp.Ranges, &wire.RangeMetrics{Bytes: m.Bytes, SplitKey: m.SplitKey, State: m.State, FetchedBytes: m.FetchedBytes,
+			WriteBytesPerSec: m.WriteRate, WriteSplitKey: m.WriteSplitKey})
 	}
 	return resp, nil
 }

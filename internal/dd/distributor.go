@@ -35,6 +35,9 @@ type Metrics struct {
 	SplitKey     []byte
 	State        string // serving | fetching | partial | none
 	FetchedBytes int64
+	// WriteRate is bytes written per second lately; WriteSplitKey halves it.
+	WriteRate     float64
+	WriteSplitKey []byte
 }
 
 // Env is how the distributor sees and changes the cluster.
@@ -72,6 +75,9 @@ type Options struct {
 	FailureWait func() time.Duration
 	// ShardBytes is the size past which a shard splits.
 	ShardBytes int64
+	// WriteSplitRate is the write rate (bytes/s) past which a shard of at
+	// least ShardBytes/8 splits; default ShardBytes per minute.
+	WriteSplitRate float64
 	// Interval between rounds; default 250ms.
 	Interval time.Duration
 	// MaxMoves is the number of moves in flight per pool; default 4.
@@ -155,6 +161,9 @@ func New(opts Options) *Distributor {
 	if opts.ShardBytes <= 0 {
 		opts.ShardBytes = 250 << 20
 	}
+	if opts.WriteSplitRate <= 0 {
+		opts.WriteSplitRate = float64(opts.ShardBytes) / 60
+	}
 	return &Distributor{opts: opts, moves: map[string]*move{}, downSince: map[kv.Tag]time.Time{},
 		done: map[string]int64{}, retired: map[kv.Tag]bool{}, failedAt: map[kv.Tag]string{}, status: map[string]*PoolStatus{}, stashLoad: map[kv.Tag]StashSummary{}}
 }
@@ -198,6 +207,10 @@ type round struct {
 	stashes map[kv.Tag]StashInfo
 	failed  map[kv.Tag]bool // unreachable for the failure wait, or retired
 	bytes   map[string]Metrics
+	// unreachable: this round's metrics request to it failed (a stash
+	// killed a moment ago, before the controller declares it dead): it
+	// gets no new shards.
+	unreachable map[kv.Tag]bool
 }
 
 func (r *round) live(t kv.Tag) bool {
@@ -208,14 +221,14 @@ func (r *round) live(t kv.Tag) bool {
 // usable: may receive shards.
 func (r *round) usable(t kv.Tag) bool {
 	s, ok := r.stashes[t]
-	return ok && s.Alive && !s.Retired && !s.Excluded
+	return ok && s.Alive && !s.Retired && !s.Excluded && !r.unreachable[t]
 }
 
 // Tick runs one round: observe, finish or cancel moves, plan, start moves.
 func (d *Distributor) Tick(ctx context.Context) error {
 	env := d.opts.Env
 	m := env.Shards()
-	r := &round{d: d, now: d.opts.Now(), wait: d.opts.FailureWait(), stashes: map[kv.Tag]StashInfo{}, failed: map[kv.Tag]bool{}, bytes: map[string]Metrics{}}
+	r := &round{d: d, now: d.opts.Now(), wait: d.opts.FailureWait(), stashes: map[kv.Tag]StashInfo{}, failed: map[kv.Tag]bool{}, bytes: map[string]Metrics{}, unreachable: map[kv.Tag]bool{}}
 	stashes := env.Stashes()
 	// A tag the shard map names but the cluster does not list (a stash
 	// that was replaced by a new one, a slot whose node was removed) is
@@ -303,6 +316,7 @@ func (r *round) measure(ctx context.Context, shards []shardmap.Shard) {
 		}
 		ms, err := r.d.opts.Env.Metrics(ctx, tag, ranges, true)
 		if err != nil || len(ms) != len(ranges) {
+			r.unreachable[tag] = true
 			continue
 		}
 		for j, i := range idx {
@@ -546,12 +560,28 @@ func (d *Distributor) pool(ctx context.Context, r *round, pool PoolSettings, sha
 				From: c.Shard.Team, Split: c.At, Bytes: c.Shard.Bytes})
 			continue
 		}
-		// Merge the shard with its right neighbour.
+		// Merge the shard with its right neighbour, unless either is
+		// written fast (it was split for that).
 		i := sort.Search(len(tracked), func(i int) bool { return bytes.Compare(tracked[i].Begin, c.At) >= 0 })
-		if i < len(tracked) && bytes.Equal(tracked[i].Begin, c.At) {
+		hot := r.bytes[string(c.Shard.Begin)].WriteRate > d.opts.WriteSplitRate/4 ||
+			(i < len(tracked) && r.bytes[string(tracked[i].Begin)].WriteRate > d.opts.WriteSplitRate/4)
+		if !hot && i < len(tracked) && bytes.Equal(tracked[i].Begin, c.At) {
 			q.Push(Relocation{Begin: c.Shard.Begin, End: tracked[i].End, Pool: pool.Name, Priority: PriorityRebalance / 2, Reason: "merge",
 				From: c.Shard.Team, To: c.Shard.Team, Split: c.At, Bytes: c.Shard.Bytes + tracked[i].Bytes})
 		}
+	}
+	// Shards written fast split too (at the key halving their write
+	// rate), once they hold an eighth of the size limit: their load then
+	// spreads as the halves move.
+	for _, sh := range shards {
+		mt := r.bytes[string(sh.Begin)]
+		k := mt.WriteSplitKey
+		if sh.Moving() || mt.WriteRate <= d.opts.WriteSplitRate || mt.Bytes < d.opts.ShardBytes/8 ||
+			k == nil || bytes.Compare(k, sh.Begin) <= 0 || bytes.Compare(k, sh.End) >= 0 {
+			continue
+		}
+		q.Push(Relocation{Begin: sh.Begin, End: sh.End, Pool: pool.Name, Priority: PrioritySplit, Reason: "split",
+			From: sh.Team, Split: k, Bytes: mt.Bytes})
 	}
 	// Balance: a shard from the stash holding the most bytes to the one
 	// holding the fewest, when either is off the pool's mean by more than

@@ -21,8 +21,9 @@ type fakeEnv struct {
 	mu      sync.Mutex
 	m       *shardmap.Map
 	stashes []StashInfo
-	bytes   map[string]int64 // by shard begin
-	stuck   map[kv.Tag]bool  // destinations that never finish
+	bytes   map[string]int64   // by shard begin
+	rates   map[string]float64 // write rate by shard begin
+	stuck   map[kv.Tag]bool    // destinations that never finish
 	retired []kv.Tag
 	commits int
 }
@@ -46,6 +47,10 @@ func (e *fakeEnv) Metrics(ctx context.Context, tag kv.Tag, ranges []kv.KeyRange,
 	for i, r := range ranges {
 		sh, _ := e.m.Lookup(r.Begin)
 		out[i].Bytes = e.bytes[string(r.Begin)]
+		if rate := e.rates[string(r.Begin)]; rate > 0 {
+			out[i].WriteRate = rate
+			out[i].WriteSplitKey = append(append([]byte(nil), r.Begin...), 'm')
+		}
 		switch {
 		case slices.Contains(sh.Team, tag):
 			out[i].State = "serving"
@@ -107,7 +112,7 @@ func (e *fakeEnv) teamsOf(pool string) [][]kv.Tag {
 // newFake makes a pool "p" (prefix p/) of 8 shards of 100 bytes each on
 // stashes 1..n (in DCs and zones given by loc), teams of r.
 func newFake(n, r int, loc func(i int) (dc, zone string)) *fakeEnv {
-	e := &fakeEnv{bytes: map[string]int64{}, stuck: map[kv.Tag]bool{}}
+	e := &fakeEnv{bytes: map[string]int64{}, rates: map[string]float64{}, stuck: map[kv.Tag]bool{}}
 	var tags []kv.Tag
 	for i := 1; i <= n; i++ {
 		dc, zone := loc(i)
@@ -351,5 +356,31 @@ func TestMoveToDeadDestinationIsCancelled(t *testing.T) {
 		if sh.Pool == "p" && slices.Contains(sh.Team, 1) {
 			t.Fatalf("excluded stash 1 still holds %+v", sh)
 		}
+	}
+}
+
+// A shard written fast splits at the key halving its write rate (once it
+// holds an eighth of the size limit), and does not merge back while hot;
+// a cold small one does not split.
+func TestWriteRateSplits(t *testing.T) {
+	e := newFake(2, 1, zoned)
+	clk := &fakeClock{t: time.Unix(1000, 0)}
+	d := newDist(e, 1, false, false, time.Minute, clk) // ShardBytes 400: split past 400/60 B/s
+	e.bytes["p/3"] = 60                                // >= 400/8
+	e.rates["p/3"] = 1000
+	e.rates["p/5"] = 1000 // hot but small: stays whole
+	e.bytes["p/5"] = 40   // < 400/8
+	rounds(t, d, 3)
+	var begins []string
+	for _, sh := range e.Shards().Shards() {
+		if sh.Pool == "p" {
+			begins = append(begins, string(sh.Begin))
+		}
+	}
+	if !slices.Contains(begins, "p/3m") {
+		t.Errorf("the hot shard p/3 did not split at its write split key: %q", begins)
+	}
+	if slices.Contains(begins, "p/5m") {
+		t.Errorf("a hot shard below an eighth of the size limit split: %q", begins)
 	}
 }

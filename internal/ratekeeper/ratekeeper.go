@@ -85,7 +85,10 @@ type Controller struct {
 	healthy time.Duration // how long no stash has lagged or had window pressure
 	peak    float64       // recent peak commit rate (transactions/s), decaying
 	capBase float64       // the rate the capacity limit falls from; 0 when no stash is past CapacityThrottleStart
-	Reason  string        // why the rate is limited, "" when it is not (or it is recovering)
+	Reason  string        // why the rate is limited, "" when it is not
+	// lagReason is the last lag or window reason, for status while the
+	// limit recovers after it.
+	lagReason string
 }
 
 // NewController returns an unthrottled controller.
@@ -154,6 +157,7 @@ func (c *Controller) observeLag(s Sample, observed float64, elapsed time.Duratio
 	}
 	if reason != "" {
 		c.healthy = 0
+		c.lagReason = reason
 		base := observed
 		if math.IsInf(c.lagRate, 1) || base < c.lagRate {
 			if base <= 0 {
@@ -174,10 +178,10 @@ func (c *Controller) observeLag(s Sample, observed float64, elapsed time.Duratio
 	c.healthy += elapsed
 	if c.healthy > 2*time.Second {
 		c.lagRate = math.Inf(1)
-	} else {
-		c.lagRate *= 1.25
+		return ""
 	}
-	return ""
+	c.lagRate *= 1.25
+	return "recovering after: " + c.lagReason
 }
 
 // observeCapacity returns the capacity limit (+Inf: none) and its reason:

@@ -509,18 +509,26 @@ type RangeMetrics struct {
 	State    string // serving, fetching or none: the stash's part in the range
 	// FetchedBytes is what a fetching range copied so far.
 	FetchedBytes int64
+	// WriteRate is the bytes written per second lately; WriteSplitKey a
+	// key halving it (nil if the sample cannot split the range).
+	WriteRate     float64
+	WriteSplitKey []byte
 }
 
 // Metrics returns the metrics of ranges.
 func (s *Stash) Metrics(ranges []kv.KeyRange, splitKeys bool) []RangeMetrics {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
+	// The write rate's decay changes it: the write lock.
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
 	out := make([]RangeMetrics, len(ranges))
 	for i, r := range ranges {
 		m := &out[i]
 		m.Bytes = s.sample.Estimate(r.Begin, r.End)
+		m.WriteRate = s.writes.Rate(now, r.Begin, r.End)
 		if splitKeys {
 			m.SplitKey = s.sample.SplitKey(r.Begin, r.End)
+			m.WriteSplitKey = s.writes.SplitKey(now, r.Begin, r.End)
 		}
 		m.State = "none"
 		for _, c := range s.own.cur {

@@ -152,7 +152,10 @@ type Stash struct {
 	cleanups []kv.KeyRange
 	// sample estimates the bytes of key ranges (shard sizes, split keys).
 	// Protected by mu.
-	sample    *dd.ByteSample
+	sample *dd.ByteSample
+	// writes estimates recent write rates (shards written fast split).
+	// Protected by mu.
+	writes    *dd.WriteRate
 	fetchWake chan struct{}
 	// dropped counts mutations for keys the stash does not hold (should
 	// stay 0); movedIn counts ranges fetched.
@@ -177,7 +180,8 @@ func New(opts Options) *Stash {
 		opts.Logger = slog.Default()
 	}
 	s := &Stash{opts: opts, eng: opts.Engine, win: newWindow(), appliedCh: make(chan struct{}), failedC: make(chan struct{}),
-		jobs: map[uint64]*fetchJob{}, sample: dd.NewByteSample(opts.SampleUnit), fetchWake: make(chan struct{}, 1)}
+		jobs: map[uint64]*fetchJob{}, sample: dd.NewByteSample(opts.SampleUnit),
+		writes: dd.NewWriteRate(opts.SampleUnit, 0), fetchWake: make(chan struct{}, 1)}
 	v := opts.Engine.Version()
 	if opts.Volatile && opts.StartVersion > v {
 		v = opts.StartVersion
@@ -475,6 +479,7 @@ func (s *Stash) applyMutation(v kv.Version, m kv.Mutation) error {
 		}
 		s.win.put(v, m.Key, m.Param, true, m.Cost)
 		s.sample.Set(m.Key, int64(len(m.Key)+len(m.Param)))
+		s.writes.Add(time.Now(), m.Key, int64(len(m.Key)+len(m.Param)))
 		if s.rec != nil {
 			s.rec.touch(m.Key)
 		}
@@ -509,6 +514,7 @@ func (s *Stash) applyMutation(v kv.Version, m kv.Mutation) error {
 		}
 		s.win.put(v, m.Key, nv, true, m.Cost)
 		s.sample.Set(m.Key, int64(len(m.Key)+len(nv)))
+		s.writes.Add(time.Now(), m.Key, int64(len(m.Key)+len(nv)))
 		if s.rec != nil {
 			s.rec.touch(m.Key)
 		}

@@ -1644,13 +1644,15 @@ func (x *KeyRangeMsg) GetEnd() []byte {
 }
 
 type RangeMetrics struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Bytes         int64                  `protobuf:"varint,1,opt,name=bytes,proto3" json:"bytes,omitempty"`                                   // estimated live bytes in the range
-	SplitKey      []byte                 `protobuf:"bytes,2,opt,name=split_key,json=splitKey,proto3" json:"split_key,omitempty"`              // empty if none
-	State         string                 `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`                                    // serving | fetching | fetched | none (this stash's part in the range)
-	FetchedBytes  int64                  `protobuf:"varint,4,opt,name=fetched_bytes,json=fetchedBytes,proto3" json:"fetched_bytes,omitempty"` // fetching: bytes copied so far
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	Bytes            int64                  `protobuf:"varint,1,opt,name=bytes,proto3" json:"bytes,omitempty"`                                                    // estimated live bytes in the range
+	SplitKey         []byte                 `protobuf:"bytes,2,opt,name=split_key,json=splitKey,proto3" json:"split_key,omitempty"`                               // empty if none
+	State            string                 `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`                                                     // serving | fetching | fetched | none (this stash's part in the range)
+	FetchedBytes     int64                  `protobuf:"varint,4,opt,name=fetched_bytes,json=fetchedBytes,proto3" json:"fetched_bytes,omitempty"`                  // fetching: bytes copied so far
+	WriteBytesPerSec float64                `protobuf:"fixed64,5,opt,name=write_bytes_per_sec,json=writeBytesPerSec,proto3" json:"write_bytes_per_sec,omitempty"` // estimated write rate lately
+	WriteSplitKey    []byte                 `protobuf:"bytes,6,opt,name=write_split_key,json=writeSplitKey,proto3" json:"write_split_key,omitempty"`              // a key halving the write rate; empty if none
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *RangeMetrics) Reset() {
@@ -1709,6 +1711,20 @@ func (x *RangeMetrics) GetFetchedBytes() int64 {
 		return x.FetchedBytes
 	}
 	return 0
+}
+
+func (x *RangeMetrics) GetWriteBytesPerSec() float64 {
+	if x != nil {
+		return x.WriteBytesPerSec
+	}
+	return 0
+}
+
+func (x *RangeMetrics) GetWriteSplitKey() []byte {
+	if x != nil {
+		return x.WriteSplitKey
+	}
+	return nil
 }
 
 type ShardMetricsResponse struct {
@@ -4892,12 +4908,14 @@ const file_distash_proto_rawDesc = "" +
 	"split_keys\x18\x03 \x01(\bR\tsplitKeys\"5\n" +
 	"\vKeyRangeMsg\x12\x14\n" +
 	"\x05begin\x18\x01 \x01(\fR\x05begin\x12\x10\n" +
-	"\x03end\x18\x02 \x01(\fR\x03end\"|\n" +
+	"\x03end\x18\x02 \x01(\fR\x03end\"\xd3\x01\n" +
 	"\fRangeMetrics\x12\x14\n" +
 	"\x05bytes\x18\x01 \x01(\x03R\x05bytes\x12\x1b\n" +
 	"\tsplit_key\x18\x02 \x01(\fR\bsplitKey\x12\x14\n" +
 	"\x05state\x18\x03 \x01(\tR\x05state\x12#\n" +
-	"\rfetched_bytes\x18\x04 \x01(\x03R\ffetchedBytes\"\x9a\x01\n" +
+	"\rfetched_bytes\x18\x04 \x01(\x03R\ffetchedBytes\x12-\n" +
+	"\x13write_bytes_per_sec\x18\x05 \x01(\x01R\x10writeBytesPerSec\x12&\n" +
+	"\x0fwrite_split_key\x18\x06 \x01(\fR\rwriteSplitKey\"\x9a\x01\n" +
 	"\x14ShardMetricsResponse\x120\n" +
 	"\x06ranges\x18\x01 \x03(\v2\x18.distash.v1.RangeMetricsR\x06ranges\x12'\n" +
 	"\x0fapplied_version\x18\x02 \x01(\x03R\x0eappliedVersion\x12'\n" +
