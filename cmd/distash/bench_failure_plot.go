@@ -1,0 +1,95 @@
+package main
+
+import (
+	"image/color"
+	"math"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+)
+
+var failureColors = []color.RGBA{{0x1f, 0x77, 0xb4, 255}, {0xff, 0x7f, 0x0e, 255}, {0x2c, 0xa0, 0x2c, 255}, {0xd6, 0x27, 0x28, 255},
+	{0x94, 0x67, 0xbd, 255}, {0x8c, 0x56, 0x4b, 255}, {0xe3, 0x77, 0xc2, 255}, {0x7f, 0x7f, 0x7f, 255}}
+
+// plot draws one line per series over time (a gap where a value is
+// unknown: the node was down), with vertical markers at the kill and the
+// restart.
+func (r *failureResult) plot(path, title, ylabel string, names []string, get func(failureSample) []float64, scale float64) error {
+	p := plot.New()
+	p.Title.Text = "DiStash failure and recovery (paper Fig. 12): " + title
+	p.X.Label.Text = "time (s)"
+	p.Y.Label.Text = ylabel
+	p.Legend.Top = true
+	p.Legend.Left = true
+	maxY := 0.0
+	for _, s := range r.Samples {
+		for _, v := range get(s) {
+			if !math.IsNaN(v) {
+				maxY = max(maxY, v*scale)
+			}
+		}
+	}
+	if maxY == 0 {
+		maxY = 1
+	}
+	// Leave the top third free for the legend.
+	p.Y.Min, p.Y.Max = 0, maxY*1.5
+	for i, name := range names {
+		col := failureColors[i%len(failureColors)]
+		var seg plotter.XYs
+		first := true
+		flush := func() error {
+			if len(seg) == 0 {
+				return nil
+			}
+			line, err := plotter.NewLine(seg)
+			if err != nil {
+				return err
+			}
+			line.Color = col
+			line.Width = vg.Points(1.2)
+			p.Add(line)
+			if first {
+				p.Legend.Add(name, line)
+				first = false
+			}
+			seg = nil
+			return nil
+		}
+		for _, s := range r.Samples {
+			v := get(s)[i]
+			if math.IsNaN(v) {
+				if err := flush(); err != nil {
+					return err
+				}
+				continue
+			}
+			seg = append(seg, plotter.XY{X: s.T, Y: v * scale})
+		}
+		if err := flush(); err != nil {
+			return err
+		}
+	}
+	for _, m := range []struct {
+		t     float64
+		label string
+	}{{r.KillT, "kill -9"}, {r.RestartT, "restart"}} {
+		if math.IsNaN(m.t) {
+			continue
+		}
+		line, err := plotter.NewLine(plotter.XYs{{X: m.t, Y: 0}, {X: m.t, Y: maxY * 1.5}})
+		if err != nil {
+			return err
+		}
+		line.Color = color.Black
+		line.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
+		p.Add(line)
+		lbl, err := plotter.NewLabels(plotter.XYLabels{XYs: plotter.XYs{{X: m.t, Y: maxY * 1.42}}, Labels: []string{" " + m.label}})
+		if err != nil {
+			return err
+		}
+		p.Add(lbl)
+	}
+	return p.Save(10*vg.Inch, 5*vg.Inch, path)
+}
