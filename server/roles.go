@@ -254,6 +254,11 @@ func (b *reportBoard) fresh() []logrpc.StashReport {
 
 // report records a stash's report (the log service's Report handler).
 func (s *Server) report(r logrpc.StashReport) {
+	if r.Applied == 0 {
+		// A stash that has applied nothing yet: a dram stash asking where
+		// the log ends, to start there. It is not behind.
+		return
+	}
 	s.usage.Report(r.Tag, r.UsedBytes, r.Applied)
 	s.reports.put(r)
 }
