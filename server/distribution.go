@@ -382,3 +382,58 @@ func (s *Server) Distribution() map[string]dd.PoolStatus {
 	pools, _ := r.dd.Status()
 	return pools
 }
+
+// keepLogTags keeps the log's tag set (the tags that must pop an entry
+// before it is dropped) equal to the stashes that may still need entries:
+// the system stash, every stash the controller lists that is not retired
+// (a stash that is down may return within failure_wait and catch up), and
+// every such stash the shard map names. Tags are given out as stashes join
+// and replaced ones are retired, so the set follows the cluster: a new
+// stash's entries are kept until it pops them, and a retired one no longer
+// holds the log back. Cluster mode only (an embedded cluster's tags are
+// fixed).
+func (s *Server) keepLogTags(ctx context.Context, r *txRoles) {
+	t := time.NewTicker(ddInterval)
+	defer t.Stop()
+	var last []kv.Tag
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		v := s.lastView()
+		if v == nil || len(v.Stashes) == 0 {
+			continue
+		}
+		retired := map[kv.Tag]bool{}
+		set := map[kv.Tag]bool{shardmap.SystemTag: true}
+		for _, sl := range v.Stashes {
+			if sl.Retired {
+				retired[kv.Tag(sl.Tag)] = true
+			} else if sl.Node != "" {
+				set[kv.Tag(sl.Tag)] = true
+			}
+		}
+		for _, sh := range r.commit.Shards().Shards() {
+			for _, t := range sh.Tags() {
+				if !retired[t] {
+					set[t] = true
+				}
+			}
+		}
+		tags := make([]kv.Tag, 0, len(set))
+		for t := range set {
+			tags = append(tags, t)
+		}
+		slices.Sort(tags)
+		if slices.Equal(tags, last) {
+			continue
+		}
+		if l := s.logReplica(); l != nil {
+			l.SetTags(tags)
+			s.logger.Info("log tag set", "tags", tags)
+			last = tags
+		}
+	}
+}

@@ -379,6 +379,16 @@ func TestDramStashRestartRejoinsEmpty(t *testing.T) {
 		return ok && b["cache1"] > 0, fmt.Sprintf("%v %s", b, state)
 	})
 	t.Logf("restarted dram stash: two replicas per shard again %v after the restart", took.Round(time.Millisecond))
+	// The log keeps entries for the new tag and no longer for the
+	// replaced one: it trims up to within a few seconds of its end.
+	tx := c.node("tx1")
+	waitUntil(t, 30*time.Second, "the log trims past the replaced stash's tag", func() (bool, string) {
+		c.mu.Lock()
+		ls := tx.srv.LogStats()
+		c.mu.Unlock()
+		behind := float64(ls.LastVersion-ls.Trimmed) / 1e6
+		return behind < 5 && len(ls.Popped) == 4, fmt.Sprintf("trimmed %.1f s behind the end; popped %v", behind, ls.Popped)
+	})
 	time.Sleep(500 * time.Millisecond)
 	wcancel()
 	wg.Wait()

@@ -626,12 +626,12 @@ func (s *Server) runTransactionNode(ctx context.Context) {
 		Stream: n.mux.StreamLayer(streamLog, n.opts.Listen), MaxPool: 4, Timeout: 5 * time.Second,
 		Logger: hclog.NewNullLogger(),
 	})
-	tags := []kv.Tag{shardmap.SystemTag}
-	for _, sp := range s.stashSpecs() {
-		tags = append(tags, sp.tag)
-	}
+	// No fixed tag set: stash tags are given out as stashes join, so the
+	// node holding the roles sets it (keepLogTags); until then the set
+	// replicated in the log (or, on a new cluster, none: nothing is
+	// dropped) holds.
 	l, err := txlog.Open(txlog.Options{
-		Dir: filepath.Join(s.opts.Dir, "log"), Tags: tags, Logger: s.logger,
+		Dir: filepath.Join(s.opts.Dir, "log"), Logger: s.logger,
 		Network: &txlog.NetworkOptions{LocalID: n.id, Peers: peers, Transport: trans},
 	})
 	if err != nil {

@@ -194,6 +194,13 @@ func (s *Server) startRoles(ctx context.Context, gen uint64, recovered kv.Versio
 		defer r.wg.Done()
 		r.dd.Run(runCtx)
 	}()
+	if s.node != nil {
+		r.wg.Add(1)
+		go func() {
+			defer r.wg.Done()
+			s.keepLogTags(runCtx, r)
+		}()
+	}
 	s.tx.Store(r)
 	return nil
 }

@@ -76,7 +76,8 @@ type Options struct {
 	// ShardBytes is the size past which a shard splits.
 	ShardBytes int64
 	// WriteSplitRate is the write rate (bytes/s) past which a shard of at
-	// least ShardBytes/8 splits; default ShardBytes per minute.
+	// least ShardBytes/8 splits; default ShardBytes per minute, at least
+	// 256 KiB/s.
 	WriteSplitRate float64
 	// Interval between rounds; default 250ms.
 	Interval time.Duration
@@ -162,7 +163,9 @@ func New(opts Options) *Distributor {
 		opts.ShardBytes = 250 << 20
 	}
 	if opts.WriteSplitRate <= 0 {
-		opts.WriteSplitRate = float64(opts.ShardBytes) / 60
+		// A shard's worth a minute, but at least 256 KiB/s: a few writes a
+		// second to a small shard do not make it split.
+		opts.WriteSplitRate = max(float64(opts.ShardBytes)/60, 256<<10)
 	}
 	return &Distributor{opts: opts, moves: map[string]*move{}, downSince: map[kv.Tag]time.Time{},
 		done: map[string]int64{}, retired: map[kv.Tag]bool{}, failedAt: map[kv.Tag]string{}, status: map[string]*PoolStatus{}, stashLoad: map[kv.Tag]StashSummary{}}

@@ -365,7 +365,8 @@ func TestMoveToDeadDestinationIsCancelled(t *testing.T) {
 func TestWriteRateSplits(t *testing.T) {
 	e := newFake(2, 1, zoned)
 	clk := &fakeClock{t: time.Unix(1000, 0)}
-	d := newDist(e, 1, false, false, time.Minute, clk) // ShardBytes 400: split past 400/60 B/s
+	d := newDist(e, 1, false, false, time.Minute, clk)
+	d.opts.WriteSplitRate = 500
 	e.bytes["p/3"] = 60                                // >= 400/8
 	e.rates["p/3"] = 1000
 	e.rates["p/5"] = 1000 // hot but small: stays whole
