@@ -367,7 +367,7 @@ func TestWriteRateSplits(t *testing.T) {
 	clk := &fakeClock{t: time.Unix(1000, 0)}
 	d := newDist(e, 1, false, false, time.Minute, clk)
 	d.opts.WriteSplitRate = 500
-	e.bytes["p/3"] = 60                                // >= 400/8
+	e.bytes["p/3"] = 60 // >= 400/8
 	e.rates["p/3"] = 1000
 	e.rates["p/5"] = 1000 // hot but small: stays whole
 	e.bytes["p/5"] = 40   // < 400/8
