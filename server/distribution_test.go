@@ -44,6 +44,27 @@ func poolShares(srv *server.Server, pool string) (shares map[uint32]float64, tot
 	return shares, total
 }
 
+// waitSpread waits until no stash of pool holds more than 35% of its bytes.
+func waitSpread(t *testing.T, srv *server.Server, pool string, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		shares, total := poolShares(srv, pool)
+		worst := 0.0
+		for _, s := range shares {
+			worst = max(worst, s)
+		}
+		if worst <= 0.35 && total > 0 {
+			t.Logf("spread: shares %v of %d bytes", shares, total)
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not spread after %v: shares %v of %d bytes", timeout, shares, total)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // TestSkewedKeysSpreadOverThePool writes 2,000 keys that the first shard
 // map puts on one stash of four (they share their first byte after the
 // prefix): the data distributor splits the shard as it grows and moves
@@ -119,22 +140,7 @@ func TestSkewedKeysSpreadOverThePool(t *testing.T) {
 		written = i + 50
 		mu.Unlock()
 	}
-	deadline := time.Now().Add(90 * time.Second)
-	for {
-		shares, total := poolShares(srv, "data")
-		worst := 0.0
-		for _, s := range shares {
-			worst = max(worst, s)
-		}
-		if worst <= 0.35 && total > 0 {
-			t.Logf("balanced: shares %v of %d bytes", shares, total)
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not balanced after 90 s: shares %v of %d bytes", shares, total)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitSpread(t, srv, "data", 90*time.Second)
 	close(stop)
 	wg.Wait()
 	if readErr != nil {
@@ -217,22 +223,7 @@ func TestOtherSkewedKeySetsSpread(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			deadline := time.Now().Add(45 * time.Second)
-			for {
-				shares, total := poolShares(srv, "data")
-				worst := 0.0
-				for _, s := range shares {
-					worst = max(worst, s)
-				}
-				if worst <= 0.35 && total > 0 {
-					t.Logf("spread: shares %v of %d bytes", shares, total)
-					return
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("not spread after 45 s: shares %v of %d bytes", shares, total)
-				}
-				time.Sleep(50 * time.Millisecond)
-			}
+			waitSpread(t, srv, "data", 45*time.Second)
 		})
 	}
 }

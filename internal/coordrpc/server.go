@@ -518,132 +518,113 @@ func (s *Server) view(st *coord.State) *wire.ViewResponse {
 	return r
 }
 
-// Exclude excludes addresses (coord.Exclude).
-func (s *Server) Exclude(ctx context.Context, req *wire.ExcludeRequest) (*wire.ExcludeResponse, error) {
-	fail := func(err error) (*wire.ExcludeResponse, error) {
-		r := &wire.ExcludeResponse{}
-		r.Error, r.Leader, _ = s.wireErr(err)
-		return r, nil
+// onController runs a call that changes the controller's state: checked
+// (check), then forwarded to the controller when this coordinator is not
+// it, else applied here as cmd and answered with done. Failures are
+// answered through fail (the error, and the controller's address if
+// known).
+func onController[Resp any](ctx context.Context, s *Server, hops uint32, check error, fail func(error) Resp,
+	forward func(wire.CoordinatorClient) (Resp, error), cmd func() coord.Command, done func() Resp) (Resp, error) {
+	if check != nil {
+		return fail(check), nil
 	}
-	if req == nil {
-		return fail(invalid("exclude request missing"))
-	}
-	if err := checkAddrs(req.Addresses); err != nil {
-		return fail(err)
-	}
-	c, leader, err := s.controllerClient(ctx, req.Hops)
+	c, leader, err := s.controllerClient(ctx, hops)
 	if err != nil {
-		return fail(err)
+		return fail(err), nil
 	}
 	if c != nil {
-		fwd := proto.Clone(req).(*wire.ExcludeRequest)
-		fwd.Hops++
-		resp, err := c.Exclude(ctx, fwd)
+		resp, err := forward(c)
 		if err != nil {
-			return fail(forwardFailed(leader, err))
+			return fail(forwardFailed(leader, err)), nil
 		}
 		return resp, nil
 	}
-	if _, err := s.node.Apply(ctx, coord.Exclude(req.Addresses)); err != nil {
-		return fail(err)
+	if _, err := s.node.Apply(ctx, cmd()); err != nil {
+		return fail(err), nil
 	}
-	return &wire.ExcludeResponse{Excluded: s.node.State().Excluded}, nil
+	return done(), nil
+}
+
+// Exclude excludes addresses (coord.Exclude).
+func (s *Server) Exclude(ctx context.Context, req *wire.ExcludeRequest) (*wire.ExcludeResponse, error) {
+	fail := func(err error) *wire.ExcludeResponse {
+		r := &wire.ExcludeResponse{}
+		r.Error, r.Leader, _ = s.wireErr(err)
+		return r
+	}
+	if req == nil {
+		return fail(invalid("exclude request missing")), nil
+	}
+	return onController(ctx, s, req.Hops, checkAddrs(req.Addresses), fail,
+		func(c wire.CoordinatorClient) (*wire.ExcludeResponse, error) {
+			return c.Exclude(ctx, &wire.ExcludeRequest{Addresses: req.Addresses, Hops: req.Hops + 1})
+		},
+		func() coord.Command { return coord.Exclude(req.Addresses) },
+		func() *wire.ExcludeResponse { return &wire.ExcludeResponse{Excluded: s.node.State().Excluded} })
 }
 
 // Include includes addresses again (coord.Include).
 func (s *Server) Include(ctx context.Context, req *wire.IncludeRequest) (*wire.IncludeResponse, error) {
-	fail := func(err error) (*wire.IncludeResponse, error) {
+	fail := func(err error) *wire.IncludeResponse {
 		r := &wire.IncludeResponse{}
 		r.Error, r.Leader, _ = s.wireErr(err)
-		return r, nil
+		return r
 	}
 	if req == nil {
-		return fail(invalid("include request missing"))
+		return fail(invalid("include request missing")), nil
 	}
-	if err := checkAddrs(req.Addresses); err != nil {
-		return fail(err)
-	}
-	c, leader, err := s.controllerClient(ctx, req.Hops)
-	if err != nil {
-		return fail(err)
-	}
-	if c != nil {
-		fwd := proto.Clone(req).(*wire.IncludeRequest)
-		fwd.Hops++
-		resp, err := c.Include(ctx, fwd)
-		if err != nil {
-			return fail(forwardFailed(leader, err))
-		}
-		return resp, nil
-	}
-	if _, err := s.node.Apply(ctx, coord.Include(req.Addresses)); err != nil {
-		return fail(err)
-	}
-	return &wire.IncludeResponse{Excluded: s.node.State().Excluded}, nil
+	return onController(ctx, s, req.Hops, checkAddrs(req.Addresses), fail,
+		func(c wire.CoordinatorClient) (*wire.IncludeResponse, error) {
+			return c.Include(ctx, &wire.IncludeRequest{Addresses: req.Addresses, Hops: req.Hops + 1})
+		},
+		func() coord.Command { return coord.Include(req.Addresses) },
+		func() *wire.IncludeResponse { return &wire.IncludeResponse{Excluded: s.node.State().Excluded} })
 }
 
 // Configure changes a live setting (coord.Configure, coord.ConfigurePool).
 func (s *Server) Configure(ctx context.Context, req *wire.ConfigureRequest) (*wire.ConfigureResponse, error) {
-	fail := func(err error) (*wire.ConfigureResponse, error) {
+	fail := func(err error) *wire.ConfigureResponse {
 		r := &wire.ConfigureResponse{}
 		r.Error, r.Leader, _ = s.wireErr(err)
-		return r, nil
+		return r
 	}
 	if req == nil {
-		return fail(invalid("configure request missing"))
+		return fail(invalid("configure request missing")), nil
 	}
+	var check error
 	for _, f := range []struct{ what, v string }{{"key", req.Key}, {"value", req.Value}, {"pool", req.Pool}} {
-		if err := checkName(f.what, f.v, f.what == "key"); err != nil {
-			return fail(err)
+		if err := checkName(f.what, f.v, f.what == "key"); err != nil && check == nil {
+			check = err
 		}
 	}
-	c, leader, err := s.controllerClient(ctx, req.Hops)
-	if err != nil {
-		return fail(err)
-	}
-	if c != nil {
-		fwd := proto.Clone(req).(*wire.ConfigureRequest)
-		fwd.Hops++
-		resp, err := c.Configure(ctx, fwd)
-		if err != nil {
-			return fail(forwardFailed(leader, err))
-		}
-		return resp, nil
-	}
-	if _, err := s.node.Apply(ctx, coord.ConfigurePool(req.Pool, req.Key, req.Value)); err != nil {
-		return fail(err)
-	}
-	return &wire.ConfigureResponse{}, nil
+	return onController(ctx, s, req.Hops, check, fail,
+		func(c wire.CoordinatorClient) (*wire.ConfigureResponse, error) {
+			return c.Configure(ctx, &wire.ConfigureRequest{Key: req.Key, Value: req.Value, Pool: req.Pool, Hops: req.Hops + 1})
+		},
+		func() coord.Command { return coord.ConfigurePool(req.Pool, req.Key, req.Value) },
+		func() *wire.ConfigureResponse { return &wire.ConfigureResponse{} })
 }
 
 // Retire retires a tag (coord.Retire): the data distributor's call.
 func (s *Server) Retire(ctx context.Context, req *wire.RetireRequest) (*wire.RetireResponse, error) {
-	fail := func(err error) (*wire.RetireResponse, error) {
+	fail := func(err error) *wire.RetireResponse {
 		r := &wire.RetireResponse{}
 		r.Error, r.Leader, _ = s.wireErr(err)
-		return r, nil
+		return r
 	}
 	if req == nil {
-		return fail(invalid("retire request missing"))
+		return fail(invalid("retire request missing")), nil
 	}
+	var check error
 	if req.Tag == 0 {
-		return fail(invalid("retire: tag missing (tag 0 is the system stash's)"))
+		check = invalid("retire: tag missing (tag 0 is the system stash's)")
 	}
-	c, leader, err := s.controllerClient(ctx, req.Hops)
-	if err != nil {
-		return fail(err)
-	}
-	if c != nil {
-		resp, err := c.Retire(ctx, &wire.RetireRequest{Tag: req.Tag, Hops: req.Hops + 1})
-		if err != nil {
-			return fail(forwardFailed(leader, err))
-		}
-		return resp, nil
-	}
-	if _, err := s.node.Apply(ctx, coord.Retire(req.Tag)); err != nil {
-		return fail(err)
-	}
-	return &wire.RetireResponse{}, nil
+	return onController(ctx, s, req.Hops, check, fail,
+		func(c wire.CoordinatorClient) (*wire.RetireResponse, error) {
+			return c.Retire(ctx, &wire.RetireRequest{Tag: req.Tag, Hops: req.Hops + 1})
+		},
+		func() coord.Command { return coord.Retire(req.Tag) },
+		func() *wire.RetireResponse { return &wire.RetireResponse{} })
 }
 
 // checkAddrs bounds the addresses of an exclude or include; the
