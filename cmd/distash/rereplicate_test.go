@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -155,6 +156,57 @@ func TestProcessClusterReReplicatesAfterFailures(t *testing.T) {
 	}
 	t.Logf("shares before: %v; data1 (%s) holds %d KiB", shares, addr, lost>>10)
 
+	// `exclude --wait` drains data3 (its shards go to the two others) and
+	// returns once it holds none; `include` gives it shards back.
+	addr3 := c.node("data3").args[slices.Index(c.node("data3").args, "--listen")+1]
+	cli := func(args ...string) string {
+		t.Helper()
+		out, err := exec.CommandContext(ctx, c.bin, append([]string{"cli", "--cluster", c.coordinators}, args...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("distash cli %v: %v\n%s", args, err, out)
+		}
+		return string(out)
+	}
+	began := time.Now()
+	out := cli("exclude", addr3, "--wait", "--timeout", "2m")
+	t.Logf("exclude --wait of data3 returned after %v: %s", time.Since(began).Round(time.Millisecond), lastLine(out))
+	_, shares3, err := poolDistribution(ctx, c.coordinators, "data")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sl := range v.Stashes {
+		if sl.Address == addr3 && shares3[sl.Tag].GetShards() != 0 {
+			t.Fatalf("exclude --wait returned with data3 holding %d shards", shares3[sl.Tag].GetShards())
+		}
+	}
+	cli("include", addr3)
+	for began := time.Now(); ; time.Sleep(100 * time.Millisecond) {
+		_, sh, err := poolDistribution(ctx, c.coordinators, "data")
+		n := int32(0)
+		for _, sl := range v.Stashes {
+			if sl.Address == addr3 && err == nil {
+				n = sh[sl.Tag].GetShards()
+			}
+		}
+		if n > 0 {
+			t.Logf("include: data3 holds %d shards again after %v", n, time.Since(began).Round(time.Millisecond))
+			break
+		}
+		if time.Since(began) > time.Minute {
+			t.Fatal("data3 got no shards back after include")
+		}
+	}
+	settled("after include")
+	// data1's share now, what its failure makes the others rebuild.
+	if _, shares, err = poolDistribution(ctx, c.coordinators, "data"); err != nil {
+		t.Fatal(err)
+	}
+	for _, sl := range v.Stashes {
+		if sl.Address == addr {
+			lost = shares[sl.Tag].GetBytes()
+		}
+	}
+
 	// The first failure: its shards' second replicas are rebuilt after
 	// failure_wait.
 	killed := time.Now()
@@ -212,4 +264,10 @@ func TestProcessClusterReReplicatesAfterFailures(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("%d transfers and %d writer keys acknowledged; all readable with two of three stashes down", b.Commits.Load(), w.Count())
+}
+
+// lastLine returns the last non-empty line of out.
+func lastLine(out string) string {
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	return lines[len(lines)-1]
 }
