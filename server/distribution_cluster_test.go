@@ -143,8 +143,9 @@ replication = 1
 // process over the fault transport: 2,000 skewed keys spread to within
 // 35% per stash; a fifth stash process joins and gets its share (±20% of
 // the mean); `exclude` drains it completely and `include` gives it shards
-// back; a writer and readers run throughout, and every acknowledged write
-// reads back at the end.
+// back; `configure pool=data replication=2` doubles every shard's
+// replicas; a writer and readers run throughout, and every acknowledged
+// write reads back at the end.
 func TestStashJoinsThenIsExcludedAndIncluded(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts an in-process cluster")
@@ -248,6 +249,25 @@ func TestStashJoinsThenIsExcludedAndIncluded(t *testing.T) {
 		return withinShare(c.poolBytes("data"), 0.2)
 	})
 	t.Logf("included again: %v after %v", c.poolBytes("data"), took.Round(time.Millisecond))
+
+	// Replication changes online: 1 -> 2 doubles the pool's bytes.
+	before := int64(0)
+	for _, b := range c.poolBytes("data") {
+		before += b
+	}
+	if err := cc.Configure(ctx, "data", "replication", "2"); err != nil {
+		t.Fatal(err)
+	}
+	took = waitUntil(t, 2*time.Minute, "every shard has two replicas", func() (bool, string) {
+		d := c.distribution()["data"]
+		var after int64
+		for _, b := range c.poolBytes("data") {
+			after += b
+		}
+		return d.Replication == 2 && d.UnderReplicated == 0 && d.Moving == 0 && d.Queued == 0 && after >= 2*before,
+			fmt.Sprintf("%+v; bytes %d, before %d", d, after, before)
+	})
+	t.Logf("replication 2 after %v: %v", took.Round(time.Millisecond), c.poolBytes("data"))
 
 	wcancel()
 	waitWriter()
