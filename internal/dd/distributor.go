@@ -81,7 +81,7 @@ type Options struct {
 	WriteSplitRate float64
 	// Interval between rounds; default 250ms.
 	Interval time.Duration
-	// MaxMoves is the number of moves in flight per pool; default 4.
+	// MaxMoves is the number of moves in flight per pool; default 8.
 	MaxMoves int
 	// Imbalance is the fraction above the pool's mean bytes a stash may
 	// hold before a shard moves off it; default 0.1.
@@ -148,7 +148,7 @@ func New(opts Options) *Distributor {
 		opts.Interval = 250 * time.Millisecond
 	}
 	if opts.MaxMoves <= 0 {
-		opts.MaxMoves = 4
+		opts.MaxMoves = 8
 	}
 	if opts.Imbalance <= 0 {
 		opts.Imbalance = 0.1
@@ -171,20 +171,32 @@ func New(opts Options) *Distributor {
 		done: map[string]int64{}, retired: map[kv.Tag]bool{}, failedAt: map[kv.Tag]string{}, status: map[string]*PoolStatus{}, stashLoad: map[kv.Tag]StashSummary{}}
 }
 
-// Run runs rounds until ctx ends.
+// Run runs rounds until ctx ends: every Interval, or five times as often
+// while moves are in flight, so that a move is finished soon after its
+// copy is done rather than a whole interval later.
 func (d *Distributor) Run(ctx context.Context) {
-	t := time.NewTicker(d.opts.Interval)
-	defer t.Stop()
+	wait := d.opts.Interval
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-time.After(wait):
 		}
 		if err := d.Tick(ctx); err != nil && ctx.Err() == nil {
 			d.opts.Logger.Warn("data distributor round failed", "err", err)
 		}
+		wait = d.opts.Interval
+		if d.moving() {
+			wait = max(d.opts.Interval/5, time.Millisecond)
+		}
 	}
+}
+
+// moving reports whether a move is in flight.
+func (d *Distributor) moving() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.moves) > 0
 }
 
 // Status returns the status of every pool, and every stash's share.
@@ -615,6 +627,12 @@ func (d *Distributor) pool(ctx context.Context, r *round, pool PoolSettings, sha
 				if sh.Moving() || b <= 0 || 2*b > gap || !slices.Contains(sh.Team, hi) || slices.Contains(sh.Team, lo) {
 					continue
 				}
+				// Never at the cost of the team's spread over zones (and
+				// data centers when the pool asks for it).
+				after := append(slices.DeleteFunc(slices.Clone(sh.Team), func(t kv.Tag) bool { return t == hi }), lo)
+				if r.spread(after, pool.AcrossDCs) < r.spread(sh.Team, pool.AcrossDCs) {
+					continue
+				}
 				if b > bestBytes {
 					best, bestBytes = sh, b
 				}
@@ -661,6 +679,20 @@ func (d *Distributor) pool(ctx context.Context, r *round, pool PoolSettings, sha
 		return st, errs[0]
 	}
 	return st, nil
+}
+
+// spread scores how a team spreads over failure domains: distinct data
+// centers first (when acrossDCs), then distinct zones.
+func (r *round) spread(team []kv.Tag, acrossDCs bool) int {
+	dcs, zones := map[string]bool{}, map[string]bool{}
+	for _, t := range team {
+		s := r.stashes[t]
+		dcs[s.DC], zones[s.DC+"/"+s.Zone] = true, true
+	}
+	if !acrossDCs {
+		return len(zones)
+	}
+	return len(dcs)*1000 + len(zones)
 }
 
 // direct reports whether rel changes the team without a copy: no live
