@@ -94,7 +94,12 @@ func TestPoppedEntriesLeaveMemory(t *testing.T) {
 			t.Fatalf("%d entries still held after popping them all", l.Stats().Entries)
 		}
 	}
+	// The heap settles a moment after the trim (raft's own caches and
+	// background work): take the least seen within a few seconds.
 	held := heap() - before
+	for deadline := time.Now().Add(3 * time.Second); held > entries*perEntry/3 && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		held = min(held, heap()-before)
+	}
 	t.Logf("%d MB appended and popped; the log holds %.1f MB more than before", entries*perEntry>>20, float64(held)/(1<<20))
 	if held > entries*perEntry/3 {
 		t.Fatalf("the log holds %d bytes after popping %d", held, entries*perEntry)
