@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -30,6 +31,7 @@ import (
 type proxy struct {
 	addr       string
 	api        wire.DiStashClient
+	node       *nodeConn // reads of the system stash (and every stash, embedded)
 	grv        *grvBatcher
 	commits    *commitStreamer
 	generation uint64
@@ -46,6 +48,7 @@ type stashRoute struct {
 	pool    string
 	addr    string
 	api     wire.DiStashClient
+	node    *nodeConn
 	retired bool // replaced: it never serves again
 }
 
@@ -96,21 +99,71 @@ func (db *DB) conn(addr string) (*grpc.ClientConn, error) {
 }
 
 func (db *DB) newProxy(addr string, generation uint64) (*proxy, error) {
+	n, err := db.node(addr)
+	if err != nil {
+		return nil, err
+	}
+	api := n.api
+	return &proxy{addr: addr, api: api, node: n, grv: &grvBatcher{api: api}, commits: newCommitStreamer(api), generation: generation}, nil
+}
+
+// nodeConn is a DB's connection to one node: its client and the stream
+// its reads share (ReadStream; unary Read if the node does not serve it).
+type nodeConn struct {
+	api      wire.DiStashClient
+	reads    *readStreamer
+	noStream atomic.Bool // the node answered ReadStream with Unimplemented
+}
+
+// node returns the connection to the node at addr, made on first use.
+func (db *DB) node(addr string) (*nodeConn, error) {
 	c, err := db.conn(addr)
 	if err != nil {
 		return nil, err
 	}
+	db.connMu.Lock()
+	defer db.connMu.Unlock()
+	if n, ok := db.nodes[addr]; ok {
+		return n, nil
+	}
 	api := wire.NewDiStashClient(c)
-	return &proxy{addr: addr, api: api, grv: &grvBatcher{api: api}, commits: &commitStreamer{api: api}, generation: generation}, nil
+	n := &nodeConn{api: api, reads: newReadStreamer(api)}
+	db.nodes[addr] = n
+	return n, nil
 }
 
-// stashClient returns the client of the node serving stash id: the proxy's
-// node for the system stash and in an embedded cluster. A stash no live
-// node serves is unavailable.
+// read sends req to the node: over its read stream, or as a unary call to
+// a node that does not serve the stream.
+func (n *nodeConn) read(ctx context.Context, req *wire.ReadRequest) (*wire.ReadResponse, error) {
+	if !n.noStream.Load() {
+		resp, err := n.reads.call(ctx, func(id uint64) *wire.ReadStreamRequest { return &wire.ReadStreamRequest{Id: id, Request: req} })
+		if err == nil {
+			return resp.Response, nil
+		}
+		if status.Code(err) != codes.Unimplemented {
+			return nil, err
+		}
+		n.noStream.Store(true)
+	}
+	return n.api.Read(ctx, req)
+}
+
+// stashClient returns the client of the node serving stash id.
 func (db *DB) stashClient(id uint32) (wire.DiStashClient, error) {
+	n, err := db.stashNode(id)
+	if err != nil {
+		return nil, err
+	}
+	return n.api, nil
+}
+
+// stashNode returns the connection to the node serving stash id: the
+// proxy's node for the system stash and in an embedded cluster. A stash no
+// live node serves is unavailable.
+func (db *DB) stashNode(id uint32) (*nodeConn, error) {
 	r := db.stashes.Load()
 	if r == nil || id == uint32(shardmap.SystemTag) {
-		return db.proxy.Load().api, nil
+		return db.proxy.Load().node, nil
 	}
 	rt, ok := r.byTag[id]
 	if !ok || rt.retired {
@@ -120,10 +173,10 @@ func (db *DB) stashClient(id uint32) (wire.DiStashClient, error) {
 		db.markDown(id)
 		return nil, errorf(kv.CodeWrongShardServer, "stash %d is no longer in the cluster (view generation %d)", id, r.generation)
 	}
-	if rt.api == nil {
+	if rt.node == nil {
 		return nil, errorf(kv.CodeStashUnavailable, "stash %d has no live node (view generation %d)", id, r.generation)
 	}
-	return rt.api, nil
+	return rt.node, nil
 }
 
 // isTransportFailure reports whether err is an RPC that failed in transit
@@ -333,11 +386,11 @@ func (db *DB) applyView(v *wire.ViewResponse) error {
 	for _, s := range v.Stashes {
 		rt := stashRoute{pool: s.Pool, addr: s.Address, retired: s.Retired}
 		if s.Address != "" && s.Alive {
-			c, err := db.conn(s.Address)
+			n, err := db.node(s.Address)
 			if err != nil {
 				return err
 			}
-			rt.api = wire.NewDiStashClient(c)
+			rt.api, rt.node = n.api, n
 		}
 		routes.byTag[s.Tag] = rt
 	}

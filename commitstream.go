@@ -2,45 +2,60 @@ package distash
 
 import (
 	"context"
-	"errors"
 	"sync"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/distash/distash/internal/wire"
 )
 
-// commitStreamer sends a DB's commits over one long-lived gRPC stream,
-// matching replies by id, which saves the per-request HTTP/2 stream setup
-// of unary calls. When the stream breaks, every commit in flight on it
-// fails (its outcome is unknown) and the next commit opens a new stream.
-type commitStreamer struct {
-	api wire.DiStashClient
+// bidiStream is a gRPC bidirectional stream as the client sees it.
+type bidiStream[S, R any] interface {
+	Send(S) error
+	Recv() (R, error)
+}
+
+// idStreamer sends requests over one long-lived gRPC stream, matching
+// replies by id, which saves the per-request HTTP/2 stream setup (and the
+// server's goroutine) of unary calls. When the stream breaks, every request
+// in flight on it fails (a commit's outcome is then unknown) and the next
+// request opens a new stream. Commits and reads use one each per node.
+type idStreamer[S, R any] struct {
+	open func(context.Context) (bidiStream[S, R], error)
+	id   func(R) uint64
 
 	mu     sync.Mutex
-	cur    *commitStream // nil until opened, and after it broke. Protected by mu.
-	nextID uint64        // Protected by mu.
+	cur    *idStream[S, R] // nil until opened, and after it broke. Protected by mu.
+	nextID uint64          // Protected by mu.
 }
 
-type commitStream struct {
-	st      wire.DiStash_CommitStreamClient
+type idStream[S, R any] struct {
+	st      bidiStream[S, R]
 	sendMu  sync.Mutex // gRPC allows one sender at a time on a stream
 	cancel  context.CancelFunc
-	pending map[uint64]chan *wire.CommitResponse // Protected by commitStreamer.mu.
+	pending map[uint64]chan R // Protected by idStreamer.mu.
+	err     error             // why it broke, if Recv said. Protected by idStreamer.mu.
 }
 
-var errStreamBroken = errors.New("commit stream broke")
+// errStreamBroken is what the requests in flight on a stream that broke
+// get: Unavailable, like a connection that failed.
+var errStreamBroken = status.Error(codes.Unavailable, "stream to the node broke")
 
-func (c *commitStreamer) commit(ctx context.Context, req *wire.CommitRequest) (*wire.CommitResponse, error) {
-	ch := make(chan *wire.CommitResponse, 1)
+// call sends the request build makes with a fresh id and waits for its reply.
+func (c *idStreamer[S, R]) call(ctx context.Context, build func(id uint64) S) (R, error) {
+	var zero R
+	ch := make(chan R, 1)
 	c.mu.Lock()
 	if c.cur == nil {
 		sctx, cancel := context.WithCancel(context.Background())
-		st, err := c.api.CommitStream(sctx)
+		st, err := c.open(sctx)
 		if err != nil {
 			cancel()
 			c.mu.Unlock()
-			return nil, err
+			return zero, err
 		}
-		c.cur = &commitStream{st: st, cancel: cancel, pending: map[uint64]chan *wire.CommitResponse{}}
+		c.cur = &idStream[S, R]{st: st, cancel: cancel, pending: map[uint64]chan R{}}
 		go c.receive(c.cur)
 	}
 	s := c.cur
@@ -50,49 +65,58 @@ func (c *commitStreamer) commit(ctx context.Context, req *wire.CommitRequest) (*
 	c.mu.Unlock()
 	// Send outside mu, so replies keep flowing to receive meanwhile.
 	s.sendMu.Lock()
-	err := s.st.Send(&wire.CommitStreamRequest{Id: id, Request: req})
+	err := s.st.Send(build(id))
 	s.sendMu.Unlock()
 	if err != nil {
 		c.mu.Lock()
-		c.breakLocked(s) // fails this commit too: its outcome is unknown
+		c.breakLocked(s) // fails this request too: its outcome is unknown
 		c.mu.Unlock()
-		return nil, err
+		return zero, err
 	}
 	select {
 	case resp, ok := <-ch:
 		if !ok {
-			return nil, errStreamBroken
+			c.mu.Lock()
+			err := s.err
+			c.mu.Unlock()
+			if status.Code(err) == codes.Unimplemented {
+				return zero, err // the node does not serve this stream
+			}
+			return zero, errStreamBroken
 		}
 		return resp, nil
 	case <-ctx.Done():
 		c.mu.Lock()
 		delete(s.pending, id)
 		c.mu.Unlock()
-		return nil, ctx.Err()
+		return zero, ctx.Err()
 	}
 }
 
 // receive delivers replies until the stream breaks.
-func (c *commitStreamer) receive(s *commitStream) {
+func (c *idStreamer[S, R]) receive(s *idStream[S, R]) {
 	for {
 		resp, err := s.st.Recv()
 		c.mu.Lock()
 		if err != nil {
+			s.err = err
 			c.breakLocked(s)
 			c.mu.Unlock()
 			return
 		}
-		ch, ok := s.pending[resp.Id]
-		delete(s.pending, resp.Id)
+		id := c.id(resp)
+		ch, ok := s.pending[id]
+		delete(s.pending, id)
 		c.mu.Unlock()
 		if ok {
-			ch <- resp.Response
+			ch <- resp
 		}
 	}
 }
 
-// breakLocked fails every commit in flight on s and forgets s. Called with mu held.
-func (c *commitStreamer) breakLocked(s *commitStream) {
+// breakLocked fails every request in flight on s and forgets s. Called
+// with mu held.
+func (c *idStreamer[S, R]) breakLocked(s *idStream[S, R]) {
 	for id, ch := range s.pending {
 		close(ch)
 		delete(s.pending, id)
@@ -104,10 +128,43 @@ func (c *commitStreamer) breakLocked(s *commitStream) {
 }
 
 // close ends the current stream.
-func (c *commitStreamer) close() {
+func (c *idStreamer[S, R]) close() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.cur != nil {
 		c.breakLocked(c.cur)
+	}
+}
+
+// commitStreamer is the stream of a DB's commits to the proxy's node.
+type commitStreamer = idStreamer[*wire.CommitStreamRequest, *wire.CommitStreamResponse]
+
+func newCommitStreamer(api wire.DiStashClient) *commitStreamer {
+	return &commitStreamer{
+		open: func(ctx context.Context) (bidiStream[*wire.CommitStreamRequest, *wire.CommitStreamResponse], error) {
+			return api.CommitStream(ctx)
+		},
+		id: (*wire.CommitStreamResponse).GetId,
+	}
+}
+
+// commitOver commits req over s.
+func commitOver(ctx context.Context, s *commitStreamer, req *wire.CommitRequest) (*wire.CommitResponse, error) {
+	resp, err := s.call(ctx, func(id uint64) *wire.CommitStreamRequest { return &wire.CommitStreamRequest{Id: id, Request: req} })
+	if err != nil {
+		return nil, err
+	}
+	return resp.Response, nil
+}
+
+// readStreamer is the stream of a DB's reads to one node.
+type readStreamer = idStreamer[*wire.ReadStreamRequest, *wire.ReadStreamResponse]
+
+func newReadStreamer(api wire.DiStashClient) *readStreamer {
+	return &readStreamer{
+		open: func(ctx context.Context) (bidiStream[*wire.ReadStreamRequest, *wire.ReadStreamResponse], error) {
+			return api.ReadStream(ctx)
+		},
+		id: (*wire.ReadStreamResponse).GetId,
 	}
 }

@@ -64,6 +64,7 @@ type DB struct {
 
 	connMu sync.Mutex
 	conns  map[string]*grpc.ClientConn // one per address. Protected by connMu.
+	nodes  map[string]*nodeConn        // one per address. Protected by connMu.
 	closed bool                        // Protected by connMu.
 
 	// proxy is the node answering read versions, commits and metadata;
@@ -136,7 +137,7 @@ func Open(ctx context.Context, clusterString string, opts ...Option) (*DB, error
 		return nil, fmt.Errorf("distash: open %q: %w", clusterString, errors.New("empty cluster string"))
 	}
 	life, stop := context.WithCancel(context.Background())
-	db := &DB{creds: creds, dialer: o.dialer, life: life, stop: stop, conns: map[string]*grpc.ClientConn{}, load: map[uint32]*stashLoad{}, dc: o.dc}
+	db := &DB{creds: creds, dialer: o.dialer, life: life, stop: stop, conns: map[string]*grpc.ClientConn{}, nodes: map[string]*nodeConn{}, load: map[uint32]*stashLoad{}, dc: o.dc}
 	if err := db.open(ctx, addrs); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("distash: open %q: %w", clusterString, err)
@@ -219,6 +220,10 @@ func (db *DB) Close() error {
 	defer db.connMu.Unlock()
 	db.closed = true
 	var err error
+	for addr, n := range db.nodes {
+		n.reads.close()
+		delete(db.nodes, addr)
+	}
 	for addr, c := range db.conns {
 		err = errors.Join(err, c.Close())
 		delete(db.conns, addr)

@@ -310,42 +310,56 @@ func (db *DB) readKeys(ctx context.Context, rv kv.Version, keys [][]byte, readSy
 			id := db.pickReplica(s.Team)
 			byStash[id] = append(byStash[id], i)
 		}
-		var wg sync.WaitGroup
-		errs := make(chan error, len(byStash))
-		for id, idx := range byStash {
-			wg.Add(1)
-			go func(id uint32, idx []int) {
-				defer wg.Done()
-				req := &wire.ReadRequest{Stash: id, Version: int64(rv), Keys: make([][]byte, len(idx)), ReadSystemKeys: readSystemKeys}
-				for j, i := range idx {
-					req.Keys[j] = keys[i]
-				}
-				api, err := db.stashClient(id)
-				if err != nil {
-					errs <- db.readFailed(ctx, id, err)
-					return
-				}
-				done := db.track(id)
-				resp, err := api.Read(ctx, req)
-				done()
-				if err == nil {
-					err = fromWire(resp.Error)
-				}
-				if err != nil {
-					errs <- db.readFailed(ctx, id, err)
-					return
-				}
-				for j, i := range idx {
-					vals[i], present[i] = resp.Values[j].Value, resp.Values[j].Present
-				}
-			}(id, idx)
+		readFrom := func(id uint32, idx []int) error {
+			req := &wire.ReadRequest{Stash: id, Version: int64(rv), Keys: make([][]byte, len(idx)), ReadSystemKeys: readSystemKeys}
+			for j, i := range idx {
+				req.Keys[j] = keys[i]
+			}
+			n, err := db.stashNode(id)
+			if err != nil {
+				return db.readFailed(ctx, id, err)
+			}
+			done := db.track(id)
+			resp, err := n.read(ctx, req)
+			done()
+			if err == nil {
+				err = fromWire(resp.Error)
+			}
+			if err != nil {
+				return db.readFailed(ctx, id, err)
+			}
+			if len(resp.Values) != len(idx) {
+				return errorf(kv.CodeInternal, "stash %d answered %d values for %d keys", id, len(resp.Values), len(idx))
+			}
+			for j, i := range idx {
+				vals[i], present[i] = resp.Values[j].Value, resp.Values[j].Present
+			}
+			return nil
 		}
-		wg.Wait()
-		close(errs)
 		var first error
-		for err := range errs {
-			if first == nil {
-				first = err
+		if len(byStash) == 1 {
+			// The common case, one stash: no goroutine.
+			for id, idx := range byStash {
+				first = readFrom(id, idx)
+			}
+		} else {
+			var wg sync.WaitGroup
+			errs := make(chan error, len(byStash))
+			for id, idx := range byStash {
+				wg.Add(1)
+				go func(id uint32, idx []int) {
+					defer wg.Done()
+					if err := readFrom(id, idx); err != nil {
+						errs <- err
+					}
+				}(id, idx)
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				if first == nil {
+					first = err
+				}
 			}
 		}
 		if first != nil && errors.Is(first, ErrWrongShardServer) && attempt < 3 {
@@ -527,7 +541,7 @@ func (tr *Tx) Commit() error {
 	}
 	tr.mu.Unlock()
 	p := tr.db.proxy.Load()
-	resp, err := p.commits.commit(tr.ctx, req)
+	resp, err := commitOver(tr.ctx, p.commits, req)
 	if err != nil {
 		// Sent, or maybe sent: it may have committed. Never a false success,
 		// never a false failure.

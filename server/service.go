@@ -323,18 +323,61 @@ func requestMemory(req *wire.CommitRequest) int64 {
 }
 
 // CommitStream commits each request as it arrives, concurrently, and sends
-// each reply with its request's id. If a reply cannot be sent the stream
-// ends, so the client fails every commit in flight on it (unknown result)
-// instead of waiting for a reply that will not come. At most
-// streamMaxRequests requests and streamMaxBytes of them are in flight.
+// each reply with its request's id (see serveStream).
 func (v *service) CommitStream(stream wire.DiStash_CommitStreamServer) error {
+	return serveStream(v, stream, "CommitStream",
+		func(req *wire.CommitStreamRequest) int64 { return requestMemory(req.GetRequest()) },
+		func(ctx context.Context, req *wire.CommitStreamRequest) *wire.CommitStreamResponse {
+			resp, _ := v.Commit(ctx, req.GetRequest())
+			return &wire.CommitStreamResponse{Id: req.Id, Response: resp}
+		})
+}
+
+// ReadStream serves each read as it arrives, concurrently, and sends each
+// reply with its request's id (see serveStream).
+func (v *service) ReadStream(stream wire.DiStash_ReadStreamServer) error {
+	return serveStream(v, stream, "ReadStream",
+		func(req *wire.ReadStreamRequest) int64 {
+			n := int64(64)
+			for _, k := range req.GetRequest().GetKeys() {
+				n += int64(len(k))
+			}
+			return n
+		},
+		func(ctx context.Context, req *wire.ReadStreamRequest) *wire.ReadStreamResponse {
+			resp, _ := v.Read(ctx, req.GetRequest())
+			return &wire.ReadStreamResponse{Id: req.Id, Response: resp}
+		})
+}
+
+// idStreamServer is a bidirectional stream of requests and replies that
+// carry ids, as a handler sees it.
+type idStreamServer[Req, Resp any] interface {
+	Recv() (Req, error)
+	Send(Resp) error
+	Context() context.Context
+}
+
+// serveStream answers each request of stream as it arrives, concurrently,
+// and sends each reply as soon as it is ready (handle puts the request's
+// id in it). If a reply cannot be sent the stream ends, so the client
+// fails every request in flight on it instead of waiting for a reply that
+// will not come. At most streamMaxRequests requests and streamMaxBytes of
+// them (memory tells a request's size) are in flight. Requests go to
+// workers that live as long as the stream, started as concurrency needs
+// them, so a request does not pay for a new goroutine and its stack's
+// growth.
+func serveStream[Req, Resp any](v *service, stream idStreamServer[Req, Resp], name string, memory func(Req) int64, handle func(context.Context, Req) Resp) error {
+	// Requests in flight keep the stream's context: when the client closes
+	// its side they still finish and reply. Idle workers stop at return.
 	ctx := stream.Context()
+	idle := make(chan struct{})
 	var sendMu sync.Mutex
 	var wg sync.WaitGroup
 	sendFailed := make(chan error, 1)
 	type request struct {
-		*wire.CommitStreamRequest
-		mem int64 // requestMemory, taken from mem until the reply is sent
+		req Req
+		mem int64 // memory(req), taken from mem until the reply is sent
 	}
 	received := make(chan request)
 	recvDone := make(chan error, 1)
@@ -347,7 +390,7 @@ func (v *service) CommitStream(stream wire.DiStash_CommitStreamServer) error {
 				recvDone <- err
 				return
 			}
-			r := request{CommitStreamRequest: req, mem: requestMemory(req.GetRequest())}
+			r := request{req: req, mem: memory(req)}
 			select {
 			case slots <- struct{}{}:
 			case <-ctx.Done():
@@ -366,43 +409,59 @@ func (v *service) CommitStream(stream wire.DiStash_CommitStreamServer) error {
 			}
 		}
 	}()
+	serve := func(r request) {
+		defer func() {
+			mem.Release(r.mem)
+			<-slots
+		}()
+		// A panic here would end the process: no interceptor covers
+		// goroutines a handler starts.
+		defer func() {
+			if p := recover(); p != nil {
+				v.s.logger.Error("panic in "+name, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+				select {
+				case sendFailed <- status.Error(codes.Internal, "internal error in "+name):
+				default:
+				}
+			}
+		}()
+		resp := handle(ctx, r.req)
+		sendMu.Lock()
+		err := stream.Send(resp)
+		sendMu.Unlock()
+		if err != nil {
+			select {
+			case sendFailed <- err:
+			default:
+			}
+		}
+	}
+	work := make(chan request)
 	defer wg.Wait()
+	defer close(idle) // idle workers stop; busy ones finish their request
 	for {
 		select {
 		case err := <-sendFailed:
 			return err
 		case <-recvDone:
 			return nil // the client closed the stream or it broke
-		case req := <-received:
-			wg.Add(1)
-			go func(req request) {
-				defer wg.Done()
-				defer func() {
-					mem.Release(req.mem)
-					<-slots
-				}()
-				// A panic here would end the process: no interceptor
-				// covers goroutines a handler starts.
-				defer func() {
-					if r := recover(); r != nil {
-						v.s.logger.Error("panic in commit stream", "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+		case r := <-received:
+			select {
+			case work <- r: // an idle worker takes it
+			default:
+				wg.Add(1)
+				go func(r request) {
+					defer wg.Done()
+					for {
+						serve(r)
 						select {
-						case sendFailed <- status.Error(codes.Internal, "internal error in CommitStream"):
-						default:
+						case r = <-work:
+						case <-idle:
+							return
 						}
 					}
-				}()
-				resp, _ := v.Commit(ctx, req.GetRequest())
-				sendMu.Lock()
-				err := stream.Send(&wire.CommitStreamResponse{Id: req.Id, Response: resp})
-				sendMu.Unlock()
-				if err != nil {
-					select {
-					case sendFailed <- err:
-					default:
-					}
-				}
-			}(req)
+				}(r)
+			}
 		}
 	}
 }

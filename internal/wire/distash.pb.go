@@ -2708,6 +2708,112 @@ func (x *CommitStreamResponse) GetResponse() *CommitResponse {
 	return nil
 }
 
+// ReadStream: reads over one long-lived stream per client and node, matched
+// by id (as CommitStream); the unary Read stays for other clients.
+type ReadStreamRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Request       *ReadRequest           `protobuf:"bytes,2,opt,name=request,proto3" json:"request,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadStreamRequest) Reset() {
+	*x = ReadStreamRequest{}
+	mi := &file_distash_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadStreamRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadStreamRequest) ProtoMessage() {}
+
+func (x *ReadStreamRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_distash_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadStreamRequest.ProtoReflect.Descriptor instead.
+func (*ReadStreamRequest) Descriptor() ([]byte, []int) {
+	return file_distash_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *ReadStreamRequest) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *ReadStreamRequest) GetRequest() *ReadRequest {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+type ReadStreamResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Response      *ReadResponse          `protobuf:"bytes,2,opt,name=response,proto3" json:"response,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadStreamResponse) Reset() {
+	*x = ReadStreamResponse{}
+	mi := &file_distash_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadStreamResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadStreamResponse) ProtoMessage() {}
+
+func (x *ReadStreamResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_distash_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadStreamResponse.ProtoReflect.Descriptor instead.
+func (*ReadStreamResponse) Descriptor() ([]byte, []int) {
+	return file_distash_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *ReadStreamResponse) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *ReadStreamResponse) GetResponse() *ReadResponse {
+	if x != nil {
+		return x.Response
+	}
+	return nil
+}
+
 // The log service: how a stash in another process pulls the mutations of
 // its tag (Peek) and tells the log what it made durable (Pop). A node-to-
 // node service: clients have no use for it.
@@ -2722,7 +2828,7 @@ type PeekRequest struct {
 
 func (x *PeekRequest) Reset() {
 	*x = PeekRequest{}
-	mi := &file_distash_proto_msgTypes[36]
+	mi := &file_distash_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2734,7 +2840,7 @@ func (x *PeekRequest) String() string {
 func (*PeekRequest) ProtoMessage() {}
 
 func (x *PeekRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[36]
+	mi := &file_distash_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2747,7 +2853,7 @@ func (x *PeekRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeekRequest.ProtoReflect.Descriptor instead.
 func (*PeekRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{36}
+	return file_distash_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *PeekRequest) GetTag() uint32 {
@@ -2781,7 +2887,7 @@ type LogMessage struct {
 
 func (x *LogMessage) Reset() {
 	*x = LogMessage{}
-	mi := &file_distash_proto_msgTypes[37]
+	mi := &file_distash_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2793,7 +2899,7 @@ func (x *LogMessage) String() string {
 func (*LogMessage) ProtoMessage() {}
 
 func (x *LogMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[37]
+	mi := &file_distash_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2806,7 +2912,7 @@ func (x *LogMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogMessage.ProtoReflect.Descriptor instead.
 func (*LogMessage) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{37}
+	return file_distash_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *LogMessage) GetVersion() int64 {
@@ -2834,7 +2940,7 @@ type PeekResponse struct {
 
 func (x *PeekResponse) Reset() {
 	*x = PeekResponse{}
-	mi := &file_distash_proto_msgTypes[38]
+	mi := &file_distash_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2846,7 +2952,7 @@ func (x *PeekResponse) String() string {
 func (*PeekResponse) ProtoMessage() {}
 
 func (x *PeekResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[38]
+	mi := &file_distash_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2859,7 +2965,7 @@ func (x *PeekResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeekResponse.ProtoReflect.Descriptor instead.
 func (*PeekResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{38}
+	return file_distash_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *PeekResponse) GetMessages() []*LogMessage {
@@ -2893,7 +2999,7 @@ type PopRequest struct {
 
 func (x *PopRequest) Reset() {
 	*x = PopRequest{}
-	mi := &file_distash_proto_msgTypes[39]
+	mi := &file_distash_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2905,7 +3011,7 @@ func (x *PopRequest) String() string {
 func (*PopRequest) ProtoMessage() {}
 
 func (x *PopRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[39]
+	mi := &file_distash_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2918,7 +3024,7 @@ func (x *PopRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PopRequest.ProtoReflect.Descriptor instead.
 func (*PopRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{39}
+	return file_distash_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *PopRequest) GetTag() uint32 {
@@ -2944,7 +3050,7 @@ type PopResponse struct {
 
 func (x *PopResponse) Reset() {
 	*x = PopResponse{}
-	mi := &file_distash_proto_msgTypes[40]
+	mi := &file_distash_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2956,7 +3062,7 @@ func (x *PopResponse) String() string {
 func (*PopResponse) ProtoMessage() {}
 
 func (x *PopResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[40]
+	mi := &file_distash_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2969,7 +3075,7 @@ func (x *PopResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PopResponse.ProtoReflect.Descriptor instead.
 func (*PopResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{40}
+	return file_distash_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *PopResponse) GetError() *Error {
@@ -2995,7 +3101,7 @@ type ReportRequest struct {
 
 func (x *ReportRequest) Reset() {
 	*x = ReportRequest{}
-	mi := &file_distash_proto_msgTypes[41]
+	mi := &file_distash_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3007,7 +3113,7 @@ func (x *ReportRequest) String() string {
 func (*ReportRequest) ProtoMessage() {}
 
 func (x *ReportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[41]
+	mi := &file_distash_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3020,7 +3126,7 @@ func (x *ReportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRequest.ProtoReflect.Descriptor instead.
 func (*ReportRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{41}
+	return file_distash_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ReportRequest) GetTag() uint32 {
@@ -3068,7 +3174,7 @@ type ReportResponse struct {
 
 func (x *ReportResponse) Reset() {
 	*x = ReportResponse{}
-	mi := &file_distash_proto_msgTypes[42]
+	mi := &file_distash_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3080,7 +3186,7 @@ func (x *ReportResponse) String() string {
 func (*ReportResponse) ProtoMessage() {}
 
 func (x *ReportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[42]
+	mi := &file_distash_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3093,7 +3199,7 @@ func (x *ReportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportResponse.ProtoReflect.Descriptor instead.
 func (*ReportResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{42}
+	return file_distash_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ReportResponse) GetError() *Error {
@@ -3133,7 +3239,7 @@ type RegisterRequest struct {
 
 func (x *RegisterRequest) Reset() {
 	*x = RegisterRequest{}
-	mi := &file_distash_proto_msgTypes[43]
+	mi := &file_distash_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3145,7 +3251,7 @@ func (x *RegisterRequest) String() string {
 func (*RegisterRequest) ProtoMessage() {}
 
 func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[43]
+	mi := &file_distash_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3158,7 +3264,7 @@ func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterRequest.ProtoReflect.Descriptor instead.
 func (*RegisterRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{43}
+	return file_distash_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *RegisterRequest) GetId() string {
@@ -3245,7 +3351,7 @@ type RegisterResponse struct {
 
 func (x *RegisterResponse) Reset() {
 	*x = RegisterResponse{}
-	mi := &file_distash_proto_msgTypes[44]
+	mi := &file_distash_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3257,7 +3363,7 @@ func (x *RegisterResponse) String() string {
 func (*RegisterResponse) ProtoMessage() {}
 
 func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[44]
+	mi := &file_distash_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3270,7 +3376,7 @@ func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterResponse.ProtoReflect.Descriptor instead.
 func (*RegisterResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{44}
+	return file_distash_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *RegisterResponse) GetSlot() int32 {
@@ -3325,7 +3431,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_distash_proto_msgTypes[45]
+	mi := &file_distash_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3337,7 +3443,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[45]
+	mi := &file_distash_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3350,7 +3456,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{45}
+	return file_distash_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *HeartbeatRequest) GetId() string {
@@ -3378,7 +3484,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_distash_proto_msgTypes[46]
+	mi := &file_distash_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3390,7 +3496,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[46]
+	mi := &file_distash_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3403,7 +3509,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{46}
+	return file_distash_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *HeartbeatResponse) GetGeneration() uint64 {
@@ -3436,7 +3542,7 @@ type ViewRequest struct {
 
 func (x *ViewRequest) Reset() {
 	*x = ViewRequest{}
-	mi := &file_distash_proto_msgTypes[47]
+	mi := &file_distash_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3448,7 +3554,7 @@ func (x *ViewRequest) String() string {
 func (*ViewRequest) ProtoMessage() {}
 
 func (x *ViewRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[47]
+	mi := &file_distash_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3461,7 +3567,7 @@ func (x *ViewRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ViewRequest.ProtoReflect.Descriptor instead.
 func (*ViewRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{47}
+	return file_distash_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ViewRequest) GetHops() uint32 {
@@ -3488,7 +3594,7 @@ type ClusterNode struct {
 
 func (x *ClusterNode) Reset() {
 	*x = ClusterNode{}
-	mi := &file_distash_proto_msgTypes[48]
+	mi := &file_distash_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3500,7 +3606,7 @@ func (x *ClusterNode) String() string {
 func (*ClusterNode) ProtoMessage() {}
 
 func (x *ClusterNode) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[48]
+	mi := &file_distash_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3513,7 +3619,7 @@ func (x *ClusterNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterNode.ProtoReflect.Descriptor instead.
 func (*ClusterNode) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{48}
+	return file_distash_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ClusterNode) GetId() string {
@@ -3589,7 +3695,7 @@ type PoolSlots struct {
 
 func (x *PoolSlots) Reset() {
 	*x = PoolSlots{}
-	mi := &file_distash_proto_msgTypes[49]
+	mi := &file_distash_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3601,7 +3707,7 @@ func (x *PoolSlots) String() string {
 func (*PoolSlots) ProtoMessage() {}
 
 func (x *PoolSlots) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[49]
+	mi := &file_distash_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3614,7 +3720,7 @@ func (x *PoolSlots) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolSlots.ProtoReflect.Descriptor instead.
 func (*PoolSlots) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{49}
+	return file_distash_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *PoolSlots) GetPool() string {
@@ -3659,7 +3765,7 @@ type ViewResponse struct {
 
 func (x *ViewResponse) Reset() {
 	*x = ViewResponse{}
-	mi := &file_distash_proto_msgTypes[50]
+	mi := &file_distash_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3671,7 +3777,7 @@ func (x *ViewResponse) String() string {
 func (*ViewResponse) ProtoMessage() {}
 
 func (x *ViewResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[50]
+	mi := &file_distash_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3684,7 +3790,7 @@ func (x *ViewResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ViewResponse.ProtoReflect.Descriptor instead.
 func (*ViewResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{50}
+	return file_distash_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ViewResponse) GetGeneration() uint64 {
@@ -3837,7 +3943,7 @@ type PoolReplication struct {
 
 func (x *PoolReplication) Reset() {
 	*x = PoolReplication{}
-	mi := &file_distash_proto_msgTypes[51]
+	mi := &file_distash_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3849,7 +3955,7 @@ func (x *PoolReplication) String() string {
 func (*PoolReplication) ProtoMessage() {}
 
 func (x *PoolReplication) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[51]
+	mi := &file_distash_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3862,7 +3968,7 @@ func (x *PoolReplication) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolReplication.ProtoReflect.Descriptor instead.
 func (*PoolReplication) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{51}
+	return file_distash_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *PoolReplication) GetPool() string {
@@ -3897,7 +4003,7 @@ type StashLocation struct {
 
 func (x *StashLocation) Reset() {
 	*x = StashLocation{}
-	mi := &file_distash_proto_msgTypes[52]
+	mi := &file_distash_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3909,7 +4015,7 @@ func (x *StashLocation) String() string {
 func (*StashLocation) ProtoMessage() {}
 
 func (x *StashLocation) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[52]
+	mi := &file_distash_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3922,7 +4028,7 @@ func (x *StashLocation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StashLocation.ProtoReflect.Descriptor instead.
 func (*StashLocation) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{52}
+	return file_distash_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *StashLocation) GetTag() uint32 {
@@ -4010,7 +4116,7 @@ type ClaimRequest struct {
 
 func (x *ClaimRequest) Reset() {
 	*x = ClaimRequest{}
-	mi := &file_distash_proto_msgTypes[53]
+	mi := &file_distash_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4022,7 +4128,7 @@ func (x *ClaimRequest) String() string {
 func (*ClaimRequest) ProtoMessage() {}
 
 func (x *ClaimRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[53]
+	mi := &file_distash_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4035,7 +4141,7 @@ func (x *ClaimRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimRequest.ProtoReflect.Descriptor instead.
 func (*ClaimRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{53}
+	return file_distash_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ClaimRequest) GetId() string {
@@ -4063,7 +4169,7 @@ type ClaimResponse struct {
 
 func (x *ClaimResponse) Reset() {
 	*x = ClaimResponse{}
-	mi := &file_distash_proto_msgTypes[54]
+	mi := &file_distash_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4075,7 +4181,7 @@ func (x *ClaimResponse) String() string {
 func (*ClaimResponse) ProtoMessage() {}
 
 func (x *ClaimResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[54]
+	mi := &file_distash_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4088,7 +4194,7 @@ func (x *ClaimResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimResponse.ProtoReflect.Descriptor instead.
 func (*ClaimResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{54}
+	return file_distash_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *ClaimResponse) GetGeneration() uint64 {
@@ -4126,7 +4232,7 @@ type RecoveryDoneRequest struct {
 
 func (x *RecoveryDoneRequest) Reset() {
 	*x = RecoveryDoneRequest{}
-	mi := &file_distash_proto_msgTypes[55]
+	mi := &file_distash_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4138,7 +4244,7 @@ func (x *RecoveryDoneRequest) String() string {
 func (*RecoveryDoneRequest) ProtoMessage() {}
 
 func (x *RecoveryDoneRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[55]
+	mi := &file_distash_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4151,7 +4257,7 @@ func (x *RecoveryDoneRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoveryDoneRequest.ProtoReflect.Descriptor instead.
 func (*RecoveryDoneRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{55}
+	return file_distash_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *RecoveryDoneRequest) GetId() string {
@@ -4192,7 +4298,7 @@ type RecoveryDoneResponse struct {
 
 func (x *RecoveryDoneResponse) Reset() {
 	*x = RecoveryDoneResponse{}
-	mi := &file_distash_proto_msgTypes[56]
+	mi := &file_distash_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4204,7 +4310,7 @@ func (x *RecoveryDoneResponse) String() string {
 func (*RecoveryDoneResponse) ProtoMessage() {}
 
 func (x *RecoveryDoneResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[56]
+	mi := &file_distash_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4217,7 +4323,7 @@ func (x *RecoveryDoneResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoveryDoneResponse.ProtoReflect.Descriptor instead.
 func (*RecoveryDoneResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{56}
+	return file_distash_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *RecoveryDoneResponse) GetError() *Error {
@@ -4247,7 +4353,7 @@ type ExcludeRequest struct {
 
 func (x *ExcludeRequest) Reset() {
 	*x = ExcludeRequest{}
-	mi := &file_distash_proto_msgTypes[57]
+	mi := &file_distash_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4259,7 +4365,7 @@ func (x *ExcludeRequest) String() string {
 func (*ExcludeRequest) ProtoMessage() {}
 
 func (x *ExcludeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[57]
+	mi := &file_distash_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4272,7 +4378,7 @@ func (x *ExcludeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExcludeRequest.ProtoReflect.Descriptor instead.
 func (*ExcludeRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{57}
+	return file_distash_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ExcludeRequest) GetAddresses() []string {
@@ -4300,7 +4406,7 @@ type ExcludeResponse struct {
 
 func (x *ExcludeResponse) Reset() {
 	*x = ExcludeResponse{}
-	mi := &file_distash_proto_msgTypes[58]
+	mi := &file_distash_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4312,7 +4418,7 @@ func (x *ExcludeResponse) String() string {
 func (*ExcludeResponse) ProtoMessage() {}
 
 func (x *ExcludeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[58]
+	mi := &file_distash_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4325,7 +4431,7 @@ func (x *ExcludeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExcludeResponse.ProtoReflect.Descriptor instead.
 func (*ExcludeResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{58}
+	return file_distash_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ExcludeResponse) GetExcluded() []string {
@@ -4359,7 +4465,7 @@ type IncludeRequest struct {
 
 func (x *IncludeRequest) Reset() {
 	*x = IncludeRequest{}
-	mi := &file_distash_proto_msgTypes[59]
+	mi := &file_distash_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4371,7 +4477,7 @@ func (x *IncludeRequest) String() string {
 func (*IncludeRequest) ProtoMessage() {}
 
 func (x *IncludeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[59]
+	mi := &file_distash_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4384,7 +4490,7 @@ func (x *IncludeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IncludeRequest.ProtoReflect.Descriptor instead.
 func (*IncludeRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{59}
+	return file_distash_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *IncludeRequest) GetAddresses() []string {
@@ -4412,7 +4518,7 @@ type IncludeResponse struct {
 
 func (x *IncludeResponse) Reset() {
 	*x = IncludeResponse{}
-	mi := &file_distash_proto_msgTypes[60]
+	mi := &file_distash_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4424,7 +4530,7 @@ func (x *IncludeResponse) String() string {
 func (*IncludeResponse) ProtoMessage() {}
 
 func (x *IncludeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[60]
+	mi := &file_distash_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4437,7 +4543,7 @@ func (x *IncludeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IncludeResponse.ProtoReflect.Descriptor instead.
 func (*IncludeResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{60}
+	return file_distash_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *IncludeResponse) GetExcluded() []string {
@@ -4476,7 +4582,7 @@ type ConfigureRequest struct {
 
 func (x *ConfigureRequest) Reset() {
 	*x = ConfigureRequest{}
-	mi := &file_distash_proto_msgTypes[61]
+	mi := &file_distash_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4488,7 +4594,7 @@ func (x *ConfigureRequest) String() string {
 func (*ConfigureRequest) ProtoMessage() {}
 
 func (x *ConfigureRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[61]
+	mi := &file_distash_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4501,7 +4607,7 @@ func (x *ConfigureRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigureRequest.ProtoReflect.Descriptor instead.
 func (*ConfigureRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{61}
+	return file_distash_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *ConfigureRequest) GetKey() string {
@@ -4542,7 +4648,7 @@ type ConfigureResponse struct {
 
 func (x *ConfigureResponse) Reset() {
 	*x = ConfigureResponse{}
-	mi := &file_distash_proto_msgTypes[62]
+	mi := &file_distash_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4554,7 +4660,7 @@ func (x *ConfigureResponse) String() string {
 func (*ConfigureResponse) ProtoMessage() {}
 
 func (x *ConfigureResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[62]
+	mi := &file_distash_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4567,7 +4673,7 @@ func (x *ConfigureResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigureResponse.ProtoReflect.Descriptor instead.
 func (*ConfigureResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{62}
+	return file_distash_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *ConfigureResponse) GetError() *Error {
@@ -4595,7 +4701,7 @@ type RetireRequest struct {
 
 func (x *RetireRequest) Reset() {
 	*x = RetireRequest{}
-	mi := &file_distash_proto_msgTypes[63]
+	mi := &file_distash_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4607,7 +4713,7 @@ func (x *RetireRequest) String() string {
 func (*RetireRequest) ProtoMessage() {}
 
 func (x *RetireRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[63]
+	mi := &file_distash_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4620,7 +4726,7 @@ func (x *RetireRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetireRequest.ProtoReflect.Descriptor instead.
 func (*RetireRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{63}
+	return file_distash_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *RetireRequest) GetTag() uint32 {
@@ -4647,7 +4753,7 @@ type RetireResponse struct {
 
 func (x *RetireResponse) Reset() {
 	*x = RetireResponse{}
-	mi := &file_distash_proto_msgTypes[64]
+	mi := &file_distash_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4659,7 +4765,7 @@ func (x *RetireResponse) String() string {
 func (*RetireResponse) ProtoMessage() {}
 
 func (x *RetireResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[64]
+	mi := &file_distash_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4672,7 +4778,7 @@ func (x *RetireResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetireResponse.ProtoReflect.Descriptor instead.
 func (*RetireResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{64}
+	return file_distash_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *RetireResponse) GetError() *Error {
@@ -4700,7 +4806,7 @@ type KillRequest struct {
 
 func (x *KillRequest) Reset() {
 	*x = KillRequest{}
-	mi := &file_distash_proto_msgTypes[65]
+	mi := &file_distash_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4712,7 +4818,7 @@ func (x *KillRequest) String() string {
 func (*KillRequest) ProtoMessage() {}
 
 func (x *KillRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[65]
+	mi := &file_distash_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4725,7 +4831,7 @@ func (x *KillRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KillRequest.ProtoReflect.Descriptor instead.
 func (*KillRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{65}
+	return file_distash_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *KillRequest) GetReason() string {
@@ -4744,7 +4850,7 @@ type KillResponse struct {
 
 func (x *KillResponse) Reset() {
 	*x = KillResponse{}
-	mi := &file_distash_proto_msgTypes[66]
+	mi := &file_distash_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4756,7 +4862,7 @@ func (x *KillResponse) String() string {
 func (*KillResponse) ProtoMessage() {}
 
 func (x *KillResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[66]
+	mi := &file_distash_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4769,7 +4875,7 @@ func (x *KillResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KillResponse.ProtoReflect.Descriptor instead.
 func (*KillResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{66}
+	return file_distash_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *KillResponse) GetError() *Error {
@@ -5011,7 +5117,13 @@ const file_distash_proto_rawDesc = "" +
 	"\arequest\x18\x02 \x01(\v2\x19.distash.v1.CommitRequestR\arequest\"^\n" +
 	"\x14CommitStreamResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x126\n" +
-	"\bresponse\x18\x02 \x01(\v2\x1a.distash.v1.CommitResponseR\bresponse\"R\n" +
+	"\bresponse\x18\x02 \x01(\v2\x1a.distash.v1.CommitResponseR\bresponse\"V\n" +
+	"\x11ReadStreamRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x121\n" +
+	"\arequest\x18\x02 \x01(\v2\x17.distash.v1.ReadRequestR\arequest\"Z\n" +
+	"\x12ReadStreamResponse\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x124\n" +
+	"\bresponse\x18\x02 \x01(\v2\x18.distash.v1.ReadResponseR\bresponse\"R\n" +
 	"\vPeekRequest\x12\x10\n" +
 	"\x03tag\x18\x01 \x01(\rR\x03tag\x12\x14\n" +
 	"\x05after\x18\x02 \x01(\x03R\x05after\x12\x1b\n" +
@@ -5177,11 +5289,13 @@ const file_distash_proto_rawDesc = "" +
 	"\vKillRequest\x12\x16\n" +
 	"\x06reason\x18\x01 \x01(\tR\x06reason\"7\n" +
 	"\fKillResponse\x12'\n" +
-	"\x05error\x18\x01 \x01(\v2\x11.distash.v1.ErrorR\x05error2\xf1\x05\n" +
+	"\x05error\x18\x01 \x01(\v2\x11.distash.v1.ErrorR\x05error2\xc2\x06\n" +
 	"\aDiStash\x12W\n" +
 	"\x0eGetReadVersion\x12!.distash.v1.GetReadVersionRequest\x1a\".distash.v1.GetReadVersionResponse\x12?\n" +
 	"\x06Commit\x12\x19.distash.v1.CommitRequest\x1a\x1a.distash.v1.CommitResponse\x12U\n" +
-	"\fCommitStream\x12\x1f.distash.v1.CommitStreamRequest\x1a .distash.v1.CommitStreamResponse(\x010\x01\x129\n" +
+	"\fCommitStream\x12\x1f.distash.v1.CommitStreamRequest\x1a .distash.v1.CommitStreamResponse(\x010\x01\x12O\n" +
+	"\n" +
+	"ReadStream\x12\x1d.distash.v1.ReadStreamRequest\x1a\x1e.distash.v1.ReadStreamResponse(\x010\x01\x129\n" +
 	"\x04Read\x12\x17.distash.v1.ReadRequest\x1a\x18.distash.v1.ReadResponse\x12H\n" +
 	"\tReadRange\x12\x1c.distash.v1.ReadRangeRequest\x1a\x1d.distash.v1.ReadRangeResponse\x12H\n" +
 	"\tLocations\x12\x1c.distash.v1.LocationsRequest\x1a\x1d.distash.v1.LocationsResponse\x12N\n" +
@@ -5218,7 +5332,7 @@ func file_distash_proto_rawDescGZIP() []byte {
 	return file_distash_proto_rawDescData
 }
 
-var file_distash_proto_msgTypes = make([]protoimpl.MessageInfo, 67)
+var file_distash_proto_msgTypes = make([]protoimpl.MessageInfo, 69)
 var file_distash_proto_goTypes = []any{
 	(*Error)(nil),                  // 0: distash.v1.Error
 	(*Mutation)(nil),               // 1: distash.v1.Mutation
@@ -5256,37 +5370,39 @@ var file_distash_proto_goTypes = []any{
 	(*ColdestResponse)(nil),        // 33: distash.v1.ColdestResponse
 	(*CommitStreamRequest)(nil),    // 34: distash.v1.CommitStreamRequest
 	(*CommitStreamResponse)(nil),   // 35: distash.v1.CommitStreamResponse
-	(*PeekRequest)(nil),            // 36: distash.v1.PeekRequest
-	(*LogMessage)(nil),             // 37: distash.v1.LogMessage
-	(*PeekResponse)(nil),           // 38: distash.v1.PeekResponse
-	(*PopRequest)(nil),             // 39: distash.v1.PopRequest
-	(*PopResponse)(nil),            // 40: distash.v1.PopResponse
-	(*ReportRequest)(nil),          // 41: distash.v1.ReportRequest
-	(*ReportResponse)(nil),         // 42: distash.v1.ReportResponse
-	(*RegisterRequest)(nil),        // 43: distash.v1.RegisterRequest
-	(*RegisterResponse)(nil),       // 44: distash.v1.RegisterResponse
-	(*HeartbeatRequest)(nil),       // 45: distash.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),      // 46: distash.v1.HeartbeatResponse
-	(*ViewRequest)(nil),            // 47: distash.v1.ViewRequest
-	(*ClusterNode)(nil),            // 48: distash.v1.ClusterNode
-	(*PoolSlots)(nil),              // 49: distash.v1.PoolSlots
-	(*ViewResponse)(nil),           // 50: distash.v1.ViewResponse
-	(*PoolReplication)(nil),        // 51: distash.v1.PoolReplication
-	(*StashLocation)(nil),          // 52: distash.v1.StashLocation
-	(*ClaimRequest)(nil),           // 53: distash.v1.ClaimRequest
-	(*ClaimResponse)(nil),          // 54: distash.v1.ClaimResponse
-	(*RecoveryDoneRequest)(nil),    // 55: distash.v1.RecoveryDoneRequest
-	(*RecoveryDoneResponse)(nil),   // 56: distash.v1.RecoveryDoneResponse
-	(*ExcludeRequest)(nil),         // 57: distash.v1.ExcludeRequest
-	(*ExcludeResponse)(nil),        // 58: distash.v1.ExcludeResponse
-	(*IncludeRequest)(nil),         // 59: distash.v1.IncludeRequest
-	(*IncludeResponse)(nil),        // 60: distash.v1.IncludeResponse
-	(*ConfigureRequest)(nil),       // 61: distash.v1.ConfigureRequest
-	(*ConfigureResponse)(nil),      // 62: distash.v1.ConfigureResponse
-	(*RetireRequest)(nil),          // 63: distash.v1.RetireRequest
-	(*RetireResponse)(nil),         // 64: distash.v1.RetireResponse
-	(*KillRequest)(nil),            // 65: distash.v1.KillRequest
-	(*KillResponse)(nil),           // 66: distash.v1.KillResponse
+	(*ReadStreamRequest)(nil),      // 36: distash.v1.ReadStreamRequest
+	(*ReadStreamResponse)(nil),     // 37: distash.v1.ReadStreamResponse
+	(*PeekRequest)(nil),            // 38: distash.v1.PeekRequest
+	(*LogMessage)(nil),             // 39: distash.v1.LogMessage
+	(*PeekResponse)(nil),           // 40: distash.v1.PeekResponse
+	(*PopRequest)(nil),             // 41: distash.v1.PopRequest
+	(*PopResponse)(nil),            // 42: distash.v1.PopResponse
+	(*ReportRequest)(nil),          // 43: distash.v1.ReportRequest
+	(*ReportResponse)(nil),         // 44: distash.v1.ReportResponse
+	(*RegisterRequest)(nil),        // 45: distash.v1.RegisterRequest
+	(*RegisterResponse)(nil),       // 46: distash.v1.RegisterResponse
+	(*HeartbeatRequest)(nil),       // 47: distash.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),      // 48: distash.v1.HeartbeatResponse
+	(*ViewRequest)(nil),            // 49: distash.v1.ViewRequest
+	(*ClusterNode)(nil),            // 50: distash.v1.ClusterNode
+	(*PoolSlots)(nil),              // 51: distash.v1.PoolSlots
+	(*ViewResponse)(nil),           // 52: distash.v1.ViewResponse
+	(*PoolReplication)(nil),        // 53: distash.v1.PoolReplication
+	(*StashLocation)(nil),          // 54: distash.v1.StashLocation
+	(*ClaimRequest)(nil),           // 55: distash.v1.ClaimRequest
+	(*ClaimResponse)(nil),          // 56: distash.v1.ClaimResponse
+	(*RecoveryDoneRequest)(nil),    // 57: distash.v1.RecoveryDoneRequest
+	(*RecoveryDoneResponse)(nil),   // 58: distash.v1.RecoveryDoneResponse
+	(*ExcludeRequest)(nil),         // 59: distash.v1.ExcludeRequest
+	(*ExcludeResponse)(nil),        // 60: distash.v1.ExcludeResponse
+	(*IncludeRequest)(nil),         // 61: distash.v1.IncludeRequest
+	(*IncludeResponse)(nil),        // 62: distash.v1.IncludeResponse
+	(*ConfigureRequest)(nil),       // 63: distash.v1.ConfigureRequest
+	(*ConfigureResponse)(nil),      // 64: distash.v1.ConfigureResponse
+	(*RetireRequest)(nil),          // 65: distash.v1.RetireRequest
+	(*RetireResponse)(nil),         // 66: distash.v1.RetireResponse
+	(*KillRequest)(nil),            // 67: distash.v1.KillRequest
+	(*KillResponse)(nil),           // 68: distash.v1.KillResponse
 }
 var file_distash_proto_depIdxs = []int32{
 	0,  // 0: distash.v1.GetReadVersionResponse.error:type_name -> distash.v1.Error
@@ -5316,76 +5432,80 @@ var file_distash_proto_depIdxs = []int32{
 	0,  // 24: distash.v1.ColdestResponse.error:type_name -> distash.v1.Error
 	7,  // 25: distash.v1.CommitStreamRequest.request:type_name -> distash.v1.CommitRequest
 	8,  // 26: distash.v1.CommitStreamResponse.response:type_name -> distash.v1.CommitResponse
-	1,  // 27: distash.v1.LogMessage.mutations:type_name -> distash.v1.Mutation
-	37, // 28: distash.v1.PeekResponse.messages:type_name -> distash.v1.LogMessage
-	0,  // 29: distash.v1.PeekResponse.error:type_name -> distash.v1.Error
-	0,  // 30: distash.v1.PopResponse.error:type_name -> distash.v1.Error
-	0,  // 31: distash.v1.ReportResponse.error:type_name -> distash.v1.Error
-	0,  // 32: distash.v1.RegisterResponse.error:type_name -> distash.v1.Error
-	0,  // 33: distash.v1.HeartbeatResponse.error:type_name -> distash.v1.Error
-	48, // 34: distash.v1.ViewResponse.nodes:type_name -> distash.v1.ClusterNode
-	49, // 35: distash.v1.ViewResponse.slots:type_name -> distash.v1.PoolSlots
-	0,  // 36: distash.v1.ViewResponse.error:type_name -> distash.v1.Error
-	52, // 37: distash.v1.ViewResponse.stashes:type_name -> distash.v1.StashLocation
-	51, // 38: distash.v1.ViewResponse.replication:type_name -> distash.v1.PoolReplication
-	0,  // 39: distash.v1.ClaimResponse.error:type_name -> distash.v1.Error
-	0,  // 40: distash.v1.RecoveryDoneResponse.error:type_name -> distash.v1.Error
-	0,  // 41: distash.v1.ExcludeResponse.error:type_name -> distash.v1.Error
-	0,  // 42: distash.v1.IncludeResponse.error:type_name -> distash.v1.Error
-	0,  // 43: distash.v1.ConfigureResponse.error:type_name -> distash.v1.Error
-	0,  // 44: distash.v1.RetireResponse.error:type_name -> distash.v1.Error
-	0,  // 45: distash.v1.KillResponse.error:type_name -> distash.v1.Error
-	5,  // 46: distash.v1.DiStash.GetReadVersion:input_type -> distash.v1.GetReadVersionRequest
-	7,  // 47: distash.v1.DiStash.Commit:input_type -> distash.v1.CommitRequest
-	34, // 48: distash.v1.DiStash.CommitStream:input_type -> distash.v1.CommitStreamRequest
-	9,  // 49: distash.v1.DiStash.Read:input_type -> distash.v1.ReadRequest
-	11, // 50: distash.v1.DiStash.ReadRange:input_type -> distash.v1.ReadRangeRequest
-	13, // 51: distash.v1.DiStash.Locations:input_type -> distash.v1.LocationsRequest
-	17, // 52: distash.v1.DiStash.ClusterInfo:input_type -> distash.v1.ClusterInfoRequest
-	26, // 53: distash.v1.DiStash.Status:input_type -> distash.v1.StatusRequest
-	32, // 54: distash.v1.DiStash.Coldest:input_type -> distash.v1.ColdestRequest
-	22, // 55: distash.v1.DiStash.ShardMetrics:input_type -> distash.v1.ShardMetricsRequest
-	36, // 56: distash.v1.Log.Peek:input_type -> distash.v1.PeekRequest
-	39, // 57: distash.v1.Log.Pop:input_type -> distash.v1.PopRequest
-	41, // 58: distash.v1.Log.Report:input_type -> distash.v1.ReportRequest
-	43, // 59: distash.v1.Coordinator.Register:input_type -> distash.v1.RegisterRequest
-	45, // 60: distash.v1.Coordinator.Heartbeat:input_type -> distash.v1.HeartbeatRequest
-	47, // 61: distash.v1.Coordinator.View:input_type -> distash.v1.ViewRequest
-	53, // 62: distash.v1.Coordinator.Claim:input_type -> distash.v1.ClaimRequest
-	55, // 63: distash.v1.Coordinator.RecoveryDone:input_type -> distash.v1.RecoveryDoneRequest
-	57, // 64: distash.v1.Coordinator.Exclude:input_type -> distash.v1.ExcludeRequest
-	59, // 65: distash.v1.Coordinator.Include:input_type -> distash.v1.IncludeRequest
-	61, // 66: distash.v1.Coordinator.Configure:input_type -> distash.v1.ConfigureRequest
-	63, // 67: distash.v1.Coordinator.Retire:input_type -> distash.v1.RetireRequest
-	65, // 68: distash.v1.Admin.Kill:input_type -> distash.v1.KillRequest
-	6,  // 69: distash.v1.DiStash.GetReadVersion:output_type -> distash.v1.GetReadVersionResponse
-	8,  // 70: distash.v1.DiStash.Commit:output_type -> distash.v1.CommitResponse
-	35, // 71: distash.v1.DiStash.CommitStream:output_type -> distash.v1.CommitStreamResponse
-	10, // 72: distash.v1.DiStash.Read:output_type -> distash.v1.ReadResponse
-	12, // 73: distash.v1.DiStash.ReadRange:output_type -> distash.v1.ReadRangeResponse
-	15, // 74: distash.v1.DiStash.Locations:output_type -> distash.v1.LocationsResponse
-	18, // 75: distash.v1.DiStash.ClusterInfo:output_type -> distash.v1.ClusterInfoResponse
-	27, // 76: distash.v1.DiStash.Status:output_type -> distash.v1.StatusResponse
-	33, // 77: distash.v1.DiStash.Coldest:output_type -> distash.v1.ColdestResponse
-	25, // 78: distash.v1.DiStash.ShardMetrics:output_type -> distash.v1.ShardMetricsResponse
-	38, // 79: distash.v1.Log.Peek:output_type -> distash.v1.PeekResponse
-	40, // 80: distash.v1.Log.Pop:output_type -> distash.v1.PopResponse
-	42, // 81: distash.v1.Log.Report:output_type -> distash.v1.ReportResponse
-	44, // 82: distash.v1.Coordinator.Register:output_type -> distash.v1.RegisterResponse
-	46, // 83: distash.v1.Coordinator.Heartbeat:output_type -> distash.v1.HeartbeatResponse
-	50, // 84: distash.v1.Coordinator.View:output_type -> distash.v1.ViewResponse
-	54, // 85: distash.v1.Coordinator.Claim:output_type -> distash.v1.ClaimResponse
-	56, // 86: distash.v1.Coordinator.RecoveryDone:output_type -> distash.v1.RecoveryDoneResponse
-	58, // 87: distash.v1.Coordinator.Exclude:output_type -> distash.v1.ExcludeResponse
-	60, // 88: distash.v1.Coordinator.Include:output_type -> distash.v1.IncludeResponse
-	62, // 89: distash.v1.Coordinator.Configure:output_type -> distash.v1.ConfigureResponse
-	64, // 90: distash.v1.Coordinator.Retire:output_type -> distash.v1.RetireResponse
-	66, // 91: distash.v1.Admin.Kill:output_type -> distash.v1.KillResponse
-	69, // [69:92] is the sub-list for method output_type
-	46, // [46:69] is the sub-list for method input_type
-	46, // [46:46] is the sub-list for extension type_name
-	46, // [46:46] is the sub-list for extension extendee
-	0,  // [0:46] is the sub-list for field type_name
+	9,  // 27: distash.v1.ReadStreamRequest.request:type_name -> distash.v1.ReadRequest
+	10, // 28: distash.v1.ReadStreamResponse.response:type_name -> distash.v1.ReadResponse
+	1,  // 29: distash.v1.LogMessage.mutations:type_name -> distash.v1.Mutation
+	39, // 30: distash.v1.PeekResponse.messages:type_name -> distash.v1.LogMessage
+	0,  // 31: distash.v1.PeekResponse.error:type_name -> distash.v1.Error
+	0,  // 32: distash.v1.PopResponse.error:type_name -> distash.v1.Error
+	0,  // 33: distash.v1.ReportResponse.error:type_name -> distash.v1.Error
+	0,  // 34: distash.v1.RegisterResponse.error:type_name -> distash.v1.Error
+	0,  // 35: distash.v1.HeartbeatResponse.error:type_name -> distash.v1.Error
+	50, // 36: distash.v1.ViewResponse.nodes:type_name -> distash.v1.ClusterNode
+	51, // 37: distash.v1.ViewResponse.slots:type_name -> distash.v1.PoolSlots
+	0,  // 38: distash.v1.ViewResponse.error:type_name -> distash.v1.Error
+	54, // 39: distash.v1.ViewResponse.stashes:type_name -> distash.v1.StashLocation
+	53, // 40: distash.v1.ViewResponse.replication:type_name -> distash.v1.PoolReplication
+	0,  // 41: distash.v1.ClaimResponse.error:type_name -> distash.v1.Error
+	0,  // 42: distash.v1.RecoveryDoneResponse.error:type_name -> distash.v1.Error
+	0,  // 43: distash.v1.ExcludeResponse.error:type_name -> distash.v1.Error
+	0,  // 44: distash.v1.IncludeResponse.error:type_name -> distash.v1.Error
+	0,  // 45: distash.v1.ConfigureResponse.error:type_name -> distash.v1.Error
+	0,  // 46: distash.v1.RetireResponse.error:type_name -> distash.v1.Error
+	0,  // 47: distash.v1.KillResponse.error:type_name -> distash.v1.Error
+	5,  // 48: distash.v1.DiStash.GetReadVersion:input_type -> distash.v1.GetReadVersionRequest
+	7,  // 49: distash.v1.DiStash.Commit:input_type -> distash.v1.CommitRequest
+	34, // 50: distash.v1.DiStash.CommitStream:input_type -> distash.v1.CommitStreamRequest
+	36, // 51: distash.v1.DiStash.ReadStream:input_type -> distash.v1.ReadStreamRequest
+	9,  // 52: distash.v1.DiStash.Read:input_type -> distash.v1.ReadRequest
+	11, // 53: distash.v1.DiStash.ReadRange:input_type -> distash.v1.ReadRangeRequest
+	13, // 54: distash.v1.DiStash.Locations:input_type -> distash.v1.LocationsRequest
+	17, // 55: distash.v1.DiStash.ClusterInfo:input_type -> distash.v1.ClusterInfoRequest
+	26, // 56: distash.v1.DiStash.Status:input_type -> distash.v1.StatusRequest
+	32, // 57: distash.v1.DiStash.Coldest:input_type -> distash.v1.ColdestRequest
+	22, // 58: distash.v1.DiStash.ShardMetrics:input_type -> distash.v1.ShardMetricsRequest
+	38, // 59: distash.v1.Log.Peek:input_type -> distash.v1.PeekRequest
+	41, // 60: distash.v1.Log.Pop:input_type -> distash.v1.PopRequest
+	43, // 61: distash.v1.Log.Report:input_type -> distash.v1.ReportRequest
+	45, // 62: distash.v1.Coordinator.Register:input_type -> distash.v1.RegisterRequest
+	47, // 63: distash.v1.Coordinator.Heartbeat:input_type -> distash.v1.HeartbeatRequest
+	49, // 64: distash.v1.Coordinator.View:input_type -> distash.v1.ViewRequest
+	55, // 65: distash.v1.Coordinator.Claim:input_type -> distash.v1.ClaimRequest
+	57, // 66: distash.v1.Coordinator.RecoveryDone:input_type -> distash.v1.RecoveryDoneRequest
+	59, // 67: distash.v1.Coordinator.Exclude:input_type -> distash.v1.ExcludeRequest
+	61, // 68: distash.v1.Coordinator.Include:input_type -> distash.v1.IncludeRequest
+	63, // 69: distash.v1.Coordinator.Configure:input_type -> distash.v1.ConfigureRequest
+	65, // 70: distash.v1.Coordinator.Retire:input_type -> distash.v1.RetireRequest
+	67, // 71: distash.v1.Admin.Kill:input_type -> distash.v1.KillRequest
+	6,  // 72: distash.v1.DiStash.GetReadVersion:output_type -> distash.v1.GetReadVersionResponse
+	8,  // 73: distash.v1.DiStash.Commit:output_type -> distash.v1.CommitResponse
+	35, // 74: distash.v1.DiStash.CommitStream:output_type -> distash.v1.CommitStreamResponse
+	37, // 75: distash.v1.DiStash.ReadStream:output_type -> distash.v1.ReadStreamResponse
+	10, // 76: distash.v1.DiStash.Read:output_type -> distash.v1.ReadResponse
+	12, // 77: distash.v1.DiStash.ReadRange:output_type -> distash.v1.ReadRangeResponse
+	15, // 78: distash.v1.DiStash.Locations:output_type -> distash.v1.LocationsResponse
+	18, // 79: distash.v1.DiStash.ClusterInfo:output_type -> distash.v1.ClusterInfoResponse
+	27, // 80: distash.v1.DiStash.Status:output_type -> distash.v1.StatusResponse
+	33, // 81: distash.v1.DiStash.Coldest:output_type -> distash.v1.ColdestResponse
+	25, // 82: distash.v1.DiStash.ShardMetrics:output_type -> distash.v1.ShardMetricsResponse
+	40, // 83: distash.v1.Log.Peek:output_type -> distash.v1.PeekResponse
+	42, // 84: distash.v1.Log.Pop:output_type -> distash.v1.PopResponse
+	44, // 85: distash.v1.Log.Report:output_type -> distash.v1.ReportResponse
+	46, // 86: distash.v1.Coordinator.Register:output_type -> distash.v1.RegisterResponse
+	48, // 87: distash.v1.Coordinator.Heartbeat:output_type -> distash.v1.HeartbeatResponse
+	52, // 88: distash.v1.Coordinator.View:output_type -> distash.v1.ViewResponse
+	56, // 89: distash.v1.Coordinator.Claim:output_type -> distash.v1.ClaimResponse
+	58, // 90: distash.v1.Coordinator.RecoveryDone:output_type -> distash.v1.RecoveryDoneResponse
+	60, // 91: distash.v1.Coordinator.Exclude:output_type -> distash.v1.ExcludeResponse
+	62, // 92: distash.v1.Coordinator.Include:output_type -> distash.v1.IncludeResponse
+	64, // 93: distash.v1.Coordinator.Configure:output_type -> distash.v1.ConfigureResponse
+	66, // 94: distash.v1.Coordinator.Retire:output_type -> distash.v1.RetireResponse
+	68, // 95: distash.v1.Admin.Kill:output_type -> distash.v1.KillResponse
+	72, // [72:96] is the sub-list for method output_type
+	48, // [48:72] is the sub-list for method input_type
+	48, // [48:48] is the sub-list for extension type_name
+	48, // [48:48] is the sub-list for extension extendee
+	0,  // [0:48] is the sub-list for field type_name
 }
 
 func init() { file_distash_proto_init() }
@@ -5399,7 +5519,7 @@ func file_distash_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_distash_proto_rawDesc), len(file_distash_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   67,
+			NumMessages:   69,
 			NumExtensions: 0,
 			NumServices:   4,
 		},

@@ -26,6 +26,7 @@ const (
 	DiStash_GetReadVersion_FullMethodName = "/distash.v1.DiStash/GetReadVersion"
 	DiStash_Commit_FullMethodName         = "/distash.v1.DiStash/Commit"
 	DiStash_CommitStream_FullMethodName   = "/distash.v1.DiStash/CommitStream"
+	DiStash_ReadStream_FullMethodName     = "/distash.v1.DiStash/ReadStream"
 	DiStash_Read_FullMethodName           = "/distash.v1.DiStash/Read"
 	DiStash_ReadRange_FullMethodName      = "/distash.v1.DiStash/ReadRange"
 	DiStash_Locations_FullMethodName      = "/distash.v1.DiStash/Locations"
@@ -42,6 +43,7 @@ type DiStashClient interface {
 	GetReadVersion(ctx context.Context, in *GetReadVersionRequest, opts ...grpc.CallOption) (*GetReadVersionResponse, error)
 	Commit(ctx context.Context, in *CommitRequest, opts ...grpc.CallOption) (*CommitResponse, error)
 	CommitStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[CommitStreamRequest, CommitStreamResponse], error)
+	ReadStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ReadStreamRequest, ReadStreamResponse], error)
 	Read(ctx context.Context, in *ReadRequest, opts ...grpc.CallOption) (*ReadResponse, error)
 	ReadRange(ctx context.Context, in *ReadRangeRequest, opts ...grpc.CallOption) (*ReadRangeResponse, error)
 	Locations(ctx context.Context, in *LocationsRequest, opts ...grpc.CallOption) (*LocationsResponse, error)
@@ -93,6 +95,19 @@ func (c *diStashClient) CommitStream(ctx context.Context, opts ...grpc.CallOptio
 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type DiStash_CommitStreamClient = grpc.BidiStreamingClient[CommitStreamRequest, CommitStreamResponse]
+
+func (c *diStashClient) ReadStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ReadStreamRequest, ReadStreamResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &DiStash_ServiceDesc.Streams[1], DiStash_ReadStream_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ReadStreamRequest, ReadStreamResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type DiStash_ReadStreamClient = grpc.BidiStreamingClient[ReadStreamRequest, ReadStreamResponse]
 
 func (c *diStashClient) Read(ctx context.Context, in *ReadRequest, opts ...grpc.CallOption) (*ReadResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
@@ -171,6 +186,7 @@ type DiStashServer interface {
 	GetReadVersion(context.Context, *GetReadVersionRequest) (*GetReadVersionResponse, error)
 	Commit(context.Context, *CommitRequest) (*CommitResponse, error)
 	CommitStream(grpc.BidiStreamingServer[CommitStreamRequest, CommitStreamResponse]) error
+	ReadStream(grpc.BidiStreamingServer[ReadStreamRequest, ReadStreamResponse]) error
 	Read(context.Context, *ReadRequest) (*ReadResponse, error)
 	ReadRange(context.Context, *ReadRangeRequest) (*ReadRangeResponse, error)
 	Locations(context.Context, *LocationsRequest) (*LocationsResponse, error)
@@ -198,6 +214,9 @@ func (UnimplementedDiStashServer) Commit(context.Context, *CommitRequest) (*Comm
 }
 func (UnimplementedDiStashServer) CommitStream(grpc.BidiStreamingServer[CommitStreamRequest, CommitStreamResponse]) error {
 	return status.Error(codes.Unimplemented, "method CommitStream not implemented")
+}
+func (UnimplementedDiStashServer) ReadStream(grpc.BidiStreamingServer[ReadStreamRequest, ReadStreamResponse]) error {
+	return status.Error(codes.Unimplemented, "method ReadStream not implemented")
 }
 func (UnimplementedDiStashServer) Read(context.Context, *ReadRequest) (*ReadResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Read not implemented")
@@ -283,6 +302,13 @@ func _DiStash_CommitStream_Handler(srv interface{}, stream grpc.ServerStream) er
 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type DiStash_CommitStreamServer = grpc.BidiStreamingServer[CommitStreamRequest, CommitStreamResponse]
+
+func _DiStash_ReadStream_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(DiStashServer).ReadStream(&grpc.GenericServerStream[ReadStreamRequest, ReadStreamResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type DiStash_ReadStreamServer = grpc.BidiStreamingServer[ReadStreamRequest, ReadStreamResponse]
 
 func _DiStash_Read_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ReadRequest)
@@ -458,6 +484,12 @@ var DiStash_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "CommitStream",
 			Handler:       _DiStash_CommitStream_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+		{
+			StreamName:    "ReadStream",
+			Handler:       _DiStash_ReadStream_Handler,
 			ServerStreams: true,
 			ClientStreams: true,
 		},

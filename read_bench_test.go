@@ -1,0 +1,107 @@
+package distash_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/distash/distash"
+)
+
+// onePoolEach is the read benchmark's cluster: one DRAM and one Pebble
+// pool, one stash each, R=1 (the YCSB comparison's setup).
+const onePoolEach = `
+[[pool]]
+name = "dram"
+prefix = "m/"
+medium = "dram"
+mode = "ephemeral"
+engine = "memory"
+capacity = "256MiB"
+
+[[pool]]
+name = "pebble"
+prefix = "p/"
+medium = "ssd"
+mode = "durable"
+engine = "pebble"
+`
+
+// BenchmarkReadTransactions measures read-only transactions of one key
+// (a read version, then one read), 64 at a time, on each pool: ops/s and
+// p50/p99 latency. go test -run XXX -bench ReadTransactions .
+func BenchmarkReadTransactions(b *testing.B) {
+	c := startCluster(b, onePoolEach)
+	ctx := context.Background()
+	const records = 20000
+	val := make([]byte, 1000)
+	for _, prefix := range []string{"m/", "p/"} {
+		for i := 0; i < records; i += 500 {
+			err := c.DB.Transact(ctx, func(tr *distash.Tx) error {
+				for j := i; j < i+500; j++ {
+					tr.Set([]byte(fmt.Sprintf("%suser%08d", prefix, j)), val)
+				}
+				return nil
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	for _, prefix := range []string{"m/", "p/"} {
+		b.Run(prefix[:1], func(b *testing.B) {
+			const threads = 64
+			var mu sync.Mutex
+			var lats []time.Duration
+			var next int64
+			began := time.Now()
+			var wg sync.WaitGroup
+			for g := 0; g < threads; g++ {
+				wg.Add(1)
+				go func(seed uint64) {
+					defer wg.Done()
+					rng := rand.New(rand.NewPCG(seed, 7))
+					var mine []time.Duration
+					for {
+						mu.Lock()
+						if next >= int64(b.N) {
+							mu.Unlock()
+							break
+						}
+						next++
+						mu.Unlock()
+						k := []byte(fmt.Sprintf("%suser%08d", prefix, rng.IntN(records)))
+						t0 := time.Now()
+						err := c.DB.ReadTransact(ctx, func(tr *distash.Tx) error {
+							v, err := tr.Get(k)
+							if err == nil && len(v) != len(val) {
+								err = fmt.Errorf("%s: %d bytes", k, len(v))
+							}
+							return err
+						})
+						if err != nil {
+							b.Error(err)
+							return
+						}
+						mine = append(mine, time.Since(t0))
+					}
+					mu.Lock()
+					lats = append(lats, mine...)
+					mu.Unlock()
+				}(uint64(g))
+			}
+			wg.Wait()
+			elapsed := time.Since(began)
+			sort.Slice(lats, func(i, j int) bool { return lats[i] < lats[j] })
+			if len(lats) > 0 {
+				b.ReportMetric(float64(len(lats))/elapsed.Seconds(), "ops/s")
+				b.ReportMetric(float64(lats[len(lats)/2].Microseconds()), "p50-µs")
+				b.ReportMetric(float64(lats[len(lats)*99/100].Microseconds()), "p99-µs")
+			}
+		})
+	}
+}
