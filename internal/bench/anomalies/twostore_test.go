@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/distash/distash/internal/bench/peerserver"
 )
 
 // needServers skips the test when redis-server or PostgreSQL is missing.
@@ -68,11 +70,11 @@ func TestRedisPostgres(t *testing.T) {
 	// by step replay above is the deterministic check.
 
 	s.close()
-	for _, proc := range []*process{p.redis, p.postgres} {
+	for _, proc := range []*peerserver.Process{p.redis.Process, p.postgres.Process} {
 		select {
-		case <-proc.exited:
+		case <-proc.Exited():
 		default:
-			t.Errorf("%s still running after stop", proc.name)
+			t.Errorf("%s still running after stop", proc.Name)
 		}
 	}
 	if _, err := os.Stat(p.dir); !os.IsNotExist(err) {
@@ -83,10 +85,10 @@ func TestRedisPostgres(t *testing.T) {
 // TestServersMissing: without the servers, Run fails at once, naming the
 // Debian packages to install.
 func TestServersMissing(t *testing.T) {
-	oldGlob, oldDirs := pgBinGlob, redisExtraDirs
-	defer func() { pgBinGlob, redisExtraDirs = oldGlob, oldDirs }()
+	oldGlob, oldDirs := peerserver.PGBinGlob, peerserver.RedisExtraDirs
+	defer func() { peerserver.PGBinGlob, peerserver.RedisExtraDirs = oldGlob, oldDirs }()
 	empty := t.TempDir()
-	pgBinGlob, redisExtraDirs = filepath.Join(empty, "*", "bin"), nil
+	peerserver.PGBinGlob, peerserver.RedisExtraDirs = filepath.Join(empty, "*", "bin"), nil
 	t.Setenv("PATH", empty)
 
 	err := CheckServers()

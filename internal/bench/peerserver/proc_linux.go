@@ -1,4 +1,4 @@
-package anomalies
+package peerserver
 
 import "syscall"
 

@@ -1,8 +1,8 @@
 //go:build !linux
 
-package anomalies
+package peerserver
 
 import "syscall"
 
-// procAttr is unused off Linux: findBinaries refuses to run the peers.
+// procAttr is unused off Linux: the binary lookups refuse to run the peers.
 func procAttr(uid, gid int) *syscall.SysProcAttr { return nil }
