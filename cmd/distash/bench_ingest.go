@@ -13,6 +13,19 @@ import (
 	"github.com/distash/distash/internal/bench/ingest"
 )
 
+// embeddedConfig reads a bench command's --config file ("" without one);
+// it is refused with --cluster, whose running cluster has its own.
+func embeddedConfig(path, cluster string) (string, error) {
+	if path == "" {
+		return "", nil
+	}
+	if cluster != "" {
+		return "", fmt.Errorf("--config is for the embedded cluster; with --cluster the running cluster's configuration applies")
+	}
+	b, err := os.ReadFile(path)
+	return string(b), err
+}
+
 func benchIngestCmd() *cobra.Command {
 	o := ingest.Options{}
 	var cpuProfile, traceFile, configPath string
@@ -23,15 +36,12 @@ func benchIngestCmd() *cobra.Command {
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 			defer stop()
 			o.Progress = true
-			if configPath != "" {
-				if o.Cluster != "" {
-					return fmt.Errorf("--config is for the embedded cluster; with --cluster the running cluster's configuration applies")
-				}
-				b, err := os.ReadFile(configPath)
-				if err != nil {
-					return err
-				}
-				o.ConfigTOML = string(b)
+			toml, err := embeddedConfig(configPath, o.Cluster)
+			if err != nil {
+				return err
+			}
+			if toml != "" {
+				o.ConfigTOML = toml
 			}
 			if traceFile != "" {
 				f, err := os.Create(traceFile)
@@ -51,7 +61,7 @@ func benchIngestCmd() *cobra.Command {
 				}
 				defer stop()
 			}
-			_, err := ingest.Run(ctx, o, os.Stdout)
+			_, err = ingest.Run(ctx, o, os.Stdout)
 			return err
 		},
 	}

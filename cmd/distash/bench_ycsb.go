@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"os/signal"
 
@@ -31,17 +30,14 @@ ycsb.png. See docs/benchmarks.md.`,
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 			defer stop()
 			o.Progress = true
-			if configPath != "" {
-				if o.Cluster != "" {
-					return fmt.Errorf("--config is for the embedded cluster; with --cluster the running cluster's configuration applies")
-				}
-				b, err := os.ReadFile(configPath)
-				if err != nil {
-					return err
-				}
-				o.ConfigTOML = string(b)
+			toml, err := embeddedConfig(configPath, o.Cluster)
+			if err != nil {
+				return err
 			}
-			_, err := ycsb.Run(ctx, o, cmd.OutOrStdout())
+			if toml != "" {
+				o.ConfigTOML = toml
+			}
+			_, err = ycsb.Run(ctx, o, cmd.OutOrStdout())
 			return err
 		},
 	}

@@ -60,8 +60,9 @@ type Result struct {
 // Interval is the timeline's bucket width.
 const Interval = 250 * time.Millisecond
 
-// Config is the benchmark's cluster: one stash per pool, replication 1.
-const Config = `
+// TwoPools is a cluster of one DRAM pool and one Pebble pool, one stash
+// each, replication 1, one log replica (the YCSB benchmark's too).
+const TwoPools = `
 [cluster]
 mvcc_window = "5s"
 
@@ -86,7 +87,11 @@ mode = "durable"
 engine = "pebble"
 stashes = 1
 replication = 1
+`
 
+// Config is the benchmark's cluster: TwoPools and a SQLite pool, one
+// stash per pool, replication 1.
+const Config = TwoPools + `
 [[pool]]
 name = "sqlite"
 prefix = "s/"

@@ -29,6 +29,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/distash/distash/internal/bench/ingest"
 	"image/color"
 	"io"
 	"maps"
@@ -108,32 +109,7 @@ type Options struct {
 
 // Config is the default embedded cluster: a DRAM pool and a Pebble pool,
 // one stash each, replication 1, one log replica.
-const Config = `
-[cluster]
-mvcc_window = "5s"
-
-[log]
-replicas = 1
-
-[[pool]]
-name = "dram"
-prefix = "m/"
-medium = "dram"
-mode = "ephemeral"
-engine = "memory"
-stashes = 1
-replication = 1
-capacity = "4GiB"
-
-[[pool]]
-name = "pebble"
-prefix = "p/"
-medium = "ssd"
-mode = "durable"
-engine = "pebble"
-stashes = 1
-replication = 1
-`
+const Config = ingest.TwoPools
 
 // OpStats are one operation type's figures in one phase.
 type OpStats struct {
