@@ -97,6 +97,18 @@ func newSimCluster(t *testing.T, replay string) *simCluster {
 
 func (c *simCluster) clusterString() string { return strings.Join(c.coords, ",") }
 
+// open opens a client of the cluster, dialing from the client's simnet
+// node; it is closed when the test ends.
+func (c *simCluster) open(ctx context.Context) *distash.DB {
+	c.t.Helper()
+	db, err := distash.Open(ctx, c.clusterString(), distash.WithDialer(c.net.Dialer(clientNode)))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.t.Cleanup(func() { db.Close() })
+	return db
+}
+
 // startNode starts n (again, after a stop) on its directory; it returns
 // once the node has registered with the controller.
 func (c *simCluster) startNode(ctx context.Context, n *simNode) error {
@@ -610,11 +622,7 @@ func TestStaleProxyCannotCommit(t *testing.T) {
 	sctx, scancel := context.WithTimeout(ctx, 60*time.Second)
 	c.startAll(sctx)
 	scancel()
-	db, err := distash.Open(ctx, c.clusterString(), distash.WithDialer(c.net.Dialer(clientNode)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	db := c.open(ctx)
 	set := func(k, v string) error {
 		tctx, tcancel := context.WithTimeout(ctx, 20*time.Second)
 		defer tcancel()
@@ -747,11 +755,7 @@ func TestRestartedTransactionNodesCanLead(t *testing.T) {
 	sctx, scancel := context.WithTimeout(ctx, 60*time.Second)
 	c.startAll(sctx)
 	scancel()
-	db, err := distash.Open(ctx, c.clusterString(), distash.WithDialer(c.net.Dialer(clientNode)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	db := c.open(ctx)
 	set := func(d time.Duration) error {
 		tctx, tcancel := context.WithTimeout(ctx, d)
 		defer tcancel()
@@ -818,11 +822,7 @@ func TestLostSystemStashIsRebuilt(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	c.startAll(ctx)
-	db, err := distash.Open(ctx, c.clusterString(), distash.WithDialer(c.net.Dialer(clientNode)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	db := c.open(ctx)
 	cc, err := coordrpc.NewClient(c.clusterString(), coordrpc.ClientOptions{Dialer: c.net.Dialer("probe")})
 	if err != nil {
 		t.Fatal(err)

@@ -155,11 +155,7 @@ func TestStashJoinsThenIsExcludedAndIncluded(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	c.startAll(ctx)
-	db, err := distash.Open(ctx, c.clusterString(), distash.WithDialer(c.net.Dialer(clientNode)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	db := c.open(ctx)
 
 	value := func(i int) string { return fmt.Sprintf("value-%06d-%080d", i, i) }
 	for i := 0; i < 2000; i += 50 {
@@ -312,11 +308,7 @@ func TestDramStashRestartRejoinsEmpty(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	c.startAll(ctx)
-	db, err := distash.Open(ctx, c.clusterString(), distash.WithDialer(c.net.Dialer(clientNode)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	db := c.open(ctx)
 
 	const keys = 300
 	var counter atomic.Int64
@@ -416,7 +408,7 @@ func TestDramStashRestartRejoinsEmpty(t *testing.T) {
 		t.Fatalf("an older value after a newer one: %s", *p)
 	}
 	// Every key still has a value: one replica always had it.
-	err = db.ReadTransact(ctx, func(tr *distash.Tx) error {
+	err := db.ReadTransact(ctx, func(tr *distash.Tx) error {
 		for i := 0; i < keys; i++ {
 			v, err := tr.Get([]byte(fmt.Sprintf("c/k:%03d", i)))
 			if err != nil {
