@@ -30,10 +30,6 @@ import (
 type distEnv struct {
 	s *Server
 	r *txRoles
-
-	mu   sync.Mutex
-	view *wire.ViewResponse // Protected by mu. Cluster mode: last view.
-	at   time.Time          // Protected by mu.
 }
 
 // ddInterval is the data distributor's round; tests shorten it.
@@ -48,29 +44,9 @@ func (s *Server) newDistributor(r *txRoles) (*dd.Distributor, *distEnv) {
 	return d, env
 }
 
-// clusterView returns a recent view of the controller (cluster mode).
-func (e *distEnv) clusterView() *wire.ViewResponse {
-	n := e.s.node
-	if n == nil {
-		return nil
-	}
-	e.mu.Lock()
-	v, at := e.view, e.at
-	e.mu.Unlock()
-	if v != nil && time.Since(at) < ddInterval {
-		return v
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	nv, err := n.cc.View(ctx)
-	if err != nil {
-		return v // the last one, if any
-	}
-	e.mu.Lock()
-	e.view, e.at = nv, time.Now()
-	e.mu.Unlock()
-	return nv
-}
+// clusterView returns a view of the controller at most one round old
+// (cluster mode; nil embedded).
+func (e *distEnv) clusterView() *wire.ViewResponse { return e.s.viewWithin(ddInterval) }
 
 func (e *distEnv) pools() []dd.PoolSettings {
 	var out []dd.PoolSettings
@@ -198,9 +174,9 @@ func (e *distEnv) Retire(ctx context.Context, tag kv.Tag) error {
 	return nil
 }
 
-// viewCache keeps the controller's last view for a node's lookups of
-// stash addresses (fetches, metrics); it is refreshed at most once a
-// second on demand.
+// viewCache keeps the controller's last view for a node's lookups (stash
+// addresses for fetches and metrics, the data distributor's stashes and
+// settings); it is refreshed on demand when older than its reader allows.
 type viewCache struct {
 	mu   sync.Mutex
 	view *wire.ViewResponse // Protected by mu.
@@ -208,7 +184,11 @@ type viewCache struct {
 }
 
 // lastView returns a view at most a second old (nil if none could be had).
-func (s *Server) lastView() *wire.ViewResponse {
+func (s *Server) lastView() *wire.ViewResponse { return s.viewWithin(time.Second) }
+
+// viewWithin returns a view at most maxAge old, or the last one if the
+// controller does not answer (nil if none could be had, and embedded).
+func (s *Server) viewWithin(maxAge time.Duration) *wire.ViewResponse {
 	n := s.node
 	if n == nil {
 		return nil
@@ -216,7 +196,7 @@ func (s *Server) lastView() *wire.ViewResponse {
 	c := &s.views
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.view != nil && time.Since(c.at) < time.Second {
+	if c.view != nil && time.Since(c.at) < maxAge {
 		return c.view
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
