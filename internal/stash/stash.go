@@ -153,9 +153,11 @@ type Stash struct {
 	// sample estimates the bytes of key ranges (shard sizes, split keys).
 	// Protected by mu.
 	sample *dd.ByteSample
-	// writes estimates recent write rates (shards written fast split).
-	// Protected by mu.
+	// writes estimates recent write rates (shards written fast split);
+	// applyNow is the time of the batch being applied, one clock read per
+	// batch rather than per mutation. Protected by mu.
 	writes    *dd.WriteRate
+	applyNow  time.Time
 	fetchWake chan struct{}
 	// dropped counts mutations for keys the stash does not hold (should
 	// stay 0); movedIn counts ranges fetched.
@@ -383,6 +385,7 @@ func (s *Stash) pullLoop(ctx context.Context) error {
 // reports that the window is past its budget.
 func (s *Stash) apply(msgs []txlog.Message, end kv.Version) (over bool, err error) {
 	s.mu.Lock()
+	s.applyNow = time.Now()
 	for _, m := range msgs {
 		if m.Version <= s.applied {
 			continue // already durable in the engine (restart) or applied
@@ -479,7 +482,7 @@ func (s *Stash) applyMutation(v kv.Version, m kv.Mutation) error {
 		}
 		s.win.put(v, m.Key, m.Param, true, m.Cost)
 		s.sample.Set(m.Key, int64(len(m.Key)+len(m.Param)))
-		s.writes.Add(time.Now(), m.Key, int64(len(m.Key)+len(m.Param)))
+		s.writes.Add(s.applyNow, m.Key, int64(len(m.Key)+len(m.Param)))
 		if s.rec != nil {
 			s.rec.touch(m.Key)
 		}
@@ -514,7 +517,7 @@ func (s *Stash) applyMutation(v kv.Version, m kv.Mutation) error {
 		}
 		s.win.put(v, m.Key, nv, true, m.Cost)
 		s.sample.Set(m.Key, int64(len(m.Key)+len(nv)))
-		s.writes.Add(time.Now(), m.Key, int64(len(m.Key)+len(nv)))
+		s.writes.Add(s.applyNow, m.Key, int64(len(m.Key)+len(nv)))
 		if s.rec != nil {
 			s.rec.touch(m.Key)
 		}
