@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/distash/distash/config"
@@ -28,25 +29,32 @@ import (
 // metrics (local calls or the ShardMetrics RPC) and shard map commits
 // through the commit proxy.
 type distEnv struct {
-	s *Server
-	r *txRoles
+	s        *Server
+	r        *txRoles
+	interval time.Duration // the distributor's round
 }
 
-// ddInterval is the data distributor's round; tests shorten it.
-var ddInterval = 250 * time.Millisecond
+// ddRound is the data distributor's round in nanoseconds; tests shorten it
+// (atomic: a test restores it while the roles of a cluster it stopped may
+// still be winding down).
+var ddRound atomic.Int64
+
+func init() { ddRound.Store(int64(250 * time.Millisecond)) }
+
+func ddInterval() time.Duration { return time.Duration(ddRound.Load()) }
 
 func (s *Server) newDistributor(r *txRoles) (*dd.Distributor, *distEnv) {
-	env := &distEnv{s: s, r: r}
+	env := &distEnv{s: s, r: r, interval: ddInterval()}
 	d := dd.New(dd.Options{
 		Env: env, Pools: env.pools, FailureWait: env.failureWait,
-		ShardBytes: int64(s.cfg.Cluster.ShardBytes), Interval: ddInterval, Logger: s.logger,
+		ShardBytes: int64(s.cfg.Cluster.ShardBytes), Interval: env.interval, Logger: s.logger,
 	})
 	return d, env
 }
 
 // clusterView returns a view of the controller at most one round old
 // (cluster mode; nil embedded).
-func (e *distEnv) clusterView() *wire.ViewResponse { return e.s.viewWithin(ddInterval) }
+func (e *distEnv) clusterView() *wire.ViewResponse { return e.s.viewWithin(e.interval) }
 
 func (e *distEnv) pools() []dd.PoolSettings {
 	var out []dd.PoolSettings
@@ -373,7 +381,7 @@ func (s *Server) Distribution() map[string]dd.PoolStatus {
 // holds the log back. Cluster mode only (an embedded cluster's tags are
 // fixed).
 func (s *Server) keepLogTags(ctx context.Context, r *txRoles) {
-	t := time.NewTicker(ddInterval)
+	t := time.NewTicker(ddInterval())
 	defer t.Stop()
 	var last []kv.Tag
 	for {

@@ -5,7 +5,6 @@ import "time"
 // SetDistributionInterval sets the data distributor's round for the
 // tests of this package and returns a function restoring it.
 func SetDistributionInterval(d time.Duration) func() {
-	old := ddInterval
-	ddInterval = d
-	return func() { ddInterval = old }
+	old := ddRound.Swap(int64(d))
+	return func() { ddRound.Store(old) }
 }
