@@ -1,0 +1,870 @@
+// Package graph is the social-graph benchmark of the DiStash paper's §5.3
+// (Table 1): a read-dominated mix of graph queries, about 45% of them
+// answered from cached query results kept consistent by the cacheaug
+// pattern's dependencies, run on two layouts of one machine's stashes:
+//
+//	1Stash  the SSD pool (Pebble, durable) holds the graph and the cached
+//	        query results
+//	2Stash  the same SSD pool holds the graph; a DRAM pool (ephemeral)
+//	        holds the query results
+//
+// The graph is synthetic: Options.Vertices vertices, each a profile record
+// and an adjacency list, with power-law degrees (a few vertices with many
+// friends, most with few). The five query templates, as in the paper's
+// eBay workload, of which three are cached:
+//
+//	friends      cached  20%  names of v's friends (1 hop: adjacency + profiles)
+//	fof          cached  15%  distinct friends of friends of v (2 hops)
+//	top          cached  10%  v's five friends of highest score (1 hop)
+//	profile      direct  35%  v's profile and degree
+//	mutual       direct  20%  profiles of the friends a and b share
+//
+// plus Options.WriteFraction of profile updates through the store's
+// write-around policy (the update and the deletion of every cached result
+// that read the profile, one transaction). Vertices are chosen zipfian, so
+// the hot queries' results stay cached. Each layout gets a fresh embedded
+// cluster, the same graph, a warm-up, then a measured run; at the end of
+// each, cacheaug's Verify checks that every cached result equals its
+// recomputation from the graph.
+package graph
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"image/color"
+	"io"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+	"github.com/schollz/progressbar/v3"
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+
+	"github.com/distash/distash"
+	"github.com/distash/distash/internal/embedded"
+	"github.com/distash/distash/patterns/cacheaug"
+)
+
+// Options configure a run. Zero values take the defaults given.
+type Options struct {
+	// Vertices is the graph's size (default 20,000).
+	Vertices int
+	// AvgDegree is the mean number of friends (default 16).
+	AvgDegree int
+	// ProfileBytes is a profile record's size (default 200).
+	ProfileBytes int
+	// Clients is the number of concurrent clients (default 64).
+	Clients int
+	// Warmup runs before each measurement (default 5 s; negative: none).
+	Warmup time.Duration
+	// Duration is each layout's measured run (default 20 s).
+	Duration time.Duration
+	// WriteFraction is the fraction of operations that update a profile
+	// (default 0.01; negative: none).
+	WriteFraction float64
+	// Zipf is the exponent of the vertex popularity (default 1.1, > 1).
+	Zipf float64
+	// SSDStashes and DRAMStashes size the pools (default 4 and 1, the
+	// paper's 40 SSDs and 5 DRAMs scaled down).
+	SSDStashes, DRAMStashes int
+	// Layouts to run, among "1stash" and "2stash" (default both).
+	Layouts []string
+	// Dir holds the embedded clusters' files (default: temporary).
+	Dir string
+	// OutDir receives graph.png and graph.csv (default bench-out).
+	OutDir string
+	// Seed makes the graph and the query sequence repeatable (default 1).
+	Seed uint64
+	// Progress shows progress bars.
+	Progress bool
+}
+
+// The layouts.
+const (
+	OneStash = "1stash"
+	TwoStash = "2stash"
+)
+
+func (o Options) withDefaults() (Options, error) {
+	def := func(v *int, d int) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	def(&o.Vertices, 20000)
+	def(&o.AvgDegree, 16)
+	def(&o.ProfileBytes, 200)
+	def(&o.Clients, 64)
+	def(&o.SSDStashes, 4)
+	def(&o.DRAMStashes, 1)
+	if o.Warmup == 0 {
+		o.Warmup = 5 * time.Second
+	}
+	if o.Warmup < 0 {
+		o.Warmup = 0
+	}
+	if o.Duration == 0 {
+		o.Duration = 20 * time.Second
+	}
+	if o.WriteFraction == 0 {
+		o.WriteFraction = 0.01
+	}
+	if o.WriteFraction < 0 {
+		o.WriteFraction = 0
+	}
+	if o.Zipf == 0 {
+		o.Zipf = 1.1
+	}
+	if o.Seed == 0 {
+		o.Seed = 1
+	}
+	if len(o.Layouts) == 0 {
+		o.Layouts = []string{OneStash, TwoStash}
+	}
+	if o.OutDir == "" {
+		o.OutDir = "bench-out"
+	}
+	switch {
+	case o.Vertices < 10:
+		return o, fmt.Errorf("graph: --vertices %d: want at least 10", o.Vertices)
+	case o.AvgDegree < 1 || o.AvgDegree > 1000:
+		return o, fmt.Errorf("graph: --degree %d: want 1..1000", o.AvgDegree)
+	case o.ProfileBytes < 16 || o.ProfileBytes > 10000:
+		return o, fmt.Errorf("graph: --profile-bytes %d: want 16..10000", o.ProfileBytes)
+	case o.Clients < 1:
+		return o, fmt.Errorf("graph: --clients %d: want at least 1", o.Clients)
+	case o.Duration <= 0:
+		return o, errors.New("graph: --duration must be > 0")
+	case o.WriteFraction > 1:
+		return o, fmt.Errorf("graph: --write-fraction %g: want 0..1", o.WriteFraction)
+	case o.Zipf <= 1:
+		return o, fmt.Errorf("graph: --zipf %g: want > 1", o.Zipf)
+	case o.SSDStashes < 1 || o.DRAMStashes < 1:
+		return o, errors.New("graph: --ssd-stashes and --dram-stashes must be at least 1")
+	}
+	for _, l := range o.Layouts {
+		if l != OneStash && l != TwoStash {
+			return o, fmt.Errorf("graph: unknown layout %q (want %s or %s)", l, OneStash, TwoStash)
+		}
+	}
+	return o, nil
+}
+
+// config is the embedded cluster of a layout.
+func (o Options) config(layout string) string {
+	c := fmt.Sprintf(`
+[cluster]
+mvcc_window = "5s"
+
+[log]
+replicas = 1
+
+[[pool]]
+name = "ssd"
+prefix = "d/"
+medium = "ssd"
+mode = "durable"
+engine = "pebble"
+stashes = %d
+replication = 1
+`, o.SSDStashes)
+	if layout == TwoStash {
+		c += fmt.Sprintf(`
+[[pool]]
+name = "dram"
+prefix = "c/"
+medium = "dram"
+mode = "ephemeral"
+engine = "memory"
+stashes = %d
+replication = 1
+capacity = "2GiB"
+`, o.DRAMStashes)
+	}
+	return c
+}
+
+// Query kinds, in the order of the table.
+var kinds = []string{"friends", "fof", "top", "profile", "mutual", "update"}
+
+// mix is the cumulative share of each query kind (the rest, updates).
+var mix = []struct {
+	kind  string
+	share float64
+}{{"friends", 0.20}, {"fof", 0.15}, {"top", 0.10}, {"profile", 0.35}, {"mutual", 0.20}}
+
+func cached(kind string) bool { return kind == "friends" || kind == "fof" || kind == "top" }
+
+// Percentiles are a latency distribution's.
+type Percentiles struct {
+	Count         int64
+	P50, P95, P99 time.Duration
+}
+
+func percentiles(h *hdrhistogram.Histogram) Percentiles {
+	us := func(q float64) time.Duration { return time.Duration(h.ValueAtQuantile(q)) * time.Microsecond }
+	return Percentiles{Count: h.TotalCount(), P50: us(50), P95: us(95), P99: us(99)}
+}
+
+// Result is one layout's measured run.
+type Result struct {
+	Layout       string
+	Seconds      float64
+	QueriesPerS  float64
+	All          Percentiles            // every operation
+	CacheHits    Percentiles            // cached kinds answered from the cache
+	CacheMisses  Percentiles            // cached kinds computed and filled
+	Uncached     Percentiles            // profile and mutual
+	PerKind      map[string]Percentiles // by kind
+	HitRate      float64                // cached kinds: hits / (hits + misses)
+	Errors       int64
+	FirstErr     string
+	Verified     int // cached entries checked by Verify after the run
+	Mismatches   int
+	LoadSeconds  float64
+	CacheEntries int
+}
+
+// Run builds the graph in each layout and runs the mix on it.
+func Run(ctx context.Context, o Options, out io.Writer) ([]Result, error) {
+	o, err := o.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	g := newGraph(o)
+	fmt.Fprintf(out, "social graph: %d vertices, %d edges (mean degree %.1f, max %d), %d-byte profiles; %d clients, warm-up %v, %v per layout, %.1f%% updates\n",
+		o.Vertices, g.edges, float64(g.edges)/float64(o.Vertices), g.maxDegree, o.ProfileBytes, o.Clients, o.Warmup, o.Duration, 100*o.WriteFraction)
+	var results []Result
+	for _, layout := range o.Layouts {
+		r, err := runLayout(ctx, o, g, layout, out)
+		if err != nil {
+			return results, fmt.Errorf("%s: %w", layout, err)
+		}
+		results = append(results, r)
+	}
+	fmt.Fprintln(out)
+	PrintTable(out, results)
+	if err := os.MkdirAll(o.OutDir, 0o755); err != nil {
+		return results, err
+	}
+	png := filepath.Join(o.OutDir, "graph.png")
+	if err := Plot(png, results); err != nil {
+		return results, err
+	}
+	csv := filepath.Join(o.OutDir, "graph.csv")
+	if err := writeCSV(csv, results); err != nil {
+		return results, err
+	}
+	fmt.Fprintf(out, "wrote %s and %s\n", png, csv)
+	return results, nil
+}
+
+// graphData is the generated graph: adjacency lists and profile seeds.
+type graphData struct {
+	adj       [][]uint32
+	edges     int
+	maxDegree int
+}
+
+// newGraph draws a graph with power-law degrees: vertex i gets about
+// AvgDegree·w(i)/mean(w) friend slots with w(i) = 1/(i+1)^0.5 (shuffled
+// ids, so popular vertices spread over the key space), each slot a
+// friendship with a random vertex; friendships are symmetric.
+func newGraph(o Options) *graphData {
+	rng := rand.New(rand.NewPCG(o.Seed, 0x9e3779b97f4a7c15))
+	n := o.Vertices
+	perm := rng.Perm(n)
+	w := make([]float64, n)
+	sum := 0.0
+	for i := range w {
+		w[i] = 1 / math.Sqrt(1+float64(i))
+		sum += w[i]
+	}
+	sets := make([]map[uint32]bool, n)
+	for i := range sets {
+		sets[i] = map[uint32]bool{}
+	}
+	for i := range n {
+		v := perm[i]
+		slots := int(float64(o.AvgDegree) / 2 * w[i] / (sum / float64(n)))
+		slots = max(1, min(slots, n/2))
+		for range slots {
+			u := rng.IntN(n)
+			if u == v {
+				continue
+			}
+			sets[v][uint32(u)] = true
+			sets[u][uint32(v)] = true
+		}
+	}
+	g := &graphData{adj: make([][]uint32, n)}
+	for v, s := range sets {
+		l := make([]uint32, 0, len(s))
+		for u := range s {
+			l = append(l, u)
+		}
+		slices.Sort(l)
+		g.adj[v] = l
+		g.edges += len(l)
+		g.maxDegree = max(g.maxDegree, len(l))
+	}
+	g.edges /= 2
+	return g
+}
+
+// Keys of the graph (data keys of the cacheaug store's backend).
+func profileKey(v uint32) []byte { return binary.BigEndian.AppendUint32([]byte("v/"), v) }
+func adjKey(v uint32) []byte     { return binary.BigEndian.AppendUint32([]byte("a/"), v) }
+
+func encodeAdj(l []uint32) []byte {
+	b := make([]byte, 0, 4*len(l))
+	for _, u := range l {
+		b = binary.BigEndian.AppendUint32(b, u)
+	}
+	return b
+}
+
+func decodeAdj(b []byte) []uint32 {
+	l := make([]uint32, len(b)/4)
+	for i := range l {
+		l[i] = binary.BigEndian.Uint32(b[4*i:])
+	}
+	return l
+}
+
+// profile is a vertex's record: an 8-byte score, the length of its name,
+// the name, padding to size. The version makes updates change it.
+func profile(v uint32, version uint64, size int) []byte {
+	b := make([]byte, size)
+	binary.BigEndian.PutUint64(b, uint64(v)*2654435761+version*40503)
+	name := fmt.Appendf(nil, "user%d.%d", v, version)
+	name = name[:min(len(name), size-9)]
+	b[8] = byte(len(name))
+	copy(b[9:], name)
+	for i := 9 + len(name); i < size; i++ {
+		b[i] = byte('a' + (int(v)+i)%26)
+	}
+	return b
+}
+
+func score(p []byte) uint64 {
+	if len(p) < 8 {
+		return 0
+	}
+	return binary.BigEndian.Uint64(p)
+}
+
+func name(p []byte) []byte {
+	if len(p) < 9 || len(p) < 9+int(p[8]) {
+		return nil
+	}
+	return p[9 : 9+int(p[8])]
+}
+
+// maxFanout bounds the friends a query follows (the first ones by id), so
+// that a vertex of very high degree costs a bounded number of reads.
+const maxFanout = 50
+
+// families are the three cached query templates.
+func families() []cacheaug.Family {
+	friendsOf := func(r *cacheaug.Reader, v []byte) ([]uint32, error) {
+		b, err := r.Get(append([]byte("a/"), v...))
+		if err != nil {
+			return nil, err
+		}
+		l := decodeAdj(b)
+		return l[:min(len(l), maxFanout)], nil
+	}
+	profiles := func(r *cacheaug.Reader, l []uint32) ([][]byte, error) {
+		keys := make([][]byte, len(l))
+		for i, u := range l {
+			keys[i] = profileKey(u)
+		}
+		return r.GetMulti(keys)
+	}
+	return []cacheaug.Family{
+		{Name: "friends", Compute: func(r *cacheaug.Reader, args []byte) ([]byte, error) {
+			l, err := friendsOf(r, args)
+			if err != nil {
+				return nil, err
+			}
+			ps, err := profiles(r, l)
+			if err != nil {
+				return nil, err
+			}
+			var out []byte
+			for _, p := range ps {
+				out = append(append(out, name(p)...), ',')
+			}
+			return out, nil
+		}},
+		{Name: "fof", Compute: func(r *cacheaug.Reader, args []byte) ([]byte, error) {
+			l, err := friendsOf(r, args)
+			if err != nil {
+				return nil, err
+			}
+			keys := make([][]byte, len(l))
+			for i, u := range l {
+				keys[i] = adjKey(u)
+			}
+			adjs, err := r.GetMulti(keys)
+			if err != nil {
+				return nil, err
+			}
+			seen := map[uint32]bool{}
+			for _, b := range adjs {
+				for _, u := range decodeAdj(b) {
+					seen[u] = true
+				}
+			}
+			return strconv.AppendInt(nil, int64(len(seen)), 10), nil
+		}},
+		{Name: "top", Compute: func(r *cacheaug.Reader, args []byte) ([]byte, error) {
+			l, err := friendsOf(r, args)
+			if err != nil {
+				return nil, err
+			}
+			ps, err := profiles(r, l)
+			if err != nil {
+				return nil, err
+			}
+			idx := make([]int, len(ps))
+			for i := range idx {
+				idx[i] = i
+			}
+			sort.SliceStable(idx, func(a, b int) bool { return score(ps[idx[a]]) > score(ps[idx[b]]) })
+			var out []byte
+			for _, i := range idx[:min(5, len(idx))] {
+				out = append(append(out, name(ps[i])...), ',')
+			}
+			return out, nil
+		}},
+	}
+}
+
+func vertexArg(v uint32) []byte { return binary.BigEndian.AppendUint32(nil, v) }
+
+// layoutRun is one layout's cluster, store and counters.
+type layoutRun struct {
+	o       Options
+	g       *graphData
+	db      *distash.DB
+	store   *cacheaug.Store
+	backend cacheaug.Backend
+	version atomic.Uint64 // profile versions written by updates
+}
+
+func runLayout(ctx context.Context, o Options, g *graphData, layout string, out io.Writer) (Result, error) {
+	res := Result{Layout: layout}
+	dir := ""
+	if o.Dir != "" {
+		dir = filepath.Join(o.Dir, layout)
+	}
+	c, err := embedded.StartTOML(ctx, o.config(layout), embedded.Options{Dir: dir, TempPattern: "distash-bench-graph-"})
+	if err != nil {
+		return res, err
+	}
+	defer c.Close()
+	cachePool := "ssd"
+	if layout == TwoStash {
+		cachePool = "dram"
+	}
+	store, err := cacheaug.New(c.DB, cacheaug.Options{CachePools: []string{cachePool}, DataPool: "ssd", Families: families()})
+	if err != nil {
+		return res, err
+	}
+	lr := &layoutRun{o: o, g: g, db: c.DB, store: store, backend: store.Backend()}
+	desc := fmt.Sprintf("%d SSD stashes (Pebble) for the graph and the query results", o.SSDStashes)
+	if layout == TwoStash {
+		desc = fmt.Sprintf("%d SSD stashes (Pebble) for the graph, %d DRAM stash(es) for the query results", o.SSDStashes, o.DRAMStashes)
+	}
+	fmt.Fprintf(out, "%s: %s\n", layout, desc)
+
+	start := time.Now()
+	if err := lr.load(ctx, out); err != nil {
+		return res, err
+	}
+	res.LoadSeconds = time.Since(start).Seconds()
+	fmt.Fprintf(out, "  loaded in %.1f s\n", res.LoadSeconds)
+
+	if o.Warmup > 0 {
+		if _, err := lr.drive(ctx, o.Warmup, "warm-up", out, o.Seed+1); err != nil {
+			return res, err
+		}
+	}
+	m, err := lr.drive(ctx, o.Duration, "measure", out, o.Seed+2)
+	if err != nil {
+		return res, err
+	}
+	res.Seconds = m.seconds
+	res.Errors, res.FirstErr = m.errors.Load(), m.firstErr()
+	res.All = percentiles(m.all)
+	res.CacheHits = percentiles(m.hits)
+	res.CacheMisses = percentiles(m.misses)
+	res.Uncached = percentiles(m.uncached)
+	res.PerKind = map[string]Percentiles{}
+	for k, h := range m.kinds {
+		if h.TotalCount() > 0 {
+			res.PerKind[k] = percentiles(h)
+		}
+	}
+	res.QueriesPerS = float64(res.All.Count) / res.Seconds
+	if n := res.CacheHits.Count + res.CacheMisses.Count; n > 0 {
+		res.HitRate = float64(res.CacheHits.Count) / float64(n)
+	}
+	rep, err := store.Verify(ctx)
+	if err != nil {
+		return res, fmt.Errorf("verify: %w", err)
+	}
+	res.Verified, res.Mismatches = rep.Entries, len(rep.Mismatches)
+	fmt.Fprintf(out, "  %.0f queries/s, p50 %s p95 %s p99 %s, hit rate %.1f%%, %d errors; cache consistent: %d entries checked, %d mismatches\n",
+		res.QueriesPerS, fmtDur(res.All.P50), fmtDur(res.All.P95), fmtDur(res.All.P99), 100*res.HitRate, res.Errors, res.Verified, res.Mismatches)
+	for i, mm := range rep.Mismatches {
+		if i == 5 {
+			break
+		}
+		fmt.Fprintf(out, "    mismatch: %s\n", mm)
+	}
+	return res, nil
+}
+
+// load writes every vertex's profile and adjacency list, 250 vertices per
+// transaction, from 8 writers.
+func (lr *layoutRun) load(ctx context.Context, out io.Writer) error {
+	n := len(lr.g.adj)
+	const batch = 250
+	var bar *progressbar.ProgressBar
+	if lr.o.Progress {
+		bar = progressbar.NewOptions(n, progressbar.OptionSetWriter(out), progressbar.OptionSetDescription("  load"),
+			progressbar.OptionShowCount(), progressbar.OptionClearOnFinish(), progressbar.OptionThrottle(200*time.Millisecond))
+	}
+	next := atomic.Int64{}
+	errc := make(chan error, 8)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				lo := int(next.Add(batch)) - batch
+				if lo >= n {
+					return
+				}
+				hi := min(lo+batch, n)
+				err := lr.db.Transact(ctx, func(tr *distash.Tx) error {
+					for v := lo; v < hi; v++ {
+						_ = lr.backend.PutTx(tr, profileKey(uint32(v)), profile(uint32(v), 0, lr.o.ProfileBytes))
+						_ = lr.backend.PutTx(tr, adjKey(uint32(v)), encodeAdj(lr.g.adj[v]))
+					}
+					return nil
+				})
+				if err != nil {
+					errc <- err
+					return
+				}
+				if bar != nil {
+					_ = bar.Add(hi - lo)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if bar != nil {
+		_ = bar.Finish()
+	}
+	select {
+	case err := <-errc:
+		return err
+	default:
+		return nil
+	}
+}
+
+// measurement collects one run's latencies (microseconds).
+type measurement struct {
+	mu                          sync.Mutex
+	all, hits, misses, uncached *hdrhistogram.Histogram
+	kinds                       map[string]*hdrhistogram.Histogram
+	errors                      atomic.Int64
+	first                       atomic.Pointer[string]
+	seconds                     float64
+}
+
+func newHist() *hdrhistogram.Histogram { return hdrhistogram.New(1, 60_000_000, 3) }
+
+func newMeasurement() *measurement {
+	m := &measurement{all: newHist(), hits: newHist(), misses: newHist(), uncached: newHist(), kinds: map[string]*hdrhistogram.Histogram{}}
+	for _, k := range kinds {
+		m.kinds[k] = newHist()
+	}
+	return m
+}
+
+func (m *measurement) firstErr() string {
+	if p := m.first.Load(); p != nil {
+		return *p
+	}
+	return ""
+}
+
+// record adds one operation of kind; level is the cache answer of a
+// cached kind (>= 0 a hit, -1 a miss).
+func (m *measurement) record(kind string, d time.Duration, level int) {
+	us := max(1, d.Microseconds())
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	_ = m.all.RecordValue(us)
+	_ = m.kinds[kind].RecordValue(us)
+	switch {
+	case cached(kind) && level >= 0:
+		_ = m.hits.RecordValue(us)
+	case cached(kind):
+		_ = m.misses.RecordValue(us)
+	case kind != "update":
+		_ = m.uncached.RecordValue(us)
+	}
+}
+
+// drive runs the mix from Clients goroutines for d.
+func (lr *layoutRun) drive(ctx context.Context, d time.Duration, phase string, out io.Writer, seed uint64) (*measurement, error) {
+	m := newMeasurement()
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	var done atomic.Int64
+	var bar *progressbar.ProgressBar
+	if lr.o.Progress {
+		bar = progressbar.NewOptions(int(d/time.Second), progressbar.OptionSetWriter(out), progressbar.OptionSetDescription("  "+phase),
+			progressbar.OptionClearOnFinish(), progressbar.OptionSetPredictTime(false))
+		go func() {
+			t := time.NewTicker(time.Second)
+			defer t.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+					_ = bar.Add(1)
+					bar.Describe(fmt.Sprintf("  %s: %d queries", phase, done.Load()))
+				}
+			}
+		}()
+	}
+	start := time.Now()
+	var wg sync.WaitGroup
+	for c := range lr.o.Clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(seed, uint64(c)))
+			zipf := rand.NewZipf(rng, lr.o.Zipf, 1, uint64(len(lr.g.adj)-1))
+			for ctx.Err() == nil {
+				kind := pick(rng, lr.o.WriteFraction)
+				v := uint32(zipf.Uint64())
+				t0 := time.Now()
+				level, err := lr.op(ctx, kind, v, uint32(zipf.Uint64()))
+				if ctx.Err() != nil {
+					return // cut short by the end of the run: not counted
+				}
+				if err != nil {
+					if m.errors.Add(1) == 1 {
+						s := fmt.Sprintf("%s: %v", kind, err)
+						m.first.Store(&s)
+					}
+					continue
+				}
+				m.record(kind, time.Since(t0), level)
+				done.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	m.seconds = time.Since(start).Seconds()
+	if bar != nil {
+		_ = bar.Finish()
+	}
+	return m, nil
+}
+
+func pick(rng *rand.Rand, writeFraction float64) string {
+	x := rng.Float64()
+	if x < writeFraction {
+		return "update"
+	}
+	x = (x - writeFraction) / (1 - writeFraction)
+	acc := 0.0
+	for _, e := range mix {
+		acc += e.share
+		if x < acc {
+			return e.kind
+		}
+	}
+	return mix[len(mix)-1].kind
+}
+
+// op runs one query (or update) on v (and w for mutual); level is the
+// cache pool that answered a cached query, -1 if computed or not cached.
+func (lr *layoutRun) op(ctx context.Context, kind string, v, w uint32) (int, error) {
+	switch kind {
+	case "friends", "fof", "top":
+		_, level, err := lr.store.Lookup(ctx, cacheaug.Query{Family: kind, Args: vertexArg(v)})
+		return level, err
+	case "profile":
+		return -1, lr.db.ReadTransact(ctx, func(tr *distash.Tx) error {
+			vals, err := tr.GetMulti([][]byte{lr.dataKey(profileKey(v)), lr.dataKey(adjKey(v))})
+			if err == nil && vals[0] == nil {
+				err = fmt.Errorf("vertex %d has no profile", v)
+			}
+			return err
+		})
+	case "mutual":
+		return -1, lr.db.ReadTransact(ctx, func(tr *distash.Tx) error {
+			vals, err := tr.GetMulti([][]byte{lr.dataKey(adjKey(v)), lr.dataKey(adjKey(w))})
+			if err != nil {
+				return err
+			}
+			a, b := decodeAdj(vals[0]), decodeAdj(vals[1])
+			var keys [][]byte
+			for i, j := 0, 0; i < len(a) && j < len(b) && len(keys) < maxFanout; {
+				switch {
+				case a[i] < b[j]:
+					i++
+				case a[i] > b[j]:
+					j++
+				default:
+					keys = append(keys, lr.dataKey(profileKey(a[i])))
+					i++
+					j++
+				}
+			}
+			if len(keys) == 0 {
+				return nil
+			}
+			_, err = tr.GetMulti(keys)
+			return err
+		})
+	case "update":
+		ver := lr.version.Add(1)
+		return -1, lr.store.Set(ctx, profileKey(v), profile(v, ver, lr.o.ProfileBytes), cacheaug.WriteAround)
+	}
+	return -1, fmt.Errorf("unknown query kind %q", kind)
+}
+
+// dataKey is where the backend keeps data key k.
+func (lr *layoutRun) dataKey(k []byte) []byte {
+	return lr.backend.(*cacheaug.PoolBackend).Key(k)
+}
+
+func fmtDur(d time.Duration) string {
+	switch {
+	case d >= 10*time.Millisecond:
+		return fmt.Sprintf("%.0f ms", float64(d)/float64(time.Millisecond))
+	case d >= time.Millisecond:
+		return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond))
+	default:
+		return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond))
+	}
+}
+
+// PrintTable prints the paper's Table 1 (p50/p95/p99 of every query) per
+// layout, then the same for cache hits, misses and the uncached queries,
+// and each kind.
+func PrintTable(out io.Writer, results []Result) {
+	fmt.Fprintf(out, "%-8s %-12s %9s %9s %9s %9s %11s\n", "layout", "queries", "count", "p50", "p95", "p99", "queries/s")
+	row := func(layout, what string, p Percentiles, qps string) {
+		if p.Count == 0 {
+			return
+		}
+		fmt.Fprintf(out, "%-8s %-12s %9d %9s %9s %9s %11s\n", layout, what, p.Count, fmtDur(p.P50), fmtDur(p.P95), fmtDur(p.P99), qps)
+	}
+	for _, r := range results {
+		row(r.Layout, "all", r.All, fmt.Sprintf("%.0f", r.QueriesPerS))
+		row("", "cache hits", r.CacheHits, fmt.Sprintf("%.1f%% hit", 100*r.HitRate))
+		row("", "cache misses", r.CacheMisses, "")
+		row("", "not cached", r.Uncached, "")
+		for _, k := range kinds {
+			row("", "  "+k, r.PerKind[k], "")
+		}
+	}
+	if len(results) == 2 && results[0].All.P95 > 0 && results[0].All.P99 > 0 && results[0].QueriesPerS > 0 {
+		a, b := results[0], results[1]
+		fmt.Fprintf(out, "%s vs %s: p50 %.2f×, p95 %.2f×, p99 %.2f×, throughput %.2f× (below 1× is lower latency)\n", b.Layout, a.Layout,
+			ratio(b.All.P50, a.All.P50), ratio(b.All.P95, a.All.P95), ratio(b.All.P99, a.All.P99), b.QueriesPerS/a.QueriesPerS)
+	}
+}
+
+func ratio(a, b time.Duration) float64 {
+	if b == 0 {
+		return 0
+	}
+	return float64(a) / float64(b)
+}
+
+func writeCSV(path string, results []Result) error {
+	var b []byte
+	b = append(b, "layout,queries,count,p50_ms,p95_ms,p99_ms,queries_per_s,hit_rate\n"...)
+	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	for _, r := range results {
+		add := func(what string, p Percentiles) {
+			b = fmt.Appendf(b, "%s,%s,%d,%.3f,%.3f,%.3f,%.1f,%.4f\n", r.Layout, what, p.Count, ms(p.P50), ms(p.P95), ms(p.P99), r.QueriesPerS, r.HitRate)
+		}
+		add("all", r.All)
+		add("cache_hits", r.CacheHits)
+		add("cache_misses", r.CacheMisses)
+		add("not_cached", r.Uncached)
+		for _, k := range kinds {
+			if p, ok := r.PerKind[k]; ok {
+				add(k, p)
+			}
+		}
+	}
+	return os.WriteFile(path, b, 0o644)
+}
+
+// Plot writes grouped bars of p50, p95 and p99 (ms) for every query and for
+// the cache hits, one bar per layout.
+func Plot(path string, results []Result) error {
+	if len(results) == 0 {
+		return errors.New("graph: nothing to plot")
+	}
+	p := plot.New()
+	p.Title.Text = "Social graph (paper Table 1): latency by layout"
+	p.Y.Label.Text = "ms"
+	p.Legend.Top = true
+	groups := []string{"all p50", "all p95", "all p99", "hits p50", "hits p95", "hits p99"}
+	w := vg.Points(50 / float64(len(results)))
+	maxY := 0.0
+	for i, r := range results {
+		ds := []time.Duration{r.All.P50, r.All.P95, r.All.P99, r.CacheHits.P50, r.CacheHits.P95, r.CacheHits.P99}
+		vals := make(plotter.Values, len(ds))
+		for j, d := range ds {
+			vals[j] = float64(d) / float64(time.Millisecond)
+			maxY = max(maxY, vals[j])
+		}
+		bars, err := plotter.NewBarChart(vals, w)
+		if err != nil {
+			return err
+		}
+		bars.Color = colors[i%len(colors)]
+		bars.LineStyle.Width = 0
+		bars.Offset = w * vg.Length(float64(i)-float64(len(results)-1)/2)
+		p.Add(bars)
+		p.Legend.Add(r.Layout, bars)
+	}
+	p.NominalX(groups...)
+	p.Y.Min, p.Y.Max = 0, maxY*1.3
+	return p.Save(8*vg.Inch, 4.5*vg.Inch, path)
+}
+
+var colors = []color.RGBA{{0x1f, 0x77, 0xb4, 255}, {0xff, 0x7f, 0x0e, 255}}
