@@ -15,28 +15,36 @@
 //     "").
 //   - distash.dc: the client's data center (distash.WithDC), if any.
 //
-// A YCSB record (table, key, fields) is ONE DiStash key,
+// A YCSB record (table, key, fields) is a base key,
 // <pool prefix><distash.prefix><table>/<key>, whose value holds the fields
-// in the encoding of EncodeFields: for each field, sorted by name, the
-// name's length as a uvarint, the name, the value's length as a uvarint,
-// the value. Read and Scan return the requested fields (all if none is
-// named); Update reads the record and rewrites it with the given fields
-// replaced, in one transaction (go-ycsb's core workload updates one field
-// unless writeallfields=true); Insert writes a whole record (replacing
-// one of the same key); Delete clears the key; Scan reads count records
-// from the start key on with one GetRange. The Batch* operations of
-// go-ycsb's BatchDB each run in one transaction.
+// as Insert wrote them (the encoding of EncodeFields: for each field,
+// sorted by name, the name's length as a uvarint, the name, the value's
+// length as a uvarint, the value), and one override key per field that an
+// Update wrote since, <base key>\x00<field>, holding the field's value.
+// A record is the range [base, base\x01): Read is one GetRange of it (the
+// base's fields, then the overrides over them), so Update is a blind write
+// of the override keys — no read, hence no read version and no conflict
+// with concurrent updates of the same record, one commit round trip (as an
+// HSET in Redis). An Update of a record that does not exist writes
+// overrides that reads ignore (a record exists while its base key does)
+// and that a later Insert of the key clears. Insert clears the record's
+// range and writes the base key; Delete clears the range; Scan reads count
+// records from the start key on, a page at a time, in one read
+// transaction. The Batch* operations of go-ycsb's BatchDB each run in one
+// transaction. Record keys may not contain a zero byte.
 //
 // New wraps an already open client (the benchmark `distash bench ycsb`
 // uses it); the registered creator opens its own from the properties.
 package ycsb
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 
 	"github.com/magiconair/properties"
 	goycsb "github.com/pingcap/go-ycsb/pkg/ycsb"
@@ -110,13 +118,33 @@ func New(db *distash.DB, prefix []byte) *DB {
 	return &DB{db: db, prefix: append([]byte(nil), prefix...)}
 }
 
-// Key is the DiStash key of record key of table.
+// Key is the DiStash base key of record key of table.
 func (d *DB) Key(table, key string) []byte {
-	k := make([]byte, 0, len(d.prefix)+len(table)+1+len(key))
+	k := make([]byte, 0, len(d.prefix)+len(table)+1+len(key)+1)
 	k = append(k, d.prefix...)
 	k = append(k, table...)
 	k = append(k, '/')
 	return append(k, key...)
+}
+
+// fieldKey is the override key of field of the record at base.
+func fieldKey(base []byte, field string) []byte {
+	k := make([]byte, 0, len(base)+1+len(field))
+	k = append(append(k, base...), 0)
+	return append(k, field...)
+}
+
+// recordEnd is the end of the range of the record at base: base\x01.
+func recordEnd(base []byte) []byte { return append(append([]byte(nil), base...), 1) }
+
+// ErrBadKey is returned for a record key with a zero byte.
+var ErrBadKey = errors.New("distash ycsb: a record key may not contain a zero byte")
+
+func (d *DB) checkedKey(table, key string) ([]byte, error) {
+	if strings.IndexByte(key, 0) >= 0 || strings.IndexByte(table, 0) >= 0 {
+		return nil, ErrBadKey
+	}
+	return d.Key(table, key), nil
 }
 
 // Close closes the client if the creator opened it.
@@ -135,136 +163,229 @@ func (d *DB) CleanupThread(context.Context) {}
 
 // Read returns the fields of a record (all if fields is empty).
 func (d *DB) Read(ctx context.Context, table, key string, fields []string) (map[string][]byte, error) {
-	var v []byte
-	err := d.db.ReadTransact(ctx, func(tr *distash.Tx) error {
-		var err error
-		v, err = tr.Get(d.Key(table, key))
-		return err
-	})
+	base, err := d.checkedKey(table, key)
 	if err != nil {
 		return nil, err
 	}
-	if v == nil {
+	var m map[string][]byte
+	err = d.db.ReadTransact(ctx, func(tr *distash.Tx) error {
+		var err error
+		m, err = readRecord(tr, base, fields)
+		return err
+	})
+	return m, err
+}
+
+// readRecord reads the record at base in tr.
+func readRecord(tr *distash.Tx, base []byte, fields []string) (map[string][]byte, error) {
+	kvs, err := tr.GetRange(base, recordEnd(base), distash.RangeOptions{})
+	if err != nil {
+		return nil, err
+	}
+	if len(kvs) == 0 || len(kvs[0].Key) != len(base) {
 		return nil, ErrNotFound
 	}
-	return DecodeFields(v, fields)
+	return decodeRecord(kvs, len(base), fields)
+}
+
+// decodeRecord decodes one record's pairs: its base key, then its
+// overrides (keys of length baseLen+1+len(field)).
+func decodeRecord(kvs []distash.KeyValue, baseLen int, fields []string) (map[string][]byte, error) {
+	m, err := DecodeFields(kvs[0].Value, fields)
+	if err != nil {
+		return nil, err
+	}
+	for _, kv := range kvs[1:] {
+		f := kv.Key[baseLen+1:]
+		if len(fields) > 0 && !contains(fields, f) {
+			continue
+		}
+		m[string(f)] = kv.Value
+	}
+	return m, nil
 }
 
 // Scan returns up to count records from startKey on, in key order.
 func (d *DB) Scan(ctx context.Context, table, startKey string, count int, fields []string) ([]map[string][]byte, error) {
-	var kvs []distash.KeyValue
+	begin, err := d.checkedKey(table, startKey)
+	if err != nil {
+		return nil, err
+	}
 	end := d.Key(table, "")
 	end[len(end)-1]++ // just past "<table>/"
-	err := d.db.ReadTransact(ctx, func(tr *distash.Tx) error {
-		var err error
-		kvs, err = tr.GetRange(d.Key(table, startKey), end, distash.RangeOptions{Limit: count})
-		return err
+	var res []map[string][]byte
+	err = d.db.ReadTransact(ctx, func(tr *distash.Tx) error {
+		res = res[:0]
+		from := begin
+		var rec []distash.KeyValue // the record being assembled: its base, then overrides
+		baseLen := 0
+		flush := func() error {
+			if len(rec) == 0 {
+				return nil
+			}
+			m, err := decodeRecord(rec, baseLen, fields)
+			if err != nil {
+				return err
+			}
+			res = append(res, m)
+			rec = rec[:0]
+			return nil
+		}
+		for len(res) < count {
+			// A page holds the records wanted and most of their overrides.
+			page := 2*(count-len(res)) + 16
+			kvs, err := tr.GetRange(from, end, distash.RangeOptions{Limit: page})
+			if err != nil {
+				return err
+			}
+			for _, kv := range kvs {
+				if len(rec) > 0 && len(kv.Key) > baseLen && kv.Key[baseLen] == 0 && bytes.HasPrefix(kv.Key, rec[0].Key) {
+					rec = append(rec, kv) // an override of the record
+					continue
+				}
+				if err := flush(); err != nil {
+					return err
+				}
+				if len(res) == count {
+					return nil
+				}
+				if bytes.IndexByte(kv.Key[len(d.prefix):], 0) >= 0 {
+					continue // an override without its base (an Update of a missing record)
+				}
+				rec, baseLen = append(rec, kv), len(kv.Key)
+			}
+			if len(kvs) < page {
+				return flush() // the table's end
+			}
+			from = kvs[len(kvs)-1].Key
+			from = append(from[:len(from):len(from)], 0) // just after it
+		}
+		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	res := make([]map[string][]byte, 0, len(kvs))
-	for _, kv := range kvs {
-		m, err := DecodeFields(kv.Value, fields)
-		if err != nil {
-			return nil, err
-		}
-		res = append(res, m)
+	if len(res) > count {
+		res = res[:count]
 	}
 	return res, nil
 }
 
-// Update replaces the given fields of a record, keeping the others, in one
-// transaction.
+// Update replaces the given fields of a record, keeping the others: a
+// blind write of the fields' override keys, one transaction.
 func (d *DB) Update(ctx context.Context, table, key string, values map[string][]byte) error {
-	return d.db.Transact(ctx, func(tr *distash.Tx) error { return d.update(tr, table, key, values) })
+	base, err := d.checkedKey(table, key)
+	if err != nil {
+		return err
+	}
+	return d.db.Transact(ctx, func(tr *distash.Tx) error {
+		update(tr, base, values)
+		return nil
+	})
 }
 
-func (d *DB) update(tr *distash.Tx, table, key string, values map[string][]byte) error {
-	k := d.Key(table, key)
-	old, err := tr.Get(k)
-	if err != nil {
-		return err
-	}
-	if old == nil {
-		return ErrNotFound
-	}
-	rec, err := DecodeFields(old, nil)
-	if err != nil {
-		return err
-	}
+func update(tr *distash.Tx, base []byte, values map[string][]byte) {
 	for f, v := range values {
-		rec[f] = v
+		tr.Set(fieldKey(base, f), v)
 	}
-	tr.Set(k, EncodeFields(rec))
-	return nil
 }
 
 // Insert writes a whole record (replacing any of the same key).
 func (d *DB) Insert(ctx context.Context, table, key string, values map[string][]byte) error {
+	base, err := d.checkedKey(table, key)
+	if err != nil {
+		return err
+	}
 	v := EncodeFields(values)
 	return d.db.Transact(ctx, func(tr *distash.Tx) error {
-		tr.Set(d.Key(table, key), v)
+		insert(tr, base, v)
 		return nil
 	})
+}
+
+func insert(tr *distash.Tx, base, v []byte) {
+	tr.ClearRange(base, recordEnd(base))
+	tr.Set(base, v)
 }
 
 // Delete removes a record.
 func (d *DB) Delete(ctx context.Context, table, key string) error {
+	base, err := d.checkedKey(table, key)
+	if err != nil {
+		return err
+	}
 	return d.db.Transact(ctx, func(tr *distash.Tx) error {
-		tr.Clear(d.Key(table, key))
+		tr.ClearRange(base, recordEnd(base))
 		return nil
 	})
 }
 
+// bases returns the base keys of keys of table.
+func (d *DB) bases(table string, keys []string) ([][]byte, error) {
+	out := make([][]byte, len(keys))
+	for i, k := range keys {
+		var err error
+		if out[i], err = d.checkedKey(table, k); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
 // BatchInsert writes the records in one transaction.
 func (d *DB) BatchInsert(ctx context.Context, table string, keys []string, values []map[string][]byte) error {
+	bases, err := d.bases(table, keys)
+	if err != nil {
+		return err
+	}
 	enc := make([][]byte, len(values))
 	for i, v := range values {
 		enc[i] = EncodeFields(v)
 	}
 	return d.db.Transact(ctx, func(tr *distash.Tx) error {
-		for i, k := range keys {
-			tr.Set(d.Key(table, k), enc[i])
+		for i, b := range bases {
+			insert(tr, b, enc[i])
 		}
 		return nil
 	})
 }
 
-// BatchRead reads the records in one transaction (one GetMulti).
+// BatchRead reads the records in one transaction.
 func (d *DB) BatchRead(ctx context.Context, table string, keys []string, fields []string) ([]map[string][]byte, error) {
-	dk := make([][]byte, len(keys))
-	for i, k := range keys {
-		dk[i] = d.Key(table, k)
+	bases, err := d.bases(table, keys)
+	if err != nil {
+		return nil, err
 	}
-	var vs [][]byte
-	err := d.db.ReadTransact(ctx, func(tr *distash.Tx) error {
-		var err error
-		vs, err = tr.GetMulti(dk)
-		return err
+	res := make([]map[string][]byte, len(keys))
+	err = d.db.ReadTransact(ctx, func(tr *distash.Tx) error {
+		for i, b := range bases {
+			m, err := readRecord(tr, b, fields)
+			if err != nil {
+				if errors.Is(err, ErrNotFound) {
+					return fmt.Errorf("%w: %s", ErrNotFound, keys[i])
+				}
+				return err
+			}
+			res[i] = m
+		}
+		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	res := make([]map[string][]byte, len(vs))
-	for i, v := range vs {
-		if v == nil {
-			return nil, fmt.Errorf("%w: %s", ErrNotFound, keys[i])
-		}
-		if res[i], err = DecodeFields(v, fields); err != nil {
-			return nil, err
-		}
-	}
 	return res, nil
 }
 
-// BatchUpdate updates the records in one transaction.
+// BatchUpdate updates the records in one transaction (blind writes, as
+// Update).
 func (d *DB) BatchUpdate(ctx context.Context, table string, keys []string, values []map[string][]byte) error {
+	bases, err := d.bases(table, keys)
+	if err != nil {
+		return err
+	}
 	return d.db.Transact(ctx, func(tr *distash.Tx) error {
-		for i, k := range keys {
-			if err := d.update(tr, table, k, values[i]); err != nil {
-				return err
-			}
+		for i, b := range bases {
+			update(tr, b, values[i])
 		}
 		return nil
 	})
@@ -272,9 +393,13 @@ func (d *DB) BatchUpdate(ctx context.Context, table string, keys []string, value
 
 // BatchDelete removes the records in one transaction.
 func (d *DB) BatchDelete(ctx context.Context, table string, keys []string) error {
+	bases, err := d.bases(table, keys)
+	if err != nil {
+		return err
+	}
 	return d.db.Transact(ctx, func(tr *distash.Tx) error {
-		for _, k := range keys {
-			tr.Clear(d.Key(table, k))
+		for _, b := range bases {
+			tr.ClearRange(b, recordEnd(b))
 		}
 		return nil
 	})

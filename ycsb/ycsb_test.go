@@ -85,7 +85,7 @@ func TestDriver(t *testing.T) {
 	if err := db.Insert(ctx, "usertablf", "user00", rec(99)); err != nil {
 		t.Fatal(err)
 	}
-	// The record is one key in the pool, under the prefix.
+	// The record is its base key in the pool, under the prefix.
 	var raw []byte
 	if err := c.DB.ReadTransact(ctx, func(tr *distash.Tx) error {
 		var err error
@@ -96,6 +96,9 @@ func TestDriver(t *testing.T) {
 	}
 	if !bytes.Equal(raw, ycsb.EncodeFields(rec(3))) {
 		t.Fatalf("stored record %q", raw)
+	}
+	if _, err := db.Read(ctx, "usertable", "bad\x00key", nil); !errors.Is(err, ycsb.ErrBadKey) {
+		t.Fatalf("Read of a key with a zero byte: %v", err)
 	}
 
 	got, err := db.Read(ctx, "usertable", "user03", nil)
@@ -117,17 +120,46 @@ func TestDriver(t *testing.T) {
 	if err != nil || string(got["field0"]) != "a3" || string(got["field1"]) != "new" {
 		t.Fatalf("after Update: %q, %v", got, err)
 	}
-	if err := db.Update(ctx, "usertable", "nobody", rec(0)); !errors.Is(err, ycsb.ErrNotFound) {
-		t.Fatalf("Update of a missing record: %v", err)
+	if err := db.Update(ctx, "usertable", "user03", map[string][]byte{"field1": []byte("newer"), "field2": []byte("c3")}); err != nil {
+		t.Fatal(err)
+	}
+	got, err = db.Read(ctx, "usertable", "user03", []string{"field1", "field2"})
+	if err != nil || len(got) != 2 || string(got["field1"]) != "newer" || string(got["field2"]) != "c3" {
+		t.Fatalf("after a second Update: %q, %v", got, err)
+	}
+	// An update of a missing record is a blind write that reads ignore,
+	// and an insert of that key starts from a clean record.
+	if err := db.Update(ctx, "usertable", "user04x", map[string][]byte{"field9": []byte("orphan")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Read(ctx, "usertable", "user04x", nil); !errors.Is(err, ycsb.ErrNotFound) {
+		t.Fatalf("Read of a record only updated: %v", err)
 	}
 
-	rows, err := db.Scan(ctx, "usertable", "user05", 3, []string{"field0"})
-	if err != nil || len(rows) != 3 || string(rows[0]["field0"]) != "a5" || string(rows[2]["field0"]) != "a7" || len(rows[0]) != 1 {
-		t.Fatalf("Scan = %q, %v", rows, err)
+	rows, err := db.Scan(ctx, "usertable", "user03", 4, []string{"field0", "field1"})
+	if err != nil || len(rows) != 4 || string(rows[0]["field1"]) != "newer" || string(rows[1]["field0"]) != "a4" ||
+		string(rows[2]["field0"]) != "a5" || string(rows[3]["field0"]) != "a6" || len(rows[0]) != 2 {
+		t.Fatalf("Scan (skipping an orphan override) = %q, %v", rows, err)
 	}
 	rows, err = db.Scan(ctx, "usertable", "user08", 10, nil)
 	if err != nil || len(rows) != 2 {
 		t.Fatalf("Scan past the table's end = %q, %v", rows, err)
+	}
+	// Records with many overrides span scan pages.
+	for i := range 40 {
+		if err := db.Update(ctx, "usertable", "user01", map[string][]byte{fmt.Sprintf("f%02d", i): []byte("v")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rows, err = db.Scan(ctx, "usertable", "user00", 3, nil)
+	if err != nil || len(rows) != 3 || len(rows[1]) != 42 || string(rows[2]["field0"]) != "a2" {
+		t.Fatalf("Scan over a record of 42 fields: %d rows, %v", len(rows), err)
+	}
+	if err := db.Insert(ctx, "usertable", "user04x", rec(4)); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := db.Read(ctx, "usertable", "user04x", nil); err != nil || len(got) != 2 {
+		t.Fatalf("Insert over an orphan override: %q, %v", got, err)
 	}
 
 	if err := db.Delete(ctx, "usertable", "user05"); err != nil {
