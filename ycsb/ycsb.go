@@ -14,6 +14,7 @@
 //   - distash.prefix: a key prefix of its own, after the pool's (default
 //     "").
 //   - distash.dc: the client's data center (distash.WithDC), if any.
+//   - distash.layout: fields (default) or record, below.
 //
 // A YCSB record (table, key, fields) is a base key,
 // <pool prefix><distash.prefix><table>/<key>, whose value holds the fields
@@ -32,6 +33,12 @@
 // records from the start key on, a page at a time, in one read
 // transaction. The Batch* operations of go-ycsb's BatchDB each run in one
 // transaction. Record keys may not contain a zero byte.
+//
+// With distash.layout=record a record is its base key alone: a read is one
+// Get (cheaper than a range read, most of all in a Pebble pool), an update
+// reads the record and rewrites it in one transaction (so concurrent
+// updates of one record conflict and retry), and an update of a missing
+// record fails with ErrNotFound.
 //
 // New wraps an already open client (the benchmark `distash bench ycsb`
 // uses it); the registered creator opens its own from the properties.
@@ -58,6 +65,18 @@ const (
 	PropPool    = "distash.pool"
 	PropPrefix  = "distash.prefix"
 	PropDC      = "distash.dc"
+	PropLayout  = "distash.layout"
+)
+
+// The record layouts (property distash.layout, SetLayout).
+const (
+	// LayoutFields (the default): a base key and one override key per
+	// updated field; an update is a blind write, a read a range read.
+	LayoutFields = "fields"
+	// LayoutRecord: the record is its base key only; an update reads and
+	// rewrites it in one transaction (concurrent updates of one record
+	// conflict and retry), a read is one Get.
+	LayoutRecord = "record"
 )
 
 // ErrNotFound is returned by Read, Update and BatchRead for a record that
@@ -96,6 +115,10 @@ func (Creator) Create(p *properties.Properties) (goycsb.DB, error) {
 	}
 	d := New(db, prefix)
 	d.owned = true
+	if err := d.SetLayout(p.GetString(PropLayout, LayoutFields)); err != nil {
+		db.Close()
+		return nil, err
+	}
 	return d, nil
 }
 
@@ -104,6 +127,22 @@ type DB struct {
 	db     *distash.DB
 	prefix []byte
 	owned  bool // Close closes db
+	record bool // LayoutRecord
+}
+
+// SetLayout chooses the record layout, LayoutFields or LayoutRecord, before
+// the driver is used. Records written in one layout read back in the other
+// only if never updated in the fields layout.
+func (d *DB) SetLayout(layout string) error {
+	switch layout {
+	case LayoutFields, "":
+		d.record = false
+	case LayoutRecord:
+		d.record = true
+	default:
+		return fmt.Errorf("distash ycsb: %s %q: want %s or %s", PropLayout, layout, LayoutFields, LayoutRecord)
+	}
+	return nil
 }
 
 var (
@@ -170,14 +209,24 @@ func (d *DB) Read(ctx context.Context, table, key string, fields []string) (map[
 	var m map[string][]byte
 	err = d.db.ReadTransact(ctx, func(tr *distash.Tx) error {
 		var err error
-		m, err = readRecord(tr, base, fields)
+		m, err = d.readRecord(tr, base, fields)
 		return err
 	})
 	return m, err
 }
 
 // readRecord reads the record at base in tr.
-func readRecord(tr *distash.Tx, base []byte, fields []string) (map[string][]byte, error) {
+func (d *DB) readRecord(tr *distash.Tx, base []byte, fields []string) (map[string][]byte, error) {
+	if d.record {
+		v, err := tr.Get(base)
+		if err != nil {
+			return nil, err
+		}
+		if v == nil {
+			return nil, ErrNotFound
+		}
+		return DecodeFields(v, fields)
+	}
 	kvs, err := tr.GetRange(base, recordEnd(base), distash.RangeOptions{})
 	if err != nil {
 		return nil, err
@@ -278,16 +327,32 @@ func (d *DB) Update(ctx context.Context, table, key string, values map[string][]
 	if err != nil {
 		return err
 	}
-	return d.db.Transact(ctx, func(tr *distash.Tx) error {
-		update(tr, base, values)
-		return nil
-	})
+	return d.db.Transact(ctx, func(tr *distash.Tx) error { return d.update(tr, base, values) })
 }
 
-func update(tr *distash.Tx, base []byte, values map[string][]byte) {
-	for f, v := range values {
-		tr.Set(fieldKey(base, f), v)
+func (d *DB) update(tr *distash.Tx, base []byte, values map[string][]byte) error {
+	if !d.record {
+		for f, v := range values {
+			tr.Set(fieldKey(base, f), v)
+		}
+		return nil
 	}
+	old, err := tr.Get(base)
+	if err != nil {
+		return err
+	}
+	if old == nil {
+		return ErrNotFound
+	}
+	rec, err := DecodeFields(old, nil)
+	if err != nil {
+		return err
+	}
+	for f, v := range values {
+		rec[f] = v
+	}
+	tr.Set(base, EncodeFields(rec))
+	return nil
 }
 
 // Insert writes a whole record (replacing any of the same key).
@@ -359,7 +424,7 @@ func (d *DB) BatchRead(ctx context.Context, table string, keys []string, fields 
 	res := make([]map[string][]byte, len(keys))
 	err = d.db.ReadTransact(ctx, func(tr *distash.Tx) error {
 		for i, b := range bases {
-			m, err := readRecord(tr, b, fields)
+			m, err := d.readRecord(tr, b, fields)
 			if err != nil {
 				if errors.Is(err, ErrNotFound) {
 					return fmt.Errorf("%w: %s", ErrNotFound, keys[i])
@@ -376,8 +441,7 @@ func (d *DB) BatchRead(ctx context.Context, table string, keys []string, fields 
 	return res, nil
 }
 
-// BatchUpdate updates the records in one transaction (blind writes, as
-// Update).
+// BatchUpdate updates the records in one transaction.
 func (d *DB) BatchUpdate(ctx context.Context, table string, keys []string, values []map[string][]byte) error {
 	bases, err := d.bases(table, keys)
 	if err != nil {
@@ -385,7 +449,9 @@ func (d *DB) BatchUpdate(ctx context.Context, table string, keys []string, value
 	}
 	return d.db.Transact(ctx, func(tr *distash.Tx) error {
 		for i, b := range bases {
-			update(tr, b, values[i])
+			if err := d.update(tr, b, values[i]); err != nil {
+				return err
+			}
 		}
 		return nil
 	})

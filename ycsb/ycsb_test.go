@@ -188,3 +188,57 @@ func TestDriver(t *testing.T) {
 		t.Fatalf("BatchRead after BatchDelete: %v", err)
 	}
 }
+
+// TestDriverRecordLayout: distash.layout=record keeps a record in one key;
+// an update is a read-modify-write that fails for a missing record.
+func TestDriverRecordLayout(t *testing.T) {
+	c := distashtest.Start(t, testConfig)
+	ctx := distashtest.Context(t, 30*time.Second)
+	p := properties.NewProperties()
+	p.Set(ycsb.PropCluster, c.Server.ClusterString())
+	p.Set(ycsb.PropPool, "dram")
+	p.Set(ycsb.PropLayout, "bogus")
+	if _, err := (ycsb.Creator{}).Create(p); err == nil {
+		t.Fatal("layout bogus accepted")
+	}
+	p.Set(ycsb.PropLayout, ycsb.LayoutRecord)
+	db, err := (ycsb.Creator{}).Create(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	for i := range 5 {
+		if err := db.Insert(ctx, "t", fmt.Sprintf("k%d", i), map[string][]byte{"f0": {byte('a' + i)}, "f1": []byte("x")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := db.Update(ctx, "t", "k2", map[string][]byte{"f1": []byte("y")}); err != nil {
+		t.Fatal(err)
+	}
+	var raw []byte
+	if err := c.DB.ReadTransact(ctx, func(tr *distash.Tx) error {
+		kvs, err := tr.GetRange([]byte("m/t/k2"), []byte("m/t/k2\x01"), distash.RangeOptions{})
+		if len(kvs) != 1 {
+			return fmt.Errorf("record k2 is %d keys, want 1", len(kvs))
+		}
+		raw = kvs[0].Value
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if want := ycsb.EncodeFields(map[string][]byte{"f0": []byte("c"), "f1": []byte("y")}); !bytes.Equal(raw, want) {
+		t.Fatalf("stored %q, want %q", raw, want)
+	}
+	if err := db.Update(ctx, "t", "missing", map[string][]byte{"f1": []byte("y")}); !errors.Is(err, ycsb.ErrNotFound) {
+		t.Fatalf("Update of a missing record: %v", err)
+	}
+	rows, err := db.Scan(ctx, "t", "k1", 3, nil)
+	if err != nil || len(rows) != 3 || string(rows[1]["f1"]) != "y" {
+		t.Fatalf("Scan = %q, %v", rows, err)
+	}
+	bdb := db.(goycsb.BatchDB)
+	rows, err = bdb.BatchRead(ctx, "t", []string{"k0", "k4"}, []string{"f0"})
+	if err != nil || string(rows[0]["f0"]) != "a" || string(rows[1]["f0"]) != "e" || len(rows[1]) != 1 {
+		t.Fatalf("BatchRead = %q, %v", rows, err)
+	}
+}

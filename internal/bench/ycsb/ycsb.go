@@ -90,6 +90,10 @@ type Options struct {
 	// Pools are the DiStash pools to run on, each a store of its own
 	// (default dram).
 	Pools []string
+	// Layouts are the driver's record layouts to run each pool with
+	// (dycsb.LayoutFields, dycsb.LayoutRecord; default fields). A store
+	// of the record layout is named "distash:<pool>:record".
+	Layouts []string
 	// Cluster, if set, is the cluster string of a running cluster to use
 	// instead of an embedded one.
 	Cluster string
@@ -177,6 +181,14 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if len(o.Pools) == 0 {
 		o.Pools = []string{"dram"}
+	}
+	if len(o.Layouts) == 0 {
+		o.Layouts = []string{dycsb.LayoutFields}
+	}
+	for _, l := range o.Layouts {
+		if err := dycsb.New(nil, nil).SetLayout(l); err != nil {
+			return o, fmt.Errorf("ycsb: --layout: %w", err)
+		}
 	}
 	for _, p := range o.Peers {
 		switch p {
@@ -286,10 +298,20 @@ func Run(ctx context.Context, o Options, out io.Writer) ([]Result, error) {
 			return nil, err
 		}
 		fmt.Fprintf(out, "  pool %s: %s, %s, prefix %q\n", name, pool.Engine(), pool.Medium(), pool.Prefix())
-		// A private prefix per run, so that a running cluster's earlier
-		// runs do not show in scans.
-		prefix := pool.Key(fmt.Appendf(nil, "ycsb-%d/", time.Now().UnixNano()))
-		stores = append(stores, store{name: "distash:" + name, db: dycsb.New(db, prefix), close: func() {}})
+		for _, layout := range o.Layouts {
+			// A private prefix per run and layout, so that a running
+			// cluster's earlier runs do not show in scans.
+			prefix := pool.Key(fmt.Appendf(nil, "ycsb-%d-%s/", time.Now().UnixNano(), layout))
+			d := dycsb.New(db, prefix)
+			if err := d.SetLayout(layout); err != nil {
+				return nil, err
+			}
+			sname := "distash:" + name
+			if layout != dycsb.LayoutFields {
+				sname += ":" + layout
+			}
+			stores = append(stores, store{name: sname, db: d, close: func() {}})
+		}
 	}
 
 	// Peers.
@@ -319,7 +341,7 @@ func Run(ctx context.Context, o Options, out io.Writer) ([]Result, error) {
 			if err != nil {
 				return results, err
 			}
-			fmt.Fprintf(out, "  %-14s %-4s %9.0f ops/s  %7d ops in %5.1f s, %d errors%s\n", s.name, r.Workload, r.OpsPerSec, r.Ops, r.Seconds, r.Errors, errSuffix(r))
+			fmt.Fprintf(out, "  %-21s %-4s %9.0f ops/s  %7d ops in %5.1f s, %d errors%s\n", s.name, r.Workload, r.OpsPerSec, r.Ops, r.Seconds, r.Errors, errSuffix(r))
 			results = append(results, r)
 		}
 	}
@@ -667,7 +689,7 @@ func PrintTable(out io.Writer, results []Result) {
 			}
 		}
 	}
-	fmt.Fprintf(out, "%-14s %-5s %10s %9s  %-18s %9s %9s %9s %7s\n", "store", "wl", "ops/s", "vs "+strings.TrimPrefix(baseName, "distash:"), "operation", "count", "p50", "p99", "errors")
+	fmt.Fprintf(out, "%-21s %-5s %10s %9s  %-18s %9s %9s %9s %7s\n", "store", "wl", "ops/s", "vs "+strings.TrimPrefix(baseName, "distash:"), "operation", "count", "p50", "p99", "errors")
 	for _, r := range results {
 		ratio := "-"
 		if b := base[r.Workload]; b > 0 && r.Store != baseName {
@@ -678,7 +700,7 @@ func PrintTable(out io.Writer, results []Result) {
 			if i > 0 {
 				store, wl, ops, rt = "", "", "", ""
 			}
-			fmt.Fprintf(out, "%-14s %-5s %10s %9s  %-18s %9d %9s %9s %7d\n", store, wl, ops, rt, op.Op, op.Count, fmtDur(op.P50), fmtDur(op.P99), op.Errors)
+			fmt.Fprintf(out, "%-21s %-5s %10s %9s  %-18s %9d %9s %9s %7d\n", store, wl, ops, rt, op.Op, op.Count, fmtDur(op.P50), fmtDur(op.P99), op.Errors)
 		}
 	}
 }
