@@ -60,18 +60,21 @@ func (r *WriteRate) decay(now time.Time) {
 		return
 	}
 	f := math.Exp2(-dt.Seconds() / r.halfLife.Seconds())
-	var gone []rated
+	// The tree is written after the walk, not during it: writing, even
+	// replacing a key already there, splits full nodes on the way down,
+	// which under the walk skips keys or runs past a node's end.
+	all := make([]rated, 0, r.keys.Len())
 	r.keys.Ascend(func(e rated) bool {
+		all = append(all, e)
+		return true
+	})
+	for _, e := range all {
 		e.weight *= f
 		if e.weight < float64(r.unit)/64 {
-			gone = append(gone, e)
+			r.keys.Delete(e)
 		} else {
 			r.keys.ReplaceOrInsert(e)
 		}
-		return true
-	})
-	for _, e := range gone {
-		r.keys.Delete(e)
 	}
 	r.decayed = now
 }

@@ -43,3 +43,29 @@ func TestWriteRateEstimates(t *testing.T) {
 		t.Errorf("rate after two idle minutes: %.0f B/s", got)
 	}
 }
+
+// TestWriteRateDecayOfFullNodes: decaying samples of every size up to a
+// few hundred keys decays every key. Decay once
+// rewrote the sample's tree while walking it: a rewrite splits full nodes
+// even for a key already there (31 keys in order fill the root), and the
+// walk then skipped the keys moved away, or ran past the end of a node (a
+// panic in the stash's apply).
+func TestWriteRateDecayOfFullNodes(t *testing.T) {
+	for keys := 1; keys <= 300; keys++ {
+		r := NewWriteRate(1, time.Second)
+		now := time.Unix(0, 0)
+		for i := 0; i < keys; i++ {
+			r.Add(now, []byte(fmt.Sprintf("k/%06d", i)), 100)
+		}
+		now = now.Add(time.Second)
+		r.Add(now, []byte("k/new"), 100) // decays first
+		if n := r.keys.Len(); n != keys+1 {
+			t.Fatalf("%d keys: %d in the sample after a decay, want %d", keys, n, keys+1)
+		}
+		// Every old key's weight halved in the half-life; k/new's is whole.
+		want := (float64(keys)*50 + 100) * math.Ln2 / r.halfLife.Seconds()
+		if rate := r.Rate(now, []byte("k/"), []byte("k0")); math.Abs(rate-want) > want*1e-9 {
+			t.Fatalf("%d keys: rate %v after a decay, want %v", keys, rate, want)
+		}
+	}
+}
