@@ -148,13 +148,25 @@ func (n *nodeConn) read(ctx context.Context, req *wire.ReadRequest) (*wire.ReadR
 	return n.api.Read(ctx, req)
 }
 
-// stashClient returns the client of the node serving stash id.
-func (db *DB) stashClient(id uint32) (wire.DiStashClient, error) {
-	n, err := db.stashNode(id)
-	if err != nil {
-		return nil, err
+// readRange reads a range on the node's read stream (unary if the node
+// does not serve the stream).
+func (n *nodeConn) readRange(ctx context.Context, req *wire.ReadRangeRequest) (*wire.ReadRangeResponse, error) {
+	if !n.noStream.Load() {
+		resp, err := n.reads.call(ctx, func(id uint64) *wire.ReadStreamRequest {
+			return &wire.ReadStreamRequest{Id: id, RangeRequest: req}
+		})
+		if err == nil && resp.RangeResponse != nil {
+			return resp.RangeResponse, nil
+		}
+		if err == nil { // a node of an older version: it read no range
+			return n.api.ReadRange(ctx, req)
+		}
+		if status.Code(err) != codes.Unimplemented {
+			return nil, err
+		}
+		n.noStream.Store(true)
 	}
-	return n.api, nil
+	return n.api.ReadRange(ctx, req)
 }
 
 // stashNode returns the connection to the node serving stash id: the

@@ -198,10 +198,10 @@ func (it *rangeIter) fetch() error {
 	for attempt := 0; ; attempt++ {
 		db, ctx := it.tr.db, it.tr.ctx
 		id := db.pickReplica(s.Team)
-		api, err := db.stashClient(id)
+		n, err := db.stashNode(id)
 		if err == nil {
 			done := db.track(id)
-			resp, err = api.ReadRange(ctx, &wire.ReadRangeRequest{
+			resp, err = n.readRange(ctx, &wire.ReadRangeRequest{
 				Stash: id, Version: int64(it.rv), Begin: begin, End: end, Limit: int32(it.page), Reverse: it.reverse,
 				ReadSystemKeys: bytes.Compare(end, kv.SystemPrefix) > 0,
 			})

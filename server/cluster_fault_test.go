@@ -61,6 +61,8 @@ type simCluster struct {
 	replay string
 	// toml is the nodes' configuration; "" is bank.ClusterTOML.
 	toml string
+	// httpAddr is every node's NodeOptions.HTTPAddr ("": none).
+	httpAddr string
 
 	mu sync.Mutex // guards simNode.srv
 }
@@ -127,7 +129,7 @@ func (c *simCluster) startNode(ctx context.Context, n *simNode) error {
 	srv, err := server.StartNode(ctx, server.NodeOptions{
 		Dir: n.dir, Config: cfg, Listen: n.addr, Listener: ln, Dialer: c.net.Dialer(n.addr),
 		Coordinators: c.coords, Class: n.class, Pool: n.pool, Machine: n.name,
-		Logger: c.logger.With("name", n.name), FlushInterval: 20 * time.Millisecond,
+		Logger: c.logger.With("name", n.name), FlushInterval: 20 * time.Millisecond, HTTPAddr: c.httpAddr,
 	})
 	if err != nil {
 		ln.Close()

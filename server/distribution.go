@@ -47,7 +47,7 @@ func (s *Server) newDistributor(r *txRoles) (*dd.Distributor, *distEnv) {
 	env := &distEnv{s: s, r: r, interval: ddInterval()}
 	d := dd.New(dd.Options{
 		Env: env, Pools: env.pools, FailureWait: env.failureWait,
-		ShardBytes: int64(s.cfg.Cluster.ShardBytes), Interval: env.interval, Logger: s.logger,
+		ShardBytes: int64(s.cfg.Cluster.ShardBytes), Interval: env.interval, Logger: s.roleLogger(logRoleDistributor),
 	})
 	return d, env
 }

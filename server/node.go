@@ -94,6 +94,9 @@ type NodeOptions struct {
 	// connections to nodes of other data centers (--dc-delay), in place of
 	// the configuration's [cluster] dc_delay; < 0 turns the delay off.
 	DCDelay time.Duration
+	// HTTPAddr, if not "" or "off", is the address of the node's HTTP
+	// server: its metrics at /metrics and the web console (http.go).
+	HTTPAddr string
 }
 
 // node is the multi-process part of a Server.
@@ -110,6 +113,7 @@ type node struct {
 	slot       int           // a stash node's tag slot
 	tag        kv.Tag
 	used       atomic.Int64 // a stash node's live bytes, as its stash last reported them
+	logLast    atomic.Int64 // a stash node: the log's last version, as its last report's answer said
 
 	connMu sync.Mutex
 	conns  map[string]*grpc.ClientConn // to other nodes, by address
@@ -201,9 +205,10 @@ func startNode(ctx context.Context, opts NodeOptions) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	logger := opts.Logger.With("node", id, "class", opts.Class)
-	s := newServer(Options{Dir: opts.Dir, Config: opts.Config, ListenAddr: opts.Listen, Logger: logger, FlushInterval: opts.FlushInterval})
 	n := &node{id: id, opts: opts, conns: map[string]*grpc.ClientConn{}, slot: -1, failed: make(chan error, 1)}
+	logger := serverLogger(opts.Logger, id, n.generation.Load).With("class", opts.Class)
+	s := newServer(Options{Dir: opts.Dir, Config: opts.Config, ListenAddr: opts.Listen, Logger: logger, FlushInterval: opts.FlushInterval,
+		HTTPAddr: opts.HTTPAddr})
 	n.log.holds = func() bool { return s.tx.Load() != nil }
 	n.setupDCDelay()
 	s.node = n
@@ -271,7 +276,7 @@ func (s *Server) startNode(ctx context.Context) error {
 			Addr: o.Listen, Coordinators: o.Coordinators, Dir: filepath.Join(o.Dir, "coord"),
 			StreamLayer: n.mux.StreamLayer(streamCoord, o.Listen), NodeID: n.id,
 			LivenessTimeout: o.LivenessTimeout,
-			Logger:          raftlog.New(s.logger, "coord"),
+			Logger:          raftlog.New(s.roleLogger(logRoleCoordinator), "coord"),
 		})
 		if err != nil {
 			return fmt.Errorf("server: start the coordinator: %w", err)
@@ -286,6 +291,9 @@ func (s *Server) startNode(ctx context.Context) error {
 			s.logger.Error("grpc serve", "err", err)
 		}
 	}()
+	if err := s.startHTTP(); err != nil {
+		return err
+	}
 
 	n.cc, err = coordrpc.NewClient(strings.Join(o.Coordinators, ","), coordrpc.ClientOptions{TLS: o.ClientTLS, Dialer: o.Dialer})
 	if err != nil {
@@ -320,7 +328,7 @@ func (s *Server) startNode(ctx context.Context) error {
 		}
 		s.logger.Info("waiting for the cluster controller", "coordinators", strings.Join(o.Coordinators, ","), "last_error", err)
 	}
-	s.logger.Info("node registered", "addr", o.Listen, "generation", n.generation.Load(), "slot", n.slot)
+	s.logger.Info("node registered", "addr", o.Listen, "slot", n.slot)
 	s.followDCs(runCtx)
 	s.wg.Add(1)
 	go func() {
@@ -435,7 +443,7 @@ func (s *Server) startStashNode(ctx context.Context) error {
 		return err
 	}
 	sp := stashSpec{tag: n.tag, pool: pool, index: n.slot}
-	logc := logrpc.NewLeaderClient(n, s.logger)
+	logc := logrpc.NewLeaderClient(n, s.roleLogger(logRoleStash))
 	open := func() (*stash.Stash, error) { return s.openRemoteStash(ctx, sp, logc) }
 	st, err := open()
 	if err != nil {
@@ -498,7 +506,7 @@ func (s *Server) openRemoteStash(ctx context.Context, sp stashSpec, logc *logrpc
 		Volatile: sp.pool.Volatile(), StartVersion: start,
 		Ephemeral: sp.pool.Ephemeral(), TrackBytes: !sp.pool.Ephemeral(), CapacityBytes: int64(sp.pool.Capacity),
 		TrackRecency:   sp.pool.Recency,
-		WindowVersions: s.windowVersions(), WindowBytes: windowBudget(sp.pool), FlushInterval: s.opts.FlushInterval, Logger: s.logger,
+		WindowVersions: s.windowVersions(), WindowBytes: windowBudget(sp.pool), FlushInterval: s.opts.FlushInterval, Logger: s.roleLogger(logRoleStash),
 		ReportUsage: func(_ kv.Tag, used int64, _ kv.Version) { s.node.used.Store(used) },
 		Dir:         dir, Fetcher: fetcher{s}, SampleUnit: sampleUnit(s.cfg),
 	}), nil
@@ -522,7 +530,9 @@ func (s *Server) reportLoop(ctx context.Context, logc *logrpc.Client) {
 		applied, wb, wl := st.Pressure()
 		used := s.node.used.Load()
 		rctx, cancel := context.WithTimeout(ctx, time.Second)
-		logc.Report(rctx, logrpc.StashReport{Tag: s.node.tag, UsedBytes: used, Applied: applied, WindowBytes: wb, WindowLimitBytes: wl})
+		if last, err := logc.Report(rctx, logrpc.StashReport{Tag: s.node.tag, UsedBytes: used, Applied: applied, WindowBytes: wb, WindowLimitBytes: wl}); err == nil {
+			s.node.logLast.Store(int64(last)) // the stash's lag behind the log (metrics)
+		}
 		cancel()
 	}
 }
@@ -631,7 +641,7 @@ func (s *Server) runTransactionNode(ctx context.Context) {
 	// replicated in the log (or, on a new cluster, none: nothing is
 	// dropped) holds.
 	l, err := txlog.Open(txlog.Options{
-		Dir: filepath.Join(s.opts.Dir, "log"), Logger: s.logger,
+		Dir: filepath.Join(s.opts.Dir, "log"), Logger: s.roleLogger(logRoleLog),
 		Network: &txlog.NetworkOptions{LocalID: n.id, Peers: peers, Transport: trans},
 	})
 	if err != nil {
@@ -665,7 +675,7 @@ func (s *Server) runTransactionNode(ctx context.Context) {
 		held := s.tx.Load()
 		switch {
 		case !l.IsLeader() && held != nil:
-			s.logger.Warn("lost the log's leadership: dropping the stateless roles", "generation", held.generation)
+			s.roleLogger(logRoleSequencer).Warn("lost the log's leadership: dropping the stateless roles", "roles_generation", held.generation)
 			s.stopRoles()
 		case l.IsLeader() && (held == nil || n.generation.Load() > held.generation):
 			// Newly leader, or a later generation was started elsewhere
@@ -674,7 +684,7 @@ func (s *Server) runTransactionNode(ctx context.Context) {
 				s.stopRoles()
 			}
 			if err := s.recoverAsLeader(ctx); err != nil && ctx.Err() == nil {
-				s.logger.Warn("recovery failed; retrying", "err", err)
+				s.roleLogger(logRoleSequencer).Warn("recovery failed; retrying", "err", err)
 			}
 		}
 	}
@@ -710,15 +720,13 @@ func (s *Server) recoverAsLeader(ctx context.Context) error {
 		return fmt.Errorf("begin generation %d in the log: %w", gen, err)
 	}
 	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	err = s.startRoles(rctx, gen, recovered, sys)
+	err = s.startRoles(rctx, gen, recovered, sys, began)
 	cancel()
 	if err != nil {
 		return fmt.Errorf("start the roles of generation %d: %w", gen, err)
 	}
 	r := s.tx.Load()
-	r.startedAt = began
-	r.recoveryTime = time.Since(began)
-	s.logger.Info("recovered: serving as sequencer, proxies and resolver", "generation", gen,
+	s.roleLogger(logRoleSequencer).Info("recovered: serving as sequencer, proxies and resolver",
 		"recovered_version", recovered, "recovery", r.recoveryTime)
 	dctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()

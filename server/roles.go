@@ -82,7 +82,7 @@ func (s *Server) startSystemStash(ctx context.Context) (*stash.Stash, error) {
 		}
 		return stash.New(stash.Options{
 			Tag: shardmap.SystemTag, Pool: "system", Engine: sysEng, Log: s.log,
-			WindowVersions: s.windowVersions(), FlushInterval: s.opts.FlushInterval, Logger: s.logger,
+			WindowVersions: s.windowVersions(), FlushInterval: s.opts.FlushInterval, Logger: s.roleLogger(logRoleStash),
 		}), nil
 	}
 	sys, err := open()
@@ -100,9 +100,9 @@ func (s *Server) startSystemStash(ctx context.Context) (*stash.Stash, error) {
 // resolver knows no conflicts below it (older read versions are too old),
 // and the commit proxy loads the shard map from the system stash once it
 // has caught up. A new cluster gets its initial shard map and its
-// configuration record here, in one transaction.
-func (s *Server) startRoles(ctx context.Context, gen uint64, recovered kv.Version, sys *stash.Stash) (err error) {
-	began := time.Now()
+// configuration record here, in one transaction. began is when the
+// recovery started (a node's began before it claimed the generation).
+func (s *Server) startRoles(ctx context.Context, gen uint64, recovered kv.Version, sys *stash.Stash, began time.Time) (err error) {
 	shards, fresh, err := s.loadShardMap(ctx, sys, recovered)
 	if err != nil {
 		return err
@@ -130,8 +130,8 @@ func (s *Server) startRoles(ctx context.Context, gen uint64, recovered kv.Versio
 	r.rk = ratekeeper.New(func() ratekeeper.Sample { return s.rateSample(r) }, 100*time.Millisecond)
 	r.commit = proxy.NewCommitProxy(proxy.CommitOptions{
 		Config: s.cfg, Sequencer: r.seq, Resolver: r.res, Log: s.log, Epoch: gen,
-		Shards: shards, Usage: s.usage, PoolTags: s.poolTags, Logger: s.logger,
-		Throttle: r.rk,
+		Shards: shards, Usage: s.usage, PoolTags: s.poolTags, Logger: s.roleLogger(logRoleProxy),
+		Throttle: r.rk, ObserveBatch: func(n int) { s.metrics.batchSize.Observe(float64(n)) },
 	})
 	r.grv = proxy.NewGRVProxy(r.seq, r.rk)
 	if s.node != nil {
@@ -202,6 +202,7 @@ func (s *Server) startRoles(ctx context.Context, gen uint64, recovered kv.Versio
 		}()
 	}
 	s.tx.Store(r)
+	s.metrics.recovered(r.recoveryTime)
 	return nil
 }
 

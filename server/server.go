@@ -71,6 +71,13 @@ type Options struct {
 	// (tests inject faults with them).
 	Interceptor       grpc.UnaryServerInterceptor
 	StreamInterceptor grpc.StreamServerInterceptor
+	// HTTPAddr, if not "" or "off", is the address of the HTTP server:
+	// Prometheus metrics at /metrics and the web console (http.go). Port
+	// 0: any free port (see HTTPAddr).
+	HTTPAddr string
+	// HTTPOptional makes a failure to listen on HTTPAddr a warning rather
+	// than an error (distash server's default address may be taken).
+	HTTPOptional bool
 }
 
 // Server is a running embedded cluster.
@@ -96,6 +103,8 @@ type Server struct {
 
 	grpcServer *grpc.Server
 	listener   net.Listener
+	metrics    *metrics
+	http       *httpServer // nil when HTTP is off
 
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
@@ -119,6 +128,8 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	// An embedded cluster has one generation, 0, for its life.
+	opts.Logger = serverLogger(opts.Logger, embeddedNode, func() uint64 { return 0 })
 	total := 0
 	for _, p := range opts.Config.Pools {
 		total += p.Stashes
@@ -144,8 +155,10 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 }
 
 func newServer(opts Options) *Server {
-	return &Server{opts: opts, cfg: opts.Config, logger: opts.Logger, stashes: map[kv.Tag]*stashSlot{},
+	s := &Server{opts: opts, cfg: opts.Config, logger: opts.Logger, stashes: map[kv.Tag]*stashSlot{},
 		usage: proxy.NewUsageBoard(), reports: newReportBoard(), poolTags: shardmap.StashTags(opts.Config)}
+	s.metrics = newMetrics(s)
+	return s
 }
 
 // stashSpec describes one stash to open.
@@ -176,7 +189,7 @@ func (s *Server) start(ctx context.Context) error {
 		Dir:      filepath.Join(s.opts.Dir, "log"),
 		Replicas: s.cfg.Log.Replicas,
 		Tags:     tags,
-		Logger:   s.logger,
+		Logger:   s.roleLogger(logRoleLog),
 	})
 	if err != nil {
 		return fmt.Errorf("server: open log: %w", err)
@@ -203,7 +216,7 @@ func (s *Server) start(ctx context.Context) error {
 		s.addStash(runCtx, sp.tag, st, reopen)
 	}
 
-	if err := s.startRoles(ctx, 0, recovered, sys); err != nil {
+	if err := s.startRoles(ctx, 0, recovered, sys, time.Now()); err != nil {
 		return err
 	}
 	for _, sp := range specs {
@@ -225,6 +238,9 @@ func (s *Server) start(ctx context.Context) error {
 			s.logger.Error("grpc serve", "err", err)
 		}
 	}()
+	if err := s.startHTTP(); err != nil {
+		return err
+	}
 	s.logger.Info("distash cluster started", "addr", s.listener.Addr().String(), "dir", s.opts.Dir, "recovered_version", recovered, "pools", len(s.cfg.Pools))
 	return nil
 }
@@ -307,7 +323,7 @@ func (s *Server) openStash(sp stashSpec, windowVersions, recovered kv.Version) (
 		Volatile: volatile, StartVersion: recovered,
 		Ephemeral: sp.pool.Ephemeral(), TrackBytes: !sp.pool.Ephemeral(), CapacityBytes: int64(sp.pool.Capacity),
 		TrackRecency:   sp.pool.Recency,
-		WindowVersions: windowVersions, WindowBytes: windowBudget(sp.pool), FlushInterval: s.opts.FlushInterval, Logger: s.logger,
+		WindowVersions: windowVersions, WindowBytes: windowBudget(sp.pool), FlushInterval: s.opts.FlushInterval, Logger: s.roleLogger(logRoleStash),
 		ReportUsage: s.usage.Report,
 		Dir:         dir, Fetcher: fetcher{s}, SampleUnit: sampleUnit(s.cfg),
 	}), nil
@@ -322,6 +338,7 @@ func sampleUnit(cfg *config.Config) int64 {
 // addStash runs st in a new slot under supervision (see supervise).
 func (s *Server) addStash(ctx context.Context, tag kv.Tag, st *stash.Stash, reopen func() (*stash.Stash, error)) {
 	sl := newSlot(tag, st, reopen)
+	sl.reads = s.stashReads(tag, st.Pool())
 	s.stashMu.Lock()
 	s.stashes[tag] = sl
 	s.order = append(s.order, tag)
@@ -413,6 +430,7 @@ func (s *Server) Config() *config.Config { return s.cfg }
 // Stop shuts the cluster down and closes its files. Safe to call twice.
 func (s *Server) Stop() {
 	s.stopOnce.Do(func() {
+		s.stopHTTP()
 		if s.grpcServer != nil {
 			s.grpcServer.Stop()
 		}

@@ -8,6 +8,7 @@ import (
 	"runtime/debug"
 	"sort"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -30,7 +31,9 @@ func (v *service) GetReadVersion(ctx context.Context, _ *wire.GetReadVersionRequ
 	if err != nil {
 		return &wire.GetReadVersionResponse{Error: wire.ErrorOf(err)}, nil
 	}
+	began := time.Now()
 	rv, err := r.grv.GetReadVersion(ctx)
+	v.s.metrics.grv.observe(time.Since(began))
 	return &wire.GetReadVersionResponse{Version: int64(rv), Error: wire.ErrorOf(err)}, nil
 }
 
@@ -51,7 +54,9 @@ func (v *service) Commit(ctx context.Context, req *wire.CommitRequest) (*wire.Co
 	if err != nil {
 		return &wire.CommitResponse{Error: wire.ErrorOf(err)}, nil
 	}
+	began := time.Now()
 	cv, err := r.commit.Commit(ctx, txn)
+	v.s.metrics.commit.observe(time.Since(began))
 	return &wire.CommitResponse{Version: int64(cv), Error: wire.ErrorOf(err)}, nil
 }
 
@@ -59,11 +64,13 @@ func (v *service) Read(ctx context.Context, req *wire.ReadRequest) (*wire.ReadRe
 	if err := checkRead(req); err != nil {
 		return &wire.ReadResponse{Error: wire.ErrorOf(err)}, nil
 	}
-	st, ok := v.s.stash(kv.Tag(req.Stash))
+	sl, ok := v.s.slot(kv.Tag(req.Stash))
 	if !ok {
 		return &wire.ReadResponse{Error: wire.ErrorOf(kv.Errorf(kv.CodeWrongShardServer, "no stash %d", req.Stash))}, nil
 	}
-	vals, present, err := st.Get(ctx, kv.Version(req.Version), req.Keys)
+	began := time.Now()
+	vals, present, err := sl.get().Get(ctx, kv.Version(req.Version), req.Keys)
+	sl.reads.observe(time.Since(began))
 	if err != nil {
 		return &wire.ReadResponse{Error: wire.ErrorOf(err)}, nil
 	}
@@ -78,7 +85,7 @@ func (v *service) ReadRange(ctx context.Context, req *wire.ReadRangeRequest) (*w
 	if err := checkReadRange(req); err != nil {
 		return &wire.ReadRangeResponse{Error: wire.ErrorOf(err)}, nil
 	}
-	st, ok := v.s.stash(kv.Tag(req.Stash))
+	sl, ok := v.s.slot(kv.Tag(req.Stash))
 	if !ok {
 		return &wire.ReadRangeResponse{Error: wire.ErrorOf(kv.Errorf(kv.CodeWrongShardServer, "no stash %d", req.Stash))}, nil
 	}
@@ -86,7 +93,9 @@ func (v *service) ReadRange(ctx context.Context, req *wire.ReadRangeRequest) (*w
 	if byteLimit <= 0 {
 		byteLimit = 1 << 20
 	}
-	kvs, more, err := st.GetRange(ctx, kv.Version(req.Version), req.Begin, req.End, int(req.Limit), byteLimit, req.Reverse)
+	began := time.Now()
+	kvs, more, err := sl.get().GetRange(ctx, kv.Version(req.Version), req.Begin, req.End, int(req.Limit), byteLimit, req.Reverse)
+	sl.reads.observe(time.Since(began))
 	if err != nil {
 		return &wire.ReadRangeResponse{Error: wire.ErrorOf(err)}, nil
 	}
@@ -134,6 +143,15 @@ func (v *service) ClusterInfo(ctx context.Context, _ *wire.ClusterInfoRequest) (
 
 func (v *service) Status(ctx context.Context, _ *wire.StatusRequest) (*wire.StatusResponse, error) {
 	resp := &wire.StatusResponse{Pools: v.poolInfos(), Node: v.s.nodeStatus()}
+	// Recent latency percentiles (metrics.go): commits and read versions
+	// where the roles run, reads over this process's stashes.
+	now, m := time.Now(), v.s.metrics
+	q := m.commit.recent.quantiles(now, 0.5, 0.99)
+	resp.CommitP50Ms, resp.CommitP99Ms = q[0], q[1]
+	q = m.grv.recent.quantiles(now, 0.5, 0.99)
+	resp.GrvP50Ms, resp.GrvP99Ms = q[0], q[1]
+	q = m.recentReads.quantiles(now, 0.5, 0.99)
+	resp.ReadP50Ms, resp.ReadP99Ms = q[0], q[1]
 	if r := v.s.tx.Load(); r != nil {
 		c := r.commit.Counters()
 		resp.CommittedVersion = int64(r.seq.CommittedVersion())
@@ -333,8 +351,8 @@ func (v *service) CommitStream(stream wire.DiStash_CommitStreamServer) error {
 		})
 }
 
-// ReadStream serves each read as it arrives, concurrently, and sends each
-// reply with its request's id (see serveStream).
+// ReadStream serves each read (point or range) as it arrives, concurrently,
+// and sends each reply with its request's id (see serveStream).
 func (v *service) ReadStream(stream wire.DiStash_ReadStreamServer) error {
 	return serveStream(v, stream, "ReadStream",
 		func(req *wire.ReadStreamRequest) int64 {
@@ -342,9 +360,16 @@ func (v *service) ReadStream(stream wire.DiStash_ReadStreamServer) error {
 			for _, k := range req.GetRequest().GetKeys() {
 				n += int64(len(k))
 			}
+			if r := req.GetRangeRequest(); r != nil {
+				n += int64(len(r.Begin) + len(r.End))
+			}
 			return n
 		},
 		func(ctx context.Context, req *wire.ReadStreamRequest) *wire.ReadStreamResponse {
+			if r := req.GetRangeRequest(); r != nil {
+				resp, _ := v.ReadRange(ctx, r)
+				return &wire.ReadStreamResponse{Id: req.Id, RangeResponse: resp}
+			}
 			resp, _ := v.Read(ctx, req.GetRequest())
 			return &wire.ReadStreamResponse{Id: req.Id, Response: resp}
 		})

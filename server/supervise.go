@@ -30,9 +30,10 @@ var (
 // stashSlot is one stash of the cluster: the stash serving now, replaced by
 // a freshly opened one when it fails, and its health.
 type stashSlot struct {
-	tag  kv.Tag
-	open func() (*stash.Stash, error) // reopens the engine and a new stash
-	cur  atomic.Pointer[stash.Stash]
+	tag   kv.Tag
+	open  func() (*stash.Stash, error) // reopens the engine and a new stash
+	reads latency                      // its reads' latency (metrics.go)
+	cur   atomic.Pointer[stash.Stash]
 
 	mu       sync.Mutex
 	owned    []kv.KeyRange // Protected by mu; applied to every new stash.
@@ -90,6 +91,7 @@ func (sl *stashSlot) healthNow() slotHealth {
 // (the log keeps every version the engine has not made durable); a dram
 // stash comes back empty at the log's end, as after a process restart.
 func (s *Server) supervise(ctx context.Context, sl *stashSlot) {
+	log := s.roleLogger(logRoleStash)
 	failures := 0
 	for {
 		st := sl.get()
@@ -102,15 +104,15 @@ func (s *Server) supervise(ctx context.Context, sl *stashSlot) {
 			failures = 0
 		}
 		sl.setHealth(HealthRestarting, err)
-		s.logger.Error("stash failed: its reads fail fast while it restarts", "tag", sl.tag, "pool", st.Pool(), "err", err)
+		log.Error("stash failed: its reads fail fast while it restarts", "tag", sl.tag, "pool", st.Pool(), "err", err)
 		if cerr := st.Close(); cerr != nil {
-			s.logger.Warn("close failed stash", "tag", sl.tag, "err", cerr)
+			log.Warn("close failed stash", "tag", sl.tag, "err", cerr)
 		}
 		var next *stash.Stash
 		for next == nil {
 			if failures >= len(restartDelays) {
 				sl.setHealth(HealthFailed, nil)
-				s.logger.Error("stash failed too often: left failed until the process restarts; the other replicas of its shards serve", "tag", sl.tag, "failures", failures)
+				log.Error("stash failed too often: left failed until the process restarts; the other replicas of its shards serve", "tag", sl.tag, "failures", failures)
 				return
 			}
 			select {
@@ -122,7 +124,7 @@ func (s *Server) supervise(ctx context.Context, sl *stashSlot) {
 			st, err := sl.open()
 			if err != nil {
 				sl.setHealth(HealthRestarting, err)
-				s.logger.Error("reopening stash failed", "tag", sl.tag, "err", err)
+				log.Error("reopening stash failed", "tag", sl.tag, "err", err)
 				continue
 			}
 			next = st
@@ -139,6 +141,6 @@ func (s *Server) supervise(ctx context.Context, sl *stashSlot) {
 		sl.mu.Unlock()
 		sl.cur.Store(next)
 		sl.setHealth(HealthHealthy, nil)
-		s.logger.Warn("stash restarted", "tag", sl.tag, "version", next.AppliedVersion())
+		log.Warn("stash restarted", "tag", sl.tag, "version", next.AppliedVersion())
 	}
 }

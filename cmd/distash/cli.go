@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -14,12 +12,10 @@ import (
 
 	"github.com/dustin/go-humanize"
 	"github.com/spf13/cobra"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/distash/distash"
+	"github.com/distash/distash/internal/clusterstatus"
+	"github.com/distash/distash/internal/statusjson"
 	"github.com/distash/distash/internal/wire"
 )
 
@@ -142,7 +138,7 @@ certificate and key, and the CA that signed the server's certificate.`,
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), timeout)
 			defer cancel()
-			st, err := fetchStatus(ctx, cluster, tlsConfig)
+			st, err := clusterstatus.Gather(ctx, cluster, tlsConfig)
 			if err != nil {
 				return tlsHint(err, tlsConfig)
 			}
@@ -150,14 +146,11 @@ certificate and key, and the CA that signed the server's certificate.`,
 				if args[0] != "json" {
 					return fmt.Errorf("status: unknown format %q (want json)", args[0])
 				}
-				b, err := protojson.MarshalOptions{Multiline: true, EmitUnpopulated: true}.Marshal(st)
+				b, err := statusjson.Marshal(st)
 				if err != nil {
 					return err
 				}
-				var pretty any
-				_ = json.Unmarshal(b, &pretty)
-				out, _ := json.MarshalIndent(pretty, "", "  ")
-				fmt.Fprintln(cmd.OutOrStdout(), string(out))
+				fmt.Fprintln(cmd.OutOrStdout(), string(b))
 				return nil
 			}
 			printStatusTo(cmd.OutOrStdout(), st)
@@ -167,34 +160,6 @@ certificate and key, and the CA that signed the server's certificate.`,
 	cmd.AddCommand(get, set, clear, getrange, status)
 	cmd.AddCommand(adminCmds(&cluster, &timeout, &tlsf)...)
 	return cmd
-}
-
-func fetchStatus(ctx context.Context, cluster string, tlsConfig *tls.Config) (*wire.StatusResponse, error) {
-	creds := insecure.NewCredentials()
-	if tlsConfig != nil {
-		creds = credentials.NewTLS(tlsConfig)
-	}
-	view, embedded, err := findCluster(ctx, cluster, creds, tlsConfig)
-	if err != nil {
-		return nil, err
-	}
-	if embedded != "" {
-		return statusOf(ctx, embedded, creds)
-	}
-	return clusterStatus(ctx, view, creds)
-}
-
-func statusOf(ctx context.Context, addr string, creds credentials.TransportCredentials) (*wire.StatusResponse, error) {
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
-	if err != nil {
-		return nil, err
-	}
-	defer conn.Close()
-	st, err := wire.NewDiStashClient(conn).Status(ctx, &wire.StatusRequest{}, grpc.WaitForReady(true))
-	if err != nil {
-		return nil, fmt.Errorf("status from %s: %w", addr, err)
-	}
-	return st, nil
 }
 
 func printStatusTo(out io.Writer, st *wire.StatusResponse) {
@@ -329,15 +294,6 @@ func unescape(s string) []byte {
 	return out
 }
 
-// escape prints bytes as text with \xNN for the unprintable.
-func escape(b []byte) string {
-	var sb strings.Builder
-	for _, c := range b {
-		if c >= 0x20 && c < 0x7f && c != '\\' {
-			sb.WriteByte(c)
-		} else {
-			fmt.Fprintf(&sb, "\\x%02x", c)
-		}
-	}
-	return sb.String()
-}
+// escape prints bytes as text with \xNN for the unprintable, as status
+// json prints prefixes.
+func escape(b []byte) string { return statusjson.Escape(b) }

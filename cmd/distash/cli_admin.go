@@ -15,10 +15,9 @@ import (
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/distash/distash/internal/clusterstatus"
 	"github.com/distash/distash/internal/coord"
 	"github.com/distash/distash/internal/coordrpc"
 	"github.com/distash/distash/internal/wire"
@@ -203,13 +202,6 @@ exits with status 0. Exclude its stashes first ("distash cli exclude ADDR
 	return []*cobra.Command{configure, exclude, include, kill}
 }
 
-func transportCreds(tlsConfig *tls.Config) credentials.TransportCredentials {
-	if tlsConfig != nil {
-		return credentials.NewTLS(tlsConfig)
-	}
-	return insecure.NewCredentials()
-}
-
 // errEmbedded refuses an admin verb on an embedded cluster.
 func errEmbedded(verb, addr string) error {
 	return fmt.Errorf("`distash cli %s` needs a multi-process cluster (nodes started with --coordinators, docs/cluster.md): "+
@@ -219,7 +211,7 @@ func errEmbedded(verb, addr string) error {
 // coordinatorView returns the controller's view, or an error if cluster is
 // an embedded cluster.
 func coordinatorView(ctx context.Context, verb, cluster string, tlsConfig *tls.Config) (*wire.ViewResponse, error) {
-	view, embedded, err := findCluster(ctx, cluster, transportCreds(tlsConfig), tlsConfig)
+	view, embedded, err := clusterstatus.FindCluster(ctx, cluster, clusterstatus.Creds(tlsConfig), tlsConfig)
 	if err != nil {
 		return nil, err
 	}
@@ -324,17 +316,17 @@ func shardsLeft(view *wire.ViewResponse, st *wire.StatusResponse, addrs []string
 // at addrs hold no shard, printing what is left; an error when ctx ends
 // first.
 func waitExcluded(ctx context.Context, out io.Writer, cluster string, tlsConfig *tls.Config, addrs []string, limit time.Duration) error {
-	creds := transportCreds(tlsConfig)
+	creds := clusterstatus.Creds(tlsConfig)
 	start := time.Now()
 	last := "the cluster's status was not read yet"
 	for {
-		view, embedded, err := findCluster(ctx, cluster, creds, tlsConfig)
+		view, embedded, err := clusterstatus.FindCluster(ctx, cluster, creds, tlsConfig)
 		if err == nil && embedded != "" {
 			return errEmbedded("exclude", embedded)
 		}
 		if err == nil {
 			var st *wire.StatusResponse
-			if st, err = clusterStatus(ctx, view, creds); err == nil {
+			if st, err = clusterstatus.FromView(ctx, view, creds); err == nil {
 				total, per, ready := shardsLeft(view, st, addrs)
 				switch {
 				case !ready:
@@ -368,7 +360,7 @@ func waitExcluded(ctx context.Context, out io.Writer, cluster string, tlsConfig 
 
 // killNode asks the node at addr to stop (Admin.Kill).
 func killNode(ctx context.Context, addr string, tlsConfig *tls.Config) error {
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(transportCreds(tlsConfig)))
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(clusterstatus.Creds(tlsConfig)))
 	if err != nil {
 		return err
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/distash/distash"
 	"github.com/distash/distash/config"
+	"github.com/distash/distash/internal/clusterstatus"
 	"github.com/distash/distash/internal/embedded"
 	"github.com/distash/distash/internal/workload"
 )
@@ -182,7 +183,7 @@ func runDemo(ctx context.Context, cfg *config.Config, dir string, o demoOptions,
 
 	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	status, err := fetchStatus(sctx, cl.Server.ClusterString(), nil)
+	status, err := clusterstatus.Gather(sctx, cl.Server.ClusterString(), nil)
 	if err != nil {
 		return err
 	}

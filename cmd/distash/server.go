@@ -5,10 +5,13 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"net"
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -44,8 +47,51 @@ func memoryLimit(flag string, cfg *config.Config) (limit int64, ok bool, err err
 	return int64(size), true, nil
 }
 
+// httpAddr checks --http: "off" (or "") serves no HTTP; anything else must
+// be host:port. given says whether the flag was set: without it an
+// embedded cluster serves at server.DefaultHTTPAddr if that port is free
+// (optional) and a cluster node serves none.
+func httpAddr(flag string, given, node bool) (addr string, optional bool, err error) {
+	if !given {
+		if node {
+			return "", false, nil
+		}
+		return server.DefaultHTTPAddr, true, nil
+	}
+	if flag == "" || strings.EqualFold(flag, "off") {
+		return "", false, nil
+	}
+	_, port, err := net.SplitHostPort(flag)
+	if err == nil {
+		if n, perr := strconv.Atoi(port); perr != nil || n < 0 || n > 65535 {
+			err = fmt.Errorf("bad port %q", port)
+		}
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("--http %q: want host:port (port 0: any free port) or off: %v", flag, err)
+	}
+	return flag, false, nil
+}
+
+// newLogger returns the server's logger: text or JSON lines (--log-format)
+// on stderr, at info level with -v and warnings otherwise.
+func newLogger(format string, verbose bool) (*slog.Logger, error) {
+	level := slog.LevelWarn
+	if verbose {
+		level = slog.LevelInfo
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: want text or json", format)
+}
+
 func serverCmd() *cobra.Command {
-	var configPath, dir, listen, memory string
+	var configPath, dir, listen, memory, httpFlag, logFormat string
 	var coordinators, class, pool, dc, zone, machine, cpuProfile string
 	var verbose bool
 	var dcDelay time.Duration
@@ -74,7 +120,18 @@ clients use the coordinators list as the cluster string:
 Without --config it uses the built-in default configuration (a DRAM
 ephemeral pool "cache" with prefix c/ and an SSD durable pool "data" with
 prefix d/). Data lives under --dir; restarting on the same directory
-recovers the cluster. Prints "listening on ADDR" once it serves.
+recovers the cluster. Prints "listening on ADDR" once it serves, then
+"http on ADDR" if it serves HTTP.
+
+--http ADDR serves Prometheus metrics at /metrics and the web console at
+/ (docs/metrics.md). An embedded cluster serves it at 127.0.0.1:4580 by
+default (if that port is taken, it warns and goes on without); a cluster
+node serves none unless --http is given; --http off turns it off. An
+address given that cannot be bound is an error.
+
+Logs go to stderr, as text or JSON lines (--log-format); every line
+carries the node ("embedded" or the node's id), the generation and, where
+a role logs, the role.
 
 Every client that connects may read, write and clear every key: --listen
 defaults to 127.0.0.1, and a non-loopback address without TLS draws a
@@ -97,11 +154,14 @@ collection for 5 seconds), it returns freed memory to the system.`,
 					return err
 				}
 			}
-			level := slog.LevelWarn
-			if verbose {
-				level = slog.LevelInfo
+			logger, err := newLogger(logFormat, verbose)
+			if err != nil {
+				return err
 			}
-			logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+			httpListen, httpOptional, err := httpAddr(httpFlag, cmd.Flags().Changed("http"), coordinators != "")
+			if err != nil {
+				return err
+			}
 			limit, setLimit, err := memoryLimit(memory, cfg)
 			if err != nil {
 				return err
@@ -109,8 +169,11 @@ collection for 5 seconds), it returns freed memory to the system.`,
 			if setLimit {
 				debug.SetMemoryLimit(limit)
 			}
-			logger.Info("soft memory limit", "bytes", debug.SetMemoryLimit(-1))
-			tlsConfig, err := tlsf.server(logger)
+			// Once the server runs, lines go to its logger, which adds the
+			// node and the generation to each.
+			var runLogger atomic.Pointer[slog.Logger]
+			runLogger.Store(logger)
+			tlsConfig, err := tlsf.server(runLogger.Load)
 			if err != nil {
 				return err
 			}
@@ -123,13 +186,14 @@ collection for 5 seconds), it returns freed memory to the system.`,
 						return fmt.Errorf("--%s is a flag of a cluster node: give --coordinators too (without it the server runs a whole embedded cluster)", f)
 					}
 				}
-				srv, err = server.Start(ctx, server.Options{Dir: dir, Config: cfg, ListenAddr: listen, TLS: tlsConfig, Logger: logger})
+				srv, err = server.Start(ctx, server.Options{Dir: dir, Config: cfg, ListenAddr: listen, TLS: tlsConfig, Logger: logger,
+					HTTPAddr: httpListen, HTTPOptional: httpOptional})
 			} else {
 				if zone == "" {
 					zone = listen
 				}
 				opts := server.NodeOptions{Dir: dir, Config: cfg, Listen: listen, Class: class, Pool: pool,
-					DC: dc, Zone: zone, Machine: machine, ServerTLS: tlsConfig, Logger: logger}
+					DC: dc, Zone: zone, Machine: machine, ServerTLS: tlsConfig, Logger: logger, HTTPAddr: httpListen}
 				if cmd.Flags().Changed("dc-delay") {
 					if dcDelay < 0 {
 						return fmt.Errorf("--dc-delay %v: want a duration >= 0", dcDelay)
@@ -154,7 +218,12 @@ collection for 5 seconds), it returns freed memory to the system.`,
 			if err != nil {
 				return err
 			}
+			runLogger.Store(srv.Logger())
+			srv.Logger().Info("soft memory limit", "bytes", debug.SetMemoryLimit(-1))
 			fmt.Fprintf(cmd.OutOrStdout(), "listening on %s\n", srv.ClusterString())
+			if a := srv.HTTPAddr(); a != "" {
+				fmt.Fprintf(cmd.OutOrStdout(), "http on %s\n", a)
+			}
 			if id := srv.NodeID(); id != "" {
 				fmt.Fprintf(cmd.OutOrStdout(), "node %s (%s) serving on %s\n", id, class, srv.Addr())
 			}
@@ -165,7 +234,7 @@ collection for 5 seconds), it returns freed memory to the system.`,
 				}
 				defer stop()
 			}
-			go newIdleTrimmer(logger).run(ctx)
+			go newIdleTrimmer(srv.Logger()).run(ctx)
 			select {
 			case <-ctx.Done():
 			case err := <-srv.Failed():
@@ -196,5 +265,7 @@ collection for 5 seconds), it returns freed memory to the system.`,
 	cmd.Flags().StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the process to this file until it stops")
 	tlsf.add(cmd.Flags(), "server", false)
 	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "log at info level")
+	cmd.Flags().StringVar(&logFormat, "log-format", "text", "log lines as text or json")
+	cmd.Flags().StringVar(&httpFlag, "http", "", "HTTP address of /metrics and the web console, or off (default "+server.DefaultHTTPAddr+" for an embedded cluster, off for a cluster node)")
 	return cmd
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"strings"
 	"testing"
 
@@ -36,5 +37,32 @@ func TestStatusShowsEngineCounters(t *testing.T) {
 	}
 	if strings.Contains(got, "cache-0 (") {
 		t.Fatalf("a memory stash got an engine line:\n%s", got)
+	}
+}
+
+// TestStatusJSON: `cli status json` prints the status document of
+// docs/status.md: schema 1, integers as JSON numbers, prefixes as
+// printable strings (internal/statusjson tests the rest).
+func TestStatusJSON(t *testing.T) {
+	clearTLSEnv(t)
+	addr := startServerInProcess(t, "--http", "off")
+	out, err := run(cliCmd(), "status", "json", "--cluster", addr)
+	if err != nil {
+		t.Fatalf("status json: %v\n%s", err, out)
+	}
+	var doc struct {
+		Schema           int
+		CommittedVersion int64
+		Pools            []struct{ Name, Prefix string }
+		Stashes          []struct{ Keys, Bytes int64 }
+	}
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
+		t.Fatalf("status json is not the document of docs/status.md: %v\n%s", err, out)
+	}
+	if doc.Schema != 1 || doc.CommittedVersion <= 0 || len(doc.Pools) != 2 || doc.Pools[0].Prefix != "c/" || len(doc.Stashes) == 0 {
+		t.Fatalf("status json: %+v\n%s", doc, out)
+	}
+	if _, err := run(cliCmd(), "status", "yaml", "--cluster", addr); err == nil || !strings.Contains(err.Error(), "unknown format") {
+		t.Errorf("status yaml: %v", err)
 	}
 }

@@ -63,13 +63,14 @@ func (f *tlsFlags) client() (*tls.Config, error) {
 
 // server returns the server configuration, nil without TLS. It re-reads
 // the files when they change (see server.TLSConfigFromFiles) and logs a
-// failed reload to logger.
-func (f *tlsFlags) server(logger *slog.Logger) (*tls.Config, error) {
+// failed reload to the logger logger returns then (the server's, once it
+// runs).
+func (f *tlsFlags) server(logger func() *slog.Logger) (*tls.Config, error) {
 	if ok, err := f.enabled(); !ok {
 		return nil, err
 	}
 	return tlsconf.Server(tlsconf.Files{Cert: f.cert, Key: f.key, CA: f.ca}, func(err error) {
-		logger.Error("reloading TLS certificates failed", "err", err)
+		logger().Error("reloading TLS certificates failed", "err", err)
 	})
 }
 

@@ -150,6 +150,9 @@ type CommitOptions struct {
 	// before it commits an empty batch to advance versions (default 250ms).
 	IdleCommitInterval time.Duration
 	Logger             *slog.Logger
+	// ObserveBatch, if set, is told the number of transactions of every
+	// batch that carries any (metrics: the commit batch size histogram).
+	ObserveBatch func(txns int)
 }
 
 type commitReq struct {
@@ -502,6 +505,9 @@ func (p *CommitProxy) resync(ctx context.Context) error {
 func (p *CommitProxy) commitBatch(batch []*commitReq) *inflight {
 	prev, version := p.opts.Sequencer.NextCommitVersion()
 	p.batches.Add(1)
+	if p.opts.ObserveBatch != nil && len(batch) > 0 {
+		p.opts.ObserveBatch(len(batch))
+	}
 	inf := &inflight{version: version, reqs: batch, results: make([]commitResult, len(batch)), pending: map[kv.Tag]int64{}}
 
 	p.mu.Lock()

@@ -24,6 +24,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"strings"
 	"sync"
 	"time"
 
@@ -290,6 +291,38 @@ func (r *Ratekeeper) Run(ctx context.Context) {
 			r.mu.Unlock()
 		}
 	}
+}
+
+// Kinds of limit (ReasonKind), a small fixed set for metrics labels.
+const (
+	KindNone       = "none"        // not limited
+	KindStashLag   = "stash_lag"   // a stash applies the log too slowly
+	KindFetchLag   = "fetch_lag"   // a stash fetching a shard is behind
+	KindWindow     = "mvcc_window" // a stash's MVCC window is near its memory budget
+	KindCapacity   = "capacity"    // a durable stash is nearly full
+	KindRecovering = "recovering"  // the limit is lifting after a lag or window limit
+)
+
+// ReasonKind classifies a reason Status returns into one of the Kind
+// constants: reasons carry figures (seconds, percentages) that change
+// every sample, unfit for a metric label. It reads the reason's wording,
+// which this file writes.
+func ReasonKind(reason string) string {
+	switch {
+	case reason == "":
+		return KindNone
+	case strings.HasPrefix(reason, "recovering after: "):
+		return KindRecovering
+	case strings.Contains(reason, "fetching a shard"):
+		return KindFetchLag
+	case strings.Contains(reason, "MVCC window"):
+		return KindWindow
+	case strings.Contains(reason, "applying the log too slowly"):
+		return KindStashLag
+	case strings.Contains(reason, "% full ("):
+		return KindCapacity
+	}
+	return "other"
 }
 
 // Status returns the current rate and why it is limited.

@@ -71,3 +71,37 @@ func TestWaitHonoursRate(t *testing.T) {
 		t.Fatal("Wait ignored a cancelled context")
 	}
 }
+
+// TestReasonKind checks that every reason the controller writes has its
+// kind (metrics label it), so rewording a reason cannot silently turn it
+// into "other".
+func TestReasonKind(t *testing.T) {
+	now := time.Unix(0, 0)
+	observe := func(s Sample) *Controller {
+		c := NewController()
+		c.Observe(now, Sample{Committed: s.Committed, Stashes: []StashSample{{Applied: s.Committed, WindowLimitBytes: 100}}})
+		c.Observe(now.Add(time.Second), s)
+		return c
+	}
+	lag := Sample{Committed: 13_000_000, Commits: 5000, Stashes: []StashSample{{Applied: 10_000_000, WindowLimitBytes: 100}}}
+	fetchLag := Sample{Committed: 13_000_000, Commits: 5000, Stashes: []StashSample{{Applied: 10_000_000, WindowLimitBytes: 100, Fetching: true}}}
+	window := Sample{Committed: 1, Stashes: []StashSample{{Applied: 1, WindowBytes: 95, WindowLimitBytes: 100}}}
+	full := Sample{Committed: 1, Stashes: []StashSample{{Applied: 1, UsedBytes: 99, CapacityBytes: 100, Pool: "data"}}}
+	recovering := observe(lag)
+	recovering.Observe(now.Add(1100*time.Millisecond), Sample{Committed: 20_000_000, Commits: 6000, Stashes: []StashSample{{Applied: 20_000_000, WindowLimitBytes: 100}}})
+	for _, tc := range []struct {
+		c    *Controller
+		want string
+	}{
+		{NewController(), KindNone},
+		{observe(lag), KindStashLag},
+		{observe(fetchLag), KindFetchLag},
+		{observe(window), KindWindow},
+		{observe(full), KindCapacity},
+		{recovering, KindRecovering},
+	} {
+		if got := ReasonKind(tc.c.Reason); got != tc.want {
+			t.Errorf("ReasonKind(%q) = %q, want %q", tc.c.Reason, got, tc.want)
+		}
+	}
+}

@@ -390,6 +390,30 @@ func (f *fsm) state() fsmState {
 	return s
 }
 
+// Held is what the log holds for one tag: the entries after the tag's
+// popped version, which the log cannot drop until the tag pops them.
+type Held struct {
+	Entries int
+	Bytes   int64 // their encoded size
+}
+
+// held returns, for every tag of the set, the entries it has not popped.
+func (f *fsm) held() map[kv.Tag]Held {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	// suffix[i] is the encoded size of entries[i:].
+	suffix := make([]int64, len(f.entries)+1)
+	for i := len(f.entries) - 1; i >= 0; i-- {
+		suffix[i] = suffix[i+1] + int64(len(f.entries[i].raw))
+	}
+	out := make(map[kv.Tag]Held, len(f.popped))
+	for t, v := range f.popped {
+		i := sort.Search(len(f.entries), func(i int) bool { return f.entries[i].version > v })
+		out[t] = Held{Entries: len(f.entries) - i, Bytes: suffix[i]}
+	}
+	return out
+}
+
 // Snapshot format (all integers varint/uvarint unless noted):
 //
 //	magic "TXLS" snapVersion:byte last trimmed [epoch:uvarint] nPopped (tag popped)* nEntries (len raw)* crc32c:4 bytes big-endian

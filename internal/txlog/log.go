@@ -1224,6 +1224,16 @@ func (l *Log) Stats() Stats {
 	return s
 }
 
+// Held returns, per tag of the set, the entries the most advanced running
+// replica holds that the tag has not popped (metrics: a tag whose stash
+// stopped popping holds the log's memory). Nil without a running replica.
+func (l *Log) Held() map[kv.Tag]Held {
+	if f := l.bestFSM(); f != nil {
+		return f.held()
+	}
+	return nil
+}
+
 // Snapshot asks every running replica to take a raft snapshot now (and
 // compact its raft log down to TrailingLogs records). Meant for tests and
 // operators; raft also snapshots on its own.

@@ -473,3 +473,30 @@ func TestSnapshotBoundsLogAndRestart(t *testing.T) {
 		t.Fatalf("popped after restart: %d %d", l.Popped(1), l.Popped(2))
 	}
 }
+
+// TestHeld: what the log holds for each tag is the entries after its
+// popped version, with their encoded size.
+func TestHeld(t *testing.T) {
+	l := openLog(t, testOptions(t.TempDir(), 1, 1, 2))
+	defer l.Close()
+	ctx := ctxT(t)
+	a := newAppender(t, l)
+	var fs []*Future
+	for v := kv.Version(1); v <= 10; v++ {
+		fs = append(fs, a.append(v, mut(fmt.Sprint(v), 1, 2)))
+	}
+	for _, f := range fs {
+		if err := f.Wait(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l.Pop(1, 4)
+	if err := l.SyncPops(ctx); err != nil {
+		t.Fatal(err)
+	}
+	h := l.Held()
+	all := l.Stats().Bytes
+	if h[2].Entries != 10 || h[2].Bytes != all || h[1].Entries != 6 || h[1].Bytes <= 0 || h[1].Bytes >= all {
+		t.Fatalf("Held after popping tag 1 to 4: %+v (log bytes %d)", h, all)
+	}
+}

@@ -1847,8 +1847,18 @@ type StatusResponse struct {
 	LastRecoveryUnixMs int64               `protobuf:"varint,18,opt,name=last_recovery_unix_ms,json=lastRecoveryUnixMs,proto3" json:"last_recovery_unix_ms,omitempty"`
 	Distribution       []*PoolDistribution `protobuf:"bytes,19,rep,name=distribution,proto3" json:"distribution,omitempty"`                  // per pool: shards, teams, moves (data distributor)
 	StashShares        []*StashShare       `protobuf:"bytes,20,rep,name=stash_shares,json=stashShares,proto3" json:"stash_shares,omitempty"` // per stash: its part of the shard map (the roles' node answers)
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// Latency percentiles over about the last 10 s, in milliseconds (0: no
+	// request in that time): commits and read versions on the node holding
+	// the roles; reads over the answering node's stashes (cluster-wide, the
+	// CLI takes the highest of the nodes').
+	CommitP50Ms   float64 `protobuf:"fixed64,21,opt,name=commit_p50_ms,json=commitP50Ms,proto3" json:"commit_p50_ms,omitempty"`
+	CommitP99Ms   float64 `protobuf:"fixed64,22,opt,name=commit_p99_ms,json=commitP99Ms,proto3" json:"commit_p99_ms,omitempty"`
+	GrvP99Ms      float64 `protobuf:"fixed64,23,opt,name=grv_p99_ms,json=grvP99Ms,proto3" json:"grv_p99_ms,omitempty"`
+	ReadP99Ms     float64 `protobuf:"fixed64,24,opt,name=read_p99_ms,json=readP99Ms,proto3" json:"read_p99_ms,omitempty"`
+	GrvP50Ms      float64 `protobuf:"fixed64,25,opt,name=grv_p50_ms,json=grvP50Ms,proto3" json:"grv_p50_ms,omitempty"`
+	ReadP50Ms     float64 `protobuf:"fixed64,26,opt,name=read_p50_ms,json=readP50Ms,proto3" json:"read_p50_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -2019,6 +2029,48 @@ func (x *StatusResponse) GetStashShares() []*StashShare {
 		return x.StashShares
 	}
 	return nil
+}
+
+func (x *StatusResponse) GetCommitP50Ms() float64 {
+	if x != nil {
+		return x.CommitP50Ms
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetCommitP99Ms() float64 {
+	if x != nil {
+		return x.CommitP99Ms
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetGrvP99Ms() float64 {
+	if x != nil {
+		return x.GrvP99Ms
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetReadP99Ms() float64 {
+	if x != nil {
+		return x.ReadP99Ms
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetGrvP50Ms() float64 {
+	if x != nil {
+		return x.GrvP50Ms
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetReadP50Ms() float64 {
+	if x != nil {
+		return x.ReadP50Ms
+	}
+	return 0
 }
 
 // StashShare is a stash's part of its pool as the data distributor sees it.
@@ -2710,10 +2762,13 @@ func (x *CommitStreamResponse) GetResponse() *CommitResponse {
 
 // ReadStream: reads over one long-lived stream per client and node, matched
 // by id (as CommitStream); the unary Read stays for other clients.
+// A request carries a point read (request) or a range read (range_request),
+// and its reply the matching response.
 type ReadStreamRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
 	Request       *ReadRequest           `protobuf:"bytes,2,opt,name=request,proto3" json:"request,omitempty"`
+	RangeRequest  *ReadRangeRequest      `protobuf:"bytes,3,opt,name=range_request,json=rangeRequest,proto3" json:"range_request,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2762,10 +2817,18 @@ func (x *ReadStreamRequest) GetRequest() *ReadRequest {
 	return nil
 }
 
+func (x *ReadStreamRequest) GetRangeRequest() *ReadRangeRequest {
+	if x != nil {
+		return x.RangeRequest
+	}
+	return nil
+}
+
 type ReadStreamResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
 	Response      *ReadResponse          `protobuf:"bytes,2,opt,name=response,proto3" json:"response,omitempty"`
+	RangeResponse *ReadRangeResponse     `protobuf:"bytes,3,opt,name=range_response,json=rangeResponse,proto3" json:"range_response,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2810,6 +2873,13 @@ func (x *ReadStreamResponse) GetId() uint64 {
 func (x *ReadStreamResponse) GetResponse() *ReadResponse {
 	if x != nil {
 		return x.Response
+	}
+	return nil
+}
+
+func (x *ReadStreamResponse) GetRangeResponse() *ReadRangeResponse {
+	if x != nil {
+		return x.RangeResponse
 	}
 	return nil
 }
@@ -5026,7 +5096,7 @@ const file_distash_proto_rawDesc = "" +
 	"\x06ranges\x18\x01 \x03(\v2\x18.distash.v1.RangeMetricsR\x06ranges\x12'\n" +
 	"\x0fapplied_version\x18\x02 \x01(\x03R\x0eappliedVersion\x12'\n" +
 	"\x05error\x18\x03 \x01(\v2\x11.distash.v1.ErrorR\x05error\"\x0f\n" +
-	"\rStatusRequest\"\xc4\x06\n" +
+	"\rStatusRequest\"\x88\b\n" +
 	"\x0eStatusResponse\x12*\n" +
 	"\x05pools\x18\x01 \x03(\v2\x14.distash.v1.PoolInfoR\x05pools\x121\n" +
 	"\astashes\x18\x02 \x03(\v2\x17.distash.v1.StashStatusR\astashes\x12+\n" +
@@ -5053,7 +5123,15 @@ const file_distash_proto_rawDesc = "" +
 	"\x14last_recovery_micros\x18\x11 \x01(\x03R\x12lastRecoveryMicros\x121\n" +
 	"\x15last_recovery_unix_ms\x18\x12 \x01(\x03R\x12lastRecoveryUnixMs\x12@\n" +
 	"\fdistribution\x18\x13 \x03(\v2\x1c.distash.v1.PoolDistributionR\fdistribution\x129\n" +
-	"\fstash_shares\x18\x14 \x03(\v2\x16.distash.v1.StashShareR\vstashShares\"f\n" +
+	"\fstash_shares\x18\x14 \x03(\v2\x16.distash.v1.StashShareR\vstashShares\x12\"\n" +
+	"\rcommit_p50_ms\x18\x15 \x01(\x01R\vcommitP50Ms\x12\"\n" +
+	"\rcommit_p99_ms\x18\x16 \x01(\x01R\vcommitP99Ms\x12\x1c\n" +
+	"\n" +
+	"grv_p99_ms\x18\x17 \x01(\x01R\bgrvP99Ms\x12\x1e\n" +
+	"\vread_p99_ms\x18\x18 \x01(\x01R\treadP99Ms\x12\x1c\n" +
+	"\n" +
+	"grv_p50_ms\x18\x19 \x01(\x01R\bgrvP50Ms\x12\x1e\n" +
+	"\vread_p50_ms\x18\x1a \x01(\x01R\treadP50Ms\"f\n" +
 	"\n" +
 	"StashShare\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x16\n" +
@@ -5117,13 +5195,15 @@ const file_distash_proto_rawDesc = "" +
 	"\arequest\x18\x02 \x01(\v2\x19.distash.v1.CommitRequestR\arequest\"^\n" +
 	"\x14CommitStreamResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x126\n" +
-	"\bresponse\x18\x02 \x01(\v2\x1a.distash.v1.CommitResponseR\bresponse\"V\n" +
+	"\bresponse\x18\x02 \x01(\v2\x1a.distash.v1.CommitResponseR\bresponse\"\x99\x01\n" +
 	"\x11ReadStreamRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x121\n" +
-	"\arequest\x18\x02 \x01(\v2\x17.distash.v1.ReadRequestR\arequest\"Z\n" +
+	"\arequest\x18\x02 \x01(\v2\x17.distash.v1.ReadRequestR\arequest\x12A\n" +
+	"\rrange_request\x18\x03 \x01(\v2\x1c.distash.v1.ReadRangeRequestR\frangeRequest\"\xa0\x01\n" +
 	"\x12ReadStreamResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x124\n" +
-	"\bresponse\x18\x02 \x01(\v2\x18.distash.v1.ReadResponseR\bresponse\"R\n" +
+	"\bresponse\x18\x02 \x01(\v2\x18.distash.v1.ReadResponseR\bresponse\x12D\n" +
+	"\x0erange_response\x18\x03 \x01(\v2\x1d.distash.v1.ReadRangeResponseR\rrangeResponse\"R\n" +
 	"\vPeekRequest\x12\x10\n" +
 	"\x03tag\x18\x01 \x01(\rR\x03tag\x12\x14\n" +
 	"\x05after\x18\x02 \x01(\x03R\x05after\x12\x1b\n" +
@@ -5433,79 +5513,81 @@ var file_distash_proto_depIdxs = []int32{
 	7,  // 25: distash.v1.CommitStreamRequest.request:type_name -> distash.v1.CommitRequest
 	8,  // 26: distash.v1.CommitStreamResponse.response:type_name -> distash.v1.CommitResponse
 	9,  // 27: distash.v1.ReadStreamRequest.request:type_name -> distash.v1.ReadRequest
-	10, // 28: distash.v1.ReadStreamResponse.response:type_name -> distash.v1.ReadResponse
-	1,  // 29: distash.v1.LogMessage.mutations:type_name -> distash.v1.Mutation
-	39, // 30: distash.v1.PeekResponse.messages:type_name -> distash.v1.LogMessage
-	0,  // 31: distash.v1.PeekResponse.error:type_name -> distash.v1.Error
-	0,  // 32: distash.v1.PopResponse.error:type_name -> distash.v1.Error
-	0,  // 33: distash.v1.ReportResponse.error:type_name -> distash.v1.Error
-	0,  // 34: distash.v1.RegisterResponse.error:type_name -> distash.v1.Error
-	0,  // 35: distash.v1.HeartbeatResponse.error:type_name -> distash.v1.Error
-	50, // 36: distash.v1.ViewResponse.nodes:type_name -> distash.v1.ClusterNode
-	51, // 37: distash.v1.ViewResponse.slots:type_name -> distash.v1.PoolSlots
-	0,  // 38: distash.v1.ViewResponse.error:type_name -> distash.v1.Error
-	54, // 39: distash.v1.ViewResponse.stashes:type_name -> distash.v1.StashLocation
-	53, // 40: distash.v1.ViewResponse.replication:type_name -> distash.v1.PoolReplication
-	0,  // 41: distash.v1.ClaimResponse.error:type_name -> distash.v1.Error
-	0,  // 42: distash.v1.RecoveryDoneResponse.error:type_name -> distash.v1.Error
-	0,  // 43: distash.v1.ExcludeResponse.error:type_name -> distash.v1.Error
-	0,  // 44: distash.v1.IncludeResponse.error:type_name -> distash.v1.Error
-	0,  // 45: distash.v1.ConfigureResponse.error:type_name -> distash.v1.Error
-	0,  // 46: distash.v1.RetireResponse.error:type_name -> distash.v1.Error
-	0,  // 47: distash.v1.KillResponse.error:type_name -> distash.v1.Error
-	5,  // 48: distash.v1.DiStash.GetReadVersion:input_type -> distash.v1.GetReadVersionRequest
-	7,  // 49: distash.v1.DiStash.Commit:input_type -> distash.v1.CommitRequest
-	34, // 50: distash.v1.DiStash.CommitStream:input_type -> distash.v1.CommitStreamRequest
-	36, // 51: distash.v1.DiStash.ReadStream:input_type -> distash.v1.ReadStreamRequest
-	9,  // 52: distash.v1.DiStash.Read:input_type -> distash.v1.ReadRequest
-	11, // 53: distash.v1.DiStash.ReadRange:input_type -> distash.v1.ReadRangeRequest
-	13, // 54: distash.v1.DiStash.Locations:input_type -> distash.v1.LocationsRequest
-	17, // 55: distash.v1.DiStash.ClusterInfo:input_type -> distash.v1.ClusterInfoRequest
-	26, // 56: distash.v1.DiStash.Status:input_type -> distash.v1.StatusRequest
-	32, // 57: distash.v1.DiStash.Coldest:input_type -> distash.v1.ColdestRequest
-	22, // 58: distash.v1.DiStash.ShardMetrics:input_type -> distash.v1.ShardMetricsRequest
-	38, // 59: distash.v1.Log.Peek:input_type -> distash.v1.PeekRequest
-	41, // 60: distash.v1.Log.Pop:input_type -> distash.v1.PopRequest
-	43, // 61: distash.v1.Log.Report:input_type -> distash.v1.ReportRequest
-	45, // 62: distash.v1.Coordinator.Register:input_type -> distash.v1.RegisterRequest
-	47, // 63: distash.v1.Coordinator.Heartbeat:input_type -> distash.v1.HeartbeatRequest
-	49, // 64: distash.v1.Coordinator.View:input_type -> distash.v1.ViewRequest
-	55, // 65: distash.v1.Coordinator.Claim:input_type -> distash.v1.ClaimRequest
-	57, // 66: distash.v1.Coordinator.RecoveryDone:input_type -> distash.v1.RecoveryDoneRequest
-	59, // 67: distash.v1.Coordinator.Exclude:input_type -> distash.v1.ExcludeRequest
-	61, // 68: distash.v1.Coordinator.Include:input_type -> distash.v1.IncludeRequest
-	63, // 69: distash.v1.Coordinator.Configure:input_type -> distash.v1.ConfigureRequest
-	65, // 70: distash.v1.Coordinator.Retire:input_type -> distash.v1.RetireRequest
-	67, // 71: distash.v1.Admin.Kill:input_type -> distash.v1.KillRequest
-	6,  // 72: distash.v1.DiStash.GetReadVersion:output_type -> distash.v1.GetReadVersionResponse
-	8,  // 73: distash.v1.DiStash.Commit:output_type -> distash.v1.CommitResponse
-	35, // 74: distash.v1.DiStash.CommitStream:output_type -> distash.v1.CommitStreamResponse
-	37, // 75: distash.v1.DiStash.ReadStream:output_type -> distash.v1.ReadStreamResponse
-	10, // 76: distash.v1.DiStash.Read:output_type -> distash.v1.ReadResponse
-	12, // 77: distash.v1.DiStash.ReadRange:output_type -> distash.v1.ReadRangeResponse
-	15, // 78: distash.v1.DiStash.Locations:output_type -> distash.v1.LocationsResponse
-	18, // 79: distash.v1.DiStash.ClusterInfo:output_type -> distash.v1.ClusterInfoResponse
-	27, // 80: distash.v1.DiStash.Status:output_type -> distash.v1.StatusResponse
-	33, // 81: distash.v1.DiStash.Coldest:output_type -> distash.v1.ColdestResponse
-	25, // 82: distash.v1.DiStash.ShardMetrics:output_type -> distash.v1.ShardMetricsResponse
-	40, // 83: distash.v1.Log.Peek:output_type -> distash.v1.PeekResponse
-	42, // 84: distash.v1.Log.Pop:output_type -> distash.v1.PopResponse
-	44, // 85: distash.v1.Log.Report:output_type -> distash.v1.ReportResponse
-	46, // 86: distash.v1.Coordinator.Register:output_type -> distash.v1.RegisterResponse
-	48, // 87: distash.v1.Coordinator.Heartbeat:output_type -> distash.v1.HeartbeatResponse
-	52, // 88: distash.v1.Coordinator.View:output_type -> distash.v1.ViewResponse
-	56, // 89: distash.v1.Coordinator.Claim:output_type -> distash.v1.ClaimResponse
-	58, // 90: distash.v1.Coordinator.RecoveryDone:output_type -> distash.v1.RecoveryDoneResponse
-	60, // 91: distash.v1.Coordinator.Exclude:output_type -> distash.v1.ExcludeResponse
-	62, // 92: distash.v1.Coordinator.Include:output_type -> distash.v1.IncludeResponse
-	64, // 93: distash.v1.Coordinator.Configure:output_type -> distash.v1.ConfigureResponse
-	66, // 94: distash.v1.Coordinator.Retire:output_type -> distash.v1.RetireResponse
-	68, // 95: distash.v1.Admin.Kill:output_type -> distash.v1.KillResponse
-	72, // [72:96] is the sub-list for method output_type
-	48, // [48:72] is the sub-list for method input_type
-	48, // [48:48] is the sub-list for extension type_name
-	48, // [48:48] is the sub-list for extension extendee
-	0,  // [0:48] is the sub-list for field type_name
+	11, // 28: distash.v1.ReadStreamRequest.range_request:type_name -> distash.v1.ReadRangeRequest
+	10, // 29: distash.v1.ReadStreamResponse.response:type_name -> distash.v1.ReadResponse
+	12, // 30: distash.v1.ReadStreamResponse.range_response:type_name -> distash.v1.ReadRangeResponse
+	1,  // 31: distash.v1.LogMessage.mutations:type_name -> distash.v1.Mutation
+	39, // 32: distash.v1.PeekResponse.messages:type_name -> distash.v1.LogMessage
+	0,  // 33: distash.v1.PeekResponse.error:type_name -> distash.v1.Error
+	0,  // 34: distash.v1.PopResponse.error:type_name -> distash.v1.Error
+	0,  // 35: distash.v1.ReportResponse.error:type_name -> distash.v1.Error
+	0,  // 36: distash.v1.RegisterResponse.error:type_name -> distash.v1.Error
+	0,  // 37: distash.v1.HeartbeatResponse.error:type_name -> distash.v1.Error
+	50, // 38: distash.v1.ViewResponse.nodes:type_name -> distash.v1.ClusterNode
+	51, // 39: distash.v1.ViewResponse.slots:type_name -> distash.v1.PoolSlots
+	0,  // 40: distash.v1.ViewResponse.error:type_name -> distash.v1.Error
+	54, // 41: distash.v1.ViewResponse.stashes:type_name -> distash.v1.StashLocation
+	53, // 42: distash.v1.ViewResponse.replication:type_name -> distash.v1.PoolReplication
+	0,  // 43: distash.v1.ClaimResponse.error:type_name -> distash.v1.Error
+	0,  // 44: distash.v1.RecoveryDoneResponse.error:type_name -> distash.v1.Error
+	0,  // 45: distash.v1.ExcludeResponse.error:type_name -> distash.v1.Error
+	0,  // 46: distash.v1.IncludeResponse.error:type_name -> distash.v1.Error
+	0,  // 47: distash.v1.ConfigureResponse.error:type_name -> distash.v1.Error
+	0,  // 48: distash.v1.RetireResponse.error:type_name -> distash.v1.Error
+	0,  // 49: distash.v1.KillResponse.error:type_name -> distash.v1.Error
+	5,  // 50: distash.v1.DiStash.GetReadVersion:input_type -> distash.v1.GetReadVersionRequest
+	7,  // 51: distash.v1.DiStash.Commit:input_type -> distash.v1.CommitRequest
+	34, // 52: distash.v1.DiStash.CommitStream:input_type -> distash.v1.CommitStreamRequest
+	36, // 53: distash.v1.DiStash.ReadStream:input_type -> distash.v1.ReadStreamRequest
+	9,  // 54: distash.v1.DiStash.Read:input_type -> distash.v1.ReadRequest
+	11, // 55: distash.v1.DiStash.ReadRange:input_type -> distash.v1.ReadRangeRequest
+	13, // 56: distash.v1.DiStash.Locations:input_type -> distash.v1.LocationsRequest
+	17, // 57: distash.v1.DiStash.ClusterInfo:input_type -> distash.v1.ClusterInfoRequest
+	26, // 58: distash.v1.DiStash.Status:input_type -> distash.v1.StatusRequest
+	32, // 59: distash.v1.DiStash.Coldest:input_type -> distash.v1.ColdestRequest
+	22, // 60: distash.v1.DiStash.ShardMetrics:input_type -> distash.v1.ShardMetricsRequest
+	38, // 61: distash.v1.Log.Peek:input_type -> distash.v1.PeekRequest
+	41, // 62: distash.v1.Log.Pop:input_type -> distash.v1.PopRequest
+	43, // 63: distash.v1.Log.Report:input_type -> distash.v1.ReportRequest
+	45, // 64: distash.v1.Coordinator.Register:input_type -> distash.v1.RegisterRequest
+	47, // 65: distash.v1.Coordinator.Heartbeat:input_type -> distash.v1.HeartbeatRequest
+	49, // 66: distash.v1.Coordinator.View:input_type -> distash.v1.ViewRequest
+	55, // 67: distash.v1.Coordinator.Claim:input_type -> distash.v1.ClaimRequest
+	57, // 68: distash.v1.Coordinator.RecoveryDone:input_type -> distash.v1.RecoveryDoneRequest
+	59, // 69: distash.v1.Coordinator.Exclude:input_type -> distash.v1.ExcludeRequest
+	61, // 70: distash.v1.Coordinator.Include:input_type -> distash.v1.IncludeRequest
+	63, // 71: distash.v1.Coordinator.Configure:input_type -> distash.v1.ConfigureRequest
+	65, // 72: distash.v1.Coordinator.Retire:input_type -> distash.v1.RetireRequest
+	67, // 73: distash.v1.Admin.Kill:input_type -> distash.v1.KillRequest
+	6,  // 74: distash.v1.DiStash.GetReadVersion:output_type -> distash.v1.GetReadVersionResponse
+	8,  // 75: distash.v1.DiStash.Commit:output_type -> distash.v1.CommitResponse
+	35, // 76: distash.v1.DiStash.CommitStream:output_type -> distash.v1.CommitStreamResponse
+	37, // 77: distash.v1.DiStash.ReadStream:output_type -> distash.v1.ReadStreamResponse
+	10, // 78: distash.v1.DiStash.Read:output_type -> distash.v1.ReadResponse
+	12, // 79: distash.v1.DiStash.ReadRange:output_type -> distash.v1.ReadRangeResponse
+	15, // 80: distash.v1.DiStash.Locations:output_type -> distash.v1.LocationsResponse
+	18, // 81: distash.v1.DiStash.ClusterInfo:output_type -> distash.v1.ClusterInfoResponse
+	27, // 82: distash.v1.DiStash.Status:output_type -> distash.v1.StatusResponse
+	33, // 83: distash.v1.DiStash.Coldest:output_type -> distash.v1.ColdestResponse
+	25, // 84: distash.v1.DiStash.ShardMetrics:output_type -> distash.v1.ShardMetricsResponse
+	40, // 85: distash.v1.Log.Peek:output_type -> distash.v1.PeekResponse
+	42, // 86: distash.v1.Log.Pop:output_type -> distash.v1.PopResponse
+	44, // 87: distash.v1.Log.Report:output_type -> distash.v1.ReportResponse
+	46, // 88: distash.v1.Coordinator.Register:output_type -> distash.v1.RegisterResponse
+	48, // 89: distash.v1.Coordinator.Heartbeat:output_type -> distash.v1.HeartbeatResponse
+	52, // 90: distash.v1.Coordinator.View:output_type -> distash.v1.ViewResponse
+	56, // 91: distash.v1.Coordinator.Claim:output_type -> distash.v1.ClaimResponse
+	58, // 92: distash.v1.Coordinator.RecoveryDone:output_type -> distash.v1.RecoveryDoneResponse
+	60, // 93: distash.v1.Coordinator.Exclude:output_type -> distash.v1.ExcludeResponse
+	62, // 94: distash.v1.Coordinator.Include:output_type -> distash.v1.IncludeResponse
+	64, // 95: distash.v1.Coordinator.Configure:output_type -> distash.v1.ConfigureResponse
+	66, // 96: distash.v1.Coordinator.Retire:output_type -> distash.v1.RetireResponse
+	68, // 97: distash.v1.Admin.Kill:output_type -> distash.v1.KillResponse
+	74, // [74:98] is the sub-list for method output_type
+	50, // [50:74] is the sub-list for method input_type
+	50, // [50:50] is the sub-list for extension type_name
+	50, // [50:50] is the sub-list for extension extendee
+	0,  // [0:50] is the sub-list for field type_name
 }
 
 func init() { file_distash_proto_init() }

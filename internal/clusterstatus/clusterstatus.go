@@ -1,0 +1,219 @@
+// Package clusterstatus gathers the status of a whole cluster, as
+// `distash cli status` shows it and as a node's web console serves it:
+// an embedded cluster answers for itself; a multi-process cluster's
+// status is put together from the coordinators' view (nodes, liveness,
+// generation, roles) and the status of every reachable node. It lives
+// apart from the CLI so that any node's HTTP server can serve the same
+// cluster-wide figures.
+package clusterstatus
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/distash/distash/internal/coordrpc"
+	"github.com/distash/distash/internal/wire"
+)
+
+// Creds returns the gRPC transport credentials for tlsConfig: TLS if
+// set, plaintext otherwise.
+func Creds(tlsConfig *tls.Config) credentials.TransportCredentials {
+	if tlsConfig != nil {
+		return credentials.NewTLS(tlsConfig)
+	}
+	return insecure.NewCredentials()
+}
+
+// Gather returns the status of the cluster at cluster (a comma-separated
+// list of addresses: an embedded server's, or coordinators'): the
+// embedded server's own status, or the cluster-wide status of a
+// multi-process cluster (FromView).
+func Gather(ctx context.Context, cluster string, tlsConfig *tls.Config) (*wire.StatusResponse, error) {
+	creds := Creds(tlsConfig)
+	view, embedded, err := FindCluster(ctx, cluster, creds, tlsConfig)
+	if err != nil {
+		return nil, err
+	}
+	if embedded != "" {
+		return Of(ctx, embedded, creds)
+	}
+	return FromView(ctx, view, creds)
+}
+
+// Of returns the status one server (an embedded cluster, or one node)
+// gives of itself, waiting for it to come up.
+func Of(ctx context.Context, addr string, creds credentials.TransportCredentials) (*wire.StatusResponse, error) {
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	st, err := wire.NewDiStashClient(conn).Status(ctx, &wire.StatusRequest{}, grpc.WaitForReady(true))
+	if err != nil {
+		return nil, fmt.Errorf("status from %s: %w", addr, err)
+	}
+	return st, nil
+}
+
+// FindCluster tells an embedded cluster from a multi-process one: the
+// first address that answers is asked for the coordinators' view; an
+// embedded server does not serve it (embedded is then its address).
+func FindCluster(ctx context.Context, cluster string, creds credentials.TransportCredentials, tlsConfig *tls.Config) (view *wire.ViewResponse, embedded string, err error) {
+	var addrs []string
+	for _, a := range strings.Split(cluster, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			addrs = append(addrs, a)
+		}
+	}
+	if len(addrs) == 0 {
+		return nil, "", fmt.Errorf("empty cluster string")
+	}
+	if len(addrs) == 1 {
+		// One address is an embedded cluster or a one-coordinator
+		// cluster: ask, waiting for it to come up.
+		conn, err := grpc.NewClient(addrs[0], grpc.WithTransportCredentials(creds))
+		if err != nil {
+			return nil, "", err
+		}
+		defer conn.Close()
+		v, err := wire.NewCoordinatorClient(conn).View(ctx, &wire.ViewRequest{}, grpc.WaitForReady(true))
+		if status.Code(err) == codes.Unimplemented {
+			return nil, addrs[0], nil
+		}
+		if err == nil && v.Error == nil {
+			return v, "", nil
+		}
+	} else {
+		for _, a := range addrs {
+			conn, err := grpc.NewClient(a, grpc.WithTransportCredentials(creds))
+			if err != nil {
+				continue
+			}
+			actx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			v, err := wire.NewCoordinatorClient(conn).View(actx, &wire.ViewRequest{})
+			cancel()
+			conn.Close()
+			if status.Code(err) == codes.Unimplemented {
+				return nil, a, nil
+			}
+			if err == nil && v.Error == nil {
+				return v, "", nil
+			}
+		}
+	}
+	cc, err := coordrpc.NewClient(cluster, coordrpc.ClientOptions{TLS: tlsConfig})
+	if err != nil {
+		return nil, "", err
+	}
+	defer cc.Close()
+	v, err := cc.View(ctx)
+	if err != nil {
+		return nil, "", fmt.Errorf("ask the coordinators %s: %w", cluster, err)
+	}
+	return v, "", nil
+}
+
+// FromView puts together the status of a multi-process cluster: the
+// controller's view (nodes, liveness, generation, roles) and every
+// reachable node's own status (its roles, its log replica, its stash).
+func FromView(ctx context.Context, view *wire.ViewResponse, creds credentials.TransportCredentials) (*wire.StatusResponse, error) {
+	type answer struct {
+		st  *wire.StatusResponse
+		err error
+	}
+	answers := make([]answer, len(view.Nodes))
+	var wg sync.WaitGroup
+	for i, n := range view.Nodes {
+		if !n.Alive {
+			continue
+		}
+		wg.Add(1)
+		go func(i int, addr string) {
+			defer wg.Done()
+			nctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			defer cancel()
+			st, err := Of(nctx, addr, creds)
+			answers[i] = answer{st, err}
+		}(i, n.Address)
+	}
+	wg.Wait()
+	out := &wire.StatusResponse{Generation: view.Generation, Controller: view.Controller, LogReplicas: view.LogReplicas,
+		LastRecoveryMicros: view.LastRecoveryMicros, LastRecoveryUnixMs: view.LastRecoveryUnixMs}
+	served := map[uint32]bool{}
+	now := time.Now()
+	for i, n := range view.Nodes {
+		a := answers[i]
+		ns := &wire.NodeStatus{Id: n.Id, Address: n.Address, Class: n.Class, Pool: n.Pool, Dc: n.Dc, Zone: n.Zone,
+			Machine: n.Machine, LastSeenUnixMs: n.LastSeenUnixMs, Health: "alive"}
+		if !n.Alive || a.err != nil || a.st == nil {
+			ns.Health = "unreachable"
+			if n.LastSeenUnixMs > 0 {
+				ns.UnreachableMs = now.Sub(time.UnixMilli(n.LastSeenUnixMs)).Milliseconds()
+			}
+		} else {
+			if a.st.Node != nil {
+				ns.Roles, ns.Generation, ns.LogDurableVersion = a.st.Node.Roles, a.st.Node.Generation, a.st.Node.LogDurableVersion
+				ns.RecoveryMicros, ns.RecoveredVersion, ns.RecoveryUnixMs = a.st.Node.RecoveryMicros, a.st.Node.RecoveredVersion, a.st.Node.RecoveryUnixMs
+			}
+			if out.Pools == nil {
+				out.Pools = a.st.Pools
+			}
+			if n.Address == view.StatelessAddress {
+				out.CommittedVersion, out.Commits, out.Conflicts, out.TooOld, out.PoolFull = a.st.CommittedVersion, a.st.Commits, a.st.Conflicts, a.st.TooOld, a.st.PoolFull
+				out.CommitBatches, out.RateLimit, out.RateLimitReason, out.Log = a.st.CommitBatches, a.st.RateLimit, a.st.RateLimitReason, a.st.Log
+				out.Distribution = a.st.Distribution // the data distributor runs there
+				out.StashShares = a.st.StashShares
+				out.CommitP50Ms, out.CommitP99Ms, out.GrvP50Ms, out.GrvP99Ms = a.st.CommitP50Ms, a.st.CommitP99Ms, a.st.GrvP50Ms, a.st.GrvP99Ms
+			}
+			// Reads are served by every stash node: the slowest node's
+			// percentiles stand for the cluster's.
+			out.ReadP50Ms, out.ReadP99Ms = max(out.ReadP50Ms, a.st.ReadP50Ms), max(out.ReadP99Ms, a.st.ReadP99Ms)
+			for _, s := range a.st.Stashes {
+				out.Stashes = append(out.Stashes, s)
+				served[s.Id] = true
+			}
+		}
+		out.Nodes = append(out.Nodes, ns)
+	}
+	// Stashes whose node is down (or whose slot is free) still show;
+	// replaced ones (no slot) do not.
+	for _, loc := range view.Stashes {
+		if served[loc.Tag] || loc.Slot < 0 {
+			continue
+		}
+		health := "unreachable"
+		if loc.Node == "" {
+			health = "no node"
+		}
+		out.Stashes = append(out.Stashes, &wire.StashStatus{Id: loc.Tag, Pool: loc.Pool, Index: loc.Slot, Health: health, Node: loc.Node, Address: loc.Address})
+	}
+	sort.SliceStable(out.Stashes, func(i, j int) bool { return out.Stashes[i].Id < out.Stashes[j].Id })
+	// Each stash's part of the shard map, as the data distributor sees it,
+	// and whether an operator excluded it.
+	shares := map[uint32]*wire.StashShare{}
+	for _, sh := range out.StashShares {
+		shares[sh.Id] = sh
+	}
+	excluded := map[uint32]bool{}
+	for _, loc := range view.Stashes {
+		excluded[loc.Tag] = loc.Excluded
+	}
+	for _, st := range out.Stashes {
+		if sh := shares[st.Id]; sh != nil {
+			st.Shards, st.Fetching = sh.Shards, sh.Fetching
+		}
+		st.Excluded = excluded[st.Id]
+	}
+	return out, nil
+}

@@ -1,0 +1,159 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/distash/distash/internal/clusterstatus"
+	"github.com/distash/distash/internal/web"
+	"github.com/distash/distash/internal/wire"
+)
+
+// Every server can serve HTTP (Options.HTTPAddr, NodeOptions.HTTPAddr,
+// distash server --http): its Prometheus metrics at /metrics
+// (docs/metrics.md) and, at every other path, the web console of
+// package web, which shows the whole cluster. Operators reach it with a
+// browser or curl; it is read-only, but it shows the cluster's layout:
+// like the gRPC port, keep it on loopback or a private network.
+
+// DefaultHTTPAddr is the HTTP address of `distash server` running an
+// embedded cluster; cluster nodes serve no HTTP unless --http is given.
+const DefaultHTTPAddr = "127.0.0.1:4580"
+
+// Bounds of what the HTTP server accepts: a request is a GET of a page or
+// of the metrics, so a few KB of query and headers is plenty; larger ones
+// are refused with a 4xx before any handler runs.
+const (
+	httpMaxQueryBytes  = 4 << 10
+	httpMaxHeaderBytes = 16 << 10
+)
+
+// httpServer is a server's HTTP endpoint.
+type httpServer struct {
+	srv  *http.Server
+	addr string // the address it listens on
+	done chan struct{}
+}
+
+// httpOff reports whether addr turns HTTP off.
+func httpOff(addr string) bool { return addr == "" || strings.EqualFold(addr, "off") }
+
+// startHTTP listens on Options.HTTPAddr and serves the metrics and the
+// console. If it cannot listen, that is an error, or a warning when
+// HTTPOptional.
+func (s *Server) startHTTP() error {
+	addr := s.opts.HTTPAddr
+	if httpOff(addr) {
+		return nil
+	}
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		if s.opts.HTTPOptional {
+			s.logger.Warn("no HTTP server (metrics and console): cannot listen", "addr", addr, "err", err)
+			return nil
+		}
+		return fmt.Errorf("server: HTTP listen on %s: %w", addr, err)
+	}
+	h := &httpServer{addr: lis.Addr().String(), done: make(chan struct{})}
+	h.srv = &http.Server{
+		Handler:           s.httpHandler(),
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       60 * time.Second,
+		MaxHeaderBytes:    httpMaxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(s.logger.Handler(), slog.LevelDebug),
+	}
+	s.http = h
+	go func() {
+		defer close(h.done)
+		if err := h.srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.logger.Error("http serve", "err", err)
+		}
+	}()
+	s.logger.Info("http serving metrics and console", "addr", h.addr)
+	return nil
+}
+
+// stopHTTP closes the HTTP server and its connections.
+func (s *Server) stopHTTP() {
+	if s.http == nil {
+		return
+	}
+	s.http.srv.Close()
+	<-s.http.done
+}
+
+// HTTPAddr returns the address the HTTP server listens on, "" if it
+// serves none.
+func (s *Server) HTTPAddr() string {
+	if s.http == nil {
+		return ""
+	}
+	return s.http.addr
+}
+
+// httpHandler routes /metrics to Prometheus and the rest to the console,
+// behind checks of the request.
+func (s *Server) httpHandler() http.Handler {
+	mux := http.NewServeMux()
+	metrics := promhttp.InstrumentMetricHandler(s.metrics.reg, promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{
+		ErrorLog:            slog.NewLogLogger(s.logger.Handler(), slog.LevelWarn),
+		ErrorHandling:       promhttp.ContinueOnError, // a bad metric is logged; the others are served
+		MaxRequestsInFlight: 4,
+		Timeout:             10 * time.Second,
+	}))
+	// Only GET (and HEAD) of /metrics: the mux answers other methods with
+	// 405 and an Allow header.
+	mux.Handle("GET /metrics", metrics)
+	mux.Handle("/", web.Handler(web.Options{Status: s.clusterStatus}))
+	return checkRequest(s.logger, mux)
+}
+
+// checkRequest refuses requests with a long or malformed query string
+// (400, 414), and answers a handler's panic with a 500 instead of a
+// dropped connection.
+func checkRequest(logger *slog.Logger, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			if p := recover(); p != nil {
+				if p == http.ErrAbortHandler {
+					panic(p)
+				}
+				logger.Error("panic in HTTP handler", "path", r.URL.Path, "panic", fmt.Sprint(p))
+				http.Error(w, "internal error", http.StatusInternalServerError)
+			}
+		}()
+		if len(r.URL.RawQuery) > httpMaxQueryBytes {
+			http.Error(w, fmt.Sprintf("query string longer than %d bytes", httpMaxQueryBytes), http.StatusRequestURITooLong)
+			return
+		}
+		if _, err := url.ParseQuery(r.URL.RawQuery); err != nil {
+			http.Error(w, "malformed query string: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// clusterStatus is the status the console shows: the whole cluster's, as
+// `distash cli status` gathers it. An embedded cluster answers for itself;
+// a node asks the coordinators and every node (package clusterstatus), and
+// a node on an in-process network (NodeOptions.Dialer: tests) shows its
+// own status, having no TCP route to the others.
+func (s *Server) clusterStatus(ctx context.Context) (*wire.StatusResponse, error) {
+	if s.node == nil || s.node.opts.Dialer != nil {
+		return (&service{s: s}).Status(ctx, &wire.StatusRequest{})
+	}
+	o := s.node.opts
+	return clusterstatus.Gather(ctx, strings.Join(o.Coordinators, ","), o.ClientTLS)
+}
