@@ -382,8 +382,17 @@ func (s *Stash) finishFetch(r ownRange) error {
 	}
 	delete(s.jobs, j.id)
 	s.own.finish(j.id, s.applied)
+	if s.opts.Dir != "" && !s.opts.Volatile && s.applied > s.durable {
+		s.undurable = append(s.undurable, finishedFetch{begin: r.Begin, end: r.End, at: s.applied})
+	}
 	s.movedIn.Add(1)
 	return s.saveOwnership(s.applied)
+}
+
+// finishedFetch is a range whose fetch finished at version at.
+type finishedFetch struct {
+	begin, end []byte
+	at         kv.Version
 }
 
 // replay applies buffered writes to the engine's state of a fetched range,
@@ -546,6 +555,11 @@ func (s *Stash) Metrics(ranges []kv.KeyRange, splitKeys bool) []RangeMetrics {
 		}
 		if m.State == "serving" && !s.own.readable(r.Begin, r.End, s.applied) {
 			m.State = "partial"
+		}
+		for _, f := range s.undurable {
+			if m.State == "serving" && bytes.Compare(f.end, r.Begin) > 0 && bytes.Compare(f.begin, r.End) < 0 {
+				m.State = "fetching" // copied, not yet durable
+			}
 		}
 	}
 	return out

@@ -217,7 +217,9 @@ func TestFetchSurvivesRestart(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		s := New(Options{Tag: 2, Engine: eng, Log: logs[2], WindowVersions: 30, FlushInterval: time.Millisecond,
+		// A window of 300 versions: the engine's durable version lags well
+		// behind the copy's end.
+		s := New(Options{Tag: 2, Engine: eng, Log: logs[2], WindowVersions: 300, FlushInterval: time.Millisecond,
 			TrackBytes: true, Logger: quiet, Fetcher: fetcher, Dir: dir, SampleUnit: 1, FutureWait: 30 * time.Second})
 		s.SetOwned(nil)
 		fetcher.stashes[2] = s
@@ -277,7 +279,22 @@ func TestFetchSurvivesRestart(t *testing.T) {
 	for i := 0; i < 20; i++ {
 		push([]kv.Tag{2}, randomMutation(rng))
 	}
-	got, _, err := dst.GetRange(ctx, v, shard.Begin, shard.End, 0, 0, false)
+	// A crash right after the move was finalized: the destination said
+	// "serving" only once its copy was durable, so it comes back serving
+	// the range (the source dropped it: a second copy could not be made).
+	if _, _, err := dst.GetRange(ctx, v, shard.Begin, shard.End, 0, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	stopDst()
+	<-dstDone
+	dst.Close()
+	dst, dstDone, stopDst = openDst()
+	if st := dst.Metrics([]kv.KeyRange{{Begin: shard.Begin, End: shard.End}}, false)[0].State; st != "serving" {
+		t.Fatalf("after a restart past the move's end the range is %q, want serving", st)
+	}
+	gctx, gcancel := context.WithTimeout(ctx, 10*time.Second)
+	got, _, err := dst.GetRange(gctx, v, shard.Begin, shard.End, 0, 0, false)
+	gcancel()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -150,6 +150,11 @@ type Stash struct {
 	snaps    []ownSnapshot
 	jobs     map[uint64]*fetchJob
 	cleanups []kv.KeyRange
+	// undurable are ranges a fetch finished at a version the engine has
+	// not made durable yet: a restart before it would copy them again, so
+	// the data distributor hears "fetching" until then (and keeps the
+	// sources, which the copy may need). Durable stashes only.
+	undurable []finishedFetch
 	// sample estimates the bytes of key ranges (shard sizes, split keys).
 	// Protected by mu.
 	sample *dd.ByteSample
@@ -639,6 +644,13 @@ func (s *Stash) flushTo(min kv.Version) error {
 	s.mu.Lock()
 	s.durable = target
 	s.win.drop(target)
+	kept := s.undurable[:0]
+	for _, f := range s.undurable {
+		if f.at > target {
+			kept = append(kept, f)
+		}
+	}
+	s.undurable = kept
 	s.mu.Unlock()
 	if s.opts.Volatile {
 		s.opts.Log.Pop(s.opts.Tag, applied)
