@@ -33,7 +33,7 @@ type StashInfo struct {
 type Metrics struct {
 	Bytes        int64
 	SplitKey     []byte
-	State        string // serving | fetching | partial | none
+	State        string // serving | fetching | copied | partial | none
 	FetchedBytes int64
 	// WriteRate is bytes written per second lately; WriteSplitKey halves it.
 	WriteRate     float64
@@ -415,7 +415,7 @@ func (d *Distributor) pool(ctx context.Context, r *round, pool PoolSettings, sha
 			d.moves[string(sh.Begin)] = mv
 			d.mu.Unlock()
 		}
-		done, cancel := true, false
+		done, cancel, copying := true, false, false
 		var copied int64
 		// A move whose sources all failed (past the failure wait) cannot
 		// finish: cancel it (the shard is then re-replicated from what is
@@ -435,8 +435,14 @@ func (d *Distributor) pool(ctx context.Context, r *round, pool PoolSettings, sha
 			}
 			switch ms[0].State {
 			case "serving":
-			case "fetching", "partial":
+			case "copied":
+				// Waiting for the copy to be durable (about the MVCC
+				// window): not finished, but it no longer takes one of
+				// the MaxMoves slots, which bound the copying.
 				done = false
+				copied += mv.Bytes / int64(max(1, len(sh.Dest)))
+			case "fetching", "partial":
+				done, copying = false, true
 				copied += ms[0].FetchedBytes
 			default:
 				cancel = true
@@ -464,7 +470,9 @@ func (d *Distributor) pool(ctx context.Context, r *round, pool PoolSettings, sha
 			d.done[pool.Name]++
 			d.mu.Unlock()
 		default:
-			inFlight++
+			if copying {
+				inFlight++
+			}
 			st.Moving++
 			left := max(mv.Bytes-copied, 0)
 			st.MovingBytesLeft += left

@@ -515,7 +515,11 @@ func (rp *replay) clearRange(begin, end []byte) error {
 type RangeMetrics struct {
 	Bytes    int64  // estimated live bytes (the stash's byte sample)
 	SplitKey []byte // a key halving Bytes; nil if the sample cannot split it
-	State    string // serving, fetching or none: the stash's part in the range
+	// State is the stash's part in the range: serving; fetching (copying
+	// it); copied (a durable stash that copied it, until its engine made
+	// the copy durable: a restart before would copy it again); partial
+	// (serving part of it); none.
+	State string
 	// FetchedBytes is what a fetching range copied so far.
 	FetchedBytes int64
 	// WriteRate is the bytes written per second lately; WriteSplitKey a
@@ -558,7 +562,7 @@ func (s *Stash) Metrics(ranges []kv.KeyRange, splitKeys bool) []RangeMetrics {
 		}
 		for _, f := range s.undurable {
 			if m.State == "serving" && bytes.Compare(f.end, r.Begin) > 0 && bytes.Compare(f.begin, r.End) < 0 {
-				m.State = "fetching" // copied, not yet durable
+				m.State = "copied" // not yet durable
 			}
 		}
 	}

@@ -152,8 +152,8 @@ type Stash struct {
 	cleanups []kv.KeyRange
 	// undurable are ranges a fetch finished at a version the engine has
 	// not made durable yet: a restart before it would copy them again, so
-	// the data distributor hears "fetching" until then (and keeps the
-	// sources, which the copy may need). Durable stashes only.
+	// the data distributor hears "copied" until then, not "serving" (and
+	// keeps the sources, which the copy may need). Durable stashes only.
 	undurable []finishedFetch
 	// sample estimates the bytes of key ranges (shard sizes, split keys).
 	// Protected by mu.

@@ -1647,7 +1647,7 @@ type RangeMetrics struct {
 	state            protoimpl.MessageState `protogen:"open.v1"`
 	Bytes            int64                  `protobuf:"varint,1,opt,name=bytes,proto3" json:"bytes,omitempty"`                                                    // estimated live bytes in the range
 	SplitKey         []byte                 `protobuf:"bytes,2,opt,name=split_key,json=splitKey,proto3" json:"split_key,omitempty"`                               // empty if none
-	State            string                 `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`                                                     // serving | fetching | fetched | none (this stash's part in the range)
+	State            string                 `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`                                                     // serving | fetching | copied (not yet durable) | partial | none (this stash's part in the range)
 	FetchedBytes     int64                  `protobuf:"varint,4,opt,name=fetched_bytes,json=fetchedBytes,proto3" json:"fetched_bytes,omitempty"`                  // fetching: bytes copied so far
 	WriteBytesPerSec float64                `protobuf:"fixed64,5,opt,name=write_bytes_per_sec,json=writeBytesPerSec,proto3" json:"write_bytes_per_sec,omitempty"` // estimated write rate lately
 	WriteSplitKey    []byte                 `protobuf:"bytes,6,opt,name=write_split_key,json=writeSplitKey,proto3" json:"write_split_key,omitempty"`              // a key halving the write rate; empty if none
