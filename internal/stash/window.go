@@ -2,6 +2,7 @@ package stash
 
 import (
 	"bytes"
+	"sort"
 
 	"github.com/google/btree"
 
@@ -43,6 +44,7 @@ type versionKeys struct {
 type window struct {
 	keys        *btree.BTreeG[*windowKey]
 	rangeClears []rangeClear // oldest first
+	clears      clearIndex   // the same clears, by key
 	queue       []versionKeys
 	// bytes is the memory the window holds: key and value bytes plus the
 	// overheads below, so that the stash's WindowBytes bounds memory and not
@@ -51,7 +53,7 @@ type window struct {
 }
 
 func newWindow() *window {
-	return &window{keys: btree.NewG(16, lessWindowKey)}
+	return &window{keys: btree.NewG(16, lessWindowKey), clears: newClearIndex()}
 }
 
 // What the window's structures cost besides key and value bytes. For small
@@ -89,26 +91,15 @@ func (w *window) at(key []byte, v kv.Version) (value []byte, present, found bool
 			}
 		}
 	}
-	for i := len(w.rangeClears) - 1; i >= 0; i-- {
-		rc := w.rangeClears[i]
-		if rc.version <= v && rc.version > best && bytes.Compare(key, rc.begin) >= 0 && bytes.Compare(key, rc.end) < 0 {
-			return nil, false, true
-		}
+	if w.clears.clearedIn(key, best, v) {
+		return nil, false, true
 	}
 	return value, present, found
 }
 
 // clearedAt reports whether a range clear newer than floor and at or below v
 // covers key.
-func (w *window) clearedAt(key []byte, v kv.Version) bool {
-	for i := len(w.rangeClears) - 1; i >= 0; i-- {
-		rc := w.rangeClears[i]
-		if rc.version <= v && bytes.Compare(key, rc.begin) >= 0 && bytes.Compare(key, rc.end) < 0 {
-			return true
-		}
-	}
-	return false
-}
+func (w *window) clearedAt(key []byte, v kv.Version) bool { return w.clears.clearedIn(key, -1, v) }
 
 // put records a new version of key. Versions arrive in increasing order.
 func (w *window) put(v kv.Version, key []byte, value []byte, present bool, cost uint32) {
@@ -150,7 +141,9 @@ func (w *window) clearRange(v kv.Version, begin, end []byte) {
 	for _, k := range inside {
 		w.put(v, k, nil, false, 0)
 	}
-	w.rangeClears = append(w.rangeClears, rangeClear{version: v, begin: append([]byte(nil), begin...), end: append([]byte(nil), end...)})
+	rc := rangeClear{version: v, begin: append([]byte(nil), begin...), end: append([]byte(nil), end...)}
+	w.rangeClears = append(w.rangeClears, rc)
+	w.clears.add(rc.begin, rc.end, v)
 	n := int64(len(begin) + len(end) + rangeClearOverhead)
 	w.bytes += n
 	w.versionKeys(v).bytes += n
@@ -213,6 +206,7 @@ func (w *window) drop(target kv.Version) {
 	for n < len(w.rangeClears) && w.rangeClears[n].version <= target {
 		rc := w.rangeClears[n]
 		w.bytes -= int64(len(rc.begin) + len(rc.end) + rangeClearOverhead)
+		w.clears.drop(rc.begin, rc.end, target)
 		n++
 	}
 	w.rangeClears = append([]rangeClear(nil), w.rangeClears[n:]...)
@@ -262,7 +256,7 @@ type overlay struct {
 	keys        [][]byte
 	values      [][]byte
 	present     []bool
-	rangeClears []rangeClear
+	rangeClears []rangeClear // disjoint, in key order; no versions
 }
 
 func (w *window) overlay(begin, end []byte, v kv.Version) overlay {
@@ -284,28 +278,23 @@ func (w *window) overlay(begin, end []byte, v kv.Version) overlay {
 	} else {
 		w.keys.AscendRange(&windowKey{key: begin}, &windowKey{key: end}, visit)
 	}
-	for _, rc := range w.rangeClears {
-		if rc.version <= v {
-			o.rangeClears = append(o.rangeClears, rc)
+	// The cleared parts of the range at v, disjoint and in key order.
+	for _, f := range w.clears.overlapping(begin, end) {
+		if f.versions[0] <= v {
+			o.rangeClears = append(o.rangeClears, rangeClear{begin: f.begin, end: f.end})
 		}
 	}
 	return o
 }
 
 func (w *window) clearedAfter(key []byte, after, v kv.Version) bool {
-	for _, rc := range w.rangeClears {
-		if rc.version > after && rc.version <= v && bytes.Compare(key, rc.begin) >= 0 && bytes.Compare(key, rc.end) < 0 {
-			return true
-		}
-	}
-	return false
+	return w.clears.clearedIn(key, after, v)
 }
 
+// cleared reports whether a clear of the window at the overlay's version
+// covers key.
 func (o *overlay) cleared(key []byte) bool {
-	for _, rc := range o.rangeClears {
-		if bytes.Compare(key, rc.begin) >= 0 && bytes.Compare(key, rc.end) < 0 {
-			return true
-		}
-	}
-	return false
+	rcs := o.rangeClears
+	i := sort.Search(len(rcs), func(i int) bool { return bytes.Compare(rcs[i].end, key) > 0 })
+	return i < len(rcs) && bytes.Compare(key, rcs[i].begin) >= 0
 }
