@@ -16,29 +16,32 @@
 //   - distash.dc: the client's data center (distash.WithDC), if any.
 //   - distash.layout: fields (default) or record, below.
 //
-// A YCSB record (table, key, fields) is a base key,
-// <pool prefix><distash.prefix><table>/<key>, whose value holds the fields
-// as Insert wrote them (the encoding of EncodeFields: for each field,
-// sorted by name, the name's length as a uvarint, the name, the value's
-// length as a uvarint, the value), and one override key per field that an
-// Update wrote since, <base key>\x00<field>, holding the field's value.
-// A record is the range [base, base\x01): Read is one GetRange of it (the
-// base's fields, then the overrides over them), so Update is a blind write
-// of the override keys — no read, hence no read version and no conflict
-// with concurrent updates of the same record, one commit round trip (as an
-// HSET in Redis). An Update of a record that does not exist writes
-// overrides that reads ignore (a record exists while its base key does)
-// and that a later Insert of the key clears. Insert clears the record's
-// range and writes the base key; Delete clears the range; Scan reads count
-// records from the start key on, a page at a time, in one read
-// transaction. The Batch* operations of go-ycsb's BatchDB each run in one
-// transaction. Record keys may not contain a zero byte.
+// A YCSB record (table, key, fields) is stored in one of two layouts
+// (distash.layout):
 //
-// With distash.layout=record a record is its base key alone: a read is one
-// Get (cheaper than a range read, most of all in a Pebble pool), an update
-// reads the record and rewrites it in one transaction (so concurrent
-// updates of one record conflict and retry), and an update of a missing
-// record fails with ErrNotFound.
+//   - record (the default): one key, <pool prefix><distash.prefix><table>/<key>,
+//     whose value holds the fields in the encoding of EncodeFields (for
+//     each field, sorted by name, the name's length as a uvarint, the
+//     name, the value's length as a uvarint, the value). Read is one Get;
+//     Update reads the record and rewrites it with the given fields
+//     replaced, in one transaction (concurrent updates of one record
+//     conflict and retry; an update of a missing record fails with
+//     ErrNotFound); Insert writes the key (replacing a record of the same
+//     key); Delete clears it.
+//   - fields: that key (the base) holds the fields as Insert wrote them,
+//     and an Update writes one override key per field,
+//     <base key>\x00<field>, holding the field's value: a blind write — no
+//     read, hence no read version and no conflict with concurrent updates
+//     of the same record, one commit round trip (as an HSET in Redis). A
+//     record is then the range [base, base\x01) and Read is one GetRange
+//     of it (the base's fields, the overrides over them), slower than a
+//     Get. An Update of a missing record writes overrides that reads
+//     ignore (a record exists while its base key does); Insert and Delete
+//     clear the record's range.
+//
+// Scan reads count records from the start key on, a page at a time, in one
+// read transaction. The Batch* operations of go-ycsb's BatchDB each run in
+// one transaction. Record keys may not contain a zero byte.
 //
 // New wraps an already open client (the benchmark `distash bench ycsb`
 // uses it); the registered creator opens its own from the properties.
@@ -70,13 +73,13 @@ const (
 
 // The record layouts (property distash.layout, SetLayout).
 const (
-	// LayoutFields (the default): a base key and one override key per
-	// updated field; an update is a blind write, a read a range read.
-	LayoutFields = "fields"
-	// LayoutRecord: the record is its base key only; an update reads and
-	// rewrites it in one transaction (concurrent updates of one record
+	// LayoutRecord (the default): the record is one key; an update reads
+	// and rewrites it in one transaction (concurrent updates of one record
 	// conflict and retry), a read is one Get.
 	LayoutRecord = "record"
+	// LayoutFields: a base key and one override key per updated field; an
+	// update is a blind write, a read a range read.
+	LayoutFields = "fields"
 )
 
 // ErrNotFound is returned by Read, Update and BatchRead for a record that
@@ -115,7 +118,7 @@ func (Creator) Create(p *properties.Properties) (goycsb.DB, error) {
 	}
 	d := New(db, prefix)
 	d.owned = true
-	if err := d.SetLayout(p.GetString(PropLayout, LayoutFields)); err != nil {
+	if err := d.SetLayout(p.GetString(PropLayout, LayoutRecord)); err != nil {
 		db.Close()
 		return nil, err
 	}
@@ -127,17 +130,17 @@ type DB struct {
 	db     *distash.DB
 	prefix []byte
 	owned  bool // Close closes db
-	record bool // LayoutRecord
+	record bool // LayoutRecord (else LayoutFields)
 }
 
-// SetLayout chooses the record layout, LayoutFields or LayoutRecord, before
-// the driver is used. Records written in one layout read back in the other
-// only if never updated in the fields layout.
+// SetLayout chooses the record layout, LayoutRecord (the default) or
+// LayoutFields, before the driver is used. Records written in one layout
+// read back in the other only if never updated in the fields layout.
 func (d *DB) SetLayout(layout string) error {
 	switch layout {
-	case LayoutFields, "":
+	case LayoutFields:
 		d.record = false
-	case LayoutRecord:
+	case LayoutRecord, "":
 		d.record = true
 	default:
 		return fmt.Errorf("distash ycsb: %s %q: want %s or %s", PropLayout, layout, LayoutFields, LayoutRecord)
@@ -154,7 +157,7 @@ var (
 // Key(...) for records in that pool) through db. Its Close does not close
 // db.
 func New(db *distash.DB, prefix []byte) *DB {
-	return &DB{db: db, prefix: append([]byte(nil), prefix...)}
+	return &DB{db: db, prefix: append([]byte(nil), prefix...), record: true}
 }
 
 // Key is the DiStash base key of record key of table.
@@ -363,14 +366,26 @@ func (d *DB) Insert(ctx context.Context, table, key string, values map[string][]
 	}
 	v := EncodeFields(values)
 	return d.db.Transact(ctx, func(tr *distash.Tx) error {
-		insert(tr, base, v)
+		d.insert(tr, base, v)
 		return nil
 	})
 }
 
-func insert(tr *distash.Tx, base, v []byte) {
-	tr.ClearRange(base, recordEnd(base))
+func (d *DB) insert(tr *distash.Tx, base, v []byte) {
+	if !d.record {
+		tr.ClearRange(base, recordEnd(base)) // the overrides of an earlier record
+	}
 	tr.Set(base, v)
+}
+
+// clear removes the record at base: its key, and in the fields layout its
+// overrides.
+func (d *DB) clear(tr *distash.Tx, base []byte) {
+	if d.record {
+		tr.Clear(base)
+		return
+	}
+	tr.ClearRange(base, recordEnd(base))
 }
 
 // Delete removes a record.
@@ -380,7 +395,7 @@ func (d *DB) Delete(ctx context.Context, table, key string) error {
 		return err
 	}
 	return d.db.Transact(ctx, func(tr *distash.Tx) error {
-		tr.ClearRange(base, recordEnd(base))
+		d.clear(tr, base)
 		return nil
 	})
 }
@@ -409,7 +424,7 @@ func (d *DB) BatchInsert(ctx context.Context, table string, keys []string, value
 	}
 	return d.db.Transact(ctx, func(tr *distash.Tx) error {
 		for i, b := range bases {
-			insert(tr, b, enc[i])
+			d.insert(tr, b, enc[i])
 		}
 		return nil
 	})
@@ -465,7 +480,7 @@ func (d *DB) BatchDelete(ctx context.Context, table string, keys []string) error
 	}
 	return d.db.Transact(ctx, func(tr *distash.Tx) error {
 		for _, b := range bases {
-			tr.ClearRange(b, recordEnd(b))
+			d.clear(tr, b)
 		}
 		return nil
 	})

@@ -52,7 +52,7 @@ func TestEncodeFields(t *testing.T) {
 
 // TestDriver registers through the import, creates the driver from
 // properties as go-ycsb does, and runs every operation against an embedded
-// cluster.
+// cluster, in the fields layout.
 func TestDriver(t *testing.T) {
 	c := distashtest.Start(t, testConfig)
 	ctx := distashtest.Context(t, 30*time.Second)
@@ -65,6 +65,7 @@ func TestDriver(t *testing.T) {
 	p.Set(ycsb.PropCluster, c.Server.ClusterString())
 	p.Set(ycsb.PropPool, "dram")
 	p.Set(ycsb.PropPrefix, "y/")
+	p.Set(ycsb.PropLayout, ycsb.LayoutFields)
 	db, err := creator.Create(p)
 	if err != nil {
 		t.Fatal(err)
@@ -189,8 +190,8 @@ func TestDriver(t *testing.T) {
 	}
 }
 
-// TestDriverRecordLayout: distash.layout=record keeps a record in one key;
-// an update is a read-modify-write that fails for a missing record.
+// TestDriverRecordLayout: the default layout, record, keeps a record in one
+// key; an update is a read-modify-write that fails for a missing record.
 func TestDriverRecordLayout(t *testing.T) {
 	c := distashtest.Start(t, testConfig)
 	ctx := distashtest.Context(t, 30*time.Second)
@@ -201,7 +202,7 @@ func TestDriverRecordLayout(t *testing.T) {
 	if _, err := (ycsb.Creator{}).Create(p); err == nil {
 		t.Fatal("layout bogus accepted")
 	}
-	p.Set(ycsb.PropLayout, ycsb.LayoutRecord)
+	p.Set(ycsb.PropLayout, "") // the default: record
 	db, err := (ycsb.Creator{}).Create(p)
 	if err != nil {
 		t.Fatal(err)

@@ -49,7 +49,7 @@ ycsb.png. See docs/benchmarks.md.`,
 	cmd.Flags().IntVar(&o.FieldLength, "field-length", 100, "bytes per field")
 	cmd.Flags().StringVar(&o.Distribution, "distribution", "", "request distribution for every workload: zipfian, uniform, latest, hotspot, sequential (default: each workload's own, zipfian; latest for D)")
 	cmd.Flags().StringSliceVar(&o.Pools, "pool", []string{"dram"}, "DiStash pool(s) to run on (the embedded cluster has dram and pebble); the first is the baseline of the ratios")
-	cmd.Flags().StringSliceVar(&o.Layouts, "layout", []string{"fields"}, "driver record layouts to run each pool with: fields (update = blind write of the field, read = range read of the record) and/or record (one key; update = read-modify-write transaction)")
+	cmd.Flags().StringSliceVar(&o.Layouts, "layout", []string{"record"}, "driver record layouts to run each pool with: record (one key; read = Get, update = read-modify-write transaction) and/or fields (update = blind write of the field's own key, read = range read of the record)")
 	cmd.Flags().StringVar(&o.Cluster, "cluster", "", "run on this running cluster (its coordinators, host:port,...) instead of an embedded one")
 	cmd.Flags().StringVar(&configPath, "config", "", "configuration of the embedded cluster (TOML; default: pools dram and pebble, one stash each)")
 	cmd.Flags().StringVar(&o.Dir, "dir", "", "embedded cluster directory (default: temporary)")

@@ -91,8 +91,8 @@ type Options struct {
 	// (default dram).
 	Pools []string
 	// Layouts are the driver's record layouts to run each pool with
-	// (dycsb.LayoutFields, dycsb.LayoutRecord; default fields). A store
-	// of the record layout is named "distash:<pool>:record".
+	// (dycsb.LayoutRecord, dycsb.LayoutFields; default record). A store
+	// of the fields layout is named "distash:<pool>:fields".
 	Layouts []string
 	// Cluster, if set, is the cluster string of a running cluster to use
 	// instead of an embedded one.
@@ -183,7 +183,7 @@ func (o Options) withDefaults() (Options, error) {
 		o.Pools = []string{"dram"}
 	}
 	if len(o.Layouts) == 0 {
-		o.Layouts = []string{dycsb.LayoutFields}
+		o.Layouts = []string{dycsb.LayoutRecord}
 	}
 	for _, l := range o.Layouts {
 		if err := dycsb.New(nil, nil).SetLayout(l); err != nil {
@@ -307,7 +307,7 @@ func Run(ctx context.Context, o Options, out io.Writer) ([]Result, error) {
 				return nil, err
 			}
 			sname := "distash:" + name
-			if layout != dycsb.LayoutFields {
+			if layout != dycsb.LayoutRecord {
 				sname += ":" + layout
 			}
 			stores = append(stores, store{name: sname, db: d, close: func() {}})
