@@ -53,6 +53,7 @@ import (
 	"gonum.org/v1/plot/vg"
 
 	"github.com/distash/distash"
+	benchycsb "github.com/distash/distash/internal/bench/ycsb"
 	"github.com/distash/distash/internal/embedded"
 	"github.com/distash/distash/patterns/cacheaug"
 )
@@ -389,7 +390,11 @@ func families() []cacheaug.Family {
 		l := decodeAdj(b)
 		return l[:min(len(l), maxFanout)], nil
 	}
-	profiles := func(r *cacheaug.Reader, l []uint32) ([][]byte, error) {
+	friendProfiles := func(r *cacheaug.Reader, v []byte) ([][]byte, error) {
+		l, err := friendsOf(r, v)
+		if err != nil {
+			return nil, err
+		}
 		keys := make([][]byte, len(l))
 		for i, u := range l {
 			keys[i] = profileKey(u)
@@ -398,11 +403,7 @@ func families() []cacheaug.Family {
 	}
 	return []cacheaug.Family{
 		{Name: "friends", Compute: func(r *cacheaug.Reader, args []byte) ([]byte, error) {
-			l, err := friendsOf(r, args)
-			if err != nil {
-				return nil, err
-			}
-			ps, err := profiles(r, l)
+			ps, err := friendProfiles(r, args)
 			if err != nil {
 				return nil, err
 			}
@@ -434,11 +435,7 @@ func families() []cacheaug.Family {
 			return strconv.AppendInt(nil, int64(len(seen)), 10), nil
 		}},
 		{Name: "top", Compute: func(r *cacheaug.Reader, args []byte) ([]byte, error) {
-			l, err := friendsOf(r, args)
-			if err != nil {
-				return nil, err
-			}
-			ps, err := profiles(r, l)
+			ps, err := friendProfiles(r, args)
 			if err != nil {
 				return nil, err
 			}
@@ -535,7 +532,7 @@ func runLayout(ctx context.Context, o Options, g *graphData, layout string, out 
 	}
 	res.Verified, res.Mismatches = rep.Entries, len(rep.Mismatches)
 	fmt.Fprintf(out, "  %.0f queries/s, p50 %s p95 %s p99 %s, hit rate %.1f%%, %d errors; cache consistent: %d entries checked, %d mismatches\n",
-		res.QueriesPerS, fmtDur(res.All.P50), fmtDur(res.All.P95), fmtDur(res.All.P99), 100*res.HitRate, res.Errors, res.Verified, res.Mismatches)
+		res.QueriesPerS, benchycsb.FormatLatency(res.All.P50), benchycsb.FormatLatency(res.All.P95), benchycsb.FormatLatency(res.All.P99), 100*res.HitRate, res.Errors, res.Verified, res.Mismatches)
 	for i, mm := range rep.Mismatches {
 		if i == 5 {
 			break
@@ -771,17 +768,6 @@ func (lr *layoutRun) dataKey(k []byte) []byte {
 	return lr.backend.(*cacheaug.PoolBackend).Key(k)
 }
 
-func fmtDur(d time.Duration) string {
-	switch {
-	case d >= 10*time.Millisecond:
-		return fmt.Sprintf("%.0f ms", float64(d)/float64(time.Millisecond))
-	case d >= time.Millisecond:
-		return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond))
-	default:
-		return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond))
-	}
-}
-
 // PrintTable prints the paper's Table 1 (p50/p95/p99 of every query) per
 // layout, then the same for cache hits, misses and the uncached queries,
 // and each kind.
@@ -791,7 +777,7 @@ func PrintTable(out io.Writer, results []Result) {
 		if p.Count == 0 {
 			return
 		}
-		fmt.Fprintf(out, "%-8s %-12s %9d %9s %9s %9s %11s\n", layout, what, p.Count, fmtDur(p.P50), fmtDur(p.P95), fmtDur(p.P99), qps)
+		fmt.Fprintf(out, "%-8s %-12s %9d %9s %9s %9s %11s\n", layout, what, p.Count, benchycsb.FormatLatency(p.P50), benchycsb.FormatLatency(p.P95), benchycsb.FormatLatency(p.P99), qps)
 	}
 	for _, r := range results {
 		row(r.Layout, "all", r.All, fmt.Sprintf("%.0f", r.QueriesPerS))

@@ -661,7 +661,9 @@ func runPhase(ctx context.Context, o Options, s store, workload string, out io.W
 	return r, nil
 }
 
-func fmtDur(d time.Duration) string {
+// FormatLatency prints d in milliseconds with two or three significant
+// figures (the benchmarks' tables).
+func FormatLatency(d time.Duration) string {
 	switch {
 	case d >= 10*time.Millisecond:
 		return fmt.Sprintf("%.0f ms", float64(d)/float64(time.Millisecond))
@@ -700,7 +702,7 @@ func PrintTable(out io.Writer, results []Result) {
 			if i > 0 {
 				store, wl, ops, rt = "", "", "", ""
 			}
-			fmt.Fprintf(out, "%-21s %-5s %10s %9s  %-18s %9d %9s %9s %7d\n", store, wl, ops, rt, op.Op, op.Count, fmtDur(op.P50), fmtDur(op.P99), op.Errors)
+			fmt.Fprintf(out, "%-21s %-5s %10s %9s  %-18s %9d %9s %9s %7d\n", store, wl, ops, rt, op.Op, op.Count, FormatLatency(op.P50), FormatLatency(op.P99), op.Errors)
 		}
 	}
 }
