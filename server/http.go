@@ -147,13 +147,29 @@ func checkRequest(logger *slog.Logger, next http.Handler) http.Handler {
 
 // clusterStatus is the status the console shows: the whole cluster's, as
 // `distash cli status` gathers it. An embedded cluster answers for itself;
-// a node asks the coordinators and every node (package clusterstatus), and
-// a node on an in-process network (NodeOptions.Dialer: tests) shows its
-// own status, having no TCP route to the others.
+// a node puts it together (package clusterstatus) from its cached view of
+// the controller and every node's status, asked over the connections it
+// keeps to them — the console polls every second, and a fresh connection
+// (and TLS handshake) to every node per poll would be wasted.
 func (s *Server) clusterStatus(ctx context.Context) (*wire.StatusResponse, error) {
-	if s.node == nil || s.node.opts.Dialer != nil {
+	own := func(ctx context.Context) (*wire.StatusResponse, error) {
 		return (&service{s: s}).Status(ctx, &wire.StatusRequest{})
 	}
-	o := s.node.opts
-	return clusterstatus.Gather(ctx, strings.Join(o.Coordinators, ","), o.ClientTLS)
+	if s.node == nil {
+		return own(ctx)
+	}
+	view := s.lastView()
+	if view == nil {
+		return nil, errors.New("no view of the cluster from the coordinators yet")
+	}
+	return clusterstatus.FromView(ctx, view, func(ctx context.Context, addr string) (*wire.StatusResponse, error) {
+		if addr == s.Addr() {
+			return own(ctx)
+		}
+		c, err := s.node.connTo(addr)
+		if err != nil {
+			return nil, err
+		}
+		return wire.NewDiStashClient(c).Status(ctx, &wire.StatusRequest{})
+	})
 }

@@ -326,7 +326,7 @@ func waitExcluded(ctx context.Context, out io.Writer, cluster string, tlsConfig 
 		}
 		if err == nil {
 			var st *wire.StatusResponse
-			if st, err = clusterstatus.FromView(ctx, view, creds); err == nil {
+			if st, err = clusterstatus.FromView(ctx, view, clusterstatus.Dialing(creds)); err == nil {
 				total, per, ready := shardsLeft(view, st, addrs)
 				switch {
 				case !ready:

@@ -48,7 +48,17 @@ func Gather(ctx context.Context, cluster string, tlsConfig *tls.Config) (*wire.S
 	if embedded != "" {
 		return Of(ctx, embedded, creds)
 	}
-	return FromView(ctx, view, creds)
+	return FromView(ctx, view, Dialing(creds))
+}
+
+// StatusOf returns the status the node at addr gives of itself.
+type StatusOf func(ctx context.Context, addr string) (*wire.StatusResponse, error)
+
+// Dialing asks each node over a connection of its own (Of): for a client
+// that asks once. A node that serves the console asks over the
+// connections it keeps to the other nodes instead.
+func Dialing(creds credentials.TransportCredentials) StatusOf {
+	return func(ctx context.Context, addr string) (*wire.StatusResponse, error) { return Of(ctx, addr, creds) }
 }
 
 // Of returns the status one server (an embedded cluster, or one node)
@@ -126,8 +136,9 @@ func FindCluster(ctx context.Context, cluster string, creds credentials.Transpor
 
 // FromView puts together the status of a multi-process cluster: the
 // controller's view (nodes, liveness, generation, roles) and every
-// reachable node's own status (its roles, its log replica, its stash).
-func FromView(ctx context.Context, view *wire.ViewResponse, creds credentials.TransportCredentials) (*wire.StatusResponse, error) {
+// reachable node's own status (its roles, its log replica, its stash),
+// asked with of.
+func FromView(ctx context.Context, view *wire.ViewResponse, of StatusOf) (*wire.StatusResponse, error) {
 	type answer struct {
 		st  *wire.StatusResponse
 		err error
@@ -143,7 +154,7 @@ func FromView(ctx context.Context, view *wire.ViewResponse, creds credentials.Tr
 			defer wg.Done()
 			nctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 			defer cancel()
-			st, err := Of(nctx, addr, creds)
+			st, err := of(nctx, addr)
 			answers[i] = answer{st, err}
 		}(i, n.Address)
 	}
