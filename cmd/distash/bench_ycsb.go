@@ -12,7 +12,7 @@ import (
 
 func benchYCSBCmd() *cobra.Command {
 	var o ycsb.Options
-	var configPath string
+	var configPath, cpuProfile string
 	cmd := &cobra.Command{
 		Use:   "ycsb",
 		Short: "go-ycsb's core workloads A–F on DiStash through the public client, and on private Redis, PostgreSQL and etcd servers",
@@ -37,6 +37,13 @@ ycsb.png. See docs/benchmarks.md.`,
 			if toml != "" {
 				o.ConfigTOML = toml
 			}
+			if cpuProfile != "" {
+				stop, err := startCPUProfile(cpuProfile)
+				if err != nil {
+					return err
+				}
+				defer stop()
+			}
 			_, err = ycsb.Run(ctx, o, cmd.OutOrStdout())
 			return err
 		},
@@ -55,6 +62,7 @@ ycsb.png. See docs/benchmarks.md.`,
 	cmd.Flags().StringVar(&o.Dir, "dir", "", "embedded cluster directory (default: temporary)")
 	cmd.Flags().StringSliceVar(&o.Peers, "peers", nil, "peer stores to run the same workloads on: redis, postgres, etcd")
 	cmd.Flags().BoolVar(&o.NoInstall, "no-install", false, "do not apt-get install missing peers")
+	cmd.Flags().StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run (benchmark, embedded cluster and DiStash client) to this file")
 	cmd.Flags().StringVar(&o.OutDir, "out", "bench-out", "directory for ycsb.png")
 	return cmd
 }

@@ -6,7 +6,7 @@ import (
 )
 
 // startCPUProfile writes a CPU profile of this process to path until the
-// returned stop is called (--cpuprofile of server and bench ingest).
+// returned stop is called (--cpuprofile of server, bench ingest and bench ycsb).
 func startCPUProfile(path string) (stop func(), err error) {
 	f, err := os.Create(path)
 	if err != nil {
