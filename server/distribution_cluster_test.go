@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"path/filepath"
 	"strings"
@@ -15,8 +16,10 @@ import (
 	"github.com/distash/distash"
 	"github.com/distash/distash/internal/coordrpc"
 	"github.com/distash/distash/internal/dd"
+	"github.com/distash/distash/internal/kv"
 	"github.com/distash/distash/internal/simnet"
 	"github.com/distash/distash/internal/testutil/bank"
+	"github.com/distash/distash/internal/txlog"
 	"github.com/distash/distash/server"
 )
 
@@ -424,4 +427,148 @@ func TestDramStashRestartRejoinsEmpty(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("pool bytes after: %v", c.poolBytes("cache"))
+}
+
+const durableTOML = `
+[cluster]
+mvcc_window = "2s"
+shard_bytes = "4KiB"
+
+[[pool]]
+name = "data"
+prefix = "d/"
+medium = "ssd"
+mode = "durable"
+engine = "pebble"
+stashes = 3
+replication = 2
+`
+
+// TestEmptyDurableStashOfTrimmedTagJoinsAsNew starts a durable R=2 pool
+// with one of its three stash nodes missing and writes until the log
+// (made small) force-popped the missing stash's tag, which the first
+// shard map gave shards, and dropped its entries. The stash node then
+// starts for the first time: it cannot catch up from the log, but it
+// holds nothing, so it retires its tag and joins as a new stash. Every
+// shard gets back to two live replicas, the new stash gets data, and
+// every key reads back its last value.
+func TestEmptyDurableStashOfTrimmedTagJoinsAsNew(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts an in-process cluster")
+	}
+	defer server.SetDistributionInterval(50 * time.Millisecond)()
+	// HoldBytes is 512 KiB. A durable stash pops what leaves its MVCC
+	// window (2 s): the writes below hold about half of it for the live
+	// stashes, so only the missing one is force-popped.
+	defer server.SetLogMemoryBytes(128 << 10)()
+	c := newLayoutCluster(t, durableTOML, "tx1 transaction", "data1 stash data", "data2 stash data", "data3 stash data")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	errs := make(chan error, 3)
+	for _, name := range []string{"tx1", "data1", "data2"} {
+		go func() { errs <- c.startNode(ctx, c.node(name)) }()
+	}
+	for range 3 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	db := c.open(ctx)
+
+	// Keys spread over the first map's three shards ("d/" + one byte
+	// splits them), so every stash has writes.
+	const keys = 200
+	key := func(k int) string { return fmt.Sprintf("d/%c-k:%03d", byte(k*256/keys), k) }
+	value := func(k, round int) string { return fmt.Sprintf("%03d-%02d-%0900d", k, round, round) }
+	last := map[string]string{}
+	tx := c.node("tx1")
+	// missing returns the tags the log force-popped that no running
+	// stash has, and the log's stats.
+	missing := func() (map[kv.Tag]kv.Version, txlog.Stats) {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		ls := tx.srv.LogStats()
+		out := maps.Clone(ls.Dropped)
+		for _, name := range []string{"data1", "data2"} {
+			for _, st := range c.node(name).srv.Stashes() {
+				delete(out, kv.Tag(st.Tag))
+			}
+		}
+		return out, ls
+	}
+	// Rewrite the keys, about 120 KiB a second, until the log dropped
+	// entries of the missing stash's tag.
+	trimmed := func() bool {
+		m, ls := missing()
+		for _, v := range m {
+			if ls.Trimmed >= v {
+				return true
+			}
+		}
+		return false
+	}
+	for round := 0; !trimmed(); round++ {
+		if round == 20 {
+			m, ls := missing()
+			t.Fatalf("the log did not drop the missing stash's entries after %d rounds of writes: %v, %+v", round, m, ls)
+		}
+		for i := 0; i < keys; i += 20 {
+			err := db.Transact(ctx, func(tr *distash.Tx) error {
+				for j := i; j < i+20; j++ {
+					tr.Set([]byte(key(j)), []byte(value(j, round)))
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for j := i; j < i+20; j++ {
+				last[key(j)] = value(j, round)
+			}
+			time.Sleep(150 * time.Millisecond)
+		}
+	}
+	m, ls := missing()
+	if len(m) != 1 || len(ls.Dropped) != 1 {
+		t.Fatalf("the log force-popped %v, want only the missing stash's tag", ls.Dropped)
+	}
+	t.Logf("the log force-popped the missing stash's tag: %v, trimmed up to %d", m, ls.Trimmed)
+
+	began := time.Now()
+	if err := c.startNode(ctx, c.node("data3")); err != nil {
+		t.Fatal(err)
+	}
+	started := time.Since(began)
+	took := waitUntil(t, time.Minute, "the new stash holds data and every shard has two live replicas", func() (bool, string) {
+		b := c.poolBytes("data")
+		d, ok := c.distribution()["data"]
+		return ok && d.UnderReplicated == 0 && d.Moving == 0 && d.Queued == 0 && b["data3"] > 0,
+			fmt.Sprintf("%v %+v", b, d)
+	})
+	t.Logf("data3 started in %v; two live replicas per shard %v after: %v",
+		started.Round(time.Millisecond), took.Round(time.Millisecond), c.poolBytes("data"))
+	c.mu.Lock()
+	for _, n := range []string{"data1", "data2", "data3"} {
+		for _, st := range c.node(n).srv.Stashes() {
+			if st.Health != server.HealthHealthy || st.Restarts != 0 {
+				t.Errorf("%s's stash %d: %s after %d restarts (%s)", n, st.Tag, st.Health, st.Restarts, st.LastError)
+			}
+		}
+	}
+	c.mu.Unlock()
+	err := db.ReadTransact(ctx, func(tr *distash.Tx) error {
+		for k, want := range last {
+			v, err := tr.Get([]byte(k))
+			if err != nil {
+				return err
+			}
+			if string(v) != want {
+				return fmt.Errorf("%q = %.10q, want %.10q", k, v, want)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }

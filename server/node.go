@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
 	"os"
@@ -308,6 +309,40 @@ func (s *Server) startNode(ctx context.Context) error {
 	if o.Class == ClassStash {
 		reg.Empty = s.stashStartsEmpty()
 	}
+	if err := s.register(ctx, reg); err != nil {
+		return err
+	}
+	s.followDCs(runCtx)
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		n.cc.HeartbeatLoop(runCtx, n.id, o.HeartbeatInterval, func(gen uint64, err error) {
+			if err == nil {
+				n.generation.Store(gen)
+			}
+		})
+	}()
+
+	if o.Class == ClassStash {
+		err := s.startStashNode(runCtx)
+		if errors.Is(err, errTagTrimmed) {
+			err = s.rejoinAsNewStash(ctx, runCtx, reg, err)
+		}
+		return err
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.runTransactionNode(runCtx)
+	}()
+	return nil
+}
+
+// register registers the node with the cluster controller, waiting for
+// it, and takes the slot, tag and generation it gives.
+func (s *Server) register(ctx context.Context, reg coordrpc.NodeRegistration) error {
+	n := s.node
+	coords := strings.Join(n.opts.Coordinators, ",")
 	for {
 		rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
 		slot, tag, gen, err := n.cc.Register(rctx, reg)
@@ -324,31 +359,53 @@ func (s *Server) startNode(ctx context.Context) error {
 			return fmt.Errorf("server: the cluster refused this node: %w", err)
 		}
 		if ctx.Err() != nil {
-			return fmt.Errorf("server: register with the coordinators %s: %w", strings.Join(o.Coordinators, ","), err)
+			return fmt.Errorf("server: register with the coordinators %s: %w", coords, err)
 		}
-		s.logger.Info("waiting for the cluster controller", "coordinators", strings.Join(o.Coordinators, ","), "last_error", err)
+		s.logger.Info("waiting for the cluster controller", "coordinators", coords, "last_error", err)
 	}
-	s.logger.Info("node registered", "addr", o.Listen, "slot", n.slot)
-	s.followDCs(runCtx)
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		n.cc.HeartbeatLoop(runCtx, n.id, o.HeartbeatInterval, func(gen uint64, err error) {
-			if err == nil {
-				n.generation.Store(gen)
-			}
-		})
-	}()
-
-	if o.Class == ClassStash {
-		return s.startStashNode(runCtx)
-	}
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		s.runTransactionNode(runCtx)
-	}()
+	s.logger.Info("node registered", "addr", n.opts.Listen, "slot", n.slot)
 	return nil
+}
+
+// rejoinAsNewStash handles errTagTrimmed (cause): this durable stash node
+// holds nothing but cannot catch up from the log, which dropped entries
+// of its tag (it force-pops a tag whose stash stays away, even one that
+// never started). Nothing is lost on it, so rather than fail it retires
+// the tag and registers again: the controller gives its slot a fresh
+// tag, the data distributor re-replicates the old tag's shards at once,
+// and the stash joins as a new one, owning nothing until shards move to
+// it. (A durable stash that has data and finds its tag trimmed lost
+// writes: it keeps failing, for an operator.)
+func (s *Server) rejoinAsNewStash(ctx, runCtx context.Context, reg coordrpc.NodeRegistration, cause error) error {
+	n := s.node
+	old := n.tag
+	s.logger.Warn("this durable stash is empty and the log dropped entries of its tag, so it cannot catch up: it retires the tag and joins as a new stash; the data distributor re-replicates the tag's shards",
+		"tag", old, "slot", n.slot, "pool", n.opts.Pool, "err", cause)
+	for {
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := n.cc.Retire(rctx, uint32(old))
+		cancel()
+		if err == nil {
+			break
+		}
+		var ke *kv.Error
+		if (errors.As(err, &ke) && !ke.Code.Retryable()) || ctx.Err() != nil {
+			return fmt.Errorf("server: retire tag %d of a stash that cannot catch up: %w", old, err)
+		}
+		s.logger.Info("waiting for the cluster controller to retire the tag", "tag", old, "last_error", err)
+		time.Sleep(200 * time.Millisecond)
+	}
+	// The stash directory holds no data of the old tag: without its tag
+	// file it is set up as a new stash's (adoptStashTag).
+	if err := os.Remove(filepath.Join(s.opts.Dir, stashTagFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	reg.Empty = true
+	if err := s.register(ctx, reg); err != nil {
+		return err
+	}
+	s.logger.Info("joining as a new stash", "old_tag", old, "tag", n.tag, "slot", n.slot)
+	return s.startStashNode(runCtx)
 }
 
 // stop ends what the node runs besides the cluster roles (after them).
@@ -468,8 +525,14 @@ func (s *Server) startStashNode(ctx context.Context) error {
 	return nil
 }
 
+// errTagTrimmed is openRemoteStash's error for a durable stash that holds
+// nothing while the log dropped entries of its tag: it cannot catch up.
+var errTagTrimmed = errors.New("server: an empty durable stash cannot catch up: the log dropped entries of its tag")
+
 // openRemoteStash opens a stash node's engine and stash over the remote
-// log. A dram stash starts empty at the log's current end.
+// log. A dram stash starts empty at the log's current end; a durable one
+// at its engine's version, and if that is empty, only if the log still
+// holds its tag's entries from the start (else errTagTrimmed).
 func (s *Server) openRemoteStash(ctx context.Context, sp stashSpec, logc *logrpc.Client) (*stash.Stash, error) {
 	dir := filepath.Join(s.opts.Dir, "stash")
 	if !sp.pool.Volatile() {
@@ -501,6 +564,17 @@ func (s *Server) openRemoteStash(ctx context.Context, sp stashSpec, logc *logrpc
 	if err != nil {
 		return nil, fmt.Errorf("server: open stash %s-%d: %w", sp.pool.Name, sp.index, err)
 	}
+	if !sp.pool.Volatile() && eng.Version() == 0 && eng.Stats().Keys == 0 {
+		// Asked now, while the stash has nothing to lose, rather than
+		// found by its pull loop, which fails the stash for good.
+		if err := s.peekFromStart(ctx, sp.tag, logc); err != nil {
+			eng.Close()
+			if errors.Is(err, txlog.ErrTrimmed) {
+				return nil, fmt.Errorf("%w: %w", errTagTrimmed, err)
+			}
+			return nil, err
+		}
+	}
 	return stash.New(stash.Options{
 		Tag: sp.tag, Pool: sp.pool.Name, Index: sp.index, Engine: eng, Log: logc,
 		Volatile: sp.pool.Volatile(), StartVersion: start,
@@ -510,6 +584,30 @@ func (s *Server) openRemoteStash(ctx context.Context, sp stashSpec, logc *logrpc
 		ReportUsage: func(_ kv.Tag, used int64, _ kv.Version) { s.node.used.Store(used) },
 		Dir:         dir, Fetcher: fetcher{s}, SampleUnit: sampleUnit(s.cfg),
 	}), nil
+}
+
+// peekFromStart asks the log for tag's entries from its start: nil if it
+// has them all, an error wrapping txlog.ErrTrimmed if it dropped some. It
+// waits for the log to answer, as a dram stash does.
+func (s *Server) peekFromStart(ctx context.Context, tag kv.Tag, logc *logrpc.Client) error {
+	for {
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		last, err := logc.Report(rctx, logrpc.StashReport{Tag: tag})
+		if err == nil && last > 0 {
+			// A log with versions answers at once (a Peek after its
+			// end would wait for the next one).
+			_, _, err = logc.Peek(rctx, tag, 0, 1)
+		}
+		cancel()
+		if err == nil || errors.Is(err, txlog.ErrTrimmed) {
+			return err
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		s.logger.Info("waiting for the log to learn whether a new durable stash can catch up", "tag", tag, "err", err)
+		time.Sleep(200 * time.Millisecond)
+	}
 }
 
 // reportLoop pushes the stash's usage and progress to the log leader's
@@ -641,7 +739,7 @@ func (s *Server) runTransactionNode(ctx context.Context) {
 	// replicated in the log (or, on a new cluster, none: nothing is
 	// dropped) holds.
 	l, err := txlog.Open(txlog.Options{
-		Dir: filepath.Join(s.opts.Dir, "log"), Logger: s.roleLogger(logRoleLog),
+		Dir: filepath.Join(s.opts.Dir, "log"), Logger: s.roleLogger(logRoleLog), MemoryBytes: logMemoryBytes.Load(),
 		Network: &txlog.NetworkOptions{LocalID: n.id, Peers: peers, Transport: trans},
 	})
 	if err != nil {

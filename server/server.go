@@ -178,6 +178,11 @@ func (s *Server) stashSpecs() []stashSpec {
 	return specs
 }
 
+// logMemoryBytes is txlog.Options.MemoryBytes of the logs this package
+// opens (0: the log's default); tests shrink it to make the log force-pop
+// a tag that does not pop (its HoldBytes follow from it).
+var logMemoryBytes atomic.Int64
+
 func (s *Server) start(ctx context.Context) error {
 	specs := s.stashSpecs()
 	tags := []kv.Tag{shardmap.SystemTag}
@@ -186,10 +191,11 @@ func (s *Server) start(ctx context.Context) error {
 	}
 	var err error
 	s.log, err = txlog.Open(txlog.Options{
-		Dir:      filepath.Join(s.opts.Dir, "log"),
-		Replicas: s.cfg.Log.Replicas,
-		Tags:     tags,
-		Logger:   s.roleLogger(logRoleLog),
+		Dir:         filepath.Join(s.opts.Dir, "log"),
+		Replicas:    s.cfg.Log.Replicas,
+		Tags:        tags,
+		MemoryBytes: logMemoryBytes.Load(),
+		Logger:      s.roleLogger(logRoleLog),
 	})
 	if err != nil {
 		return fmt.Errorf("server: open log: %w", err)
