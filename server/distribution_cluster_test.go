@@ -572,3 +572,72 @@ func TestEmptyDurableStashOfTrimmedTagJoinsAsNew(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestRemoteDurableStashesFlushWhenTheLogIsOverBudget: with a long MVCC
+// window, durable stashes in their own processes pop only what leaves it,
+// so a burst of writes fills the log. The log tells them, in its Peek and
+// Report answers, when it is over its memory budget; they then flush and
+// pop everything they applied, and the log never reaches the bound where
+// it force-pops a live stash's tag (which fails that stash for good).
+func TestRemoteDurableStashesFlushWhenTheLogIsOverBudget(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts an in-process cluster")
+	}
+	// HoldBytes is 512 KiB; the test writes about 2 MiB within the window.
+	defer server.SetLogMemoryBytes(128 << 10)()
+	toml := strings.Replace(durableTOML, `mvcc_window = "2s"`, `mvcc_window = "60s"`, 1)
+	c := newLayoutCluster(t, toml, "tx1 transaction", "data1 stash data", "data2 stash data", "data3 stash data")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c.startAll(ctx)
+	db := c.open(ctx)
+	const keys = 200
+	key := func(k int) string { return fmt.Sprintf("d/%c-k:%03d", byte(k*256/keys), k) }
+	last := map[string]string{}
+	for round := 0; round < 12; round++ {
+		for i := 0; i < keys; i += 20 {
+			err := db.Transact(ctx, func(tr *distash.Tx) error {
+				for j := i; j < i+20; j++ {
+					tr.Set([]byte(key(j)), []byte(fmt.Sprintf("%03d-%02d-%0900d", j, round, round)))
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for j := i; j < i+20; j++ {
+				last[key(j)] = fmt.Sprintf("%03d-%02d-%0900d", j, round, round)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	c.mu.Lock()
+	ls := c.node("tx1").srv.LogStats()
+	for _, n := range []string{"data1", "data2", "data3"} {
+		for _, st := range c.node(n).srv.Stashes() {
+			if st.Health != server.HealthHealthy || st.Restarts != 0 {
+				t.Errorf("%s's stash %d: %s after %d restarts (%s)", n, st.Tag, st.Health, st.Restarts, st.LastError)
+			}
+		}
+	}
+	c.mu.Unlock()
+	if len(ls.Dropped) != 0 {
+		t.Errorf("the log force-popped live stashes' tags: %v", ls.Dropped)
+	}
+	t.Logf("log after the burst: %d entries, %d bytes in memory", ls.Entries, ls.Memory)
+	err := db.ReadTransact(ctx, func(tr *distash.Tx) error {
+		for k, want := range last {
+			v, err := tr.Get([]byte(k))
+			if err != nil {
+				return err
+			}
+			if string(v) != want {
+				return fmt.Errorf("%q = %.10q, want %.10q", k, v, want)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

@@ -960,6 +960,12 @@ func (l *lazyLog) Peek(ctx context.Context, tag kv.Tag, after kv.Version, maxByt
 	return lg.Peek(ctx, tag, after, maxBytes)
 }
 
+// OverMemoryBudget implements logrpc.MemoryBudgeted.
+func (l *lazyLog) OverMemoryBudget() bool {
+	lg := l.get()
+	return lg != nil && lg.OverMemoryBudget()
+}
+
 func (l *lazyLog) Pop(tag kv.Tag, upTo kv.Version) {
 	if lg := l.get(); lg != nil {
 		lg.Pop(tag, upTo)

@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -54,11 +55,25 @@ type StashReport struct {
 	WindowBytes, WindowLimitBytes int64
 }
 
+// MemoryBudgeted is implemented by a Log that bounds the memory of the
+// entries it holds until every tag popped them (txlog.Log): Peek and
+// Report answers say when it is over that budget, so that durable stashes
+// in other processes flush (and pop) everything they applied, as stashes
+// in the log's process do.
+type MemoryBudgeted interface {
+	OverMemoryBudget() bool
+}
+
 // Gate is implemented by a Log that serves only at times (the log of a
 // node that may not lead it): while Serving returns an error, every call is
 // answered with it.
 type Gate interface {
 	Serving() error
+}
+
+func (v *service) overMemoryBudget() bool {
+	b, ok := v.log.(MemoryBudgeted)
+	return ok && b.OverMemoryBudget()
 }
 
 func (v *service) closed() error {
@@ -92,7 +107,7 @@ func (v *service) Report(ctx context.Context, req *wire.ReportRequest) (*wire.Re
 		v.report(StashReport{Tag: kv.Tag(req.Tag), UsedBytes: req.UsedBytes, Applied: kv.Version(req.Applied),
 			WindowBytes: req.WindowBytes, WindowLimitBytes: req.WindowLimitBytes})
 	}
-	return &wire.ReportResponse{LastVersion: int64(v.log.LastVersion())}, nil
+	return &wire.ReportResponse{LastVersion: int64(v.log.LastVersion()), OverMemoryBudget: v.overMemoryBudget()}, nil
 }
 
 func (v *service) Peek(ctx context.Context, req *wire.PeekRequest) (*wire.PeekResponse, error) {
@@ -113,7 +128,7 @@ func (v *service) Peek(ctx context.Context, req *wire.PeekRequest) (*wire.PeekRe
 	if err != nil {
 		if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
 			// Nothing new within MaxPeekWait: the caller asks again.
-			return &wire.PeekResponse{End: req.After}, nil
+			return &wire.PeekResponse{End: req.After, OverMemoryBudget: v.overMemoryBudget()}, nil
 		}
 		if errors.Is(err, txlog.ErrTrimmed) {
 			// Carried as transaction_too_old; the client turns it back
@@ -122,7 +137,7 @@ func (v *service) Peek(ctx context.Context, req *wire.PeekRequest) (*wire.PeekRe
 		}
 		return &wire.PeekResponse{Error: wire.ErrorOf(err)}, nil
 	}
-	resp := &wire.PeekResponse{End: int64(end), Messages: make([]*wire.LogMessage, len(msgs))}
+	resp := &wire.PeekResponse{End: int64(end), Messages: make([]*wire.LogMessage, len(msgs)), OverMemoryBudget: v.overMemoryBudget()}
 	for i, m := range msgs {
 		wm := &wire.LogMessage{Version: int64(m.Version), Mutations: make([]*wire.Mutation, len(m.Mutations))}
 		for j, mut := range m.Mutations {
@@ -166,7 +181,15 @@ func (fixed) Failed(grpc.ClientConnInterface)                          {}
 type Client struct {
 	leader Leader
 	logger *slog.Logger
+	// overBudget is what the log's last Peek or Report answer said of its
+	// memory budget (OverMemoryBudget).
+	overBudget atomic.Bool
 }
+
+// OverMemoryBudget reports whether the log said, in its last answer to a
+// Peek or Report, that it holds more than its memory budget (the stash's
+// flush then moves everything it applied to its engine, and pops it).
+func (c *Client) OverMemoryBudget() bool { return c.overBudget.Load() }
 
 // NewClient returns a log client over conn.
 func NewClient(conn grpc.ClientConnInterface, logger *slog.Logger) *Client {
@@ -228,6 +251,7 @@ func (c *Client) Peek(ctx context.Context, tag kv.Tag, after kv.Version, maxByte
 			}
 			continue
 		}
+		c.overBudget.Store(resp.OverMemoryBudget)
 		end := kv.Version(resp.End)
 		if end <= after && len(resp.Messages) == 0 {
 			continue // the server's wait ended with nothing new
@@ -292,5 +316,6 @@ func (c *Client) Report(ctx context.Context, r StashReport) (kv.Version, error) 
 		}
 		return 0, err
 	}
+	c.overBudget.Store(resp.OverMemoryBudget)
 	return kv.Version(resp.LastVersion), nil
 }

@@ -3000,12 +3000,13 @@ func (x *LogMessage) GetMutations() []*Mutation {
 }
 
 type PeekResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Messages      []*LogMessage          `protobuf:"bytes,1,rep,name=messages,proto3" json:"messages,omitempty"`
-	End           int64                  `protobuf:"varint,2,opt,name=end,proto3" json:"end,omitempty"` // the caller has every message of its tag up to here
-	Error         *Error                 `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	Messages         []*LogMessage          `protobuf:"bytes,1,rep,name=messages,proto3" json:"messages,omitempty"`
+	End              int64                  `protobuf:"varint,2,opt,name=end,proto3" json:"end,omitempty"` // the caller has every message of its tag up to here
+	Error            *Error                 `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	OverMemoryBudget bool                   `protobuf:"varint,4,opt,name=over_memory_budget,json=overMemoryBudget,proto3" json:"over_memory_budget,omitempty"` // the log holds more than its memory budget: durable stashes flush all they applied
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *PeekResponse) Reset() {
@@ -3057,6 +3058,13 @@ func (x *PeekResponse) GetError() *Error {
 		return x.Error
 	}
 	return nil
+}
+
+func (x *PeekResponse) GetOverMemoryBudget() bool {
+	if x != nil {
+		return x.OverMemoryBudget
+	}
+	return false
 }
 
 type PopRequest struct {
@@ -3235,11 +3243,12 @@ func (x *ReportRequest) GetWindowLimitBytes() int64 {
 }
 
 type ReportResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Error         *Error                 `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
-	LastVersion   int64                  `protobuf:"varint,2,opt,name=last_version,json=lastVersion,proto3" json:"last_version,omitempty"` // the log's last committed version (a dram stash starting empty starts there)
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	Error            *Error                 `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
+	LastVersion      int64                  `protobuf:"varint,2,opt,name=last_version,json=lastVersion,proto3" json:"last_version,omitempty"`                  // the log's last committed version (a dram stash starting empty starts there)
+	OverMemoryBudget bool                   `protobuf:"varint,3,opt,name=over_memory_budget,json=overMemoryBudget,proto3" json:"over_memory_budget,omitempty"` // as PeekResponse's
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *ReportResponse) Reset() {
@@ -3284,6 +3293,13 @@ func (x *ReportResponse) GetLastVersion() int64 {
 		return x.LastVersion
 	}
 	return 0
+}
+
+func (x *ReportResponse) GetOverMemoryBudget() bool {
+	if x != nil {
+		return x.OverMemoryBudget
+	}
+	return false
 }
 
 // The coordinators' service: how nodes and clients reach the cluster
@@ -5211,11 +5227,12 @@ const file_distash_proto_rawDesc = "" +
 	"\n" +
 	"LogMessage\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x03R\aversion\x122\n" +
-	"\tmutations\x18\x02 \x03(\v2\x14.distash.v1.MutationR\tmutations\"}\n" +
+	"\tmutations\x18\x02 \x03(\v2\x14.distash.v1.MutationR\tmutations\"\xab\x01\n" +
 	"\fPeekResponse\x122\n" +
 	"\bmessages\x18\x01 \x03(\v2\x16.distash.v1.LogMessageR\bmessages\x12\x10\n" +
 	"\x03end\x18\x02 \x01(\x03R\x03end\x12'\n" +
-	"\x05error\x18\x03 \x01(\v2\x11.distash.v1.ErrorR\x05error\"3\n" +
+	"\x05error\x18\x03 \x01(\v2\x11.distash.v1.ErrorR\x05error\x12,\n" +
+	"\x12over_memory_budget\x18\x04 \x01(\bR\x10overMemoryBudget\"3\n" +
 	"\n" +
 	"PopRequest\x12\x10\n" +
 	"\x03tag\x18\x01 \x01(\rR\x03tag\x12\x13\n" +
@@ -5228,10 +5245,11 @@ const file_distash_proto_rawDesc = "" +
 	"used_bytes\x18\x02 \x01(\x03R\tusedBytes\x12\x18\n" +
 	"\aapplied\x18\x03 \x01(\x03R\aapplied\x12!\n" +
 	"\fwindow_bytes\x18\x04 \x01(\x03R\vwindowBytes\x12,\n" +
-	"\x12window_limit_bytes\x18\x05 \x01(\x03R\x10windowLimitBytes\"\\\n" +
+	"\x12window_limit_bytes\x18\x05 \x01(\x03R\x10windowLimitBytes\"\x8a\x01\n" +
 	"\x0eReportResponse\x12'\n" +
 	"\x05error\x18\x01 \x01(\v2\x11.distash.v1.ErrorR\x05error\x12!\n" +
-	"\flast_version\x18\x02 \x01(\x03R\vlastVersion\"\xe5\x01\n" +
+	"\flast_version\x18\x02 \x01(\x03R\vlastVersion\x12,\n" +
+	"\x12over_memory_budget\x18\x03 \x01(\bR\x10overMemoryBudget\"\xe5\x01\n" +
 	"\x0fRegisterRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x14\n" +
