@@ -23,7 +23,9 @@ operations from --threads threads, on an embedded cluster (a DRAM pool and a
 Pebble pool, one stash each) or on --cluster, in each pool of --pool.
 --peers starts private servers (Debian packages redis-server, postgresql,
 etcd-server, installed with apt-get when missing and running as root) and
-runs the same workloads on them. Prints ops/s, p50 and p99 per operation
+runs the same workloads on them. The stores take turns phase by phase
+(every store's load, then every store's first workload, ...), so that the
+figures a ratio compares are measured close together. Prints ops/s, p50 and p99 per operation
 type and each store's ratio to DiStash (the first --pool), and writes
 ycsb.png. See docs/benchmarks.md.`,
 		RunE: func(cmd *cobra.Command, args []string) error {

@@ -79,6 +79,20 @@ func TestBenchYCSBSmall(t *testing.T) {
 			t.Fatal(err)
 		}
 		check(t, got, out, append([]string{"distash:dram"}, peers...)...)
+		// The stores take turns phase by phase: every store's load comes
+		// before DiStash's workload A.
+		phaseLine := func(store, wl string) int {
+			loc := regexp.MustCompile(`  ` + regexp.QuoteMeta(store) + `\s+` + wl + `\s+\d+ ops/s`).FindStringIndex(got)
+			if loc == nil {
+				t.Fatalf("no progress line for %s, %s", store, wl)
+			}
+			return loc[0]
+		}
+		for _, p := range peers {
+			if phaseLine(p, "load") > phaseLine("distash:dram", "a") {
+				t.Errorf("%s's load ran after DiStash's workload A: the stores should take turns phase by phase", p)
+			}
+		}
 		for _, p := range peers {
 			if !regexp.MustCompile(`(?m)^` + p + `\s+a\s+\d+\s+[0-9.]+×`).MatchString(got) {
 				t.Errorf("no ratio to DiStash for %s", p)

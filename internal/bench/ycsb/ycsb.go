@@ -328,12 +328,16 @@ func Run(ctx context.Context, o Options, out io.Writer) ([]Result, error) {
 
 	fmt.Fprintf(out, "YCSB: %d records of %d×%d bytes, %d operations per workload, %d threads, workloads %s\n",
 		o.Records, o.FieldCount, o.FieldLength, o.Operations, o.Threads, strings.Join(o.Workloads, ","))
+	// The stores take turns phase by phase (every store's load, then every
+	// store's first workload, ...), each store's phases in order on its
+	// own data: the figures a ratio compares are measured seconds apart,
+	// not minutes, on a machine whose speed drifts (docs/benchmarks.md).
 	var results []Result
-	for _, s := range stores {
-		if s.db == nil {
-			continue
-		}
-		for _, w := range append([]string{Load}, o.Workloads...) {
+	for _, w := range append([]string{Load}, o.Workloads...) {
+		for _, s := range stores {
+			if s.db == nil {
+				continue
+			}
 			if err := ctx.Err(); err != nil {
 				return results, err
 			}
@@ -345,6 +349,14 @@ func Run(ctx context.Context, o Options, out io.Writer) ([]Result, error) {
 			results = append(results, r)
 		}
 	}
+	// The table and the chart list each store's phases together.
+	order := map[string]int{}
+	for _, s := range stores {
+		if s.db != nil {
+			order[s.name] = len(order)
+		}
+	}
+	slices.SortStableFunc(results, func(a, b Result) int { return order[a.Store] - order[b.Store] })
 	fmt.Fprintln(out)
 	PrintTable(out, results)
 	if err := os.MkdirAll(o.OutDir, 0o755); err != nil {
