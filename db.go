@@ -71,8 +71,12 @@ type DB struct {
 	// stashes routes reads (nil in an embedded cluster: the proxy's node
 	// serves every stash). Both are replaced whole, never changed in
 	// place, so requests read them without a lock.
-	proxy   atomic.Pointer[proxy]
-	stashes atomic.Pointer[stashRoutes]
+	proxy atomic.Pointer[proxy]
+	// recent is the newest committed version the client learnt (from read
+	// versions and commits) and recentAt when (unix ns): the read version
+	// of transactions with SetRecentReadVersion.
+	recent, recentAt atomic.Int64
+	stashes          atomic.Pointer[stashRoutes]
 
 	viewMu      sync.Mutex
 	viewRunning chan struct{} // closed when the refresh in flight ends. Protected by viewMu.
@@ -412,16 +416,54 @@ func (db *DB) ReadTransact(ctx context.Context, fn func(tr *Tx) error) error {
 	return db.run(ctx, fn, false)
 }
 
+// learnVersion records v, a committed version (a read version handed out,
+// or a commit's version), for SetRecentReadVersion.
+func (db *DB) learnVersion(v kv.Version) {
+	now := time.Now().UnixNano()
+	for {
+		old := db.recent.Load()
+		if int64(v) < old {
+			return
+		}
+		if int64(v) == old || db.recent.CompareAndSwap(old, int64(v)) {
+			db.recentAt.Store(now)
+			return
+		}
+	}
+}
+
+// recentVersion returns the newest committed version the client knows if
+// it learnt it within RecentReadVersionAge.
+func (db *DB) recentVersion() (kv.Version, bool) {
+	v, at := db.recent.Load(), db.recentAt.Load()
+	if v == 0 || time.Now().UnixNano()-at > recentReadVersionAge.Load() {
+		return 0, false
+	}
+	return kv.Version(v), true
+}
+
 // MaxBackoff bounds the wait between retries of Transact.
 const MaxBackoff = time.Second
 
 func (db *DB) run(ctx context.Context, fn func(tr *Tx) error, commit bool) error {
 	backoff := 2 * time.Millisecond
+	fresh := !commit // a read-only transaction's reads are never checked by a commit
 	for {
 		tr := newTx(ctx, db)
+		tr.freshOnly = fresh
 		err := fn(tr)
 		if err == nil && commit {
 			err = tr.Commit()
+		}
+		tr.mu.Lock()
+		usedRecent := tr.usedRecent
+		tr.mu.Unlock()
+		if usedRecent && err != nil && (errors.Is(err, errRecentUnchecked) || !retryable(err)) {
+			// The attempt read at a recent version, and nothing checked
+			// what it read: its outcome may rest on a version older than
+			// the transaction's start. Run it again with a fresh one.
+			fresh = true
+			continue
 		}
 		if err == nil {
 			return nil
@@ -429,6 +471,9 @@ func (db *DB) run(ctx context.Context, fn func(tr *Tx) error, commit bool) error
 		if !retryable(err) {
 			return err
 		}
+		// A conflict after reading at a recent version: retry with a
+		// fresh one.
+		fresh = fresh || usedRecent
 		if errors.Is(err, ErrWrongShardServer) {
 			if rerr := db.refreshShards(ctx); rerr != nil && ctx.Err() == nil && !retryable(rerr) {
 				return rerr

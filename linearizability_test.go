@@ -13,10 +13,14 @@ import (
 	"github.com/distash/distash/internal/testutil/register"
 )
 
-// TestSingleKeyHistoriesAreLinearizable runs concurrent single-key reads
-// and writes on keys of both pools (the cache pool reads through
-// replicas chosen by load) and checks the history with porcupine.
+// TestSingleKeyHistoriesAreLinearizable runs concurrent single-key reads,
+// writes and swaps (a read and a write in one transaction, reading at a
+// recent version: SetRecentReadVersion) on keys of both pools (the cache
+// pool reads through replicas chosen by load) and checks the history with
+// porcupine.
 func TestSingleKeyHistoriesAreLinearizable(t *testing.T) {
+	// Swaps read at a version up to a second old: certainly not a fresh one.
+	defer distash.SetRecentReadVersionAge(time.Second)()
 	c := startCluster(t, twoPools)
 	ctx := ctxT(t, 60*time.Second)
 	keys := []string{"d/a", "d/b", "c/a", "c/b"}
@@ -35,10 +39,20 @@ func TestSingleKeyHistoriesAreLinearizable(t *testing.T) {
 				var out string
 				call := time.Now().UnixNano()
 				var err error
-				if rng.IntN(2) == 0 {
+				switch rng.IntN(3) {
+				case 0:
 					in.Write, in.Value = true, fmt.Sprintf("%d-%d", cl, i)
 					err = c.DB.Transact(ctx, func(tr *distash.Tx) error { tr.Set([]byte(k), []byte(in.Value)); return nil })
-				} else {
+				case 1:
+					in.Swap, in.Value = true, fmt.Sprintf("%d-%d", cl, i)
+					err = c.DB.Transact(ctx, func(tr *distash.Tx) error {
+						tr.Options().SetRecentReadVersion()
+						v, err := tr.Get([]byte(k))
+						out = string(v)
+						tr.Set([]byte(k), []byte(in.Value))
+						return err
+					})
+				default:
 					err = c.DB.ReadTransact(ctx, func(tr *distash.Tx) error {
 						v, err := tr.Get([]byte(k))
 						out = string(v)

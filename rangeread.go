@@ -31,6 +31,7 @@ func (tr *Tx) getRange(begin, end []byte, opts RangeOptions, snapshot bool) ([]K
 	}
 	tr.mu.Lock()
 	system := tr.readSystemKeys
+	tr.snapshotRead = tr.snapshotRead || snapshot
 	tr.mu.Unlock()
 	if !system && bytes.Compare(end, kv.SystemPrefix) > 0 {
 		if bytes.Compare(begin, kv.SystemPrefix) >= 0 {

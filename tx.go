@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/google/btree"
 
@@ -70,6 +72,12 @@ type Tx struct {
 	// readSystemKeys allows reads of the \xff system key space
 	// (Options().SetReadSystemKeys). Protected by mu.
 	readSystemKeys bool
+	// recentOK: the transaction may read at a recent version the client
+	// knows instead of asking for one (Options().SetRecentReadVersion),
+	// unless freshOnly (DB.run's attempts after one that used it, and
+	// read-only transactions). usedRecent: its read version is such a
+	// version. snapshotRead: it read without conflicts. Protected by mu.
+	recentOK, freshOnly, usedRecent, snapshotRead bool
 }
 
 // TransactionOptions sets options of one transaction: tr.Options().
@@ -87,6 +95,42 @@ func (o TransactionOptions) SetReadSystemKeys() {
 	o.tr.readSystemKeys = true
 	o.tr.mu.Unlock()
 }
+
+// SetRecentReadVersion lets a transaction that will write read at the
+// newest committed version this client already knows (from its other
+// transactions' read versions and commits, at most
+// RecentReadVersionAge old) instead of asking a GRV proxy for one: one
+// round trip less before its first read. This keeps strict
+// serializability: a commit checks every read against the writes
+// committed since that version, so a transaction that commits writes is
+// as if it ran at its commit version. Transact runs the function again
+// with a fresh read version when the attempt cannot be checked that way:
+// when it commits nothing, returns an error of its own, or reads a
+// snapshot (reads without conflicts). So the function's results are never
+// based on a version older than the transaction's start. Call it before
+// the first read, inside DB.Transact; ReadTransact ignores it. (A
+// read-modify-write of a key that others write often may conflict a
+// little more often, as the version can be a few milliseconds old.)
+func (o TransactionOptions) SetRecentReadVersion() {
+	o.tr.mu.Lock()
+	o.tr.recentOK = true
+	o.tr.mu.Unlock()
+}
+
+// RecentReadVersionAge bounds how old a version SetRecentReadVersion may
+// use is: older than this, the transaction asks for a read version.
+const RecentReadVersionAge = 5 * time.Millisecond
+
+// recentReadVersionAge is RecentReadVersionAge (tests lengthen it).
+var recentReadVersionAge atomic.Int64
+
+func init() { recentReadVersionAge.Store(int64(RecentReadVersionAge)) }
+
+// errRecentUnchecked is Commit's error for a transaction that read at a
+// recent version (SetRecentReadVersion) but cannot have its reads checked
+// by a commit: it wrote nothing, or read a snapshot. Transact runs it
+// again with a fresh read version.
+var errRecentUnchecked = errorf(kv.CodeNotCommitted, "the transaction read at a recent version and writes nothing (or read a snapshot): run again with a fresh read version")
 
 // checkReadKey is checkKey for reads: system keys are readable with
 // SetReadSystemKeys. Called with mu held.
@@ -162,12 +206,26 @@ func (tr *Tx) getReadVersion() (kv.Version, error) {
 	if v != 0 {
 		return v, nil
 	}
+	tr.mu.Lock()
+	recent := tr.recentOK && !tr.freshOnly
+	tr.mu.Unlock()
+	if recent {
+		if rv, ok := tr.db.recentVersion(); ok {
+			tr.mu.Lock()
+			defer tr.mu.Unlock()
+			if tr.readVersion == 0 {
+				tr.readVersion, tr.usedRecent = rv, true
+			}
+			return tr.readVersion, nil
+		}
+	}
 	p := tr.db.proxy.Load()
 	rv, err := p.grv.get(tr.ctx)
 	if err != nil {
 		tr.db.proxyFailed(p, err)
 		return 0, err
 	}
+	tr.db.learnVersion(rv)
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
 	if tr.readVersion == 0 {
@@ -215,6 +273,7 @@ func (tr *Tx) getMulti(keys [][]byte, snapshot bool) ([][]byte, error) {
 		tr.mu.Unlock()
 		return nil, err
 	}
+	tr.snapshotRead = tr.snapshotRead || snapshot
 	out := make([][]byte, len(keys))
 	var need []int
 	local := make([]*localWrite, len(keys))
@@ -513,7 +572,12 @@ func (tr *Tx) Commit() error {
 		return err
 	}
 	tr.committed = true
-	if len(tr.mutations) == 0 && len(tr.writeConf) == 0 {
+	readOnly := len(tr.mutations) == 0 && len(tr.writeConf) == 0
+	if tr.usedRecent && (readOnly || tr.snapshotRead) {
+		tr.mu.Unlock()
+		return errRecentUnchecked
+	}
+	if readOnly {
 		tr.mu.Unlock()
 		return nil
 	}
@@ -529,7 +593,7 @@ func (tr *Tx) Commit() error {
 		}
 	}
 	tr.mu.Lock()
-	req := &wire.CommitRequest{ReadVersion: int64(rv)}
+	req := &wire.CommitRequest{ReadVersion: int64(rv), UnthrottledReadVersion: tr.usedRecent}
 	for _, r := range tr.readConf {
 		req.ReadConflicts = append(req.ReadConflicts, &wire.KeyRange{Begin: r.Begin, End: r.End})
 	}
@@ -558,6 +622,7 @@ func (tr *Tx) Commit() error {
 	tr.mu.Lock()
 	tr.commitVer = kv.Version(resp.Version)
 	tr.mu.Unlock()
+	tr.db.learnVersion(kv.Version(resp.Version))
 	return nil
 }
 

@@ -72,6 +72,7 @@ func fromWireCommit(req *wire.CommitRequest) (proxy.Txn, error) {
 		}
 	}
 	t.ReadVersion = kv.Version(req.ReadVersion)
+	t.Unthrottled = req.UnthrottledReadVersion
 	t.ReadConflicts = fromWireRanges(req.ReadConflicts)
 	t.WriteConflicts = fromWireRanges(req.WriteConflicts)
 	t.Mutations = make([]kv.Mutation, len(req.Mutations))

@@ -35,6 +35,9 @@ type Txn struct {
 	ReadConflicts  []kv.KeyRange
 	WriteConflicts []kv.KeyRange
 	Mutations      []kv.Mutation
+	// Unthrottled: the read version did not come through a GRV proxy, so
+	// the transaction has not waited on the throttle yet.
+	Unthrottled bool
 }
 
 // Appender is the part of the log the commit proxy writes to.
@@ -124,7 +127,8 @@ type CommitOptions struct {
 	// deposed generation cannot commit. 0 in an embedded cluster.
 	Epoch uint64
 	// Throttle, if set, is waited on by transactions without a read
-	// version (blind writes skip the GRV proxy, where throttling happens).
+	// version (blind writes skip the GRV proxy, where throttling happens)
+	// and by those whose read version did not come from it (Unthrottled).
 	Throttle Throttle
 	// PoolTags maps a pool name to its stashes' tags.
 	PoolTags map[string][]kv.Tag
@@ -290,7 +294,7 @@ func (p *CommitProxy) Commit(ctx context.Context, txn Txn) (kv.Version, error) {
 	if err := Validate(p.opts.Config, txn); err != nil {
 		return 0, err
 	}
-	if txn.ReadVersion == 0 && p.opts.Throttle != nil {
+	if (txn.ReadVersion == 0 || txn.Unthrottled) && p.opts.Throttle != nil {
 		if err := p.opts.Throttle.Wait(ctx); err != nil {
 			return 0, err
 		}

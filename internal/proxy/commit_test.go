@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -465,5 +466,43 @@ func TestCapacityFromPushedUsage(t *testing.T) {
 	board.Report(3, 500, seq.CommittedVersion())
 	if _, err := p.Commit(ctx, Txn{ReadVersion: seq.CommittedVersion(), Mutations: []kv.Mutation{set("d/b", v)}}); err != nil {
 		t.Fatalf("write after a report with room: %v", err)
+	}
+}
+
+// countingThrottle counts the transactions that waited on it.
+type countingThrottle struct{ waits atomic.Int64 }
+
+func (c *countingThrottle) Wait(ctx context.Context) error { c.waits.Add(1); return ctx.Err() }
+
+// TestThrottleWaitedByTransactionsThatSkippedTheGRVProxy: the ratekeeper's
+// limit is applied at the GRV proxy, so a commit waits on it only when
+// its transaction did not get its read version there: a blind write (no
+// read version) or one reading at a client's recent version
+// (Unthrottled). One with a GRV proxy's read version does not wait again.
+func TestThrottleWaitedByTransactionsThatSkippedTheGRVProxy(t *testing.T) {
+	th := &countingThrottle{}
+	p, _, seq := newStoppedProxy(t, fixedUsage{}, func(o *CommitOptions) { o.Throttle = th })
+	run(t, p)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		txn  func() Txn
+		want int64
+	}{
+		{"blind write", func() Txn { return Txn{Mutations: []kv.Mutation{set("d/a", "1")}} }, 1},
+		{"read version from the GRV proxy", func() Txn {
+			return Txn{ReadVersion: seq.CommittedVersion(), Mutations: []kv.Mutation{set("d/a", "2")}}
+		}, 0},
+		{"recent read version", func() Txn {
+			return Txn{ReadVersion: seq.CommittedVersion(), Unthrottled: true, Mutations: []kv.Mutation{set("d/a", "3")}}
+		}, 1},
+	} {
+		before := th.waits.Load()
+		if _, err := p.Commit(ctx, tc.txn()); err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if got := th.waits.Load() - before; got != tc.want {
+			t.Errorf("%s: waited on the throttle %d times, want %d", tc.name, got, tc.want)
+		}
 	}
 }

@@ -396,8 +396,12 @@ type CommitRequest struct {
 	ReadConflicts  []*KeyRange            `protobuf:"bytes,2,rep,name=read_conflicts,json=readConflicts,proto3" json:"read_conflicts,omitempty"`
 	WriteConflicts []*KeyRange            `protobuf:"bytes,3,rep,name=write_conflicts,json=writeConflicts,proto3" json:"write_conflicts,omitempty"`
 	Mutations      []*Mutation            `protobuf:"bytes,4,rep,name=mutations,proto3" json:"mutations,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The read version did not come from a GRV proxy (a client's recent
+	// version, TransactionOptions.SetRecentReadVersion): the commit waits on
+	// the ratekeeper's limit as a GRV request would.
+	UnthrottledReadVersion bool `protobuf:"varint,5,opt,name=unthrottled_read_version,json=unthrottledReadVersion,proto3" json:"unthrottled_read_version,omitempty"`
+	unknownFields          protoimpl.UnknownFields
+	sizeCache              protoimpl.SizeCache
 }
 
 func (x *CommitRequest) Reset() {
@@ -456,6 +460,13 @@ func (x *CommitRequest) GetMutations() []*Mutation {
 		return x.Mutations
 	}
 	return nil
+}
+
+func (x *CommitRequest) GetUnthrottledReadVersion() bool {
+	if x != nil {
+		return x.UnthrottledReadVersion
+	}
+	return false
 }
 
 type CommitResponse struct {
@@ -4997,12 +5008,13 @@ const file_distash_proto_rawDesc = "" +
 	"\x15GetReadVersionRequest\"[\n" +
 	"\x16GetReadVersionResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x03R\aversion\x12'\n" +
-	"\x05error\x18\x02 \x01(\v2\x11.distash.v1.ErrorR\x05error\"\xe2\x01\n" +
+	"\x05error\x18\x02 \x01(\v2\x11.distash.v1.ErrorR\x05error\"\x9c\x02\n" +
 	"\rCommitRequest\x12!\n" +
 	"\fread_version\x18\x01 \x01(\x03R\vreadVersion\x12;\n" +
 	"\x0eread_conflicts\x18\x02 \x03(\v2\x14.distash.v1.KeyRangeR\rreadConflicts\x12=\n" +
 	"\x0fwrite_conflicts\x18\x03 \x03(\v2\x14.distash.v1.KeyRangeR\x0ewriteConflicts\x122\n" +
-	"\tmutations\x18\x04 \x03(\v2\x14.distash.v1.MutationR\tmutations\"S\n" +
+	"\tmutations\x18\x04 \x03(\v2\x14.distash.v1.MutationR\tmutations\x128\n" +
+	"\x18unthrottled_read_version\x18\x05 \x01(\bR\x16unthrottledReadVersion\"S\n" +
 	"\x0eCommitResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x03R\aversion\x12'\n" +
 	"\x05error\x18\x02 \x01(\v2\x11.distash.v1.ErrorR\x05error\"{\n" +

@@ -8,10 +8,12 @@ import (
 	"github.com/anishathalye/porcupine"
 )
 
-// Input is an operation on a register key: a set of Value, or a get (whose
-// output is the string read, "" for absent).
+// Input is an operation on a register key: a set of Value, a get (whose
+// output is the string read, "" for absent), or a swap (Swap: a get and a
+// set of Value in one transaction, whose output is the string read).
 type Input struct {
 	Write bool
+	Swap  bool
 	Key   string
 	Value string
 }
@@ -34,8 +36,11 @@ var Model = porcupine.Model{
 	Init: func() any { return "" },
 	Step: func(state, input, output any) (bool, any) {
 		in := input.(Input)
-		if in.Write {
+		switch {
+		case in.Write:
 			return true, in.Value
+		case in.Swap:
+			return output.(string) == state.(string), in.Value
 		}
 		return output.(string) == state.(string), state
 	},
@@ -43,6 +48,9 @@ var Model = porcupine.Model{
 		in := input.(Input)
 		if in.Write {
 			return fmt.Sprintf("set(%s, %s)", in.Key, in.Value)
+		}
+		if in.Swap {
+			return fmt.Sprintf("swap(%s, %s) -> %q", in.Key, in.Value, output)
 		}
 		return fmt.Sprintf("get(%s) -> %q", in.Key, output)
 	},
