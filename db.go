@@ -399,7 +399,11 @@ func (db *DB) CreateTransaction(ctx context.Context) (*Tx, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	return newTx(ctx, db), nil
+	tr := newTx(ctx, db)
+	// Nothing would run it again with a fresh read version when its reads
+	// cannot be checked: SetRecentReadVersion does not apply.
+	tr.freshOnly = true
+	return tr, nil
 }
 
 // Transact runs fn in a transaction and commits it, retrying the whole

@@ -200,3 +200,26 @@ func TestRecentReadVersionCountersAddUp(t *testing.T) {
 		t.Fatalf("counters add up to %d, want %d: an update was lost", total, goroutines*each)
 	}
 }
+
+// TestRecentReadVersionIgnoredOutsideTransact: a transaction under manual
+// control (CreateTransaction) has nothing to run it again, so the option
+// does not apply: a read-only commit succeeds at once.
+func TestRecentReadVersionIgnoredOutsideTransact(t *testing.T) {
+	defer distash.SetRecentReadVersionAge(time.Hour)()
+	c := startCluster(t, twoPools)
+	ctx := ctxT(t, 30*time.Second)
+	if err := c.DB.Transact(ctx, func(tr *distash.Tx) error { tr.Set([]byte("d/k"), []byte("v")); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	tr, err := c.DB.CreateTransaction(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr.Options().SetRecentReadVersion()
+	if v, err := tr.Get([]byte("d/k")); err != nil || string(v) != "v" {
+		t.Fatalf("Get: %q, %v", v, err)
+	}
+	if err := tr.Commit(); err != nil {
+		t.Fatalf("read-only commit of a manual transaction: %v", err)
+	}
+}

@@ -108,7 +108,8 @@ func (o TransactionOptions) SetReadSystemKeys() {
 // when it commits nothing, returns an error of its own, or reads a
 // snapshot (reads without conflicts). So the function's results are never
 // based on a version older than the transaction's start. Call it before
-// the first read, inside DB.Transact; ReadTransact ignores it. (A
+// the first read, inside DB.Transact; ReadTransact and transactions of
+// CreateTransaction ignore it. (A
 // read-modify-write of a key that others write often may conflict a
 // little more often, as the version can be a few milliseconds old.)
 func (o TransactionOptions) SetRecentReadVersion() {

@@ -113,14 +113,21 @@ func (b *Bank) MaxGap() time.Duration { return time.Duration(b.maxGap.Load()) }
 func (b *Bank) ResetGap() { b.maxGap.Store(0) }
 
 // Transfer moves a random amount between two random accounts, reading the
-// balances from the durable pool and writing both pools.
+// balances from the durable pool and writing both pools. Half the
+// transfers read at the client's recent version (SetRecentReadVersion),
+// so the audits check that path too: a read its commit failed to check
+// would lose or make money.
 func (b *Bank) Transfer(ctx context.Context, rng *rand.Rand) error {
 	from, to := rng.IntN(b.Accounts), rng.IntN(b.Accounts)
 	if from == to {
 		to = (to + 1) % b.Accounts
 	}
 	amount := int64(rng.IntN(10) + 1)
+	recent := rng.IntN(2) == 0
 	err := b.DB.Transact(ctx, func(tr *distash.Tx) error {
+		if recent {
+			tr.Options().SetRecentReadVersion()
+		}
 		fv, err := tr.Get(b.account(from))
 		if err != nil {
 			return err
