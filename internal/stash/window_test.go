@@ -3,6 +3,7 @@ package stash
 import (
 	"context"
 	"fmt"
+	"github.com/distash/distash/internal/ratekeeper"
 	"runtime"
 	"sync/atomic"
 	"testing"
@@ -220,5 +221,49 @@ func TestLogOverBudgetFlushes(t *testing.T) {
 	log.mu.Unlock()
 	if st := s.Stats(); popped != 20 || st.WindowBytes != 0 {
 		t.Fatalf("popped %d, %d window bytes left; want 20 and 0", popped, st.WindowBytes)
+	}
+}
+
+// TestWindowFlushesEarlyBelowThePressurePoint: writes arriving faster than
+// the MVCC window ages them out, into an engine that keeps up, must not
+// fill the window to the ratekeeper's pressure point (3/4 of the budget,
+// ratekeeper.WindowPressure): the stash flushes its oldest versions early
+// once the window holds half its budget. Before, it kept every version of
+// the window's span until the window was full, and the ratekeeper
+// throttled every transaction meanwhile.
+func TestWindowFlushesEarlyBelowThePressurePoint(t *testing.T) {
+	eng, _ := memory.Open(engine.Options{})
+	log := newFakeLog(1)
+	const budget = 256 << 10
+	s := New(Options{Tag: 1, Engine: eng, Log: log, WindowBytes: budget, WindowVersions: 1 << 40, FlushInterval: time.Millisecond, Logger: quiet})
+	s.SetOwned([]kv.KeyRange{{Begin: []byte("k"), End: []byte("l")}})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { s.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done; s.Close() }()
+	var peak, msgBytes int64
+	const versions = 400 // about 3 budgets of writes
+	for v := kv.Version(1); v <= versions; v++ {
+		msg := txlog.Message{Version: v, Mutations: []kv.Mutation{{Type: kv.MutSet, Key: fmt.Appendf(nil, "k%06d", v%50), Param: make([]byte, 2000)}}}
+		w := newWindow()
+		w.put(v, msg.Mutations[0].Key, msg.Mutations[0].Param, true, 0)
+		msgBytes = w.bytes
+		log.push(msg)
+		for s.AppliedVersion() < v {
+			time.Sleep(50 * time.Microsecond)
+		}
+		if v%10 == 0 {
+			time.Sleep(2 * time.Millisecond) // a flush interval or two
+		}
+		_, wb, _ := s.Pressure()
+		peak = max(peak, wb)
+	}
+	limit := int64(ratekeeper.WindowPressure*budget) - msgBytes
+	t.Logf("window peak %d bytes for a budget of %d (pressure point %d)", peak, budget, int64(ratekeeper.WindowPressure*budget))
+	if peak > limit {
+		t.Fatalf("the window reached %d bytes: past the ratekeeper's pressure point less one message (%d)", peak, limit)
+	}
+	if st := s.Stats(); st.Durable == 0 {
+		t.Fatal("nothing was flushed")
 	}
 }
