@@ -71,12 +71,12 @@ type DB struct {
 	// stashes routes reads (nil in an embedded cluster: the proxy's node
 	// serves every stash). Both are replaced whole, never changed in
 	// place, so requests read them without a lock.
-	proxy atomic.Pointer[proxy]
+	proxy   atomic.Pointer[proxy]
+	stashes atomic.Pointer[stashRoutes]
 	// recent is the newest committed version the client learnt (from read
 	// versions and commits) and recentAt when (unix ns): the read version
 	// of transactions with SetRecentReadVersion.
 	recent, recentAt atomic.Int64
-	stashes          atomic.Pointer[stashRoutes]
 
 	viewMu      sync.Mutex
 	viewRunning chan struct{} // closed when the refresh in flight ends. Protected by viewMu.

@@ -202,35 +202,29 @@ func (tr *Tx) CommittedVersion() int64 {
 
 func (tr *Tx) getReadVersion() (kv.Version, error) {
 	tr.mu.Lock()
-	v := tr.readVersion
+	v, recentOK := tr.readVersion, tr.recentOK && !tr.freshOnly
 	tr.mu.Unlock()
 	if v != 0 {
 		return v, nil
 	}
-	tr.mu.Lock()
-	recent := tr.recentOK && !tr.freshOnly
-	tr.mu.Unlock()
-	if recent {
-		if rv, ok := tr.db.recentVersion(); ok {
-			tr.mu.Lock()
-			defer tr.mu.Unlock()
-			if tr.readVersion == 0 {
-				tr.readVersion, tr.usedRecent = rv, true
-			}
-			return tr.readVersion, nil
+	var rv kv.Version
+	recent := false
+	if recentOK {
+		rv, recent = tr.db.recentVersion()
+	}
+	if !recent {
+		p := tr.db.proxy.Load()
+		var err error
+		if rv, err = p.grv.get(tr.ctx); err != nil {
+			tr.db.proxyFailed(p, err)
+			return 0, err
 		}
+		tr.db.learnVersion(rv)
 	}
-	p := tr.db.proxy.Load()
-	rv, err := p.grv.get(tr.ctx)
-	if err != nil {
-		tr.db.proxyFailed(p, err)
-		return 0, err
-	}
-	tr.db.learnVersion(rv)
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
 	if tr.readVersion == 0 {
-		tr.readVersion = rv
+		tr.readVersion, tr.usedRecent = rv, recent
 	}
 	return tr.readVersion, nil
 }

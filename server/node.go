@@ -542,19 +542,12 @@ func (s *Server) openRemoteStash(ctx context.Context, sp stashSpec, logc *logrpc
 	}
 	var start kv.Version
 	if sp.pool.Volatile() {
-		for {
-			rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-			last, err := logc.Report(rctx, logrpc.StashReport{Tag: sp.tag})
-			cancel()
-			if err == nil {
-				start = last
-				break
-			}
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
-			}
-			s.logger.Info("waiting for the log to learn where a dram stash starts", "err", err)
-			time.Sleep(200 * time.Millisecond)
+		err := s.untilLogAnswers(ctx, "where a dram stash starts", func(ctx context.Context) (err error) {
+			start, err = logc.Report(ctx, logrpc.StashReport{Tag: sp.tag})
+			return err
+		})
+		if err != nil {
+			return nil, err
 		}
 	}
 	eng, err := engines.Open(sp.pool.Engine, engine.Options{
@@ -587,17 +580,27 @@ func (s *Server) openRemoteStash(ctx context.Context, sp stashSpec, logc *logrpc
 }
 
 // peekFromStart asks the log for tag's entries from its start: nil if it
-// has them all, an error wrapping txlog.ErrTrimmed if it dropped some. It
-// waits for the log to answer, as a dram stash does.
+// has them all, an error wrapping txlog.ErrTrimmed if it dropped some.
 func (s *Server) peekFromStart(ctx context.Context, tag kv.Tag, logc *logrpc.Client) error {
-	for {
-		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		last, err := logc.Report(rctx, logrpc.StashReport{Tag: tag})
+	return s.untilLogAnswers(ctx, "whether a new durable stash can catch up", func(ctx context.Context) error {
+		last, err := logc.Report(ctx, logrpc.StashReport{Tag: tag})
 		if err == nil && last > 0 {
 			// A log with versions answers at once (a Peek after its
 			// end would wait for the next one).
-			_, _, err = logc.Peek(rctx, tag, 0, 1)
+			_, _, err = logc.Peek(ctx, tag, 0, 1)
 		}
+		return err
+	})
+}
+
+// untilLogAnswers calls ask (2 s each) until the log answers it: nil, or
+// txlog.ErrTrimmed, which it returns; other errors (the log's node not
+// there yet, or elsewhere) are waited out until ctx ends. what names the
+// wait in the log line.
+func (s *Server) untilLogAnswers(ctx context.Context, what string, ask func(ctx context.Context) error) error {
+	for {
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		err := ask(rctx)
 		cancel()
 		if err == nil || errors.Is(err, txlog.ErrTrimmed) {
 			return err
@@ -605,7 +608,7 @@ func (s *Server) peekFromStart(ctx context.Context, tag kv.Tag, logc *logrpc.Cli
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		s.logger.Info("waiting for the log to learn whether a new durable stash can catch up", "tag", tag, "err", err)
+		s.logger.Info("waiting for the log to learn "+what, "err", err)
 		time.Sleep(200 * time.Millisecond)
 	}
 }
