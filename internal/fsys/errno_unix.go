@@ -1,0 +1,10 @@
+//go:build unix
+
+package fsys
+
+import "syscall"
+
+var (
+	errNoSpace error = syscall.ENOSPC
+	errQuota   error = syscall.EDQUOT
+)
