@@ -212,7 +212,6 @@ func IsNoSpace(err error) bool {
 	return errors.Is(err, errNoSpace) || errors.Is(err, errQuota)
 }
 
-
 // LockFile is the name of the lock file LockDir holds in a data directory.
 const LockFile = "LOCK.distash"
 
