@@ -34,6 +34,7 @@ import (
 	"github.com/distash/distash/internal/dcdelay"
 	"github.com/distash/distash/internal/engine"
 	"github.com/distash/distash/internal/engine/engines"
+	"github.com/distash/distash/internal/fsys"
 	"github.com/distash/distash/internal/kv"
 	"github.com/distash/distash/internal/logrpc"
 	"github.com/distash/distash/internal/raftlog"
@@ -98,6 +99,9 @@ type NodeOptions struct {
 	// HTTPAddr, if not "" or "off", is the address of the node's HTTP
 	// server: its metrics at /metrics and the web console (http.go).
 	HTTPAddr string
+	// FS is the file system every file under Dir goes through (package
+	// internal/fsys); nil: the operating system's.
+	FS fsys.FS
 }
 
 // node is the multi-process part of a Server.
@@ -196,20 +200,28 @@ func startNode(ctx context.Context, opts NodeOptions) (*Server, error) {
 	if opts.LivenessTimeout <= 0 {
 		opts.LivenessTimeout = 2 * time.Second
 	}
-	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
-		return nil, err
+	opts.FS = fsys.Or(opts.FS)
+	// The lock comes before anything else: a second process started on a
+	// running node's directory by mistake must exit without touching the
+	// directory or the cluster's records of the node.
+	dirLock, err := fsys.LockDir(opts.FS, opts.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("server: %w", err)
 	}
 	if err := checkConfigMatches(opts.Dir, opts.Config); err != nil {
+		dirLock.Close()
 		return nil, err
 	}
 	id, err := nodeID(opts.Dir)
 	if err != nil {
+		dirLock.Close()
 		return nil, err
 	}
 	n := &node{id: id, opts: opts, conns: map[string]*grpc.ClientConn{}, slot: -1, failed: make(chan error, 1)}
 	logger := serverLogger(opts.Logger, id, n.generation.Load).With("class", opts.Class)
 	s := newServer(Options{Dir: opts.Dir, Config: opts.Config, ListenAddr: opts.Listen, Logger: logger, FlushInterval: opts.FlushInterval,
-		HTTPAddr: opts.HTTPAddr})
+		HTTPAddr: opts.HTTPAddr, FS: opts.FS})
+	s.dirLock = dirLock
 	n.log.holds = func() bool { return s.tx.Load() != nil }
 	n.setupDCDelay()
 	s.node = n

@@ -21,6 +21,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -36,6 +37,7 @@ import (
 	"github.com/distash/distash/internal/engine"
 	"github.com/distash/distash/internal/engine/engines"
 	"github.com/distash/distash/internal/engine/flash"
+	"github.com/distash/distash/internal/fsys"
 	"github.com/distash/distash/internal/kv"
 	"github.com/distash/distash/internal/proxy"
 	"github.com/distash/distash/internal/shardmap"
@@ -78,6 +80,10 @@ type Options struct {
 	// HTTPOptional makes a failure to listen on HTTPAddr a warning rather
 	// than an error (distash server's default address may be taken).
 	HTTPOptional bool
+	// FS is the file system every file under Dir goes through (package
+	// internal/fsys); nil: the operating system's. Tests inject disk
+	// faults with it.
+	FS fsys.FS
 }
 
 // Server is a running embedded cluster.
@@ -109,6 +115,9 @@ type Server struct {
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
 	stopOnce sync.Once
+	// dirLock holds Dir for this process (fsys.LockDir); released last in
+	// Stop.
+	dirLock io.Closer
 }
 
 // Start opens or creates the cluster in opts.Dir and serves it.
@@ -140,13 +149,19 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	for _, w := range opts.Config.Warnings() {
 		opts.Logger.Warn("configuration: " + w)
 	}
-	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
-		return nil, err
+	opts.FS = fsys.Or(opts.FS)
+	// The lock comes before anything else touches the directory: a second
+	// process started on it by mistake must change nothing.
+	dirLock, err := fsys.LockDir(opts.FS, opts.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("server: %w", err)
 	}
 	if err := checkConfigMatches(opts.Dir, opts.Config); err != nil {
+		dirLock.Close()
 		return nil, err
 	}
 	s := newServer(opts)
+	s.dirLock = dirLock
 	if err := s.start(ctx); err != nil {
 		s.Stop()
 		return nil, err
@@ -457,6 +472,9 @@ func (s *Server) Stop() {
 		}
 		if s.node != nil {
 			s.node.stop(s.logger)
+		}
+		if s.dirLock != nil {
+			s.dirLock.Close()
 		}
 	})
 }
