@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -41,6 +40,7 @@ import (
 	"github.com/distash/distash/internal/raftnet"
 	"github.com/distash/distash/internal/shardmap"
 	"github.com/distash/distash/internal/stash"
+	"github.com/distash/distash/internal/tlsconf"
 	"github.com/distash/distash/internal/txlog"
 	"github.com/distash/distash/internal/wire"
 )
@@ -273,6 +273,9 @@ func (s *Server) startNode(ctx context.Context) error {
 	if o.Dialer != nil {
 		n.mux.SetDialer(o.Dialer)
 	}
+	n.mux.OnRefused(func(remote net.Addr, err error) {
+		s.logger.Warn("refused a raft connection: the peer is not a cluster node", "remote", remote.String(), "err", err)
+	})
 	// TLS, if any, ends in the mux; its credentials show handlers the
 	// peer's certificate.
 	s.grpcServer = s.newGRPCServer(grpc.Creds(raftnet.GRPCCredentials()), grpc.ChainUnaryInterceptor(s.nodeOnly))
@@ -445,8 +448,10 @@ func (n *node) stop(logger *slog.Logger) {
 }
 
 // nodeOnlyMethods are the calls only cluster nodes make: registering,
-// heartbeats, claiming a generation, retiring a tag, pulling and popping a tag, usage
-// reports. Clients may ask for the coordinators' View.
+// heartbeats, claiming a generation, retiring a tag, pulling and popping a
+// tag, usage reports, the data distributor's shard metrics. Clients may ask
+// for the coordinators' View. (Raft is refused to non-nodes in the mux,
+// before a byte reaches it: raftnet.)
 var nodeOnlyMethods = map[string]bool{
 	wire.Coordinator_Register_FullMethodName:     true,
 	wire.Coordinator_Heartbeat_FullMethodName:    true,
@@ -456,6 +461,7 @@ var nodeOnlyMethods = map[string]bool{
 	wire.Log_Peek_FullMethodName:                 true,
 	wire.Log_Pop_FullMethodName:                  true,
 	wire.Log_Report_FullMethodName:               true,
+	wire.DiStash_ShardMetrics_FullMethodName:     true,
 }
 
 // nodeOnly refuses, on a cluster served over mutual TLS, node-to-node calls
@@ -470,8 +476,7 @@ func (s *Server) nodeOnly(ctx context.Context, req any, info *grpc.UnaryServerIn
 	}
 	p, ok := peer.FromContext(ctx)
 	if ok {
-		if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok && len(ti.State.PeerCertificates) > 0 &&
-			slices.Contains(ti.State.PeerCertificates[0].ExtKeyUsage, x509.ExtKeyUsageServerAuth) {
+		if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok && tlsconf.RequireNodePeer(ti.State) == nil {
 			return handler(ctx, req)
 		}
 	}

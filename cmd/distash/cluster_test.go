@@ -2,24 +2,30 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/hashicorp/raft"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 
 	"github.com/distash/distash"
+	"github.com/distash/distash/internal/raftnet"
 	"github.com/distash/distash/internal/testutil/bank"
 	"github.com/distash/distash/internal/testutil/subprocess"
+	"github.com/distash/distash/internal/tlsconf"
 	"github.com/distash/distash/internal/tlsconf/tlstest"
 	"github.com/distash/distash/internal/wire"
 )
@@ -353,14 +359,123 @@ func TestProcessClusterOverMutualTLS(t *testing.T) {
 	if _, err := wire.NewCoordinatorClient(conn).View(cctx, &wire.ViewRequest{}); err != nil {
 		t.Errorf("a client's View: %v", err)
 	}
-	if _, err := wire.NewCoordinatorClient(conn).Claim(cctx, &wire.ClaimRequest{Id: "x"}); status.Code(err) != codes.PermissionDenied {
-		t.Errorf("a client's Claim: %v, want PermissionDenied", err)
+	for i, a := range addrs[:4] {
+		checkNodeOnlyCalls(t, a, credentials.NewTLS(cliTLS), i < 3)
 	}
-	if _, err := wire.NewLogClient(conn).Pop(cctx, &wire.PopRequest{Tag: 1, UpTo: 1}); status.Code(err) != codes.PermissionDenied {
-		t.Errorf("a client's Pop: %v, want PermissionDenied", err)
+	// Nor raft: a client certificate speaking raft as a peer (AppendEntries
+	// at a far higher term would depose the log's leader) is refused at the
+	// node's multiplexer, by every transaction node, for both groups.
+	for _, a := range addrs[:3] {
+		for _, kind := range []byte{'C', 'L'} {
+			if err := raftAppendEntries(t, pki, a, kind); err == nil {
+				t.Errorf("%s accepted AppendEntries (%c) from a client certificate", a, kind)
+			}
+		}
+	}
+	// No certificate at all reaches nothing.
+	noCert := &tls.Config{RootCAs: cliTLS.RootCAs, MinVersion: tls.VersionTLS12}
+	noConn, err := grpc.NewClient(addrs[0], grpc.WithTransportCredentials(credentials.NewTLS(noCert)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer noConn.Close()
+	if _, err := wire.NewCoordinatorClient(noConn).View(cctx, &wire.ViewRequest{}); err == nil {
+		t.Error("a View without a client certificate succeeded")
+	}
+	// A second server started by mistake on a running node's directory
+	// exits at once, before it touches the directory or the cluster's
+	// record of the node.
+	second := exec.Command(bin, append([]string{"server", "--config", cfg, "--dir", filepath.Join(root, "3"),
+		"--listen", freePorts(t, 1)[0], "--coordinators", coordinators, "--class", "stash", "--pool", "data", "--zone", "z3"}, tlsArgs...)...)
+	done := make(chan []byte, 1)
+	go func() { b, _ := second.CombinedOutput(); done <- b }()
+	select {
+	case b := <-done:
+		if second.ProcessState.Success() || !strings.Contains(string(b), "in use by another process") {
+			t.Errorf("a second server on a node's directory: exit %v, output %q", second.ProcessState, b)
+		}
+	case <-time.After(30 * time.Second):
+		second.Process.Kill()
+		t.Fatal("a second server on a running node's directory did not exit")
+	}
+	// The cluster was not disturbed: it still commits, and the node whose
+	// directory it was is reachable where it was.
+	out, err = run(cliCmd(), "status", "--cluster", coordinators,
+		"--tls-cert", pki.ClientCert, "--tls-key", pki.ClientKey, "--tls-ca", pki.CA)
+	if err != nil || strings.Contains(out, "unreachable") || !strings.Contains(out, addrs[3]) {
+		t.Errorf("cli status after the second server: %q, %v", out, err)
+	}
+	out, err = run(cliCmd(), "set", "d/user:2", "Grace", "--cluster", coordinators, "--timeout", "30s",
+		"--tls-cert", pki.ClientCert, "--tls-key", pki.ClientKey, "--tls-ca", pki.CA)
+	if err != nil || !strings.HasPrefix(out, "committed at version") {
+		t.Fatalf("cli set after the raft attempts: %q, %v", out, err)
 	}
 	if out, err := run(cliCmd(), "get", "d/user:1", "--cluster", coordinators, "--timeout", "2s",
 		"--tls-cert", pki.OtherClientCert, "--tls-key", pki.OtherClientKey, "--tls-ca", pki.CA); err == nil {
 		t.Fatalf("cli get with another CA's certificate succeeded: %q", out)
 	}
+}
+
+// checkNodeOnlyCalls calls every node-to-node RPC of the node at addr with
+// creds (a client's certificate) and wants PermissionDenied for each (a
+// node that is no coordinator does not serve the coordinators' calls).
+func checkNodeOnlyCalls(t *testing.T, addr string, creds credentials.TransportCredentials, coordinator bool) {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	co, lg, ds := wire.NewCoordinatorClient(conn), wire.NewLogClient(conn), wire.NewDiStashClient(conn)
+	calls := map[string]func() error{
+		"Register":     func() error { _, err := co.Register(ctx, &wire.RegisterRequest{}); return err },
+		"Heartbeat":    func() error { _, err := co.Heartbeat(ctx, &wire.HeartbeatRequest{}); return err },
+		"Claim":        func() error { _, err := co.Claim(ctx, &wire.ClaimRequest{Id: "x"}); return err },
+		"RecoveryDone": func() error { _, err := co.RecoveryDone(ctx, &wire.RecoveryDoneRequest{}); return err },
+		"Retire":       func() error { _, err := co.Retire(ctx, &wire.RetireRequest{}); return err },
+		"Peek":         func() error { _, err := lg.Peek(ctx, &wire.PeekRequest{Tag: 1}); return err },
+		"Pop":          func() error { _, err := lg.Pop(ctx, &wire.PopRequest{Tag: 1, UpTo: 1}); return err },
+		"Report":       func() error { _, err := lg.Report(ctx, &wire.ReportRequest{}); return err },
+		"ShardMetrics": func() error { _, err := ds.ShardMetrics(ctx, &wire.ShardMetricsRequest{}); return err },
+	}
+	coordCalls := []string{"Register", "Heartbeat", "Claim", "RecoveryDone", "Retire"}
+	for name, call := range calls {
+		err := call()
+		if !coordinator && slices.Contains(coordCalls, name) && status.Code(err) == codes.Unimplemented {
+			continue
+		}
+		if status.Code(err) != codes.PermissionDenied {
+			t.Errorf("%s: a client's %s: %v, want PermissionDenied", addr, name, err)
+		}
+	}
+}
+
+// raftAppendEntries sends one raft AppendEntries, at a term far above any
+// real one, to the raft group kind ('C' coordinators, 'L' log) of the node
+// at addr, dialling with a client's certificate as the node's own stream
+// layer would; it returns the error, nil if the node answered.
+func raftAppendEntries(t *testing.T, pki *tlstest.PKI, addr string, kind byte) error {
+	t.Helper()
+	srvTLS, err := tlsconf.Server(tlsconf.Files{Cert: pki.NodeCert, Key: pki.NodeKey, CA: pki.CA}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cliTLS, err := tlsconf.Client(tlsconf.Files{Cert: pki.ClientCert, Key: pki.ClientKey, CA: pki.CA})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux, err := raftnet.Listen("127.0.0.1:0", srvTLS, cliTLS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mux.Close()
+	trans := raft.NewNetworkTransport(mux.StreamLayer(kind, mux.Addr().String()), 1, 3*time.Second, io.Discard)
+	defer trans.Close()
+	var resp raft.AppendEntriesResponse
+	return trans.AppendEntries("intruder", raft.ServerAddress(addr), &raft.AppendEntriesRequest{
+		RPCHeader: raft.RPCHeader{ID: []byte("intruder"), Addr: []byte(mux.Addr().String())},
+		Term:      1 << 40, PrevLogEntry: 0, PrevLogTerm: 0, LeaderCommitIndex: 0,
+	}, &resp)
 }

@@ -19,6 +19,14 @@
 // gRPC or raft. Its server configuration offers ALPN "h2", which grpc-go
 // clients using credentials.NewTLS require, and [ALPN] for raft dialers.
 //
+// Raft is for cluster nodes only: with TLS, a connection to a stream layer
+// must present a node's certificate (tlsconf.RequireNodePeer: one allowing
+// server authentication), checked before raft reads a byte of it; a
+// client's certificate reaches gRPC only, where node-to-node calls are
+// checked per method. Refusals are counted (RefusedPeers) and reported to
+// the function given to [Mux.OnRefused]. Without TLS there is no check: a
+// plaintext cluster trusts its network.
+//
 // After the handshake the mux reads the connection's first byte within the
 // same deadline. A raft dialer of this package sends a one-byte stream kind
 // first ([KindCoord], [KindLog], or any byte given to [Mux.StreamLayer]):
@@ -44,6 +52,8 @@ import (
 
 	"github.com/hashicorp/raft"
 	"google.golang.org/grpc/credentials"
+
+	"github.com/distash/distash/internal/tlsconf"
 )
 
 // Stream kinds: the first byte a raft dialer sends.
@@ -75,6 +85,9 @@ type Mux struct {
 
 	rejected atomic.Int64 // failed TLS handshakes
 	unknown  atomic.Int64 // no or an unknown first byte
+	refused  atomic.Int64 // raft connections from a peer that is not a node
+	// onRefused, if set, hears of each refused raft connection.
+	onRefused atomic.Pointer[func(remote net.Addr, err error)]
 
 	grpc *listener
 
@@ -171,6 +184,15 @@ func (m *Mux) RejectedConns() int64 { return m.rejected.Load() }
 // UnknownConns counts incoming connections closed because their first
 // byte did not come in time, or named no open stream layer nor gRPC.
 func (m *Mux) UnknownConns() int64 { return m.unknown.Load() }
+
+// RefusedPeers counts raft connections refused because the peer's
+// certificate is not a node's.
+func (m *Mux) RefusedPeers() int64 { return m.refused.Load() }
+
+// OnRefused makes the mux call f (from the connection's goroutine) for
+// every raft connection it refuses because the peer is not a node, so the
+// node can log who tried.
+func (m *Mux) OnRefused(f func(remote net.Addr, err error)) { m.onRefused.Store(&f) }
 
 // GRPCListener returns the listener of the gRPC connections: serve it with
 // a grpc.Server using insecure credentials, since the mux has terminated
@@ -309,6 +331,15 @@ func (m *Mux) route(raw net.Conn, timeout time.Duration) {
 	if first[0] == grpcFirst {
 		to, c = m.grpc, &peeked{Conn: c, first: first[0], unread: true}
 	} else {
+		if tc, ok := c.(*tls.Conn); ok {
+			if err := tlsconf.RequireNodePeer(tc.ConnectionState()); err != nil {
+				m.refused.Add(1)
+				if f := m.onRefused.Load(); f != nil {
+					(*f)(raw.RemoteAddr(), err)
+				}
+				return
+			}
+		}
 		m.mu.Lock()
 		to = m.layers[first[0]]
 		m.mu.Unlock()

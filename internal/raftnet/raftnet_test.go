@@ -5,6 +5,8 @@ import (
 	"crypto/tls"
 	"io"
 	"net"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -117,8 +119,9 @@ func checkStream(t *testing.T, from, to raft.StreamLayer, toAddr string) {
 
 func pkiConfigs(t *testing.T, pki *tlstest.PKI, other bool) [2]*tls.Config {
 	t.Helper()
-	srvFiles := tlsconf.Files{Cert: pki.ServerCert, Key: pki.ServerKey, CA: pki.CA}
-	cliFiles := tlsconf.Files{Cert: pki.ClientCert, Key: pki.ClientKey, CA: pki.CA}
+	// A node serves and dials with its one certificate, which allows both.
+	srvFiles := tlsconf.Files{Cert: pki.NodeCert, Key: pki.NodeKey, CA: pki.CA}
+	cliFiles := srvFiles
 	if other {
 		srvFiles = tlsconf.Files{Cert: pki.OtherServerCert, Key: pki.OtherServerKey, CA: pki.OtherCA}
 		cliFiles = tlsconf.Files{Cert: pki.OtherClientCert, Key: pki.OtherClientKey, CA: pki.OtherCA}
@@ -217,6 +220,77 @@ func TestForeignCARefused(t *testing.T) {
 		t.Fatal("a rogue connection reached the raft layer")
 	case <-time.After(100 * time.Millisecond):
 	}
+}
+
+// TestRaftIsForNodesOnly: a client's certificate (clientAuth only, as
+// docs/security.md tells users to issue) reaches gRPC but not the raft
+// stream layers of either group; no certificate reaches nothing.
+func TestRaftIsForNodesOnly(t *testing.T) {
+	pki := tlstest.New(t)
+	good := newNodeTLS(t, pkiConfigs(t, pki, false))
+	var refusedLog []string
+	var mu sync.Mutex
+	good.mux.OnRefused(func(remote net.Addr, err error) {
+		mu.Lock()
+		refusedLog = append(refusedLog, err.Error())
+		mu.Unlock()
+	})
+	reached := make(chan byte, 4)
+	for kind, l := range map[byte]raft.StreamLayer{KindCoord: good.coord, KindLog: good.log} {
+		go func() {
+			for {
+				c, err := l.Accept()
+				if err != nil {
+					return
+				}
+				reached <- kind
+				c.Close()
+			}
+		}()
+	}
+	clientCert, err := tlsconf.Client(tlsconf.Files{Cert: pki.ClientCert, Key: pki.ClientKey, CA: pki.CA})
+	if err != nil {
+		t.Fatal(err)
+	}
+	noCert := &tls.Config{RootCAs: clientCert.RootCAs, MinVersion: tls.VersionTLS12}
+	// The client certificate is good for gRPC.
+	if err := checkGRPC(t, good.addr, credentials.NewTLS(clientCert)); err != nil {
+		t.Fatalf("a client certificate's gRPC call: %v", err)
+	}
+	for _, kind := range []byte{KindCoord, KindLog} {
+		for name, cfg := range map[string]*tls.Config{"client certificate": clientCert, "no certificate": noCert} {
+			cfg = cfg.Clone()
+			cfg.NextProtos = []string{ALPN}
+			c, err := tls.DialWithDialer(&net.Dialer{Timeout: 2 * time.Second}, "tcp", good.addr, cfg)
+			if err != nil {
+				continue // refused in the handshake: fine
+			}
+			// Speak raft as a peer would: the kind, then anything.
+			c.Write([]byte{kind})
+			c.Write([]byte("AppendEntries at a higher term"))
+			c.SetReadDeadline(time.Now().Add(2 * time.Second))
+			_, err = c.Read(make([]byte, 1))
+			c.Close()
+			if err == nil {
+				t.Errorf("%s: the %c raft connection got an answer", name, kind)
+			}
+		}
+	}
+	waitFor(t, "two refused raft connections", func() bool { return good.mux.RefusedPeers() >= 2 })
+	waitFor(t, "two failed handshakes", func() bool { return good.mux.RejectedConns() >= 2 })
+	select {
+	case k := <-reached:
+		t.Fatalf("a connection without a node certificate reached the %c raft layer", k)
+	case <-time.After(100 * time.Millisecond):
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(refusedLog) < 2 || !strings.Contains(refusedLog[0], "not a node's") {
+		t.Errorf("refusals reported: %q", refusedLog)
+	}
+	// Nodes still reach each other's raft.
+	other := newNodeTLS(t, pkiConfigs(t, pki, false))
+	checkStream(t, good.log, other.log, other.addr)
 }
 
 // TestHostilePeers: garbage, silence and unknown kinds are closed and

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -232,4 +233,27 @@ func (r *reloader) config() *tls.Config {
 	r.stamps = now
 	r.current = serverConfig(m)
 	return r.current
+}
+
+// IsNodeCert reports whether cert is a cluster node's certificate: one
+// that allows server authentication (a node serves its peers, so every
+// node's certificate must). A client's certificate allows only client
+// authentication (docs/security.md), so this tells the two apart on
+// connections whose handshake already checked the CA.
+func IsNodeCert(cert *x509.Certificate) bool {
+	return cert != nil && slices.Contains(cert.ExtKeyUsage, x509.ExtKeyUsageServerAuth)
+}
+
+// RequireNodePeer returns nil when the peer of a verified TLS connection
+// presented a node's certificate (IsNodeCert), else an error saying what
+// it presented.
+func RequireNodePeer(st tls.ConnectionState) error {
+	if len(st.PeerCertificates) == 0 {
+		return errors.New("no certificate: only cluster nodes may connect here")
+	}
+	c := st.PeerCertificates[0]
+	if !IsNodeCert(c) {
+		return fmt.Errorf("certificate %q is not a node's (its extendedKeyUsage lacks serverAuth): only cluster nodes may connect here", c.Subject.CommonName)
+	}
+	return nil
 }
