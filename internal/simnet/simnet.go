@@ -17,7 +17,11 @@
 // breaks the connections that lost bytes, a delay holds each write of a
 // link before it is delivered (bytes of one connection stay in order;
 // messages on different connections may overtake each other), and nothing
-// is duplicated.
+// is duplicated. A pause freezes a node as SIGSTOP (or a VM pause, a long
+// GC, a hung disk) looks from outside: its connections stay open but
+// nothing it writes, and nothing written to it, moves; its dials and dials
+// to it wait; all resumes in order on Resume. (The node's own goroutines go
+// on running in a test: only what crosses the network stops.)
 // StreamLayer adapts a node for raft.NewNetworkTransport.
 package simnet
 
@@ -26,6 +30,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -46,13 +51,15 @@ type Network struct {
 	drop      map[[2]string]struct{} // black-holed pairs, both orders. Protected by mu.
 	healed    chan struct{}          // closed (and replaced) by Heal. Protected by mu.
 	delay     map[[2]string]time.Duration
+	paused    map[string]chan struct{} // closed on Resume. Protected by mu.
 	nextPort  int
 }
 
 // New returns an empty network.
 func New() *Network {
 	return &Network{listeners: map[string]*listener{}, conns: map[*conn]struct{}{}, cut: map[[2]string]struct{}{},
-		drop: map[[2]string]struct{}{}, healed: make(chan struct{}), delay: map[[2]string]time.Duration{}}
+		drop: map[[2]string]struct{}{}, healed: make(chan struct{}), delay: map[[2]string]time.Duration{},
+		paused: map[string]chan struct{}{}}
 }
 
 // Listen makes node addr listen. A node listens at most once at a time.
@@ -77,6 +84,9 @@ func (n *Network) Dial(ctx context.Context, from, to string) (net.Conn, error) {
 	n.nextPort++
 	port := n.nextPort
 	n.mu.Unlock()
+	if err := n.waitUnpaused(ctx, from, to, nil, time.Time{}); err != nil {
+		return nil, fmt.Errorf("%w: %s -> %s: %v", ErrUnreachable, from, to, err)
+	}
 	if dropped {
 		// The connection request is lost: the dialer waits for nothing.
 		select {
@@ -152,9 +162,68 @@ func (n *Network) Drop(as, bs []string) {
 	n.mu.Unlock()
 }
 
-// Heal removes every partition and drop.
+// Pause freezes node (see the package doc) until Resume or Heal.
+func (n *Network) Pause(node string) {
+	n.mu.Lock()
+	if _, ok := n.paused[node]; !ok {
+		n.paused[node] = make(chan struct{})
+	}
+	n.mu.Unlock()
+}
+
+// Resume lets a paused node's connections and dials go on.
+func (n *Network) Resume(node string) {
+	n.mu.Lock()
+	if ch, ok := n.paused[node]; ok {
+		close(ch)
+		delete(n.paused, node)
+	}
+	n.mu.Unlock()
+}
+
+// gate returns a channel to wait on when node a or b is paused, else nil.
+func (n *Network) gate(a, b string) chan struct{} {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if ch, ok := n.paused[a]; ok {
+		return ch
+	}
+	return n.paused[b]
+}
+
+// waitUnpaused waits while a or b is paused, until ctx ends, done closes
+// or deadline (if set) passes.
+func (n *Network) waitUnpaused(ctx context.Context, a, b string, done chan struct{}, deadline time.Time) error {
+	for {
+		g := n.gate(a, b)
+		if g == nil {
+			return nil
+		}
+		var timeout <-chan time.Time
+		if !deadline.IsZero() {
+			t := time.NewTimer(time.Until(deadline))
+			defer t.Stop()
+			timeout = t.C
+		}
+		select {
+		case <-g:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-done:
+			return net.ErrClosed
+		case <-timeout:
+			return os.ErrDeadlineExceeded
+		}
+	}
+}
+
+// Heal removes every partition and drop, and resumes every paused node.
 func (n *Network) Heal() {
 	n.mu.Lock()
+	for node, ch := range n.paused {
+		close(ch)
+		delete(n.paused, node)
+	}
 	n.cut = map[[2]string]struct{}{}
 	n.drop = map[[2]string]struct{}{}
 	close(n.healed)
@@ -245,6 +314,7 @@ type conn struct {
 	pair          *pair
 	local, remote net.Addr
 	from, to      string
+	writeDeadline atomic.Pointer[time.Time]
 }
 
 // pair is a connection's two ends, closed together once.
@@ -258,7 +328,25 @@ type pair struct {
 func (c *conn) LocalAddr() net.Addr  { return c.local }
 func (c *conn) RemoteAddr() net.Addr { return c.remote }
 
+// SetDeadline and SetWriteDeadline also bound a write's wait on a pause.
+func (c *conn) SetDeadline(t time.Time) error {
+	c.writeDeadline.Store(&t)
+	return c.Conn.SetDeadline(t)
+}
+
+func (c *conn) SetWriteDeadline(t time.Time) error {
+	c.writeDeadline.Store(&t)
+	return c.Conn.SetWriteDeadline(t)
+}
+
 func (c *conn) Write(b []byte) (int, error) {
+	var deadline time.Time
+	if d := c.writeDeadline.Load(); d != nil {
+		deadline = *d
+	}
+	if err := c.net.waitUnpaused(context.Background(), c.from, c.to, c.pair.done, deadline); err != nil {
+		return 0, err
+	}
 	d, dropped := c.net.link(c.from, c.to)
 	if dropped {
 		c.pair.lost.Store(true)

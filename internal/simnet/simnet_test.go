@@ -3,7 +3,9 @@ package simnet
 import (
 	"context"
 	"fmt"
+	"errors"
 	"io"
+	"os"
 	"net"
 	"testing"
 	"time"
@@ -221,5 +223,59 @@ func TestDrop(t *testing.T) {
 	buf := make([]byte, 2)
 	if _, err := io.ReadFull(b2, buf); err != nil || string(buf) != "ok" {
 		t.Fatalf("after Heal: %q, %v", buf, err)
+	}
+}
+
+// TestPause: a paused node's connections stay open but carry nothing
+// either way, writes honour their deadline, dials wait, and everything
+// flows again, in order and complete, after Resume.
+func TestPause(t *testing.T) {
+	n := New()
+	lis, err := n.Listen("b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lis.Close()
+	accepted := make(chan net.Conn, 2)
+	go func() {
+		for {
+			c, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c
+		}
+	}()
+	a, err := n.Dial(context.Background(), "a", "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := <-accepted
+	n.Pause("b")
+	a.SetWriteDeadline(time.Now().Add(50 * time.Millisecond))
+	if _, err := a.Write([]byte("x")); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("a write to a paused node past its deadline: %v", err)
+	}
+	a.SetWriteDeadline(time.Time{})
+	wrote := make(chan error, 1)
+	go func() { _, err := a.Write([]byte("held")); wrote <- err }()
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	_, err = n.Dial(ctx, "c", "b")
+	cancel()
+	if err == nil {
+		t.Fatal("dialled a paused node")
+	}
+	select {
+	case err := <-wrote:
+		t.Fatalf("a write to a paused node returned: %v", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	n.Resume("b")
+	buf := make([]byte, 4)
+	if _, err := io.ReadFull(b, buf); err != nil || string(buf) != "held" {
+		t.Fatalf("after Resume: %q, %v", buf, err)
+	}
+	if err := <-wrote; err != nil {
+		t.Fatal(err)
 	}
 }
