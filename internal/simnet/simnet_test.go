@@ -2,11 +2,11 @@ package simnet
 
 import (
 	"context"
-	"fmt"
 	"errors"
+	"fmt"
 	"io"
-	"os"
 	"net"
+	"os"
 	"testing"
 	"time"
 
