@@ -314,17 +314,23 @@ func (r *registers) run(ctx context.Context, clients int, seed uint64) (wait fun
 // process over simnet (3 transaction nodes that are the coordinators and
 // hold the 3 log replicas, 3 stash nodes of a durable Pebble pool with
 // replication 2, 2 of a DRAM pool with replication 2) under a bank
-// workload across both pools, a writer of acknowledged keys and
-// single-key register clients, while a schedule drawn from a seed
-// partitions nodes, black-holes links, delays links and kills and
-// restarts nodes, one fault at a time. It runs until
-// -distash.fault.txns (or DISTASH_FAULT_TXNS, else 10,000) transactions
-// were acknowledged, auditing the bank as it goes, then heals everything
-// and checks: the bank's total and its cache agree, every acknowledged
-// write is readable, each register's history is linearizable, and
-// commits resumed within 10 s of every fault. DISTASH_FAULT_SEED replays
-// a seed's schedule and workload choices (the interleaving with the
-// cluster's timing differs from run to run).
+// workload across both pools, a writer of acknowledged keys, single-key
+// register clients and a cache-augmented store (read-through fills,
+// write-around and write-through updates), while small shards make the
+// data distributor split and move shards and a schedule drawn from a seed
+// partitions nodes, black-holes links, delays links, kills and restarts
+// nodes and pauses them (simnet.Pause: as SIGSTOP looks from outside), one
+// fault at a time: the nemesis. It runs until -distash.fault.txns (or
+// DISTASH_FAULT_TXNS, else 10,000; the long run is 100,000) transactions
+// were acknowledged, auditing the bank by point reads and range scans as
+// it goes, then heals everything and checks: the bank's total and its
+// cache agree, every acknowledged write is readable, each register's
+// history is linearizable, every cached query result equals its
+// recomputation, and commits resumed within 10 s of every fault. It ends
+// with one line: transactions, faults by kind, shard moves, violations,
+// lost acknowledged writes, longest commit gap and the replay.
+// DISTASH_FAULT_SEED replays a seed's schedule and workload choices (the
+// interleaving with the cluster's timing differs from run to run).
 func TestClusterUnderFaults(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs an 8-node cluster under faults")
@@ -366,12 +372,18 @@ func TestClusterUnderFaults(t *testing.T) {
 
 	w := &bank.Writer{DB: db, Prefix: "d/"}
 	regs := &registers{db: db, keys: []string{"d/reg:0", "d/reg:1", "d/reg:2", "d/reg:3"}}
+	cache, err := newCacheWorkload(db)
+	if err != nil {
+		t.Fatalf("cache workload: %v (%s)", err, replay)
+	}
 	wctx, wcancel := context.WithCancel(ctx)
 	defer wcancel()
 	bankFailures, waitBank := b.Run(wctx, 4, seed)
 	waitWriter := w.Run(wctx, 2)
 	waitRegs := regs.run(wctx, 3, seed)
-	acked := func() int64 { return b.Commits.Load() + int64(w.Count()) + regs.ok.Load() }
+	waitCache := cache.run(wctx, 2, seed)
+	acked := func() int64 { return b.Commits.Load() + int64(w.Count()) + regs.ok.Load() + cache.ops.Load() }
+	var violations atomic.Int64
 
 	// The fault in force, for the commit-gap monitor and the log.
 	var faultMu sync.Mutex
@@ -417,21 +429,26 @@ func TestClusterUnderFaults(t *testing.T) {
 	}()
 	var audits, auditErrs atomic.Int64
 	bg.Add(1)
-	go func() { // periodic audits
+	go func() { // periodic audits: point reads, then a range scan
 		defer bg.Done()
-		for {
+		for i := 0; ; i++ {
 			select {
 			case <-wctx.Done():
 				return
-			case <-time.After(1500 * time.Millisecond):
+			case <-time.After(750 * time.Millisecond):
 			}
 			actx, acancel := context.WithTimeout(wctx, 10*time.Second)
-			err := b.Audit(actx)
+			audit := b.Audit
+			if i%2 == 1 {
+				audit = b.AuditRange
+			}
+			err := audit(actx)
 			acancel()
 			switch {
 			case err == nil:
 				audits.Add(1)
 			case bank.IsViolation(err):
+				violations.Add(1)
 				faultMu.Lock()
 				f := fault
 				faultMu.Unlock()
@@ -497,7 +514,7 @@ func TestClusterUnderFaults(t *testing.T) {
 		if !sleep(dur(500*time.Millisecond, 2*time.Second)) {
 			break
 		}
-		switch k := rng.IntN(4); k {
+		switch k := rng.IntN(5); k {
 		case 0, 1: // partition or drop a minority
 			set, desc := names(minority())
 			d := dur(500*time.Millisecond, 3*time.Second)
@@ -541,6 +558,14 @@ func TestClusterUnderFaults(t *testing.T) {
 			rctx, rcancel := context.WithTimeout(ctx, 60*time.Second)
 			restartErr = c.startNode(rctx, n)
 			rcancel()
+		case 4: // pause a node: as SIGSTOP looks from outside
+			n := c.nodes[rng.IntN(len(c.nodes))]
+			d := dur(500*time.Millisecond, 4*time.Second)
+			setFault(fmt.Sprintf("pause %s for %v", n.name, d.Round(time.Millisecond)))
+			counts["pause"]++
+			c.net.Pause(n.addr)
+			time.Sleep(d) // resumed even if the run ends meanwhile
+			c.net.Resume(n.addr)
 		}
 		setFault("none (after " + func() string { faultMu.Lock(); defer faultMu.Unlock(); return fault }() + ")")
 	}
@@ -565,6 +590,7 @@ func TestClusterUnderFaults(t *testing.T) {
 	waitBank()
 	waitWriter()
 	waitRegs()
+	waitCache()
 	bg.Wait()
 	gapMu.Lock()
 	t.Logf("longest time without a commit: %v (ended during or after: %s)", longest.Round(time.Millisecond), longestFault)
@@ -580,8 +606,18 @@ func TestClusterUnderFaults(t *testing.T) {
 	if err := b.Audit(actx); err != nil {
 		fail("final audit: %v", err)
 	}
-	if missing, err := w.Check(actx, db); err != nil || missing > 0 {
-		fail("%d of %d acknowledged writes missing (err %v)", missing, w.Count(), err)
+	lost, err := w.Check(actx, db)
+	if err != nil || lost > 0 {
+		fail("%d of %d acknowledged writes missing (err %v)", lost, w.Count(), err)
+	}
+	if rep, err := cache.store.Verify(actx); err != nil {
+		fail("verify the cache-augmented store: %v", err)
+	} else {
+		t.Logf("cache-augmented store: %d operations, %d entries verified", cache.ops.Load(), rep.Entries)
+		for _, m := range rep.Mismatches {
+			violations.Add(1)
+			fail("cached result disagrees with the data: %s", m)
+		}
 	}
 	regs.mu.Lock()
 	history := regs.history
@@ -592,6 +628,7 @@ func TestClusterUnderFaults(t *testing.T) {
 	switch res {
 	case porcupine.Ok:
 	case porcupine.Illegal:
+		violations.Add(1)
 		path := filepath.Join(t.TempDir(), "history.html")
 		if os.Getenv("DISTASH_FAULT_HISTORY") != "" {
 			path = os.Getenv("DISTASH_FAULT_HISTORY")
@@ -603,9 +640,17 @@ func TestClusterUnderFaults(t *testing.T) {
 	default:
 		fail("porcupine could not decide within 30 s (%v)", res)
 	}
+	var moves int64
 	for pool, d := range c.distribution() {
+		moves += d.MovesDone
 		t.Logf("data distribution of %s: %d shards, %d moves done by the last distributor, %d under-replicated, %d moving", pool, d.Shards, d.MovesDone, d.UnderReplicated, d.Moving)
 	}
+	gapMu.Lock()
+	gap := longest
+	gapMu.Unlock()
+	// The nemesis's one-line report.
+	t.Logf("nemesis seed %d: %d transactions acknowledged, faults %v, %d shard moves, violations %d, lost acknowledged writes %d, longest commit gap %v (%s)",
+		seed, acked(), counts, moves, violations.Load(), lost, gap.Round(time.Millisecond), replay)
 	t.Logf("total %v", time.Since(began).Round(time.Millisecond))
 }
 

@@ -212,6 +212,38 @@ func (b *Bank) Audit(ctx context.Context) error {
 	})
 }
 
+// AuditRange is Audit by range reads: the accounts, scanned in one
+// GetRange (across however many shards and stashes hold them, moving or
+// not), must be exactly Accounts and sum to Total().
+func (b *Bank) AuditRange(ctx context.Context) error {
+	return b.DB.ReadTransact(ctx, func(tr *distash.Tx) error {
+		begin := fmt.Appendf(nil, "%sacct:", b.Data)
+		end := fmt.Appendf(nil, "%sacct;", b.Data)
+		kvs, err := tr.GetRange(begin, end, distash.RangeOptions{})
+		if err != nil {
+			return err
+		}
+		if len(kvs) != b.Accounts {
+			return &Violation{fmt.Sprintf("a range scan of the accounts found %d, not %d", len(kvs), b.Accounts)}
+		}
+		var sum int64
+		for i, kv := range kvs {
+			if want := b.account(i); string(kv.Key) != string(want) {
+				return &Violation{fmt.Sprintf("a range scan found %q where %q belongs", kv.Key, want)}
+			}
+			v, err := dec(kv.Value)
+			if err != nil {
+				return &Violation{fmt.Sprintf("account %d: %v", i, err)}
+			}
+			sum += v
+		}
+		if sum != b.Total() {
+			return &Violation{fmt.Sprintf("a range scan's balances sum to %d, not %d", sum, b.Total())}
+		}
+		return nil
+	})
+}
+
 // Violation is an audit that found a broken invariant (not a retryable
 // failure to read).
 type Violation struct{ What string }
