@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/distash/distash/internal/fsys"
 	"math/rand"
 	"os"
 	"path/filepath"
@@ -339,6 +340,18 @@ func wantCorruption(t *testing.T, err error, file string, off int64) {
 	}
 }
 
+// wantDamage checks that err is a *fsys.DamageError naming file.
+func wantDamage(t *testing.T, err error, file string) {
+	t.Helper()
+	var de *fsys.DamageError
+	if !errors.As(err, &de) || !errors.Is(err, fsys.ErrDamaged) {
+		t.Fatalf("error = %v; want a *fsys.DamageError", err)
+	}
+	if filepath.Base(de.Path) != filepath.Base(file) || !strings.Contains(err.Error(), filepath.Base(file)) {
+		t.Fatalf("error %q names %s; want %s", err, de.Path, file)
+	}
+}
+
 // TestBadInput checks that damage other than a torn tail stops Open with
 // an error naming the file and the offset.
 func TestBadInput(t *testing.T) {
@@ -366,7 +379,7 @@ func TestBadInput(t *testing.T) {
 		path := filepath.Join(dir, segName(7))
 		os.WriteFile(path, nil, 0o644)
 		_, err := OpenConfig(engine.Options{Dir: dir}, Config{})
-		wantCorruption(t, err, path, 0)
+		wantDamage(t, err, path)
 	})
 	t.Run("corrupt-middle-frame", func(t *testing.T) {
 		dir := t.TempDir()
@@ -406,7 +419,7 @@ func TestBadInput(t *testing.T) {
 		st, _ := os.Stat(names[0])
 		os.Truncate(names[0], st.Size()-100)
 		_, err = OpenConfig(engine.Options{Dir: dir}, Config{SegmentBytes: 4 << 10})
-		wantCorruption(t, err, names[0], -1)
+		wantDamage(t, err, names[0])
 	})
 	t.Run("corrupt-entry-read", func(t *testing.T) {
 		// Damage under a running engine: the point read verifies the entry
