@@ -347,10 +347,7 @@ func (s *pebbleStore) Close() (err error) {
 	if ferr := s.guard.Err(); ferr != nil {
 		// Pebble's state after a fatal error is not to be trusted: close
 		// it if it lets us, in the background.
-		go func() {
-			defer func() { recover() }()
-			s.db.Close()
-		}()
+		s.guard.Abandon(s.db.Close)
 		return ferr
 	}
 	defer s.guard.Recover(&err)

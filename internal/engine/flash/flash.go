@@ -232,6 +232,13 @@ func OpenConfig(opts engine.Options, cfg Config) (*Engine, error) {
 	if err := fs.MkdirAll(opts.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("flash: %w", err)
 	}
+	if !opts.Ephemeral {
+		// The directory's own entry must be durable too, or a crash can
+		// take the whole engine with it.
+		if err := fsys.SyncDir(fs, fs.PathDir(opts.Dir)); err != nil {
+			return nil, fmt.Errorf("flash: %w", err)
+		}
+	}
 	e := &Engine{
 		fs:        fs,
 		osFS:      fs == fsys.Default,

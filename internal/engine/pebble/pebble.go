@@ -77,13 +77,22 @@ func Open(opts engine.Options) (*Engine, error) {
 	if opts.Dir == "" {
 		return nil, errors.New("pebble engine: Options.Dir is empty")
 	}
+	fs := fsys.Or(opts.FS)
+	// Pebble syncs its directory, not the directory's entry in its parent:
+	// without that a crash can take the whole engine with it.
+	if err := fs.MkdirAll(opts.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("pebble engine: %w", err)
+	}
+	if err := fsys.SyncDir(fs, fs.PathDir(opts.Dir)); err != nil {
+		return nil, fmt.Errorf("pebble engine: %w", err)
+	}
 	g := guard.New("pebble engine "+opts.Dir, "github.com/distash/distash/internal/engine/pebble.", nil)
 	cache := pebble.NewCache(CacheBytes)
 	defer cache.Unref()
 	po := &pebble.Options{
 		Cache:  cache,
 		Logger: g.Logger(),
-		FS:     g.FS(fsys.Or(opts.FS)),
+		FS:     g.FS(fs),
 	}
 	// Bloom filters on every level: a Get of an absent key reads no data block.
 	po.Levels = make([]pebble.LevelOptions, 7)
@@ -322,14 +331,24 @@ func (e *Engine) Close() (err error) {
 		// Pebble's state after a fatal error is not to be trusted (its
 		// commit pipeline may hold a lock): close it if it lets us, in the
 		// background, and report the failure.
-		go func() {
-			defer func() { recover() }()
-			e.db.Close()
-		}()
+		e.guard.Abandon(e.db.Close)
 		return ferr
 	}
 	defer e.guard.Recover(&err)
 	return e.db.Close()
+}
+
+// Abandon gives the engine up as a killed process would, for crash tests
+// that go on in the same process: its database and goroutines may no
+// longer create, rename or remove files, a fatal error in them only ends
+// them, and the database is closed in the background as far as it can be.
+func (e *Engine) Abandon() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed.Swap(true) {
+		return
+	}
+	e.guard.Abandon(e.db.Close)
 }
 
 // usable returns the error a call must fail with: ErrClosed, or the fatal

@@ -62,3 +62,12 @@ func BenchmarkGet(b *testing.B) {
 	defer e.Close()
 	enginetest.BenchmarkGet(b, e)
 }
+
+// TestFaults runs the disk-fault suite: Pebble's WAL and MANIFEST errors,
+// which Pebble itself treats as fatal (Fatalf, panics), come back as
+// errors of the engine's methods, and the engine fails for good.
+func TestFaults(t *testing.T) {
+	enginetest.RunFaults(t, func(opts engine.Options) (engine.Engine, error) {
+		return pebbleengine.Open(opts)
+	}, "*")
+}

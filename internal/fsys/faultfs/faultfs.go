@@ -122,6 +122,8 @@ type FS struct {
 
 	injected atomic.Int64
 	counts   [7]atomic.Int64
+
+	files sync.Map // *file -> struct{}: open files, renamed with their file
 }
 
 var _ fsys.FS = (*FS)(nil)
@@ -195,6 +197,18 @@ func (fs *FS) Count(op Op) int64 {
 // durable by a sync. Rules and the space limit stay; the code under test
 // then reopens its files as a restarted process would.
 func (fs *FS) Crash() {
+	fs.Kill()
+	m, ok := fs.base.(*vfs.MemFS)
+	if !ok {
+		panic(fmt.Sprintf("faultfs: Crash needs a strict in-memory base FS (NewMem), not %T", fs.base))
+	}
+	m.ResetToSyncedState()
+}
+
+// Kill simulates a kill -9 without a power loss: every file and lock
+// opened so far becomes dead, as in Crash, but what was written stays, as
+// the kernel's page cache keeps it. Any base FS will do.
+func (fs *FS) Kill() {
 	fs.mu.Lock()
 	fs.gen++
 	locks := fs.locks
@@ -203,11 +217,6 @@ func (fs *FS) Crash() {
 	for _, l := range locks {
 		l.Close()
 	}
-	m, ok := fs.base.(*vfs.MemFS)
-	if !ok {
-		panic(fmt.Sprintf("faultfs: Crash needs a strict in-memory base FS (NewMem), not %T", fs.base))
-	}
-	m.ResetToSyncedState()
 }
 
 // check counts an operation of kind op on name and returns the error of
@@ -315,7 +324,9 @@ func (fs *FS) wrap(f fsys.File, name string, pos int64) *file {
 	fs.mu.Lock()
 	gen := fs.gen
 	fs.mu.Unlock()
-	return &file{fs: fs, f: f, name: name, gen: gen, pos: pos}
+	w := &file{fs: fs, f: f, name: name, gen: gen, pos: pos}
+	fs.files.Store(w, struct{}{})
+	return w
 }
 
 func (fs *FS) dead(gen uint64) bool {
@@ -419,6 +430,16 @@ func (fs *FS) Rename(oldname, newname string) error {
 		return err
 	}
 	fs.free(n)
+	// A file open under the old name is now the file of the new one:
+	// rules by path follow it.
+	fs.files.Range(func(k, _ any) bool {
+		if f := k.(*file); f.path() == oldname {
+			f.mu.Lock()
+			f.name = newname
+			f.mu.Unlock()
+		}
+		return true
+	})
 	return nil
 }
 
@@ -508,25 +529,32 @@ func (fs *FS) GetDiskUsage(p string) (vfs.DiskUsage, error) {
 
 // file is a file opened through an FS.
 type file struct {
-	fs   *FS
-	f    fsys.File
-	name string
-	gen  uint64
+	fs  *FS
+	f   fsys.File
+	gen uint64
 
-	mu  sync.Mutex
-	pos int64 // of Write
+	mu   sync.Mutex
+	name string // changed by a Rename of the file
+	pos  int64  // of Write
+}
+
+func (f *file) path() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.name
 }
 
 var _ fsys.File = (*file)(nil)
 
 func (f *file) crashed(op string) error {
 	if f.fs.dead(f.gen) {
-		return &os.PathError{Op: op, Path: f.name, Err: ErrCrashed}
+		return &os.PathError{Op: op, Path: f.path(), Err: ErrCrashed}
 	}
 	return nil
 }
 
 func (f *file) Close() error {
+	f.fs.files.Delete(f)
 	if f.fs.dead(f.gen) {
 		return nil
 	}
@@ -537,7 +565,7 @@ func (f *file) Read(p []byte) (int, error) {
 	if err := f.crashed("read"); err != nil {
 		return 0, err
 	}
-	if err, _ := f.fs.check(OpRead, "read", f.name); err != nil {
+	if err, _ := f.fs.check(OpRead, "read", f.path()); err != nil {
 		return 0, err
 	}
 	return f.f.Read(p)
@@ -547,7 +575,7 @@ func (f *file) ReadAt(p []byte, off int64) (int, error) {
 	if err := f.crashed("read"); err != nil {
 		return 0, err
 	}
-	if err, _ := f.fs.check(OpRead, "read", f.name); err != nil {
+	if err, _ := f.fs.check(OpRead, "read", f.path()); err != nil {
 		return 0, err
 	}
 	return f.f.ReadAt(p, off)
@@ -565,7 +593,7 @@ func (f *file) write(p []byte, off int64) (int, error) {
 		at = f.pos
 		f.mu.Unlock()
 	}
-	ferr, partial := f.fs.check(OpWrite, "write", f.name)
+	ferr, partial := f.fs.check(OpWrite, "write", f.path())
 	want := p
 	if ferr != nil {
 		if !partial {
@@ -574,11 +602,11 @@ func (f *file) write(p []byte, off int64) (int, error) {
 		want = p[:len(p)/2]
 	}
 	if f.fs.limited() {
-		grow := max(0, at+int64(len(want))-f.fs.sizeOf(f.name))
+		grow := max(0, at+int64(len(want))-f.fs.sizeOf(f.path()))
 		if got := f.fs.spend(grow); got < grow {
-			want = want[:int64(len(want))-(grow-got)]
+			want = want[:max(0, int64(len(want))-(grow-got))]
 			if ferr == nil {
-				ferr = f.fs.noSpace("write", f.name)
+				ferr = f.fs.noSpace("write", f.path())
 			}
 		}
 	}
@@ -602,7 +630,7 @@ func (f *file) Write(p []byte) (int, error) { return f.write(p, -1) }
 
 func (f *file) WriteAt(p []byte, off int64) (int, error) {
 	if off < 0 {
-		return 0, &os.PathError{Op: "write", Path: f.name, Err: os.ErrInvalid}
+		return 0, &os.PathError{Op: "write", Path: f.path(), Err: os.ErrInvalid}
 	}
 	return f.write(p, off)
 }
@@ -611,7 +639,7 @@ func (f *file) Preallocate(off, n int64) error {
 	if err := f.crashed("preallocate"); err != nil {
 		return err
 	}
-	if err, _ := f.fs.check(OpWrite, "preallocate", f.name); err != nil {
+	if err, _ := f.fs.check(OpWrite, "preallocate", f.path()); err != nil {
 		return err
 	}
 	return f.f.Preallocate(off, n)
@@ -621,7 +649,7 @@ func (f *file) Stat() (os.FileInfo, error) {
 	if err := f.crashed("stat"); err != nil {
 		return nil, err
 	}
-	if err, _ := f.fs.check(OpMeta, "stat", f.name); err != nil {
+	if err, _ := f.fs.check(OpMeta, "stat", f.path()); err != nil {
 		return nil, err
 	}
 	return f.f.Stat()
@@ -631,7 +659,7 @@ func (f *file) sync(op string) error {
 	if err := f.crashed(op); err != nil {
 		return err
 	}
-	if err, _ := f.fs.check(OpSync, op, f.name); err != nil {
+	if err, _ := f.fs.check(OpSync, op, f.path()); err != nil {
 		return err
 	}
 	return nil
@@ -672,12 +700,12 @@ func (f *file) Truncate(size int64) error {
 	}
 	t, ok := f.f.(interface{ Truncate(int64) error })
 	if !ok {
-		return &os.PathError{Op: "truncate", Path: f.name, Err: errors.ErrUnsupported}
+		return &os.PathError{Op: "truncate", Path: f.path(), Err: errors.ErrUnsupported}
 	}
-	if err, _ := f.fs.check(OpWrite, "truncate", f.name); err != nil {
+	if err, _ := f.fs.check(OpWrite, "truncate", f.path()); err != nil {
 		return err
 	}
-	old := f.fs.sizeOf(f.name)
+	old := f.fs.sizeOf(f.path())
 	if err := t.Truncate(size); err != nil {
 		return err
 	}

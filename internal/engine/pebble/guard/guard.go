@@ -19,6 +19,7 @@
 package guard
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -42,6 +43,9 @@ type Guard struct {
 	prefix string // function name prefix of the owner's API frames
 	err    atomic.Pointer[error]
 	onFail func(error)
+	// abandoned: the owner gave the failed store up (Abandon); a fatal
+	// error of its goroutines only ends them.
+	abandoned atomic.Bool
 }
 
 // New returns a Guard for the store described by what, whose API methods'
@@ -93,11 +97,25 @@ func (g *Guard) inAPI() bool {
 	}
 }
 
+// Abandon closes a failed store's database in the background, as far as
+// Pebble lets it (after a fatal error its commit pipeline may hold a
+// lock): a fatal error or a panic on the way only ends that goroutine.
+func (g *Guard) Abandon(close func() error) {
+	g.abandoned.Store(true)
+	go func() {
+		defer func() { recover() }()
+		close()
+	}()
+}
+
 // fatalf handles a fatal error raised inside Pebble.
 func (g *Guard) fatalf(err error) {
 	err = g.Fail(err)
 	if g.inAPI() {
 		panic(fatal{err})
+	}
+	if g.abandoned.Load() {
+		runtime.Goexit()
 	}
 	Exit(fmt.Sprintf("%s: fatal error in a background goroutine, exiting: %v", g.what, err))
 	// Exit returned (a test): stop this goroutine without unwinding into
@@ -140,10 +158,27 @@ func (l Logger) Errorf(format string, args ...any) {
 	slog.Error(l.g.what + ": " + fmt.Sprintf(format, args...))
 }
 
-// Fatalf handles a fatal error: see the package documentation.
+// Fatalf handles a fatal error: see the package documentation. The
+// error keeps the cause Pebble formats into the message (it uses %v), so
+// a full disk still matches fsys.IsNoSpace.
 func (l Logger) Fatalf(format string, args ...any) {
-	l.g.fatalf(fmt.Errorf(format, args...))
+	err := &fatalError{msg: fmt.Sprintf(format, args...)}
+	for _, a := range args {
+		if e, ok := a.(error); ok {
+			err.cause = e
+			break
+		}
+	}
+	l.g.fatalf(err)
 }
+
+type fatalError struct {
+	msg   string
+	cause error
+}
+
+func (e *fatalError) Error() string { return e.msg }
+func (e *fatalError) Unwrap() error { return e.cause }
 
 // FS returns fs with its directories' Sync guarded: Pebble panics on a
 // failed directory sync (of its MANIFEST's directory), and the Guard
@@ -155,7 +190,71 @@ type guardedFS struct {
 	g *Guard
 }
 
+// errAbandoned is what an abandoned store's file-system calls return: its
+// goroutines must not create, rename or remove files that a store reopened
+// in the same directory now owns.
+var errAbandoned = errors.New("store abandoned after a fatal error")
+
+func (fs guardedFS) check() error {
+	if fs.g.abandoned.Load() {
+		return errAbandoned
+	}
+	return nil
+}
+
+func (fs guardedFS) Create(name string) (vfs.File, error) {
+	if err := fs.check(); err != nil {
+		return nil, err
+	}
+	return fs.FS.Create(name)
+}
+
+func (fs guardedFS) Link(oldname, newname string) error {
+	if err := fs.check(); err != nil {
+		return err
+	}
+	return fs.FS.Link(oldname, newname)
+}
+
+func (fs guardedFS) OpenReadWrite(name string, opts ...vfs.OpenOption) (vfs.File, error) {
+	if err := fs.check(); err != nil {
+		return nil, err
+	}
+	return fs.FS.OpenReadWrite(name, opts...)
+}
+
+func (fs guardedFS) Remove(name string) error {
+	if err := fs.check(); err != nil {
+		return err
+	}
+	return fs.FS.Remove(name)
+}
+
+func (fs guardedFS) RemoveAll(name string) error {
+	if err := fs.check(); err != nil {
+		return err
+	}
+	return fs.FS.RemoveAll(name)
+}
+
+func (fs guardedFS) Rename(oldname, newname string) error {
+	if err := fs.check(); err != nil {
+		return err
+	}
+	return fs.FS.Rename(oldname, newname)
+}
+
+func (fs guardedFS) ReuseForWrite(oldname, newname string) (vfs.File, error) {
+	if err := fs.check(); err != nil {
+		return nil, err
+	}
+	return fs.FS.ReuseForWrite(oldname, newname)
+}
+
 func (fs guardedFS) OpenDir(name string) (vfs.File, error) {
+	if err := fs.check(); err != nil {
+		return nil, err
+	}
 	d, err := fs.FS.OpenDir(name)
 	if err != nil {
 		return nil, err
