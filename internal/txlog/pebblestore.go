@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"regexp"
 	"sync"
 	"time"
 
@@ -110,13 +111,17 @@ func openDB(dir string, opts *pebble.Options, g *guard.Guard) (db *pebble.DB, er
 	return db, nil
 }
 
+// damageText recognises Pebble's reports of damage that carry no marker
+// (see the pebble engine's).
+var damageText = regexp.MustCompile(`file does not exist|checksum mismatch|invalid table|corrupt`)
+
 // storeErr names the store; damage Pebble finds (a checksum that fails, a
 // file the MANIFEST lists that is missing) is a *fsys.DamageError.
 func storeErr(dir string, err error) error {
 	if errors.Is(err, fsys.ErrDamaged) {
 		return err
 	}
-	if errors.Is(err, pebble.ErrCorruption) || errors.Is(err, fs.ErrNotExist) {
+	if errors.Is(err, pebble.ErrCorruption) || errors.Is(err, fs.ErrNotExist) || damageText.MatchString(err.Error()) {
 		return &fsys.DamageError{Path: dir, Reason: fmt.Sprintf("txlog raft store: %v", err)}
 	}
 	return fmt.Errorf("txlog: raft store %s: %w", dir, err)

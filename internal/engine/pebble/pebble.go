@@ -380,11 +380,17 @@ func wrapErr(dir, op string, err error) error {
 	if errors.Is(err, fsys.ErrDamaged) {
 		return err
 	}
-	if errors.Is(err, pebble.ErrCorruption) || errors.Is(err, fs.ErrNotExist) {
+	if errors.Is(err, pebble.ErrCorruption) || errors.Is(err, fs.ErrNotExist) || damageText.MatchString(err.Error()) {
 		return &fsys.DamageError{Path: damagedFile(dir, err), Reason: fmt.Sprintf("pebble engine %s: %v", op, err)}
 	}
 	return fmt.Errorf("pebble engine %s: %s: %w", dir, op, err)
 }
+
+// damageText recognises Pebble's reports of damage that carry no marker:
+// a file the MANIFEST lists that is missing ("unknown to the objstorage
+// provider: file does not exist"), a block whose checksum fails ("invalid
+// table 000012 (checksum mismatch ...)").
+var damageText = regexp.MustCompile(`file does not exist|checksum mismatch|invalid table|corrupt`)
 
 // pebbleFile finds a file of the store in an error's text: a path, or a
 // Pebble file number ("000012.sst", "sstable 000012", "MANIFEST-000001").
