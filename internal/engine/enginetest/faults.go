@@ -284,11 +284,11 @@ func testNoSpace(t *testing.T, open OpenErrFunc) {
 
 func testCrashDropsUnsynced(t *testing.T, open OpenErrFunc) {
 	f := newFaultEngine(t, open)
-	for round := 0; round < 3; round++ {
-		f.applyN(30)
+	for round := 0; round < 2; round++ {
+		f.applyN(15)
 		// Clear ranges too, so tombstones have to survive the crash.
 		v := f.v + 1
-		ws := []engine.Write{ClearRange(fmt.Sprintf("k/%06d", v-20), fmt.Sprintf("k/%06d", v-10))}
+		ws := []engine.Write{ClearRange(fmt.Sprintf("k/%06d", v-10), fmt.Sprintf("k/%06d", v-5))}
 		if err := f.e.Apply(&engine.Batch{Version: v, Writes: ws}); err != nil {
 			t.Fatal(err)
 		}

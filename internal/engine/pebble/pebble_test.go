@@ -91,9 +91,9 @@ func TestDamageAtRest(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for v := 1; v <= 20; v++ {
+		for v := 1; v <= 6; v++ {
 			var ws []engine.Write
-			for i := 0; i < 50; i++ {
+			for i := 0; i < 20; i++ {
 				ws = append(ws, enginetest.Set(fmt.Sprintf("k%03d-%02d", i, v), enginetest.BigValue(i, v)))
 			}
 			if err := e.Apply(&engine.Batch{Version: kv.Version(v), Writes: ws}); err != nil {
