@@ -83,7 +83,7 @@ type fatal struct{ err error }
 // inAPI reports whether the calling goroutine is inside one of the
 // owner's API methods.
 func (g *Guard) inAPI() bool {
-	pcs := make([]uintptr, 64)
+	pcs := make([]uintptr, 256)
 	n := runtime.Callers(3, pcs)
 	frames := runtime.CallersFrames(pcs[:n])
 	for {
@@ -110,11 +110,14 @@ func (g *Guard) Abandon(close func() error) {
 
 // fatalf handles a fatal error raised inside Pebble.
 func (g *Guard) fatalf(err error) {
+	first := g.Err() == nil
 	err = g.Fail(err)
 	if g.inAPI() {
 		panic(fatal{err})
 	}
-	if g.abandoned.Load() {
+	if g.abandoned.Load() || !first {
+		// The store failed already and its owner fails every call with
+		// that error: this goroutine only has to stop.
 		runtime.Goexit()
 	}
 	Exit(fmt.Sprintf("%s: fatal error in a background goroutine, exiting: %v", g.what, err))
