@@ -568,7 +568,7 @@ func (s *Server) openRemoteStash(ctx context.Context, sp stashSpec, logc *logrpc
 		}
 	}
 	eng, err := engines.Open(sp.pool.Engine, engine.Options{
-		Dir: dir, CapacityBytes: int64(sp.pool.Capacity), Ephemeral: sp.pool.Ephemeral(), Eviction: sp.pool.Eviction,
+		Dir: dir, FS: s.opts.FS, CapacityBytes: int64(sp.pool.Capacity), Ephemeral: sp.pool.Ephemeral(), Eviction: sp.pool.Eviction,
 		Tuning: engineTuning(sp.pool),
 	})
 	if err != nil {
@@ -759,7 +759,7 @@ func (s *Server) runTransactionNode(ctx context.Context) {
 	// replicated in the log (or, on a new cluster, none: nothing is
 	// dropped) holds.
 	l, err := txlog.Open(txlog.Options{
-		Dir: filepath.Join(s.opts.Dir, "log"), Logger: s.roleLogger(logRoleLog), MemoryBytes: logMemoryBytes.Load(),
+		Dir: filepath.Join(s.opts.Dir, "log"), FS: s.opts.FS, Logger: s.roleLogger(logRoleLog), MemoryBytes: logMemoryBytes.Load(),
 		Network: &txlog.NetworkOptions{LocalID: n.id, Peers: peers, Transport: trans},
 	})
 	if err != nil {

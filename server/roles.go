@@ -66,7 +66,7 @@ func (s *Server) windowVersions() kv.Version {
 // configuration) over the local log replica and runs it under supervision.
 func (s *Server) startSystemStash(ctx context.Context) (*stash.Stash, error) {
 	open := func() (*stash.Stash, error) {
-		sysEng, err := engines.Open("pebble", engine.Options{Dir: filepath.Join(s.opts.Dir, "system")})
+		sysEng, err := engines.Open("pebble", engine.Options{Dir: filepath.Join(s.opts.Dir, "system"), FS: s.opts.FS})
 		if err != nil {
 			return nil, fmt.Errorf("server: open system stash: %w", err)
 		}

@@ -207,6 +207,7 @@ func (s *Server) start(ctx context.Context) error {
 	var err error
 	s.log, err = txlog.Open(txlog.Options{
 		Dir:         filepath.Join(s.opts.Dir, "log"),
+		FS:          s.opts.FS,
 		Replicas:    s.cfg.Log.Replicas,
 		Tags:        tags,
 		MemoryBytes: logMemoryBytes.Load(),
@@ -319,7 +320,7 @@ func (s *Server) openStash(sp stashSpec, windowVersions, recovered kv.Version) (
 		}
 	}
 	eng, err := engines.Open(sp.pool.Engine, engine.Options{
-		Dir: dir, CapacityBytes: int64(sp.pool.Capacity), Ephemeral: sp.pool.Ephemeral(), Eviction: sp.pool.Eviction,
+		Dir: dir, FS: s.opts.FS, CapacityBytes: int64(sp.pool.Capacity), Ephemeral: sp.pool.Ephemeral(), Eviction: sp.pool.Eviction,
 		Tuning: engineTuning(sp.pool),
 	})
 	if err != nil {

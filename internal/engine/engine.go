@@ -9,7 +9,10 @@
 // window and hands them to the engine in version order with Apply.
 package engine
 
-import "github.com/distash/distash/internal/kv"
+import (
+	"github.com/distash/distash/internal/fsys"
+	"github.com/distash/distash/internal/kv"
+)
 
 // Engine stores the key-value pairs of one stash.
 //
@@ -110,6 +113,11 @@ type Counted interface {
 type Options struct {
 	// Dir is where a durable engine keeps its files. Unused by memory.
 	Dir string
+	// FS is the file system the engine's files go through; nil means the
+	// operating system's (fsys.Default). Tests pass a faultfs.FS to inject
+	// disk faults. SQLite's database file itself cannot go through it (see
+	// docs/architecture.md).
+	FS fsys.FS
 	// CapacityBytes is the per-stash capacity; 0 means unlimited. An
 	// ephemeral engine evicts to stay within it; a durable engine only
 	// reports its size (the commit proxy refuses writes past capacity).

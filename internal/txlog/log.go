@@ -5,9 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	iofs "io/fs"
 	"log/slog"
 	"maps"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/distash/distash/internal/fsys"
 	"github.com/distash/distash/internal/kv"
 	"github.com/distash/distash/internal/raftlog"
 	"github.com/hashicorp/go-hclog"
@@ -69,6 +70,17 @@ type Options struct {
 	// Dir holds the replicas: Dir/replica-<i> in embedded mode, Dir/replica
 	// in network mode.
 	Dir string
+	// FS is the file system of txlog.meta and the replicas' raft stores;
+	// nil means the OS's. (raft's snapshot store writes its files with the
+	// OS's calls: hashicorp/raft's FileSnapshotStore takes no FS.)
+	FS fsys.FS
+	// OnFail is called once for each replica whose raft store fails for
+	// good (a failed write or fsync, a full disk): nothing is acknowledged
+	// from that replica again, and its raft is frozen (it would panic on
+	// its next term or vote write). nil means the process exits with a
+	// message naming the store, the clean way out for a node whose log
+	// cannot write.
+	OnFail func(error)
 	// Replicas is the number of replicas: 1 (default) .. 7, all in this
 	// process over raft.NewInmemTransport (embedded mode). In network mode
 	// it is len(Network.Peers); 0 or that.
@@ -369,10 +381,10 @@ func Open(opts Options) (*Log, error) {
 		l.shutdown()
 		return nil, err
 	}
-	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
+	if err := fsys.Or(opts.FS).MkdirAll(opts.Dir, 0o755); err != nil {
 		return fail(err)
 	}
-	if err := checkMeta(opts.Dir, opts.Replicas, opts.Network); err != nil {
+	if err := checkMeta(fsys.Or(opts.FS), opts.Dir, opts.Replicas, opts.Network); err != nil {
 		return fail(err)
 	}
 	l.mu.Lock()
@@ -465,19 +477,18 @@ func normTags(tags []kv.Tag) []kv.Tag {
 // log's holds every replica. An embedded log's file is "replicas=N", as
 // before network mode existed; a network one adds "mode=network" and the
 // local id.
-func checkMeta(dir string, replicas int, network *NetworkOptions) error {
-	path := filepath.Join(dir, "txlog.meta")
+//
+// The file is checksummed (fsys.WriteChecked); one written before
+// checksums is read as it is.
+func checkMeta(fs fsys.FS, dir string, replicas int, network *NetworkOptions) error {
+	path := fs.PathJoin(dir, "txlog.meta")
 	want := "replicas=" + strconv.Itoa(replicas) + "\n"
 	if network != nil {
 		want += "mode=network\nid=" + network.LocalID + "\n"
 	}
-	b, err := os.ReadFile(path)
-	if errors.Is(err, os.ErrNotExist) {
-		tmp := path + ".tmp"
-		if err := os.WriteFile(tmp, []byte(want), 0o644); err != nil {
-			return err
-		}
-		return os.Rename(tmp, path)
+	b, _, err := fsys.ReadChecked(fs, path)
+	if errors.Is(err, iofs.ErrNotExist) {
+		return fsys.WriteChecked(fs, path, []byte(want))
 	}
 	if err != nil {
 		return err

@@ -5,11 +5,16 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io/fs"
+	"regexp"
 	"sync"
 	"time"
 
 	"github.com/cockroachdb/pebble"
 	"github.com/hashicorp/raft"
+
+	"github.com/distash/distash/internal/engine/pebble/guard"
+	"github.com/distash/distash/internal/fsys"
 )
 
 // pebbleStore is raft's LogStore and StableStore on Pebble. Storing a batch
@@ -19,7 +24,9 @@ import (
 //
 // Keys: 'l' + big-endian index -> encoded raft.Log; 's' + key -> stable value.
 type pebbleStore struct {
-	db *pebble.DB
+	db    *pebble.DB
+	dir   string
+	guard *guard.Guard // a failed write or sync fails the store for good
 
 	// use is held shared by every call that touches db and exclusively by
 	// Close: raft's metrics goroutine reads the store (oldestLog) and can
@@ -30,6 +37,9 @@ type pebbleStore struct {
 
 	mu          sync.Mutex
 	first, last uint64 // 0, 0 when empty. Protected by mu.
+
+	frozen     chan struct{} // closed by Close: releases the writes waitFrozen blocks
+	frozenOnce sync.Once
 }
 
 var errKeyNotFound = errors.New("not found") // raft compares the text
@@ -43,21 +53,44 @@ type RaftStore interface {
 
 // OpenRaftStore opens the log's raft store in dir for another raft group
 // (the coordinators'): one durable raft store in the tree.
-func OpenRaftStore(dir string) (RaftStore, error) { return openPebbleStore(dir) }
+func OpenRaftStore(dir string) (RaftStore, error) { return openPebbleStore(nil, dir, nil) }
 
-func openPebbleStore(dir string) (*pebbleStore, error) {
+// OpenRaftStoreFS is OpenRaftStore through the file system fs (nil: the
+// OS's); onFail, if not nil, is called once when the store fails for good
+// (see openPebbleStore).
+func OpenRaftStoreFS(fs fsys.FS, dir string, onFail func(error)) (RaftStore, error) {
+	return openPebbleStore(fs, dir, onFail)
+}
+
+// openPebbleStore opens the store in dir through fs. A failed write or
+// sync (a failed fsync, a full disk) fails the store for good: the call
+// returns the error and every later write fails too, nothing is retried,
+// and onFail is called once with the error. raft itself panics when its
+// stable store (term and vote) cannot be written, and must not be told a
+// vote is durable when it is not: after a failure those writes block
+// instead, freezing the replica, which its owner then stops or exits.
+// With onFail nil the process exits with a message naming the store
+// (guard.Exit): a log replica that cannot write is a node that must stop.
+func openPebbleStore(fs fsys.FS, dir string, onFail func(error)) (s *pebbleStore, err error) {
+	if onFail == nil {
+		onFail = func(err error) {
+			guard.Exit(fmt.Sprintf("txlog: raft store %s failed, exiting: %v", dir, err))
+		}
+	}
+	g := guard.New("txlog raft store "+dir, "github.com/distash/distash/internal/txlog.", onFail)
 	opts := &pebble.Options{
 		Cache:                       pebble.NewCache(8 << 20),
 		MemTableSize:                16 << 20,
 		MemTableStopWritesThreshold: 4,
-		Logger:                      quietPebbleLogger{},
+		Logger:                      g.Logger(),
+		FS:                          g.FS(fsys.Or(fs)),
 	}
 	defer opts.Cache.Unref()
-	db, err := pebble.Open(dir, opts)
+	db, err := openDB(dir, opts, g)
 	if err != nil {
-		return nil, fmt.Errorf("txlog: open raft store %s: %w", dir, err)
+		return nil, err
 	}
-	s := &pebbleStore{db: db}
+	s = &pebbleStore{db: db, dir: dir, guard: g, frozen: make(chan struct{})}
 	if s.first, err = s.edge(false); err != nil {
 		db.Close()
 		return nil, err
@@ -69,12 +102,29 @@ func openPebbleStore(dir string) (*pebbleStore, error) {
 	return s, nil
 }
 
-type quietPebbleLogger struct{}
+func openDB(dir string, opts *pebble.Options, g *guard.Guard) (db *pebble.DB, err error) {
+	defer g.Recover(&err)
+	db, err = pebble.Open(dir, opts)
+	if err != nil {
+		return nil, storeErr(dir, err)
+	}
+	return db, nil
+}
 
-func (quietPebbleLogger) Infof(string, ...any)  {}
-func (quietPebbleLogger) Errorf(string, ...any) {}
-func (quietPebbleLogger) Fatalf(format string, args ...any) {
-	panic(fmt.Sprintf(format, args...))
+// damageText recognises Pebble's reports of damage that carry no marker
+// (see the pebble engine's).
+var damageText = regexp.MustCompile(`file does not exist|checksum mismatch|invalid table|corrupt`)
+
+// storeErr names the store; damage Pebble finds (a checksum that fails, a
+// file the MANIFEST lists that is missing) is a *fsys.DamageError.
+func storeErr(dir string, err error) error {
+	if errors.Is(err, fsys.ErrDamaged) {
+		return err
+	}
+	if errors.Is(err, pebble.ErrCorruption) || errors.Is(err, fs.ErrNotExist) || damageText.MatchString(err.Error()) {
+		return &fsys.DamageError{Path: dir, Reason: fmt.Sprintf("txlog raft store: %v", err)}
+	}
+	return fmt.Errorf("txlog: raft store %s: %w", dir, err)
 }
 
 func logKey(i uint64) []byte {
@@ -134,20 +184,36 @@ func (s *pebbleStore) enter() error {
 		s.use.RUnlock()
 		return errStoreClosed
 	}
+	if err := s.guard.Err(); err != nil {
+		s.use.RUnlock()
+		return err
+	}
 	return nil
 }
 
-func (s *pebbleStore) GetLog(index uint64, l *raft.Log) error {
+// fail fails the store for good with err (the first error stays) and
+// returns the recorded error.
+func (s *pebbleStore) fail(err error) error { return s.guard.Fail(storeErr(s.dir, err)) }
+
+// waitFrozen blocks a stable-store write of a failed store: see
+// openPebbleStore. It returns (an error) only once the store is closed.
+func (s *pebbleStore) waitFrozen() error {
+	<-s.frozen
+	return s.guard.Err()
+}
+
+func (s *pebbleStore) GetLog(index uint64, l *raft.Log) (err error) {
 	if err := s.enter(); err != nil {
 		return err
 	}
 	defer s.use.RUnlock()
+	defer s.guard.Recover(&err)
 	v, closer, err := s.db.Get(logKey(index))
 	if errors.Is(err, pebble.ErrNotFound) {
 		return raft.ErrLogNotFound
 	}
 	if err != nil {
-		return err
+		return storeErr(s.dir, err)
 	}
 	defer closer.Close()
 	if err := decodeRaftLog(v, l); err != nil {
@@ -163,7 +229,7 @@ func (s *pebbleStore) GetLog(index uint64, l *raft.Log) error {
 
 func (s *pebbleStore) StoreLog(l *raft.Log) error { return s.StoreLogs([]*raft.Log{l}) }
 
-func (s *pebbleStore) StoreLogs(logs []*raft.Log) error {
+func (s *pebbleStore) StoreLogs(logs []*raft.Log) (err error) {
 	if len(logs) == 0 {
 		return nil
 	}
@@ -171,6 +237,7 @@ func (s *pebbleStore) StoreLogs(logs []*raft.Log) error {
 		return err
 	}
 	defer s.use.RUnlock()
+	defer s.guard.Recover(&err)
 	b := s.db.NewBatch()
 	defer b.Close()
 	for _, l := range logs {
@@ -179,7 +246,7 @@ func (s *pebbleStore) StoreLogs(logs []*raft.Log) error {
 		}
 	}
 	if err := b.Commit(pebble.Sync); err != nil {
-		return err
+		return s.fail(err)
 	}
 	s.mu.Lock()
 	if s.first == 0 {
@@ -192,13 +259,14 @@ func (s *pebbleStore) StoreLogs(logs []*raft.Log) error {
 	return nil
 }
 
-func (s *pebbleStore) DeleteRange(min, max uint64) error {
+func (s *pebbleStore) DeleteRange(min, max uint64) (err error) {
 	if err := s.enter(); err != nil {
 		return err
 	}
 	defer s.use.RUnlock()
+	defer s.guard.Recover(&err)
 	if err := s.db.DeleteRange(logKey(min), logKey(max+1), pebble.Sync); err != nil {
-		return err
+		return s.fail(err)
 	}
 	first, err := s.edge(false)
 	if err != nil {
@@ -217,24 +285,40 @@ func (s *pebbleStore) DeleteRange(min, max uint64) error {
 func stableKey(k []byte) []byte { return append([]byte{'s'}, k...) }
 
 func (s *pebbleStore) Set(key, val []byte) error {
+	if s.guard.Err() != nil {
+		return s.waitFrozen()
+	}
+	err := s.set(key, val)
+	if err != nil && s.guard.Err() != nil {
+		return s.waitFrozen()
+	}
+	return err
+}
+
+func (s *pebbleStore) set(key, val []byte) (err error) {
 	if err := s.enter(); err != nil {
 		return err
 	}
 	defer s.use.RUnlock()
-	return s.db.Set(stableKey(key), val, pebble.Sync)
+	defer s.guard.Recover(&err)
+	if err := s.db.Set(stableKey(key), val, pebble.Sync); err != nil {
+		return s.fail(err)
+	}
+	return nil
 }
 
-func (s *pebbleStore) Get(key []byte) ([]byte, error) {
+func (s *pebbleStore) Get(key []byte) (_ []byte, err error) {
 	if err := s.enter(); err != nil {
 		return nil, err
 	}
 	defer s.use.RUnlock()
+	defer s.guard.Recover(&err)
 	v, closer, err := s.db.Get(stableKey(key))
 	if errors.Is(err, pebble.ErrNotFound) {
 		return nil, errKeyNotFound
 	}
 	if err != nil {
-		return nil, err
+		return nil, storeErr(s.dir, err)
 	}
 	defer closer.Close()
 	return append([]byte(nil), v...), nil
@@ -257,13 +341,21 @@ func (s *pebbleStore) GetUint64(key []byte) (uint64, error) {
 
 // Close waits for the calls in progress and closes the store; later calls
 // fail with errStoreClosed. Closing twice is harmless.
-func (s *pebbleStore) Close() error {
+func (s *pebbleStore) Close() (err error) {
+	s.frozenOnce.Do(func() { close(s.frozen) })
 	s.use.Lock()
 	defer s.use.Unlock()
 	if s.closed {
 		return nil
 	}
 	s.closed = true
+	if ferr := s.guard.Err(); ferr != nil {
+		// Pebble's state after a fatal error is not to be trusted: close
+		// it if it lets us, in the background.
+		s.guard.Abandon(s.db.Close)
+		return ferr
+	}
+	defer s.guard.Recover(&err)
 	return s.db.Close()
 }
 

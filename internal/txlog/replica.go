@@ -3,11 +3,12 @@ package txlog
 import (
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/distash/distash/internal/fsys"
 )
 
 // replica is one raft server of the log, with its own directory, stores,
@@ -71,11 +72,15 @@ func (l *Log) startReplicaLocked(i int, bootstrap bool) (err error) {
 	if r.running {
 		return fmt.Errorf("txlog: replica %d is running", i)
 	}
-	if err := os.MkdirAll(r.dir, 0o755); err != nil {
+	if err := fsys.Or(l.opts.FS).MkdirAll(r.dir, 0o755); err != nil {
 		return err
 	}
 	// raft's log and stable store: Pebble, one fdatasync per stored batch.
-	store, err := openPebbleStore(filepath.Join(r.dir, "raft"))
+	var onFail func(error)
+	if f := l.opts.OnFail; f != nil {
+		onFail = func(err error) { f(fmt.Errorf("txlog: replica %s: %w", r.id, err)) }
+	}
+	store, err := openPebbleStore(l.opts.FS, filepath.Join(r.dir, "raft"), onFail)
 	if err != nil {
 		return fmt.Errorf("txlog: replica %d: %w", i, err)
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/distash/distash/internal/fsys"
 	"math/rand"
 	"os"
 	"path/filepath"
@@ -339,6 +340,18 @@ func wantCorruption(t *testing.T, err error, file string, off int64) {
 	}
 }
 
+// wantDamage checks that err is a *fsys.DamageError naming file.
+func wantDamage(t *testing.T, err error, file string) {
+	t.Helper()
+	var de *fsys.DamageError
+	if !errors.As(err, &de) || !errors.Is(err, fsys.ErrDamaged) {
+		t.Fatalf("error = %v; want a *fsys.DamageError", err)
+	}
+	if file != "" && (filepath.Base(de.Path) != filepath.Base(file) || !strings.Contains(err.Error(), filepath.Base(file))) {
+		t.Fatalf("error %q names %s; want %s", err, de.Path, file)
+	}
+}
+
 // TestBadInput checks that damage other than a torn tail stops Open with
 // an error naming the file and the offset.
 func TestBadInput(t *testing.T) {
@@ -366,7 +379,7 @@ func TestBadInput(t *testing.T) {
 		path := filepath.Join(dir, segName(7))
 		os.WriteFile(path, nil, 0o644)
 		_, err := OpenConfig(engine.Options{Dir: dir}, Config{})
-		wantCorruption(t, err, path, 0)
+		wantDamage(t, err, path)
 	})
 	t.Run("corrupt-middle-frame", func(t *testing.T) {
 		dir := t.TempDir()
@@ -406,7 +419,7 @@ func TestBadInput(t *testing.T) {
 		st, _ := os.Stat(names[0])
 		os.Truncate(names[0], st.Size()-100)
 		_, err = OpenConfig(engine.Options{Dir: dir}, Config{SegmentBytes: 4 << 10})
-		wantCorruption(t, err, names[0], -1)
+		wantDamage(t, err, names[0])
 	})
 	t.Run("corrupt-entry-read", func(t *testing.T) {
 		// Damage under a running engine: the point read verifies the entry
@@ -498,4 +511,99 @@ func TestBadInput(t *testing.T) {
 			t.Fatalf("err = %v", err)
 		}
 	})
+}
+
+// TestDamageAtRestAgainstTheManifest damages sealed segments of a closed
+// engine in the ways a frame checksum cannot see, and checks that Open
+// fails with a *fsys.DamageError naming the file (issue 18: a stash whose
+// segment file went missing came back healthy with fewer keys).
+func TestDamageAtRestAgainstTheManifest(t *testing.T) {
+	cfg := Config{SegmentBytes: 4 << 10, NoBackgroundGC: true}
+	fill := func(t *testing.T) (string, []string) {
+		dir := t.TempDir()
+		e, err := OpenConfig(engine.Options{Dir: dir}, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 1; i <= 60; i++ {
+			if err := e.Apply(&engine.Batch{Version: kv.Version(i), Writes: []engine.Write{{Key: []byte(fmt.Sprint(i)), Value: make([]byte, 200)}}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		e.Close()
+		names, _ := filepath.Glob(filepath.Join(dir, "*.seg"))
+		sort.Strings(names)
+		if len(names) < 4 {
+			t.Fatalf("%d segments", len(names))
+		}
+		return dir, names
+	}
+	open := func(dir string) error {
+		e, err := OpenConfig(engine.Options{Dir: dir}, cfg)
+		if err == nil {
+			e.Close()
+		}
+		return err
+	}
+	t.Run("healthy", func(t *testing.T) {
+		dir, _ := fill(t)
+		if err := open(dir); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Run("missing-sealed-segment", func(t *testing.T) {
+		dir, names := fill(t)
+		os.Remove(names[1])
+		wantDamage(t, open(dir), names[1])
+	})
+	t.Run("missing-active-segment", func(t *testing.T) {
+		dir, names := fill(t)
+		os.Remove(names[len(names)-1])
+		wantDamage(t, open(dir), names[len(names)-1])
+	})
+	t.Run("truncated-at-a-frame-boundary", func(t *testing.T) {
+		dir, names := fill(t)
+		data, _ := os.ReadFile(names[1])
+		_, offs := framesOf(t, names[1], data)
+		os.Truncate(names[1], int64(offs[len(offs)-1]))
+		wantDamage(t, open(dir), names[1])
+	})
+	t.Run("flipped-byte-in-padding", func(t *testing.T) {
+		dir, names := fill(t)
+		data, _ := os.ReadFile(names[2])
+		data[len(data)-1] ^= 0x01 // the last entry's padding: no frame checksum covers it
+		os.WriteFile(names[2], data, 0o644)
+		wantDamage(t, open(dir), names[2])
+	})
+	t.Run("renamed-over-another", func(t *testing.T) {
+		dir, names := fill(t)
+		os.Rename(names[2], names[1])
+		wantDamage(t, open(dir), "")
+	})
+	t.Run("missing-manifest", func(t *testing.T) {
+		dir, _ := fill(t)
+		os.Remove(filepath.Join(dir, manifestName))
+		wantDamage(t, open(dir), manifestName)
+	})
+}
+
+// framesOf returns the offsets of the frames of a segment file.
+func framesOf(t *testing.T, path string, data []byte) (uint32, []int) {
+	t.Helper()
+	var offs []int
+	_, err := decodeSegment(path, segmentIDOf(t, path), data, false, 0, func(off int, _ frameHeader, _ []decodedEntry) {
+		offs = append(offs, off)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return 0, offs
+}
+
+func segmentIDOf(t *testing.T, path string) uint32 {
+	var id uint32
+	if _, err := fmt.Sscanf(filepath.Base(path), "%d.seg", &id); err != nil {
+		t.Fatal(err)
+	}
+	return id
 }

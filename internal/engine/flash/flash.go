@@ -49,8 +49,6 @@ import (
 	"fmt"
 	"hash/maphash"
 	"io"
-	"os"
-	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -63,6 +61,7 @@ import (
 	"github.com/distash/distash/internal/engine"
 	"github.com/distash/distash/internal/engine/engines"
 	"github.com/distash/distash/internal/farmem"
+	"github.com/distash/distash/internal/fsys"
 	"github.com/distash/distash/internal/kv"
 )
 
@@ -150,7 +149,9 @@ type Engine struct {
 	ephemeral bool
 	capacity  int64
 	seed      maphash.Seed
-	lockFile  *os.File
+	fs        fsys.FS
+	osFS      bool // fs is the operating system's: point reads take the *os.File fast path
+	lockFile  io.Closer
 	cache     *readCache
 
 	// mu protects the index, the tree, the segments and their write
@@ -192,6 +193,9 @@ type Engine struct {
 	gcStop chan struct{}
 	gcDone chan struct{}
 	closed atomic.Bool
+	// keepFiles: a manifest write failed, so the manifest on disk may still
+	// list cleaned segments: their files stay.
+	keepFiles atomic.Bool
 
 	m struct {
 		gcRuns, relocated, torn, bufferHits, cacheHits, diskReads, commits, batches, restarts, lockWaits atomic.Int64
@@ -224,10 +228,20 @@ func OpenConfig(opts engine.Options, cfg Config) (*Engine, error) {
 	if opts.Dir == "" {
 		return nil, errors.New("flash: Options.Dir is required")
 	}
-	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
+	fs := fsys.Or(opts.FS)
+	if err := fs.MkdirAll(opts.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("flash: %w", err)
 	}
+	if !opts.Ephemeral {
+		// The directory's own entry must be durable too, or a crash can
+		// take the whole engine with it.
+		if err := fsys.SyncDir(fs, fs.PathDir(opts.Dir)); err != nil {
+			return nil, fmt.Errorf("flash: %w", err)
+		}
+	}
 	e := &Engine{
+		fs:        fs,
+		osFS:      fs == fsys.Default,
 		opts:      opts,
 		dir:       opts.Dir,
 		durable:   !opts.Ephemeral,
@@ -270,7 +284,7 @@ func OpenConfig(opts engine.Options, cfg Config) (*Engine, error) {
 	e.cache = newReadCache(cfg.CacheBytes, cfg.CacheFar)
 	e.tbl.Store(newTable(cfg.IndexBuckets))
 
-	lf, err := lockDir(filepath.Join(opts.Dir, "LOCK"))
+	lf, err := fs.Lock(fs.PathJoin(opts.Dir, "LOCK"))
 	if err != nil {
 		return nil, fmt.Errorf("flash: lock %s: %w", opts.Dir, err)
 	}
@@ -291,50 +305,39 @@ func OpenConfig(opts engine.Options, cfg Config) (*Engine, error) {
 // load recovers a durable engine's segments or clears an ephemeral one's,
 // and makes sure there is an active segment.
 func (e *Engine) load() error {
-	ents, err := os.ReadDir(e.dir)
+	names, err := e.fs.List(e.dir)
 	if err != nil {
 		return fmt.Errorf("flash: %w", err)
 	}
 	var ids []uint32
-	for _, de := range ents {
-		name := de.Name()
+	for _, name := range names {
 		if strings.HasSuffix(name, ".seg.tmp") {
-			os.Remove(filepath.Join(e.dir, name))
+			e.fs.Remove(e.fs.PathJoin(e.dir, name))
 			continue
 		}
 		if !strings.HasSuffix(name, ".seg") {
 			continue
 		}
 		if e.ephemeral {
-			os.Remove(filepath.Join(e.dir, name))
+			e.fs.Remove(e.fs.PathJoin(e.dir, name))
 			continue
 		}
 		id, err := strconv.ParseUint(strings.TrimSuffix(name, ".seg"), 10, 32)
 		if err != nil || id == 0 || name != segName(uint32(id)) {
-			return fmt.Errorf("flash: unexpected segment file name %s", filepath.Join(e.dir, name))
+			return fsys.Damaged(e.fs.PathJoin(e.dir, name), "unexpected file name in a flash engine's directory")
 		}
 		ids = append(ids, uint32(id))
 	}
 	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
-	for i, id := range ids {
-		if err := e.recoverSegment(id, i == len(ids)-1); err != nil {
-			return err
-		}
+	if e.ephemeral {
+		return e.rotate()
 	}
-	if len(ids) > 0 {
-		e.nextSeg = ids[len(ids)-1] + 1
-		last := e.segs[ids[len(ids)-1]]
-		if last.size < e.cfg.SegmentBytes {
-			e.active = last
-			return nil
-		}
-	}
-	return e.rotate()
+	return e.recoverAll(ids)
 }
 
 // newSegment creates the next segment file.
 func (e *Engine) newSegment() (*segment, error) {
-	s, err := createSegment(e.dir, e.nextSeg, e.durable, e.cfg.DirectIO)
+	s, err := e.createSegment(e.nextSeg)
 	if err != nil {
 		return nil, err
 	}
@@ -360,7 +363,9 @@ func (e *Engine) rotate() error {
 	e.segs[s.id] = s
 	e.active = s
 	e.mu.Unlock()
-	return nil
+	// The manifest seals the previous segment (its size and checksum are
+	// final) and names the new one active.
+	return e.writeManifest()
 }
 
 func (e *Engine) hash(key []byte) uint64 { return maphash.Bytes(e.seed, key) }
@@ -600,7 +605,17 @@ func (e *Engine) readEntry(c farmem.Ctx, s *segment, l loc, quiet bool) (entry, 
 	}
 	off, n := int64(l.off), int(l.n)
 	var data []byte
-	if s.rf != s.wf {
+	switch {
+	case s.rf == nil:
+		// Not the OS's files (a fault-injecting FS in tests): a plain read
+		// through the FS, which a user-level thread waits for without
+		// yielding.
+		data = make([]byte, n)
+		got, err := s.wf.ReadAt(data, off)
+		if got < n {
+			return entry{}, readErr(s, off, err)
+		}
+	case s.rfDirect:
 		const align = 4096
 		start := off &^ (align - 1)
 		end := (off + int64(n) + align - 1) &^ (align - 1)
@@ -610,7 +625,7 @@ func (e *Engine) readEntry(c farmem.Ctx, s *segment, l loc, quiet bool) (entry, 
 			return entry{}, readErr(s, off, err)
 		}
 		data = buf[off-start : off-start+int64(n)]
-	} else {
+	default:
 		data = make([]byte, n)
 		got, err := c.ReadAt(s.rf, data, off)
 		if got < n {
@@ -947,6 +962,9 @@ func (e *Engine) writeFrame(payload []byte, count uint32, version int64, flags u
 		flags:   flags,
 	})
 	if _, err := s.wf.WriteAt(payload, off); err != nil {
+		// A write that failed may have written part of the frame: the
+		// engine stops writing (e.failed), and recovery drops the torn
+		// tail.
 		e.failed = fmt.Errorf("flash: write %s: %w", s.path, err)
 		return nil, 0, e.failed
 	}
@@ -959,6 +977,7 @@ func (e *Engine) writeFrame(payload []byte, count uint32, version int64, flags u
 	e.nextLSN++
 	fresh := e.fillBuffer(s, off, payload)
 	e.mu.Lock()
+	s.extend(payload)
 	s.wb = append(s.wb, fresh...)
 	for i, ch := range fresh {
 		if ch != nil {
@@ -1142,7 +1161,7 @@ func (e *Engine) Close() error {
 	if e.ephemeral {
 		e.mu.Lock()
 		for _, s := range e.segs {
-			os.Remove(s.path)
+			e.fs.Remove(s.path)
 		}
 		e.mu.Unlock()
 	}
@@ -1160,7 +1179,9 @@ func (e *Engine) closeFiles() {
 	}
 	for _, s := range e.zombies {
 		s.closeFiles()
-		os.Remove(s.path)
+		if !e.keepFiles.Load() {
+			e.fs.Remove(s.path)
+		}
 	}
 	e.zombies = nil
 }

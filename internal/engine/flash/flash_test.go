@@ -47,6 +47,18 @@ func TestConformanceSmall(t *testing.T) {
 	enginetest.Run(t, open, open, crash)
 }
 
+// TestFaults runs the disk-fault suite, with small segments so that
+// rotations (and their manifest writes) happen under the faults too.
+func TestFaults(t *testing.T) {
+	for _, cfg := range []flash.Config{{}, {SegmentBytes: 16 << 10, WriteBufferBytes: -1, CacheBytes: -1}} {
+		t.Run(fmt.Sprintf("segment=%d", cfg.SegmentBytes), func(t *testing.T) {
+			enginetest.RunFaults(t, func(opts engine.Options) (engine.Engine, error) {
+				return flash.OpenConfig(opts, cfg)
+			}, "*.seg")
+		})
+	}
+}
+
 func TestConformanceEphemeral(t *testing.T) {
 	enginetest.RunEphemeral(t, openWith(flash.Config{}), crash)
 }

@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
+
+	"github.com/distash/distash/internal/fsys"
 )
 
 // On-disk format. All integers are little endian; everything is 8-byte aligned.
@@ -12,7 +14,8 @@ import (
 //
 //	0  magic   [8]byte  "DSFLASH\x00"
 //	8  format  uint32   formatVersion
-//	12 flags   uint32   0
+//	12 flags   uint32   segManaged: the segment is listed in the manifest
+//	                    (0 in segments written before the manifest existed)
 //	16 id      uint64   the segment's id (must match the file name)
 //	24 resv    uint32   0
 //	28 crc     uint32   CRC32C of bytes [0, 28)
@@ -47,6 +50,7 @@ const (
 	segMagic      = "DSFLASH\x00"
 	formatVersion = 1
 	segHeaderSize = 32
+	segManaged    = 1
 
 	frameMagic      = 0x314d5246 // "FRM1"
 	frameHeaderSize = 40
@@ -76,10 +80,28 @@ func (e *CorruptionError) Error() string {
 	return fmt.Sprintf("flash: corrupt segment %s at offset %d: %s", e.File, e.Offset, e.Reason)
 }
 
+// Is makes errors.Is(err, fsys.ErrDamaged) hold for a *CorruptionError.
+func (e *CorruptionError) Is(target error) bool { return target == fsys.ErrDamaged }
+
+// As makes errors.As find a *fsys.DamageError in a *CorruptionError: the
+// product's one type for a file that cannot be trusted.
+func (e *CorruptionError) As(target any) bool {
+	if p, ok := target.(**fsys.DamageError); ok {
+		*p = &fsys.DamageError{Path: e.File, Reason: fmt.Sprintf("at offset %d: %s", e.Offset, e.Reason)}
+		return true
+	}
+	return false
+}
+
+// segIsManaged reports whether a segment header (already checked) says its
+// segment is listed in a manifest.
+func segIsManaged(b []byte) bool { return binary.LittleEndian.Uint32(b[12:])&segManaged != 0 }
+
 func encodeSegHeader(id uint32) []byte {
 	b := make([]byte, segHeaderSize)
 	copy(b, segMagic)
 	binary.LittleEndian.PutUint32(b[8:], formatVersion)
+	binary.LittleEndian.PutUint32(b[12:], segManaged)
 	binary.LittleEndian.PutUint64(b[16:], uint64(id))
 	binary.LittleEndian.PutUint32(b[28:], crc(b[:28]))
 	return b

@@ -1,7 +1,7 @@
 package flash
 
 import (
-	"os"
+	"github.com/distash/distash/internal/fsys"
 )
 
 // The cleaner. A sealed segment whose live entries fill less than
@@ -185,6 +185,17 @@ func (e *Engine) clean(s *segment) error {
 		e.zombies = append(e.zombies, s)
 	}
 	e.mu.Unlock()
+	if removed && e.durable && e.failed == nil {
+		// The relocated entries are synced: the manifest may drop s, and
+		// must before its file goes, or the next Open would find a listed
+		// segment missing.
+		if err := e.writeManifest(); err != nil {
+			e.failed = err
+			e.keepFiles.Store(true) // the manifest on disk may still list s
+			e.wmu.Unlock()
+			return err
+		}
+	}
 	e.wmu.Unlock()
 	if removed {
 		s.unpin() // the engine's reference
@@ -244,10 +255,14 @@ func (e *Engine) reap() {
 	e.mu.Unlock()
 	for _, z := range gone {
 		z.closeFiles()
-		os.Remove(z.path)
+		if !e.keepFiles.Load() {
+			e.fs.Remove(z.path)
+		}
 	}
 	if len(gone) > 0 && e.durable {
-		syncDir(e.dir)
+		// Best effort: the manifest no longer lists these segments, so a
+		// file that comes back after a crash is removed at the next Open.
+		fsys.SyncDir(e.fs, e.dir)
 	}
 	e.mu.Lock()
 	e.zombies = keep

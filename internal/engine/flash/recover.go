@@ -1,41 +1,49 @@
 package flash
 
 import (
+	"errors"
 	"fmt"
+	"io"
 	"math"
-	"os"
-	"path/filepath"
 	"unsafe"
+
+	"github.com/distash/distash/internal/fsys"
 )
 
 func uintptrOf(b []byte) uintptr { return uintptr(unsafe.Pointer(&b[0])) }
 
 // recoverSegment replays segment id into the index. Damage is a
-// *CorruptionError, except a torn tail of the last segment: its last frame
-// incomplete or failing its checksum with no valid frame after it. That
-// frame was never acknowledged (a group commit returns only after its
-// frame is synced, and the next frame is written only after that), so it
-// is dropped and the file truncated before it.
-func (e *Engine) recoverSegment(id uint32, last bool) error {
-	path := filepath.Join(e.dir, segName(id))
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
+// *CorruptionError (or, against the manifest's record want of a sealed
+// segment, a *fsys.DamageError), except a torn tail of the last segment:
+// its last frame incomplete or failing its checksum with no valid frame
+// after it. That frame was never acknowledged (a group commit returns only
+// after its frame is synced, and the next frame is written only after
+// that), so it is dropped and the file truncated before it.
+func (e *Engine) recoverSegment(id uint32, last bool, want *sealedSeg) error {
+	path := e.fs.PathJoin(e.dir, segName(id))
+	f, err := e.fs.OpenReadWrite(path)
 	if err != nil {
 		return fmt.Errorf("flash: open segment: %w", err)
 	}
-	data, err := os.ReadFile(path)
+	data, err := readFile(f)
 	if err != nil {
 		f.Close()
-		return fmt.Errorf("flash: read segment: %w", err)
+		return fmt.Errorf("flash: read segment %s: %w", path, err)
+	}
+	if want != nil {
+		switch {
+		case int64(len(data)) != want.size:
+			f.Close()
+			return fsys.Damaged(path, "%d bytes where the manifest recorded %d (truncated or extended)", len(data), want.size)
+		case crc(data) != want.sum:
+			f.Close()
+			return fsys.Damaged(path, "checksum mismatch: crc32c %08x, the manifest recorded %08x", crc(data), want.sum)
+		}
 	}
 	// Registered before decoding: setLocked accounts live bytes to the
 	// segment, and Open closes the files of every registered segment if
 	// recovery fails.
-	s := &segment{id: id, path: path, wf: f, rf: f, size: int64(len(data))}
-	if e.cfg.DirectIO {
-		if rf, err := openDirect(path); err == nil {
-			s.rf = rf
-		}
-	}
+	s := &segment{id: id, path: path, wf: f, size: int64(len(data))}
 	s.keys = newBloom(max(e.cfg.SegmentBytes, int64(len(data))))
 	s.refs.Store(1)
 	e.mu.Lock()
@@ -60,16 +68,73 @@ func (e *Engine) recoverSegment(id uint32, last bool) error {
 		return err
 	}
 	if valid < len(data) {
-		if err := f.Truncate(int64(valid)); err != nil {
+		if err := e.dropTail(s, data[:valid]); err != nil {
 			return fmt.Errorf("flash: drop torn tail of %s at %d: %w", path, valid, err)
-		}
-		if err := datasync(f); err != nil {
-			return fmt.Errorf("flash: sync %s: %w", path, err)
 		}
 		e.m.torn.Add(int64(len(data) - valid))
 		s.size = int64(valid)
 	}
+	s.extend(data[:valid])
+	e.openFast(s)
 	e.deadKick = 0
+	return nil
+}
+
+// readFile reads a whole file through its handle.
+func readFile(f fsys.File) ([]byte, error) {
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	data := make([]byte, fi.Size())
+	if _, err := io.ReadFull(io.NewSectionReader(f, 0, fi.Size()), data); err != nil {
+		return nil, err
+	}
+	return data, nil
+}
+
+// dropTail cuts s's file to keep, durably: a truncation where the file
+// can be truncated (the OS's files), else a rewrite of keep through a
+// temporary file renamed over it (file systems without truncation, such as
+// the in-memory one of tests).
+func (e *Engine) dropTail(s *segment, keep []byte) error {
+	if t, ok := s.wf.(interface{ Truncate(int64) error }); ok {
+		err := t.Truncate(int64(len(keep)))
+		if err == nil {
+			return datasync(s.wf)
+		}
+		if !errors.Is(err, errors.ErrUnsupported) {
+			return err
+		}
+	}
+	tmp := s.path + ".tmp"
+	f, err := e.fs.Create(tmp)
+	if err != nil {
+		return err
+	}
+	if _, err := f.WriteAt(keep, 0); err != nil {
+		f.Close()
+		return err
+	}
+	if err := datasync(f); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := e.fs.Rename(tmp, s.path); err != nil {
+		return err
+	}
+	if err := fsys.SyncDir(e.fs, e.dir); err != nil {
+		return err
+	}
+	nf, err := e.fs.OpenReadWrite(s.path)
+	if err != nil {
+		return err
+	}
+	s.wf.Close()
+	s.wf = nf
 	return nil
 }
 

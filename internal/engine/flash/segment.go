@@ -1,12 +1,16 @@
 package flash
 
 import (
+	"errors"
 	"fmt"
+	"hash/crc32"
 	"os"
-	"path/filepath"
 	"sync/atomic"
+	"syscall"
 
 	"github.com/bits-and-blooms/bloom/v3"
+
+	"github.com/distash/distash/internal/fsys"
 )
 
 // segment is one log file. Its bytes below size are immutable once
@@ -14,11 +18,17 @@ import (
 type segment struct {
 	id   uint32
 	path string
-	wf   *os.File // read-write handle: appends, recovery and cleaning reads
-	rf   *os.File // point reads (O_DIRECT when configured; else wf)
+	wf   fsys.File // read-write handle through the engine's FS: appends, recovery and cleaning reads
+	// rf is the point-read fast path, on the operating system's files only
+	// (nil when the engine's FS is another, e.g. a fault-injecting one):
+	// an *os.File that a user-level thread reads through io_uring, opened
+	// O_DIRECT when rfDirect.
+	rf       *os.File
+	rfDirect bool
 
 	// Protected by Engine.mu.
 	size  int64    // bytes written (header included)
+	sum   uint32   // CRC-32C of bytes [0, size): a sealed segment's checksum in the manifest
 	live  int64    // padded bytes of entries the index points at
 	tomb  int64    // padded bytes of tombstones the cleaner kept here
 	wb    []*chunk // write buffer: chunk i holds bytes [i*chunkSize, (i+1)*chunkSize), nil if not held
@@ -66,7 +76,7 @@ func (s *segment) readBuffered(off int64, n int) ([]byte, bool) {
 }
 
 func (s *segment) closeFiles() {
-	if s.rf != nil && s.rf != s.wf {
+	if s.rf != nil {
 		s.rf.Close()
 	}
 	if s.wf != nil {
@@ -75,16 +85,51 @@ func (s *segment) closeFiles() {
 	s.rf, s.wf = nil, nil
 }
 
+// openFast opens the point-read fast path of s when the engine's files are
+// the operating system's; without it reads go through s.wf.
+func (e *Engine) openFast(s *segment) {
+	if !e.osFS {
+		return
+	}
+	if e.cfg.DirectIO {
+		if rf, err := openRead(s.path, true); err == nil {
+			s.rf, s.rfDirect = rf, true
+			return
+		}
+	}
+	if rf, err := openRead(s.path, false); err == nil {
+		s.rf = rf
+	}
+}
+
+// extend accounts bytes appended to s in its running checksum.
+func (s *segment) extend(b []byte) { s.sum = crc32.Update(s.sum, castagnoli, b) }
+
+// datasync makes f's written data durable. A failed sync is returned,
+// never retried: the kernel may have dropped the dirty pages it could not
+// write, so a later sync that succeeds proves nothing. Only EINTR, a sync
+// that did not run, is tried again.
+func datasync(f fsys.File) error {
+	for {
+		err := f.SyncData()
+		if !errors.Is(err, syscall.EINTR) {
+			return err
+		}
+	}
+}
+
 // createSegment writes a new segment with its header (through a temporary
 // file renamed into place, so a segment file always has a whole header).
-func createSegment(dir string, id uint32, durable, direct bool) (*segment, error) {
-	path := filepath.Join(dir, segName(id))
+func (e *Engine) createSegment(id uint32) (*segment, error) {
+	dir, durable := e.dir, e.durable
+	path := e.fs.PathJoin(dir, segName(id))
 	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+	f, err := e.fs.Create(tmp)
 	if err != nil {
 		return nil, fmt.Errorf("flash: create segment: %w", err)
 	}
-	if _, err := f.WriteAt(encodeSegHeader(id), 0); err != nil {
+	hdr := encodeSegHeader(id)
+	if _, err := f.WriteAt(hdr, 0); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("flash: write segment header %s: %w", tmp, err)
 	}
@@ -94,34 +139,19 @@ func createSegment(dir string, id uint32, durable, direct bool) (*segment, error
 			return nil, fmt.Errorf("flash: sync %s: %w", tmp, err)
 		}
 	}
-	if err := os.Rename(tmp, path); err != nil {
+	if err := e.fs.Rename(tmp, path); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("flash: rename %s: %w", tmp, err)
 	}
 	if durable {
-		if err := syncDir(dir); err != nil {
+		if err := fsys.SyncDir(e.fs, dir); err != nil {
 			f.Close()
-			return nil, err
+			return nil, fmt.Errorf("flash: %w", err)
 		}
 	}
-	s := &segment{id: id, path: path, wf: f, rf: f, size: segHeaderSize}
-	if direct {
-		if rf, err := openDirect(path); err == nil {
-			s.rf = rf
-		}
-	}
+	s := &segment{id: id, path: path, wf: f, size: segHeaderSize}
+	s.extend(hdr)
+	e.openFast(s)
 	s.refs.Store(1)
 	return s, nil
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("flash: open dir: %w", err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("flash: sync dir %s: %w", dir, err)
-	}
-	return nil
 }

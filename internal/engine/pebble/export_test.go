@@ -7,3 +7,6 @@ package pebbleengine
 // without the directory lock that keeps the test from reopening e's own
 // directory before closing it.
 func Checkpoint(e *Engine, dir string) error { return e.db.Checkpoint(dir) }
+
+// Flush flushes e's memtables to sstables.
+func Flush(e *Engine) error { return e.db.Flush() }

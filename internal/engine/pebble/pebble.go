@@ -19,7 +19,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"log/slog"
+	"io/fs"
+	"path/filepath"
+	"regexp"
 	"sync"
 	"sync/atomic"
 
@@ -27,6 +29,8 @@ import (
 	"github.com/cockroachdb/pebble/bloom"
 
 	"github.com/distash/distash/internal/engine"
+	"github.com/distash/distash/internal/engine/pebble/guard"
+	"github.com/distash/distash/internal/fsys"
 	"github.com/distash/distash/internal/kv"
 )
 
@@ -50,7 +54,9 @@ const CacheBytes = 16 << 20
 
 // Engine is a durable engine.Engine on Pebble. Create one with Open.
 type Engine struct {
-	db *pebble.DB
+	db    *pebble.DB
+	dir   string
+	guard *guard.Guard // Pebble's fatal errors; once set, every call fails
 
 	mu   sync.Mutex // serializes Apply and Close
 	kbuf []byte     // prefixed-key scratch for Apply, guarded by mu
@@ -71,11 +77,22 @@ func Open(opts engine.Options) (*Engine, error) {
 	if opts.Dir == "" {
 		return nil, errors.New("pebble engine: Options.Dir is empty")
 	}
+	fs := fsys.Or(opts.FS)
+	// Pebble syncs its directory, not the directory's entry in its parent:
+	// without that a crash can take the whole engine with it.
+	if err := fs.MkdirAll(opts.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("pebble engine: %w", err)
+	}
+	if err := fsys.SyncDir(fs, fs.PathDir(opts.Dir)); err != nil {
+		return nil, fmt.Errorf("pebble engine: %w", err)
+	}
+	g := guard.New("pebble engine "+opts.Dir, "github.com/distash/distash/internal/engine/pebble.", nil)
 	cache := pebble.NewCache(CacheBytes)
 	defer cache.Unref()
 	po := &pebble.Options{
 		Cache:  cache,
-		Logger: quietLogger{},
+		Logger: g.Logger(),
+		FS:     g.FS(fs),
 	}
 	// Bloom filters on every level: a Get of an absent key reads no data block.
 	po.Levels = make([]pebble.LevelOptions, 7)
@@ -83,17 +100,17 @@ func Open(opts engine.Options) (*Engine, error) {
 		po.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
 		po.Levels[i].FilterType = pebble.TableFilter
 	}
-	db, err := pebble.Open(opts.Dir, po)
+	db, err := openDB(opts.Dir, po, g)
 	if err != nil {
-		return nil, fmt.Errorf("pebble engine: open %s: %w", opts.Dir, err)
+		return nil, err
 	}
-	e := &Engine{db: db}
+	e := &Engine{db: db, dir: opts.Dir, guard: g}
 	v, closer, err := db.Get(metaKey)
 	switch {
 	case errors.Is(err, pebble.ErrNotFound):
 	case err != nil:
 		db.Close()
-		return nil, fmt.Errorf("pebble engine: read metadata: %w", err)
+		return nil, e.wrap("read metadata", err)
 	default:
 		if len(v) != metaLen {
 			closer.Close()
@@ -115,17 +132,18 @@ func dataKey(buf, key []byte) []byte {
 }
 
 // Get returns a copy of key's value.
-func (e *Engine) Get(key []byte) ([]byte, bool, error) {
-	if e.closed.Load() {
-		return nil, false, ErrClosed
+func (e *Engine) Get(key []byte) (_ []byte, _ bool, err error) {
+	if err := e.usable(); err != nil {
+		return nil, false, err
 	}
+	defer e.guard.Recover(&err)
 	var small [64]byte
 	v, closer, err := e.db.Get(dataKey(small[:0], key))
 	if errors.Is(err, pebble.ErrNotFound) {
 		return nil, false, nil
 	}
 	if err != nil {
-		return nil, false, err
+		return nil, false, e.wrap("get", err)
 	}
 	out := append(make([]byte, 0, len(v)), v...)
 	closer.Close()
@@ -133,10 +151,11 @@ func (e *Engine) Get(key []byte) ([]byte, bool, error) {
 }
 
 // Scan calls fn for the pairs in [begin, end) of a consistent snapshot.
-func (e *Engine) Scan(begin, end []byte, reverse bool, fn func(key, value []byte) bool) error {
-	if e.closed.Load() {
-		return ErrClosed
+func (e *Engine) Scan(begin, end []byte, reverse bool, fn func(key, value []byte) bool) (err error) {
+	if err := e.usable(); err != nil {
+		return err
 	}
+	defer e.guard.Recover(&err)
 	lower := dataKey(nil, begin)
 	upper := []byte{dataEnd}
 	if end != nil {
@@ -147,7 +166,7 @@ func (e *Engine) Scan(begin, end []byte, reverse bool, fn func(key, value []byte
 	}
 	it, err := e.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
 	if err != nil {
-		return err
+		return e.wrap("scan", err)
 	}
 	var ok bool
 	if reverse {
@@ -159,13 +178,16 @@ func (e *Engine) Scan(begin, end []byte, reverse bool, fn func(key, value []byte
 		v, err := it.ValueAndErr()
 		if err != nil {
 			it.Close()
-			return err
+			return e.wrap("scan", err)
 		}
 		if !fn(it.Key()[1:], v) {
 			break
 		}
 	}
-	return it.Close()
+	if err := it.Close(); err != nil {
+		return e.wrap("scan", err)
+	}
+	return nil
 }
 
 func step(it *pebble.Iterator, reverse bool) bool {
@@ -177,12 +199,13 @@ func step(it *pebble.Iterator, reverse bool) bool {
 
 // Apply writes b and the new version and counters in one Pebble batch,
 // synced to stable storage before it returns.
-func (e *Engine) Apply(b *engine.Batch) error {
+func (e *Engine) Apply(b *engine.Batch) (err error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.closed.Load() {
-		return ErrClosed
+	if err := e.usable(); err != nil {
+		return err
 	}
+	defer e.guard.Recover(&err)
 	pb := e.db.NewIndexedBatch()
 	defer pb.Close()
 	keys, size := e.keys.Load(), e.bytes.Load()
@@ -195,7 +218,7 @@ func (e *Engine) Apply(b *engine.Batch) error {
 			}
 			n, sz, err := countRange(pb, lo, hi)
 			if err != nil {
-				return err
+				return e.wrap("apply", err)
 			}
 			if n == 0 {
 				continue
@@ -210,7 +233,7 @@ func (e *Engine) Apply(b *engine.Batch) error {
 		e.kbuf = dataKey(e.kbuf, w.Key)
 		old, found, err := valueLen(pb, e.kbuf)
 		if err != nil {
-			return err
+			return e.wrap("apply", err)
 		}
 		if w.IsClear() {
 			if found {
@@ -240,7 +263,10 @@ func (e *Engine) Apply(b *engine.Batch) error {
 		return err
 	}
 	if err := pb.Commit(pebble.Sync); err != nil {
-		return fmt.Errorf("pebble engine: commit: %w", err)
+		// Pebble reports a failed WAL write or sync through Fatalf (the
+		// guard turns it into a panic recovered above); an error here is
+		// one all the same: nothing of this batch may be taken as durable.
+		return e.guard.Fail(e.wrap("commit", err))
 	}
 	e.version.Store(int64(b.Version))
 	e.keys.Store(keys)
@@ -284,7 +310,7 @@ func (e *Engine) Version() kv.Version { return kv.Version(e.version.Load()) }
 // Stats returns the live pair count and bytes; Evictions is always 0.
 func (e *Engine) Stats() engine.Stats {
 	st := engine.Stats{Keys: e.keys.Load(), Bytes: e.bytes.Load()}
-	if !e.closed.Load() {
+	if e.usable() == nil {
 		// Pebble counts the data-block reads its Bloom filters avoided.
 		st.FilterNegatives = e.db.Metrics().Filter.Hits
 	}
@@ -295,23 +321,91 @@ func (e *Engine) Stats() engine.Stats {
 // the database. A second Close returns nil.
 // Close must not run concurrently with other methods; calls made after it
 // return ErrClosed.
-func (e *Engine) Close() error {
+func (e *Engine) Close() (err error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.closed.Swap(true) {
 		return nil
 	}
+	if ferr := e.guard.Err(); ferr != nil {
+		// Pebble's state after a fatal error is not to be trusted (its
+		// commit pipeline may hold a lock): close it if it lets us, in the
+		// background, and report the failure.
+		e.guard.Abandon(e.db.Close)
+		return ferr
+	}
+	defer e.guard.Recover(&err)
 	return e.db.Close()
 }
 
-// quietLogger drops Pebble's informational messages (WAL replay on every
-// reopen) and passes errors to slog.
-type quietLogger struct{}
-
-func (quietLogger) Infof(string, ...any) {}
-func (quietLogger) Errorf(format string, args ...any) {
-	slog.Error("pebble engine: " + fmt.Sprintf(format, args...))
+// Abandon gives the engine up as a killed process would, for crash tests
+// that go on in the same process: its database and goroutines may no
+// longer create, rename or remove files, a fatal error in them only ends
+// them, and the database is closed in the background as far as it can be.
+func (e *Engine) Abandon() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed.Swap(true) {
+		return
+	}
+	e.guard.Abandon(e.db.Close)
 }
-func (quietLogger) Fatalf(format string, args ...any) {
-	panic(fmt.Sprintf("pebble engine: "+format, args...))
+
+// usable returns the error a call must fail with: ErrClosed, or the fatal
+// error that failed the engine for good.
+func (e *Engine) usable() error {
+	if e.closed.Load() {
+		return ErrClosed
+	}
+	return e.guard.Err()
+}
+
+// openDB opens Pebble in dir; damage it finds is a *fsys.DamageError.
+func openDB(dir string, po *pebble.Options, g *guard.Guard) (db *pebble.DB, err error) {
+	defer g.Recover(&err)
+	db, err = pebble.Open(dir, po)
+	if err != nil {
+		return nil, wrapErr(dir, "open", err)
+	}
+	return db, nil
+}
+
+func (e *Engine) wrap(op string, err error) error { return wrapErr(e.dir, op, err) }
+
+// wrapErr names the engine and the operation, and turns what Pebble says
+// is damage into a *fsys.DamageError naming the file: data that fails its
+// checksum (pebble.ErrCorruption), or a file the MANIFEST lists that is
+// not there.
+func wrapErr(dir, op string, err error) error {
+	if errors.Is(err, fsys.ErrDamaged) {
+		return err
+	}
+	if errors.Is(err, pebble.ErrCorruption) || errors.Is(err, fs.ErrNotExist) || damageText.MatchString(err.Error()) {
+		return &fsys.DamageError{Path: damagedFile(dir, err), Reason: fmt.Sprintf("pebble engine %s: %v", op, err)}
+	}
+	return fmt.Errorf("pebble engine %s: %s: %w", dir, op, err)
+}
+
+// damageText recognises Pebble's reports of damage that carry no marker:
+// a file the MANIFEST lists that is missing ("unknown to the objstorage
+// provider: file does not exist"), a block whose checksum fails ("invalid
+// table 000012 (checksum mismatch ...)").
+var damageText = regexp.MustCompile(`file does not exist|checksum mismatch|invalid table|corrupt`)
+
+// pebbleFile finds a file of the store in an error's text: a path, or a
+// Pebble file number ("000012.sst", "sstable 000012", "MANIFEST-000001").
+var pebbleFile = regexp.MustCompile(`(MANIFEST-\d+|OPTIONS-\d+|\d{6,}\.(?:sst|log)|(?:sstable|table|file|backing file) (\d{6,}))`)
+
+// damagedFile returns the path of the file err names, or dir when it names
+// none.
+func damagedFile(dir string, err error) string {
+	m := pebbleFile.FindStringSubmatch(err.Error())
+	switch {
+	case m == nil:
+		return dir
+	case m[2] != "":
+		return filepath.Join(dir, m[2]+".sst")
+	default:
+		return filepath.Join(dir, m[1])
+	}
 }

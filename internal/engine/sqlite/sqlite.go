@@ -22,7 +22,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -31,6 +30,7 @@ import (
 
 	"github.com/distash/distash/internal/engine"
 	"github.com/distash/distash/internal/engine/keyfilter"
+	"github.com/distash/distash/internal/fsys"
 	"github.com/distash/distash/internal/kv"
 )
 
@@ -86,7 +86,10 @@ func Open(opts engine.Options) (_ *Engine, err error) {
 	if opts.Dir == "" {
 		return nil, errors.New("sqlite engine: Options.Dir is empty")
 	}
-	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
+	// The directory goes through the file-system seam; the database file
+	// itself cannot (modernc's driver takes no writable VFS from Go, see
+	// docs/architecture.md): SQLite opens it with the OS's calls.
+	if err := fsys.Or(opts.FS).MkdirAll(opts.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("sqlite engine: %w", err)
 	}
 	path := filepath.Join(opts.Dir, FileName)
