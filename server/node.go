@@ -122,8 +122,8 @@ type node struct {
 	stashTag atomic.Uint32
 	reg      coordrpc.NodeRegistration // what the node registered with
 	logc     *logrpc.Client            // a stash node's client of the log leader
-	used       atomic.Int64 // a stash node's live bytes, as its stash last reported them
-	logLast    atomic.Int64 // a stash node: the log's last version, as its last report's answer said
+	used     atomic.Int64              // a stash node's live bytes, as its stash last reported them
+	logLast  atomic.Int64              // a stash node: the log's last version, as its last report's answer said
 
 	connMu sync.Mutex
 	conns  map[string]*grpc.ClientConn // to other nodes, by address
