@@ -598,39 +598,55 @@ func (s *Server) failedStash(sp stashSpec, err error) *stash.Stash {
 }
 
 // rejoinDamaged replaces a stash node's damaged stash (sl) with a new,
-// empty one, once the controller's view confirms that its pool keeps
-// more than one replica and has another live stash: dropping data is
-// safe only where other replicas hold it. With replication 1 the stash
-// refuses its shards' reads instead (refuseDamaged). The old stash stays
-// in status, damaged, for replacedKeep after the new one started.
+// empty one, but only once it holds no last copy: the controller's view
+// must show that its pool keeps more than one replica, and the shard map
+// that every shard of its tag has another replica alive. Until then it
+// waits (its reads answer stash_unavailable, so clients use the other
+// replicas); with replication 1 it refuses its shards' reads instead
+// (refuseDamaged). The old stash stays in status, damaged, for
+// replacedKeep after the new one started.
 func (s *Server) rejoinDamaged(ctx context.Context, sl *stashSlot, cause error) {
 	n := s.node
 	pool := n.opts.Pool
-	waiting := false
+	lastWhy := ""
 	for {
-		if v := s.viewWithin(time.Second); v != nil {
-			r, others := s.poolReplication(pool), 0
+		why := ""
+		if v := s.viewWithin(time.Second); v == nil {
+			why = "the controller's view is not known"
+		} else if r := s.poolReplication(pool); r <= 1 {
+			s.refuseDamaged(sl, pool, r, cause)
+			return
+		} else if m, err := s.remoteShardMap(ctx); err != nil {
+			why = fmt.Sprintf("the shard map cannot be read (%v)", err)
+		} else {
+			live := map[kv.Tag]bool{}
 			for _, loc := range v.Stashes {
-				if loc.Pool == pool && loc.Alive && !loc.Retired && kv.Tag(loc.Tag) != sl.tag {
-					others++
+				live[kv.Tag(loc.Tag)] = loc.Alive && !loc.Retired
+			}
+			for _, sh := range m.Shards() {
+				if !slices.Contains(sh.Team, sl.tag) {
+					continue
+				}
+				if !slices.ContainsFunc(sh.Team, func(t kv.Tag) bool { return t != sl.tag && live[t] }) {
+					why = fmt.Sprintf("shard [%q, %q) has no other live replica (team %v)", sh.Begin, sh.End, sh.Team)
+					break
 				}
 			}
-			if r <= 1 {
-				s.refuseDamaged(sl, pool, r, cause)
-				return
-			}
-			if others > 0 {
-				break
-			}
-			if !waiting {
-				waiting = true
-				s.logger.Warn("a damaged stash waits for another live stash of its pool before it drops its data", "tag", sl.tag, "pool", pool)
-			}
+		}
+		if why == "" {
+			break
+		}
+		if why != lastWhy {
+			lastWhy = why
+			s.logger.Warn("a damaged stash keeps its data until every shard it holds has another live replica", "tag", sl.tag, "pool", pool, "waiting_for", why)
+			sl.mu.Lock()
+			sl.lastErr = fmt.Sprintf("%v (kept until it holds no last copy: %s)", cause, why)
+			sl.mu.Unlock()
 		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(500 * time.Millisecond):
+		case <-time.After(time.Second):
 		}
 	}
 	if err := s.rejoinAsNewStash(ctx, ctx, n.reg, cause); err != nil {
@@ -640,7 +656,7 @@ func (s *Server) rejoinDamaged(ctx context.Context, sl *stashSlot, cause error) 
 		return
 	}
 	sl.mu.Lock()
-	sl.lastErr = fmt.Sprintf("%s (replaced by stash %d, rebuilt from the healthy replicas)", sl.lastErr, n.stashTag.Load())
+	sl.lastErr = fmt.Sprintf("%v (replaced by stash %d, rebuilt from the healthy replicas)", cause, n.stashTag.Load())
 	sl.mu.Unlock()
 	s.wg.Add(1)
 	go func() {
@@ -651,6 +667,50 @@ func (s *Server) rejoinDamaged(ctx context.Context, sl *stashSlot, cause error) 
 			s.removeSlot(sl.tag)
 		}
 	}()
+}
+
+// remoteShardMap reads the shard map from the system stash of the node
+// holding the stateless roles, at a read version it gives.
+func (s *Server) remoteShardMap(ctx context.Context) (*shardmap.Map, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	v := s.viewWithin(time.Second)
+	if v == nil || v.StatelessAddress == "" {
+		return nil, errors.New("no node holds the stateless roles")
+	}
+	conn, err := s.node.connTo(v.StatelessAddress)
+	if err != nil {
+		return nil, err
+	}
+	api := wire.NewDiStashClient(conn)
+	grv, err := api.GetReadVersion(ctx, &wire.GetReadVersionRequest{})
+	if err == nil {
+		err = grv.Error.Err()
+	}
+	if err != nil {
+		return nil, err
+	}
+	m := shardmap.New(nil)
+	begin, end := shardmap.KeyServersPrefix, kv.PrefixEnd(shardmap.KeyServersPrefix)
+	for {
+		rr, err := api.ReadRange(ctx, &wire.ReadRangeRequest{Stash: uint32(shardmap.SystemTag), Version: grv.Version,
+			Begin: begin, End: end, ReadSystemKeys: true})
+		if err == nil {
+			err = rr.Error.Err()
+		}
+		if err != nil {
+			return nil, err
+		}
+		for _, p := range rr.Kvs {
+			if _, err := m.Apply(kv.Mutation{Type: kv.MutSet, Key: p.Key, Param: p.Value}); err != nil {
+				return nil, err
+			}
+		}
+		if !rr.More || len(rr.Kvs) == 0 {
+			return m, nil
+		}
+		begin = kv.KeyAfter(rr.Kvs[len(rr.Kvs)-1].Key)
+	}
 }
 
 // replacedKeep is how long a replaced damaged stash stays in status.

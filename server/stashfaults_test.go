@@ -354,14 +354,33 @@ func TestDamagedStashIsRebuiltFromItsReplicas(t *testing.T) {
 	w := startWriter(ctx, db, 4, 500)
 	time.Sleep(2 * time.Second)
 	acked := w.stop()
-	healthy := func(what string) {
+	conn, err := grpc.NewClient("passthrough:///"+c.node("tx1").addr, grpc.WithContextDialer(c.net.Dialer("probe")),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	// healthy waits until every shard has two live replicas and no shard
+	// names the replaced stash gone (0: none) any more.
+	healthy := func(what string, gone uint32) {
 		t.Helper()
 		waitUntil(t, time.Minute, what, func() (bool, string) {
 			d, ok := c.distribution()["data"]
-			return ok && d.UnderReplicated == 0 && d.Moving == 0 && d.Queued == 0, fmt.Sprintf("%+v", d)
+			st, err := wire.NewDiStashClient(conn).Status(ctx, &wire.StatusRequest{})
+			if err != nil {
+				return false, err.Error()
+			}
+			var left int32
+			for _, sh := range st.StashShares {
+				if sh.Id == gone {
+					left = sh.Shards
+				}
+			}
+			return ok && d.UnderReplicated == 0 && d.Moving == 0 && d.Queued == 0 && left == 0,
+				fmt.Sprintf("%+v; stash %d holds %d shards", d, gone, left)
 		})
 	}
-	healthy("every shard has two live replicas")
+	healthy("every shard has two live replicas", 0)
 
 	damage := []struct {
 		node, what string
@@ -419,7 +438,7 @@ func TestDamagedStashIsRebuiltFromItsReplicas(t *testing.T) {
 		})
 		st, _ := c.stashOf(n, old.Tag)
 		t.Logf("%s (%s): stash %d %s: %s", d.node, d.what, st.Tag, st.Health, st.LastError)
-		healthy(d.node + "'s shards are re-replicated")
+		healthy(d.node+"'s shards are re-replicated", old.Tag)
 		if err := readBack(ctx, db, acked); err != nil {
 			t.Fatalf("after %s's %s: %v", d.node, d.what, err)
 		}
