@@ -232,7 +232,7 @@ func startNode(ctx context.Context, opts NodeOptions) (*Server, error) {
 	s := newServer(Options{Dir: opts.Dir, Config: opts.Config, ListenAddr: opts.Listen, Logger: logger, FlushInterval: opts.FlushInterval,
 		HTTPAddr: opts.HTTPAddr, FS: opts.FS})
 	s.dirLock = dirLock
-	s.legacyDir = legacy
+	s.legacyDir.Store(legacy)
 	n.log.holds = func() bool { return s.tx.Load() != nil }
 	n.setupDCDelay()
 	s.node = n
@@ -562,7 +562,14 @@ func (s *Server) startStashNode(ctx context.Context) error {
 	if err != nil && !errors.Is(err, fsys.ErrDamaged) {
 		return err
 	}
-	open := func() (*stash.Stash, error) { return s.openRemoteStash(ctx, sp, n.logc, legacy || s.legacyDir) }
+	// Only the first open adopts a directory of an older version: from
+	// then on it has its ownership file.
+	adopt := legacy || s.legacyDir.Swap(false)
+	open := func() (*stash.Stash, error) {
+		st, err := s.openRemoteStash(ctx, sp, n.logc, adopt)
+		adopt = false
+		return st, err
+	}
 	var st *stash.Stash
 	if err != nil {
 		st = s.failedStash(sp, err)

@@ -122,8 +122,9 @@ type Server struct {
 	// legacyDir: Dir was written by a version before checksummed metadata
 	// files (its cluster.toml, or a stash node's stash-tag, has no
 	// header), which kept a stash's ownership file only once it had moved
-	// a shard: a missing one is written, not counted as damage.
-	legacyDir bool
+	// a shard: a missing one is written, not counted as damage. Only as
+	// the stashes first open: from then on they have one.
+	legacyDir atomic.Bool
 }
 
 // Start opens or creates the cluster in opts.Dir and serves it.
@@ -169,7 +170,7 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	}
 	s := newServer(opts)
 	s.dirLock = dirLock
-	s.legacyDir = legacy
+	s.legacyDir.Store(legacy)
 	if err := s.start(ctx); err != nil {
 		s.Stop()
 		return nil, err
@@ -250,6 +251,7 @@ func (s *Server) start(ctx context.Context) error {
 		s.addStash(runCtx, sp.tag, st, reopen)
 	}
 
+	s.legacyDir.Store(false) // every stash has its ownership file now
 	if err := s.startRoles(ctx, 0, recovered, sys, time.Now()); err != nil {
 		return err
 	}
@@ -359,7 +361,7 @@ func (s *Server) openStash(sp stashSpec, windowVersions, recovered kv.Version) (
 		TrackRecency:   sp.pool.Recency,
 		WindowVersions: windowVersions, WindowBytes: windowBudget(sp.pool), FlushInterval: s.opts.FlushInterval, Logger: s.roleLogger(logRoleStash),
 		ReportUsage: s.usage.Report,
-		Dir:         dir, FS: s.opts.FS, AdoptOwnership: s.legacyDir, Fetcher: fetcher{s}, SampleUnit: sampleUnit(s.cfg),
+		Dir:         dir, FS: s.opts.FS, AdoptOwnership: s.legacyDir.Load(), Fetcher: fetcher{s}, SampleUnit: sampleUnit(s.cfg),
 	}), nil
 }
 
