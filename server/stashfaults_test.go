@@ -299,21 +299,14 @@ func TestFullDiskOfOneReplicaDoesNotThrottle(t *testing.T) {
 	if st.Restarts != 0 {
 		t.Errorf("data1's stash restarted %d times", st.Restarts)
 	}
-	tr, err = db.CreateTransaction(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if rv, err = tr.ReadVersion(); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.readFromStash(ctx, data1, st.Tag, rv, acked); err != nil {
+	if err := c.readFromStash(ctx, db, data1, st.Tag, acked); err != nil {
 		t.Fatalf("data1's stash after the disk had room: %v", err)
 	}
 }
 
-// readFromStash reads every acknowledged write from node n's stash tag at
-// version v (not from another replica).
-func (c *simCluster) readFromStash(ctx context.Context, n *simNode, tag uint32, v int64, acked map[string]string) error {
+// readFromStash reads every acknowledged write from node n's stash tag
+// (not from another replica), each batch at a fresh read version.
+func (c *simCluster) readFromStash(ctx context.Context, db *distash.DB, n *simNode, tag uint32, acked map[string]string) error {
 	conn, err := grpc.NewClient("passthrough:///"+n.addr, grpc.WithContextDialer(c.net.Dialer("probe")),
 		grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -327,6 +320,14 @@ func (c *simCluster) readFromStash(ctx context.Context, n *simNode, tag uint32, 
 	}
 	for i := 0; i < len(keys); i += 500 {
 		batch := keys[i:min(i+500, len(keys))]
+		tr, err := db.CreateTransaction(ctx)
+		if err != nil {
+			return err
+		}
+		v, err := tr.ReadVersion()
+		if err != nil {
+			return err
+		}
 		resp, err := api.Read(ctx, &wire.ReadRequest{Stash: tag, Version: v, Keys: batch})
 		if err == nil {
 			err = resp.Error.Err()

@@ -221,7 +221,15 @@ func TestProcessStashDiskFills(t *testing.T) {
 	}
 	for i := 0; i < len(keys); i += 500 {
 		batch := keys[i:min(i+500, len(keys))]
-		resp, err := api.Read(ctx, &wire.ReadRequest{Stash: s.Id, Version: s.Version, Keys: batch})
+		tr, err := db.CreateTransaction(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, err := tr.ReadVersion()
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := api.Read(ctx, &wire.ReadRequest{Stash: s.Id, Version: v, Keys: batch})
 		if err == nil {
 			err = resp.Error.Err()
 		}
