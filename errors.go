@@ -78,6 +78,13 @@ var (
 	// holds the role (a recovery moved the proxies); the client asks the
 	// coordinators where the roles are now, and Transact retries. Retryable.
 	ErrWrongNode = codeErr(kv.CodeWrongNode)
+	// ErrStashDamaged: the data asked for is held by one replica only
+	// (a pool with replication 1) and that stash found damage in its
+	// files: it cannot vouch for the data and refuses to serve it until
+	// an operator restores its files. Not retryable: waiting does not
+	// mend them. With more replicas a damaged stash is rebuilt from the
+	// others and reads go to them (ErrStashUnavailable).
+	ErrStashDamaged = codeErr(kv.CodeStashDamaged)
 	// ErrInvalidMutation: a malformed mutation (an atomic operand longer than
 	// 8 bytes, a clear range whose end precedes its begin).
 	ErrInvalidMutation = codeErr(kv.CodeInvalidMutation)

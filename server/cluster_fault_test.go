@@ -25,6 +25,7 @@ import (
 	"github.com/distash/distash"
 	"github.com/distash/distash/config"
 	"github.com/distash/distash/internal/coordrpc"
+	"github.com/distash/distash/internal/fsys"
 	"github.com/distash/distash/internal/kv"
 	"github.com/distash/distash/internal/simnet"
 	"github.com/distash/distash/internal/testutil/bank"
@@ -45,6 +46,7 @@ type simNode struct {
 	name, addr  string
 	class, pool string
 	dir         string
+	fs          fsys.FS        // NodeOptions.FS (nil: the OS's)
 	srv         *server.Server // nil while stopped
 }
 
@@ -129,7 +131,7 @@ func (c *simCluster) startNode(ctx context.Context, n *simNode) error {
 	srv, err := server.StartNode(ctx, server.NodeOptions{
 		Dir: n.dir, Config: cfg, Listen: n.addr, Listener: ln, Dialer: c.net.Dialer(n.addr),
 		Coordinators: c.coords, Class: n.class, Pool: n.pool, Machine: n.name,
-		Logger: c.logger.With("name", n.name), FlushInterval: 20 * time.Millisecond, HTTPAddr: c.httpAddr,
+		Logger: c.logger.With("name", n.name), FlushInterval: 20 * time.Millisecond, HTTPAddr: c.httpAddr, FS: n.fs,
 	})
 	if err != nil {
 		ln.Close()

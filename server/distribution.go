@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/distash/distash/config"
 	"github.com/distash/distash/internal/dd"
+	"github.com/distash/distash/internal/fsys"
 	"github.com/distash/distash/internal/kv"
 	"github.com/distash/distash/internal/proxy"
 	"github.com/distash/distash/internal/shardmap"
@@ -103,7 +105,11 @@ func (e *distEnv) Stashes() []dd.StashInfo {
 			continue
 		}
 		h := sl.healthNow()
-		out = append(out, dd.StashInfo{Tag: sl.tag, Pool: sl.get().Pool(), Alive: h.Health != HealthFailed})
+		// A damaged stash serves nothing: down, and re-replicated after
+		// the failure wait, unless it holds the only replica (it refuses
+		// its reads, and there is nothing to copy from).
+		alive := h.Health != HealthFailed && (h.Health != HealthDamaged || sl.refused() != nil)
+		out = append(out, dd.StashInfo{Tag: sl.tag, Pool: sl.get().Pool(), Alive: alive})
 	}
 	return out
 }
@@ -311,53 +317,57 @@ func (f fetcher) FetchRange(ctx context.Context, from []kv.Tag, begin, end []byt
 const stashTagFile = "stash-tag"
 
 // stashStartsEmpty reports whether this stash node's stash has no data: a
-// dram stash always (it rejoins as a new stash), a durable one when its
-// directory holds no stash of a known tag.
+// dram stash, or a durable one whose directory has no stash-tag file (a
+// new directory, or one whose data was dropped). A damaged tag file
+// counts as data: the stash finds the damage as it opens (adoptStashTag).
 func (s *Server) stashStartsEmpty() bool {
 	p, ok := s.cfg.PoolByName(s.node.opts.Pool)
 	if !ok || p.Volatile() {
 		return true
 	}
-	_, err := os.Stat(filepath.Join(s.opts.Dir, stashTagFile))
-	return err != nil
+	exists, err := fsys.Exists(s.opts.FS, filepath.Join(s.opts.Dir, stashTagFile))
+	return err == nil && !exists
 }
 
-// adoptStashTag makes the stash directory belong to the tag the controller
-// gave: data of another tag (one that was replaced while this node was
-// away, so its shards live elsewhere now) is removed first.
-func (s *Server) adoptStashTag(pool config.Pool) error {
+// adoptStashTag makes the stash directory belong to tag, the one the
+// controller gave: data of another tag (one that was replaced while this
+// node was away, so its shards live elsewhere now) is removed first. A
+// damaged tag file returns a *fsys.DamageError and changes nothing: whose
+// data the directory holds is unknown. legacy reports a tag file written
+// before checksums (the caller rewrites it once the stash opened).
+func (s *Server) adoptStashTag(pool config.Pool, tag kv.Tag) (legacy bool, err error) {
 	if pool.Volatile() {
-		return nil
+		return false, nil
 	}
-	n := s.node
+	f := fsys.Or(s.opts.FS)
 	path := filepath.Join(s.opts.Dir, stashTagFile)
-	want := strconv.FormatUint(uint64(n.tag), 10)
-	if b, err := os.ReadFile(path); err == nil {
-		if strings.TrimSpace(string(b)) == want {
-			return nil
+	want := strconv.FormatUint(uint64(tag), 10)
+	b, legacy, err := fsys.ReadChecked(f, path)
+	switch {
+	case err == nil:
+		got := strings.TrimSpace(string(b))
+		if _, perr := strconv.ParseUint(got, 10, 32); perr != nil {
+			return false, fsys.Damaged(path, "holds %q, not a stash tag", b)
+		}
+		if got == want {
+			return legacy, nil
 		}
 		s.logger.Warn("this stash was replaced while it was away: its data is dropped and it joins as a new stash",
-			"old_tag", strings.TrimSpace(string(b)), "tag", n.tag)
+			"old_tag", got, "tag", tag)
+	case errors.Is(err, fs.ErrNotExist) || os.IsNotExist(err):
+	default:
+		return false, err
 	}
-	if err := os.RemoveAll(filepath.Join(s.opts.Dir, "stash")); err != nil {
-		return fmt.Errorf("server: drop a replaced stash's data: %w", err)
+	if err := f.RemoveAll(filepath.Join(s.opts.Dir, "stash")); err != nil {
+		return false, fmt.Errorf("server: drop a replaced stash's data: %w", err)
 	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(want+"\n"), 0o644); err != nil {
-		return err
-	}
-	if f, err := os.Open(tmp); err == nil {
-		f.Sync()
-		f.Close()
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return err
-	}
-	if d, err := os.Open(s.opts.Dir); err == nil {
-		d.Sync()
-		d.Close()
-	}
-	return nil
+	return false, s.writeStashTag(tag)
+}
+
+// writeStashTag records, checksummed, that the stash directory's data
+// belongs to tag.
+func (s *Server) writeStashTag(tag kv.Tag) error {
+	return fsys.WriteChecked(s.opts.FS, filepath.Join(s.opts.Dir, stashTagFile), []byte(strconv.FormatUint(uint64(tag), 10)+"\n"))
 }
 
 // Distribution returns the data distributor's status of every pool, nil on

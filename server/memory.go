@@ -1,6 +1,8 @@
 package server
 
 import (
+	"sync/atomic"
+
 	"github.com/distash/distash/config"
 	"github.com/distash/distash/internal/proxy"
 	"github.com/distash/distash/internal/stash"
@@ -11,7 +13,14 @@ import (
 // stash of pool p: the stash default, or for an ephemeral pool with a
 // capacity half of it (a small cache keeps a small window too) and at least
 // 256 KiB.
+// windowBytes, if > 0, is every stash's MVCC window budget: tests shrink
+// it to make a stash that cannot flush fall behind soon.
+var windowBytes atomic.Int64
+
 func windowBudget(p config.Pool) int64 {
+	if n := windowBytes.Load(); n > 0 {
+		return n // tests
+	}
 	b := int64(stash.DefaultWindowBytes)
 	if p.Ephemeral() && p.Capacity > 0 {
 		b = max(min(int64(p.Capacity)/2, b), 256<<10)

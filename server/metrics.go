@@ -2,6 +2,7 @@ package server
 
 import (
 	"math"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -232,6 +233,7 @@ var (
 	descStashLag       = desc("distash_stash_version_lag_seconds", "How far the stash's applied version is behind the log's last version (versions are microseconds).", stashLabels...)
 	descStashHealthy   = desc("distash_stash_healthy", "1 while the stash serves, 0 while it restarts or after it failed.", stashLabels...)
 	descStashRestarts  = desc("distash_stash_restarts_total", "Restarts of the stash after failures.", stashLabels...)
+	descStashHealth    = desc("distash_stash_health", "The stash's health (value 1): healthy, restarting, failed, disk_full or damaged.", append(slices.Clone(stashLabels), "health")...)
 
 	descPoolInfo     = desc("distash_pool_info", "The pools of the configuration (value 1).", "pool", "medium", "mode", "engine")
 	descPoolShards   = desc("distash_pool_shards", "Shards of the pool (data distributor).", "pool")
@@ -272,7 +274,7 @@ var (
 var allDescs = []*prometheus.Desc{
 	descStashKeys, descStashBytes, descStashEngine, descStashCapacity, descStashWindow, descStashWindowLim,
 	descStashReads, descStashHits, descStashMisses, descStashEvictions, descStashFilterNeg, descStashApplied,
-	descStashDurable, descStashLag, descStashHealthy, descStashRestarts,
+	descStashDurable, descStashLag, descStashHealthy, descStashRestarts, descStashHealth,
 	descPoolInfo, descPoolShards, descPoolTeams, descPoolRepl, descPoolUnder, descPoolMoving, descPoolLeft,
 	descPoolQueued, descPoolMoves, descPoolEstBytes,
 	descCommits, descConflicts, descTooOld, descPoolFull, descBatches, descQueued, descCommitted, descRateLimit,
@@ -376,6 +378,7 @@ func (c collector) collectStashes(ch chan<- prometheus.Metric, logLast kv.Versio
 			healthy = 1
 		}
 		gauge(ch, descStashHealthy, healthy, l...)
+		gauge(ch, descStashHealth, 1, append(slices.Clone(l), h.Health)...)
 		counter(ch, descStashRestarts, float64(h.Restarts), l...)
 	}
 }

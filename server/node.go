@@ -117,8 +117,13 @@ type node struct {
 	generation atomic.Uint64 // the latest the controller told us
 	slot       int           // a stash node's tag slot
 	tag        kv.Tag
-	used       atomic.Int64 // a stash node's live bytes, as its stash last reported them
-	logLast    atomic.Int64 // a stash node: the log's last version, as its last report's answer said
+	// stashTag is tag, for goroutines other than the one that registers
+	// (a damaged stash rejoins with a new tag while the node runs).
+	stashTag atomic.Uint32
+	reg      coordrpc.NodeRegistration // what the node registered with
+	logc     *logrpc.Client            // a stash node's client of the log leader
+	used     atomic.Int64              // a stash node's live bytes, as its stash last reported them
+	logLast  atomic.Int64              // a stash node: the log's last version, as its last report's answer said
 
 	connMu sync.Mutex
 	conns  map[string]*grpc.ClientConn // to other nodes, by address
@@ -131,8 +136,12 @@ type node struct {
 	dcs *dcdelay.Table // the peers' data centers; nil without a DC delay (dcdelay.go)
 }
 
-// fail reports an error the node cannot go on after (see Failed).
+// fail reports an error the node cannot go on after (see Failed). A full
+// disk says so, with the directory, rather than as one error among others.
 func (s *Server) fail(err error) {
+	if fsys.IsNoSpace(err) {
+		err = fmt.Errorf("server: the disk holding %s is full: free space and restart this node: %w", s.opts.Dir, err)
+	}
 	s.logger.Error("node failed", "err", err)
 	select {
 	case s.node.failed <- err:
@@ -208,11 +217,12 @@ func startNode(ctx context.Context, opts NodeOptions) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
-	if err := checkConfigMatches(opts.Dir, opts.Config); err != nil {
+	legacy, err := checkConfigMatches(opts.FS, opts.Dir, opts.Config)
+	if err != nil {
 		dirLock.Close()
 		return nil, err
 	}
-	id, err := nodeID(opts.Dir)
+	id, err := nodeID(opts.FS, opts.Dir)
 	if err != nil {
 		dirLock.Close()
 		return nil, err
@@ -222,6 +232,7 @@ func startNode(ctx context.Context, opts NodeOptions) (*Server, error) {
 	s := newServer(Options{Dir: opts.Dir, Config: opts.Config, ListenAddr: opts.Listen, Logger: logger, FlushInterval: opts.FlushInterval,
 		HTTPAddr: opts.HTTPAddr, FS: opts.FS})
 	s.dirLock = dirLock
+	s.legacyDir.Store(legacy)
 	n.log.holds = func() bool { return s.tx.Load() != nil }
 	n.setupDCDelay()
 	s.node = n
@@ -232,24 +243,38 @@ func startNode(ctx context.Context, opts NodeOptions) (*Server, error) {
 	return s, nil
 }
 
+// nodeIDFile holds a node's id in its directory.
+const nodeIDFile = "node-id"
+
 // nodeID returns the node's id, kept in its directory across restarts (a
-// restarted stash node gets its slot back by it).
-func nodeID(dir string) (string, error) {
-	path := filepath.Join(dir, "node-id")
-	b, err := os.ReadFile(path)
+// restarted stash node gets its slot back by it), checksummed. A damaged
+// file is refused with an error naming it: a node that took a new id
+// would come back as another node (a log replica the cluster no longer
+// knows, a stash in a new slot).
+func nodeID(f fsys.FS, dir string) (string, error) {
+	path := filepath.Join(dir, nodeIDFile)
+	b, _, err := fsys.ReadChecked(f, path)
+	if raw, rerr := fsys.ReadFile(f, path); rerr == nil && len(raw) == 0 {
+		// Written without checksums and cut short as it was created:
+		// the node never registered with it.
+		err = fs.ErrNotExist
+	}
 	if err == nil {
-		if id := strings.TrimSpace(string(b)); id != "" {
+		id := strings.TrimSpace(string(b))
+		if id != "" && !strings.ContainsAny(id, " \t\n") {
 			return id, nil
 		}
-	} else if !errors.Is(err, os.ErrNotExist) {
-		return "", err
+		err = fsys.Damaged(path, "holds %q, not a node id", b)
+	}
+	if !errors.Is(err, fs.ErrNotExist) && !os.IsNotExist(err) {
+		return "", fmt.Errorf("server: this node's id: %w (restore the file; removing it makes the node join as a new one)", err)
 	}
 	var r [6]byte
 	if _, err := rand.Read(r[:]); err != nil {
 		return "", err
 	}
 	id := "n-" + hex.EncodeToString(r[:])
-	if err := os.WriteFile(path, []byte(id+"\n"), 0o644); err != nil {
+	if err := fsys.WriteChecked(f, path, []byte(id+"\n")); err != nil {
 		return "", err
 	}
 	return id, nil
@@ -324,6 +349,7 @@ func (s *Server) startNode(ctx context.Context) error {
 	if o.Class == ClassStash {
 		reg.Empty = s.stashStartsEmpty()
 	}
+	n.reg = reg
 	if err := s.register(ctx, reg); err != nil {
 		return err
 	}
@@ -339,11 +365,20 @@ func (s *Server) startNode(ctx context.Context) error {
 	}()
 
 	if o.Class == ClassStash {
+		n.logc = logrpc.NewLeaderClient(n, s.roleLogger(logRoleStash))
 		err := s.startStashNode(runCtx)
 		if errors.Is(err, errTagTrimmed) {
 			err = s.rejoinAsNewStash(ctx, runCtx, reg, err)
 		}
-		return err
+		if err != nil {
+			return err
+		}
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.reportLoop(runCtx, n.logc)
+		}()
+		return nil
 	}
 	s.wg.Add(1)
 	go func() {
@@ -365,6 +400,7 @@ func (s *Server) register(ctx context.Context, reg coordrpc.NodeRegistration) er
 		if err == nil {
 			n.slot = slot
 			n.tag = kv.Tag(tag)
+			n.stashTag.Store(tag)
 			n.generation.Store(gen)
 			break
 		}
@@ -390,12 +426,18 @@ func (s *Server) register(ctx context.Context, reg coordrpc.NodeRegistration) er
 // tag, the data distributor re-replicates the old tag's shards at once,
 // and the stash joins as a new one, owning nothing until shards move to
 // it. (A durable stash that has data and finds its tag trimmed lost
-// writes: it keeps failing, for an operator.)
+// writes: it keeps failing, for an operator.) A damaged stash rejoins the
+// same way (rejoinDamaged), its data dropped.
 func (s *Server) rejoinAsNewStash(ctx, runCtx context.Context, reg coordrpc.NodeRegistration, cause error) error {
 	n := s.node
 	old := n.tag
-	s.logger.Warn("this durable stash is empty and the log dropped entries of its tag, so it cannot catch up: it retires the tag and joins as a new stash; the data distributor re-replicates the tag's shards",
-		"tag", old, "slot", n.slot, "pool", n.opts.Pool, "err", cause)
+	if errors.Is(cause, fsys.ErrDamaged) {
+		s.logger.Warn("this stash cannot vouch for its data: it retires its tag, drops the data and joins as a new stash; the data distributor re-replicates the tag's shards from their healthy replicas",
+			"tag", old, "slot", n.slot, "pool", n.opts.Pool, "err", cause)
+	} else {
+		s.logger.Warn("this durable stash is empty and the log dropped entries of its tag, so it cannot catch up: it retires the tag and joins as a new stash; the data distributor re-replicates the tag's shards",
+			"tag", old, "slot", n.slot, "pool", n.opts.Pool, "err", cause)
+	}
 	for {
 		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		err := n.cc.Retire(rctx, uint32(old))
@@ -410,9 +452,14 @@ func (s *Server) rejoinAsNewStash(ctx, runCtx context.Context, reg coordrpc.Node
 		s.logger.Info("waiting for the cluster controller to retire the tag", "tag", old, "last_error", err)
 		time.Sleep(200 * time.Millisecond)
 	}
-	// The stash directory holds no data of the old tag: without its tag
-	// file it is set up as a new stash's (adoptStashTag).
-	if err := os.Remove(filepath.Join(s.opts.Dir, stashTagFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	// The stash directory holds no data of the old tag (or none to
+	// trust): without its tag file it is set up as a new stash's
+	// (adoptStashTag removes what is left).
+	fsy := fsys.Or(s.opts.FS)
+	if err := fsy.Remove(filepath.Join(s.opts.Dir, stashTagFile)); err != nil && !errors.Is(err, fs.ErrNotExist) && !os.IsNotExist(err) {
+		return err
+	}
+	if err := fsys.SyncDir(fsy, s.opts.Dir); err != nil {
 		return err
 	}
 	reg.Empty = true
@@ -505,25 +552,44 @@ func (s *Server) NodeID() string {
 
 // startStashNode opens the node's stash: its tag follows from its pool and
 // the slot the controller gave it; it pulls its tag from the log leader's
-// node and serves reads.
+// node and serves reads. A stash whose files are damaged is set up failed
+// (stash.NewFailed): its supervisor reports it and has it rebuilt.
 func (s *Server) startStashNode(ctx context.Context) error {
 	n := s.node
-	if n.slot < 0 || n.tag == 0 {
-		return fmt.Errorf("server: the controller gave slot %d, tag %d of pool %q", n.slot, n.tag, n.opts.Pool)
+	slot, tag := n.slot, n.tag // a damaged stash's rejoin changes them from its supervisor
+	if slot < 0 || tag == 0 {
+		return fmt.Errorf("server: the controller gave slot %d, tag %d of pool %q", slot, tag, n.opts.Pool)
 	}
 	p, _ := s.cfg.PoolByName(n.opts.Pool)
 	pool := *p
-	if err := s.adoptStashTag(pool); err != nil {
+	sp := stashSpec{tag: tag, pool: pool, index: slot}
+	legacy, err := s.adoptStashTag(pool, tag)
+	if err != nil && !errors.Is(err, fsys.ErrDamaged) {
 		return err
 	}
-	sp := stashSpec{tag: n.tag, pool: pool, index: n.slot}
-	logc := logrpc.NewLeaderClient(n, s.roleLogger(logRoleStash))
-	open := func() (*stash.Stash, error) { return s.openRemoteStash(ctx, sp, logc) }
-	st, err := open()
+	// Only the first open adopts a directory of an older version: from
+	// then on it has its ownership file.
+	adopt := legacy || s.legacyDir.Swap(false)
+	open := func() (*stash.Stash, error) {
+		st, err := s.openRemoteStash(ctx, sp, n.logc, adopt)
+		adopt = false
+		return st, err
+	}
+	var st *stash.Stash
 	if err != nil {
+		st = s.failedStash(sp, err)
+	} else if st, err = open(); errors.Is(err, fsys.ErrDamaged) {
+		st = s.failedStash(sp, err)
+	} else if err != nil {
 		return err
+	} else if legacy {
+		// Written before checksums: from now on with one.
+		if err := s.writeStashTag(tag); err != nil {
+			st.Close()
+			return err
+		}
 	}
-	s.addStash(ctx, n.tag, st, open)
+	s.addStash(ctx, tag, st, open)
 	// A stash of the cluster's first shard map starts with its part of it
 	// (shardmap.Initial); one that has ownership of its own keeps it, and a
 	// new stash owns nothing until the data distributor moves shards to it.
@@ -531,16 +597,136 @@ func (s *Server) startStashNode(ctx context.Context) error {
 	for _, p := range s.cfg.Pools {
 		specs = append(specs, shardmap.PoolSpec{Name: p.Name, Prefix: []byte(p.Prefix), Tags: s.poolTags[p.Name], Replication: p.Replication})
 	}
-	sl, _ := s.slot(n.tag)
-	sl.setOwned(shardmap.Initial(specs).RangesOf(n.tag))
+	sl, _ := s.slot(tag)
+	sl.setOwned(shardmap.Initial(specs).RangesOf(tag))
+	s.logger.Info("stash node serving", "pool", pool.Name, "slot", slot, "tag", tag)
+	return nil
+}
+
+// failedStash is the stash of sp that failed as it opened with err.
+func (s *Server) failedStash(sp stashSpec, err error) *stash.Stash {
+	return stash.NewFailed(stash.Options{Tag: sp.tag, Pool: sp.pool.Name, Index: sp.index, CapacityBytes: int64(sp.pool.Capacity),
+		TrackBytes: !sp.pool.Ephemeral(), Logger: s.roleLogger(logRoleStash)}, err)
+}
+
+// rejoinDamaged replaces a stash node's damaged stash (sl) with a new,
+// empty one, but only once it holds no last copy: the controller's view
+// must show that its pool keeps more than one replica, and the shard map
+// that every shard of its tag has another replica alive. Until then it
+// waits (its reads answer stash_unavailable, so clients use the other
+// replicas); with replication 1 it refuses its shards' reads instead
+// (refuseDamaged). The old stash stays in status, damaged, for
+// replacedKeep after the new one started.
+func (s *Server) rejoinDamaged(ctx context.Context, sl *stashSlot, cause error) {
+	n := s.node
+	pool := n.opts.Pool
+	lastWhy := ""
+	for {
+		why := ""
+		if v := s.viewWithin(time.Second); v == nil {
+			why = "the controller's view is not known"
+		} else if r := s.poolReplication(pool); r <= 1 {
+			s.refuseDamaged(sl, pool, r, cause)
+			return
+		} else if m, err := s.remoteShardMap(ctx); err != nil {
+			why = fmt.Sprintf("the shard map cannot be read (%v)", err)
+		} else {
+			live := map[kv.Tag]bool{}
+			for _, loc := range v.Stashes {
+				live[kv.Tag(loc.Tag)] = loc.Alive && !loc.Retired
+			}
+			for _, sh := range m.Shards() {
+				if !slices.Contains(sh.Team, sl.tag) {
+					continue
+				}
+				if !slices.ContainsFunc(sh.Team, func(t kv.Tag) bool { return t != sl.tag && live[t] }) {
+					why = fmt.Sprintf("shard [%q, %q) has no other live replica (team %v)", sh.Begin, sh.End, sh.Team)
+					break
+				}
+			}
+		}
+		if why == "" {
+			break
+		}
+		if why != lastWhy {
+			lastWhy = why
+			s.logger.Warn("a damaged stash keeps its data until every shard it holds has another live replica", "tag", sl.tag, "pool", pool, "waiting_for", why)
+			sl.mu.Lock()
+			sl.lastErr = fmt.Sprintf("%v (kept until it holds no last copy: %s)", cause, why)
+			sl.mu.Unlock()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Second):
+		}
+	}
+	if err := s.rejoinAsNewStash(ctx, ctx, n.reg, cause); err != nil {
+		if ctx.Err() == nil {
+			s.fail(fmt.Errorf("server: replace the damaged stash %d: %w", sl.tag, err))
+		}
+		return
+	}
+	sl.mu.Lock()
+	sl.lastErr = fmt.Sprintf("%v (replaced by stash %d, rebuilt from the healthy replicas)", cause, n.stashTag.Load())
+	sl.mu.Unlock()
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		s.reportLoop(ctx, logc)
+		select {
+		case <-ctx.Done():
+		case <-time.After(replacedKeep):
+			s.removeSlot(sl.tag)
+		}
 	}()
-	s.logger.Info("stash node serving", "pool", pool.Name, "slot", n.slot, "tag", n.tag)
-	return nil
 }
+
+// remoteShardMap reads the shard map from the system stash of the node
+// holding the stateless roles, at a read version it gives.
+func (s *Server) remoteShardMap(ctx context.Context) (*shardmap.Map, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	v := s.viewWithin(time.Second)
+	if v == nil || v.StatelessAddress == "" {
+		return nil, errors.New("no node holds the stateless roles")
+	}
+	conn, err := s.node.connTo(v.StatelessAddress)
+	if err != nil {
+		return nil, err
+	}
+	api := wire.NewDiStashClient(conn)
+	grv, err := api.GetReadVersion(ctx, &wire.GetReadVersionRequest{})
+	if err == nil {
+		err = grv.Error.Err()
+	}
+	if err != nil {
+		return nil, err
+	}
+	m := shardmap.New(nil)
+	begin, end := shardmap.KeyServersPrefix, kv.PrefixEnd(shardmap.KeyServersPrefix)
+	for {
+		rr, err := api.ReadRange(ctx, &wire.ReadRangeRequest{Stash: uint32(shardmap.SystemTag), Version: grv.Version,
+			Begin: begin, End: end, ReadSystemKeys: true})
+		if err == nil {
+			err = rr.Error.Err()
+		}
+		if err != nil {
+			return nil, err
+		}
+		for _, p := range rr.Kvs {
+			if _, err := m.Apply(kv.Mutation{Type: kv.MutSet, Key: p.Key, Param: p.Value}); err != nil {
+				return nil, err
+			}
+		}
+		if !rr.More || len(rr.Kvs) == 0 {
+			return m, nil
+		}
+		begin = kv.KeyAfter(rr.Kvs[len(rr.Kvs)-1].Key)
+	}
+}
+
+// replacedKeep is how long a replaced damaged stash stays in status.
+var replacedKeep = time.Minute
 
 // errTagTrimmed is openRemoteStash's error for a durable stash that holds
 // nothing while the log dropped entries of its tag: it cannot catch up.
@@ -550,10 +736,10 @@ var errTagTrimmed = errors.New("server: an empty durable stash cannot catch up: 
 // log. A dram stash starts empty at the log's current end; a durable one
 // at its engine's version, and if that is empty, only if the log still
 // holds its tag's entries from the start (else errTagTrimmed).
-func (s *Server) openRemoteStash(ctx context.Context, sp stashSpec, logc *logrpc.Client) (*stash.Stash, error) {
+func (s *Server) openRemoteStash(ctx context.Context, sp stashSpec, logc *logrpc.Client, adoptOwnership bool) (*stash.Stash, error) {
 	dir := filepath.Join(s.opts.Dir, "stash")
 	if !sp.pool.Volatile() {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
+		if err := fsys.Or(s.opts.FS).MkdirAll(dir, 0o755); err != nil {
 			return nil, err
 		}
 	}
@@ -574,6 +760,9 @@ func (s *Server) openRemoteStash(ctx context.Context, sp stashSpec, logc *logrpc
 	if err != nil {
 		return nil, fmt.Errorf("server: open stash %s-%d: %w", sp.pool.Name, sp.index, err)
 	}
+	if wrapEngine != nil {
+		eng = wrapEngine(sp.pool.Name, sp.index, eng)
+	}
 	if !sp.pool.Volatile() && eng.Version() == 0 && eng.Stats().Keys == 0 {
 		// Asked now, while the stash has nothing to lose, rather than
 		// found by its pull loop, which fails the stash for good.
@@ -592,7 +781,7 @@ func (s *Server) openRemoteStash(ctx context.Context, sp stashSpec, logc *logrpc
 		TrackRecency:   sp.pool.Recency,
 		WindowVersions: s.windowVersions(), WindowBytes: windowBudget(sp.pool), FlushInterval: s.opts.FlushInterval, Logger: s.roleLogger(logRoleStash),
 		ReportUsage: func(_ kv.Tag, used int64, _ kv.Version) { s.node.used.Store(used) },
-		Dir:         dir, Fetcher: fetcher{s}, SampleUnit: sampleUnit(s.cfg),
+		Dir:         dir, FS: s.opts.FS, AdoptOwnership: adoptOwnership, Fetcher: fetcher{s}, SampleUnit: sampleUnit(s.cfg),
 	}), nil
 }
 
@@ -641,14 +830,18 @@ func (s *Server) reportLoop(ctx context.Context, logc *logrpc.Client) {
 			return
 		case <-t.C:
 		}
-		st, ok := s.stash(s.node.tag)
-		if !ok {
+		tag := kv.Tag(s.node.stashTag.Load())
+		sl, ok := s.slot(tag)
+		if !ok || !sl.healthNow().running() {
+			// A stash that does not apply the log (failed, damaged,
+			// restarting) does not report, like a stash whose node is
+			// down: it must not hold the ratekeeper back.
 			continue
 		}
-		applied, wb, wl := st.Pressure()
+		applied, wb, wl := sl.get().Pressure()
 		used := s.node.used.Load()
 		rctx, cancel := context.WithTimeout(ctx, time.Second)
-		if last, err := logc.Report(rctx, logrpc.StashReport{Tag: s.node.tag, UsedBytes: used, Applied: applied, WindowBytes: wb, WindowLimitBytes: wl}); err == nil {
+		if last, err := logc.Report(rctx, logrpc.StashReport{Tag: tag, UsedBytes: used, Applied: applied, WindowBytes: wb, WindowLimitBytes: wl}); err == nil {
 			s.node.logLast.Store(int64(last)) // the stash's lag behind the log (metrics)
 		}
 		cancel()

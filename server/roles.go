@@ -80,10 +80,17 @@ func (s *Server) startSystemStash(ctx context.Context) (*stash.Stash, error) {
 				}
 			}
 		}
-		return stash.New(stash.Options{
+		opts := stash.Options{
 			Tag: shardmap.SystemTag, Pool: "system", Engine: sysEng, Log: s.log,
 			WindowVersions: s.windowVersions(), FlushInterval: s.opts.FlushInterval, Logger: s.roleLogger(logRoleStash),
-		}), nil
+		}
+		if s.node != nil {
+			// The log replica shares the disk: a transaction node whose
+			// disk is full stops, with a message saying so, and the other
+			// log replicas carry on.
+			opts.OnDiskFull = func(err error) { s.fail(err) }
+		}
+		return stash.New(opts), nil
 	}
 	sys, err := open()
 	if err != nil {
@@ -161,7 +168,7 @@ func (s *Server) startRoles(ctx context.Context, gen uint64, recovered kv.Versio
 	// shard map: if the process dies between the two, the next start finds
 	// the file and an empty shard map and bootstraps again with the same
 	// configuration.
-	if err := writeConfig(s.opts.Dir, s.cfg); err != nil {
+	if err := writeConfig(s.opts.FS, s.opts.Dir, s.cfg); err != nil {
 		return err
 	}
 	if fresh || !hasConfigRecord {
@@ -294,6 +301,7 @@ func (s *Server) rateSample(r *txRoles) ratekeeper.Sample {
 		}
 	}
 	fetching := map[kv.Tag]bool{}
+	teams := map[string][]kv.Tag{}
 	for _, sh := range r.commit.Shards().Shards() {
 		for _, t := range sh.Team {
 			poolOf[t] = sh.Pool
@@ -301,11 +309,35 @@ func (s *Server) rateSample(r *txRoles) ratekeeper.Sample {
 		for _, t := range sh.Dest {
 			poolOf[t], fetching[t] = sh.Pool, true
 		}
+		if sh.Pool != "system" {
+			teams[fmt.Sprint(sh.Team)] = sh.Team
+		}
+	}
+	for _, t := range teams {
+		smp.Teams = append(smp.Teams, t)
+	}
+	smp.Replication = map[string]int{}
+	for _, p := range s.cfg.Pools {
+		smp.Replication[p.Name] = p.Replication
+	}
+	if v := s.viewWithin(time.Second); v != nil {
+		for _, pr := range v.Replication {
+			if pr.Replication > 0 {
+				smp.Replication[pr.Pool] = int(pr.Replication)
+			}
+		}
 	}
 	for _, sl := range s.slots() {
+		h := sl.healthNow()
+		if !h.running() {
+			continue // failed, damaged or restarting: applies nothing, like a stash that is down
+		}
 		st := sl.get()
 		applied, wb, wl := st.Pressure()
 		ss := ratekeeper.StashSample{Tag: sl.tag, Pool: st.Pool(), Applied: applied, WindowBytes: wb, WindowLimitBytes: wl, Fetching: fetching[sl.tag]}
+		if h.Health == HealthDiskFull {
+			ss.Unhealthy = HealthDiskFull
+		}
 		if capacity, ok := durable[ss.Pool]; ok {
 			// Durable stashes track their live bytes: Usage is cheap.
 			ss.UsedBytes, _ = st.Usage()

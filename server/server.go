@@ -22,6 +22,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"os"
@@ -118,6 +119,12 @@ type Server struct {
 	// dirLock holds Dir for this process (fsys.LockDir); released last in
 	// Stop.
 	dirLock io.Closer
+	// legacyDir: Dir was written by a version before checksummed metadata
+	// files (its cluster.toml, or a stash node's stash-tag, has no
+	// header), which kept a stash's ownership file only once it had moved
+	// a shard: a missing one is written, not counted as damage. Only as
+	// the stashes first open: from then on they have one.
+	legacyDir atomic.Bool
 }
 
 // Start opens or creates the cluster in opts.Dir and serves it.
@@ -156,12 +163,14 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
-	if err := checkConfigMatches(opts.Dir, opts.Config); err != nil {
+	legacy, err := checkConfigMatches(opts.FS, opts.Dir, opts.Config)
+	if err != nil {
 		dirLock.Close()
 		return nil, err
 	}
 	s := newServer(opts)
 	s.dirLock = dirLock
+	s.legacyDir.Store(legacy)
 	if err := s.start(ctx); err != nil {
 		s.Stop()
 		return nil, err
@@ -229,6 +238,11 @@ func (s *Server) start(ctx context.Context) error {
 
 	for _, sp := range specs {
 		st, err := s.openStash(sp, windowVersions, recovered)
+		if errors.Is(err, fsys.ErrDamaged) {
+			// Reported and handled by its supervisor (stashDamaged):
+			// the cluster starts, the stash serves nothing.
+			st, err = s.failedStash(sp, err), nil
+		}
 		if err != nil {
 			return err
 		}
@@ -238,6 +252,7 @@ func (s *Server) start(ctx context.Context) error {
 		s.addStash(runCtx, sp.tag, st, reopen)
 	}
 
+	s.legacyDir.Store(false) // every stash has its ownership file now
 	if err := s.startRoles(ctx, 0, recovered, sys, time.Now()); err != nil {
 		return err
 	}
@@ -315,7 +330,7 @@ var wrapEngine func(pool string, index int, e engine.Engine) engine.Engine
 func (s *Server) openStash(sp stashSpec, windowVersions, recovered kv.Version) (*stash.Stash, error) {
 	dir := filepath.Join(s.opts.Dir, "stash", fmt.Sprintf("%s-%d", sp.pool.Name, sp.index))
 	if !sp.pool.Volatile() {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
+		if err := fsys.Or(s.opts.FS).MkdirAll(dir, 0o755); err != nil {
 			return nil, err
 		}
 	}
@@ -347,7 +362,7 @@ func (s *Server) openStash(sp stashSpec, windowVersions, recovered kv.Version) (
 		TrackRecency:   sp.pool.Recency,
 		WindowVersions: windowVersions, WindowBytes: windowBudget(sp.pool), FlushInterval: s.opts.FlushInterval, Logger: s.roleLogger(logRoleStash),
 		ReportUsage: s.usage.Report,
-		Dir:         dir, Fetcher: fetcher{s}, SampleUnit: sampleUnit(s.cfg),
+		Dir:         dir, FS: s.opts.FS, AdoptOwnership: s.legacyDir.Load(), Fetcher: fetcher{s}, SampleUnit: sampleUnit(s.cfg),
 	}), nil
 }
 
@@ -370,6 +385,19 @@ func (s *Server) addStash(ctx context.Context, tag kv.Tag, st *stash.Stash, reop
 		defer s.wg.Done()
 		s.supervise(ctx, sl)
 	}()
+}
+
+// removeSlot drops the slot of tag (a replaced stash) from this process.
+func (s *Server) removeSlot(tag kv.Tag) {
+	s.stashMu.Lock()
+	defer s.stashMu.Unlock()
+	delete(s.stashes, tag)
+	for i, t := range s.order {
+		if t == tag {
+			s.order = append(s.order[:i], s.order[i+1:]...)
+			break
+		}
+	}
 }
 
 // stash returns the stash serving tag now.
@@ -490,23 +518,27 @@ var configKey = []byte("\xff/conf/cluster")
 // checkConfigMatches refuses to start a cluster on a directory whose
 // cluster.toml records different pools, before anything is opened:
 // changing pools is a reconfiguration, not supported yet. The record in
-// the system key space is checked again once the log is recovered.
-func checkConfigMatches(dir string, cfg *config.Config) error {
-	data, err := os.ReadFile(filepath.Join(dir, configFile))
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
+// the system key space is checked again once the log is recovered. A
+// damaged file (checksum, length) is refused with an error naming it.
+// legacy reports a file written before checksums: the directory was
+// written by an older version.
+func checkConfigMatches(f fsys.FS, dir string, cfg *config.Config) (legacy bool, err error) {
+	path := filepath.Join(dir, configFile)
+	data, legacy, err := fsys.ReadChecked(f, path)
+	if errors.Is(err, fs.ErrNotExist) || os.IsNotExist(err) {
+		return false, nil
 	}
 	if err != nil {
-		return err
+		return false, fmt.Errorf("server: %w (it is the copy of the configuration the cluster was created with: restore it, or remove it and start with the same configuration)", err)
 	}
 	old, err := config.Parse(data)
 	if err != nil {
-		return fmt.Errorf("server: %s: %w", filepath.Join(dir, configFile), err)
+		return false, fmt.Errorf("server: %s: %w", path, err)
 	}
 	if err := cfg.CheckSameCluster(old); err != nil {
-		return fmt.Errorf("server: the cluster in %s: %w", dir, err)
+		return false, fmt.Errorf("server: the cluster in %s: %w", dir, err)
 	}
-	return nil
+	return legacy, nil
 }
 
 // readConfigRecord returns the configuration recorded in the system key
@@ -546,37 +578,14 @@ func checkShardsMatchPools(m *shardmap.Map, cfg *config.Config) error {
 	return nil
 }
 
-// writeConfig writes cluster.toml durably: the file, then its directory.
-func writeConfig(dir string, cfg *config.Config) error {
+// writeConfig writes cluster.toml durably and checksummed
+// (fsys.WriteChecked).
+func writeConfig(f fsys.FS, dir string, cfg *config.Config) error {
 	data, err := cfg.Marshal()
 	if err != nil {
 		return err
 	}
-	tmp := filepath.Join(dir, configFile+".tmp")
-	f, err := os.Create(tmp)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, filepath.Join(dir, configFile)); err != nil {
-		return err
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return fsys.WriteChecked(f, filepath.Join(dir, configFile), data)
 }
 
 // StashStats describes one stash of a running cluster.
@@ -592,7 +601,7 @@ type StashStats struct {
 	AppliedVersion           int64
 	DurableVersion           int64
 	CapacityBytes            int64
-	Health                   string // HealthHealthy, HealthRestarting or HealthFailed
+	Health                   string // HealthHealthy, HealthRestarting, HealthFailed, HealthDiskFull or HealthDamaged
 	Restarts                 int64  // restarts after failures
 	LastError                string // what stopped it last, "" if it never failed
 }

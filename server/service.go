@@ -68,6 +68,9 @@ func (v *service) Read(ctx context.Context, req *wire.ReadRequest) (*wire.ReadRe
 	if !ok {
 		return &wire.ReadResponse{Error: wire.ErrorOf(kv.Errorf(kv.CodeWrongShardServer, "no stash %d", req.Stash))}, nil
 	}
+	if err := sl.refused(); err != nil {
+		return &wire.ReadResponse{Error: wire.ErrorOf(err)}, nil
+	}
 	began := time.Now()
 	vals, present, err := sl.get().Get(ctx, kv.Version(req.Version), req.Keys)
 	sl.reads.observe(time.Since(began))
@@ -92,6 +95,9 @@ func (v *service) ReadRange(ctx context.Context, req *wire.ReadRangeRequest) (*w
 	byteLimit := req.ByteLimit
 	if byteLimit <= 0 {
 		byteLimit = 1 << 20
+	}
+	if err := sl.refused(); err != nil {
+		return &wire.ReadRangeResponse{Error: wire.ErrorOf(err)}, nil
 	}
 	began := time.Now()
 	kvs, more, err := sl.get().GetRange(ctx, kv.Version(req.Version), req.Begin, req.End, int(req.Limit), byteLimit, req.Reverse)

@@ -2,11 +2,14 @@ package server
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/distash/distash/internal/fsys"
 	"github.com/distash/distash/internal/kv"
+	"github.com/distash/distash/internal/shardmap"
 	"github.com/distash/distash/internal/stash"
 )
 
@@ -15,7 +18,23 @@ const (
 	HealthHealthy    = "healthy"
 	HealthRestarting = "restarting"
 	HealthFailed     = "failed"
+	// HealthDiskFull: the stash's disk is full. While it runs it serves
+	// the reads of the versions it applied and applies nothing more,
+	// retrying its write every few seconds; if it had to stop, it is
+	// reopened once there is room. Either way it comes back by itself
+	// when space is freed.
+	HealthDiskFull = "disk_full"
+	// HealthDamaged: the stash found damage in its files (a checksum, a
+	// missing file, its directory removed) and cannot vouch for its data:
+	// it serves nothing. In a multi-process cluster with replicas it is
+	// replaced by a new, empty stash that the data distributor fills from
+	// the healthy replicas; a stash holding the only replica (replication
+	// 1) keeps its files and refuses its shards' reads with stash_damaged.
+	HealthDamaged = "damaged"
 )
+
+// diskFullReopen is how often a stash stopped on a full disk is reopened.
+var diskFullReopen = 2 * time.Second
 
 // Restart policy of a failed stash: the delays before each consecutive
 // restart. A stash that fails again after the last one is left failed
@@ -41,6 +60,9 @@ type stashSlot struct {
 	lastErr  string        // Protected by mu.
 	restarts int64         // Protected by mu.
 	since    time.Time     // Protected by mu.
+	// refusal, if set, is what reads of the slot's stash get: a damaged
+	// stash holding the only replica of its shards. Protected by mu.
+	refusal error
 }
 
 func newSlot(tag kv.Tag, st *stash.Stash, open func() (*stash.Stash, error)) *stashSlot {
@@ -81,9 +103,31 @@ type slotHealth struct {
 
 func (sl *stashSlot) healthNow() slotHealth {
 	sl.mu.Lock()
-	defer sl.mu.Unlock()
-	return slotHealth{Health: sl.health, LastErr: sl.lastErr, Restarts: sl.restarts, Since: sl.since}
+	h := slotHealth{Health: sl.health, LastErr: sl.lastErr, Restarts: sl.restarts, Since: sl.since}
+	sl.mu.Unlock()
+	if h.Health == HealthHealthy {
+		if since, cause, full := sl.get().DiskFull(); full {
+			h.Health, h.Since = HealthDiskFull, since
+			if cause != nil {
+				h.LastErr = cause.Error()
+			}
+		}
+	}
+	return h
 }
+
+// refused returns the error reads of the slot get instead of asking its
+// stash, nil if they ask it.
+func (sl *stashSlot) refused() error {
+	sl.mu.Lock()
+	defer sl.mu.Unlock()
+	return sl.refusal
+}
+
+// running reports whether the slot's stash applies the log now (healthy,
+// or waiting for room on a full disk): a stash that does not is left out
+// of the ratekeeper's figures, as a stash whose node is down.
+func (h slotHealth) running() bool { return h.Health == HealthHealthy || h.Health == HealthDiskFull }
 
 // supervise runs the slot's stash until ctx ends. When it fails, the stash
 // is closed (after its readers) and reopened from its files, which for a
@@ -103,31 +147,30 @@ func (s *Server) supervise(ctx context.Context, sl *stashSlot) {
 		if time.Since(started) >= stableAfter {
 			failures = 0
 		}
-		sl.setHealth(HealthRestarting, err)
-		log.Error("stash failed: its reads fail fast while it restarts", "tag", sl.tag, "pool", st.Pool(), "err", err)
+		diskFull := false
+		switch {
+		case errors.Is(err, fsys.ErrDamaged):
+			if cerr := st.Close(); cerr != nil {
+				log.Warn("close damaged stash", "tag", sl.tag, "err", cerr)
+			}
+			s.stashDamaged(ctx, sl, err)
+			return
+		case fsys.IsNoSpace(err):
+			// Its engine could not go on after the disk filled: reopened
+			// once there is room, however long that takes.
+			diskFull = true
+			sl.setHealth(HealthDiskFull, err)
+			log.Error("stash stopped on a full disk: it is reopened once there is room; the other replicas of its shards serve", "tag", sl.tag, "pool", st.Pool(), "err", err)
+		default:
+			sl.setHealth(HealthRestarting, err)
+			log.Error("stash failed: its reads fail fast while it restarts", "tag", sl.tag, "pool", st.Pool(), "err", err)
+		}
 		if cerr := st.Close(); cerr != nil {
 			log.Warn("close failed stash", "tag", sl.tag, "err", cerr)
 		}
-		var next *stash.Stash
-		for next == nil {
-			if failures >= len(restartDelays) {
-				sl.setHealth(HealthFailed, nil)
-				log.Error("stash failed too often: left failed until the process restarts; the other replicas of its shards serve", "tag", sl.tag, "failures", failures)
-				return
-			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(restartDelays[failures]):
-			}
-			failures++
-			st, err := sl.open()
-			if err != nil {
-				sl.setHealth(HealthRestarting, err)
-				log.Error("reopening stash failed", "tag", sl.tag, "err", err)
-				continue
-			}
-			next = st
+		next := s.reopen(ctx, sl, &failures, diskFull)
+		if next == nil {
+			return
 		}
 		sl.mu.Lock()
 		owned := sl.owned
@@ -143,4 +186,116 @@ func (s *Server) supervise(ctx context.Context, sl *stashSlot) {
 		sl.setHealth(HealthHealthy, nil)
 		log.Warn("stash restarted", "tag", sl.tag, "version", next.AppliedVersion())
 	}
+}
+
+// reopen reopens a failed stash from its files after the restart policy's
+// delay, or every diskFullReopen while its disk is full (not counted as
+// failures). It returns nil when ctx ends, when the stash failed too
+// often (left failed) or when its files are damaged (stashDamaged).
+func (s *Server) reopen(ctx context.Context, sl *stashSlot, failures *int, diskFull bool) *stash.Stash {
+	log := s.roleLogger(logRoleStash)
+	for {
+		delay := diskFullReopen
+		if !diskFull {
+			if *failures >= len(restartDelays) {
+				sl.setHealth(HealthFailed, nil)
+				log.Error("stash failed too often: left failed until the process restarts; the other replicas of its shards serve", "tag", sl.tag, "failures", *failures)
+				return nil
+			}
+			delay = restartDelays[*failures]
+			*failures++
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(delay):
+		}
+		st, err := sl.open()
+		switch {
+		case err == nil:
+			return st
+		case errors.Is(err, fsys.ErrDamaged):
+			s.stashDamaged(ctx, sl, err)
+			return nil
+		case fsys.IsNoSpace(err):
+			if !diskFull {
+				log.Error("reopening stash failed: the disk is full; retrying until there is room", "tag", sl.tag, "err", err)
+			}
+			diskFull = true
+			sl.setHealth(HealthDiskFull, err)
+		default:
+			diskFull = false
+			sl.setHealth(HealthRestarting, err)
+			log.Error("reopening stash failed", "tag", sl.tag, "err", err)
+		}
+	}
+}
+
+// stashDamaged handles a stash that found damage in its files (err wraps
+// a *fsys.DamageError): it is reported damaged, with the file, and never
+// reopened from those files. On a stash node whose pool keeps more than
+// one replica, the node drops the data and rejoins as a new stash, which
+// the data distributor fills from the healthy replicas; a stash holding
+// the only replica of its shards refuses their reads with stash_damaged
+// and keeps its files for an operator. In an embedded cluster the other
+// replicas serve, and the data distributor counts the stash as down.
+func (s *Server) stashDamaged(ctx context.Context, sl *stashSlot, err error) {
+	log := s.roleLogger(logRoleStash)
+	pool := sl.get().Pool()
+	var de *fsys.DamageError
+	errors.As(err, &de)
+	file, reason := "", err.Error()
+	if de != nil {
+		file, reason = de.Path, de.Reason
+	}
+	sl.setHealth(HealthDamaged, err)
+	if sl.tag == shardmap.SystemTag {
+		log.Error("the system stash is damaged: it does not serve", "file", file, "reason", reason)
+		return
+	}
+	if s.node != nil {
+		log.Error("stash is damaged: it cannot vouch for its data and serves nothing",
+			"tag", sl.tag, "pool", pool, "file", file, "reason", reason)
+		s.rejoinDamaged(ctx, sl, err)
+		return
+	}
+	if r := s.poolReplication(pool); r <= 1 {
+		s.refuseDamaged(sl, pool, r, err)
+		return
+	}
+	log.Error("stash is damaged: it cannot vouch for its data and serves nothing; the other replicas of its shards serve, and the data distributor re-replicates them onto the pool's other stashes",
+		"tag", sl.tag, "pool", pool, "file", file, "reason", reason)
+}
+
+// refuseDamaged makes the reads of a damaged stash that holds the only
+// replica of its shards (replication r ≤ 1) fail with stash_damaged, which
+// is not retryable: no other replica can answer, and waiting does not
+// mend the files.
+func (s *Server) refuseDamaged(sl *stashSlot, pool string, r int, err error) {
+	refusal := kv.Errorf(kv.CodeStashDamaged, "stash %d of pool %q holds the only replica of its shards (replication %d) and cannot vouch for them: %v; it refuses their reads until its files are restored", sl.tag, pool, r, err)
+	sl.mu.Lock()
+	sl.refusal = refusal
+	sl.lastErr = refusal.Error()
+	sl.mu.Unlock()
+	s.roleLogger(logRoleStash).Error("stash is damaged and holds the only replica of its shards: it refuses their reads (stash_damaged) and keeps its files; restore them and restart",
+		"tag", sl.tag, "pool", pool, "err", err)
+}
+
+// poolReplication is the replication in force of pool: the controller's
+// (a multi-process cluster) or the configuration's.
+func (s *Server) poolReplication(pool string) int {
+	r := 1
+	if p, ok := s.cfg.PoolByName(pool); ok {
+		r = p.Replication
+	}
+	if s.node != nil {
+		if v := s.viewWithin(time.Second); v != nil {
+			for _, pr := range v.Replication {
+				if pr.Pool == pool && pr.Replication > 0 {
+					r = int(pr.Replication)
+				}
+			}
+		}
+	}
+	return r
 }

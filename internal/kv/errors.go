@@ -26,6 +26,7 @@ const (
 	CodeUnsupported         Code = 2203
 	CodeStashUnavailable    Code = 2204
 	CodeWrongNode           Code = 2205 // the role asked for is not on this node (any more): ask the coordinators
+	CodeStashDamaged        Code = 2206 // a damaged stash holds the only replica of the data asked: not retryable
 	CodeInternal            Code = 4100
 )
 
@@ -78,6 +79,8 @@ func (c Code) Name() string {
 		return "stash_unavailable"
 	case CodeWrongNode:
 		return "wrong_node"
+	case CodeStashDamaged:
+		return "stash_damaged"
 	case CodeInternal:
 		return "internal_error"
 	}

@@ -15,6 +15,16 @@
 //
 // The most constraining of these limits wins, and Reason says which it is.
 //
+// A pool's shards are replicated R times, and reads go to the replicas
+// that keep up, so one slow replica must not throttle the cluster: as
+// FoundationDB does, the lag and window limits ignore the worst R-1
+// stashes of each pool (the most behind first; a stash whose disk is full
+// counts as the most behind), and never one whose removal would leave a
+// shard without a replica that still counts (a stash in the sample and
+// not ignored). A stash that does not report (down, failed, damaged)
+// is not in the sample at all. The capacity limit counts every stash that
+// reports healthy.
+//
 // The core (Controller) is a pure function of observations and time, so it
 // is tested without goroutines; Ratekeeper wraps it with a sampling loop and
 // a token bucket that the GRV proxy and the commit proxy wait on.
@@ -24,6 +34,8 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -41,6 +53,10 @@ type StashSample struct {
 	UsedBytes        int64      // live bytes, checked against CapacityBytes
 	CapacityBytes    int64      // the stash's capacity; 0: unlimited or an ephemeral pool
 	Fetching         bool       // it is fetching a shard (the destination of a move)
+	// Unhealthy, if not "", says why the stash cannot keep up for now
+	// (its disk is full): it is the most behind of its pool, and its
+	// fullness is not a capacity signal.
+	Unhealthy string
 }
 
 // Sample is the cluster's state at one instant.
@@ -48,6 +64,12 @@ type Sample struct {
 	Committed kv.Version // the latest committed version
 	Commits   int64      // transactions committed so far (a counter)
 	Stashes   []StashSample
+	// Replication is each pool's replication in force (a pool missing:
+	// 1, no stash of it is ignored).
+	Replication map[string]int
+	// Teams are the shard map's teams (the stashes serving each shard);
+	// nil when not known (the R-1 bound alone then holds).
+	Teams [][]kv.Tag
 }
 
 // Limits of the controller.
@@ -90,6 +112,9 @@ type Controller struct {
 	// lagReason is the last lag or window reason, for status while the
 	// limit recovers after it.
 	lagReason string
+	// Ignored are the stashes the last sample's lag and window limits
+	// ignored (the worst R-1 of their pools).
+	Ignored []kv.Tag
 }
 
 // NewController returns an unthrottled controller.
@@ -131,29 +156,44 @@ func (c *Controller) Observe(now time.Time, s Sample) float64 {
 // to MinRate); once none is, it grows by a quarter a sample and is lifted
 // after 2 s. It returns the most pressed stash's reason, "" when none is.
 func (c *Controller) observeLag(s Sample, observed float64, elapsed time.Duration) string {
-	reason, worst := "", 0.0
-	for _, st := range s.Stashes {
+	sev := make([]float64, len(s.Stashes))
+	why := make([]string, len(s.Stashes))
+	for i, st := range s.Stashes {
+		if st.Unhealthy != "" {
+			sev[i], why[i] = math.Inf(1), fmt.Sprintf("stash %d cannot keep up: %s", st.Tag, st.Unhealthy)
+			continue
+		}
 		if lag := s.Committed - st.Applied; lag > MaxApplyLag {
-			if sev := float64(lag) / float64(MaxApplyLag); sev > worst {
-				worst = sev
-				secs := float64(lag) / kv.VersionsPerSecond
-				if st.Fetching {
-					reason = fmt.Sprintf("stash %d is behind while fetching a shard (%.1f s behind the log)", st.Tag, secs)
-				} else {
-					reason = fmt.Sprintf("stash %d is applying the log too slowly (%.1f s behind)", st.Tag, secs)
-				}
+			sev[i] = float64(lag) / float64(MaxApplyLag)
+			secs := float64(lag) / kv.VersionsPerSecond
+			if st.Fetching {
+				why[i] = fmt.Sprintf("stash %d is behind while fetching a shard (%.1f s behind the log)", st.Tag, secs)
+			} else {
+				why[i] = fmt.Sprintf("stash %d is applying the log too slowly (%.1f s behind)", st.Tag, secs)
 			}
 		}
 		if st.WindowLimitBytes > 0 && float64(st.WindowBytes) > WindowPressure*float64(st.WindowLimitBytes) {
-			if sev := float64(st.WindowBytes) / (WindowPressure * float64(st.WindowLimitBytes)); sev > worst {
-				worst = sev
+			if w := float64(st.WindowBytes) / (WindowPressure * float64(st.WindowLimitBytes)); w > sev[i] {
+				sev[i] = w
 				pct := int(100 * float64(st.WindowBytes) / float64(st.WindowLimitBytes))
 				if st.Fetching {
-					reason = fmt.Sprintf("stash %d is behind while fetching a shard (its MVCC window is at %d%% of its memory budget)", st.Tag, pct)
+					why[i] = fmt.Sprintf("stash %d is behind while fetching a shard (its MVCC window is at %d%% of its memory budget)", st.Tag, pct)
 				} else {
-					reason = fmt.Sprintf("stash %d's MVCC window is at %d%% of its memory budget (its engine is not keeping up)", st.Tag, pct)
+					why[i] = fmt.Sprintf("stash %d's MVCC window is at %d%% of its memory budget (its engine is not keeping up)", st.Tag, pct)
 				}
 			}
+		}
+	}
+	ignored := ignoreWorst(s, sev)
+	c.Ignored = c.Ignored[:0]
+	reason, worst := "", 0.0
+	for i, st := range s.Stashes {
+		if ignored[st.Tag] {
+			c.Ignored = append(c.Ignored, st.Tag)
+			continue
+		}
+		if sev[i] > worst {
+			worst, reason = sev[i], why[i]
 		}
 	}
 	if reason != "" {
@@ -185,6 +225,58 @@ func (c *Controller) observeLag(s Sample, observed float64, elapsed time.Duratio
 	return "recovering after: " + c.lagReason
 }
 
+// ignoreWorst returns the stashes the lag and window limits ignore: per
+// pool, up to R-1 of those under pressure (sev > 0), the worst first, each
+// only if every team it belongs to keeps a member that still counts (in
+// the sample, not ignored), so that every shard has a replica that keeps
+// up or throttles.
+func ignoreWorst(s Sample, sev []float64) map[kv.Tag]bool {
+	var order []int
+	for i := range s.Stashes {
+		if sev[i] > 0 {
+			order = append(order, i)
+		}
+	}
+	if len(order) == 0 {
+		return nil
+	}
+	sort.SliceStable(order, func(a, b int) bool { return sev[order[a]] > sev[order[b]] })
+	counts := make(map[kv.Tag]bool, len(s.Stashes))
+	for _, st := range s.Stashes {
+		counts[st.Tag] = true
+	}
+	ignored := map[kv.Tag]bool{}
+	perPool := map[string]int{}
+	for _, i := range order {
+		st := s.Stashes[i]
+		if perPool[st.Pool] >= s.Replication[st.Pool]-1 {
+			continue
+		}
+		ok := true
+		for _, team := range s.Teams {
+			if !slices.Contains(team, st.Tag) {
+				continue
+			}
+			other := false
+			for _, t := range team {
+				if t != st.Tag && counts[t] && !ignored[t] {
+					other = true
+					break
+				}
+			}
+			if !other {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			ignored[st.Tag] = true
+			perPool[st.Pool]++
+		}
+	}
+	return ignored
+}
+
 // observeCapacity returns the capacity limit (+Inf: none) and its reason:
 // that of the fullest stash with a capacity, if it is past
 // CapacityThrottleStart.
@@ -193,7 +285,7 @@ func (c *Controller) observeCapacity(s Sample) (float64, string) {
 	frac := 0.0
 	for i := range s.Stashes {
 		st := &s.Stashes[i]
-		if st.CapacityBytes <= 0 {
+		if st.CapacityBytes <= 0 || st.Unhealthy != "" {
 			continue
 		}
 		if f := float64(st.UsedBytes) / float64(st.CapacityBytes); f > frac {
@@ -317,7 +409,7 @@ func ReasonKind(reason string) string {
 		return KindFetchLag
 	case strings.Contains(reason, "MVCC window"):
 		return KindWindow
-	case strings.Contains(reason, "applying the log too slowly"):
+	case strings.Contains(reason, "applying the log too slowly") || strings.Contains(reason, "cannot keep up: "):
 		return KindStashLag
 	case strings.Contains(reason, "% full ("):
 		return KindCapacity
@@ -330,6 +422,14 @@ func (r *Ratekeeper) Status() (rate float64, reason string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.ctl.Rate(), r.ctl.Reason
+}
+
+// Ignored returns the stashes the last sample's lag and window limits
+// ignored (the worst R-1 of their pools).
+func (r *Ratekeeper) Ignored() []kv.Tag {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.ctl.Ignored)
 }
 
 // Wait blocks until the rate allows one more transaction.

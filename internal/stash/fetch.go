@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/distash/distash/internal/engine"
+	"github.com/distash/distash/internal/fsys"
 	"github.com/distash/distash/internal/kv"
 	"github.com/distash/distash/internal/shardmap"
 )
@@ -113,7 +114,30 @@ func (s *Stash) saveOwnership(v kv.Version) error {
 	if s.opts.Dir == "" || s.opts.Volatile {
 		return nil
 	}
-	return s.own.save(s.opts.Dir, v, s.durable, &s.snaps)
+	err := s.own.save(s.fs(), s.opts.Dir, v, s.durable, &s.snaps)
+	if err != nil && fsys.IsNoSpace(err) {
+		// The snapshots are kept in memory: the next flush writes them
+		// before it makes v or later durable, and waits while it cannot.
+		s.ownUnsaved = true
+		s.noteDiskFull(err)
+		return nil
+	}
+	return err
+}
+
+// writeUnsavedOwnership writes the ownership snapshots a full disk kept
+// from being written. Called with flushMu held.
+func (s *Stash) writeUnsavedOwnership() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.ownUnsaved {
+		return nil
+	}
+	if err := writeOwnership(s.fs(), s.opts.Dir, s.snaps); err != nil {
+		return s.writeFailed(err)
+	}
+	s.ownUnsaved = false
+	return nil
 }
 
 func (s *Stash) wakeFetcher() {

@@ -3,12 +3,15 @@ package stash
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
 	"sort"
 
+	"github.com/distash/distash/internal/fsys"
 	"github.com/distash/distash/internal/kv"
 )
 
@@ -299,9 +302,11 @@ type ownSnapshot struct {
 	Ranges  []ownRange `json:"r"`
 }
 
-// save writes the snapshot of cur at version v, keeping older snapshots
-// above durable (and the newest at or below it). Called with mu held.
-func (o *ownership) save(dir string, v, durable kv.Version, snaps *[]ownSnapshot) error {
+// save records the snapshot of cur at version v in snaps, keeping older
+// snapshots above durable (and the newest at or below it), and writes them
+// to dir. The snapshots in memory are updated even when the write fails:
+// the caller may write them again (writeOwnership). Called with mu held.
+func (o *ownership) save(f fsys.FS, dir string, v, durable kv.Version, snaps *[]ownSnapshot) error {
 	kept := (*snaps)[:0:0]
 	base := -1
 	for i, s := range *snaps {
@@ -316,56 +321,52 @@ func (o *ownership) save(dir string, v, durable kv.Version, snaps *[]ownSnapshot
 	}
 	kept = append(kept, ownSnapshot{Version: v, Ranges: slices.Clone(o.cur)})
 	*snaps = kept
-	b, err := json.Marshal(kept)
+	return writeOwnership(f, dir, kept)
+}
+
+// writeOwnership writes snaps to dir's ownership file, checksummed
+// (fsys.WriteChecked: atomic and durable).
+func writeOwnership(f fsys.FS, dir string, snaps []ownSnapshot) error {
+	if snaps == nil {
+		snaps = []ownSnapshot{} // "[]": a stash that owns nothing of its own yet
+	}
+	b, err := json.Marshal(snaps)
 	if err != nil {
 		return err
 	}
-	tmp := filepath.Join(dir, ownershipFile+".tmp")
-	f, err := os.Create(tmp)
-	if err != nil {
+	if err := fsys.WriteChecked(f, filepath.Join(dir, ownershipFile), b); err != nil {
 		return fmt.Errorf("stash: save ownership: %w", err)
-	}
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return fmt.Errorf("stash: save ownership: %w", err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("stash: save ownership: %w", err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("stash: save ownership: %w", err)
-	}
-	if err := os.Rename(tmp, filepath.Join(dir, ownershipFile)); err != nil {
-		return fmt.Errorf("stash: save ownership: %w", err)
-	}
-	if d, err := os.Open(dir); err == nil {
-		d.Sync()
-		d.Close()
 	}
 	return nil
 }
 
 // loadOwnership reads the snapshots of dir and returns the one in force at
-// durable; found is false when dir has none.
-func loadOwnership(dir string, durable kv.Version) (snaps []ownSnapshot, at ownSnapshot, found bool, err error) {
-	b, err := os.ReadFile(filepath.Join(dir, ownershipFile))
-	if os.IsNotExist(err) {
-		return nil, ownSnapshot{}, false, nil
+// durable. exists is false when dir has no ownership file; found is false
+// when it has none or an empty one (a stash that had no ownership of its
+// own when it was written: SetOwned gives it one). A file that is damaged
+// (checksum, length) or does not parse returns a *fsys.DamageError naming
+// it. A file written before checksums is read as it is.
+func loadOwnership(f fsys.FS, dir string, durable kv.Version) (snaps []ownSnapshot, at ownSnapshot, exists, found bool, err error) {
+	path := filepath.Join(dir, ownershipFile)
+	b, _, err := fsys.ReadChecked(f, path)
+	if errors.Is(err, fs.ErrNotExist) || os.IsNotExist(err) {
+		return nil, ownSnapshot{}, false, false, nil
 	}
 	if err != nil {
-		return nil, ownSnapshot{}, false, fmt.Errorf("stash: load ownership: %w", err)
+		return nil, ownSnapshot{}, true, false, fmt.Errorf("stash: load ownership: %w", err)
 	}
 	if err := json.Unmarshal(b, &snaps); err != nil {
-		return nil, ownSnapshot{}, false, fmt.Errorf("stash: load ownership from %s: %w", filepath.Join(dir, ownershipFile), err)
+		return nil, ownSnapshot{}, true, false, fsys.Damaged(path, "does not parse: %v", err)
+	}
+	if len(snaps) == 0 {
+		return nil, ownSnapshot{}, true, false, nil
 	}
 	// With no snapshot at or below durable, the stash owned nothing then:
 	// the log replays its first assignments.
-	found = true
 	for _, s := range snaps {
 		if s.Version <= durable {
 			at = s
 		}
 	}
-	return snaps, at, found, nil
+	return snaps, at, true, true, nil
 }

@@ -26,6 +26,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"slices"
 	"sort"
 	"sync"
@@ -34,6 +35,7 @@ import (
 
 	"github.com/distash/distash/internal/dd"
 	"github.com/distash/distash/internal/engine"
+	"github.com/distash/distash/internal/fsys"
 	"github.com/distash/distash/internal/kv"
 	"github.com/distash/distash/internal/shardmap"
 	"github.com/distash/distash/internal/txlog"
@@ -94,6 +96,17 @@ type Options struct {
 	// Dir is where a durable stash keeps its ownership across restarts
 	// (see ownership.go); "" keeps it in memory only.
 	Dir string
+	// FS is the file system of Dir (nil: the operating system's).
+	FS fsys.FS
+	// AdoptOwnership lets a durable stash whose engine holds data open
+	// without an ownership file, writing one: Dir was written by a
+	// version that kept the file only once a stash had moved a shard.
+	// Otherwise a missing file there is damage (the stash cannot tell
+	// what it owns).
+	AdoptOwnership bool
+	// OnDiskFull, if set, is called once each time the stash finds its
+	// disk full (see faults.go).
+	OnDiskFull func(err error)
 	// Fetcher copies the ranges this stash becomes a destination of from
 	// their source replicas (data distribution); nil: it cannot fetch.
 	Fetcher Fetcher
@@ -168,6 +181,15 @@ type Stash struct {
 	// dropped counts mutations for keys the stash does not hold (should
 	// stay 0); movedIn counts ranges fetched.
 	dropped, movedIn atomic.Int64
+
+	// disk is the disk-full state (faults.go).
+	disk diskState
+	// ownUnsaved: snaps changed but could not be written (a full disk);
+	// the next flush writes them before it makes any version durable.
+	// Protected by mu.
+	ownUnsaved bool
+	// filesChecked is when checkFiles last ran (flush loop only).
+	filesChecked time.Time
 }
 
 // New returns a stash over an opened engine.
@@ -211,23 +233,45 @@ func New(opts Options) *Stash {
 		return true
 	})
 	if opts.Dir != "" && !opts.Volatile {
-		snaps, at, found, err := loadOwnership(opts.Dir, s.durable)
-		if err != nil {
-			// A stash that cannot tell what it owns must not serve.
-			s.fail(err)
-		} else if found {
-			s.snaps = snaps
-			s.own.set = true
-			for _, r := range at.Ranges {
-				if r.State == fetching {
-					r.id = s.own.newID()
-					s.jobs[r.id] = &fetchJob{id: r.id}
-				}
-				s.own.cur = append(s.own.cur, r)
-			}
-		}
+		s.openOwnership(st.Keys)
 	}
 	return s
+}
+
+// openOwnership loads the ownership of a durable stash from its
+// directory. A stash that cannot tell what it owns must not serve: a
+// damaged file, or none while the engine holds data (unless
+// AdoptOwnership), fails it. A new stash writes an empty file at once, so
+// that from then on a missing file means damage.
+func (s *Stash) openOwnership(engineKeys int64) {
+	snaps, at, exists, found, err := loadOwnership(s.fs(), s.opts.Dir, s.durable)
+	if err != nil {
+		s.fail(err)
+		return
+	}
+	if !exists {
+		if (s.durable > 0 || engineKeys > 0) && !s.opts.AdoptOwnership {
+			s.fail(fsys.Damaged(filepath.Join(s.opts.Dir, ownershipFile),
+				"missing, but the stash's engine holds data (version %d, %d keys): the stash cannot tell what it owns", s.durable, engineKeys))
+			return
+		}
+		if err := writeOwnership(s.fs(), s.opts.Dir, nil); err != nil {
+			s.fail(err)
+			return
+		}
+	}
+	if !found {
+		return
+	}
+	s.snaps = snaps
+	s.own.set = true
+	for _, r := range at.Ranges {
+		if r.State == fetching {
+			r.id = s.own.newID()
+			s.jobs[r.id] = &fetchJob{id: r.id}
+		}
+		s.own.cur = append(s.own.cur, r)
+	}
 }
 
 // Tag is the stash's tag.
@@ -251,6 +295,14 @@ func (s *Stash) SetOwned(ranges []kv.KeyRange) {
 	}
 	sort.Slice(s.own.cur, func(i, j int) bool { return bytes.Compare(s.own.cur[i].Begin, s.own.cur[j].Begin) < 0 })
 	s.own.cur = coalesce(s.own.cur)
+	// A durable stash keeps them: a restart then finds what it owned at
+	// its engine's version in its file, like any other ownership.
+	if s.Failed() == nil {
+		if err := s.saveOwnership(s.durable); err != nil {
+			s.opts.Logger.Error("stash: save ownership", "tag", s.opts.Tag, "err", err)
+			s.fail(err)
+		}
+	}
 }
 
 // readable reports whether [begin, end) may be read at v. Called with pin held.
@@ -265,6 +317,9 @@ func (s *Stash) readable(begin, end []byte, v kv.Version) bool {
 // closed after it. After an error the stash is failed (Failed reports it)
 // and its reads fail fast.
 func (s *Stash) Run(ctx context.Context) error {
+	if err := s.Failed(); err != nil {
+		return err // failed as it opened (NewFailed, or its ownership)
+	}
 	if s.opts.Volatile {
 		s.opts.Log.Pop(s.opts.Tag, s.AppliedVersion())
 	}
@@ -379,10 +434,26 @@ func (s *Stash) pullLoop(ctx context.Context) error {
 			// (or one version, which cannot be split) when the log outruns
 			// the engine, instead of growing until the process runs out of
 			// memory.
-			if err := s.flush(); err != nil {
+			if err := s.flushOrWait(ctx); err != nil {
 				s.opts.Logger.Error("stash flush failed", "tag", s.opts.Tag, "pool", s.opts.Pool, "err", err)
 				return err
 			}
+		}
+	}
+}
+
+// flushOrWait flushes; while the disk is full it waits for room (reads
+// of what the stash applied are still served), until ctx ends.
+func (s *Stash) flushOrWait(ctx context.Context) error {
+	for {
+		err := s.flush()
+		if !isDiskFull(err) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(s.opts.FlushInterval):
 		}
 	}
 }
@@ -573,7 +644,16 @@ func (s *Stash) flushLoop(ctx context.Context) error {
 			return nil
 		case <-t.C:
 		}
-		if err := s.flush(); err != nil {
+		err := s.flush()
+		if err == nil && time.Since(s.filesChecked) >= time.Second {
+			// Noticed even while nothing is written.
+			s.filesChecked = time.Now()
+			err = s.checkFiles()
+		}
+		if isDiskFull(err) {
+			continue // retried on a later tick (flushTo paces it)
+		}
+		if err != nil {
 			s.opts.Logger.Error("stash flush failed", "tag", s.opts.Tag, "pool", s.opts.Pool, "err", err)
 			return err
 		}
@@ -589,6 +669,12 @@ func (s *Stash) flush() error { return s.flushTo(0) }
 func (s *Stash) flushTo(min kv.Version) error {
 	s.flushMu.Lock()
 	defer s.flushMu.Unlock()
+	if err := s.diskFullWait(); err != nil {
+		return err // the disk is full: retried every diskFullRetry
+	}
+	if err := s.writeUnsavedOwnership(); err != nil {
+		return err
+	}
 	logOver := false
 	if b, ok := s.opts.Log.(memoryBudgeted); ok && !s.opts.Volatile {
 		logOver = b.OverMemoryBudget()
@@ -624,7 +710,18 @@ func (s *Stash) flushTo(min kv.Version) error {
 		if s.opts.Volatile {
 			s.opts.Log.Pop(s.opts.Tag, applied)
 		}
+		if _, cause, full := s.DiskFull(); full {
+			// Nothing to write to tell whether there is room again.
+			if s.probeRoom() {
+				s.diskRoomAgain()
+			} else {
+				return s.noteDiskFull(cause)
+			}
+		}
 		return nil
+	}
+	if err := s.checkFiles(); err != nil {
+		return err
 	}
 	// Raise minReadable first, waiting out readers of older versions.
 	s.pin.Lock()
@@ -648,8 +745,9 @@ func (s *Stash) flushTo(min kv.Version) error {
 		}
 	}
 	if err := s.eng.Apply(b); err != nil {
-		return err
+		return s.writeFailed(err)
 	}
+	s.diskRoomAgain()
 	s.mu.Lock()
 	s.durable = target
 	s.win.drop(target)
@@ -690,6 +788,12 @@ func (s *Stash) waitFor(ctx context.Context, v kv.Version) error {
 			return nil
 		}
 		s.pin.RUnlock()
+		if _, cause, full := s.DiskFull(); full {
+			// It applies nothing more until there is room: another
+			// replica serves the read now rather than after FutureWait.
+			return kv.Errorf(kv.CodeStashUnavailable, "stash %d's disk is full: it has applied versions up to %d, not %d, and applies no more until there is room (%v)",
+				s.opts.Tag, applied, v, cause)
+		}
 		select {
 		case <-ch:
 		case <-s.failedCh():
@@ -924,7 +1028,9 @@ func (s *Stash) Close() error {
 		s.pin.Lock() // readers hold pin shared for their whole read
 		defer s.pin.Unlock()
 		s.closed.Store(true)
-		s.closeErr = s.eng.Close()
+		if s.eng != nil {
+			s.closeErr = s.eng.Close()
+		}
 	})
 	return s.closeErr
 }

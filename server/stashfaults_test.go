@@ -1,0 +1,655 @@
+package server_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/vfs"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/distash/distash"
+	"github.com/distash/distash/config"
+	"github.com/distash/distash/internal/engine"
+	"github.com/distash/distash/internal/kv"
+	"github.com/distash/distash/internal/ratekeeper"
+	"github.com/distash/distash/internal/wire"
+	"github.com/distash/distash/server"
+)
+
+// A disk that fills on command: files created through diskFS and the
+// writes of engines wrapped by diskEngine fail with ENOSPC while full
+// says so (the engines' own files do not go through NodeOptions.FS yet).
+var errNoSpace = fmt.Errorf("write: %w", syscall.ENOSPC)
+
+type diskFS struct {
+	vfs.FS
+	full func() bool
+}
+
+func (f diskFS) Create(name string) (vfs.File, error) {
+	file, err := f.FS.Create(name)
+	if err != nil {
+		return nil, err
+	}
+	return diskFile{File: file, full: f.full}, nil
+}
+
+type diskFile struct {
+	vfs.File
+	full func() bool
+}
+
+func (f diskFile) Write(p []byte) (int, error) {
+	if f.full() {
+		return 0, errNoSpace
+	}
+	return f.File.Write(p)
+}
+
+type diskEngine struct {
+	engine.Engine
+	full func() bool
+}
+
+func (e diskEngine) Apply(b *engine.Batch) error {
+	if e.full() {
+		return fmt.Errorf("pebble engine: apply: %w", errNoSpace)
+	}
+	return e.Engine.Apply(b)
+}
+
+// ackWriter commits one key per transaction from several goroutines and
+// remembers every acknowledged write.
+type ackWriter struct {
+	n      atomic.Int64
+	mu     sync.Mutex
+	acked  map[string]string
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+func startWriter(ctx context.Context, db *distash.DB, workers, valueBytes int) *ackWriter {
+	w := &ackWriter{acked: map[string]string{}}
+	ctx, w.cancel = context.WithCancel(ctx)
+	for g := 0; g < workers; g++ {
+		w.wg.Add(1)
+		go func() {
+			defer w.wg.Done()
+			for i := 0; ctx.Err() == nil; i++ {
+				k := fmt.Sprintf("d/%c/w%02d-%06d", 'a'+byte((g*7+i)%26), g, i)
+				v := fmt.Sprintf("%s=%0*d", k, valueBytes, i)
+				err := db.Transact(ctx, func(tr *distash.Tx) error {
+					tr.Set([]byte(k), []byte(v))
+					return nil
+				})
+				if err == nil {
+					w.n.Add(1)
+					w.mu.Lock()
+					w.acked[k] = v
+					w.mu.Unlock()
+				}
+			}
+		}()
+	}
+	return w
+}
+
+func (w *ackWriter) stop() map[string]string {
+	w.cancel()
+	w.wg.Wait()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.acked
+}
+
+// rate measures the writer's acknowledged transactions per second over d.
+func (w *ackWriter) rate(d time.Duration) float64 {
+	n0 := w.n.Load()
+	time.Sleep(d)
+	return float64(w.n.Load()-n0) / d.Seconds()
+}
+
+// readBack reads every acknowledged write.
+func readBack(ctx context.Context, db *distash.DB, acked map[string]string) error {
+	keys := make([]string, 0, len(acked))
+	for k := range acked {
+		keys = append(keys, k)
+	}
+	for i := 0; i < len(keys); i += 200 {
+		batch := keys[i:min(i+200, len(keys))]
+		err := db.ReadTransact(ctx, func(tr *distash.Tx) error {
+			bs := make([][]byte, len(batch))
+			for j, k := range batch {
+				bs[j] = []byte(k)
+			}
+			vals, err := tr.GetMulti(bs)
+			if err != nil {
+				return err
+			}
+			for j, k := range batch {
+				if string(vals[j]) != acked[k] {
+					return fmt.Errorf("%q = %.30q, want %.30q", k, vals[j], acked[k])
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// stashOf returns the status of node n's stash with tag (any tag if 0).
+func (c *simCluster) stashOf(n *simNode, tag uint32) (server.StashStats, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if n.srv == nil {
+		return server.StashStats{}, false
+	}
+	for _, st := range n.srv.Stashes() {
+		if tag == 0 || st.Tag == tag {
+			return st, true
+		}
+	}
+	return server.StashStats{}, false
+}
+
+func (c *simCluster) stop(n *simNode) {
+	c.mu.Lock()
+	srv := n.srv
+	n.srv = nil
+	c.mu.Unlock()
+	if srv != nil {
+		srv.Stop()
+	}
+}
+
+const fullDiskTOML = `
+[cluster]
+mvcc_window = "2s"
+
+[[pool]]
+name = "data"
+prefix = "d/"
+medium = "ssd"
+mode = "durable"
+engine = "pebble"
+stashes = 3
+replication = 3
+`
+
+// TestFullDiskOfOneReplicaDoesNotThrottle fills the disk of one of the
+// three stash nodes of a durable pool with replication 3 while writers
+// commit: its stash reports disk_full (not healthy, not failed), falls
+// behind once its MVCC window is full, and the cluster keeps committing
+// at about the rate it had (the ratekeeper ignores the worst R-1 replicas;
+// before, one replica that fell behind limited the cluster to ~50
+// transactions/s). Once the disk has room again the stash is healthy,
+// without a restart, and holds every acknowledged write.
+func TestFullDiskOfOneReplicaDoesNotThrottle(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts an in-process cluster")
+	}
+	defer server.SetWindowBytes(1 << 20)()
+	var full atomic.Bool
+	slot := atomic.Int32{}
+	slot.Store(-1)
+	defer server.SetWrapEngine(func(pool string, index int, e engine.Engine) engine.Engine {
+		return diskEngine{Engine: e, full: func() bool { return full.Load() && int(slot.Load()) == index }}
+	})()
+	c := newLayoutCluster(t, fullDiskTOML, "tx1 transaction", "data1 stash data", "data2 stash data", "data3 stash data")
+	data1 := c.node("data1")
+	data1.fs = diskFS{FS: vfs.Default, full: full.Load}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c.startAll(ctx)
+	st, _ := c.stashOf(data1, 0)
+	slot.Store(int32(st.Index))
+	db := c.open(ctx)
+
+	w := startWriter(ctx, db, 8, 1000)
+	base := w.rate(2 * time.Second)
+	full.Store(true)
+	waitUntil(t, 10*time.Second, "data1's stash reports disk_full", func() (bool, string) {
+		st, _ := c.stashOf(data1, 0)
+		return st.Health == server.HealthDiskFull, st.Health
+	})
+	lagOf := func() kv.Version {
+		tr, err := db.CreateTransaction(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rv, err := tr.ReadVersion()
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, _ := c.stashOf(data1, 0)
+		return kv.Version(rv - st.AppliedVersion)
+	}
+	waitUntil(t, 30*time.Second, "data1's stash falls 2 s behind", func() (bool, string) {
+		lag := lagOf()
+		return lag > 2*kv.VersionsPerSecond, fmt.Sprintf("%d behind", lag)
+	})
+	// The ratekeeper's limit, on the node holding the roles, sampled while
+	// the writers' rate is measured.
+	conn, err := grpc.NewClient("passthrough:///"+c.node("tx1").addr, grpc.WithContextDialer(c.net.Dialer("probe")),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	var limits []string
+	rateDone := make(chan float64)
+	go func() { rateDone <- w.rate(3 * time.Second) }()
+	for len(limits) < 5 {
+		time.Sleep(500 * time.Millisecond)
+		if st, err := wire.NewDiStashClient(conn).Status(ctx, &wire.StatusRequest{}); err == nil && st.RateLimit > 0 {
+			limits = append(limits, fmt.Sprintf("%.0f/s (%s)", st.RateLimit, st.RateLimitReason))
+		} else if err == nil {
+			limits = append(limits, "none")
+		}
+	}
+	fullRate := <-rateDone
+	lag := lagOf()
+	st, _ = c.stashOf(data1, 0)
+	t.Logf("commits/s: %.0f before, %.0f while data1's disk is full and its stash %.1f s behind (%s: %s); ratekeeper limits: %v",
+		base, fullRate, float64(lag)/kv.VersionsPerSecond, st.Health, st.LastError, limits)
+	if st.Health != server.HealthDiskFull || !strings.Contains(st.LastError, "no space") {
+		t.Errorf("data1's stash: %s (%s), want disk_full with the error", st.Health, st.LastError)
+	}
+	for _, l := range limits {
+		if l != "none" {
+			t.Errorf("the ratekeeper limited the cluster while one replica of three had a full disk: %v", limits)
+			break
+		}
+	}
+	if fullRate < base/3 || fullRate < ratekeeper.MinRate*2 {
+		t.Errorf("one full replica of three throttled the cluster: %.0f commits/s, %.0f before", fullRate, base)
+	}
+
+	full.Store(false)
+	acked := w.stop()
+	tr, err := db.CreateTransaction(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rv, err := tr.ReadVersion()
+	if err != nil {
+		t.Fatal(err)
+	}
+	took := waitUntil(t, 30*time.Second, "data1's stash is healthy and has made every acknowledged write durable", func() (bool, string) {
+		st, _ := c.stashOf(data1, 0)
+		return st.Health == server.HealthHealthy && st.DurableVersion >= rv, fmt.Sprintf("%s durable %d, want %d", st.Health, st.DurableVersion, rv)
+	})
+	st, _ = c.stashOf(data1, 0)
+	t.Logf("healthy and durable %v after the disk had room; %d keys acknowledged, data1 holds %d", took.Round(time.Millisecond), len(acked), st.Keys)
+	if st.Restarts != 0 {
+		t.Errorf("data1's stash restarted %d times", st.Restarts)
+	}
+	if err := c.readFromStash(ctx, db, data1, st.Tag, acked); err != nil {
+		t.Fatalf("data1's stash after the disk had room: %v", err)
+	}
+}
+
+// readFromStash reads every acknowledged write from node n's stash tag
+// (not from another replica), each batch at a fresh read version.
+func (c *simCluster) readFromStash(ctx context.Context, db *distash.DB, n *simNode, tag uint32, acked map[string]string) error {
+	conn, err := grpc.NewClient("passthrough:///"+n.addr, grpc.WithContextDialer(c.net.Dialer("probe")),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	api := wire.NewDiStashClient(conn)
+	keys := make([][]byte, 0, len(acked))
+	for k := range acked {
+		keys = append(keys, []byte(k))
+	}
+	for i := 0; i < len(keys); i += 500 {
+		batch := keys[i:min(i+500, len(keys))]
+		tr, err := db.CreateTransaction(ctx)
+		if err != nil {
+			return err
+		}
+		v, err := tr.ReadVersion()
+		if err != nil {
+			return err
+		}
+		resp, err := api.Read(ctx, &wire.ReadRequest{Stash: tag, Version: v, Keys: batch})
+		if err == nil {
+			err = resp.Error.Err()
+		}
+		if err != nil {
+			return err
+		}
+		for j, k := range batch {
+			if got := resp.Values[j]; !got.Present || string(got.Value) != acked[string(k)] {
+				return fmt.Errorf("%q = %.30q (present %v), want %.30q", k, got.Value, got.Present, acked[string(k)])
+			}
+		}
+	}
+	return nil
+}
+
+const damageTOML = `
+[cluster]
+mvcc_window = "2s"
+shard_bytes = "64KiB"
+
+[[pool]]
+name = "data"
+prefix = "d/"
+medium = "ssd"
+mode = "durable"
+engine = "pebble"
+stashes = 3
+replication = 2
+`
+
+// TestDamagedStashIsRebuiltFromItsReplicas damages one stash node of a
+// durable pool with replication 2 at a time, each time in another way:
+// its ownership file flipped while it is stopped, its ownership file
+// deleted while it is stopped, its stash directory removed while it runs
+// (which panicked the process). Each time the stash is reported damaged
+// with the file named, serves nothing, and its node rejoins as a new
+// stash that the data distributor fills from the healthy replicas; every
+// acknowledged write reads back.
+func TestDamagedStashIsRebuiltFromItsReplicas(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts an in-process cluster")
+	}
+	defer server.SetDistributionInterval(50 * time.Millisecond)()
+	c := newLayoutCluster(t, damageTOML, "tx1 transaction", "data1 stash data", "data2 stash data", "data3 stash data")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	c.startAll(ctx)
+	db := c.open(ctx)
+	w := startWriter(ctx, db, 4, 500)
+	time.Sleep(2 * time.Second)
+	acked := w.stop()
+	conn, err := grpc.NewClient("passthrough:///"+c.node("tx1").addr, grpc.WithContextDialer(c.net.Dialer("probe")),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	// healthy waits until every shard has two live replicas and no shard
+	// names the replaced stash gone (0: none) any more.
+	healthy := func(what string, gone uint32) {
+		t.Helper()
+		waitUntil(t, time.Minute, what, func() (bool, string) {
+			d, ok := c.distribution()["data"]
+			st, err := wire.NewDiStashClient(conn).Status(ctx, &wire.StatusRequest{})
+			if err != nil {
+				return false, err.Error()
+			}
+			var left int32
+			for _, sh := range st.StashShares {
+				if sh.Id == gone {
+					left = sh.Shards
+				}
+			}
+			return ok && d.UnderReplicated == 0 && d.Moving == 0 && d.Queued == 0 && left == 0,
+				fmt.Sprintf("%+v; stash %d holds %d shards", d, gone, left)
+		})
+	}
+	healthy("every shard has two live replicas", 0)
+
+	damage := []struct {
+		node, what string
+		running    bool
+		do         func(n *simNode) error
+		wantErr    string
+	}{
+		{"data1", "ownership file flipped", false, func(n *simNode) error {
+			path := filepath.Join(n.dir, "stash", "ownership.json")
+			b, err := os.ReadFile(path)
+			if err != nil {
+				return err
+			}
+			b[len(b)-2] ^= 0x01
+			return os.WriteFile(path, b, 0o644)
+		}, "ownership.json: checksum mismatch"},
+		{"data2", "ownership file deleted", false, func(n *simNode) error {
+			return os.Remove(filepath.Join(n.dir, "stash", "ownership.json"))
+		}, "ownership.json: missing, but the stash's engine holds data"},
+		{"data3", "stash directory removed while it runs", true, func(n *simNode) error {
+			return os.RemoveAll(filepath.Join(n.dir, "stash"))
+		}, "ownership.json: missing while the stash runs"},
+	}
+	for _, d := range damage {
+		n := c.node(d.node)
+		old, _ := c.stashOf(n, 0)
+		if !d.running {
+			c.stop(n)
+		}
+		if err := d.do(n); err != nil {
+			t.Fatal(err)
+		}
+		if d.running {
+			// Writes make the stash flush into the missing directory.
+			w := startWriter(ctx, db, 2, 500)
+			time.Sleep(500 * time.Millisecond)
+			for k, v := range w.stop() {
+				acked[k] = v
+			}
+		} else if err := c.startNode(ctx, n); err != nil {
+			t.Fatalf("%s: restart after its %s: %v", d.node, d.what, err)
+		}
+		waitUntil(t, 20*time.Second, d.node+" reports its old stash damaged and serves a new one", func() (bool, string) {
+			st, _ := c.stashOf(n, old.Tag)
+			replaced := false
+			c.mu.Lock()
+			if n.srv != nil {
+				for _, nw := range n.srv.Stashes() {
+					replaced = replaced || (nw.Tag != old.Tag && nw.Health == server.HealthHealthy)
+				}
+			}
+			c.mu.Unlock()
+			return st.Health == server.HealthDamaged && strings.Contains(st.LastError, d.wantErr) && replaced,
+				fmt.Sprintf("stash %d: %s (%s); replaced: %v", st.Tag, st.Health, st.LastError, replaced)
+		})
+		st, _ := c.stashOf(n, old.Tag)
+		t.Logf("%s (%s): stash %d %s: %s", d.node, d.what, st.Tag, st.Health, st.LastError)
+		healthy(d.node+"'s shards are re-replicated", old.Tag)
+		if err := readBack(ctx, db, acked); err != nil {
+			t.Fatalf("after %s's %s: %v", d.node, d.what, err)
+		}
+	}
+	t.Logf("%d acknowledged writes read back after each damage; bytes per node %v", len(acked), c.poolBytes("data"))
+}
+
+const soleReplicaTOML = `
+[cluster]
+mvcc_window = "1s"
+
+[[pool]]
+name = "data"
+prefix = "d/"
+medium = "ssd"
+mode = "durable"
+engine = "pebble"
+stashes = 2
+replication = 1
+`
+
+// TestDamagedSoleReplicaRefusesItsReads: in a pool with replication 1 a
+// damaged stash has no replica to be rebuilt from. The cluster starts,
+// the stash is reported damaged, keeps its files, and reads of its keys
+// fail at once with ErrStashDamaged (not retryable) naming the file, while
+// the other stash's keys read as before.
+func TestDamagedSoleReplicaRefusesItsReads(t *testing.T) {
+	dir := t.TempDir()
+	cfg, err := config.Parse([]byte(soleReplicaTOML))
+	if err != nil {
+		t.Fatal(err)
+	}
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	srv, err := server.Start(ctx, server.Options{Dir: dir, Config: cfg, Logger: quiet, FlushInterval: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := distash.Open(ctx, srv.ClusterString())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Keys of both stashes: the first shard map cuts the pool by the
+	// first byte after its prefix.
+	keys := map[string]string{"d/\x10a": "low", "d/\xf0z": "high"}
+	if err := db.Transact(ctx, func(tr *distash.Tx) error {
+		for k, v := range keys {
+			tr.Set([]byte(k), []byte(v))
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1500 * time.Millisecond) // past the MVCC window: flushed
+	db.Close()
+	srv.Stop()
+
+	path := filepath.Join(dir, "stash", "data-0", "ownership.json")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)-2] ^= 0x01
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	srv, err = server.Start(ctx, server.Options{Dir: dir, Config: cfg, Logger: quiet, FlushInterval: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatalf("a cluster with one damaged stash did not start: %v", err)
+	}
+	defer srv.Stop()
+	db, err = distash.Open(ctx, srv.ClusterString())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var damaged, fine string
+	for _, st := range srv.Stashes() {
+		if st.Index == 0 {
+			if st.Health != server.HealthDamaged || !strings.Contains(st.LastError, path) || !strings.Contains(st.LastError, "only replica") {
+				t.Fatalf("stash data-0: %s (%s), want damaged, naming %s and saying it holds the only replica", st.Health, st.LastError, path)
+			}
+		}
+	}
+	for k := range keys {
+		rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
+		began := time.Now()
+		err := db.ReadTransact(rctx, func(tr *distash.Tx) error {
+			_, err := tr.Get([]byte(k))
+			return err
+		})
+		rcancel()
+		switch {
+		case err == nil:
+			fine = k
+		case errors.Is(err, distash.ErrStashDamaged) && strings.Contains(err.Error(), "ownership.json") && time.Since(began) < 2*time.Second:
+			damaged = k
+		default:
+			t.Fatalf("read %q: %v after %v", k, err, time.Since(began))
+		}
+	}
+	if damaged == "" || fine == "" {
+		t.Fatalf("reads: damaged %q, fine %q; want one of each", damaged, fine)
+	}
+	if _, err := os.Stat(path); err != nil {
+		t.Fatalf("the damaged stash's files were not kept: %v", err)
+	}
+}
+
+// TestOlderDirectoryIsAdopted: a data directory written before metadata
+// files had checksums (cluster.toml without its header) whose stashes
+// have no ownership file (older versions wrote one only once a stash had
+// moved a shard) starts healthy and serves its data, and its files are
+// written checksummed from then on; the same directory with a checksummed
+// cluster.toml counts the missing file as damage (TestDamaged...).
+func TestOlderDirectoryIsAdopted(t *testing.T) {
+	dir := t.TempDir()
+	cfg, err := config.Parse([]byte(soleReplicaTOML))
+	if err != nil {
+		t.Fatal(err)
+	}
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	start := func() (*server.Server, *distash.DB) {
+		srv, err := server.Start(ctx, server.Options{Dir: dir, Config: cfg, Logger: quiet, FlushInterval: 10 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		db, err := distash.Open(ctx, srv.ClusterString())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return srv, db
+	}
+	srv, db := start()
+	keys := map[string]string{"d/\x10a": "low", "d/\xf0z": "high"}
+	if err := db.Transact(ctx, func(tr *distash.Tx) error {
+		for k, v := range keys {
+			tr.Set([]byte(k), []byte(v))
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1500 * time.Millisecond)
+	db.Close()
+	srv.Stop()
+
+	// What an older version left.
+	toml := filepath.Join(dir, "cluster.toml")
+	b, err := os.ReadFile(toml)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(string(b), "distash-file v1 ") {
+		t.Fatalf("cluster.toml has no checksummed header: %.60q", b)
+	}
+	if err := os.WriteFile(toml, b[strings.IndexByte(string(b), '\n')+1:], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 2; i++ {
+		if err := os.Remove(filepath.Join(dir, "stash", fmt.Sprintf("data-%d", i), "ownership.json")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv, db = start()
+	defer srv.Stop()
+	defer db.Close()
+	for _, st := range srv.Stashes() {
+		if st.Health != server.HealthHealthy {
+			t.Fatalf("stash data-%d of an older directory: %s (%s)", st.Index, st.Health, st.LastError)
+		}
+	}
+	if err := readBack(ctx, db, keys); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 2; i++ {
+		b, err := os.ReadFile(filepath.Join(dir, "stash", fmt.Sprintf("data-%d", i), "ownership.json"))
+		if err != nil || !strings.HasPrefix(string(b), "distash-file v1 ") {
+			t.Fatalf("data-%d's ownership file after the start: %.60q, %v", i, b, err)
+		}
+	}
+	if b, err := os.ReadFile(toml); err != nil || !strings.HasPrefix(string(b), "distash-file v1 ") {
+		t.Fatalf("cluster.toml after the start: %.60q, %v", b, err)
+	}
+}
