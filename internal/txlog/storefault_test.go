@@ -442,3 +442,123 @@ func TestLogCrash(t *testing.T) {
 		f.checkAcked()
 	}
 }
+
+// TestNetworkReplicaDiskFails: in a network log of three replicas, one
+// replica whose disk fails (the leader or a follower) never acknowledges
+// an append and calls OnFail, and commits go on on the other two; the
+// failed replica, reopened on a healthy disk, catches up.
+func TestNetworkReplicaDiskFails(t *testing.T) {
+	for _, failLeader := range []bool{true, false} {
+		t.Run(fmt.Sprintf("leader=%v", failLeader), func(t *testing.T) {
+			c := &netCluster{t: t}
+			base := t.TempDir()
+			var (
+				fss   []*faultfs.FS
+				fails []*failRecorder
+			)
+			for i := range 3 {
+				tr := newTCPTransport(t, "127.0.0.1:0")
+				c.trs = append(c.trs, tr)
+				c.peers = append(c.peers, Peer{ID: fmt.Sprintf("node-%d", i), Addr: string(tr.LocalAddr())})
+				c.dirs = append(c.dirs, filepath.Join(base, fmt.Sprint(i)))
+				fss = append(fss, faultfs.New(nil))
+				fails = append(fails, &failRecorder{})
+			}
+			options := func(i int) Options {
+				opts := c.options(i, c.trs[i], []kv.Tag{1})
+				opts.FS, opts.OnFail = fss[i], fails[i].onFail
+				return opts
+			}
+			c.logs = make([]*Log, 3)
+			for i := range 3 {
+				c.logs[i] = openLog(t, options(i))
+			}
+			t.Cleanup(func() {
+				for _, l := range c.logs {
+					if l != nil {
+						l.Close()
+					}
+				}
+			})
+			lead := c.waitLeader()
+			v, err := c.logs[lead].BeginGeneration(ctxT(t), 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			a := &appender{t: t, l: c.logs[lead], last: v}
+			appendN := func(epoch uint64, n int) []*Future {
+				var fs []*Future
+				for range n {
+					v := a.last + 1
+					fs = append(fs, a.l.Append(&Entry{Version: v, PrevVersion: a.last, Epoch: epoch, Mutations: []TaggedMutation{mut(fmt.Sprint(v), 1)}}))
+					a.last = v
+				}
+				return fs
+			}
+			waitAll(t, appendN(1, 20))
+
+			bad := lead
+			if !failLeader {
+				bad = (lead + 1) % 3
+			}
+			fss[bad].Fail(faultfs.Rule{Ops: faultfs.OpSync})
+			t0 := time.Now()
+			if failLeader {
+				// Nothing appended on the failed leader is acknowledged.
+				for _, fu := range appendN(1, 20) {
+					if err := fu.Wait(ctxT(t)); err == nil {
+						t.Fatalf("append %d acknowledged by a leader whose disk fails", fu.Version())
+					}
+				}
+				lead = c.waitLeader()
+				if lead == bad {
+					t.Fatal("the replica whose disk fails leads again")
+				}
+				if v, err = c.logs[lead].BeginGeneration(ctxT(t), 2); err != nil || v < 20 {
+					t.Fatalf("BeginGeneration(2) on the new leader = %d, %v", v, err)
+				}
+				a = &appender{t: t, l: c.logs[lead], last: v}
+				t.Logf("new leader after %v", time.Since(t0))
+			}
+			// Commits go on on the two healthy replicas.
+			waitAll(t, appendN(2, 30))
+			for i := range 3 {
+				if i != bad {
+					if vs := c.waitPeek(i, 1, a.last); len(vs) != int(a.last) {
+						t.Fatalf("replica %d holds %d entries, want %d", i, len(vs), a.last)
+					}
+				}
+			}
+			for deadline := time.Now().Add(5 * time.Second); len(fails[bad].get()) == 0; time.Sleep(10 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("OnFail was not called on the replica whose disk fails")
+				}
+			}
+			if f := fails[bad].get(); len(f) != 1 || !isEIO(f[0]) || !strings.Contains(f[0].Error(), c.peers[bad].ID) {
+				t.Fatalf("OnFail calls %v; want one naming the replica and EIO", f)
+			}
+			for i := range 3 {
+				if f := fails[i].get(); i != bad && len(f) != 0 {
+					t.Fatalf("OnFail called on healthy replica %d: %v", i, f)
+				}
+			}
+			t.Logf("%d appends after the failure in %v", a.last-20, time.Since(t0))
+
+			// The failed replica's process ends; restarted on a healthy
+			// disk it catches up.
+			t0 = time.Now()
+			c.logs[bad].Close()
+			if d := time.Since(t0); d > 5*time.Second {
+				t.Fatalf("closing the failed replica took %v", d)
+			}
+			fss[bad].Heal()
+			fss[bad].Kill()
+			c.trs[bad] = newTCPTransport(t, c.peers[bad].Addr)
+			c.logs[bad] = openLog(t, options(bad))
+			waitAll(t, appendN(2, 10))
+			if vs := c.waitPeek(bad, 1, a.last); len(vs) != int(a.last) {
+				t.Fatalf("restarted replica holds %d entries, want %d", len(vs), a.last)
+			}
+		})
+	}
+}
