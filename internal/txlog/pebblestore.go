@@ -5,8 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io/fs"
-	"regexp"
 	"runtime"
 	"strings"
 	"sync"
@@ -98,15 +96,51 @@ func openPebbleStore(fs fsys.FS, dir string, onFail func(error)) (s *pebbleStore
 		return nil, err
 	}
 	s = &pebbleStore{db: db, dir: dir, guard: g, frozen: make(chan struct{})}
-	if s.first, err = s.edge(false); err != nil {
-		db.Close()
-		return nil, err
-	}
-	if s.last, err = s.edge(true); err != nil {
+	if err := s.verify(); err != nil {
 		db.Close()
 		return nil, err
 	}
 	return s, nil
+}
+
+// verify reads every key and value of the store once, at open, and sets
+// first and last. Pebble checks a block's checksum when it reads it, so
+// damage anywhere in the store is found here, as a *fsys.DamageError
+// naming the file, rather than when raft reads the record: raft panics
+// when a record it applies cannot be read. raft reads every record after
+// its snapshot at start anyway, and the store holds little more
+// (TrailingLogs before the snapshot).
+func (s *pebbleStore) verify() (err error) {
+	defer s.guard.Recover(&err)
+	it, err := s.db.NewIter(nil)
+	if err != nil {
+		return storeErr(s.dir, err)
+	}
+	for ok := it.First(); ok; ok = it.Next() {
+		k := it.Key()
+		if len(k) > 0 && k[0] == 'l' {
+			i, err := parseLogKey(k)
+			if err != nil {
+				it.Close()
+				return err
+			}
+			if s.first == 0 {
+				s.first = i
+			}
+			s.last = i
+		}
+		if _, err := it.ValueAndErr(); err != nil {
+			break
+		}
+	}
+	err = it.Error()
+	if cerr := it.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return storeErr(s.dir, err)
+	}
+	return nil
 }
 
 // mkdirDurable makes dir (and its missing parents) and syncs its parent:
@@ -130,18 +164,15 @@ func openDB(dir string, opts *pebble.Options, g *guard.Guard) (db *pebble.DB, er
 	return db, nil
 }
 
-// damageText recognises Pebble's reports of damage that carry no marker
-// (see the pebble engine's).
-var damageText = regexp.MustCompile(`file does not exist|checksum mismatch|invalid table|corrupt`)
-
 // storeErr names the store; damage Pebble finds (a checksum that fails, a
-// file the MANIFEST lists that is missing) is a *fsys.DamageError.
+// file the MANIFEST lists that is missing) is a *fsys.DamageError naming
+// the file.
 func storeErr(dir string, err error) error {
 	if errors.Is(err, fsys.ErrDamaged) {
 		return err
 	}
-	if errors.Is(err, pebble.ErrCorruption) || errors.Is(err, fs.ErrNotExist) || damageText.MatchString(err.Error()) {
-		return &fsys.DamageError{Path: dir, Reason: fmt.Sprintf("txlog raft store: %v", err)}
+	if de := guard.Damage(dir, "txlog raft store "+dir, err); de != nil {
+		return de
 	}
 	return fmt.Errorf("txlog: raft store %s: %w", dir, err)
 }
