@@ -25,8 +25,9 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"syscall"
 
-	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
+	"modernc.org/sqlite" // registers the "sqlite" database/sql driver
 
 	"github.com/distash/distash/internal/engine"
 	"github.com/distash/distash/internal/engine/keyfilter"
@@ -125,7 +126,7 @@ func Open(opts engine.Options) (_ *Engine, err error) {
 		return nil, fmt.Errorf("sqlite engine: synchronous is %d, want 2 (FULL)", sync)
 	}
 	if _, err = e.wc.ExecContext(ctx, schema); err != nil {
-		return nil, fmt.Errorf("sqlite engine: create schema: %w", err)
+		return nil, fmt.Errorf("sqlite engine: create schema: %w", diskErr(err))
 	}
 	var version, keys, size int64
 	if err = e.wc.QueryRowContext(ctx, "SELECT version, keys, bytes FROM meta WHERE id = 0").
@@ -179,6 +180,22 @@ func Open(opts engine.Options) (_ *Engine, err error) {
 		}
 	}
 	return e, nil
+}
+
+// sqliteFull is SQLite's result code SQLITE_FULL ("database or disk is
+// full"): a write found no space on the file system.
+const sqliteFull = 13
+
+// diskErr makes SQLite's full-disk error match fsys.IsNoSpace, as the
+// other engines' errors do, so the stash can tell a full disk from a
+// broken one: modernc's *sqlite.Error carries the result code, not the
+// errno.
+func diskErr(err error) error {
+	var se *sqlite.Error
+	if errors.As(err, &se) && se.Code()&0xff == sqliteFull {
+		return fmt.Errorf("%w (%w)", err, syscall.ENOSPC)
+	}
+	return err
 }
 
 // blob returns b as a non-nil slice: the driver binds a nil []byte as NULL.
@@ -258,12 +275,12 @@ func (e *Engine) Apply(b *engine.Batch) (err error) {
 	}
 	ctx := context.Background()
 	if _, err := e.wc.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
-		return fmt.Errorf("sqlite engine: begin: %w", err)
+		return fmt.Errorf("sqlite engine: begin: %w", diskErr(err))
 	}
 	defer func() {
 		if err != nil {
 			e.wc.ExecContext(ctx, "ROLLBACK")
-			err = fmt.Errorf("sqlite engine: apply: %w", err)
+			err = fmt.Errorf("sqlite engine: apply: %w", diskErr(err))
 		}
 	}()
 	keys, size := e.keys.Load(), e.bytes.Load()
