@@ -381,7 +381,7 @@ func Open(opts Options) (*Log, error) {
 		l.shutdown()
 		return nil, err
 	}
-	if err := fsys.Or(opts.FS).MkdirAll(opts.Dir, 0o755); err != nil {
+	if err := mkdirDurable(opts.FS, opts.Dir); err != nil {
 		return fail(err)
 	}
 	if err := checkMeta(fsys.Or(opts.FS), opts.Dir, opts.Replicas, opts.Network); err != nil {

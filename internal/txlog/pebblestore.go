@@ -5,8 +5,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io/fs"
-	"regexp"
+	"runtime"
+	"strings"
 	"sync"
 	"time"
 
@@ -67,15 +67,20 @@ func OpenRaftStoreFS(fs fsys.FS, dir string, onFail func(error)) (RaftStore, err
 // returns the error and every later write fails too, nothing is retried,
 // and onFail is called once with the error. raft itself panics when its
 // stable store (term and vote) cannot be written, and must not be told a
-// vote is durable when it is not: after a failure those writes block
-// instead, freezing the replica, which its owner then stops or exits.
-// With onFail nil the process exits with a message naming the store
-// (guard.Exit): a log replica that cannot write is a node that must stop.
+// vote is durable when it is not: after a failure those writes, when a
+// *raft.Raft makes them, block instead, freezing the replica, which its
+// owner then stops (release, Close) or exits. With onFail nil the process
+// exits with a message naming the store (guard.Exit): a log replica that
+// cannot write is a node that must stop.
 func openPebbleStore(fs fsys.FS, dir string, onFail func(error)) (s *pebbleStore, err error) {
 	if onFail == nil {
 		onFail = func(err error) {
 			guard.Exit(fmt.Sprintf("txlog: raft store %s failed, exiting: %v", dir, err))
 		}
+	}
+	fs = fsys.Or(fs)
+	if err := mkdirDurable(fs, dir); err != nil {
+		return nil, fmt.Errorf("txlog: raft store: %w", err)
 	}
 	g := guard.New("txlog raft store "+dir, "github.com/distash/distash/internal/txlog.", onFail)
 	opts := &pebble.Options{
@@ -83,7 +88,7 @@ func openPebbleStore(fs fsys.FS, dir string, onFail func(error)) (s *pebbleStore
 		MemTableSize:                16 << 20,
 		MemTableStopWritesThreshold: 4,
 		Logger:                      g.Logger(),
-		FS:                          g.FS(fsys.Or(fs)),
+		FS:                          g.FS(fs),
 	}
 	defer opts.Cache.Unref()
 	db, err := openDB(dir, opts, g)
@@ -91,15 +96,63 @@ func openPebbleStore(fs fsys.FS, dir string, onFail func(error)) (s *pebbleStore
 		return nil, err
 	}
 	s = &pebbleStore{db: db, dir: dir, guard: g, frozen: make(chan struct{})}
-	if s.first, err = s.edge(false); err != nil {
-		db.Close()
-		return nil, err
-	}
-	if s.last, err = s.edge(true); err != nil {
+	if err := s.verify(); err != nil {
 		db.Close()
 		return nil, err
 	}
 	return s, nil
+}
+
+// verify reads every key and value of the store once, at open, and sets
+// first and last. Pebble checks a block's checksum when it reads it, so
+// damage anywhere in the store is found here, as a *fsys.DamageError
+// naming the file, rather than when raft reads the record: raft panics
+// when a record it applies cannot be read. raft reads every record after
+// its snapshot at start anyway, and the store holds little more
+// (TrailingLogs before the snapshot).
+func (s *pebbleStore) verify() (err error) {
+	defer s.guard.Recover(&err)
+	it, err := s.db.NewIter(nil)
+	if err != nil {
+		return storeErr(s.dir, err)
+	}
+	for ok := it.First(); ok; ok = it.Next() {
+		k := it.Key()
+		if len(k) > 0 && k[0] == 'l' {
+			i, err := parseLogKey(k)
+			if err != nil {
+				it.Close()
+				return err
+			}
+			if s.first == 0 {
+				s.first = i
+			}
+			s.last = i
+		}
+		if _, err := it.ValueAndErr(); err != nil {
+			break
+		}
+	}
+	err = it.Error()
+	if cerr := it.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return storeErr(s.dir, err)
+	}
+	return nil
+}
+
+// mkdirDurable makes dir (and its missing parents) and syncs its parent:
+// Pebble syncs its own directory, not the directory's entry in its
+// parent, and without that a crash soon after the log was made can take
+// all of it.
+func mkdirDurable(fs fsys.FS, dir string) error {
+	fs = fsys.Or(fs)
+	if err := fs.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	return fsys.SyncDir(fs, fs.PathDir(dir))
 }
 
 func openDB(dir string, opts *pebble.Options, g *guard.Guard) (db *pebble.DB, err error) {
@@ -111,18 +164,15 @@ func openDB(dir string, opts *pebble.Options, g *guard.Guard) (db *pebble.DB, er
 	return db, nil
 }
 
-// damageText recognises Pebble's reports of damage that carry no marker
-// (see the pebble engine's).
-var damageText = regexp.MustCompile(`file does not exist|checksum mismatch|invalid table|corrupt`)
-
 // storeErr names the store; damage Pebble finds (a checksum that fails, a
-// file the MANIFEST lists that is missing) is a *fsys.DamageError.
+// file the MANIFEST lists that is missing) is a *fsys.DamageError naming
+// the file.
 func storeErr(dir string, err error) error {
 	if errors.Is(err, fsys.ErrDamaged) {
 		return err
 	}
-	if errors.Is(err, pebble.ErrCorruption) || errors.Is(err, fs.ErrNotExist) || damageText.MatchString(err.Error()) {
-		return &fsys.DamageError{Path: dir, Reason: fmt.Sprintf("txlog raft store: %v", err)}
+	if de := guard.Damage(dir, "txlog raft store "+dir, err); de != nil {
+		return de
 	}
 	return fmt.Errorf("txlog: raft store %s: %w", dir, err)
 }
@@ -195,11 +245,40 @@ func (s *pebbleStore) enter() error {
 // returns the recorded error.
 func (s *pebbleStore) fail(err error) error { return s.guard.Fail(storeErr(s.dir, err)) }
 
-// waitFrozen blocks a stable-store write of a failed store: see
-// openPebbleStore. It returns (an error) only once the store is closed.
-func (s *pebbleStore) waitFrozen() error {
+// waitFrozen blocks raft's stable-store write on a failed store (see
+// openPebbleStore) until the store is released or closed, and then ends
+// the calling goroutine instead of returning: raft panics on an error
+// (setCurrentTerm) and must not hear of success. raft runs its loops in
+// goroutines whose exit it waits for (Shutdown), so the replica's shutdown
+// completes.
+func (s *pebbleStore) waitFrozen() {
 	<-s.frozen
-	return s.guard.Err()
+	runtime.Goexit()
+}
+
+// release lets the stable-store writes a failed store blocks end their
+// goroutines: call it once the replica's raft is shutting down, before
+// waiting for its shutdown.
+func (s *pebbleStore) release() { s.frozenOnce.Do(func() { close(s.frozen) }) }
+
+// raftPrefix is the function name prefix of raft's own methods.
+const raftPrefix = "github.com/hashicorp/raft.(*Raft)."
+
+// calledByRaft reports whether a running *raft.Raft (a method of it is on
+// the stack) made the call: raft.BootstrapCluster and other callers take
+// an error, raft's loops cannot.
+func calledByRaft() bool {
+	pcs := make([]uintptr, 64)
+	frames := runtime.CallersFrames(pcs[:runtime.Callers(3, pcs)])
+	for {
+		f, more := frames.Next()
+		if strings.HasPrefix(f.Function, raftPrefix) {
+			return true
+		}
+		if !more {
+			return false
+		}
+	}
 }
 
 func (s *pebbleStore) GetLog(index uint64, l *raft.Log) (err error) {
@@ -284,13 +363,15 @@ func (s *pebbleStore) DeleteRange(min, max uint64) (err error) {
 
 func stableKey(k []byte) []byte { return append([]byte{'s'}, k...) }
 
+// Set writes a stable value (raft's term and vote). On a failed store a
+// call by raft blocks for good: see waitFrozen.
 func (s *pebbleStore) Set(key, val []byte) error {
-	if s.guard.Err() != nil {
-		return s.waitFrozen()
+	err := s.guard.Err()
+	if err == nil {
+		err = s.set(key, val)
 	}
-	err := s.set(key, val)
-	if err != nil && s.guard.Err() != nil {
-		return s.waitFrozen()
+	if err != nil && s.guard.Err() != nil && calledByRaft() {
+		s.waitFrozen()
 	}
 	return err
 }
@@ -342,7 +423,7 @@ func (s *pebbleStore) GetUint64(key []byte) (uint64, error) {
 // Close waits for the calls in progress and closes the store; later calls
 // fail with errStoreClosed. Closing twice is harmless.
 func (s *pebbleStore) Close() (err error) {
-	s.frozenOnce.Do(func() { close(s.frozen) })
+	s.release()
 	s.use.Lock()
 	defer s.use.Unlock()
 	if s.closed {

@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
-
-	"github.com/distash/distash/internal/fsys"
 )
 
 // replica is one raft server of the log, with its own directory, stores,
@@ -72,7 +70,7 @@ func (l *Log) startReplicaLocked(i int, bootstrap bool) (err error) {
 	if r.running {
 		return fmt.Errorf("txlog: replica %d is running", i)
 	}
-	if err := fsys.Or(l.opts.FS).MkdirAll(r.dir, 0o755); err != nil {
+	if err := mkdirDurable(l.opts.FS, r.dir); err != nil {
 		return err
 	}
 	// raft's log and stable store: Pebble, one fdatasync per stored batch.
@@ -174,6 +172,9 @@ func (l *Log) stopReplicaLocked(i int, sf raft.Future) error {
 	if sf == nil {
 		sf = r.raft.Shutdown()
 	}
+	// A raft frozen on its failed store (pebbleStore.waitFrozen) shuts
+	// down only once its blocked write is let go.
+	r.store.release()
 	err := sf.Error()
 	close(r.stopped) // raft answers no more futures: stop waiting for them
 	if cerr := r.store.Close(); err == nil {

@@ -19,9 +19,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io/fs"
-	"path/filepath"
-	"regexp"
 	"sync"
 	"sync/atomic"
 
@@ -380,32 +377,8 @@ func wrapErr(dir, op string, err error) error {
 	if errors.Is(err, fsys.ErrDamaged) {
 		return err
 	}
-	if errors.Is(err, pebble.ErrCorruption) || errors.Is(err, fs.ErrNotExist) || damageText.MatchString(err.Error()) {
-		return &fsys.DamageError{Path: damagedFile(dir, err), Reason: fmt.Sprintf("pebble engine %s: %v", op, err)}
+	if de := guard.Damage(dir, "pebble engine "+op, err); de != nil {
+		return de
 	}
 	return fmt.Errorf("pebble engine %s: %s: %w", dir, op, err)
-}
-
-// damageText recognises Pebble's reports of damage that carry no marker:
-// a file the MANIFEST lists that is missing ("unknown to the objstorage
-// provider: file does not exist"), a block whose checksum fails ("invalid
-// table 000012 (checksum mismatch ...)").
-var damageText = regexp.MustCompile(`file does not exist|checksum mismatch|invalid table|corrupt`)
-
-// pebbleFile finds a file of the store in an error's text: a path, or a
-// Pebble file number ("000012.sst", "sstable 000012", "MANIFEST-000001").
-var pebbleFile = regexp.MustCompile(`(MANIFEST-\d+|OPTIONS-\d+|\d{6,}\.(?:sst|log)|(?:sstable|table|file|backing file) (\d{6,}))`)
-
-// damagedFile returns the path of the file err names, or dir when it names
-// none.
-func damagedFile(dir string, err error) string {
-	m := pebbleFile.FindStringSubmatch(err.Error())
-	switch {
-	case m == nil:
-		return dir
-	case m[2] != "":
-		return filepath.Join(dir, m[2]+".sst")
-	default:
-		return filepath.Join(dir, m[1])
-	}
 }

@@ -25,8 +25,9 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"syscall"
 
-	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
+	"modernc.org/sqlite" // registers the "sqlite" database/sql driver
 
 	"github.com/distash/distash/internal/engine"
 	"github.com/distash/distash/internal/engine/keyfilter"
@@ -53,6 +54,7 @@ INSERT OR IGNORE INTO meta (id, version, keys, bytes) VALUES (0, 0, 0, 0);
 
 // Engine is a durable engine.Engine on SQLite. Create one with Open.
 type Engine struct {
+	path string    // the database file
 	wdb  *sql.DB   // the writer's database handle, one connection
 	wc   *sql.Conn // the writer connection
 	rdb  *sql.DB   // the read pool
@@ -93,7 +95,7 @@ func Open(opts engine.Options) (_ *Engine, err error) {
 		return nil, fmt.Errorf("sqlite engine: %w", err)
 	}
 	path := filepath.Join(opts.Dir, FileName)
-	e := &Engine{}
+	e := &Engine{path: path}
 	defer func() {
 		if err != nil {
 			e.closeAll()
@@ -104,33 +106,33 @@ func Open(opts engine.Options) (_ *Engine, err error) {
 	e.wdb, err = sql.Open("sqlite", path+
 		"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)")
 	if err != nil {
-		return nil, fmt.Errorf("sqlite engine: open %s: %w", path, err)
+		return nil, wrapErr(path, "open "+path, err)
 	}
 	e.wdb.SetMaxOpenConns(1)
 	if e.wc, err = e.wdb.Conn(ctx); err != nil {
-		return nil, fmt.Errorf("sqlite engine: open %s: %w", path, err)
+		return nil, wrapErr(path, "open "+path, err)
 	}
 	var mode string
 	if err = e.wc.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil {
-		return nil, fmt.Errorf("sqlite engine: %w", err)
+		return nil, wrapErr(path, "open "+path, err)
 	}
 	if mode != "wal" {
 		return nil, fmt.Errorf("sqlite engine: journal mode is %q, want wal", mode)
 	}
 	var sync int
 	if err = e.wc.QueryRowContext(ctx, "PRAGMA synchronous").Scan(&sync); err != nil {
-		return nil, fmt.Errorf("sqlite engine: %w", err)
+		return nil, wrapErr(path, "open "+path, err)
 	}
 	if sync != 2 {
 		return nil, fmt.Errorf("sqlite engine: synchronous is %d, want 2 (FULL)", sync)
 	}
 	if _, err = e.wc.ExecContext(ctx, schema); err != nil {
-		return nil, fmt.Errorf("sqlite engine: create schema: %w", err)
+		return nil, wrapErr(path, "create schema", err)
 	}
 	var version, keys, size int64
 	if err = e.wc.QueryRowContext(ctx, "SELECT version, keys, bytes FROM meta WHERE id = 0").
 		Scan(&version, &keys, &size); err != nil {
-		return nil, fmt.Errorf("sqlite engine: read meta: %w", err)
+		return nil, wrapErr(path, "read meta", err)
 	}
 	e.version.Store(version)
 	e.keys.Store(keys)
@@ -153,13 +155,13 @@ func Open(opts engine.Options) (_ *Engine, err error) {
 		{&e.meta, "UPDATE meta SET version = ?, keys = ?, bytes = ? WHERE id = 0"},
 	} {
 		if *p.s, err = e.wc.PrepareContext(ctx, p.q); err != nil {
-			return nil, fmt.Errorf("sqlite engine: prepare %q: %w", p.q, err)
+			return nil, wrapErr(path, fmt.Sprintf("prepare %q", p.q), err)
 		}
 	}
 
 	e.rdb, err = sql.Open("sqlite", path+"?_pragma=busy_timeout(10000)&_pragma=query_only(1)")
 	if err != nil {
-		return nil, fmt.Errorf("sqlite engine: open %s: %w", path, err)
+		return nil, wrapErr(path, "open "+path, err)
 	}
 	// No limit on open read connections: a Scan callback may call Get, and
 	// a bounded pool could then deadlock. Idle connections are capped.
@@ -175,10 +177,36 @@ func Open(opts engine.Options) (_ *Engine, err error) {
 		{&e.revO, "SELECT k, v FROM kv WHERE k >= ? ORDER BY k DESC"},
 	} {
 		if *p.s, err = e.rdb.PrepareContext(ctx, p.q); err != nil {
-			return nil, fmt.Errorf("sqlite engine: prepare %q: %w", p.q, err)
+			return nil, wrapErr(path, fmt.Sprintf("prepare %q", p.q), err)
 		}
 	}
 	return e, nil
+}
+
+// SQLite's result codes that say what the disk did (primary codes: the
+// low byte of an extended one).
+const (
+	sqliteCorrupt = 11 // SQLITE_CORRUPT: "database disk image is malformed"
+	sqliteFull    = 13 // SQLITE_FULL: "database or disk is full"
+	sqliteNotADB  = 26 // SQLITE_NOTADB: "file is not a database"
+)
+
+// wrapErr names the engine and the operation, and says what modernc's
+// *sqlite.Error (a result code, no errno) means for the stash: a full
+// disk matches fsys.IsNoSpace, as the other engines' errors do, so the
+// stash can tell it from a broken disk; damage SQLite's structure checks
+// find in the file is a *fsys.DamageError naming it.
+func wrapErr(path, op string, err error) error {
+	var se *sqlite.Error
+	if errors.As(err, &se) {
+		switch se.Code() & 0xff {
+		case sqliteFull:
+			return fmt.Errorf("sqlite engine: %s: %w (%w)", op, err, syscall.ENOSPC)
+		case sqliteCorrupt, sqliteNotADB:
+			return &fsys.DamageError{Path: path, Reason: fmt.Sprintf("sqlite engine %s: %v", op, err)}
+		}
+	}
+	return fmt.Errorf("sqlite engine: %s: %w", op, err)
 }
 
 // blob returns b as a non-nil slice: the driver binds a nil []byte as NULL.
@@ -204,7 +232,7 @@ func (e *Engine) Get(key []byte) ([]byte, bool, error) {
 		return nil, false, nil
 	}
 	if err != nil {
-		return nil, false, fmt.Errorf("sqlite engine: get: %w", err)
+		return nil, false, wrapErr(e.path, "get", err)
 	}
 	return blob(v), true, nil
 }
@@ -230,20 +258,20 @@ func (e *Engine) Scan(begin, end []byte, reverse bool, fn func(key, value []byte
 		rows, err = e.rev.Query(blob(begin), end)
 	}
 	if err != nil {
-		return fmt.Errorf("sqlite engine: scan: %w", err)
+		return wrapErr(e.path, "scan", err)
 	}
 	defer rows.Close()
 	var k, v sql.RawBytes
 	for rows.Next() {
 		if err := rows.Scan(&k, &v); err != nil {
-			return fmt.Errorf("sqlite engine: scan: %w", err)
+			return wrapErr(e.path, "scan", err)
 		}
 		if !fn(k, v) {
 			return rows.Close()
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return fmt.Errorf("sqlite engine: scan: %w", err)
+		return wrapErr(e.path, "scan", err)
 	}
 	return nil
 }
@@ -258,12 +286,12 @@ func (e *Engine) Apply(b *engine.Batch) (err error) {
 	}
 	ctx := context.Background()
 	if _, err := e.wc.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
-		return fmt.Errorf("sqlite engine: begin: %w", err)
+		return wrapErr(e.path, "begin", err)
 	}
 	defer func() {
 		if err != nil {
 			e.wc.ExecContext(ctx, "ROLLBACK")
-			err = fmt.Errorf("sqlite engine: apply: %w", err)
+			err = wrapErr(e.path, "apply", err)
 		}
 	}()
 	keys, size := e.keys.Load(), e.bytes.Load()
@@ -341,17 +369,20 @@ func (e *Engine) Apply(b *engine.Batch) (err error) {
 func (e *Engine) scanKeys(ctx context.Context, f *keyfilter.Filter) error {
 	rows, err := e.wc.QueryContext(ctx, "SELECT k FROM kv")
 	if err != nil {
-		return fmt.Errorf("sqlite engine: build key filter: %w", err)
+		return wrapErr(e.path, "build key filter", err)
 	}
 	defer rows.Close()
 	for rows.Next() {
 		var k []byte
 		if err := rows.Scan(&k); err != nil {
-			return err
+			return wrapErr(e.path, "build key filter", err)
 		}
 		f.Add(k)
 	}
-	return rows.Err()
+	if err := rows.Err(); err != nil {
+		return wrapErr(e.path, "build key filter", err)
+	}
+	return nil
 }
 
 // Version returns the version of the last Apply.

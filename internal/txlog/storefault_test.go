@@ -1,0 +1,564 @@
+package txlog
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/distash/distash/internal/engine/pebble/guard"
+	"github.com/distash/distash/internal/fsys"
+	"github.com/distash/distash/internal/fsys/faultfs"
+	"github.com/distash/distash/internal/kv"
+)
+
+// failRecorder is an OnFail that records its calls.
+type failRecorder struct {
+	mu   sync.Mutex
+	errs []error
+}
+
+func (r *failRecorder) onFail(err error) {
+	r.mu.Lock()
+	r.errs = append(r.errs, err)
+	r.mu.Unlock()
+}
+
+func (r *failRecorder) get() []error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]error(nil), r.errs...)
+}
+
+// storeFixture is a raft store on a faultfs over a strict in-memory FS,
+// with the indexes it acknowledged.
+type storeFixture struct {
+	t     *testing.T
+	fs    *faultfs.FS
+	dir   string
+	s     *pebbleStore
+	fails *failRecorder
+	acked uint64 // every record up to acked was acknowledged
+}
+
+func newStoreFixture(t *testing.T) *storeFixture {
+	fs := faultfs.NewMem()
+	if err := fs.MkdirAll("/log", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := fsys.SyncDir(fs, "/"); err != nil {
+		t.Fatal(err)
+	}
+	f := &storeFixture{t: t, fs: fs, dir: "/log/raft"}
+	f.reopen()
+	t.Cleanup(func() { f.s.Close() })
+	return f
+}
+
+func (f *storeFixture) reopen() {
+	f.t.Helper()
+	f.fails = &failRecorder{}
+	s, err := openPebbleStore(f.fs, f.dir, f.fails.onFail)
+	if err != nil {
+		f.t.Fatalf("open: %v", err)
+	}
+	f.s = s
+}
+
+// faultRecord is the raft record at index i: big enough that a small disk
+// fills within a few hundred.
+func faultRecord(i uint64) *raft.Log {
+	return &raft.Log{Index: i, Term: 1, Type: raft.LogCommand, Data: []byte(fmt.Sprintf("%d:%s", i, strings.Repeat("x", 900))), AppendedAt: time.Unix(0, int64(i))}
+}
+
+// store stores the next batch of n records; acked moves only on success.
+func (f *storeFixture) store(n int) error {
+	var ls []*raft.Log
+	for i := range n {
+		ls = append(ls, faultRecord(f.acked+1+uint64(i)))
+	}
+	err := f.s.StoreLogs(ls)
+	if err == nil {
+		f.acked += uint64(n)
+	}
+	return err
+}
+
+// check checks that the store holds every acknowledged record and, of the
+// failed batch [acked+1, acked+n], all or nothing.
+func (f *storeFixture) check(n int) {
+	f.t.Helper()
+	last, _ := f.s.LastIndex()
+	first, _ := f.s.FirstIndex()
+	if first != 1 || (last != f.acked && last != f.acked+uint64(n)) {
+		f.t.Fatalf("store holds [%d, %d]; acknowledged up to %d, failed batch of %d", first, last, f.acked, n)
+	}
+	for i := uint64(1); i <= last; i++ {
+		var l raft.Log
+		if err := f.s.GetLog(i, &l); err != nil {
+			f.t.Fatalf("GetLog(%d): %v (acknowledged up to %d)", i, err, f.acked)
+		}
+		if want := faultRecord(i); !raftLogsEqual(&l, want) {
+			f.t.Fatalf("GetLog(%d) = %+v", i, l)
+		}
+	}
+	f.acked = last
+}
+
+// TestRaftStoreFaults: a raft store whose disk fails an fsync, returns
+// EIO on a write or fills never acknowledges the batch, fails for good
+// (later batches fail even on a healthy disk), calls onFail once with an
+// error naming the cause, blocks raft's term and vote writes instead of
+// failing them, and after a crash that drops the unsynced writes holds
+// every acknowledged record.
+func TestRaftStoreFaults(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		inject func(fs *faultfs.FS)
+		cause  func(error) bool
+	}{
+		{"fsync", func(fs *faultfs.FS) { fs.Fail(faultfs.Rule{Ops: faultfs.OpSync}) }, isEIO},
+		{"write", func(fs *faultfs.FS) { fs.Fail(faultfs.Rule{Ops: faultfs.OpWrite}) }, isEIO},
+		{"torn-write", func(fs *faultfs.FS) { fs.Fail(faultfs.Rule{Ops: faultfs.OpWrite, Partial: true}) }, isEIO},
+		{"no-space", func(fs *faultfs.FS) { fs.SetSpace(48 << 10) }, fsys.IsNoSpace},
+	} {
+		for _, crash := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/crash=%v", tc.name, crash), func(t *testing.T) {
+				f := newStoreFixture(t)
+				for range 10 {
+					if err := f.store(4); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if err := f.s.SetUint64([]byte("CurrentTerm"), 1); err != nil {
+					t.Fatal(err)
+				}
+				tc.inject(f.fs)
+				var err error
+				for i := 0; i < 1000 && err == nil; i++ {
+					err = f.store(4)
+				}
+				if err == nil {
+					t.Fatal("no batch failed")
+				}
+				if !tc.cause(err) {
+					t.Fatalf("StoreLogs: %v; the error does not name the cause", err)
+				}
+				fails := f.fails.get()
+				if len(fails) != 1 || !tc.cause(fails[0]) {
+					t.Fatalf("onFail calls: %v; want one naming the cause", fails)
+				}
+				// The disk works again: the store must not take a sync
+				// that now succeeds as making anything durable.
+				f.fs.Heal()
+				if err := f.store(4); err == nil {
+					t.Fatal("StoreLogs succeeded after the store failed")
+				}
+				if len(f.fails.get()) != 1 {
+					t.Fatalf("onFail called %d times", len(f.fails.get()))
+				}
+				// A term or vote write fails too (raft's own block instead:
+				// see TestLogReplicaDiskFails).
+				if err := f.s.SetUint64([]byte("CurrentTerm"), 2); err == nil {
+					t.Fatal("a term write on a failed store succeeded")
+				}
+				// The process dies: the failed store is closed (Close
+				// returns its error) and its disk crashes or is killed.
+				if err := f.s.Close(); err == nil {
+					t.Fatal("Close of a failed store returned nil")
+				}
+				if crash {
+					f.fs.Crash()
+				} else {
+					f.fs.Kill()
+				}
+				f.reopen()
+				f.check(4)
+				if v, err := f.s.GetUint64([]byte("CurrentTerm")); err != nil || v != 1 {
+					t.Fatalf("CurrentTerm = %d, %v; want 1", v, err)
+				}
+				if err := f.store(4); err != nil {
+					t.Fatalf("StoreLogs after reopening on a healthy disk: %v", err)
+				}
+			})
+		}
+	}
+}
+
+func isEIO(err error) bool { return errors.Is(err, syscall.EIO) }
+
+// TestRaftStoreCrash: a crash that drops exactly the unsynced writes loses
+// no acknowledged record, term or vote, and deleted ranges stay deleted.
+func TestRaftStoreCrash(t *testing.T) {
+	f := newStoreFixture(t)
+	for round := range 3 {
+		for range 20 {
+			if err := f.store(3); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := f.s.SetUint64([]byte("CurrentTerm"), uint64(round+1)); err != nil {
+			t.Fatal(err)
+		}
+		f.fs.Crash()
+		f.s.Close()
+		f.reopen()
+		f.check(0)
+		if v, err := f.s.GetUint64([]byte("CurrentTerm")); err != nil || v != uint64(round+1) {
+			t.Fatalf("CurrentTerm = %d, %v after the crash; want %d", v, err, round+1)
+		}
+	}
+	// Compaction of the log's head survives a crash too.
+	if err := f.s.DeleteRange(1, 100); err != nil {
+		t.Fatal(err)
+	}
+	f.fs.Crash()
+	f.s.Close()
+	f.reopen()
+	if first, _ := f.s.FirstIndex(); first != 101 {
+		t.Fatalf("first index %d after a crash, want 101", first)
+	}
+}
+
+// TestRaftStoreDefaultOnFail: with no onFail the process exits with one
+// line naming the store and the cause (guard.Exit), not a panic.
+func TestRaftStoreDefaultOnFail(t *testing.T) {
+	var (
+		mu   sync.Mutex
+		msgs []string
+	)
+	exit := guard.Exit
+	guard.Exit = func(msg string) {
+		mu.Lock()
+		msgs = append(msgs, msg)
+		mu.Unlock()
+	}
+	t.Cleanup(func() { guard.Exit = exit })
+	fs := faultfs.NewMem()
+	s, err := openPebbleStore(fs, "/raft", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.StoreLogs([]*raft.Log{faultRecord(1)}); err != nil {
+		t.Fatal(err)
+	}
+	fs.SetSpace(0)
+	if err := s.StoreLogs([]*raft.Log{faultRecord(2)}); err == nil {
+		t.Fatal("StoreLogs on a full disk succeeded")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(msgs) != 1 {
+		t.Fatalf("exit called %d times: %q", len(msgs), msgs)
+	}
+	if m := msgs[0]; strings.Contains(m, "\n") || !strings.Contains(m, "/raft") || !strings.Contains(m, "no space left on device") {
+		t.Fatalf("exit message %q: want one line naming the store and the cause", m)
+	}
+	t.Logf("exit message: %s", msgs[0])
+}
+
+// logFixture is an embedded log on a faultfs, with the versions it
+// acknowledged.
+type logFixture struct {
+	t     *testing.T
+	fs    *faultfs.FS
+	opts  Options
+	l     *Log
+	fails *failRecorder
+	a     *appender
+	acked kv.Version // every version up to acked was acknowledged
+}
+
+func newLogFixture(t *testing.T, fs *faultfs.FS, replicas int) *logFixture {
+	// raft's snapshot store writes to the OS's files: the same path exists
+	// on both.
+	dir := t.TempDir()
+	// The data directory's parents exist, durably, as they do on a disk.
+	if err := fs.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for d := filepath.Dir(dir); ; d = filepath.Dir(d) {
+		if err := fsys.SyncDir(fs, d); err != nil {
+			t.Fatal(err)
+		}
+		if d == "/" {
+			break
+		}
+	}
+	f := &logFixture{t: t, fs: fs, opts: testOptions(dir, replicas, 1)}
+	f.opts.FS = fs
+	f.opts.LeaderTimeout = time.Second
+	f.reopen()
+	t.Cleanup(func() { f.l.Close() })
+	return f
+}
+
+func (f *logFixture) reopen() {
+	f.t.Helper()
+	f.fails = &failRecorder{}
+	f.opts.OnFail = f.fails.onFail
+	f.l = openLog(f.t, f.opts)
+	f.a = newAppender(f.t, f.l)
+	if f.a.last < f.acked {
+		f.t.Fatalf("reopened log ends at %d; %d was acknowledged", f.a.last, f.acked)
+	}
+	f.acked = f.a.last
+}
+
+// appendN appends n entries pipelined and returns the first error; no
+// entry is acknowledged after one failed.
+func (f *logFixture) appendN(n int) error {
+	f.t.Helper()
+	var fs []*Future
+	for range n {
+		v := f.a.last + 1
+		fs = append(fs, f.a.append(v, TaggedMutation{Mutation: kv.Mutation{Type: kv.MutSet, Key: []byte(fmt.Sprint(v)), Param: make([]byte, 512)}, Tags: []kv.Tag{1}}))
+	}
+	var first error
+	for _, fu := range fs {
+		err := fu.Wait(ctxT(f.t))
+		switch {
+		case err == nil && first != nil:
+			f.t.Fatalf("append %d acknowledged after append failed: %v", fu.Version(), first)
+		case err == nil:
+			if fu.Version() != f.acked+1 {
+				f.t.Fatalf("append %d acknowledged after %d", fu.Version(), f.acked)
+			}
+			f.acked = fu.Version()
+		case first == nil:
+			first = err
+		}
+	}
+	return first
+}
+
+// checkAcked checks that the log holds every acknowledged version.
+func (f *logFixture) checkAcked() {
+	f.t.Helper()
+	msgs, _ := mustPeek(f.t, f.l, 1, 0, 0)
+	if len(msgs) < int(f.acked) {
+		f.t.Fatalf("log holds %d entries of tag 1; %d were acknowledged", len(msgs), f.acked)
+	}
+	for i, m := range msgs {
+		if m.Version != kv.Version(i+1) {
+			f.t.Fatalf("entry %d of the log is version %d", i, m.Version)
+		}
+	}
+}
+
+// TestLogReplicaDiskFails: a log whose replica's disk fails an fsync,
+// returns EIO on a write or fills never acknowledges an append after
+// that (the append returns an error naming the cause), calls OnFail once
+// with it, closes without hanging on its frozen raft, and once the disk
+// works again (reopened after a restart or a crash) holds every
+// acknowledged entry and takes appends.
+func TestLogReplicaDiskFails(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		inject func(fs *faultfs.FS)
+		cause  func(error) bool
+	}{
+		{"fsync", func(fs *faultfs.FS) { fs.Fail(faultfs.Rule{Ops: faultfs.OpSync}) }, isEIO},
+		{"write", func(fs *faultfs.FS) { fs.Fail(faultfs.Rule{Ops: faultfs.OpWrite}) }, isEIO},
+		{"no-space", func(fs *faultfs.FS) { fs.SetSpace(64 << 10) }, fsys.IsNoSpace},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			crash := tc.name != "write"
+			f := newLogFixture(t, faultfs.NewMem(), 1)
+			if err := f.appendN(20); err != nil {
+				t.Fatal(err)
+			}
+			tc.inject(f.fs)
+			var err error
+			for i := 0; i < 100 && err == nil; i++ {
+				err = f.appendN(8)
+			}
+			if err == nil {
+				t.Fatal("no append failed")
+			}
+			if !tc.cause(err) {
+				t.Fatalf("append: %v; the error does not name the cause", err)
+			}
+			// The disk works again: nothing is acknowledged anyway.
+			f.fs.Heal()
+			if err := f.appendN(3); err == nil {
+				t.Fatal("append acknowledged by a failed replica")
+			}
+			fails := f.fails.get()
+			if len(fails) != 1 || !tc.cause(fails[0]) || !strings.Contains(fails[0].Error(), "replica-0") {
+				t.Fatalf("OnFail calls: %v; want one naming the replica and the cause", fails)
+			}
+			t0 := time.Now()
+			f.l.Close()
+			if d := time.Since(t0); d > 4*time.Second {
+				t.Fatalf("Close took %v", d)
+			}
+			if crash {
+				f.fs.Crash()
+			} else {
+				f.fs.Kill()
+			}
+			f.reopen()
+			f.checkAcked()
+			if err := f.appendN(5); err != nil {
+				t.Fatalf("append after reopening on a healthy disk: %v", err)
+			}
+		})
+	}
+}
+
+// TestLogCrash: a crash with appends in flight, dropping exactly the
+// unsynced writes, loses no acknowledged entry.
+func TestLogCrash(t *testing.T) {
+	f := newLogFixture(t, faultfs.NewMem(), 1)
+	for range 2 {
+		if err := f.appendN(30); err != nil {
+			t.Fatal(err)
+		}
+		var fs []*Future
+		for range 30 {
+			fs = append(fs, f.a.append(f.a.last+1, mut(fmt.Sprint(f.a.last+1), 1)))
+		}
+		for _, fu := range fs[:5] {
+			if fu.Wait(ctxT(t)) == nil {
+				f.acked = fu.Version()
+			}
+		}
+		f.fs.Crash()
+		for _, fu := range fs[5:] {
+			if fu.Wait(ctxT(t)) == nil {
+				f.acked = fu.Version()
+			}
+		}
+		f.l.Close()
+		f.reopen()
+		f.checkAcked()
+	}
+}
+
+// TestNetworkReplicaDiskFails: in a network log of three replicas, one
+// replica whose disk fails (the leader or a follower) never acknowledges
+// an append and calls OnFail, and commits go on on the other two; the
+// failed replica, reopened on a healthy disk, catches up.
+func TestNetworkReplicaDiskFails(t *testing.T) {
+	for _, failLeader := range []bool{true, false} {
+		t.Run(fmt.Sprintf("leader=%v", failLeader), func(t *testing.T) {
+			c := &netCluster{t: t}
+			base := t.TempDir()
+			var (
+				fss   []*faultfs.FS
+				fails []*failRecorder
+			)
+			for i := range 3 {
+				tr := newTCPTransport(t, "127.0.0.1:0")
+				c.trs = append(c.trs, tr)
+				c.peers = append(c.peers, Peer{ID: fmt.Sprintf("node-%d", i), Addr: string(tr.LocalAddr())})
+				c.dirs = append(c.dirs, filepath.Join(base, fmt.Sprint(i)))
+				fss = append(fss, faultfs.New(nil))
+				fails = append(fails, &failRecorder{})
+			}
+			options := func(i int) Options {
+				opts := c.options(i, c.trs[i], []kv.Tag{1})
+				opts.FS, opts.OnFail = fss[i], fails[i].onFail
+				return opts
+			}
+			c.logs = make([]*Log, 3)
+			for i := range 3 {
+				c.logs[i] = openLog(t, options(i))
+			}
+			t.Cleanup(func() {
+				for _, l := range c.logs {
+					if l != nil {
+						l.Close()
+					}
+				}
+			})
+			lead := c.waitLeader()
+			v, err := c.logs[lead].BeginGeneration(ctxT(t), 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			a := &appender{t: t, l: c.logs[lead], last: v}
+			appendN := func(epoch uint64, n int) []*Future {
+				var fs []*Future
+				for range n {
+					v := a.last + 1
+					fs = append(fs, a.l.Append(&Entry{Version: v, PrevVersion: a.last, Epoch: epoch, Mutations: []TaggedMutation{mut(fmt.Sprint(v), 1)}}))
+					a.last = v
+				}
+				return fs
+			}
+			waitAll(t, appendN(1, 20))
+
+			bad := lead
+			if !failLeader {
+				bad = (lead + 1) % 3
+			}
+			fss[bad].Fail(faultfs.Rule{Ops: faultfs.OpSync})
+			t0 := time.Now()
+			if failLeader {
+				// Nothing appended on the failed leader is acknowledged.
+				for _, fu := range appendN(1, 20) {
+					if err := fu.Wait(ctxT(t)); err == nil {
+						t.Fatalf("append %d acknowledged by a leader whose disk fails", fu.Version())
+					}
+				}
+				lead = c.waitLeader()
+				if lead == bad {
+					t.Fatal("the replica whose disk fails leads again")
+				}
+				if v, err = c.logs[lead].BeginGeneration(ctxT(t), 2); err != nil || v < 20 {
+					t.Fatalf("BeginGeneration(2) on the new leader = %d, %v", v, err)
+				}
+				a = &appender{t: t, l: c.logs[lead], last: v}
+				t.Logf("new leader after %v", time.Since(t0))
+			}
+			// Commits go on on the two healthy replicas.
+			waitAll(t, appendN(2, 30))
+			for i := range 3 {
+				if i != bad {
+					if vs := c.waitPeek(i, 1, a.last); len(vs) != int(a.last) {
+						t.Fatalf("replica %d holds %d entries, want %d", i, len(vs), a.last)
+					}
+				}
+			}
+			for deadline := time.Now().Add(5 * time.Second); len(fails[bad].get()) == 0; time.Sleep(10 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("OnFail was not called on the replica whose disk fails")
+				}
+			}
+			if f := fails[bad].get(); len(f) != 1 || !isEIO(f[0]) || !strings.Contains(f[0].Error(), c.peers[bad].ID) {
+				t.Fatalf("OnFail calls %v; want one naming the replica and EIO", f)
+			}
+			for i := range 3 {
+				if f := fails[i].get(); i != bad && len(f) != 0 {
+					t.Fatalf("OnFail called on healthy replica %d: %v", i, f)
+				}
+			}
+			t.Logf("%d appends after the failure in %v", a.last-20, time.Since(t0))
+
+			// The failed replica's process ends; restarted on a healthy
+			// disk it catches up.
+			t0 = time.Now()
+			c.logs[bad].Close()
+			if d := time.Since(t0); d > 5*time.Second {
+				t.Fatalf("closing the failed replica took %v", d)
+			}
+			fss[bad].Heal()
+			fss[bad].Kill()
+			c.trs[bad] = newTCPTransport(t, c.peers[bad].Addr)
+			c.logs[bad] = openLog(t, options(bad))
+			waitAll(t, appendN(2, 10))
+			if vs := c.waitPeek(bad, 1, a.last); len(vs) != int(a.last) {
+				t.Fatalf("restarted replica holds %d entries, want %d", len(vs), a.last)
+			}
+		})
+	}
+}
