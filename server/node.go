@@ -284,12 +284,17 @@ func (s *Server) startNode(ctx context.Context) error {
 	wire.RegisterDiStashServer(s.grpcServer, &service{s: s})
 	registerAdmin(s.grpcServer, func(reason string) { s.fail(&KilledError{Reason: reason}) })
 	logrpc.Register(s.grpcServer, &n.log, s.report)
+	n.cc, err = coordrpc.NewClient(strings.Join(o.Coordinators, ","), coordrpc.ClientOptions{TLS: o.ClientTLS, Dialer: o.Dialer})
+	if err != nil {
+		return err
+	}
 	if slices.Contains(o.Coordinators, o.Listen) {
 		n.coord, err = coord.Start(coord.Options{
 			Addr: o.Listen, Coordinators: o.Coordinators, Dir: filepath.Join(o.Dir, "coord"),
 			StreamLayer: n.mux.StreamLayer(streamCoord, o.Listen), NodeID: n.id,
 			LivenessTimeout: o.LivenessTimeout,
 			Logger:          raftlog.New(s.roleLogger(logRoleCoordinator), "coord"),
+			Probe:           n.probeCoordinator, Join: n.cc.JoinCoordinators, FS: o.FS,
 		})
 		if err != nil {
 			return fmt.Errorf("server: start the coordinator: %w", err)
@@ -308,10 +313,6 @@ func (s *Server) startNode(ctx context.Context) error {
 		return err
 	}
 
-	n.cc, err = coordrpc.NewClient(strings.Join(o.Coordinators, ","), coordrpc.ClientOptions{TLS: o.ClientTLS, Dialer: o.Dialer})
-	if err != nil {
-		return err
-	}
 	cfgText, err := s.cfg.Marshal()
 	if err != nil {
 		return err
@@ -448,14 +449,16 @@ func (n *node) stop(logger *slog.Logger) {
 // heartbeats, claiming a generation, retiring a tag, pulling and popping a tag, usage
 // reports. Clients may ask for the coordinators' View.
 var nodeOnlyMethods = map[string]bool{
-	wire.Coordinator_Register_FullMethodName:     true,
-	wire.Coordinator_Heartbeat_FullMethodName:    true,
-	wire.Coordinator_Claim_FullMethodName:        true,
-	wire.Coordinator_RecoveryDone_FullMethodName: true,
-	wire.Coordinator_Retire_FullMethodName:       true,
-	wire.Log_Peek_FullMethodName:                 true,
-	wire.Log_Pop_FullMethodName:                  true,
-	wire.Log_Report_FullMethodName:               true,
+	wire.Coordinator_Register_FullMethodName:         true,
+	wire.Coordinator_Heartbeat_FullMethodName:        true,
+	wire.Coordinator_Claim_FullMethodName:            true,
+	wire.Coordinator_RecoveryDone_FullMethodName:     true,
+	wire.Coordinator_Retire_FullMethodName:           true,
+	wire.Coordinator_JoinCoordinators_FullMethodName: true,
+	wire.Coordinator_SetLogReplicas_FullMethodName:   true,
+	wire.Log_Peek_FullMethodName:                     true,
+	wire.Log_Pop_FullMethodName:                      true,
+	wire.Log_Report_FullMethodName:                   true,
 }
 
 // nodeOnly refuses, on a cluster served over mutual TLS, node-to-node calls
