@@ -107,6 +107,7 @@ type NodeOptions struct {
 // node is the multi-process part of a Server.
 type node struct {
 	id    string
+	logID string // a transaction node's log replica's raft id (logReplicaID)
 	opts  NodeOptions
 	mux   *raftnet.Mux
 	coord *coord.Node // nil unless a coordinator
@@ -321,6 +322,10 @@ func (s *Server) startNode(ctx context.Context) error {
 		DC: o.DC, Zone: o.Zone, Machine: o.Machine, Config: string(cfgText)}
 	if o.Class == ClassStash {
 		reg.Empty = s.stashStartsEmpty()
+	} else if n.logID, err = logReplicaID(o.FS, o.Dir, n.id); err != nil {
+		return err
+	} else {
+		reg.LogID = n.logID
 	}
 	if err := s.register(ctx, reg); err != nil {
 		return err
@@ -721,32 +726,9 @@ func (n *node) connTo(addr string) (*grpc.ClientConn, error) {
 // and runs the stateless roles.
 func (s *Server) runTransactionNode(ctx context.Context) {
 	n := s.node
-	var view *wire.ViewResponse
-	for {
-		vctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-		v, err := n.cc.View(vctx)
-		cancel()
-		if err == nil && len(v.LogReplicas) > 0 {
-			view = v
-			break
-		}
-		if ctx.Err() != nil {
-			return
-		}
-		s.logger.Info("waiting for the log replicas to be placed", "want", s.cfg.Log.Replicas, "err", err)
-		time.Sleep(300 * time.Millisecond)
-	}
-	if !slices.Contains(view.LogReplicas, n.id) {
-		s.logger.Info("spare transaction node: the log replicas are elsewhere", "log_replicas", view.LogReplicas)
+	peers, join, err := s.logPlacement(ctx)
+	if err != nil {
 		return
-	}
-	addrOf := map[string]string{}
-	for _, cn := range view.Nodes {
-		addrOf[cn.Id] = cn.Address
-	}
-	var peers []txlog.Peer
-	for _, id := range view.LogReplicas {
-		peers = append(peers, txlog.Peer{ID: id, Addr: addrOf[id]})
 	}
 	trans := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream: n.mux.StreamLayer(streamLog, n.opts.Listen), MaxPool: 4, Timeout: 5 * time.Second,
@@ -758,7 +740,7 @@ func (s *Server) runTransactionNode(ctx context.Context) {
 	// dropped) holds.
 	l, err := txlog.Open(txlog.Options{
 		Dir: filepath.Join(s.opts.Dir, "log"), Logger: s.roleLogger(logRoleLog), MemoryBytes: logMemoryBytes.Load(),
-		Network: &txlog.NetworkOptions{LocalID: n.id, Peers: peers, Transport: trans},
+		Network: &txlog.NetworkOptions{LocalID: n.logID, Peers: peers, Transport: trans, Join: join},
 	})
 	if err != nil {
 		trans.Close()
@@ -779,7 +761,7 @@ func (s *Server) runTransactionNode(ctx context.Context) {
 		case <-time.After(time.Second):
 		}
 	}
-	s.logger.Info("log replica running", "peers", peers)
+	s.logger.Info("log replica running", "peers", peers, "joined", join)
 	t := time.NewTicker(50 * time.Millisecond)
 	defer t.Stop()
 	for {

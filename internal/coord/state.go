@@ -113,6 +113,11 @@ type State struct {
 	// Recovery is the last claim of the stateless roles, while the node
 	// that claimed them holds them; nil before the first claim.
 	Recovery *Recovery `json:"recovery,omitempty"`
+	// LogBootstrap are the raft ids the log was formed with (a generation
+	// placing log replicas where there were none, or Recover): a replica
+	// with one of them and no raft state bootstraps the log's raft with
+	// the placement; any other joins, once the log's leader added it.
+	LogBootstrap []string `json:"log_bootstrap,omitempty"`
 }
 
 // Recovery is a claim of the stateless roles (see Claim) and how long the
@@ -146,6 +151,7 @@ func (s *State) Clone() *State {
 		}
 	}
 	c.UsedTags = slices.Clone(s.UsedTags)
+	c.LogBootstrap = slices.Clone(s.LogBootstrap)
 	c.Retired = slices.Clone(s.Retired)
 	c.Excluded = slices.Clone(s.Excluded)
 	if s.FailureWaitMs != nil {
@@ -522,7 +528,7 @@ func (s *State) Apply(c Command) (Result, error) {
 		if c.Node == nil {
 			return res, errors.New("coord: register_node without a node")
 		}
-		slot, tag, err := s.register(*c.Node, c.Empty, c.version != 0 && c.version < 3)
+		slot, tag, err := s.register(*c.Node, c.Empty, c.version != 0 && c.version < 3, c.version == 0 || c.version >= 4)
 		res.Slot, res.Tag = slot, tag
 		return res, err
 	case OpExclude:
@@ -579,6 +585,13 @@ func (s *State) Apply(c Command) (Result, error) {
 			return res, fmt.Errorf("%w: from %d, but the cluster is at %d", ErrStaleGeneration, c.From, s.Generation)
 		}
 		s.Generation++
+		if len(c.Roles.LogReplicas) > 0 && !slices.Equal(c.Roles.LogReplicas, s.Roles.LogReplicas) {
+			// A new placement: the log forms with these ids.
+			s.LogBootstrap = nil
+			for i := range c.Roles.LogReplicas {
+				s.LogBootstrap = append(s.LogBootstrap, c.Roles.LogID(i))
+			}
+		}
 		s.Roles = c.Roles.clone()
 		if s.Recovery != nil && !s.holdsStateless(s.Recovery.Node) {
 			s.Recovery = nil // the claimer no longer holds the roles
@@ -616,6 +629,14 @@ func (s *State) Apply(c Command) (Result, error) {
 		if r := s.Roles.Sequencer; r != "" && !slices.Contains(c.Replicas, r) {
 			return res, fmt.Errorf("coord: set_log_replicas: %q holds the stateless roles and must stay a log replica", r)
 		}
+		for _, old := range s.Roles.LogReplicas {
+			// A node that left the log and whose address another node
+			// registered since is gone for good (two nodes cannot listen
+			// on one address): forgotten, so status stops listing it.
+			if n, ok := s.Nodes[old]; ok && !slices.Contains(c.Replicas, old) && s.addrTaken(n) {
+				delete(s.Nodes, old)
+			}
+		}
 		s.Roles.LogReplicas, s.Roles.LogIDs = slices.Clone(c.Replicas), slices.Clone(c.LogIDs)
 		return res, nil
 	case OpRecoveryDone:
@@ -625,6 +646,16 @@ func (s *State) Apply(c Command) (Result, error) {
 		return res, nil
 	}
 	return res, fmt.Errorf("coord: unknown command %q", c.Op)
+}
+
+// addrTaken reports whether another registered node has n's address.
+func (s *State) addrTaken(n NodeInfo) bool {
+	for id, o := range s.Nodes {
+		if id != n.ID && o.Addr == n.Addr {
+			return true
+		}
+	}
+	return false
 }
 
 // claimable checks that node id may claim the stateless roles.
@@ -748,7 +779,7 @@ func (s *State) configure(c Command) error {
 	return nil
 }
 
-func (s *State) register(n NodeInfo, empty, legacy bool) (int, uint32, error) {
+func (s *State) register(n NodeInfo, empty, legacy, v4 bool) (int, uint32, error) {
 	if n.ID == "" || n.Addr == "" {
 		return -1, 0, errors.New("coord: a node needs an id and an address")
 	}
@@ -815,6 +846,17 @@ func (s *State) register(n NodeInfo, empty, legacy bool) (int, uint32, error) {
 		s.Nodes = make(map[string]NodeInfo)
 	}
 	s.Nodes[n.ID] = n // a restarted node may come back on a new address
+	if n.Class == ClassTransaction && v4 {
+		// A transaction node registered where another one was (its
+		// directory was lost, so it came back as a new node): the old one
+		// is gone for good and, unless the log still names it (the log's
+		// leader replaces it first), forgotten.
+		for id, o := range s.Nodes {
+			if id != n.ID && o.Addr == n.Addr && o.Class == ClassTransaction && !slices.Contains(s.Roles.LogReplicas, id) {
+				delete(s.Nodes, id)
+			}
+		}
+	}
 	return slot, tag, nil
 }
 

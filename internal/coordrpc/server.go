@@ -508,20 +508,23 @@ func (s *Server) coordinators(st *coord.State) []*wire.CoordinatorMember {
 
 func (s *Server) view(st *coord.State) *wire.ViewResponse {
 	r := &wire.ViewResponse{
-		AnsweredBy:    s.node.Address(),
-		Coordinators:  s.coordinators(st),
-		LogIds:        st.Roles.LogIDs,
-		Config:        st.Config,
-		Generation:    st.Generation,
-		Controller:    st.Roles.Controller,
-		Sequencer:     st.Roles.Sequencer,
-		GrvProxies:    st.Roles.GRVProxies,
-		CommitProxies: st.Roles.CommitProxies,
-		Resolver:      st.Roles.Resolver,
-		LogReplicas:   st.Roles.LogReplicas,
+		AnsweredBy:      s.node.Address(),
+		Coordinators:    s.coordinators(st),
+		LogBootstrapIds: st.LogBootstrap,
+		Config:          st.Config,
+		Generation:      st.Generation,
+		Controller:      st.Roles.Controller,
+		Sequencer:       st.Roles.Sequencer,
+		GrvProxies:      st.Roles.GRVProxies,
+		CommitProxies:   st.Roles.CommitProxies,
+		Resolver:        st.Roles.Resolver,
+		LogReplicas:     st.Roles.LogReplicas,
 	}
 	if n, ok := st.Nodes[st.Roles.Sequencer]; ok {
 		r.StatelessAddress = n.Addr
+	}
+	for i := range st.Roles.LogReplicas {
+		r.LogIds = append(r.LogIds, st.Roles.LogID(i))
 	}
 	ids := make([]string, 0, len(st.Nodes))
 	for id := range st.Nodes {
@@ -531,7 +534,7 @@ func (s *Server) view(st *coord.State) *wire.ViewResponse {
 	for _, id := range ids {
 		n := st.Nodes[id]
 		cn := &wire.ClusterNode{Id: n.ID, Address: n.Addr, Class: n.Class, Pool: n.Pool,
-			Dc: n.DC, Zone: n.Zone, Machine: n.Machine, Alive: s.node.Alive(id)}
+			Dc: n.DC, Zone: n.Zone, Machine: n.Machine, Alive: s.node.Alive(id), LogId: n.LogID}
 		if t, ok := s.node.LastSeen(id); ok {
 			cn.LastSeenUnixMs = t.UnixMilli()
 		}

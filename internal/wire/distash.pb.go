@@ -4003,6 +4003,7 @@ type ClusterNode struct {
 	Machine        string                 `protobuf:"bytes,7,opt,name=machine,proto3" json:"machine,omitempty"`
 	Alive          bool                   `protobuf:"varint,8,opt,name=alive,proto3" json:"alive,omitempty"`                                             // heard from within the controller's liveness timeout
 	LastSeenUnixMs int64                  `protobuf:"varint,9,opt,name=last_seen_unix_ms,json=lastSeenUnixMs,proto3" json:"last_seen_unix_ms,omitempty"` // 0 if this controller never heard from it
+	LogId          string                 `protobuf:"bytes,10,opt,name=log_id,json=logId,proto3" json:"log_id,omitempty"`                                // a transaction node: its log replica's raft id as it registered
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
@@ -4100,6 +4101,13 @@ func (x *ClusterNode) GetLastSeenUnixMs() int64 {
 	return 0
 }
 
+func (x *ClusterNode) GetLogId() string {
+	if x != nil {
+		return x.LogId
+	}
+	return ""
+}
+
 type PoolSlots struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Pool          string                 `protobuf:"bytes,1,opt,name=pool,proto3" json:"pool,omitempty"`
@@ -4182,6 +4190,7 @@ type ViewResponse struct {
 	RaftId              string                 `protobuf:"bytes,26,opt,name=raft_id,json=raftId,proto3" json:"raft_id,omitempty"`                                             // local: its raft server id
 	LogIds              []string               `protobuf:"bytes,27,rep,name=log_ids,json=logIds,proto3" json:"log_ids,omitempty"`                                             // raft server ids of the log replicas, parallel to log_replicas
 	ControllerHere      bool                   `protobuf:"varint,28,opt,name=controller_here,json=controllerHere,proto3" json:"controller_here,omitempty"`                    // local: the answering coordinator is the controller
+	LogBootstrapIds     []string               `protobuf:"bytes,29,rep,name=log_bootstrap_ids,json=logBootstrapIds,proto3" json:"log_bootstrap_ids,omitempty"`                // raft ids the log was formed with: only these bootstrap a new replica; others join
 	unknownFields       protoimpl.UnknownFields
 	sizeCache           protoimpl.SizeCache
 }
@@ -4410,6 +4419,13 @@ func (x *ViewResponse) GetControllerHere() bool {
 		return x.ControllerHere
 	}
 	return false
+}
+
+func (x *ViewResponse) GetLogBootstrapIds() []string {
+	if x != nil {
+		return x.LogBootstrapIds
+	}
+	return nil
 }
 
 type PoolReplication struct {
@@ -5940,7 +5956,7 @@ const file_distash_proto_rawDesc = "" +
 	"\x11last_seen_unix_ms\x18\x05 \x01(\x03R\x0elastSeenUnixMs\x12\x1e\n" +
 	"\n" +
 	"configured\x18\x06 \x01(\bR\n" +
-	"configured\"\xe0\x01\n" +
+	"configured\"\xf7\x01\n" +
 	"\vClusterNode\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x14\n" +
@@ -5950,10 +5966,12 @@ const file_distash_proto_rawDesc = "" +
 	"\x04zone\x18\x06 \x01(\tR\x04zone\x12\x18\n" +
 	"\amachine\x18\a \x01(\tR\amachine\x12\x14\n" +
 	"\x05alive\x18\b \x01(\bR\x05alive\x12)\n" +
-	"\x11last_seen_unix_ms\x18\t \x01(\x03R\x0elastSeenUnixMs\"5\n" +
+	"\x11last_seen_unix_ms\x18\t \x01(\x03R\x0elastSeenUnixMs\x12\x15\n" +
+	"\x06log_id\x18\n" +
+	" \x01(\tR\x05logId\"5\n" +
 	"\tPoolSlots\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x14\n" +
-	"\x05nodes\x18\x02 \x03(\tR\x05nodes\"\xc5\b\n" +
+	"\x05nodes\x18\x02 \x03(\tR\x05nodes\"\xf1\b\n" +
 	"\fViewResponse\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x01 \x01(\x04R\n" +
@@ -5990,7 +6008,8 @@ const file_distash_proto_rawDesc = "" +
 	"raft_state\x18\x19 \x01(\bR\traftState\x12\x17\n" +
 	"\araft_id\x18\x1a \x01(\tR\x06raftId\x12\x17\n" +
 	"\alog_ids\x18\x1b \x03(\tR\x06logIds\x12'\n" +
-	"\x0fcontroller_here\x18\x1c \x01(\bR\x0econtrollerHere\"G\n" +
+	"\x0fcontroller_here\x18\x1c \x01(\bR\x0econtrollerHere\x12*\n" +
+	"\x11log_bootstrap_ids\x18\x1d \x03(\tR\x0flogBootstrapIds\"G\n" +
 	"\x0fPoolReplication\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\tR\x04pool\x12 \n" +
 	"\vreplication\x18\x02 \x01(\x05R\vreplication\"\xe7\x01\n" +
