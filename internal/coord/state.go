@@ -528,7 +528,7 @@ func (s *State) Apply(c Command) (Result, error) {
 		if c.Node == nil {
 			return res, errors.New("coord: register_node without a node")
 		}
-		slot, tag, err := s.register(*c.Node, c.Empty, c.version != 0 && c.version < 3, c.version == 0 || c.version >= 4)
+		slot, tag, err := s.register(*c.Node, c.Empty, c.version != 0 && c.version < 3)
 		res.Slot, res.Tag = slot, tag
 		return res, err
 	case OpExclude:
@@ -779,7 +779,7 @@ func (s *State) configure(c Command) error {
 	return nil
 }
 
-func (s *State) register(n NodeInfo, empty, legacy, v4 bool) (int, uint32, error) {
+func (s *State) register(n NodeInfo, empty, legacy bool) (int, uint32, error) {
 	if n.ID == "" || n.Addr == "" {
 		return -1, 0, errors.New("coord: a node needs an id and an address")
 	}
@@ -846,17 +846,6 @@ func (s *State) register(n NodeInfo, empty, legacy, v4 bool) (int, uint32, error
 		s.Nodes = make(map[string]NodeInfo)
 	}
 	s.Nodes[n.ID] = n // a restarted node may come back on a new address
-	if n.Class == ClassTransaction && v4 {
-		// A transaction node registered where another one was (its
-		// directory was lost, so it came back as a new node): the old one
-		// is gone for good and, unless the log still names it (the log's
-		// leader replaces it first), forgotten.
-		for id, o := range s.Nodes {
-			if id != n.ID && o.Addr == n.Addr && o.Class == ClassTransaction && !slices.Contains(s.Roles.LogReplicas, id) {
-				delete(s.Nodes, id)
-			}
-		}
-	}
 	return slot, tag, nil
 }
 
