@@ -150,29 +150,40 @@ func (s *Server) logPlacement(ctx context.Context) (peers []txlog.Peer, join boo
 //     its address), in a zone the members do not use if there is one;
 //   - the controller is told the membership (SetLogReplicas), which is
 //     what nodes read to open their replica.
+//
+// A member is removed only once it has looked lost for lostFor, in
+// every view since: a new controller, say, counts every node dead until
+// it hears from it.
 func (s *Server) keepLogMembers(ctx context.Context) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
+	since := map[string]time.Time{} // members that look lost, since when
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		if err := s.mendLogMembers(ctx); err != nil && ctx.Err() == nil {
+		if err := s.mendLogMembers(ctx, since); err != nil && ctx.Err() == nil {
 			s.roleLogger(logRoleLog).Warn("keeping the log's membership whole", "err", err)
 		}
 	}
 }
 
-func (s *Server) mendLogMembers(ctx context.Context) error {
+// lostFor is how long a log member must look lost before it is removed.
+const lostFor = 3 * time.Second
+
+func (s *Server) mendLogMembers(ctx context.Context, since map[string]time.Time) error {
 	n, l := s.node, s.log
 	v := s.lastView()
 	s.views.mu.Lock()
 	age := time.Since(s.views.at)
 	s.views.mu.Unlock()
-	if v == nil || age > 3*time.Second || l == nil || !l.IsLeader() {
-		return nil // no live view (no controller): no change
+	if v == nil || age > 3*time.Second || l == nil || !l.IsLeader() || len(v.LogIds) != len(v.LogReplicas) {
+		// No live view (no controller), or one from a controller that
+		// does not know the replicas' raft ids: no change.
+		clear(since)
+		return nil
 	}
 	members, err := l.Members()
 	if err != nil {
@@ -214,8 +225,22 @@ func (s *Server) mendLogMembers(ctx context.Context) error {
 	}
 	tctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
+	now := time.Now()
+	for id := range since {
+		if !slices.ContainsFunc(members, func(m txlog.Member) bool { return m.ID == id }) {
+			delete(since, id)
+		}
+	}
 	for _, m := range members {
-		if why := lost(m); why != "" {
+		why := lost(m)
+		if why == "" {
+			delete(since, m.ID)
+			continue
+		}
+		if _, ok := since[m.ID]; !ok {
+			since[m.ID] = now
+		}
+		if now.Sub(since[m.ID]) >= lostFor {
 			s.roleLogger(logRoleLog).Warn("the log lost a replica: removing it from the log's raft configuration", "replica", m.ID, "addr", m.Addr, "why", why)
 			return l.RemoveServer(tctx, m.ID)
 		}
