@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -247,4 +248,71 @@ func TestStatusSaysWhenQuorumIsLost(t *testing.T) {
 			strings.Contains(w, "the log has no quorum") && strings.Contains(w, "commits cannot be made") &&
 			!st.CoordinatorMembership.GetQuorum() && !st.LogMembership.GetQuorum(), fmt.Sprintf("stale %v from %q age %d: %s", st.ViewStale, st.ViewFrom, st.ViewAgeMs, w)
 	})
+}
+
+// TestLostLogDirectoryRejoinsAsNewReplica: a transaction node keeps its
+// node id but loses its log directory. Its replica must not answer under
+// its old raft id: it comes back under a new one, the log's leader
+// replaces the old member by it, and the log has its three replicas
+// again.
+func TestLostLogDirectoryRejoinsAsNewReplica(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts an in-process cluster")
+	}
+	c := newSimCluster(t, "")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c.startAll(ctx)
+	db := c.open(ctx)
+	set := func(k string) error {
+		wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
+		defer wcancel()
+		return db.Transact(wctx, func(tr *distash.Tx) error { tr.Set([]byte("d/"+k), []byte(k)); return nil })
+	}
+	if err := set("a"); err != nil {
+		t.Fatal(err)
+	}
+	v := c.view(ctx)
+	var victim *simNode
+	for _, n := range c.nodes {
+		if n.class == server.ClassTransaction && n.addr != v.StatelessAddress {
+			victim = n
+			break
+		}
+	}
+	id := victim.srv.NodeID()
+	old := v.LogIds[slices.Index(v.LogReplicas, id)]
+	c.crash(victim)
+	if err := os.RemoveAll(filepath.Join(victim.dir, "log")); err != nil {
+		t.Fatal(err)
+	}
+	if err := set("b"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.startNode(ctx, victim); err != nil {
+		t.Fatal(err)
+	}
+	if got := victim.srv.NodeID(); got != id {
+		t.Fatalf("node id %s, want %s (only its log directory was lost)", got, id)
+	}
+	waitUntil(t, 60*time.Second, "the node's new log replica in place of its old one", func() (bool, string) {
+		st, err := c.status(ctx)
+		if err != nil {
+			return false, err.Error()
+		}
+		lm := st.LogMembership
+		var ids []string
+		running := false
+		for _, m := range lm.GetMember() {
+			ids = append(ids, m.Id)
+		}
+		for _, n := range st.Nodes {
+			running = running || n.Id == id && slices.Contains(n.Roles, "log")
+		}
+		return lm.GetAlive() == 3 && len(ids) == 3 && !slices.Contains(ids, old) && slices.Contains(st.LogReplicas, id) && running && len(st.Warnings) == 0,
+			fmt.Sprintf("log members %v, warnings %q", ids, st.Warnings)
+	})
+	if err := set("c"); err != nil {
+		t.Fatal(err)
+	}
 }
