@@ -454,16 +454,18 @@ func (n *node) stop(logger *slog.Logger) {
 // heartbeats, claiming a generation, retiring a tag, pulling and popping a tag, usage
 // reports. Clients may ask for the coordinators' View.
 var nodeOnlyMethods = map[string]bool{
-	wire.Coordinator_Register_FullMethodName:         true,
-	wire.Coordinator_Heartbeat_FullMethodName:        true,
-	wire.Coordinator_Claim_FullMethodName:            true,
-	wire.Coordinator_RecoveryDone_FullMethodName:     true,
-	wire.Coordinator_Retire_FullMethodName:           true,
+	wire.Coordinator_Register_FullMethodName:     true,
+	wire.Coordinator_Heartbeat_FullMethodName:    true,
+	wire.Coordinator_Claim_FullMethodName:        true,
+	wire.Coordinator_RecoveryDone_FullMethodName: true,
+	wire.Coordinator_Retire_FullMethodName:       true,
+	wire.Log_Peek_FullMethodName:                 true,
+	wire.Log_Pop_FullMethodName:                  true,
+	wire.Log_Report_FullMethodName:               true,
+
+	// Membership changes (membership.go).
 	wire.Coordinator_JoinCoordinators_FullMethodName: true,
 	wire.Coordinator_SetLogReplicas_FullMethodName:   true,
-	wire.Log_Peek_FullMethodName:                     true,
-	wire.Log_Pop_FullMethodName:                      true,
-	wire.Log_Report_FullMethodName:                   true,
 }
 
 // nodeOnly refuses, on a cluster served over mutual TLS, node-to-node calls

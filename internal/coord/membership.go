@@ -137,9 +137,18 @@ func (n *Node) LastContact() time.Time {
 // starts and whether it bootstraps the group (see raftIDFile).
 func (n *Node) settle() {
 	defer n.wg.Done()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { // Stop does not wait for a probe or a join in flight
+		select {
+		case <-n.done:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	var joined, waitLogged time.Time
 	for {
-		peers, missing := n.probe()
+		peers, missing := n.probe(ctx)
 		var named, exists bool
 		for _, p := range peers {
 			exists = exists || p.HasState
@@ -150,17 +159,18 @@ func (n *Node) settle() {
 		switch {
 		case named:
 			n.opts.Logger.Info("coord: a configuration names this coordinator: starting its raft", "id", n.id)
-			n.startRaft(nil)
-			return
+			if n.startRaft(nil) == nil {
+				return
+			}
 		case exists:
 			if n.opts.Join != nil && time.Since(joined) > time.Second {
 				joined = time.Now()
 				n.opts.Logger.Warn("coord: this coordinator has no raft state but the coordinators' group exists: asking the controller to make it a member under a new id (its old member, if any, is removed)", "id", n.id)
-				ctx, cancel := context.WithTimeout(context.Background(), 2*n.opts.RPCTimeout)
-				if err := n.opts.Join(ctx, n.opts.Addr, n.id); err != nil {
+				jctx, jcancel := context.WithTimeout(ctx, 2*n.opts.RPCTimeout)
+				if err := n.opts.Join(jctx, n.opts.Addr, n.id); err != nil && ctx.Err() == nil {
 					n.opts.Logger.Warn("coord: joining the coordinators failed; retrying", "error", err)
 				}
-				cancel()
+				jcancel()
 			}
 		case len(missing) == 0 && n.bootstrapper():
 			cfg := raft.Configuration{Servers: []raft.Server{{Suffrage: raft.Voter, ID: raft.ServerID(n.id), Address: raft.ServerAddress(n.opts.Addr)}}}
@@ -168,8 +178,9 @@ func (n *Node) settle() {
 				cfg.Servers = append(cfg.Servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(p.RaftID), Address: raft.ServerAddress(a)})
 			}
 			n.opts.Logger.Info("coord: no coordinator has raft state: forming the coordinators' group", "servers", cfg.Servers)
-			n.startRaft(&cfg)
-			return
+			if n.startRaft(&cfg) == nil {
+				return
+			}
 		default:
 			if time.Since(waitLogged) > 10*time.Second {
 				waitLogged = time.Now()
@@ -192,7 +203,7 @@ func (n *Node) bootstrapper() bool {
 
 // probe asks every other coordinator for its PeerInfo; missing are the
 // ones that did not answer (or answered without an id).
-func (n *Node) probe() (map[string]PeerInfo, []string) {
+func (n *Node) probe(ctx context.Context) (map[string]PeerInfo, []string) {
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	peers := map[string]PeerInfo{}
@@ -204,7 +215,7 @@ func (n *Node) probe() (map[string]PeerInfo, []string) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), n.opts.RPCTimeout)
+			ctx, cancel := context.WithTimeout(ctx, n.opts.RPCTimeout)
 			p, err := n.opts.Probe(ctx, a)
 			cancel()
 			mu.Lock()
