@@ -162,7 +162,10 @@ func (s *Server) clusterStatus(ctx context.Context) (*wire.StatusResponse, error
 	if view == nil {
 		return nil, errors.New("no view of the cluster from the coordinators yet")
 	}
-	return clusterstatus.FromView(ctx, view, func(ctx context.Context, addr string) (*wire.StatusResponse, error) {
+	s.views.mu.Lock()
+	age := time.Since(s.views.at)
+	s.views.mu.Unlock()
+	st, err := clusterstatus.FromView(ctx, view, func(ctx context.Context, addr string) (*wire.StatusResponse, error) {
 		if addr == s.Addr() {
 			return own(ctx)
 		}
@@ -172,4 +175,10 @@ func (s *Server) clusterStatus(ctx context.Context) (*wire.StatusResponse, error
 		}
 		return wire.NewDiStashClient(c).Status(ctx, &wire.StatusRequest{})
 	})
+	if err == nil && age > 3*time.Second {
+		// The controller did not answer since: the view is the last one.
+		st.ViewStale, st.ViewAgeMs, st.ViewFrom = true, age.Milliseconds(), view.AnsweredBy
+		st.Warnings = append([]string{fmt.Sprintf("no controller answers this node: the view below is the last it had, %s old (stale)", age.Round(100*time.Millisecond))}, st.Warnings...)
+	}
+	return st, err
 }

@@ -107,6 +107,7 @@ type NodeOptions struct {
 // node is the multi-process part of a Server.
 type node struct {
 	id    string
+	logID string // a transaction node's log replica's raft id (logReplicaID)
 	opts  NodeOptions
 	mux   *raftnet.Mux
 	coord *coord.Node // nil unless a coordinator
@@ -312,12 +313,17 @@ func (s *Server) startNode(ctx context.Context) error {
 	wire.RegisterDiStashServer(s.grpcServer, &service{s: s})
 	registerAdmin(s.grpcServer, func(reason string) { s.fail(&KilledError{Reason: reason}) })
 	logrpc.Register(s.grpcServer, &n.log, s.report)
+	n.cc, err = coordrpc.NewClient(strings.Join(o.Coordinators, ","), coordrpc.ClientOptions{TLS: o.ClientTLS, Dialer: o.Dialer})
+	if err != nil {
+		return err
+	}
 	if slices.Contains(o.Coordinators, o.Listen) {
 		n.coord, err = coord.Start(coord.Options{
 			Addr: o.Listen, Coordinators: o.Coordinators, Dir: filepath.Join(o.Dir, "coord"),
 			StreamLayer: n.mux.StreamLayer(streamCoord, o.Listen), NodeID: n.id,
 			LivenessTimeout: o.LivenessTimeout,
 			Logger:          raftlog.New(s.roleLogger(logRoleCoordinator), "coord"),
+			Probe:           n.probeCoordinator, Join: n.cc.JoinCoordinators, FS: o.FS,
 		})
 		if err != nil {
 			return fmt.Errorf("server: start the coordinator: %w", err)
@@ -336,10 +342,6 @@ func (s *Server) startNode(ctx context.Context) error {
 		return err
 	}
 
-	n.cc, err = coordrpc.NewClient(strings.Join(o.Coordinators, ","), coordrpc.ClientOptions{TLS: o.ClientTLS, Dialer: o.Dialer})
-	if err != nil {
-		return err
-	}
 	cfgText, err := s.cfg.Marshal()
 	if err != nil {
 		return err
@@ -348,6 +350,10 @@ func (s *Server) startNode(ctx context.Context) error {
 		DC: o.DC, Zone: o.Zone, Machine: o.Machine, Config: string(cfgText)}
 	if o.Class == ClassStash {
 		reg.Empty = s.stashStartsEmpty()
+	} else if n.logID, err = logReplicaID(o.FS, o.Dir, n.id); err != nil {
+		return err
+	} else {
+		reg.LogID = n.logID
 	}
 	n.reg = reg
 	if err := s.register(ctx, reg); err != nil {
@@ -509,6 +515,10 @@ var nodeOnlyMethods = map[string]bool{
 	wire.Log_Pop_FullMethodName:                  true,
 	wire.Log_Report_FullMethodName:               true,
 	wire.DiStash_ShardMetrics_FullMethodName:     true,
+
+	// Membership changes (membership.go).
+	wire.Coordinator_JoinCoordinators_FullMethodName: true,
+	wire.Coordinator_SetLogReplicas_FullMethodName:   true,
 }
 
 // nodeOnly refuses, on a cluster served over mutual TLS, node-to-node calls
@@ -916,32 +926,9 @@ func (n *node) connTo(addr string) (*grpc.ClientConn, error) {
 // and runs the stateless roles.
 func (s *Server) runTransactionNode(ctx context.Context) {
 	n := s.node
-	var view *wire.ViewResponse
-	for {
-		vctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-		v, err := n.cc.View(vctx)
-		cancel()
-		if err == nil && len(v.LogReplicas) > 0 {
-			view = v
-			break
-		}
-		if ctx.Err() != nil {
-			return
-		}
-		s.logger.Info("waiting for the log replicas to be placed", "want", s.cfg.Log.Replicas, "err", err)
-		time.Sleep(300 * time.Millisecond)
-	}
-	if !slices.Contains(view.LogReplicas, n.id) {
-		s.logger.Info("spare transaction node: the log replicas are elsewhere", "log_replicas", view.LogReplicas)
+	peers, join, err := s.logPlacement(ctx)
+	if err != nil {
 		return
-	}
-	addrOf := map[string]string{}
-	for _, cn := range view.Nodes {
-		addrOf[cn.Id] = cn.Address
-	}
-	var peers []txlog.Peer
-	for _, id := range view.LogReplicas {
-		peers = append(peers, txlog.Peer{ID: id, Addr: addrOf[id]})
 	}
 	trans := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream: n.mux.StreamLayer(streamLog, n.opts.Listen), MaxPool: 4, Timeout: 5 * time.Second,
@@ -953,7 +940,7 @@ func (s *Server) runTransactionNode(ctx context.Context) {
 	// dropped) holds.
 	l, err := txlog.Open(txlog.Options{
 		Dir: filepath.Join(s.opts.Dir, "log"), FS: s.opts.FS, Logger: s.roleLogger(logRoleLog), MemoryBytes: logMemoryBytes.Load(),
-		Network: &txlog.NetworkOptions{LocalID: n.id, Peers: peers, Transport: trans},
+		Network: &txlog.NetworkOptions{LocalID: n.logID, Peers: peers, Transport: trans, Join: join},
 	})
 	if err != nil {
 		trans.Close()
@@ -974,7 +961,7 @@ func (s *Server) runTransactionNode(ctx context.Context) {
 		case <-time.After(time.Second):
 		}
 	}
-	s.logger.Info("log replica running", "peers", peers)
+	s.logger.Info("log replica running", "peers", peers, "joined", join)
 	t := time.NewTicker(50 * time.Millisecond)
 	defer t.Stop()
 	for {

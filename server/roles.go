@@ -207,6 +207,11 @@ func (s *Server) startRoles(ctx context.Context, gen uint64, recovered kv.Versio
 			defer r.wg.Done()
 			s.keepLogTags(runCtx, r)
 		}()
+		r.wg.Add(1)
+		go func() {
+			defer r.wg.Done()
+			s.keepLogMembers(runCtx)
+		}()
 	}
 	s.tx.Store(r)
 	s.metrics.recovered(r.recoveryTime)

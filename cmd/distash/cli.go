@@ -163,6 +163,12 @@ certificate and key, and the CA that signed the server's certificate.`,
 }
 
 func printStatusTo(out io.Writer, st *wire.StatusResponse) {
+	for _, w := range st.Warnings {
+		fmt.Fprintf(out, "WARNING: %s\n", w)
+	}
+	if len(st.Warnings) > 0 {
+		fmt.Fprintln(out)
+	}
 	printNodesTo(out, st)
 	fmt.Fprintf(out, "committed version %d   commits %d   conflicts %d   too old %d   pool full %d   log: %d replica(s), %d entries in memory\n\n",
 		st.CommittedVersion, st.Commits, st.Conflicts, st.TooOld, st.PoolFull, st.Log.GetReplicas(), st.Log.GetEntriesInMemory())

@@ -15,7 +15,26 @@ func printNodesTo(out io.Writer, st *wire.StatusResponse) {
 	if len(st.Nodes) == 0 {
 		return
 	}
+	if st.ViewStale {
+		age := "never confirmed by a leader"
+		if st.ViewAgeMs >= 0 {
+			age = fmt.Sprintf("%s old", (time.Duration(st.ViewAgeMs) * time.Millisecond).Round(100*time.Millisecond))
+		}
+		fmt.Fprintf(out, "STALE VIEW (no controller): %s's copy, %s\n", st.ViewFrom, age)
+	}
 	fmt.Fprintf(out, "generation %d   controller %s   log replicas %s", st.Generation, st.Controller, strings.Join(st.LogReplicas, ","))
+	if m := st.CoordinatorMembership; m != nil {
+		fmt.Fprintf(out, "   coordinators %d/%d answering", m.Alive, m.Members)
+		if !m.Quorum {
+			fmt.Fprint(out, " (NO QUORUM)")
+		}
+	}
+	if m := st.LogMembership; m != nil {
+		fmt.Fprintf(out, "   log %d/%d alive", m.Alive, m.Members)
+		if !m.Quorum {
+			fmt.Fprint(out, " (NO QUORUM)")
+		}
+	}
 	if st.LastRecoveryUnixMs > 0 {
 		fmt.Fprintf(out, "   last recovery %s, took %s", time.UnixMilli(st.LastRecoveryUnixMs).Format(time.RFC3339), time.Duration(st.LastRecoveryMicros)*time.Microsecond)
 	}

@@ -66,3 +66,34 @@ func TestStatusJSON(t *testing.T) {
 		t.Errorf("status yaml: %v", err)
 	}
 }
+
+// TestStatusSaysQuorumIsLost: warnings come first, and a view no
+// controller vouches for is marked stale with its age and the
+// coordinator it comes from.
+func TestStatusSaysQuorumIsLost(t *testing.T) {
+	st := &wire.StatusResponse{
+		Nodes:                 []*wire.NodeStatus{{Id: "n-1", Address: "a:1", Class: "transaction", Health: "alive"}},
+		Generation:            7,
+		ViewStale:             true,
+		ViewAgeMs:             12300,
+		ViewFrom:              "a:1",
+		Warnings:              []string{"the coordinators have no quorum: 1 of 3 members answer", "the log has no quorum: 1 of 3 replicas alive: commits cannot be made"},
+		CoordinatorMembership: &wire.MembershipStatus{Configured: 3, Members: 3, Alive: 1},
+		LogMembership:         &wire.MembershipStatus{Configured: 3, Members: 3, Alive: 1},
+	}
+	var out bytes.Buffer
+	printStatusTo(&out, st)
+	got := out.String()
+	for _, want := range []string{
+		"WARNING: the coordinators have no quorum: 1 of 3 members answer\nWARNING: the log has no quorum: 1 of 3 replicas alive: commits cannot be made\n",
+		"STALE VIEW (no controller): a:1's copy, 12.3s old\n",
+		"coordinators 1/3 answering (NO QUORUM)   log 1/3 alive (NO QUORUM)",
+	} {
+		if !strings.Contains(got, want) {
+			t.Fatalf("status lacks %q:\n%s", want, got)
+		}
+	}
+	if !strings.HasPrefix(got, "WARNING: ") {
+		t.Fatalf("status does not start with its warnings:\n%s", got)
+	}
+}

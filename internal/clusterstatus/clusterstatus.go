@@ -11,6 +11,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"net"
 	"sort"
 	"strings"
 	"sync"
@@ -40,15 +41,170 @@ func Creds(tlsConfig *tls.Config) credentials.TransportCredentials {
 // embedded server's own status, or the cluster-wide status of a
 // multi-process cluster (FromView).
 func Gather(ctx context.Context, cluster string, tlsConfig *tls.Config) (*wire.StatusResponse, error) {
-	creds := Creds(tlsConfig)
-	view, embedded, err := FindCluster(ctx, cluster, creds, tlsConfig)
+	return GatherWith(ctx, cluster, Options{TLS: tlsConfig})
+}
+
+// Options configure GatherWith.
+type Options struct {
+	TLS *tls.Config
+	// Dialer, if set, opens every connection instead of TCP (an
+	// in-process network in tests); it gets the address as given.
+	Dialer func(ctx context.Context, addr string) (net.Conn, error)
+}
+
+func (o Options) dial(addr string) (*grpc.ClientConn, error) {
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(Creds(o.TLS))}
+	if o.Dialer != nil {
+		opts = append(opts, grpc.WithContextDialer(o.Dialer))
+		addr = "passthrough:///" + addr
+	}
+	return grpc.NewClient(addr, opts...)
+}
+
+// GatherWith is Gather with a dialer. When no controller answers a
+// multi-process cluster's coordinators, it asks each coordinator for its
+// own copy of the cluster state: the status then says which coordinators
+// answered and that the coordinators have no quorum (or no controller),
+// and shows the freshest copy marked stale, with its age, and every node
+// as it answers now (FromLocalViews).
+func GatherWith(ctx context.Context, cluster string, o Options) (*wire.StatusResponse, error) {
+	of := func(ctx context.Context, addr string) (*wire.StatusResponse, error) {
+		conn, err := o.dial(addr)
+		if err != nil {
+			return nil, err
+		}
+		defer conn.Close()
+		st, err := wire.NewDiStashClient(conn).Status(ctx, &wire.StatusRequest{}, grpc.WaitForReady(true))
+		if err != nil {
+			return nil, fmt.Errorf("status from %s: %w", addr, err)
+		}
+		return st, nil
+	}
+	addrs := splitCluster(cluster)
+	if len(addrs) > 1 {
+		// A view from the controller, else the coordinators' own copies,
+		// without waiting for a controller that may never come.
+		if v := firstView(ctx, addrs, o); v != nil {
+			return FromView(ctx, v, of)
+		}
+		if locals := LocalViews(ctx, addrs, o); len(locals) > 0 {
+			return FromLocalViews(ctx, addrs, locals, of)
+		}
+	}
+	view, embedded, err := findCluster(ctx, cluster, o)
 	if err != nil {
 		return nil, err
 	}
 	if embedded != "" {
-		return Of(ctx, embedded, creds)
+		return of(ctx, embedded)
 	}
-	return FromView(ctx, view, Dialing(creds))
+	return FromView(ctx, view, of)
+}
+
+func splitCluster(cluster string) []string {
+	var addrs []string
+	for _, a := range strings.Split(cluster, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			addrs = append(addrs, a)
+		}
+	}
+	return addrs
+}
+
+// firstView asks each coordinator in turn for the controller's view (2 s
+// each); nil if none has one.
+func firstView(ctx context.Context, addrs []string, o Options) *wire.ViewResponse {
+	for _, a := range addrs {
+		conn, err := o.dial(a)
+		if err != nil {
+			continue
+		}
+		actx, cancel := context.WithTimeout(ctx, 2500*time.Millisecond)
+		v, err := wire.NewCoordinatorClient(conn).View(actx, &wire.ViewRequest{})
+		cancel()
+		conn.Close()
+		if err == nil && v.Error == nil {
+			return v
+		}
+	}
+	return nil
+}
+
+// LocalViews asks every coordinator at once for its own copy of the
+// cluster state (ViewRequest.local), by address; the ones that do not
+// answer, or are of a binary without local views, are absent.
+func LocalViews(ctx context.Context, addrs []string, o Options) map[string]*wire.ViewResponse {
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	out := map[string]*wire.ViewResponse{}
+	for _, a := range addrs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			conn, err := o.dial(a)
+			if err != nil {
+				return
+			}
+			defer conn.Close()
+			actx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			defer cancel()
+			v, err := wire.NewCoordinatorClient(conn).View(actx, &wire.ViewRequest{Local: true})
+			if err == nil && v.Error == nil && v.Local {
+				mu.Lock()
+				out[a] = v
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+// FromLocalViews is the status of a multi-process cluster whose
+// coordinators have no controller: locals are the coordinators' own copies
+// of the state, by address (LocalViews). The freshest copy (the one whose
+// coordinator heard from a leader last) stands for the view, marked stale
+// with its age; every node it lists is asked for its status, whatever the
+// copy says of its liveness; the coordinators that answered are the live
+// ones.
+func FromLocalViews(ctx context.Context, addrs []string, locals map[string]*wire.ViewResponse, of StatusOf) (*wire.StatusResponse, error) {
+	var from string
+	for a, v := range locals {
+		if from == "" || v.LeaderContactUnixMs > locals[from].LeaderContactUnixMs ||
+			v.LeaderContactUnixMs == locals[from].LeaderContactUnixMs && a < from {
+			from = a
+		}
+	}
+	v := locals[from]
+	for _, m := range v.Coordinators {
+		_, m.Alive = locals[m.Address]
+	}
+	st, err := fromView(ctx, v, of, true)
+	if err != nil {
+		return nil, err
+	}
+	st.ViewStale, st.ViewFrom, st.ViewAgeMs = true, from, -1
+	if v.LeaderContactUnixMs > 0 {
+		st.ViewAgeMs = max(time.Since(time.UnixMilli(v.LeaderContactUnixMs)).Milliseconds(), 0)
+	}
+	var answered []string
+	for a := range locals {
+		answered = append(answered, a)
+	}
+	sort.Strings(answered)
+	age := "it never heard from a leader"
+	if st.ViewAgeMs >= 0 {
+		age = "last confirmed by a leader " + ms(st.ViewAgeMs) + " ago"
+	}
+	warn := fmt.Sprintf("no controller answers: %d of %d coordinators answer (%s); the view below is %s's own copy of the cluster state, %s (stale); node health is what each node answers now",
+		len(answered), len(addrs), strings.Join(answered, ", "), from, age)
+	st.Warnings = append([]string{warn}, st.Warnings...)
+	return st, nil
+}
+
+// ms prints a duration in milliseconds to a tenth of a second.
+func ms(d int64) string {
+	return (time.Duration(d) * time.Millisecond).Round(100 * time.Millisecond).String()
 }
 
 // StatusOf returns the status the node at addr gives of itself.
@@ -80,19 +236,18 @@ func Of(ctx context.Context, addr string, creds credentials.TransportCredentials
 // first address that answers is asked for the coordinators' view; an
 // embedded server does not serve it (embedded is then its address).
 func FindCluster(ctx context.Context, cluster string, creds credentials.TransportCredentials, tlsConfig *tls.Config) (view *wire.ViewResponse, embedded string, err error) {
-	var addrs []string
-	for _, a := range strings.Split(cluster, ",") {
-		if a = strings.TrimSpace(a); a != "" {
-			addrs = append(addrs, a)
-		}
-	}
+	return findCluster(ctx, cluster, Options{TLS: tlsConfig})
+}
+
+func findCluster(ctx context.Context, cluster string, o Options) (view *wire.ViewResponse, embedded string, err error) {
+	addrs := splitCluster(cluster)
 	if len(addrs) == 0 {
 		return nil, "", fmt.Errorf("empty cluster string")
 	}
 	if len(addrs) == 1 {
 		// One address is an embedded cluster or a one-coordinator
 		// cluster: ask, waiting for it to come up.
-		conn, err := grpc.NewClient(addrs[0], grpc.WithTransportCredentials(creds))
+		conn, err := o.dial(addrs[0])
 		if err != nil {
 			return nil, "", err
 		}
@@ -106,7 +261,7 @@ func FindCluster(ctx context.Context, cluster string, creds credentials.Transpor
 		}
 	} else {
 		for _, a := range addrs {
-			conn, err := grpc.NewClient(a, grpc.WithTransportCredentials(creds))
+			conn, err := o.dial(a)
 			if err != nil {
 				continue
 			}
@@ -122,7 +277,7 @@ func FindCluster(ctx context.Context, cluster string, creds credentials.Transpor
 			}
 		}
 	}
-	cc, err := coordrpc.NewClient(cluster, coordrpc.ClientOptions{TLS: tlsConfig})
+	cc, err := coordrpc.NewClient(cluster, coordrpc.ClientOptions{TLS: o.TLS, Dialer: o.Dialer})
 	if err != nil {
 		return nil, "", err
 	}
@@ -139,6 +294,12 @@ func FindCluster(ctx context.Context, cluster string, creds credentials.Transpor
 // reachable node's own status (its roles, its log replica, its stash),
 // asked with of.
 func FromView(ctx context.Context, view *wire.ViewResponse, of StatusOf) (*wire.StatusResponse, error) {
+	return fromView(ctx, view, of, false)
+}
+
+// fromView is FromView; askAll asks every node, not only those the view
+// says are alive (a stale view's liveness says nothing).
+func fromView(ctx context.Context, view *wire.ViewResponse, of StatusOf, askAll bool) (*wire.StatusResponse, error) {
 	type answer struct {
 		st  *wire.StatusResponse
 		err error
@@ -146,7 +307,7 @@ func FromView(ctx context.Context, view *wire.ViewResponse, of StatusOf) (*wire.
 	answers := make([]answer, len(view.Nodes))
 	var wg sync.WaitGroup
 	for i, n := range view.Nodes {
-		if !n.Alive {
+		if !n.Alive && !askAll {
 			continue
 		}
 		wg.Add(1)
@@ -167,7 +328,7 @@ func FromView(ctx context.Context, view *wire.ViewResponse, of StatusOf) (*wire.
 		a := answers[i]
 		ns := &wire.NodeStatus{Id: n.Id, Address: n.Address, Class: n.Class, Pool: n.Pool, Dc: n.Dc, Zone: n.Zone,
 			Machine: n.Machine, LastSeenUnixMs: n.LastSeenUnixMs, Health: "alive"}
-		if !n.Alive || a.err != nil || a.st == nil {
+		if !n.Alive && !askAll || a.err != nil || a.st == nil {
 			ns.Health = "unreachable"
 			if n.LastSeenUnixMs > 0 {
 				ns.UnreachableMs = now.Sub(time.UnixMilli(n.LastSeenUnixMs)).Milliseconds()
@@ -226,5 +387,6 @@ func FromView(ctx context.Context, view *wire.ViewResponse, of StatusOf) (*wire.
 		}
 		st.Excluded = excluded[st.Id]
 	}
+	membership(out, view)
 	return out, nil
 }

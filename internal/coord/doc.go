@@ -33,7 +33,8 @@
 // cluster controller: on gaining leadership it first commits a new
 // generation naming itself, so each generation has exactly one controller;
 // that generation keeps the roles as they were, since the log replicas are
-// the log's raft membership (replacing one is future work) and the
+// the log's raft membership (the log's leader replaces a lost one and
+// records it with SetLogReplicas, which starts no generation) and the
 // stateless roles belong to whoever claimed them. The controller tracks
 // node liveness by heartbeat in memory (not through raft).
 //
@@ -52,6 +53,10 @@
 //
 // [Node.Recover] re-recruits every role at once, log replicas included:
 // for tests and clusters whose log is not running.
+//
+// A coordinator's raft server id carries an incarnation that dies with
+// its raft state, and one without state joins as a new member rather than
+// under its old id (membership.go, AddMember).
 //
 // How it will be used: every node of a multi-process cluster registers with
 // the controller and heartbeats it; clients and nodes ask any coordinator

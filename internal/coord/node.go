@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 
+	"github.com/distash/distash/internal/fsys"
 	"github.com/distash/distash/internal/txlog"
 )
 
@@ -43,6 +44,19 @@ type Options struct {
 	LivenessTimeout  time.Duration // a node unheard of for this long is dead; default 5s
 	Clock            func() time.Time
 	Logger           hclog.Logger // default: none
+
+	// Probe asks the coordinator at addr what it tells of itself (its
+	// raft id and configuration, coordrpc's local View); Join asks the
+	// controller, through any coordinator, to make the coordinator at addr
+	// a member under raft id (AddMember). With Probe set, a coordinator
+	// without raft state takes a new raft id and joins as membership.go
+	// says. Without (tests), a fresh directory bootstraps the group from
+	// Coordinators with the addresses as raft ids, as if no coordinator
+	// ever lost its directory.
+	Probe func(ctx context.Context, addr string) (PeerInfo, error)
+	Join  func(ctx context.Context, addr, raftID string) error
+	// FS holds the raft id file; nil: the operating system's.
+	FS fsys.FS
 }
 
 // NotLeaderError is returned by Apply on a coordinator that is not the
@@ -69,7 +83,11 @@ type Leadership struct {
 // Node is one coordinator.
 type Node struct {
 	opts  Options
+	id    string     // raft server id
+	rmu   sync.Mutex // guards raft, which is nil until it starts (settle)
 	raft  *raft.Raft
+	conf  *raft.Config
+	snaps raft.SnapshotStore
 	fsm   *fsm
 	store txlog.RaftStore
 	trans *raft.NetworkTransport
@@ -83,6 +101,8 @@ type Node struct {
 	// (a term's first, RecruitLog, Claim, Recover, RecoveryDone), so two
 	// never start from the same one.
 	genMu sync.Mutex
+	// memberMu serialises membership changes (AddMember).
+	memberMu sync.Mutex
 
 	mu      sync.Mutex
 	term    *term // current leadership term, nil when not leader
@@ -155,7 +175,6 @@ func Start(opts Options) (n *Node, err error) {
 	closers = append(closers, n.trans.Close)
 
 	conf := raft.DefaultConfig()
-	conf.LocalID = raft.ServerID(opts.Addr)
 	conf.HeartbeatTimeout = opts.HeartbeatTimeout
 	conf.ElectionTimeout = opts.ElectionTimeout
 	conf.LeaderLeaseTimeout = min(opts.HeartbeatTimeout, opts.ElectionTimeout) / 2
@@ -166,28 +185,69 @@ func Start(opts Options) (n *Node, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("coord: %w", err)
 	}
-	if !has {
+	if n.id, err = n.localID(has); err != nil {
+		return nil, err
+	}
+	conf.LocalID = raft.ServerID(n.id)
+	n.conf, n.snaps = conf, snaps
+	switch {
+	case has:
+		err = n.startRaft(nil)
+	case opts.Probe == nil:
 		var cfg raft.Configuration
 		for _, a := range opts.Coordinators {
 			cfg.Servers = append(cfg.Servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(a), Address: raft.ServerAddress(a)})
 		}
-		if err := raft.BootstrapCluster(conf, n.store, n.store, snaps, n.trans, cfg); err != nil {
-			return nil, fmt.Errorf("coord: bootstrap: %w", err)
+		err = n.startRaft(&cfg)
+	default:
+		n.wg.Add(1)
+		go n.settle()
+	}
+	if err != nil {
+		return nil, err
+	}
+	return n, nil
+}
+
+// startRaft starts the coordinator's raft, bootstrapping it with boot if
+// not nil, unless the node is stopped.
+func (n *Node) startRaft(boot *raft.Configuration) error {
+	n.rmu.Lock()
+	defer n.rmu.Unlock()
+	n.mu.Lock()
+	stopped := n.stopped
+	n.mu.Unlock()
+	if stopped {
+		return nil
+	}
+	if boot != nil {
+		if err := raft.BootstrapCluster(n.conf, n.store, n.store, n.snaps, n.trans, *boot); err != nil {
+			n.opts.Logger.Error("coord: bootstrap", "error", err)
+			return fmt.Errorf("coord: bootstrap: %w", err)
 		}
 	}
-	if n.raft, err = raft.NewRaft(conf, n.fsm, n.store, n.store, snaps, n.trans); err != nil {
-		return nil, fmt.Errorf("coord: %w", err)
+	r, err := raft.NewRaft(n.conf, n.fsm, n.store, n.store, n.snaps, n.trans)
+	if err != nil {
+		n.opts.Logger.Error("coord: start raft", "error", err)
+		return fmt.Errorf("coord: %w", err)
 	}
-
 	obsCh := make(chan raft.Observation, 16)
 	n.obs = raft.NewObserver(obsCh, false, func(o *raft.Observation) bool {
 		_, ok := o.Data.(raft.LeaderObservation)
 		return ok
 	})
-	n.raft.RegisterObserver(n.obs)
+	r.RegisterObserver(n.obs)
+	n.raft = r
 	n.wg.Add(1)
-	go n.run(obsCh)
-	return n, nil
+	go n.run(r, obsCh)
+	return nil
+}
+
+// rf returns the raft, nil until it starts.
+func (n *Node) rf() *raft.Raft {
+	n.rmu.Lock()
+	defer n.rmu.Unlock()
+	return n.raft
 }
 
 // Stop shuts the coordinator down; its directory keeps its state.
@@ -201,8 +261,13 @@ func (n *Node) Stop() error {
 	n.endTermLocked()
 	n.mu.Unlock()
 	close(n.done)
-	n.raft.DeregisterObserver(n.obs)
-	err := n.raft.Shutdown().Error()
+	var err error
+	n.rmu.Lock() // a raft starting now sees stopped
+	if n.raft != nil {
+		n.raft.DeregisterObserver(n.obs)
+		err = n.raft.Shutdown().Error()
+	}
+	n.rmu.Unlock()
 	n.wg.Wait()
 	if cerr := n.trans.Close(); err == nil {
 		err = cerr
@@ -214,7 +279,7 @@ func (n *Node) Stop() error {
 }
 
 // run follows raft's leadership signals and leader observations.
-func (n *Node) run(obs chan raft.Observation) {
+func (n *Node) run(r *raft.Raft, obs chan raft.Observation) {
 	defer n.wg.Done()
 	for {
 		select {
@@ -222,7 +287,7 @@ func (n *Node) run(obs chan raft.Observation) {
 			return
 		case <-obs:
 			n.notify()
-		case leader := <-n.raft.LeaderCh():
+		case leader := <-r.LeaderCh():
 			// Two trues in a row mean leadership was lost and regained:
 			// either way the old term is over.
 			n.mu.Lock()
@@ -283,7 +348,7 @@ func (n *Node) startGeneration() (uint64, error) {
 	defer n.genMu.Unlock()
 	// The barrier makes the FSM apply every entry of earlier terms, so the
 	// state read below is the latest.
-	if err := n.raft.Barrier(n.opts.RPCTimeout).Error(); err != nil {
+	if err := n.rf().Barrier(n.opts.RPCTimeout).Error(); err != nil {
 		return 0, err
 	}
 	st := n.fsm.current()
@@ -377,7 +442,7 @@ func (n *Node) RecruitLog(ctx context.Context) (bool, error) {
 	n.mu.Lock()
 	n.warns = warns
 	n.mu.Unlock()
-	if _, err := n.commitGeneration(ctx, t, NewGeneration(st.Generation, Roles{Controller: n.opts.Addr, LogReplicas: r.LogReplicas})); err != nil {
+	if _, err := n.commitGeneration(ctx, t, NewGeneration(st.Generation, Roles{Controller: n.opts.Addr, LogReplicas: r.LogReplicas, LogIDs: r.LogIDs})); err != nil {
 		return false, err
 	}
 	return true, nil
@@ -477,7 +542,11 @@ func (n *Node) apply(c Command, timeout time.Duration) (Result, error) {
 	if err != nil {
 		return res, err
 	}
-	f := n.raft.Apply(b, timeout)
+	r := n.rf()
+	if r == nil {
+		return res, &NotLeaderError{}
+	}
+	f := r.Apply(b, timeout)
 	if err := f.Error(); err != nil {
 		switch {
 		case errors.Is(err, raft.ErrNotLeader):
@@ -496,7 +565,10 @@ func (n *Node) apply(c Command, timeout time.Duration) (Result, error) {
 
 // IsLeader reports whether this node is the raft leader (the controller
 // once its generation is committed; see Controller).
-func (n *Node) IsLeader() bool { return n.raft.State() == raft.Leader }
+func (n *Node) IsLeader() bool {
+	r := n.rf()
+	return r != nil && r.State() == raft.Leader
+}
 
 // Controller returns the generation this node controls, 0 when it is not
 // the controller (or its generation is not committed yet).
@@ -520,7 +592,11 @@ func (n *Node) controllerLocked() uint64 {
 
 // Leader returns the leader's address, "" if none is known.
 func (n *Node) Leader() string {
-	addr, _ := n.raft.LeaderWithID()
+	r := n.rf()
+	if r == nil {
+		return ""
+	}
+	addr, _ := r.LeaderWithID()
 	return string(addr)
 }
 
@@ -535,6 +611,12 @@ func (n *Node) Warnings() []string {
 	defer n.mu.Unlock()
 	return slices.Clone(n.warns)
 }
+
+// Address returns this coordinator's address.
+func (n *Node) Address() string { return n.opts.Addr }
+
+// Coordinators returns the coordinators list.
+func (n *Node) Coordinators() []string { return slices.Clone(n.opts.Coordinators) }
 
 // Heartbeat records that node id is alive now.
 func (n *Node) Heartbeat(id string) { n.live.heartbeat(id) }

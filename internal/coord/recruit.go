@@ -43,7 +43,7 @@ func Recruit(s *State, alive func(id string) bool, replicas int, self string) (R
 		want = len(cands)
 	}
 	zone := func(n NodeInfo) string { return n.DC + "/" + n.Zone }
-	var logs []string
+	var logs, ids []string
 	used := map[string]int{}      // zone -> replicas placed
 	machines := map[string]bool{} // machines holding a replica
 	taken := map[string]bool{}
@@ -56,6 +56,7 @@ func Recruit(s *State, alive func(id string) bool, replicas int, self string) (R
 			}
 			if !taken[n.ID] && ok(n) {
 				logs = append(logs, n.ID)
+				ids = append(ids, n.LogRaftID())
 				taken[n.ID] = true
 				used[zone(n)]++
 				if n.Machine != "" {
@@ -91,5 +92,6 @@ func Recruit(s *State, alive func(id string) bool, replicas int, self string) (R
 		CommitProxies: []string{stateless},
 		Resolver:      stateless,
 		LogReplicas:   logs,
+		LogIDs:        ids,
 	}, warns, nil
 }

@@ -30,6 +30,19 @@ type NodeInfo struct {
 	DC      string `json:"dc,omitempty"`
 	Zone    string `json:"zone,omitempty"`
 	Machine string `json:"machine,omitempty"`
+	// LogID is a transaction node's log replica's raft server id, as it
+	// registered: it changes when the node's log directory is lost ("" from
+	// a node that does not say: its id is then the node id).
+	LogID string `json:"log_id,omitempty"`
+}
+
+// LogRaftID returns the raft server id node n's log replica registered
+// with: n.LogID, or the node id.
+func (n NodeInfo) LogRaftID() string {
+	if n.LogID != "" {
+		return n.LogID
+	}
+	return n.ID
 }
 
 // Roles is the role assignment of one generation: node ids.
@@ -40,13 +53,25 @@ type Roles struct {
 	CommitProxies []string `json:"commit_proxies,omitempty"`
 	Resolver      string   `json:"resolver,omitempty"`
 	LogReplicas   []string `json:"log_replicas,omitempty"`
+	// LogIDs are the log replicas' raft server ids, parallel to
+	// LogReplicas (nil in a state from before: the node ids).
+	LogIDs []string `json:"log_ids,omitempty"`
 }
 
 func (r Roles) clone() Roles {
 	r.GRVProxies = slices.Clone(r.GRVProxies)
 	r.CommitProxies = slices.Clone(r.CommitProxies)
 	r.LogReplicas = slices.Clone(r.LogReplicas)
+	r.LogIDs = slices.Clone(r.LogIDs)
 	return r
+}
+
+// LogID returns the raft server id of log replica i (LogReplicas[i]).
+func (r Roles) LogID(i int) string {
+	if i < len(r.LogIDs) && r.LogIDs[i] != "" {
+		return r.LogIDs[i]
+	}
+	return r.LogReplicas[i]
 }
 
 // State is the replicated cluster state. The zero State is a cluster that
@@ -88,6 +113,11 @@ type State struct {
 	// Recovery is the last claim of the stateless roles, while the node
 	// that claimed them holds them; nil before the first claim.
 	Recovery *Recovery `json:"recovery,omitempty"`
+	// LogBootstrap are the raft ids the log was formed with (a generation
+	// placing log replicas where there were none, or Recover): a replica
+	// with one of them and no raft state bootstraps the log's raft with
+	// the placement; any other joins, once the log's leader added it.
+	LogBootstrap []string `json:"log_bootstrap,omitempty"`
 }
 
 // Recovery is a claim of the stateless roles (see Claim) and how long the
@@ -121,6 +151,7 @@ func (s *State) Clone() *State {
 		}
 	}
 	c.UsedTags = slices.Clone(s.UsedTags)
+	c.LogBootstrap = slices.Clone(s.LogBootstrap)
 	c.Retired = slices.Clone(s.Retired)
 	c.Excluded = slices.Clone(s.Excluded)
 	if s.FailureWaitMs != nil {
@@ -243,16 +274,17 @@ func (s *State) ParsedConfig() (*config.Config, error) {
 
 // Command operations.
 const (
-	OpSetConfig     = "set_config"
-	OpRegisterNode  = "register_node"
-	OpRemoveNode    = "remove_node"
-	OpNewGeneration = "new_generation"
-	OpClaim         = "claim"
-	OpRecoveryDone  = "recovery_done"
-	OpExclude       = "exclude"
-	OpInclude       = "include"
-	OpConfigure     = "configure"
-	OpRetire        = "retire"
+	OpSetConfig      = "set_config"
+	OpRegisterNode   = "register_node"
+	OpRemoveNode     = "remove_node"
+	OpNewGeneration  = "new_generation"
+	OpClaim          = "claim"
+	OpRecoveryDone   = "recovery_done"
+	OpExclude        = "exclude"
+	OpInclude        = "include"
+	OpConfigure      = "configure"
+	OpRetire         = "retire"
+	OpSetLogReplicas = "set_log_replicas"
 )
 
 // Configure keys.
@@ -290,6 +322,9 @@ type Command struct {
 	Pool  string `json:"pool,omitempty"`
 	// Retire: the tag.
 	Tag uint32 `json:"tag,omitempty"`
+	// SetLogReplicas: node ids and raft ids of the log's members.
+	Replicas []string `json:"replicas,omitempty"`
+	LogIDs   []string `json:"log_ids,omitempty"`
 
 	// version is the encoding version the command was decoded from (0:
 	// built in this binary): version 1 and 2 registrations apply as those
@@ -429,6 +464,16 @@ func checkConfigureValue(c Command) (v int64, def bool, err error) {
 // next. Retiring a tag never given is an error; retiring one again is not.
 func Retire(tag uint32) Command { return Command{Op: OpRetire, Tag: tag} }
 
+// SetLogReplicas records the log's raft membership after a change made
+// through the log's raft (a lost replica replaced): replicas are node ids,
+// ids their raft server ids. The generation stays: the log's epoch does
+// not change with its membership. Every replica must be a registered
+// transaction node, and the node holding the stateless roles, if any,
+// must stay one of them.
+func SetLogReplicas(replicas, ids []string) Command {
+	return Command{Op: OpSetLogReplicas, Replicas: slices.Clone(replicas), LogIDs: slices.Clone(ids)}
+}
+
 // RemoveNode forgets node id and frees its tag slot.
 func RemoveNode(id string) Command { return Command{Op: OpRemoveNode, ID: id} }
 
@@ -540,6 +585,13 @@ func (s *State) Apply(c Command) (Result, error) {
 			return res, fmt.Errorf("%w: from %d, but the cluster is at %d", ErrStaleGeneration, c.From, s.Generation)
 		}
 		s.Generation++
+		if len(c.Roles.LogReplicas) > 0 && !slices.Equal(c.Roles.LogReplicas, s.Roles.LogReplicas) {
+			// A new placement: the log forms with these ids.
+			s.LogBootstrap = nil
+			for i := range c.Roles.LogReplicas {
+				s.LogBootstrap = append(s.LogBootstrap, c.Roles.LogID(i))
+			}
+		}
 		s.Roles = c.Roles.clone()
 		if s.Recovery != nil && !s.holdsStateless(s.Recovery.Node) {
 			s.Recovery = nil // the claimer no longer holds the roles
@@ -558,9 +610,34 @@ func (s *State) Apply(c Command) (Result, error) {
 		}
 		s.Generation++
 		s.Roles = Roles{Controller: c.Roles.Controller, Sequencer: c.ID, GRVProxies: []string{c.ID},
-			CommitProxies: []string{c.ID}, Resolver: c.ID, LogReplicas: s.Roles.LogReplicas}
+			CommitProxies: []string{c.ID}, Resolver: c.ID, LogReplicas: s.Roles.LogReplicas, LogIDs: s.Roles.LogIDs}
 		s.Recovery = &Recovery{Generation: s.Generation, Node: c.ID, ClaimedUnixMs: c.UnixMs}
 		res.Generation = s.Generation
+		return res, nil
+	case OpSetLogReplicas:
+		if len(c.Replicas) == 0 || len(c.Replicas) != len(c.LogIDs) {
+			return res, fmt.Errorf("coord: set_log_replicas: %d replicas and %d raft ids", len(c.Replicas), len(c.LogIDs))
+		}
+		for i, id := range c.Replicas {
+			if n, ok := s.Nodes[id]; !ok || n.Class != ClassTransaction {
+				return res, fmt.Errorf("coord: set_log_replicas: %q is not a registered transaction node", id)
+			}
+			if c.LogIDs[i] == "" || slices.Index(c.Replicas, id) != i || slices.Index(c.LogIDs, c.LogIDs[i]) != i {
+				return res, fmt.Errorf("coord: set_log_replicas: replica %q (raft id %q) is empty or repeated", id, c.LogIDs[i])
+			}
+		}
+		if r := s.Roles.Sequencer; r != "" && !slices.Contains(c.Replicas, r) {
+			return res, fmt.Errorf("coord: set_log_replicas: %q holds the stateless roles and must stay a log replica", r)
+		}
+		for _, old := range s.Roles.LogReplicas {
+			// A node that left the log and whose address another node
+			// registered since is gone for good (two nodes cannot listen
+			// on one address): forgotten, so status stops listing it.
+			if n, ok := s.Nodes[old]; ok && !slices.Contains(c.Replicas, old) && s.addrTaken(n) {
+				delete(s.Nodes, old)
+			}
+		}
+		s.Roles.LogReplicas, s.Roles.LogIDs = slices.Clone(c.Replicas), slices.Clone(c.LogIDs)
 		return res, nil
 	case OpRecoveryDone:
 		if s.RecoveryAccepted(c.ID, c.Generation) {
@@ -569,6 +646,16 @@ func (s *State) Apply(c Command) (Result, error) {
 		return res, nil
 	}
 	return res, fmt.Errorf("coord: unknown command %q", c.Op)
+}
+
+// addrTaken reports whether another registered node has n's address.
+func (s *State) addrTaken(n NodeInfo) bool {
+	for id, o := range s.Nodes {
+		if id != n.ID && o.Addr == n.Addr {
+			return true
+		}
+	}
+	return false
 }
 
 // claimable checks that node id may claim the stateless roles.
@@ -772,10 +859,12 @@ func (s *State) register(n NodeInfo, empty, legacy bool) (int, uint32, error) {
 // configure, retire): a version 1 or 2 state gets the configuration's tag
 // numbering (deriveTags), and a version 1 or 2 registration applies as it
 // did then (no fresh tags, no growth), so a replayed old log gives the
-// state it gave.
+// state it gave. Version 4 added the log replicas' raft ids (Roles.LogIDs,
+// NodeInfo.LogID) and set_log_replicas: an older state has none (the node
+// ids stand for them).
 const (
-	commandVersion  = 3
-	snapshotVersion = 3
+	commandVersion  = 4
+	snapshotVersion = 4
 )
 
 type commandEnvelope struct {

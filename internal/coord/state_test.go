@@ -140,7 +140,7 @@ func TestEncoding(t *testing.T) {
 	if err != nil || !reflect.DeepEqual(got, s) {
 		t.Fatalf("round trip: %v\n%+v\n%+v", err, got, s)
 	}
-	if _, err := DecodeState([]byte(`{"v":4,"state":{}}`)); err == nil {
+	if _, err := DecodeState([]byte(`{"v":5,"state":{}}`)); err == nil {
 		t.Fatal("unknown state version accepted")
 	}
 	cb, _ := encodeCommand(RemoveNode("x"))

@@ -185,6 +185,8 @@ type NodeRegistration struct {
 	// Empty: a stash node whose stash starts with no data (a dram stash,
 	// or a durable one on a fresh directory); see coord.RegisterStash.
 	Empty bool
+	// LogID: a transaction node's log replica's raft server id.
+	LogID string
 }
 
 // Register registers a node and returns its tag slot and tag (-1 and 0
@@ -193,7 +195,7 @@ type NodeRegistration struct {
 // *config.FieldError naming the first differing field.
 func (c *Client) Register(ctx context.Context, r NodeRegistration) (slot int, tag uint32, generation uint64, err error) {
 	req := &wire.RegisterRequest{Id: r.ID, Address: r.Addr, Class: r.Class, Pool: r.Pool,
-		Dc: r.DC, Zone: r.Zone, Machine: r.Machine, Config: r.Config, Empty: r.Empty}
+		Dc: r.DC, Zone: r.Zone, Machine: r.Machine, Config: r.Config, Empty: r.Empty, LogId: r.LogID}
 	resp, err := call(ctx, c, func(ctx context.Context, cl wire.CoordinatorClient) (*wire.RegisterResponse, error) {
 		return cl.Register(ctx, req)
 	})
@@ -340,6 +342,48 @@ func (c *Client) Configure(ctx context.Context, pool, key, value string) error {
 func (c *Client) Retire(ctx context.Context, tag uint32) error {
 	resp, err := call(ctx, c, func(ctx context.Context, cl wire.CoordinatorClient) (*wire.RetireResponse, error) {
 		return cl.Retire(ctx, &wire.RetireRequest{Tag: tag})
+	})
+	if err != nil {
+		return err
+	}
+	return resp.Error.Err()
+}
+
+// Probe asks the coordinator at addr, and only it, for its own view
+// (ViewRequest.local): its copy of the state and its raft membership.
+func (c *Client) Probe(ctx context.Context, addr string) (*wire.ViewResponse, error) {
+	cl, err := c.conn(addr)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := cl.View(ctx, &wire.ViewRequest{Local: true})
+	if err != nil {
+		return nil, err
+	}
+	if err := resp.Error.Err(); err != nil {
+		return nil, err
+	}
+	return resp, nil
+}
+
+// JoinCoordinators asks the controller to make the coordinator at addr,
+// which has no raft state, a member under raftID (the member that had
+// addr leaves the group).
+func (c *Client) JoinCoordinators(ctx context.Context, addr, raftID string) error {
+	resp, err := call(ctx, c, func(ctx context.Context, cl wire.CoordinatorClient) (*wire.JoinCoordinatorsResponse, error) {
+		return cl.JoinCoordinators(ctx, &wire.JoinCoordinatorsRequest{Address: addr, RaftId: raftID})
+	})
+	if err != nil {
+		return err
+	}
+	return resp.Error.Err()
+}
+
+// SetLogReplicas tells the controller the log's raft membership after a
+// change: node ids and their raft ids, parallel.
+func (c *Client) SetLogReplicas(ctx context.Context, replicas, ids []string) error {
+	resp, err := call(ctx, c, func(ctx context.Context, cl wire.CoordinatorClient) (*wire.SetLogReplicasResponse, error) {
+		return cl.SetLogReplicas(ctx, &wire.SetLogReplicasRequest{Replicas: replicas, Ids: ids})
 	})
 	if err != nil {
 		return err

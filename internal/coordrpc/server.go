@@ -56,6 +56,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -432,6 +433,9 @@ func (s *Server) View(ctx context.Context, req *wire.ViewRequest) (*wire.ViewRes
 	if req == nil {
 		return fail(invalid("view request missing"))
 	}
+	if req.Local {
+		return s.localView(), nil
+	}
 	c, leader, err := s.controllerClient(ctx, req.Hops)
 	if err != nil {
 		return fail(err)
@@ -446,19 +450,81 @@ func (s *Server) View(ctx context.Context, req *wire.ViewRequest) (*wire.ViewRes
 	return s.view(s.node.State()), nil
 }
 
+// localView is this coordinator's own view, never forwarded: its copy of
+// the state and its raft membership (a probe between coordinators, or
+// status when no controller answers).
+func (s *Server) localView() *wire.ViewResponse {
+	r := s.view(s.node.State())
+	info := s.node.Info()
+	r.Local, r.RaftState, r.RaftId = true, info.HasState, info.RaftID
+	r.ControllerHere = s.node.Controller() != 0
+	if t := s.node.LastContact(); !t.IsZero() {
+		r.LeaderContactUnixMs = t.UnixMilli()
+	}
+	return r
+}
+
+// coordinators lists the configured coordinators and the raft members,
+// alive as this coordinator's liveness says (the controller's is live).
+func (s *Server) coordinators(st *coord.State) []*wire.CoordinatorMember {
+	self := s.node.Address()
+	alive := func(addr string) (bool, int64) {
+		if addr == self {
+			return true, time.Now().UnixMilli()
+		}
+		var ok bool
+		var last int64
+		for id, n := range st.Nodes {
+			if n.Addr != addr {
+				continue
+			}
+			ok = ok || s.node.Alive(id)
+			if t, seen := s.node.LastSeen(id); seen {
+				last = max(last, t.UnixMilli())
+			}
+		}
+		return ok, last
+	}
+	var out []*wire.CoordinatorMember
+	byAddr := map[string]*wire.CoordinatorMember{}
+	for _, a := range s.node.Coordinators() {
+		m := &wire.CoordinatorMember{Address: a, Configured: true}
+		byAddr[a] = m
+		out = append(out, m)
+	}
+	for _, m := range s.node.Members() {
+		cm := byAddr[m.Addr]
+		if cm == nil || cm.RaftId != "" {
+			cm = &wire.CoordinatorMember{Address: m.Addr}
+			out = append(out, cm)
+		}
+		cm.RaftId, cm.Voter = m.ID, m.Voter
+	}
+	for _, m := range out {
+		m.Alive, m.LastSeenUnixMs = alive(m.Address)
+	}
+	return out
+}
+
 func (s *Server) view(st *coord.State) *wire.ViewResponse {
 	r := &wire.ViewResponse{
-		Config:        st.Config,
-		Generation:    st.Generation,
-		Controller:    st.Roles.Controller,
-		Sequencer:     st.Roles.Sequencer,
-		GrvProxies:    st.Roles.GRVProxies,
-		CommitProxies: st.Roles.CommitProxies,
-		Resolver:      st.Roles.Resolver,
-		LogReplicas:   st.Roles.LogReplicas,
+		AnsweredBy:      s.node.Address(),
+		Coordinators:    s.coordinators(st),
+		LogBootstrapIds: st.LogBootstrap,
+		Config:          st.Config,
+		Generation:      st.Generation,
+		Controller:      st.Roles.Controller,
+		Sequencer:       st.Roles.Sequencer,
+		GrvProxies:      st.Roles.GRVProxies,
+		CommitProxies:   st.Roles.CommitProxies,
+		Resolver:        st.Roles.Resolver,
+		LogReplicas:     st.Roles.LogReplicas,
 	}
 	if n, ok := st.Nodes[st.Roles.Sequencer]; ok {
 		r.StatelessAddress = n.Addr
+	}
+	for i := range st.Roles.LogReplicas {
+		r.LogIds = append(r.LogIds, st.Roles.LogID(i))
 	}
 	ids := make([]string, 0, len(st.Nodes))
 	for id := range st.Nodes {
@@ -468,7 +534,7 @@ func (s *Server) view(st *coord.State) *wire.ViewResponse {
 	for _, id := range ids {
 		n := st.Nodes[id]
 		cn := &wire.ClusterNode{Id: n.ID, Address: n.Addr, Class: n.Class, Pool: n.Pool,
-			Dc: n.DC, Zone: n.Zone, Machine: n.Machine, Alive: s.node.Alive(id)}
+			Dc: n.DC, Zone: n.Zone, Machine: n.Machine, Alive: s.node.Alive(id), LogId: n.LogID}
 		if t, ok := s.node.LastSeen(id); ok {
 			cn.LastSeenUnixMs = t.UnixMilli()
 		}
@@ -627,6 +693,68 @@ func (s *Server) Retire(ctx context.Context, req *wire.RetireRequest) (*wire.Ret
 		func() *wire.RetireResponse { return &wire.RetireResponse{} })
 }
 
+// JoinCoordinators makes a coordinator without raft state a member of the
+// coordinators' group under its new raft id (coord.Node.AddMember).
+func (s *Server) JoinCoordinators(ctx context.Context, req *wire.JoinCoordinatorsRequest) (*wire.JoinCoordinatorsResponse, error) {
+	fail := func(err error) (*wire.JoinCoordinatorsResponse, error) {
+		r := &wire.JoinCoordinatorsResponse{}
+		r.Error, r.Leader, _ = s.wireErr(err)
+		return r, nil
+	}
+	if req == nil {
+		return fail(invalid("join_coordinators request missing"))
+	}
+	if err := checkName("address", req.Address, true); err != nil {
+		return fail(err)
+	}
+	if err := checkName("raft id", req.RaftId, true); err != nil {
+		return fail(err)
+	}
+	c, leader, err := s.controllerClient(ctx, req.Hops)
+	if err != nil {
+		return fail(err)
+	}
+	if c != nil {
+		resp, err := c.JoinCoordinators(ctx, &wire.JoinCoordinatorsRequest{Address: req.Address, RaftId: req.RaftId, Hops: req.Hops + 1})
+		if err != nil {
+			return fail(forwardFailed(leader, err))
+		}
+		return resp, nil
+	}
+	if err := s.node.AddMember(ctx, req.Address, req.RaftId); err != nil {
+		return fail(err)
+	}
+	return &wire.JoinCoordinatorsResponse{}, nil
+}
+
+// SetLogReplicas records the log's raft membership after a change
+// (coord.SetLogReplicas): the call of the node leading the log.
+func (s *Server) SetLogReplicas(ctx context.Context, req *wire.SetLogReplicasRequest) (*wire.SetLogReplicasResponse, error) {
+	fail := func(err error) *wire.SetLogReplicasResponse {
+		r := &wire.SetLogReplicasResponse{}
+		r.Error, r.Leader, _ = s.wireErr(err)
+		return r
+	}
+	if req == nil {
+		return fail(invalid("set_log_replicas request missing")), nil
+	}
+	var check error
+	if len(req.Replicas) > 16 || len(req.Ids) > 16 {
+		check = invalid("set_log_replicas: %d replicas (limit 16)", len(req.Replicas))
+	}
+	for _, v := range append(slices.Clone(req.Replicas), req.Ids...) {
+		if err := checkName("log replica", v, true); err != nil && check == nil {
+			check = err
+		}
+	}
+	return onController(ctx, s, req.Hops, check, fail,
+		func(c wire.CoordinatorClient) (*wire.SetLogReplicasResponse, error) {
+			return c.SetLogReplicas(ctx, &wire.SetLogReplicasRequest{Replicas: req.Replicas, Ids: req.Ids, Hops: req.Hops + 1})
+		},
+		func() coord.Command { return coord.SetLogReplicas(req.Replicas, req.Ids) },
+		func() *wire.SetLogReplicasResponse { return &wire.SetLogReplicasResponse{} })
+}
+
 // checkAddrs bounds the addresses of an exclude or include; the
 // controller checks their form.
 func checkAddrs(addrs []string) error {
@@ -668,6 +796,7 @@ func checkRegister(req *wire.RegisterRequest) (coord.NodeInfo, *config.Config, e
 		{"node id", req.Id, true}, {"address", req.Address, true}, {"class", req.Class, true},
 		{"pool", req.Pool, req.Class == coord.ClassStash},
 		{"dc", req.Dc, false}, {"zone", req.Zone, false}, {"machine", req.Machine, false},
+		{"log id", req.LogId, false},
 	} {
 		if err := checkName(f.what, f.v, f.required); err != nil {
 			return info, nil, fmt.Errorf("node %q: %w", req.Id, err)
@@ -696,6 +825,9 @@ func checkRegister(req *wire.RegisterRequest) (coord.NodeInfo, *config.Config, e
 		return info, nil, fmt.Errorf("node %q: configuration: %w", req.Id, err)
 	}
 	info = coord.NodeInfo{ID: req.Id, Addr: req.Address, Class: req.Class, Pool: req.Pool,
-		DC: req.Dc, Zone: req.Zone, Machine: req.Machine}
+		DC: req.Dc, Zone: req.Zone, Machine: req.Machine, LogID: req.LogId}
+	if info.LogID != "" && req.Class != coord.ClassTransaction {
+		return info, nil, invalid("node %q: a %s node has no log replica (log id %q)", req.Id, req.Class, req.LogId)
+	}
 	return info, cfg, nil
 }

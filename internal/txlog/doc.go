@@ -24,7 +24,10 @@
 // replica (Dir/replica) of the same raft group, over the caller's
 // raft.Transport; Options.Network lists every peer, identically on every
 // node, and a new directory bootstraps raft with all of them (each node
-// does, which raft allows). txlog.meta records the mode so a directory is
+// does, which raft allows), unless NetworkOptions.Join says the replica
+// joins a running log: the leader adds it (AddVoter, after RemoveServer of
+// a lost member; Members reads the configuration) and catches it up.
+// txlog.meta records the mode so a directory is
 // never reopened in the other one. Open does not wait for a leader (the
 // other nodes may start later). Only the leader's Log accepts Append,
 // Resync, BeginGeneration, VerifyLeader and pop flushes; the others fail at

@@ -63,6 +63,12 @@ type NetworkOptions struct {
 	// The Log owns it from Open on: raft closes it (raft.WithClose, i.e.
 	// io.Closer) when the replica shuts down, and Open closes it if it fails.
 	Transport raft.Transport
+	// Join: a directory without raft state does not bootstrap; the
+	// replica waits for the log's leader, which added it to the
+	// configuration (AddVoter), to catch it up. A replica that did not
+	// form the log must join: its id is new, and bootstrapping would write
+	// a configuration the log never had.
+	Join bool
 }
 
 // Options configure Open. Zero values mean the defaults.

@@ -107,7 +107,7 @@ func (l *Log) startReplicaLocked(i int, bootstrap bool) (err error) {
 	// until the replica is stopped.
 	notifyCh := make(chan bool, 1)
 	conf.NotifyCh = notifyCh
-	if bootstrap {
+	if bootstrap && (l.opts.Network == nil || !l.opts.Network.Join) {
 		has, err := raft.HasExistingState(logs, store, snaps)
 		if err != nil {
 			return fmt.Errorf("txlog: replica %d: %w", i, err)

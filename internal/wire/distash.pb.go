@@ -1862,12 +1862,22 @@ type StatusResponse struct {
 	// request in that time): commits and read versions on the node holding
 	// the roles; reads over the answering node's stashes (cluster-wide, the
 	// CLI takes the highest of the nodes').
-	CommitP50Ms   float64 `protobuf:"fixed64,21,opt,name=commit_p50_ms,json=commitP50Ms,proto3" json:"commit_p50_ms,omitempty"`
-	CommitP99Ms   float64 `protobuf:"fixed64,22,opt,name=commit_p99_ms,json=commitP99Ms,proto3" json:"commit_p99_ms,omitempty"`
-	GrvP99Ms      float64 `protobuf:"fixed64,23,opt,name=grv_p99_ms,json=grvP99Ms,proto3" json:"grv_p99_ms,omitempty"`
-	ReadP99Ms     float64 `protobuf:"fixed64,24,opt,name=read_p99_ms,json=readP99Ms,proto3" json:"read_p99_ms,omitempty"`
-	GrvP50Ms      float64 `protobuf:"fixed64,25,opt,name=grv_p50_ms,json=grvP50Ms,proto3" json:"grv_p50_ms,omitempty"`
-	ReadP50Ms     float64 `protobuf:"fixed64,26,opt,name=read_p50_ms,json=readP50Ms,proto3" json:"read_p50_ms,omitempty"`
+	CommitP50Ms float64 `protobuf:"fixed64,21,opt,name=commit_p50_ms,json=commitP50Ms,proto3" json:"commit_p50_ms,omitempty"`
+	CommitP99Ms float64 `protobuf:"fixed64,22,opt,name=commit_p99_ms,json=commitP99Ms,proto3" json:"commit_p99_ms,omitempty"`
+	GrvP99Ms    float64 `protobuf:"fixed64,23,opt,name=grv_p99_ms,json=grvP99Ms,proto3" json:"grv_p99_ms,omitempty"`
+	ReadP99Ms   float64 `protobuf:"fixed64,24,opt,name=read_p99_ms,json=readP99Ms,proto3" json:"read_p99_ms,omitempty"`
+	GrvP50Ms    float64 `protobuf:"fixed64,25,opt,name=grv_p50_ms,json=grvP50Ms,proto3" json:"grv_p50_ms,omitempty"`
+	ReadP50Ms   float64 `protobuf:"fixed64,26,opt,name=read_p50_ms,json=readP50Ms,proto3" json:"read_p50_ms,omitempty"`
+	// Membership of the two raft groups (cluster mode): who is configured,
+	// who is a member, who answers, and whether a majority does.
+	CoordinatorMembership *MembershipStatus `protobuf:"bytes,27,opt,name=coordinator_membership,json=coordinatorMembership,proto3" json:"coordinator_membership,omitempty"`
+	LogMembership         *MembershipStatus `protobuf:"bytes,28,opt,name=log_membership,json=logMembership,proto3" json:"log_membership,omitempty"`
+	// No controller answered: the view above is one coordinator's own copy
+	// of the cluster state (view_from), view_age_ms old, not live.
+	ViewStale     bool     `protobuf:"varint,29,opt,name=view_stale,json=viewStale,proto3" json:"view_stale,omitempty"`
+	ViewAgeMs     int64    `protobuf:"varint,30,opt,name=view_age_ms,json=viewAgeMs,proto3" json:"view_age_ms,omitempty"`
+	ViewFrom      string   `protobuf:"bytes,31,opt,name=view_from,json=viewFrom,proto3" json:"view_from,omitempty"`
+	Warnings      []string `protobuf:"bytes,32,rep,name=warnings,proto3" json:"warnings,omitempty"` // plain sentences: quorum lost, members down
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2084,6 +2094,209 @@ func (x *StatusResponse) GetReadP50Ms() float64 {
 	return 0
 }
 
+func (x *StatusResponse) GetCoordinatorMembership() *MembershipStatus {
+	if x != nil {
+		return x.CoordinatorMembership
+	}
+	return nil
+}
+
+func (x *StatusResponse) GetLogMembership() *MembershipStatus {
+	if x != nil {
+		return x.LogMembership
+	}
+	return nil
+}
+
+func (x *StatusResponse) GetViewStale() bool {
+	if x != nil {
+		return x.ViewStale
+	}
+	return false
+}
+
+func (x *StatusResponse) GetViewAgeMs() int64 {
+	if x != nil {
+		return x.ViewAgeMs
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetViewFrom() string {
+	if x != nil {
+		return x.ViewFrom
+	}
+	return ""
+}
+
+func (x *StatusResponse) GetWarnings() []string {
+	if x != nil {
+		return x.Warnings
+	}
+	return nil
+}
+
+// MembershipStatus is a raft group's membership as status shows it.
+type MembershipStatus struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Configured    int32                  `protobuf:"varint,1,opt,name=configured,proto3" json:"configured,omitempty"` // members configured: the coordinators list, or [log] replicas
+	Members       int32                  `protobuf:"varint,2,opt,name=members,proto3" json:"members,omitempty"`       // members of its raft configuration (voters)
+	Alive         int32                  `protobuf:"varint,3,opt,name=alive,proto3" json:"alive,omitempty"`           // members answering
+	Quorum        bool                   `protobuf:"varint,4,opt,name=quorum,proto3" json:"quorum,omitempty"`         // a majority of the members answers
+	Member        []*MemberStatus        `protobuf:"bytes,5,rep,name=member,proto3" json:"member,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MembershipStatus) Reset() {
+	*x = MembershipStatus{}
+	mi := &file_distash_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MembershipStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MembershipStatus) ProtoMessage() {}
+
+func (x *MembershipStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_distash_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MembershipStatus.ProtoReflect.Descriptor instead.
+func (*MembershipStatus) Descriptor() ([]byte, []int) {
+	return file_distash_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *MembershipStatus) GetConfigured() int32 {
+	if x != nil {
+		return x.Configured
+	}
+	return 0
+}
+
+func (x *MembershipStatus) GetMembers() int32 {
+	if x != nil {
+		return x.Members
+	}
+	return 0
+}
+
+func (x *MembershipStatus) GetAlive() int32 {
+	if x != nil {
+		return x.Alive
+	}
+	return 0
+}
+
+func (x *MembershipStatus) GetQuorum() bool {
+	if x != nil {
+		return x.Quorum
+	}
+	return false
+}
+
+func (x *MembershipStatus) GetMember() []*MemberStatus {
+	if x != nil {
+		return x.Member
+	}
+	return nil
+}
+
+type MemberStatus struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"` // raft server id; "" for a configured coordinator with no member
+	Address       string                 `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"`
+	Node          string                 `protobuf:"bytes,3,opt,name=node,proto3" json:"node,omitempty"` // node id, if known
+	Alive         bool                   `protobuf:"varint,4,opt,name=alive,proto3" json:"alive,omitempty"`
+	UnreachableMs int64                  `protobuf:"varint,5,opt,name=unreachable_ms,json=unreachableMs,proto3" json:"unreachable_ms,omitempty"` // how long it has been unreachable, if known; 0 while alive
+	Member        bool                   `protobuf:"varint,6,opt,name=member,proto3" json:"member,omitempty"`                                    // in the raft configuration
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MemberStatus) Reset() {
+	*x = MemberStatus{}
+	mi := &file_distash_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MemberStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MemberStatus) ProtoMessage() {}
+
+func (x *MemberStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_distash_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MemberStatus.ProtoReflect.Descriptor instead.
+func (*MemberStatus) Descriptor() ([]byte, []int) {
+	return file_distash_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *MemberStatus) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *MemberStatus) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *MemberStatus) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *MemberStatus) GetAlive() bool {
+	if x != nil {
+		return x.Alive
+	}
+	return false
+}
+
+func (x *MemberStatus) GetUnreachableMs() int64 {
+	if x != nil {
+		return x.UnreachableMs
+	}
+	return 0
+}
+
+func (x *MemberStatus) GetMember() bool {
+	if x != nil {
+		return x.Member
+	}
+	return false
+}
+
 // StashShare is a stash's part of its pool as the data distributor sees it.
 type StashShare struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -2097,7 +2310,7 @@ type StashShare struct {
 
 func (x *StashShare) Reset() {
 	*x = StashShare{}
-	mi := &file_distash_proto_msgTypes[28]
+	mi := &file_distash_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2109,7 +2322,7 @@ func (x *StashShare) String() string {
 func (*StashShare) ProtoMessage() {}
 
 func (x *StashShare) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[28]
+	mi := &file_distash_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2122,7 +2335,7 @@ func (x *StashShare) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StashShare.ProtoReflect.Descriptor instead.
 func (*StashShare) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{28}
+	return file_distash_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *StashShare) GetId() uint32 {
@@ -2175,7 +2388,7 @@ type PoolDistribution struct {
 
 func (x *PoolDistribution) Reset() {
 	*x = PoolDistribution{}
-	mi := &file_distash_proto_msgTypes[29]
+	mi := &file_distash_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2187,7 +2400,7 @@ func (x *PoolDistribution) String() string {
 func (*PoolDistribution) ProtoMessage() {}
 
 func (x *PoolDistribution) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[29]
+	mi := &file_distash_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2200,7 +2413,7 @@ func (x *PoolDistribution) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolDistribution.ProtoReflect.Descriptor instead.
 func (*PoolDistribution) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{29}
+	return file_distash_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *PoolDistribution) GetPool() string {
@@ -2310,7 +2523,7 @@ type RelocationStatus struct {
 
 func (x *RelocationStatus) Reset() {
 	*x = RelocationStatus{}
-	mi := &file_distash_proto_msgTypes[30]
+	mi := &file_distash_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2322,7 +2535,7 @@ func (x *RelocationStatus) String() string {
 func (*RelocationStatus) ProtoMessage() {}
 
 func (x *RelocationStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[30]
+	mi := &file_distash_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2335,7 +2548,7 @@ func (x *RelocationStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RelocationStatus.ProtoReflect.Descriptor instead.
 func (*RelocationStatus) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{30}
+	return file_distash_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *RelocationStatus) GetBegin() []byte {
@@ -2419,7 +2632,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_distash_proto_msgTypes[31]
+	mi := &file_distash_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2431,7 +2644,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[31]
+	mi := &file_distash_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2444,7 +2657,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{31}
+	return file_distash_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *NodeStatus) GetId() string {
@@ -2570,7 +2783,7 @@ type ColdestRequest struct {
 
 func (x *ColdestRequest) Reset() {
 	*x = ColdestRequest{}
-	mi := &file_distash_proto_msgTypes[32]
+	mi := &file_distash_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2582,7 +2795,7 @@ func (x *ColdestRequest) String() string {
 func (*ColdestRequest) ProtoMessage() {}
 
 func (x *ColdestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[32]
+	mi := &file_distash_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2595,7 +2808,7 @@ func (x *ColdestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ColdestRequest.ProtoReflect.Descriptor instead.
 func (*ColdestRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{32}
+	return file_distash_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ColdestRequest) GetPool() string {
@@ -2622,7 +2835,7 @@ type ColdestResponse struct {
 
 func (x *ColdestResponse) Reset() {
 	*x = ColdestResponse{}
-	mi := &file_distash_proto_msgTypes[33]
+	mi := &file_distash_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2634,7 +2847,7 @@ func (x *ColdestResponse) String() string {
 func (*ColdestResponse) ProtoMessage() {}
 
 func (x *ColdestResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[33]
+	mi := &file_distash_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2647,7 +2860,7 @@ func (x *ColdestResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ColdestResponse.ProtoReflect.Descriptor instead.
 func (*ColdestResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{33}
+	return file_distash_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ColdestResponse) GetKeys() [][]byte {
@@ -2677,7 +2890,7 @@ type CommitStreamRequest struct {
 
 func (x *CommitStreamRequest) Reset() {
 	*x = CommitStreamRequest{}
-	mi := &file_distash_proto_msgTypes[34]
+	mi := &file_distash_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2689,7 +2902,7 @@ func (x *CommitStreamRequest) String() string {
 func (*CommitStreamRequest) ProtoMessage() {}
 
 func (x *CommitStreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[34]
+	mi := &file_distash_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2702,7 +2915,7 @@ func (x *CommitStreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitStreamRequest.ProtoReflect.Descriptor instead.
 func (*CommitStreamRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{34}
+	return file_distash_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *CommitStreamRequest) GetId() uint64 {
@@ -2729,7 +2942,7 @@ type CommitStreamResponse struct {
 
 func (x *CommitStreamResponse) Reset() {
 	*x = CommitStreamResponse{}
-	mi := &file_distash_proto_msgTypes[35]
+	mi := &file_distash_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2741,7 +2954,7 @@ func (x *CommitStreamResponse) String() string {
 func (*CommitStreamResponse) ProtoMessage() {}
 
 func (x *CommitStreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[35]
+	mi := &file_distash_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2754,7 +2967,7 @@ func (x *CommitStreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitStreamResponse.ProtoReflect.Descriptor instead.
 func (*CommitStreamResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{35}
+	return file_distash_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *CommitStreamResponse) GetId() uint64 {
@@ -2786,7 +2999,7 @@ type ReadStreamRequest struct {
 
 func (x *ReadStreamRequest) Reset() {
 	*x = ReadStreamRequest{}
-	mi := &file_distash_proto_msgTypes[36]
+	mi := &file_distash_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2798,7 +3011,7 @@ func (x *ReadStreamRequest) String() string {
 func (*ReadStreamRequest) ProtoMessage() {}
 
 func (x *ReadStreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[36]
+	mi := &file_distash_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2811,7 +3024,7 @@ func (x *ReadStreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadStreamRequest.ProtoReflect.Descriptor instead.
 func (*ReadStreamRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{36}
+	return file_distash_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ReadStreamRequest) GetId() uint64 {
@@ -2846,7 +3059,7 @@ type ReadStreamResponse struct {
 
 func (x *ReadStreamResponse) Reset() {
 	*x = ReadStreamResponse{}
-	mi := &file_distash_proto_msgTypes[37]
+	mi := &file_distash_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2858,7 +3071,7 @@ func (x *ReadStreamResponse) String() string {
 func (*ReadStreamResponse) ProtoMessage() {}
 
 func (x *ReadStreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[37]
+	mi := &file_distash_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2871,7 +3084,7 @@ func (x *ReadStreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadStreamResponse.ProtoReflect.Descriptor instead.
 func (*ReadStreamResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{37}
+	return file_distash_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ReadStreamResponse) GetId() uint64 {
@@ -2909,7 +3122,7 @@ type PeekRequest struct {
 
 func (x *PeekRequest) Reset() {
 	*x = PeekRequest{}
-	mi := &file_distash_proto_msgTypes[38]
+	mi := &file_distash_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2921,7 +3134,7 @@ func (x *PeekRequest) String() string {
 func (*PeekRequest) ProtoMessage() {}
 
 func (x *PeekRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[38]
+	mi := &file_distash_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2934,7 +3147,7 @@ func (x *PeekRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeekRequest.ProtoReflect.Descriptor instead.
 func (*PeekRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{38}
+	return file_distash_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *PeekRequest) GetTag() uint32 {
@@ -2968,7 +3181,7 @@ type LogMessage struct {
 
 func (x *LogMessage) Reset() {
 	*x = LogMessage{}
-	mi := &file_distash_proto_msgTypes[39]
+	mi := &file_distash_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2980,7 +3193,7 @@ func (x *LogMessage) String() string {
 func (*LogMessage) ProtoMessage() {}
 
 func (x *LogMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[39]
+	mi := &file_distash_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2993,7 +3206,7 @@ func (x *LogMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogMessage.ProtoReflect.Descriptor instead.
 func (*LogMessage) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{39}
+	return file_distash_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *LogMessage) GetVersion() int64 {
@@ -3022,7 +3235,7 @@ type PeekResponse struct {
 
 func (x *PeekResponse) Reset() {
 	*x = PeekResponse{}
-	mi := &file_distash_proto_msgTypes[40]
+	mi := &file_distash_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3034,7 +3247,7 @@ func (x *PeekResponse) String() string {
 func (*PeekResponse) ProtoMessage() {}
 
 func (x *PeekResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[40]
+	mi := &file_distash_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3047,7 +3260,7 @@ func (x *PeekResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeekResponse.ProtoReflect.Descriptor instead.
 func (*PeekResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{40}
+	return file_distash_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *PeekResponse) GetMessages() []*LogMessage {
@@ -3088,7 +3301,7 @@ type PopRequest struct {
 
 func (x *PopRequest) Reset() {
 	*x = PopRequest{}
-	mi := &file_distash_proto_msgTypes[41]
+	mi := &file_distash_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3100,7 +3313,7 @@ func (x *PopRequest) String() string {
 func (*PopRequest) ProtoMessage() {}
 
 func (x *PopRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[41]
+	mi := &file_distash_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3113,7 +3326,7 @@ func (x *PopRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PopRequest.ProtoReflect.Descriptor instead.
 func (*PopRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{41}
+	return file_distash_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *PopRequest) GetTag() uint32 {
@@ -3139,7 +3352,7 @@ type PopResponse struct {
 
 func (x *PopResponse) Reset() {
 	*x = PopResponse{}
-	mi := &file_distash_proto_msgTypes[42]
+	mi := &file_distash_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3151,7 +3364,7 @@ func (x *PopResponse) String() string {
 func (*PopResponse) ProtoMessage() {}
 
 func (x *PopResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[42]
+	mi := &file_distash_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3164,7 +3377,7 @@ func (x *PopResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PopResponse.ProtoReflect.Descriptor instead.
 func (*PopResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{42}
+	return file_distash_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *PopResponse) GetError() *Error {
@@ -3190,7 +3403,7 @@ type ReportRequest struct {
 
 func (x *ReportRequest) Reset() {
 	*x = ReportRequest{}
-	mi := &file_distash_proto_msgTypes[43]
+	mi := &file_distash_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3202,7 +3415,7 @@ func (x *ReportRequest) String() string {
 func (*ReportRequest) ProtoMessage() {}
 
 func (x *ReportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[43]
+	mi := &file_distash_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3215,7 +3428,7 @@ func (x *ReportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRequest.ProtoReflect.Descriptor instead.
 func (*ReportRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{43}
+	return file_distash_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ReportRequest) GetTag() uint32 {
@@ -3264,7 +3477,7 @@ type ReportResponse struct {
 
 func (x *ReportResponse) Reset() {
 	*x = ReportResponse{}
-	mi := &file_distash_proto_msgTypes[44]
+	mi := &file_distash_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3276,7 +3489,7 @@ func (x *ReportResponse) String() string {
 func (*ReportResponse) ProtoMessage() {}
 
 func (x *ReportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[44]
+	mi := &file_distash_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3289,7 +3502,7 @@ func (x *ReportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportResponse.ProtoReflect.Descriptor instead.
 func (*ReportResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{44}
+	return file_distash_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ReportResponse) GetError() *Error {
@@ -3327,16 +3540,17 @@ type RegisterRequest struct {
 	Dc            string                 `protobuf:"bytes,5,opt,name=dc,proto3" json:"dc,omitempty"`
 	Zone          string                 `protobuf:"bytes,6,opt,name=zone,proto3" json:"zone,omitempty"`
 	Machine       string                 `protobuf:"bytes,7,opt,name=machine,proto3" json:"machine,omitempty"`
-	Config        string                 `protobuf:"bytes,8,opt,name=config,proto3" json:"config,omitempty"` // the node's configuration (TOML); the first node's becomes the cluster's
-	Hops          uint32                 `protobuf:"varint,9,opt,name=hops,proto3" json:"hops,omitempty"`    // times forwarded so far
-	Empty         bool                   `protobuf:"varint,10,opt,name=empty,proto3" json:"empty,omitempty"` // a stash node whose stash starts with no data (dram, or a fresh directory)
+	Config        string                 `protobuf:"bytes,8,opt,name=config,proto3" json:"config,omitempty"`             // the node's configuration (TOML); the first node's becomes the cluster's
+	Hops          uint32                 `protobuf:"varint,9,opt,name=hops,proto3" json:"hops,omitempty"`                // times forwarded so far
+	Empty         bool                   `protobuf:"varint,10,opt,name=empty,proto3" json:"empty,omitempty"`             // a stash node whose stash starts with no data (dram, or a fresh directory)
+	LogId         string                 `protobuf:"bytes,11,opt,name=log_id,json=logId,proto3" json:"log_id,omitempty"` // a transaction node: its log replica's raft server id (changes when its log directory is lost)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RegisterRequest) Reset() {
 	*x = RegisterRequest{}
-	mi := &file_distash_proto_msgTypes[45]
+	mi := &file_distash_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3348,7 +3562,7 @@ func (x *RegisterRequest) String() string {
 func (*RegisterRequest) ProtoMessage() {}
 
 func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[45]
+	mi := &file_distash_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3361,7 +3575,7 @@ func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterRequest.ProtoReflect.Descriptor instead.
 func (*RegisterRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{45}
+	return file_distash_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *RegisterRequest) GetId() string {
@@ -3434,6 +3648,13 @@ func (x *RegisterRequest) GetEmpty() bool {
 	return false
 }
 
+func (x *RegisterRequest) GetLogId() string {
+	if x != nil {
+		return x.LogId
+	}
+	return ""
+}
+
 type RegisterResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Slot          int32                  `protobuf:"varint,1,opt,name=slot,proto3" json:"slot,omitempty"` // a stash node's tag slot in its pool; -1 for a transaction node
@@ -3448,7 +3669,7 @@ type RegisterResponse struct {
 
 func (x *RegisterResponse) Reset() {
 	*x = RegisterResponse{}
-	mi := &file_distash_proto_msgTypes[46]
+	mi := &file_distash_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3460,7 +3681,7 @@ func (x *RegisterResponse) String() string {
 func (*RegisterResponse) ProtoMessage() {}
 
 func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[46]
+	mi := &file_distash_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3473,7 +3694,7 @@ func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterResponse.ProtoReflect.Descriptor instead.
 func (*RegisterResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{46}
+	return file_distash_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *RegisterResponse) GetSlot() int32 {
@@ -3528,7 +3749,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_distash_proto_msgTypes[47]
+	mi := &file_distash_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3540,7 +3761,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[47]
+	mi := &file_distash_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3553,7 +3774,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{47}
+	return file_distash_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *HeartbeatRequest) GetId() string {
@@ -3581,7 +3802,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_distash_proto_msgTypes[48]
+	mi := &file_distash_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3593,7 +3814,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[48]
+	mi := &file_distash_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3606,7 +3827,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{48}
+	return file_distash_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *HeartbeatResponse) GetGeneration() uint64 {
@@ -3631,15 +3852,19 @@ func (x *HeartbeatResponse) GetLeader() string {
 }
 
 type ViewRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Hops          uint32                 `protobuf:"varint,1,opt,name=hops,proto3" json:"hops,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Hops  uint32                 `protobuf:"varint,1,opt,name=hops,proto3" json:"hops,omitempty"`
+	// local: answered by the coordinator asked, from its own copy of the
+	// state, never forwarded (status without a controller; membership
+	// probes between coordinators).
+	Local         bool `protobuf:"varint,2,opt,name=local,proto3" json:"local,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ViewRequest) Reset() {
 	*x = ViewRequest{}
-	mi := &file_distash_proto_msgTypes[49]
+	mi := &file_distash_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3651,7 +3876,7 @@ func (x *ViewRequest) String() string {
 func (*ViewRequest) ProtoMessage() {}
 
 func (x *ViewRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[49]
+	mi := &file_distash_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3664,7 +3889,7 @@ func (x *ViewRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ViewRequest.ProtoReflect.Descriptor instead.
 func (*ViewRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{49}
+	return file_distash_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ViewRequest) GetHops() uint32 {
@@ -3672,6 +3897,99 @@ func (x *ViewRequest) GetHops() uint32 {
 		return x.Hops
 	}
 	return 0
+}
+
+func (x *ViewRequest) GetLocal() bool {
+	if x != nil {
+		return x.Local
+	}
+	return false
+}
+
+// CoordinatorMember is one coordinator: configured, in the raft
+// configuration, or both.
+type CoordinatorMember struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Address        string                 `protobuf:"bytes,1,opt,name=address,proto3" json:"address,omitempty"`
+	RaftId         string                 `protobuf:"bytes,2,opt,name=raft_id,json=raftId,proto3" json:"raft_id,omitempty"` // "" if no member of the raft configuration has this address
+	Voter          bool                   `protobuf:"varint,3,opt,name=voter,proto3" json:"voter,omitempty"`
+	Alive          bool                   `protobuf:"varint,4,opt,name=alive,proto3" json:"alive,omitempty"` // the controller hears from it (local views: unknown, false)
+	LastSeenUnixMs int64                  `protobuf:"varint,5,opt,name=last_seen_unix_ms,json=lastSeenUnixMs,proto3" json:"last_seen_unix_ms,omitempty"`
+	Configured     bool                   `protobuf:"varint,6,opt,name=configured,proto3" json:"configured,omitempty"` // in the coordinators list
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *CoordinatorMember) Reset() {
+	*x = CoordinatorMember{}
+	mi := &file_distash_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CoordinatorMember) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CoordinatorMember) ProtoMessage() {}
+
+func (x *CoordinatorMember) ProtoReflect() protoreflect.Message {
+	mi := &file_distash_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CoordinatorMember.ProtoReflect.Descriptor instead.
+func (*CoordinatorMember) Descriptor() ([]byte, []int) {
+	return file_distash_proto_rawDescGZIP(), []int{52}
+}
+
+func (x *CoordinatorMember) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *CoordinatorMember) GetRaftId() string {
+	if x != nil {
+		return x.RaftId
+	}
+	return ""
+}
+
+func (x *CoordinatorMember) GetVoter() bool {
+	if x != nil {
+		return x.Voter
+	}
+	return false
+}
+
+func (x *CoordinatorMember) GetAlive() bool {
+	if x != nil {
+		return x.Alive
+	}
+	return false
+}
+
+func (x *CoordinatorMember) GetLastSeenUnixMs() int64 {
+	if x != nil {
+		return x.LastSeenUnixMs
+	}
+	return 0
+}
+
+func (x *CoordinatorMember) GetConfigured() bool {
+	if x != nil {
+		return x.Configured
+	}
+	return false
 }
 
 type ClusterNode struct {
@@ -3685,13 +4003,14 @@ type ClusterNode struct {
 	Machine        string                 `protobuf:"bytes,7,opt,name=machine,proto3" json:"machine,omitempty"`
 	Alive          bool                   `protobuf:"varint,8,opt,name=alive,proto3" json:"alive,omitempty"`                                             // heard from within the controller's liveness timeout
 	LastSeenUnixMs int64                  `protobuf:"varint,9,opt,name=last_seen_unix_ms,json=lastSeenUnixMs,proto3" json:"last_seen_unix_ms,omitempty"` // 0 if this controller never heard from it
+	LogId          string                 `protobuf:"bytes,10,opt,name=log_id,json=logId,proto3" json:"log_id,omitempty"`                                // a transaction node: its log replica's raft id as it registered
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ClusterNode) Reset() {
 	*x = ClusterNode{}
-	mi := &file_distash_proto_msgTypes[50]
+	mi := &file_distash_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3703,7 +4022,7 @@ func (x *ClusterNode) String() string {
 func (*ClusterNode) ProtoMessage() {}
 
 func (x *ClusterNode) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[50]
+	mi := &file_distash_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3716,7 +4035,7 @@ func (x *ClusterNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterNode.ProtoReflect.Descriptor instead.
 func (*ClusterNode) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{50}
+	return file_distash_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ClusterNode) GetId() string {
@@ -3782,6 +4101,13 @@ func (x *ClusterNode) GetLastSeenUnixMs() int64 {
 	return 0
 }
 
+func (x *ClusterNode) GetLogId() string {
+	if x != nil {
+		return x.LogId
+	}
+	return ""
+}
+
 type PoolSlots struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Pool          string                 `protobuf:"bytes,1,opt,name=pool,proto3" json:"pool,omitempty"`
@@ -3792,7 +4118,7 @@ type PoolSlots struct {
 
 func (x *PoolSlots) Reset() {
 	*x = PoolSlots{}
-	mi := &file_distash_proto_msgTypes[51]
+	mi := &file_distash_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3804,7 +4130,7 @@ func (x *PoolSlots) String() string {
 func (*PoolSlots) ProtoMessage() {}
 
 func (x *PoolSlots) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[51]
+	mi := &file_distash_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3817,7 +4143,7 @@ func (x *PoolSlots) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolSlots.ProtoReflect.Descriptor instead.
 func (*PoolSlots) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{51}
+	return file_distash_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *PoolSlots) GetPool() string {
@@ -3835,34 +4161,43 @@ func (x *PoolSlots) GetNodes() []string {
 }
 
 type ViewResponse struct {
-	state              protoimpl.MessageState `protogen:"open.v1"`
-	Generation         uint64                 `protobuf:"varint,1,opt,name=generation,proto3" json:"generation,omitempty"`
-	Controller         string                 `protobuf:"bytes,2,opt,name=controller,proto3" json:"controller,omitempty"` // the controller's coordinator address
-	Sequencer          string                 `protobuf:"bytes,3,opt,name=sequencer,proto3" json:"sequencer,omitempty"`   // node ids of the current generation's roles
-	GrvProxies         []string               `protobuf:"bytes,4,rep,name=grv_proxies,json=grvProxies,proto3" json:"grv_proxies,omitempty"`
-	CommitProxies      []string               `protobuf:"bytes,5,rep,name=commit_proxies,json=commitProxies,proto3" json:"commit_proxies,omitempty"`
-	Resolver           string                 `protobuf:"bytes,6,opt,name=resolver,proto3" json:"resolver,omitempty"`
-	LogReplicas        []string               `protobuf:"bytes,7,rep,name=log_replicas,json=logReplicas,proto3" json:"log_replicas,omitempty"`
-	StatelessAddress   string                 `protobuf:"bytes,8,opt,name=stateless_address,json=statelessAddress,proto3" json:"stateless_address,omitempty"` // address of the node running the sequencer (and, today, every stateless role)
-	Nodes              []*ClusterNode         `protobuf:"bytes,9,rep,name=nodes,proto3" json:"nodes,omitempty"`                                               // sorted by id
-	Slots              []*PoolSlots           `protobuf:"bytes,10,rep,name=slots,proto3" json:"slots,omitempty"`                                              // sorted by pool
-	Error              *Error                 `protobuf:"bytes,11,opt,name=error,proto3" json:"error,omitempty"`
-	Leader             string                 `protobuf:"bytes,12,opt,name=leader,proto3" json:"leader,omitempty"`
-	Stashes            []*StashLocation       `protobuf:"bytes,13,rep,name=stashes,proto3" json:"stashes,omitempty"`                                                      // every stash slot with its tag and the node serving it
-	Config             string                 `protobuf:"bytes,14,opt,name=config,proto3" json:"config,omitempty"`                                                        // the cluster's configuration (TOML)
-	LastRecoveryUnixMs int64                  `protobuf:"varint,15,opt,name=last_recovery_unix_ms,json=lastRecoveryUnixMs,proto3" json:"last_recovery_unix_ms,omitempty"` // when the current generation's roles started (claim time)
-	LastRecoveryMicros int64                  `protobuf:"varint,16,opt,name=last_recovery_micros,json=lastRecoveryMicros,proto3" json:"last_recovery_micros,omitempty"`   // how long that recovery took, as its node reported it
-	FailureWaitMs      int64                  `protobuf:"varint,17,opt,name=failure_wait_ms,json=failureWaitMs,proto3" json:"failure_wait_ms,omitempty"`                  // the failure_wait in force (configure failure_wait=D, else the configuration's)
-	Replication        []*PoolReplication     `protobuf:"bytes,18,rep,name=replication,proto3" json:"replication,omitempty"`                                              // the replication in force, every pool, in configuration order
-	Excluded           []string               `protobuf:"bytes,19,rep,name=excluded,proto3" json:"excluded,omitempty"`                                                    // excluded addresses (host:port), sorted
-	FailureWaitSet     bool                   `protobuf:"varint,20,opt,name=failure_wait_set,json=failureWaitSet,proto3" json:"failure_wait_set,omitempty"`               // failure_wait_ms comes from configure, not the configuration
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	state               protoimpl.MessageState `protogen:"open.v1"`
+	Generation          uint64                 `protobuf:"varint,1,opt,name=generation,proto3" json:"generation,omitempty"`
+	Controller          string                 `protobuf:"bytes,2,opt,name=controller,proto3" json:"controller,omitempty"` // the controller's coordinator address
+	Sequencer           string                 `protobuf:"bytes,3,opt,name=sequencer,proto3" json:"sequencer,omitempty"`   // node ids of the current generation's roles
+	GrvProxies          []string               `protobuf:"bytes,4,rep,name=grv_proxies,json=grvProxies,proto3" json:"grv_proxies,omitempty"`
+	CommitProxies       []string               `protobuf:"bytes,5,rep,name=commit_proxies,json=commitProxies,proto3" json:"commit_proxies,omitempty"`
+	Resolver            string                 `protobuf:"bytes,6,opt,name=resolver,proto3" json:"resolver,omitempty"`
+	LogReplicas         []string               `protobuf:"bytes,7,rep,name=log_replicas,json=logReplicas,proto3" json:"log_replicas,omitempty"`
+	StatelessAddress    string                 `protobuf:"bytes,8,opt,name=stateless_address,json=statelessAddress,proto3" json:"stateless_address,omitempty"` // address of the node running the sequencer (and, today, every stateless role)
+	Nodes               []*ClusterNode         `protobuf:"bytes,9,rep,name=nodes,proto3" json:"nodes,omitempty"`                                               // sorted by id
+	Slots               []*PoolSlots           `protobuf:"bytes,10,rep,name=slots,proto3" json:"slots,omitempty"`                                              // sorted by pool
+	Error               *Error                 `protobuf:"bytes,11,opt,name=error,proto3" json:"error,omitempty"`
+	Leader              string                 `protobuf:"bytes,12,opt,name=leader,proto3" json:"leader,omitempty"`
+	Stashes             []*StashLocation       `protobuf:"bytes,13,rep,name=stashes,proto3" json:"stashes,omitempty"`                                                         // every stash slot with its tag and the node serving it
+	Config              string                 `protobuf:"bytes,14,opt,name=config,proto3" json:"config,omitempty"`                                                           // the cluster's configuration (TOML)
+	LastRecoveryUnixMs  int64                  `protobuf:"varint,15,opt,name=last_recovery_unix_ms,json=lastRecoveryUnixMs,proto3" json:"last_recovery_unix_ms,omitempty"`    // when the current generation's roles started (claim time)
+	LastRecoveryMicros  int64                  `protobuf:"varint,16,opt,name=last_recovery_micros,json=lastRecoveryMicros,proto3" json:"last_recovery_micros,omitempty"`      // how long that recovery took, as its node reported it
+	FailureWaitMs       int64                  `protobuf:"varint,17,opt,name=failure_wait_ms,json=failureWaitMs,proto3" json:"failure_wait_ms,omitempty"`                     // the failure_wait in force (configure failure_wait=D, else the configuration's)
+	Replication         []*PoolReplication     `protobuf:"bytes,18,rep,name=replication,proto3" json:"replication,omitempty"`                                                 // the replication in force, every pool, in configuration order
+	Excluded            []string               `protobuf:"bytes,19,rep,name=excluded,proto3" json:"excluded,omitempty"`                                                       // excluded addresses (host:port), sorted
+	FailureWaitSet      bool                   `protobuf:"varint,20,opt,name=failure_wait_set,json=failureWaitSet,proto3" json:"failure_wait_set,omitempty"`                  // failure_wait_ms comes from configure, not the configuration
+	Coordinators        []*CoordinatorMember   `protobuf:"bytes,21,rep,name=coordinators,proto3" json:"coordinators,omitempty"`                                               // configured coordinators and raft members
+	Local               bool                   `protobuf:"varint,22,opt,name=local,proto3" json:"local,omitempty"`                                                            // answered from the asked coordinator's own state (ViewRequest.local)
+	AnsweredBy          string                 `protobuf:"bytes,23,opt,name=answered_by,json=answeredBy,proto3" json:"answered_by,omitempty"`                                 // the address of the coordinator that answered
+	LeaderContactUnixMs int64                  `protobuf:"varint,24,opt,name=leader_contact_unix_ms,json=leaderContactUnixMs,proto3" json:"leader_contact_unix_ms,omitempty"` // local: when it last heard from a raft leader (now if it leads)
+	RaftState           bool                   `protobuf:"varint,25,opt,name=raft_state,json=raftState,proto3" json:"raft_state,omitempty"`                                   // local: the coordinator has raft state (a configuration)
+	RaftId              string                 `protobuf:"bytes,26,opt,name=raft_id,json=raftId,proto3" json:"raft_id,omitempty"`                                             // local: its raft server id
+	LogIds              []string               `protobuf:"bytes,27,rep,name=log_ids,json=logIds,proto3" json:"log_ids,omitempty"`                                             // raft server ids of the log replicas, parallel to log_replicas
+	ControllerHere      bool                   `protobuf:"varint,28,opt,name=controller_here,json=controllerHere,proto3" json:"controller_here,omitempty"`                    // local: the answering coordinator is the controller
+	LogBootstrapIds     []string               `protobuf:"bytes,29,rep,name=log_bootstrap_ids,json=logBootstrapIds,proto3" json:"log_bootstrap_ids,omitempty"`                // raft ids the log was formed with: only these bootstrap a new replica; others join
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *ViewResponse) Reset() {
 	*x = ViewResponse{}
-	mi := &file_distash_proto_msgTypes[52]
+	mi := &file_distash_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3874,7 +4209,7 @@ func (x *ViewResponse) String() string {
 func (*ViewResponse) ProtoMessage() {}
 
 func (x *ViewResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[52]
+	mi := &file_distash_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3887,7 +4222,7 @@ func (x *ViewResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ViewResponse.ProtoReflect.Descriptor instead.
 func (*ViewResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{52}
+	return file_distash_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ViewResponse) GetGeneration() uint64 {
@@ -4030,6 +4365,69 @@ func (x *ViewResponse) GetFailureWaitSet() bool {
 	return false
 }
 
+func (x *ViewResponse) GetCoordinators() []*CoordinatorMember {
+	if x != nil {
+		return x.Coordinators
+	}
+	return nil
+}
+
+func (x *ViewResponse) GetLocal() bool {
+	if x != nil {
+		return x.Local
+	}
+	return false
+}
+
+func (x *ViewResponse) GetAnsweredBy() string {
+	if x != nil {
+		return x.AnsweredBy
+	}
+	return ""
+}
+
+func (x *ViewResponse) GetLeaderContactUnixMs() int64 {
+	if x != nil {
+		return x.LeaderContactUnixMs
+	}
+	return 0
+}
+
+func (x *ViewResponse) GetRaftState() bool {
+	if x != nil {
+		return x.RaftState
+	}
+	return false
+}
+
+func (x *ViewResponse) GetRaftId() string {
+	if x != nil {
+		return x.RaftId
+	}
+	return ""
+}
+
+func (x *ViewResponse) GetLogIds() []string {
+	if x != nil {
+		return x.LogIds
+	}
+	return nil
+}
+
+func (x *ViewResponse) GetControllerHere() bool {
+	if x != nil {
+		return x.ControllerHere
+	}
+	return false
+}
+
+func (x *ViewResponse) GetLogBootstrapIds() []string {
+	if x != nil {
+		return x.LogBootstrapIds
+	}
+	return nil
+}
+
 type PoolReplication struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Pool          string                 `protobuf:"bytes,1,opt,name=pool,proto3" json:"pool,omitempty"`
@@ -4040,7 +4438,7 @@ type PoolReplication struct {
 
 func (x *PoolReplication) Reset() {
 	*x = PoolReplication{}
-	mi := &file_distash_proto_msgTypes[53]
+	mi := &file_distash_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4052,7 +4450,7 @@ func (x *PoolReplication) String() string {
 func (*PoolReplication) ProtoMessage() {}
 
 func (x *PoolReplication) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[53]
+	mi := &file_distash_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4065,7 +4463,7 @@ func (x *PoolReplication) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolReplication.ProtoReflect.Descriptor instead.
 func (*PoolReplication) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{53}
+	return file_distash_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *PoolReplication) GetPool() string {
@@ -4100,7 +4498,7 @@ type StashLocation struct {
 
 func (x *StashLocation) Reset() {
 	*x = StashLocation{}
-	mi := &file_distash_proto_msgTypes[54]
+	mi := &file_distash_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4112,7 +4510,7 @@ func (x *StashLocation) String() string {
 func (*StashLocation) ProtoMessage() {}
 
 func (x *StashLocation) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[54]
+	mi := &file_distash_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4125,7 +4523,7 @@ func (x *StashLocation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StashLocation.ProtoReflect.Descriptor instead.
 func (*StashLocation) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{54}
+	return file_distash_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *StashLocation) GetTag() uint32 {
@@ -4213,7 +4611,7 @@ type ClaimRequest struct {
 
 func (x *ClaimRequest) Reset() {
 	*x = ClaimRequest{}
-	mi := &file_distash_proto_msgTypes[55]
+	mi := &file_distash_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4225,7 +4623,7 @@ func (x *ClaimRequest) String() string {
 func (*ClaimRequest) ProtoMessage() {}
 
 func (x *ClaimRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[55]
+	mi := &file_distash_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4238,7 +4636,7 @@ func (x *ClaimRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimRequest.ProtoReflect.Descriptor instead.
 func (*ClaimRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{55}
+	return file_distash_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ClaimRequest) GetId() string {
@@ -4266,7 +4664,7 @@ type ClaimResponse struct {
 
 func (x *ClaimResponse) Reset() {
 	*x = ClaimResponse{}
-	mi := &file_distash_proto_msgTypes[56]
+	mi := &file_distash_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4278,7 +4676,7 @@ func (x *ClaimResponse) String() string {
 func (*ClaimResponse) ProtoMessage() {}
 
 func (x *ClaimResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[56]
+	mi := &file_distash_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4291,7 +4689,7 @@ func (x *ClaimResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimResponse.ProtoReflect.Descriptor instead.
 func (*ClaimResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{56}
+	return file_distash_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ClaimResponse) GetGeneration() uint64 {
@@ -4329,7 +4727,7 @@ type RecoveryDoneRequest struct {
 
 func (x *RecoveryDoneRequest) Reset() {
 	*x = RecoveryDoneRequest{}
-	mi := &file_distash_proto_msgTypes[57]
+	mi := &file_distash_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4341,7 +4739,7 @@ func (x *RecoveryDoneRequest) String() string {
 func (*RecoveryDoneRequest) ProtoMessage() {}
 
 func (x *RecoveryDoneRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[57]
+	mi := &file_distash_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4354,7 +4752,7 @@ func (x *RecoveryDoneRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoveryDoneRequest.ProtoReflect.Descriptor instead.
 func (*RecoveryDoneRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{57}
+	return file_distash_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *RecoveryDoneRequest) GetId() string {
@@ -4395,7 +4793,7 @@ type RecoveryDoneResponse struct {
 
 func (x *RecoveryDoneResponse) Reset() {
 	*x = RecoveryDoneResponse{}
-	mi := &file_distash_proto_msgTypes[58]
+	mi := &file_distash_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4407,7 +4805,7 @@ func (x *RecoveryDoneResponse) String() string {
 func (*RecoveryDoneResponse) ProtoMessage() {}
 
 func (x *RecoveryDoneResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[58]
+	mi := &file_distash_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4420,7 +4818,7 @@ func (x *RecoveryDoneResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoveryDoneResponse.ProtoReflect.Descriptor instead.
 func (*RecoveryDoneResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{58}
+	return file_distash_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *RecoveryDoneResponse) GetError() *Error {
@@ -4450,7 +4848,7 @@ type ExcludeRequest struct {
 
 func (x *ExcludeRequest) Reset() {
 	*x = ExcludeRequest{}
-	mi := &file_distash_proto_msgTypes[59]
+	mi := &file_distash_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4462,7 +4860,7 @@ func (x *ExcludeRequest) String() string {
 func (*ExcludeRequest) ProtoMessage() {}
 
 func (x *ExcludeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[59]
+	mi := &file_distash_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4475,7 +4873,7 @@ func (x *ExcludeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExcludeRequest.ProtoReflect.Descriptor instead.
 func (*ExcludeRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{59}
+	return file_distash_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *ExcludeRequest) GetAddresses() []string {
@@ -4503,7 +4901,7 @@ type ExcludeResponse struct {
 
 func (x *ExcludeResponse) Reset() {
 	*x = ExcludeResponse{}
-	mi := &file_distash_proto_msgTypes[60]
+	mi := &file_distash_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4515,7 +4913,7 @@ func (x *ExcludeResponse) String() string {
 func (*ExcludeResponse) ProtoMessage() {}
 
 func (x *ExcludeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[60]
+	mi := &file_distash_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4528,7 +4926,7 @@ func (x *ExcludeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExcludeResponse.ProtoReflect.Descriptor instead.
 func (*ExcludeResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{60}
+	return file_distash_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *ExcludeResponse) GetExcluded() []string {
@@ -4562,7 +4960,7 @@ type IncludeRequest struct {
 
 func (x *IncludeRequest) Reset() {
 	*x = IncludeRequest{}
-	mi := &file_distash_proto_msgTypes[61]
+	mi := &file_distash_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4574,7 +4972,7 @@ func (x *IncludeRequest) String() string {
 func (*IncludeRequest) ProtoMessage() {}
 
 func (x *IncludeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[61]
+	mi := &file_distash_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4587,7 +4985,7 @@ func (x *IncludeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IncludeRequest.ProtoReflect.Descriptor instead.
 func (*IncludeRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{61}
+	return file_distash_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *IncludeRequest) GetAddresses() []string {
@@ -4615,7 +5013,7 @@ type IncludeResponse struct {
 
 func (x *IncludeResponse) Reset() {
 	*x = IncludeResponse{}
-	mi := &file_distash_proto_msgTypes[62]
+	mi := &file_distash_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4627,7 +5025,7 @@ func (x *IncludeResponse) String() string {
 func (*IncludeResponse) ProtoMessage() {}
 
 func (x *IncludeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[62]
+	mi := &file_distash_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4640,7 +5038,7 @@ func (x *IncludeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IncludeResponse.ProtoReflect.Descriptor instead.
 func (*IncludeResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{62}
+	return file_distash_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *IncludeResponse) GetExcluded() []string {
@@ -4679,7 +5077,7 @@ type ConfigureRequest struct {
 
 func (x *ConfigureRequest) Reset() {
 	*x = ConfigureRequest{}
-	mi := &file_distash_proto_msgTypes[63]
+	mi := &file_distash_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4691,7 +5089,7 @@ func (x *ConfigureRequest) String() string {
 func (*ConfigureRequest) ProtoMessage() {}
 
 func (x *ConfigureRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[63]
+	mi := &file_distash_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4704,7 +5102,7 @@ func (x *ConfigureRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigureRequest.ProtoReflect.Descriptor instead.
 func (*ConfigureRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{63}
+	return file_distash_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *ConfigureRequest) GetKey() string {
@@ -4745,7 +5143,7 @@ type ConfigureResponse struct {
 
 func (x *ConfigureResponse) Reset() {
 	*x = ConfigureResponse{}
-	mi := &file_distash_proto_msgTypes[64]
+	mi := &file_distash_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4757,7 +5155,7 @@ func (x *ConfigureResponse) String() string {
 func (*ConfigureResponse) ProtoMessage() {}
 
 func (x *ConfigureResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[64]
+	mi := &file_distash_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4770,7 +5168,7 @@ func (x *ConfigureResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigureResponse.ProtoReflect.Descriptor instead.
 func (*ConfigureResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{64}
+	return file_distash_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *ConfigureResponse) GetError() *Error {
@@ -4798,7 +5196,7 @@ type RetireRequest struct {
 
 func (x *RetireRequest) Reset() {
 	*x = RetireRequest{}
-	mi := &file_distash_proto_msgTypes[65]
+	mi := &file_distash_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4810,7 +5208,7 @@ func (x *RetireRequest) String() string {
 func (*RetireRequest) ProtoMessage() {}
 
 func (x *RetireRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[65]
+	mi := &file_distash_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4823,7 +5221,7 @@ func (x *RetireRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetireRequest.ProtoReflect.Descriptor instead.
 func (*RetireRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{65}
+	return file_distash_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *RetireRequest) GetTag() uint32 {
@@ -4850,7 +5248,7 @@ type RetireResponse struct {
 
 func (x *RetireResponse) Reset() {
 	*x = RetireResponse{}
-	mi := &file_distash_proto_msgTypes[66]
+	mi := &file_distash_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4862,7 +5260,7 @@ func (x *RetireResponse) String() string {
 func (*RetireResponse) ProtoMessage() {}
 
 func (x *RetireResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[66]
+	mi := &file_distash_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4875,7 +5273,7 @@ func (x *RetireResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetireResponse.ProtoReflect.Descriptor instead.
 func (*RetireResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{66}
+	return file_distash_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *RetireResponse) GetError() *Error {
@@ -4886,6 +5284,237 @@ func (x *RetireResponse) GetError() *Error {
 }
 
 func (x *RetireResponse) GetLeader() string {
+	if x != nil {
+		return x.Leader
+	}
+	return ""
+}
+
+// JoinCoordinators: a coordinator whose raft state is new (its directory
+// was lost, or it never ran) while the coordinators' group exists asks the
+// controller to make it a member: the member with its address, if any,
+// leaves the configuration and it joins with its new raft id.
+type JoinCoordinatorsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Address       string                 `protobuf:"bytes,1,opt,name=address,proto3" json:"address,omitempty"`
+	RaftId        string                 `protobuf:"bytes,2,opt,name=raft_id,json=raftId,proto3" json:"raft_id,omitempty"`
+	Hops          uint32                 `protobuf:"varint,3,opt,name=hops,proto3" json:"hops,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JoinCoordinatorsRequest) Reset() {
+	*x = JoinCoordinatorsRequest{}
+	mi := &file_distash_proto_msgTypes[70]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JoinCoordinatorsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JoinCoordinatorsRequest) ProtoMessage() {}
+
+func (x *JoinCoordinatorsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_distash_proto_msgTypes[70]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JoinCoordinatorsRequest.ProtoReflect.Descriptor instead.
+func (*JoinCoordinatorsRequest) Descriptor() ([]byte, []int) {
+	return file_distash_proto_rawDescGZIP(), []int{70}
+}
+
+func (x *JoinCoordinatorsRequest) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *JoinCoordinatorsRequest) GetRaftId() string {
+	if x != nil {
+		return x.RaftId
+	}
+	return ""
+}
+
+func (x *JoinCoordinatorsRequest) GetHops() uint32 {
+	if x != nil {
+		return x.Hops
+	}
+	return 0
+}
+
+type JoinCoordinatorsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Error         *Error                 `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
+	Leader        string                 `protobuf:"bytes,2,opt,name=leader,proto3" json:"leader,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JoinCoordinatorsResponse) Reset() {
+	*x = JoinCoordinatorsResponse{}
+	mi := &file_distash_proto_msgTypes[71]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JoinCoordinatorsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JoinCoordinatorsResponse) ProtoMessage() {}
+
+func (x *JoinCoordinatorsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_distash_proto_msgTypes[71]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JoinCoordinatorsResponse.ProtoReflect.Descriptor instead.
+func (*JoinCoordinatorsResponse) Descriptor() ([]byte, []int) {
+	return file_distash_proto_rawDescGZIP(), []int{71}
+}
+
+func (x *JoinCoordinatorsResponse) GetError() *Error {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+func (x *JoinCoordinatorsResponse) GetLeader() string {
+	if x != nil {
+		return x.Leader
+	}
+	return ""
+}
+
+// SetLogReplicas: the node leading the log tells the controller the log's
+// raft membership after a change (a lost replica replaced): node ids and
+// raft ids, parallel. The generation does not change.
+type SetLogReplicasRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Replicas      []string               `protobuf:"bytes,1,rep,name=replicas,proto3" json:"replicas,omitempty"`
+	Ids           []string               `protobuf:"bytes,2,rep,name=ids,proto3" json:"ids,omitempty"`
+	Hops          uint32                 `protobuf:"varint,3,opt,name=hops,proto3" json:"hops,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetLogReplicasRequest) Reset() {
+	*x = SetLogReplicasRequest{}
+	mi := &file_distash_proto_msgTypes[72]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetLogReplicasRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetLogReplicasRequest) ProtoMessage() {}
+
+func (x *SetLogReplicasRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_distash_proto_msgTypes[72]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetLogReplicasRequest.ProtoReflect.Descriptor instead.
+func (*SetLogReplicasRequest) Descriptor() ([]byte, []int) {
+	return file_distash_proto_rawDescGZIP(), []int{72}
+}
+
+func (x *SetLogReplicasRequest) GetReplicas() []string {
+	if x != nil {
+		return x.Replicas
+	}
+	return nil
+}
+
+func (x *SetLogReplicasRequest) GetIds() []string {
+	if x != nil {
+		return x.Ids
+	}
+	return nil
+}
+
+func (x *SetLogReplicasRequest) GetHops() uint32 {
+	if x != nil {
+		return x.Hops
+	}
+	return 0
+}
+
+type SetLogReplicasResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Error         *Error                 `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
+	Leader        string                 `protobuf:"bytes,2,opt,name=leader,proto3" json:"leader,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetLogReplicasResponse) Reset() {
+	*x = SetLogReplicasResponse{}
+	mi := &file_distash_proto_msgTypes[73]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetLogReplicasResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetLogReplicasResponse) ProtoMessage() {}
+
+func (x *SetLogReplicasResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_distash_proto_msgTypes[73]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetLogReplicasResponse.ProtoReflect.Descriptor instead.
+func (*SetLogReplicasResponse) Descriptor() ([]byte, []int) {
+	return file_distash_proto_rawDescGZIP(), []int{73}
+}
+
+func (x *SetLogReplicasResponse) GetError() *Error {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+func (x *SetLogReplicasResponse) GetLeader() string {
 	if x != nil {
 		return x.Leader
 	}
@@ -4903,7 +5532,7 @@ type KillRequest struct {
 
 func (x *KillRequest) Reset() {
 	*x = KillRequest{}
-	mi := &file_distash_proto_msgTypes[67]
+	mi := &file_distash_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4915,7 +5544,7 @@ func (x *KillRequest) String() string {
 func (*KillRequest) ProtoMessage() {}
 
 func (x *KillRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[67]
+	mi := &file_distash_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4928,7 +5557,7 @@ func (x *KillRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KillRequest.ProtoReflect.Descriptor instead.
 func (*KillRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{67}
+	return file_distash_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *KillRequest) GetReason() string {
@@ -4947,7 +5576,7 @@ type KillResponse struct {
 
 func (x *KillResponse) Reset() {
 	*x = KillResponse{}
-	mi := &file_distash_proto_msgTypes[68]
+	mi := &file_distash_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4959,7 +5588,7 @@ func (x *KillResponse) String() string {
 func (*KillResponse) ProtoMessage() {}
 
 func (x *KillResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[68]
+	mi := &file_distash_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4972,7 +5601,7 @@ func (x *KillResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KillResponse.ProtoReflect.Descriptor instead.
 func (*KillResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{68}
+	return file_distash_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *KillResponse) GetError() *Error {
@@ -5124,7 +5753,8 @@ const file_distash_proto_rawDesc = "" +
 	"\x06ranges\x18\x01 \x03(\v2\x18.distash.v1.RangeMetricsR\x06ranges\x12'\n" +
 	"\x0fapplied_version\x18\x02 \x01(\x03R\x0eappliedVersion\x12'\n" +
 	"\x05error\x18\x03 \x01(\v2\x11.distash.v1.ErrorR\x05error\"\x0f\n" +
-	"\rStatusRequest\"\x88\b\n" +
+	"\rStatusRequest\"\x9a\n" +
+	"\n" +
 	"\x0eStatusResponse\x12*\n" +
 	"\x05pools\x18\x01 \x03(\v2\x14.distash.v1.PoolInfoR\x05pools\x121\n" +
 	"\astashes\x18\x02 \x03(\v2\x17.distash.v1.StashStatusR\astashes\x12+\n" +
@@ -5159,7 +5789,29 @@ const file_distash_proto_rawDesc = "" +
 	"\vread_p99_ms\x18\x18 \x01(\x01R\treadP99Ms\x12\x1c\n" +
 	"\n" +
 	"grv_p50_ms\x18\x19 \x01(\x01R\bgrvP50Ms\x12\x1e\n" +
-	"\vread_p50_ms\x18\x1a \x01(\x01R\treadP50Ms\"f\n" +
+	"\vread_p50_ms\x18\x1a \x01(\x01R\treadP50Ms\x12S\n" +
+	"\x16coordinator_membership\x18\x1b \x01(\v2\x1c.distash.v1.MembershipStatusR\x15coordinatorMembership\x12C\n" +
+	"\x0elog_membership\x18\x1c \x01(\v2\x1c.distash.v1.MembershipStatusR\rlogMembership\x12\x1d\n" +
+	"\n" +
+	"view_stale\x18\x1d \x01(\bR\tviewStale\x12\x1e\n" +
+	"\vview_age_ms\x18\x1e \x01(\x03R\tviewAgeMs\x12\x1b\n" +
+	"\tview_from\x18\x1f \x01(\tR\bviewFrom\x12\x1a\n" +
+	"\bwarnings\x18  \x03(\tR\bwarnings\"\xac\x01\n" +
+	"\x10MembershipStatus\x12\x1e\n" +
+	"\n" +
+	"configured\x18\x01 \x01(\x05R\n" +
+	"configured\x12\x18\n" +
+	"\amembers\x18\x02 \x01(\x05R\amembers\x12\x14\n" +
+	"\x05alive\x18\x03 \x01(\x05R\x05alive\x12\x16\n" +
+	"\x06quorum\x18\x04 \x01(\bR\x06quorum\x120\n" +
+	"\x06member\x18\x05 \x03(\v2\x18.distash.v1.MemberStatusR\x06member\"\xa1\x01\n" +
+	"\fMemberStatus\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
+	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x12\n" +
+	"\x04node\x18\x03 \x01(\tR\x04node\x12\x14\n" +
+	"\x05alive\x18\x04 \x01(\bR\x05alive\x12%\n" +
+	"\x0eunreachable_ms\x18\x05 \x01(\x03R\runreachableMs\x12\x16\n" +
+	"\x06member\x18\x06 \x01(\bR\x06member\"f\n" +
 	"\n" +
 	"StashShare\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x16\n" +
@@ -5261,7 +5913,7 @@ const file_distash_proto_rawDesc = "" +
 	"\x0eReportResponse\x12'\n" +
 	"\x05error\x18\x01 \x01(\v2\x11.distash.v1.ErrorR\x05error\x12!\n" +
 	"\flast_version\x18\x02 \x01(\x03R\vlastVersion\x12,\n" +
-	"\x12over_memory_budget\x18\x03 \x01(\bR\x10overMemoryBudget\"\xe5\x01\n" +
+	"\x12over_memory_budget\x18\x03 \x01(\bR\x10overMemoryBudget\"\xfc\x01\n" +
 	"\x0fRegisterRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x14\n" +
@@ -5273,7 +5925,8 @@ const file_distash_proto_rawDesc = "" +
 	"\x06config\x18\b \x01(\tR\x06config\x12\x12\n" +
 	"\x04hops\x18\t \x01(\rR\x04hops\x12\x14\n" +
 	"\x05empty\x18\n" +
-	" \x01(\bR\x05empty\"\xbc\x01\n" +
+	" \x01(\bR\x05empty\x12\x15\n" +
+	"\x06log_id\x18\v \x01(\tR\x05logId\"\xbc\x01\n" +
 	"\x10RegisterResponse\x12\x12\n" +
 	"\x04slot\x18\x01 \x01(\x05R\x04slot\x12\x1e\n" +
 	"\n" +
@@ -5291,9 +5944,19 @@ const file_distash_proto_rawDesc = "" +
 	"generation\x18\x01 \x01(\x04R\n" +
 	"generation\x12'\n" +
 	"\x05error\x18\x02 \x01(\v2\x11.distash.v1.ErrorR\x05error\x12\x16\n" +
-	"\x06leader\x18\x03 \x01(\tR\x06leader\"!\n" +
+	"\x06leader\x18\x03 \x01(\tR\x06leader\"7\n" +
 	"\vViewRequest\x12\x12\n" +
-	"\x04hops\x18\x01 \x01(\rR\x04hops\"\xe0\x01\n" +
+	"\x04hops\x18\x01 \x01(\rR\x04hops\x12\x14\n" +
+	"\x05local\x18\x02 \x01(\bR\x05local\"\xbd\x01\n" +
+	"\x11CoordinatorMember\x12\x18\n" +
+	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\x17\n" +
+	"\araft_id\x18\x02 \x01(\tR\x06raftId\x12\x14\n" +
+	"\x05voter\x18\x03 \x01(\bR\x05voter\x12\x14\n" +
+	"\x05alive\x18\x04 \x01(\bR\x05alive\x12)\n" +
+	"\x11last_seen_unix_ms\x18\x05 \x01(\x03R\x0elastSeenUnixMs\x12\x1e\n" +
+	"\n" +
+	"configured\x18\x06 \x01(\bR\n" +
+	"configured\"\xf7\x01\n" +
 	"\vClusterNode\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x14\n" +
@@ -5303,10 +5966,12 @@ const file_distash_proto_rawDesc = "" +
 	"\x04zone\x18\x06 \x01(\tR\x04zone\x12\x18\n" +
 	"\amachine\x18\a \x01(\tR\amachine\x12\x14\n" +
 	"\x05alive\x18\b \x01(\bR\x05alive\x12)\n" +
-	"\x11last_seen_unix_ms\x18\t \x01(\x03R\x0elastSeenUnixMs\"5\n" +
+	"\x11last_seen_unix_ms\x18\t \x01(\x03R\x0elastSeenUnixMs\x12\x15\n" +
+	"\x06log_id\x18\n" +
+	" \x01(\tR\x05logId\"5\n" +
 	"\tPoolSlots\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x14\n" +
-	"\x05nodes\x18\x02 \x03(\tR\x05nodes\"\x9c\x06\n" +
+	"\x05nodes\x18\x02 \x03(\tR\x05nodes\"\xf1\b\n" +
 	"\fViewResponse\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x01 \x01(\x04R\n" +
@@ -5333,7 +5998,18 @@ const file_distash_proto_rawDesc = "" +
 	"\x0ffailure_wait_ms\x18\x11 \x01(\x03R\rfailureWaitMs\x12=\n" +
 	"\vreplication\x18\x12 \x03(\v2\x1b.distash.v1.PoolReplicationR\vreplication\x12\x1a\n" +
 	"\bexcluded\x18\x13 \x03(\tR\bexcluded\x12(\n" +
-	"\x10failure_wait_set\x18\x14 \x01(\bR\x0efailureWaitSet\"G\n" +
+	"\x10failure_wait_set\x18\x14 \x01(\bR\x0efailureWaitSet\x12A\n" +
+	"\fcoordinators\x18\x15 \x03(\v2\x1d.distash.v1.CoordinatorMemberR\fcoordinators\x12\x14\n" +
+	"\x05local\x18\x16 \x01(\bR\x05local\x12\x1f\n" +
+	"\vanswered_by\x18\x17 \x01(\tR\n" +
+	"answeredBy\x123\n" +
+	"\x16leader_contact_unix_ms\x18\x18 \x01(\x03R\x13leaderContactUnixMs\x12\x1d\n" +
+	"\n" +
+	"raft_state\x18\x19 \x01(\bR\traftState\x12\x17\n" +
+	"\araft_id\x18\x1a \x01(\tR\x06raftId\x12\x17\n" +
+	"\alog_ids\x18\x1b \x03(\tR\x06logIds\x12'\n" +
+	"\x0fcontroller_here\x18\x1c \x01(\bR\x0econtrollerHere\x12*\n" +
+	"\x11log_bootstrap_ids\x18\x1d \x03(\tR\x0flogBootstrapIds\"G\n" +
 	"\x0fPoolReplication\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\tR\x04pool\x12 \n" +
 	"\vreplication\x18\x02 \x01(\x05R\vreplication\"\xe7\x01\n" +
@@ -5395,6 +6071,20 @@ const file_distash_proto_rawDesc = "" +
 	"\x04hops\x18\x02 \x01(\rR\x04hops\"Q\n" +
 	"\x0eRetireResponse\x12'\n" +
 	"\x05error\x18\x01 \x01(\v2\x11.distash.v1.ErrorR\x05error\x12\x16\n" +
+	"\x06leader\x18\x02 \x01(\tR\x06leader\"`\n" +
+	"\x17JoinCoordinatorsRequest\x12\x18\n" +
+	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\x17\n" +
+	"\araft_id\x18\x02 \x01(\tR\x06raftId\x12\x12\n" +
+	"\x04hops\x18\x03 \x01(\rR\x04hops\"[\n" +
+	"\x18JoinCoordinatorsResponse\x12'\n" +
+	"\x05error\x18\x01 \x01(\v2\x11.distash.v1.ErrorR\x05error\x12\x16\n" +
+	"\x06leader\x18\x02 \x01(\tR\x06leader\"Y\n" +
+	"\x15SetLogReplicasRequest\x12\x1a\n" +
+	"\breplicas\x18\x01 \x03(\tR\breplicas\x12\x10\n" +
+	"\x03ids\x18\x02 \x03(\tR\x03ids\x12\x12\n" +
+	"\x04hops\x18\x03 \x01(\rR\x04hops\"Y\n" +
+	"\x16SetLogReplicasResponse\x12'\n" +
+	"\x05error\x18\x01 \x01(\v2\x11.distash.v1.ErrorR\x05error\x12\x16\n" +
 	"\x06leader\x18\x02 \x01(\tR\x06leader\"%\n" +
 	"\vKillRequest\x12\x16\n" +
 	"\x06reason\x18\x01 \x01(\tR\x06reason\"7\n" +
@@ -5416,7 +6106,7 @@ const file_distash_proto_rawDesc = "" +
 	"\x03Log\x129\n" +
 	"\x04Peek\x12\x17.distash.v1.PeekRequest\x1a\x18.distash.v1.PeekResponse\x126\n" +
 	"\x03Pop\x12\x16.distash.v1.PopRequest\x1a\x17.distash.v1.PopResponse\x12?\n" +
-	"\x06Report\x12\x19.distash.v1.ReportRequest\x1a\x1a.distash.v1.ReportResponse2\xfd\x04\n" +
+	"\x06Report\x12\x19.distash.v1.ReportRequest\x1a\x1a.distash.v1.ReportResponse2\xb5\x06\n" +
 	"\vCoordinator\x12E\n" +
 	"\bRegister\x12\x1b.distash.v1.RegisterRequest\x1a\x1c.distash.v1.RegisterResponse\x12H\n" +
 	"\tHeartbeat\x12\x1c.distash.v1.HeartbeatRequest\x1a\x1d.distash.v1.HeartbeatResponse\x129\n" +
@@ -5426,7 +6116,9 @@ const file_distash_proto_rawDesc = "" +
 	"\aExclude\x12\x1a.distash.v1.ExcludeRequest\x1a\x1b.distash.v1.ExcludeResponse\x12B\n" +
 	"\aInclude\x12\x1a.distash.v1.IncludeRequest\x1a\x1b.distash.v1.IncludeResponse\x12H\n" +
 	"\tConfigure\x12\x1c.distash.v1.ConfigureRequest\x1a\x1d.distash.v1.ConfigureResponse\x12?\n" +
-	"\x06Retire\x12\x19.distash.v1.RetireRequest\x1a\x1a.distash.v1.RetireResponse2B\n" +
+	"\x06Retire\x12\x19.distash.v1.RetireRequest\x1a\x1a.distash.v1.RetireResponse\x12]\n" +
+	"\x10JoinCoordinators\x12#.distash.v1.JoinCoordinatorsRequest\x1a$.distash.v1.JoinCoordinatorsResponse\x12W\n" +
+	"\x0eSetLogReplicas\x12!.distash.v1.SetLogReplicasRequest\x1a\".distash.v1.SetLogReplicasResponse2B\n" +
 	"\x05Admin\x129\n" +
 	"\x04Kill\x12\x17.distash.v1.KillRequest\x1a\x18.distash.v1.KillResponseB*Z(github.com/distash/distash/internal/wireb\x06proto3"
 
@@ -5442,77 +6134,84 @@ func file_distash_proto_rawDescGZIP() []byte {
 	return file_distash_proto_rawDescData
 }
 
-var file_distash_proto_msgTypes = make([]protoimpl.MessageInfo, 69)
+var file_distash_proto_msgTypes = make([]protoimpl.MessageInfo, 76)
 var file_distash_proto_goTypes = []any{
-	(*Error)(nil),                  // 0: distash.v1.Error
-	(*Mutation)(nil),               // 1: distash.v1.Mutation
-	(*KeyRange)(nil),               // 2: distash.v1.KeyRange
-	(*KeyValue)(nil),               // 3: distash.v1.KeyValue
-	(*Value)(nil),                  // 4: distash.v1.Value
-	(*GetReadVersionRequest)(nil),  // 5: distash.v1.GetReadVersionRequest
-	(*GetReadVersionResponse)(nil), // 6: distash.v1.GetReadVersionResponse
-	(*CommitRequest)(nil),          // 7: distash.v1.CommitRequest
-	(*CommitResponse)(nil),         // 8: distash.v1.CommitResponse
-	(*ReadRequest)(nil),            // 9: distash.v1.ReadRequest
-	(*ReadResponse)(nil),           // 10: distash.v1.ReadResponse
-	(*ReadRangeRequest)(nil),       // 11: distash.v1.ReadRangeRequest
-	(*ReadRangeResponse)(nil),      // 12: distash.v1.ReadRangeResponse
-	(*LocationsRequest)(nil),       // 13: distash.v1.LocationsRequest
-	(*Shard)(nil),                  // 14: distash.v1.Shard
-	(*LocationsResponse)(nil),      // 15: distash.v1.LocationsResponse
-	(*PoolInfo)(nil),               // 16: distash.v1.PoolInfo
-	(*ClusterInfoRequest)(nil),     // 17: distash.v1.ClusterInfoRequest
-	(*ClusterInfoResponse)(nil),    // 18: distash.v1.ClusterInfoResponse
-	(*StashStatus)(nil),            // 19: distash.v1.StashStatus
-	(*EngineCounter)(nil),          // 20: distash.v1.EngineCounter
-	(*LogStatus)(nil),              // 21: distash.v1.LogStatus
-	(*ShardMetricsRequest)(nil),    // 22: distash.v1.ShardMetricsRequest
-	(*KeyRangeMsg)(nil),            // 23: distash.v1.KeyRangeMsg
-	(*RangeMetrics)(nil),           // 24: distash.v1.RangeMetrics
-	(*ShardMetricsResponse)(nil),   // 25: distash.v1.ShardMetricsResponse
-	(*StatusRequest)(nil),          // 26: distash.v1.StatusRequest
-	(*StatusResponse)(nil),         // 27: distash.v1.StatusResponse
-	(*StashShare)(nil),             // 28: distash.v1.StashShare
-	(*PoolDistribution)(nil),       // 29: distash.v1.PoolDistribution
-	(*RelocationStatus)(nil),       // 30: distash.v1.RelocationStatus
-	(*NodeStatus)(nil),             // 31: distash.v1.NodeStatus
-	(*ColdestRequest)(nil),         // 32: distash.v1.ColdestRequest
-	(*ColdestResponse)(nil),        // 33: distash.v1.ColdestResponse
-	(*CommitStreamRequest)(nil),    // 34: distash.v1.CommitStreamRequest
-	(*CommitStreamResponse)(nil),   // 35: distash.v1.CommitStreamResponse
-	(*ReadStreamRequest)(nil),      // 36: distash.v1.ReadStreamRequest
-	(*ReadStreamResponse)(nil),     // 37: distash.v1.ReadStreamResponse
-	(*PeekRequest)(nil),            // 38: distash.v1.PeekRequest
-	(*LogMessage)(nil),             // 39: distash.v1.LogMessage
-	(*PeekResponse)(nil),           // 40: distash.v1.PeekResponse
-	(*PopRequest)(nil),             // 41: distash.v1.PopRequest
-	(*PopResponse)(nil),            // 42: distash.v1.PopResponse
-	(*ReportRequest)(nil),          // 43: distash.v1.ReportRequest
-	(*ReportResponse)(nil),         // 44: distash.v1.ReportResponse
-	(*RegisterRequest)(nil),        // 45: distash.v1.RegisterRequest
-	(*RegisterResponse)(nil),       // 46: distash.v1.RegisterResponse
-	(*HeartbeatRequest)(nil),       // 47: distash.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),      // 48: distash.v1.HeartbeatResponse
-	(*ViewRequest)(nil),            // 49: distash.v1.ViewRequest
-	(*ClusterNode)(nil),            // 50: distash.v1.ClusterNode
-	(*PoolSlots)(nil),              // 51: distash.v1.PoolSlots
-	(*ViewResponse)(nil),           // 52: distash.v1.ViewResponse
-	(*PoolReplication)(nil),        // 53: distash.v1.PoolReplication
-	(*StashLocation)(nil),          // 54: distash.v1.StashLocation
-	(*ClaimRequest)(nil),           // 55: distash.v1.ClaimRequest
-	(*ClaimResponse)(nil),          // 56: distash.v1.ClaimResponse
-	(*RecoveryDoneRequest)(nil),    // 57: distash.v1.RecoveryDoneRequest
-	(*RecoveryDoneResponse)(nil),   // 58: distash.v1.RecoveryDoneResponse
-	(*ExcludeRequest)(nil),         // 59: distash.v1.ExcludeRequest
-	(*ExcludeResponse)(nil),        // 60: distash.v1.ExcludeResponse
-	(*IncludeRequest)(nil),         // 61: distash.v1.IncludeRequest
-	(*IncludeResponse)(nil),        // 62: distash.v1.IncludeResponse
-	(*ConfigureRequest)(nil),       // 63: distash.v1.ConfigureRequest
-	(*ConfigureResponse)(nil),      // 64: distash.v1.ConfigureResponse
-	(*RetireRequest)(nil),          // 65: distash.v1.RetireRequest
-	(*RetireResponse)(nil),         // 66: distash.v1.RetireResponse
-	(*KillRequest)(nil),            // 67: distash.v1.KillRequest
-	(*KillResponse)(nil),           // 68: distash.v1.KillResponse
+	(*Error)(nil),                    // 0: distash.v1.Error
+	(*Mutation)(nil),                 // 1: distash.v1.Mutation
+	(*KeyRange)(nil),                 // 2: distash.v1.KeyRange
+	(*KeyValue)(nil),                 // 3: distash.v1.KeyValue
+	(*Value)(nil),                    // 4: distash.v1.Value
+	(*GetReadVersionRequest)(nil),    // 5: distash.v1.GetReadVersionRequest
+	(*GetReadVersionResponse)(nil),   // 6: distash.v1.GetReadVersionResponse
+	(*CommitRequest)(nil),            // 7: distash.v1.CommitRequest
+	(*CommitResponse)(nil),           // 8: distash.v1.CommitResponse
+	(*ReadRequest)(nil),              // 9: distash.v1.ReadRequest
+	(*ReadResponse)(nil),             // 10: distash.v1.ReadResponse
+	(*ReadRangeRequest)(nil),         // 11: distash.v1.ReadRangeRequest
+	(*ReadRangeResponse)(nil),        // 12: distash.v1.ReadRangeResponse
+	(*LocationsRequest)(nil),         // 13: distash.v1.LocationsRequest
+	(*Shard)(nil),                    // 14: distash.v1.Shard
+	(*LocationsResponse)(nil),        // 15: distash.v1.LocationsResponse
+	(*PoolInfo)(nil),                 // 16: distash.v1.PoolInfo
+	(*ClusterInfoRequest)(nil),       // 17: distash.v1.ClusterInfoRequest
+	(*ClusterInfoResponse)(nil),      // 18: distash.v1.ClusterInfoResponse
+	(*StashStatus)(nil),              // 19: distash.v1.StashStatus
+	(*EngineCounter)(nil),            // 20: distash.v1.EngineCounter
+	(*LogStatus)(nil),                // 21: distash.v1.LogStatus
+	(*ShardMetricsRequest)(nil),      // 22: distash.v1.ShardMetricsRequest
+	(*KeyRangeMsg)(nil),              // 23: distash.v1.KeyRangeMsg
+	(*RangeMetrics)(nil),             // 24: distash.v1.RangeMetrics
+	(*ShardMetricsResponse)(nil),     // 25: distash.v1.ShardMetricsResponse
+	(*StatusRequest)(nil),            // 26: distash.v1.StatusRequest
+	(*StatusResponse)(nil),           // 27: distash.v1.StatusResponse
+	(*MembershipStatus)(nil),         // 28: distash.v1.MembershipStatus
+	(*MemberStatus)(nil),             // 29: distash.v1.MemberStatus
+	(*StashShare)(nil),               // 30: distash.v1.StashShare
+	(*PoolDistribution)(nil),         // 31: distash.v1.PoolDistribution
+	(*RelocationStatus)(nil),         // 32: distash.v1.RelocationStatus
+	(*NodeStatus)(nil),               // 33: distash.v1.NodeStatus
+	(*ColdestRequest)(nil),           // 34: distash.v1.ColdestRequest
+	(*ColdestResponse)(nil),          // 35: distash.v1.ColdestResponse
+	(*CommitStreamRequest)(nil),      // 36: distash.v1.CommitStreamRequest
+	(*CommitStreamResponse)(nil),     // 37: distash.v1.CommitStreamResponse
+	(*ReadStreamRequest)(nil),        // 38: distash.v1.ReadStreamRequest
+	(*ReadStreamResponse)(nil),       // 39: distash.v1.ReadStreamResponse
+	(*PeekRequest)(nil),              // 40: distash.v1.PeekRequest
+	(*LogMessage)(nil),               // 41: distash.v1.LogMessage
+	(*PeekResponse)(nil),             // 42: distash.v1.PeekResponse
+	(*PopRequest)(nil),               // 43: distash.v1.PopRequest
+	(*PopResponse)(nil),              // 44: distash.v1.PopResponse
+	(*ReportRequest)(nil),            // 45: distash.v1.ReportRequest
+	(*ReportResponse)(nil),           // 46: distash.v1.ReportResponse
+	(*RegisterRequest)(nil),          // 47: distash.v1.RegisterRequest
+	(*RegisterResponse)(nil),         // 48: distash.v1.RegisterResponse
+	(*HeartbeatRequest)(nil),         // 49: distash.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),        // 50: distash.v1.HeartbeatResponse
+	(*ViewRequest)(nil),              // 51: distash.v1.ViewRequest
+	(*CoordinatorMember)(nil),        // 52: distash.v1.CoordinatorMember
+	(*ClusterNode)(nil),              // 53: distash.v1.ClusterNode
+	(*PoolSlots)(nil),                // 54: distash.v1.PoolSlots
+	(*ViewResponse)(nil),             // 55: distash.v1.ViewResponse
+	(*PoolReplication)(nil),          // 56: distash.v1.PoolReplication
+	(*StashLocation)(nil),            // 57: distash.v1.StashLocation
+	(*ClaimRequest)(nil),             // 58: distash.v1.ClaimRequest
+	(*ClaimResponse)(nil),            // 59: distash.v1.ClaimResponse
+	(*RecoveryDoneRequest)(nil),      // 60: distash.v1.RecoveryDoneRequest
+	(*RecoveryDoneResponse)(nil),     // 61: distash.v1.RecoveryDoneResponse
+	(*ExcludeRequest)(nil),           // 62: distash.v1.ExcludeRequest
+	(*ExcludeResponse)(nil),          // 63: distash.v1.ExcludeResponse
+	(*IncludeRequest)(nil),           // 64: distash.v1.IncludeRequest
+	(*IncludeResponse)(nil),          // 65: distash.v1.IncludeResponse
+	(*ConfigureRequest)(nil),         // 66: distash.v1.ConfigureRequest
+	(*ConfigureResponse)(nil),        // 67: distash.v1.ConfigureResponse
+	(*RetireRequest)(nil),            // 68: distash.v1.RetireRequest
+	(*RetireResponse)(nil),           // 69: distash.v1.RetireResponse
+	(*JoinCoordinatorsRequest)(nil),  // 70: distash.v1.JoinCoordinatorsRequest
+	(*JoinCoordinatorsResponse)(nil), // 71: distash.v1.JoinCoordinatorsResponse
+	(*SetLogReplicasRequest)(nil),    // 72: distash.v1.SetLogReplicasRequest
+	(*SetLogReplicasResponse)(nil),   // 73: distash.v1.SetLogReplicasResponse
+	(*KillRequest)(nil),              // 74: distash.v1.KillRequest
+	(*KillResponse)(nil),             // 75: distash.v1.KillResponse
 }
 var file_distash_proto_depIdxs = []int32{
 	0,  // 0: distash.v1.GetReadVersionResponse.error:type_name -> distash.v1.Error
@@ -5534,90 +6233,100 @@ var file_distash_proto_depIdxs = []int32{
 	16, // 16: distash.v1.StatusResponse.pools:type_name -> distash.v1.PoolInfo
 	19, // 17: distash.v1.StatusResponse.stashes:type_name -> distash.v1.StashStatus
 	21, // 18: distash.v1.StatusResponse.log:type_name -> distash.v1.LogStatus
-	31, // 19: distash.v1.StatusResponse.node:type_name -> distash.v1.NodeStatus
-	31, // 20: distash.v1.StatusResponse.nodes:type_name -> distash.v1.NodeStatus
-	29, // 21: distash.v1.StatusResponse.distribution:type_name -> distash.v1.PoolDistribution
-	28, // 22: distash.v1.StatusResponse.stash_shares:type_name -> distash.v1.StashShare
-	30, // 23: distash.v1.PoolDistribution.queue:type_name -> distash.v1.RelocationStatus
-	0,  // 24: distash.v1.ColdestResponse.error:type_name -> distash.v1.Error
-	7,  // 25: distash.v1.CommitStreamRequest.request:type_name -> distash.v1.CommitRequest
-	8,  // 26: distash.v1.CommitStreamResponse.response:type_name -> distash.v1.CommitResponse
-	9,  // 27: distash.v1.ReadStreamRequest.request:type_name -> distash.v1.ReadRequest
-	11, // 28: distash.v1.ReadStreamRequest.range_request:type_name -> distash.v1.ReadRangeRequest
-	10, // 29: distash.v1.ReadStreamResponse.response:type_name -> distash.v1.ReadResponse
-	12, // 30: distash.v1.ReadStreamResponse.range_response:type_name -> distash.v1.ReadRangeResponse
-	1,  // 31: distash.v1.LogMessage.mutations:type_name -> distash.v1.Mutation
-	39, // 32: distash.v1.PeekResponse.messages:type_name -> distash.v1.LogMessage
-	0,  // 33: distash.v1.PeekResponse.error:type_name -> distash.v1.Error
-	0,  // 34: distash.v1.PopResponse.error:type_name -> distash.v1.Error
-	0,  // 35: distash.v1.ReportResponse.error:type_name -> distash.v1.Error
-	0,  // 36: distash.v1.RegisterResponse.error:type_name -> distash.v1.Error
-	0,  // 37: distash.v1.HeartbeatResponse.error:type_name -> distash.v1.Error
-	50, // 38: distash.v1.ViewResponse.nodes:type_name -> distash.v1.ClusterNode
-	51, // 39: distash.v1.ViewResponse.slots:type_name -> distash.v1.PoolSlots
-	0,  // 40: distash.v1.ViewResponse.error:type_name -> distash.v1.Error
-	54, // 41: distash.v1.ViewResponse.stashes:type_name -> distash.v1.StashLocation
-	53, // 42: distash.v1.ViewResponse.replication:type_name -> distash.v1.PoolReplication
-	0,  // 43: distash.v1.ClaimResponse.error:type_name -> distash.v1.Error
-	0,  // 44: distash.v1.RecoveryDoneResponse.error:type_name -> distash.v1.Error
-	0,  // 45: distash.v1.ExcludeResponse.error:type_name -> distash.v1.Error
-	0,  // 46: distash.v1.IncludeResponse.error:type_name -> distash.v1.Error
-	0,  // 47: distash.v1.ConfigureResponse.error:type_name -> distash.v1.Error
-	0,  // 48: distash.v1.RetireResponse.error:type_name -> distash.v1.Error
-	0,  // 49: distash.v1.KillResponse.error:type_name -> distash.v1.Error
-	5,  // 50: distash.v1.DiStash.GetReadVersion:input_type -> distash.v1.GetReadVersionRequest
-	7,  // 51: distash.v1.DiStash.Commit:input_type -> distash.v1.CommitRequest
-	34, // 52: distash.v1.DiStash.CommitStream:input_type -> distash.v1.CommitStreamRequest
-	36, // 53: distash.v1.DiStash.ReadStream:input_type -> distash.v1.ReadStreamRequest
-	9,  // 54: distash.v1.DiStash.Read:input_type -> distash.v1.ReadRequest
-	11, // 55: distash.v1.DiStash.ReadRange:input_type -> distash.v1.ReadRangeRequest
-	13, // 56: distash.v1.DiStash.Locations:input_type -> distash.v1.LocationsRequest
-	17, // 57: distash.v1.DiStash.ClusterInfo:input_type -> distash.v1.ClusterInfoRequest
-	26, // 58: distash.v1.DiStash.Status:input_type -> distash.v1.StatusRequest
-	32, // 59: distash.v1.DiStash.Coldest:input_type -> distash.v1.ColdestRequest
-	22, // 60: distash.v1.DiStash.ShardMetrics:input_type -> distash.v1.ShardMetricsRequest
-	38, // 61: distash.v1.Log.Peek:input_type -> distash.v1.PeekRequest
-	41, // 62: distash.v1.Log.Pop:input_type -> distash.v1.PopRequest
-	43, // 63: distash.v1.Log.Report:input_type -> distash.v1.ReportRequest
-	45, // 64: distash.v1.Coordinator.Register:input_type -> distash.v1.RegisterRequest
-	47, // 65: distash.v1.Coordinator.Heartbeat:input_type -> distash.v1.HeartbeatRequest
-	49, // 66: distash.v1.Coordinator.View:input_type -> distash.v1.ViewRequest
-	55, // 67: distash.v1.Coordinator.Claim:input_type -> distash.v1.ClaimRequest
-	57, // 68: distash.v1.Coordinator.RecoveryDone:input_type -> distash.v1.RecoveryDoneRequest
-	59, // 69: distash.v1.Coordinator.Exclude:input_type -> distash.v1.ExcludeRequest
-	61, // 70: distash.v1.Coordinator.Include:input_type -> distash.v1.IncludeRequest
-	63, // 71: distash.v1.Coordinator.Configure:input_type -> distash.v1.ConfigureRequest
-	65, // 72: distash.v1.Coordinator.Retire:input_type -> distash.v1.RetireRequest
-	67, // 73: distash.v1.Admin.Kill:input_type -> distash.v1.KillRequest
-	6,  // 74: distash.v1.DiStash.GetReadVersion:output_type -> distash.v1.GetReadVersionResponse
-	8,  // 75: distash.v1.DiStash.Commit:output_type -> distash.v1.CommitResponse
-	35, // 76: distash.v1.DiStash.CommitStream:output_type -> distash.v1.CommitStreamResponse
-	37, // 77: distash.v1.DiStash.ReadStream:output_type -> distash.v1.ReadStreamResponse
-	10, // 78: distash.v1.DiStash.Read:output_type -> distash.v1.ReadResponse
-	12, // 79: distash.v1.DiStash.ReadRange:output_type -> distash.v1.ReadRangeResponse
-	15, // 80: distash.v1.DiStash.Locations:output_type -> distash.v1.LocationsResponse
-	18, // 81: distash.v1.DiStash.ClusterInfo:output_type -> distash.v1.ClusterInfoResponse
-	27, // 82: distash.v1.DiStash.Status:output_type -> distash.v1.StatusResponse
-	33, // 83: distash.v1.DiStash.Coldest:output_type -> distash.v1.ColdestResponse
-	25, // 84: distash.v1.DiStash.ShardMetrics:output_type -> distash.v1.ShardMetricsResponse
-	40, // 85: distash.v1.Log.Peek:output_type -> distash.v1.PeekResponse
-	42, // 86: distash.v1.Log.Pop:output_type -> distash.v1.PopResponse
-	44, // 87: distash.v1.Log.Report:output_type -> distash.v1.ReportResponse
-	46, // 88: distash.v1.Coordinator.Register:output_type -> distash.v1.RegisterResponse
-	48, // 89: distash.v1.Coordinator.Heartbeat:output_type -> distash.v1.HeartbeatResponse
-	52, // 90: distash.v1.Coordinator.View:output_type -> distash.v1.ViewResponse
-	56, // 91: distash.v1.Coordinator.Claim:output_type -> distash.v1.ClaimResponse
-	58, // 92: distash.v1.Coordinator.RecoveryDone:output_type -> distash.v1.RecoveryDoneResponse
-	60, // 93: distash.v1.Coordinator.Exclude:output_type -> distash.v1.ExcludeResponse
-	62, // 94: distash.v1.Coordinator.Include:output_type -> distash.v1.IncludeResponse
-	64, // 95: distash.v1.Coordinator.Configure:output_type -> distash.v1.ConfigureResponse
-	66, // 96: distash.v1.Coordinator.Retire:output_type -> distash.v1.RetireResponse
-	68, // 97: distash.v1.Admin.Kill:output_type -> distash.v1.KillResponse
-	74, // [74:98] is the sub-list for method output_type
-	50, // [50:74] is the sub-list for method input_type
-	50, // [50:50] is the sub-list for extension type_name
-	50, // [50:50] is the sub-list for extension extendee
-	0,  // [0:50] is the sub-list for field type_name
+	33, // 19: distash.v1.StatusResponse.node:type_name -> distash.v1.NodeStatus
+	33, // 20: distash.v1.StatusResponse.nodes:type_name -> distash.v1.NodeStatus
+	31, // 21: distash.v1.StatusResponse.distribution:type_name -> distash.v1.PoolDistribution
+	30, // 22: distash.v1.StatusResponse.stash_shares:type_name -> distash.v1.StashShare
+	28, // 23: distash.v1.StatusResponse.coordinator_membership:type_name -> distash.v1.MembershipStatus
+	28, // 24: distash.v1.StatusResponse.log_membership:type_name -> distash.v1.MembershipStatus
+	29, // 25: distash.v1.MembershipStatus.member:type_name -> distash.v1.MemberStatus
+	32, // 26: distash.v1.PoolDistribution.queue:type_name -> distash.v1.RelocationStatus
+	0,  // 27: distash.v1.ColdestResponse.error:type_name -> distash.v1.Error
+	7,  // 28: distash.v1.CommitStreamRequest.request:type_name -> distash.v1.CommitRequest
+	8,  // 29: distash.v1.CommitStreamResponse.response:type_name -> distash.v1.CommitResponse
+	9,  // 30: distash.v1.ReadStreamRequest.request:type_name -> distash.v1.ReadRequest
+	11, // 31: distash.v1.ReadStreamRequest.range_request:type_name -> distash.v1.ReadRangeRequest
+	10, // 32: distash.v1.ReadStreamResponse.response:type_name -> distash.v1.ReadResponse
+	12, // 33: distash.v1.ReadStreamResponse.range_response:type_name -> distash.v1.ReadRangeResponse
+	1,  // 34: distash.v1.LogMessage.mutations:type_name -> distash.v1.Mutation
+	41, // 35: distash.v1.PeekResponse.messages:type_name -> distash.v1.LogMessage
+	0,  // 36: distash.v1.PeekResponse.error:type_name -> distash.v1.Error
+	0,  // 37: distash.v1.PopResponse.error:type_name -> distash.v1.Error
+	0,  // 38: distash.v1.ReportResponse.error:type_name -> distash.v1.Error
+	0,  // 39: distash.v1.RegisterResponse.error:type_name -> distash.v1.Error
+	0,  // 40: distash.v1.HeartbeatResponse.error:type_name -> distash.v1.Error
+	53, // 41: distash.v1.ViewResponse.nodes:type_name -> distash.v1.ClusterNode
+	54, // 42: distash.v1.ViewResponse.slots:type_name -> distash.v1.PoolSlots
+	0,  // 43: distash.v1.ViewResponse.error:type_name -> distash.v1.Error
+	57, // 44: distash.v1.ViewResponse.stashes:type_name -> distash.v1.StashLocation
+	56, // 45: distash.v1.ViewResponse.replication:type_name -> distash.v1.PoolReplication
+	52, // 46: distash.v1.ViewResponse.coordinators:type_name -> distash.v1.CoordinatorMember
+	0,  // 47: distash.v1.ClaimResponse.error:type_name -> distash.v1.Error
+	0,  // 48: distash.v1.RecoveryDoneResponse.error:type_name -> distash.v1.Error
+	0,  // 49: distash.v1.ExcludeResponse.error:type_name -> distash.v1.Error
+	0,  // 50: distash.v1.IncludeResponse.error:type_name -> distash.v1.Error
+	0,  // 51: distash.v1.ConfigureResponse.error:type_name -> distash.v1.Error
+	0,  // 52: distash.v1.RetireResponse.error:type_name -> distash.v1.Error
+	0,  // 53: distash.v1.JoinCoordinatorsResponse.error:type_name -> distash.v1.Error
+	0,  // 54: distash.v1.SetLogReplicasResponse.error:type_name -> distash.v1.Error
+	0,  // 55: distash.v1.KillResponse.error:type_name -> distash.v1.Error
+	5,  // 56: distash.v1.DiStash.GetReadVersion:input_type -> distash.v1.GetReadVersionRequest
+	7,  // 57: distash.v1.DiStash.Commit:input_type -> distash.v1.CommitRequest
+	36, // 58: distash.v1.DiStash.CommitStream:input_type -> distash.v1.CommitStreamRequest
+	38, // 59: distash.v1.DiStash.ReadStream:input_type -> distash.v1.ReadStreamRequest
+	9,  // 60: distash.v1.DiStash.Read:input_type -> distash.v1.ReadRequest
+	11, // 61: distash.v1.DiStash.ReadRange:input_type -> distash.v1.ReadRangeRequest
+	13, // 62: distash.v1.DiStash.Locations:input_type -> distash.v1.LocationsRequest
+	17, // 63: distash.v1.DiStash.ClusterInfo:input_type -> distash.v1.ClusterInfoRequest
+	26, // 64: distash.v1.DiStash.Status:input_type -> distash.v1.StatusRequest
+	34, // 65: distash.v1.DiStash.Coldest:input_type -> distash.v1.ColdestRequest
+	22, // 66: distash.v1.DiStash.ShardMetrics:input_type -> distash.v1.ShardMetricsRequest
+	40, // 67: distash.v1.Log.Peek:input_type -> distash.v1.PeekRequest
+	43, // 68: distash.v1.Log.Pop:input_type -> distash.v1.PopRequest
+	45, // 69: distash.v1.Log.Report:input_type -> distash.v1.ReportRequest
+	47, // 70: distash.v1.Coordinator.Register:input_type -> distash.v1.RegisterRequest
+	49, // 71: distash.v1.Coordinator.Heartbeat:input_type -> distash.v1.HeartbeatRequest
+	51, // 72: distash.v1.Coordinator.View:input_type -> distash.v1.ViewRequest
+	58, // 73: distash.v1.Coordinator.Claim:input_type -> distash.v1.ClaimRequest
+	60, // 74: distash.v1.Coordinator.RecoveryDone:input_type -> distash.v1.RecoveryDoneRequest
+	62, // 75: distash.v1.Coordinator.Exclude:input_type -> distash.v1.ExcludeRequest
+	64, // 76: distash.v1.Coordinator.Include:input_type -> distash.v1.IncludeRequest
+	66, // 77: distash.v1.Coordinator.Configure:input_type -> distash.v1.ConfigureRequest
+	68, // 78: distash.v1.Coordinator.Retire:input_type -> distash.v1.RetireRequest
+	70, // 79: distash.v1.Coordinator.JoinCoordinators:input_type -> distash.v1.JoinCoordinatorsRequest
+	72, // 80: distash.v1.Coordinator.SetLogReplicas:input_type -> distash.v1.SetLogReplicasRequest
+	74, // 81: distash.v1.Admin.Kill:input_type -> distash.v1.KillRequest
+	6,  // 82: distash.v1.DiStash.GetReadVersion:output_type -> distash.v1.GetReadVersionResponse
+	8,  // 83: distash.v1.DiStash.Commit:output_type -> distash.v1.CommitResponse
+	37, // 84: distash.v1.DiStash.CommitStream:output_type -> distash.v1.CommitStreamResponse
+	39, // 85: distash.v1.DiStash.ReadStream:output_type -> distash.v1.ReadStreamResponse
+	10, // 86: distash.v1.DiStash.Read:output_type -> distash.v1.ReadResponse
+	12, // 87: distash.v1.DiStash.ReadRange:output_type -> distash.v1.ReadRangeResponse
+	15, // 88: distash.v1.DiStash.Locations:output_type -> distash.v1.LocationsResponse
+	18, // 89: distash.v1.DiStash.ClusterInfo:output_type -> distash.v1.ClusterInfoResponse
+	27, // 90: distash.v1.DiStash.Status:output_type -> distash.v1.StatusResponse
+	35, // 91: distash.v1.DiStash.Coldest:output_type -> distash.v1.ColdestResponse
+	25, // 92: distash.v1.DiStash.ShardMetrics:output_type -> distash.v1.ShardMetricsResponse
+	42, // 93: distash.v1.Log.Peek:output_type -> distash.v1.PeekResponse
+	44, // 94: distash.v1.Log.Pop:output_type -> distash.v1.PopResponse
+	46, // 95: distash.v1.Log.Report:output_type -> distash.v1.ReportResponse
+	48, // 96: distash.v1.Coordinator.Register:output_type -> distash.v1.RegisterResponse
+	50, // 97: distash.v1.Coordinator.Heartbeat:output_type -> distash.v1.HeartbeatResponse
+	55, // 98: distash.v1.Coordinator.View:output_type -> distash.v1.ViewResponse
+	59, // 99: distash.v1.Coordinator.Claim:output_type -> distash.v1.ClaimResponse
+	61, // 100: distash.v1.Coordinator.RecoveryDone:output_type -> distash.v1.RecoveryDoneResponse
+	63, // 101: distash.v1.Coordinator.Exclude:output_type -> distash.v1.ExcludeResponse
+	65, // 102: distash.v1.Coordinator.Include:output_type -> distash.v1.IncludeResponse
+	67, // 103: distash.v1.Coordinator.Configure:output_type -> distash.v1.ConfigureResponse
+	69, // 104: distash.v1.Coordinator.Retire:output_type -> distash.v1.RetireResponse
+	71, // 105: distash.v1.Coordinator.JoinCoordinators:output_type -> distash.v1.JoinCoordinatorsResponse
+	73, // 106: distash.v1.Coordinator.SetLogReplicas:output_type -> distash.v1.SetLogReplicasResponse
+	75, // 107: distash.v1.Admin.Kill:output_type -> distash.v1.KillResponse
+	82, // [82:108] is the sub-list for method output_type
+	56, // [56:82] is the sub-list for method input_type
+	56, // [56:56] is the sub-list for extension type_name
+	56, // [56:56] is the sub-list for extension extendee
+	0,  // [0:56] is the sub-list for field type_name
 }
 
 func init() { file_distash_proto_init() }
@@ -5631,7 +6340,7 @@ func file_distash_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_distash_proto_rawDesc), len(file_distash_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   69,
+			NumMessages:   76,
 			NumExtensions: 0,
 			NumServices:   4,
 		},

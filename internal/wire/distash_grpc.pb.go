@@ -676,15 +676,17 @@ var Log_ServiceDesc = grpc.ServiceDesc{
 }
 
 const (
-	Coordinator_Register_FullMethodName     = "/distash.v1.Coordinator/Register"
-	Coordinator_Heartbeat_FullMethodName    = "/distash.v1.Coordinator/Heartbeat"
-	Coordinator_View_FullMethodName         = "/distash.v1.Coordinator/View"
-	Coordinator_Claim_FullMethodName        = "/distash.v1.Coordinator/Claim"
-	Coordinator_RecoveryDone_FullMethodName = "/distash.v1.Coordinator/RecoveryDone"
-	Coordinator_Exclude_FullMethodName      = "/distash.v1.Coordinator/Exclude"
-	Coordinator_Include_FullMethodName      = "/distash.v1.Coordinator/Include"
-	Coordinator_Configure_FullMethodName    = "/distash.v1.Coordinator/Configure"
-	Coordinator_Retire_FullMethodName       = "/distash.v1.Coordinator/Retire"
+	Coordinator_Register_FullMethodName         = "/distash.v1.Coordinator/Register"
+	Coordinator_Heartbeat_FullMethodName        = "/distash.v1.Coordinator/Heartbeat"
+	Coordinator_View_FullMethodName             = "/distash.v1.Coordinator/View"
+	Coordinator_Claim_FullMethodName            = "/distash.v1.Coordinator/Claim"
+	Coordinator_RecoveryDone_FullMethodName     = "/distash.v1.Coordinator/RecoveryDone"
+	Coordinator_Exclude_FullMethodName          = "/distash.v1.Coordinator/Exclude"
+	Coordinator_Include_FullMethodName          = "/distash.v1.Coordinator/Include"
+	Coordinator_Configure_FullMethodName        = "/distash.v1.Coordinator/Configure"
+	Coordinator_Retire_FullMethodName           = "/distash.v1.Coordinator/Retire"
+	Coordinator_JoinCoordinators_FullMethodName = "/distash.v1.Coordinator/JoinCoordinators"
+	Coordinator_SetLogReplicas_FullMethodName   = "/distash.v1.Coordinator/SetLogReplicas"
 )
 
 // CoordinatorClient is the client API for Coordinator service.
@@ -700,6 +702,8 @@ type CoordinatorClient interface {
 	Include(ctx context.Context, in *IncludeRequest, opts ...grpc.CallOption) (*IncludeResponse, error)
 	Configure(ctx context.Context, in *ConfigureRequest, opts ...grpc.CallOption) (*ConfigureResponse, error)
 	Retire(ctx context.Context, in *RetireRequest, opts ...grpc.CallOption) (*RetireResponse, error)
+	JoinCoordinators(ctx context.Context, in *JoinCoordinatorsRequest, opts ...grpc.CallOption) (*JoinCoordinatorsResponse, error)
+	SetLogReplicas(ctx context.Context, in *SetLogReplicasRequest, opts ...grpc.CallOption) (*SetLogReplicasResponse, error)
 }
 
 type coordinatorClient struct {
@@ -800,6 +804,26 @@ func (c *coordinatorClient) Retire(ctx context.Context, in *RetireRequest, opts 
 	return out, nil
 }
 
+func (c *coordinatorClient) JoinCoordinators(ctx context.Context, in *JoinCoordinatorsRequest, opts ...grpc.CallOption) (*JoinCoordinatorsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(JoinCoordinatorsResponse)
+	err := c.cc.Invoke(ctx, Coordinator_JoinCoordinators_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *coordinatorClient) SetLogReplicas(ctx context.Context, in *SetLogReplicasRequest, opts ...grpc.CallOption) (*SetLogReplicasResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetLogReplicasResponse)
+	err := c.cc.Invoke(ctx, Coordinator_SetLogReplicas_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // CoordinatorServer is the server API for Coordinator service.
 // All implementations must embed UnimplementedCoordinatorServer
 // for forward compatibility.
@@ -813,6 +837,8 @@ type CoordinatorServer interface {
 	Include(context.Context, *IncludeRequest) (*IncludeResponse, error)
 	Configure(context.Context, *ConfigureRequest) (*ConfigureResponse, error)
 	Retire(context.Context, *RetireRequest) (*RetireResponse, error)
+	JoinCoordinators(context.Context, *JoinCoordinatorsRequest) (*JoinCoordinatorsResponse, error)
+	SetLogReplicas(context.Context, *SetLogReplicasRequest) (*SetLogReplicasResponse, error)
 	mustEmbedUnimplementedCoordinatorServer()
 }
 
@@ -849,6 +875,12 @@ func (UnimplementedCoordinatorServer) Configure(context.Context, *ConfigureReque
 }
 func (UnimplementedCoordinatorServer) Retire(context.Context, *RetireRequest) (*RetireResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Retire not implemented")
+}
+func (UnimplementedCoordinatorServer) JoinCoordinators(context.Context, *JoinCoordinatorsRequest) (*JoinCoordinatorsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method JoinCoordinators not implemented")
+}
+func (UnimplementedCoordinatorServer) SetLogReplicas(context.Context, *SetLogReplicasRequest) (*SetLogReplicasResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetLogReplicas not implemented")
 }
 func (UnimplementedCoordinatorServer) mustEmbedUnimplementedCoordinatorServer() {}
 func (UnimplementedCoordinatorServer) testEmbeddedByValue()                     {}
@@ -1033,6 +1065,42 @@ func _Coordinator_Retire_Handler(srv interface{}, ctx context.Context, dec func(
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Coordinator_JoinCoordinators_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(JoinCoordinatorsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServer).JoinCoordinators(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Coordinator_JoinCoordinators_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServer).JoinCoordinators(ctx, req.(*JoinCoordinatorsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Coordinator_SetLogReplicas_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetLogReplicasRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServer).SetLogReplicas(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Coordinator_SetLogReplicas_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServer).SetLogReplicas(ctx, req.(*SetLogReplicasRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Coordinator_ServiceDesc is the grpc.ServiceDesc for Coordinator service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1075,6 +1143,14 @@ var Coordinator_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Retire",
 			Handler:    _Coordinator_Retire_Handler,
+		},
+		{
+			MethodName: "JoinCoordinators",
+			Handler:    _Coordinator_JoinCoordinators_Handler,
+		},
+		{
+			MethodName: "SetLogReplicas",
+			Handler:    _Coordinator_SetLogReplicas_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

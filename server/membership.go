@@ -1,0 +1,302 @@
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/distash/distash/internal/coord"
+	"github.com/distash/distash/internal/fsys"
+	"github.com/distash/distash/internal/txlog"
+	"github.com/distash/distash/internal/wire"
+)
+
+// probeCoordinator asks the coordinator at addr what it tells of itself
+// (coord.Options.Probe).
+func (n *node) probeCoordinator(ctx context.Context, addr string) (coord.PeerInfo, error) {
+	v, err := n.cc.Probe(ctx, addr)
+	if err != nil {
+		return coord.PeerInfo{}, err
+	}
+	if !v.Local {
+		// A coordinator of an older binary forwarded the question to its
+		// controller: it runs in a group, with state.
+		return coord.PeerInfo{HasState: true}, nil
+	}
+	p := coord.PeerInfo{RaftID: v.RaftId, HasState: v.RaftState}
+	for _, m := range v.Coordinators {
+		if m.RaftId != "" {
+			p.Members = append(p.Members, coord.Member{ID: m.RaftId, Addr: m.Address, Voter: m.Voter})
+		}
+	}
+	return p, nil
+}
+
+// logRaftIDFile holds, next to the log replica (Dir/log), the raft server
+// id its raft state was created with.
+const logRaftIDFile = "raft-id"
+
+// logReplicaID returns the raft server id of this transaction node's log
+// replica: the one its raft state was created with, or a new one,
+// "<node id>/<random>", when the replica has no raft state (a new node, or
+// its log directory was lost). Raft counts a vote or an acknowledgement by
+// the member it asked, so a replica that lost its state must never answer
+// for the member it was: with a new id it is a new member, which the log's
+// leader adds once the old one has left (keepLogMembers). A replica whose
+// state predates these ids keeps the node id.
+func logReplicaID(fsy fsys.FS, dir, nodeID string) (string, error) {
+	logDir := filepath.Join(dir, "log")
+	path := filepath.Join(logDir, logRaftIDFile)
+	// txlog keeps a network replica's raft store in Dir/replica/raft.
+	names, err := fsy.List(filepath.Join(logDir, "replica", "raft"))
+	if err == nil && len(names) > 0 {
+		b, _, err := fsys.ReadChecked(fsy, path)
+		switch {
+		case err == nil && len(b) > 0:
+			return string(b), nil
+		case err == nil || errors.Is(err, fs.ErrNotExist):
+			return nodeID, nil
+		default:
+			return "", fmt.Errorf("server: the log replica's raft id: %w", err)
+		}
+	}
+	var r [6]byte
+	if _, err := rand.Read(r[:]); err != nil {
+		return "", err
+	}
+	id := nodeID + "/" + hex.EncodeToString(r[:])
+	if err := fsy.MkdirAll(logDir, 0o755); err != nil {
+		return "", err
+	}
+	// A leftover txlog.meta describes the replica whose state is gone.
+	if err := fsy.Remove(filepath.Join(logDir, "txlog.meta")); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return "", err
+	}
+	if err := fsys.WriteChecked(fsy, path, []byte(id)); err != nil {
+		return "", fmt.Errorf("server: %w", err)
+	}
+	return id, nil
+}
+
+// logPlacement waits until the controller placed this node's log replica
+// under its current raft id, and returns the log's peers and whether the
+// replica joins (it did not form the log: no bootstrap). A spare
+// transaction node waits here until the log's leader adds it in place of
+// a lost replica; a node whose replica lost its state waits until the
+// leader replaced its old member by its new id.
+func (s *Server) logPlacement(ctx context.Context) (peers []txlog.Peer, join bool, err error) {
+	n := s.node
+	said := ""
+	for {
+		vctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		v, err := n.cc.View(vctx)
+		cancel()
+		wait, why := 300*time.Millisecond, "waiting for the log replicas to be placed"
+		if err == nil && len(v.LogReplicas) > 0 {
+			ids := v.LogIds
+			if len(ids) != len(v.LogReplicas) {
+				ids = v.LogReplicas // an older controller: the node ids
+			}
+			i := slices.Index(v.LogReplicas, n.id)
+			if i >= 0 && ids[i] == n.logID {
+				addrOf := map[string]string{}
+				for _, cn := range v.Nodes {
+					addrOf[cn.Id] = cn.Address
+				}
+				for j, id := range v.LogReplicas {
+					peers = append(peers, txlog.Peer{ID: ids[j], Addr: addrOf[id]})
+				}
+				join = len(v.LogBootstrapIds) > 0 && !slices.Contains(v.LogBootstrapIds, n.logID)
+				return peers, join, nil
+			}
+			wait = time.Second
+			if i < 0 {
+				why = "spare transaction node: the log replicas are elsewhere (the log's leader adds this one in place of a lost replica)"
+			} else {
+				why = "this node's log replica has no raft state under the id the log knows: waiting for the log's leader to replace the old member by the new id"
+			}
+		}
+		if why != said {
+			said = why
+			s.logger.Info(why, "log_id", n.logID, "want", s.cfg.Log.Replicas, "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, false, ctx.Err()
+		case <-time.After(wait):
+		}
+	}
+}
+
+// keepLogMembers keeps the log's raft membership whole, on the node
+// holding the stateless roles (its replica leads the log), one change at
+// a time:
+//
+//   - a member is lost when no registered node has its raft id any more
+//     (its node came back with a new log id: its log directory was lost,
+//     or the node was removed), when its node is dead and another node now
+//     registers at its address (its directory was lost and it came back as
+//     a new node), or when its node is dead and an operator excluded its
+//     address (gone for good). A lost member is removed first: nothing
+//     may answer for it again;
+//   - while the log has fewer members than [log] replicas, a live
+//     transaction node that is not a member is added (its new log id, at
+//     its address), in a zone the members do not use if there is one;
+//   - the controller is told the membership (SetLogReplicas), which is
+//     what nodes read to open their replica.
+//
+// A member is removed only once it has looked lost for lostFor, in
+// every view since: a new controller, say, counts every node dead until
+// it hears from it.
+func (s *Server) keepLogMembers(ctx context.Context) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	since := map[string]time.Time{} // members that look lost, since when
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if err := s.mendLogMembers(ctx, since); err != nil && ctx.Err() == nil {
+			s.roleLogger(logRoleLog).Warn("keeping the log's membership whole", "err", err)
+		}
+	}
+}
+
+// lostFor is how long a log member must look lost before it is removed.
+const lostFor = 3 * time.Second
+
+func (s *Server) mendLogMembers(ctx context.Context, since map[string]time.Time) error {
+	n, l := s.node, s.log
+	v := s.lastView()
+	s.views.mu.Lock()
+	age := time.Since(s.views.at)
+	s.views.mu.Unlock()
+	if v == nil || age > 3*time.Second || l == nil || !l.IsLeader() || len(v.LogIds) != len(v.LogReplicas) {
+		// No live view (no controller), or one from a controller that
+		// does not know the replicas' raft ids: no change.
+		clear(since)
+		return nil
+	}
+	members, err := l.Members()
+	if err != nil {
+		return err
+	}
+	nodes := map[string]*wire.ClusterNode{}
+	byLogID := map[string]*wire.ClusterNode{}
+	for _, cn := range v.Nodes {
+		nodes[cn.Id] = cn
+		if cn.Class == ClassTransaction {
+			id := cn.LogId
+			if id == "" {
+				id = cn.Id
+			}
+			byLogID[id] = cn
+		}
+	}
+	ownerOf := func(m txlog.Member) *wire.ClusterNode { return byLogID[m.ID] }
+	lost := func(m txlog.Member) string {
+		if m.ID == n.logID {
+			return ""
+		}
+		o := ownerOf(m)
+		if o == nil {
+			return "no node registers its raft id any more (its log directory was lost, or its node was removed)"
+		}
+		if o.Alive {
+			return ""
+		}
+		for _, cn := range v.Nodes {
+			if cn.Id != o.Id && cn.Address == o.Address && cn.Alive {
+				return "its node is dead and node " + cn.Id + " now registers at its address " + o.Address
+			}
+		}
+		if slices.Contains(v.Excluded, o.Address) {
+			return "its node is dead and its address " + o.Address + " is excluded"
+		}
+		return ""
+	}
+	tctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	now := time.Now()
+	for id := range since {
+		if !slices.ContainsFunc(members, func(m txlog.Member) bool { return m.ID == id }) {
+			delete(since, id)
+		}
+	}
+	for _, m := range members {
+		why := lost(m)
+		if why == "" {
+			delete(since, m.ID)
+			continue
+		}
+		if _, ok := since[m.ID]; !ok {
+			since[m.ID] = now
+		}
+		if now.Sub(since[m.ID]) >= lostFor {
+			s.roleLogger(logRoleLog).Warn("the log lost a replica: removing it from the log's raft configuration", "replica", m.ID, "addr", m.Addr, "why", why)
+			return l.RemoveServer(tctx, m.ID)
+		}
+	}
+	if len(members) < s.cfg.Log.Replicas {
+		zones := map[string]bool{}
+		member := map[string]bool{}
+		for _, m := range members {
+			member[m.ID] = true
+			if o := ownerOf(m); o != nil {
+				zones[o.Dc+"/"+o.Zone] = true
+			}
+		}
+		var best *wire.ClusterNode
+		for _, cn := range v.Nodes { // sorted by id
+			id := cn.LogId
+			if cn.Class != ClassTransaction || !cn.Alive || cn.LogId == "" || member[id] || slices.Contains(v.Excluded, cn.Address) {
+				continue
+			}
+			if best == nil || zones[best.Dc+"/"+best.Zone] && !zones[cn.Dc+"/"+cn.Zone] {
+				best = cn
+			}
+		}
+		if best != nil {
+			s.roleLogger(logRoleLog).Warn("the log runs with fewer replicas than configured: adding one", "members", len(members), "want", s.cfg.Log.Replicas, "node", best.Id, "replica", best.LogId, "addr", best.Address)
+			if err := l.AddVoter(tctx, best.LogId, best.Address); err != nil {
+				return err
+			}
+			if members, err = l.Members(); err != nil {
+				return err
+			}
+		}
+	}
+	// The controller's placement follows the raft configuration.
+	var replicas, ids []string
+	for _, m := range members {
+		o := ownerOf(m)
+		if o == nil {
+			return nil // a member no node registers: it is removed first
+		}
+		replicas, ids = append(replicas, o.Id), append(ids, m.ID)
+	}
+	have := v.LogIds
+	if len(have) != len(v.LogReplicas) {
+		have = v.LogReplicas
+	}
+	if slices.Equal(slices.Sorted(slices.Values(ids)), slices.Sorted(slices.Values(have))) &&
+		slices.Equal(slices.Sorted(slices.Values(replicas)), slices.Sorted(slices.Values(v.LogReplicas))) {
+		return nil
+	}
+	if err := n.cc.SetLogReplicas(tctx, replicas, ids); err != nil {
+		return fmt.Errorf("record the log's membership with the controller: %w", err)
+	}
+	s.views.mu.Lock()
+	s.views.view = nil // the next look sees the new placement
+	s.views.mu.Unlock()
+	s.roleLogger(logRoleLog).Info("recorded the log's membership with the controller", "replicas", replicas, "ids", ids)
+	return nil
+}
