@@ -435,12 +435,17 @@ func checkNodeOnlyCalls(t *testing.T, addr string, creds credentials.TransportCr
 		"Claim":        func() error { _, err := co.Claim(ctx, &wire.ClaimRequest{Id: "x"}); return err },
 		"RecoveryDone": func() error { _, err := co.RecoveryDone(ctx, &wire.RecoveryDoneRequest{}); return err },
 		"Retire":       func() error { _, err := co.Retire(ctx, &wire.RetireRequest{}); return err },
-		"Peek":         func() error { _, err := lg.Peek(ctx, &wire.PeekRequest{Tag: 1}); return err },
-		"Pop":          func() error { _, err := lg.Pop(ctx, &wire.PopRequest{Tag: 1, UpTo: 1}); return err },
-		"Report":       func() error { _, err := lg.Report(ctx, &wire.ReportRequest{}); return err },
-		"ShardMetrics": func() error { _, err := ds.ShardMetrics(ctx, &wire.ShardMetricsRequest{}); return err },
+		"JoinCoordinators": func() error {
+			_, err := co.JoinCoordinators(ctx, &wire.JoinCoordinatorsRequest{})
+			return err
+		},
+		"SetLogReplicas": func() error { _, err := co.SetLogReplicas(ctx, &wire.SetLogReplicasRequest{}); return err },
+		"Peek":           func() error { _, err := lg.Peek(ctx, &wire.PeekRequest{Tag: 1}); return err },
+		"Pop":            func() error { _, err := lg.Pop(ctx, &wire.PopRequest{Tag: 1, UpTo: 1}); return err },
+		"Report":         func() error { _, err := lg.Report(ctx, &wire.ReportRequest{}); return err },
+		"ShardMetrics":   func() error { _, err := ds.ShardMetrics(ctx, &wire.ShardMetricsRequest{}); return err },
 	}
-	coordCalls := []string{"Register", "Heartbeat", "Claim", "RecoveryDone", "Retire"}
+	coordCalls := []string{"Register", "Heartbeat", "Claim", "RecoveryDone", "Retire", "JoinCoordinators", "SetLogReplicas"}
 	for name, call := range calls {
 		err := call()
 		if !coordinator && slices.Contains(coordCalls, name) && status.Code(err) == codes.Unimplemented {
