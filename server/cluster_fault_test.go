@@ -26,6 +26,7 @@ import (
 	"github.com/distash/distash/config"
 	"github.com/distash/distash/internal/coordrpc"
 	"github.com/distash/distash/internal/fsys"
+	"github.com/distash/distash/internal/fsys/faultfs"
 	"github.com/distash/distash/internal/kv"
 	"github.com/distash/distash/internal/simnet"
 	"github.com/distash/distash/internal/testutil/bank"
@@ -321,8 +322,9 @@ func (r *registers) run(ctx context.Context, clients int, seed uint64) (wait fun
 // write-around and write-through updates), while small shards make the
 // data distributor split and move shards and a schedule drawn from a seed
 // partitions nodes, black-holes links, delays links, kills and restarts
-// nodes and pauses them (simnet.Pause: as SIGSTOP looks from outside), one
-// fault at a time: the nemesis. It runs until -distash.fault.txns (or
+// nodes, pauses them (simnet.Pause: as SIGSTOP looks from outside), and
+// fills the durable stashes' disks or fails their fsyncs, writes and reads
+// (internal/fsys/faultfs), one fault at a time: the nemesis. It runs until -distash.fault.txns (or
 // DISTASH_FAULT_TXNS, else 10,000; the long run is 100,000) transactions
 // were acknowledged, auditing the bank by point reads and range scans as
 // it goes, then heals everything and checks: the bank's total and its
@@ -348,6 +350,15 @@ func TestClusterUnderFaults(t *testing.T) {
 	began := time.Now()
 
 	c := newSimCluster(t, replay)
+	// The durable pool's stash nodes run on a fault file system: the
+	// nemesis fills their disks and fails their fsyncs, writes and reads.
+	disks := map[*simNode]*faultfs.FS{}
+	for _, n := range c.nodes {
+		if n.pool == "data" {
+			n.fs = faultfs.New(nil)
+			disks[n] = n.fs.(*faultfs.FS)
+		}
+	}
 	// Small shards and a short failure wait: the data distributor splits,
 	// moves and re-replicates shards while the faults happen.
 	c.toml = strings.Replace(bank.ClusterTOML, "[cluster]\n", "[cluster]\nshard_bytes = \"16KiB\"\nfailure_wait = \"3s\"\n", 1)
@@ -516,7 +527,7 @@ func TestClusterUnderFaults(t *testing.T) {
 		if !sleep(dur(500*time.Millisecond, 2*time.Second)) {
 			break
 		}
-		switch k := rng.IntN(5); k {
+		switch k := rng.IntN(6); k {
 		case 0, 1: // partition or drop a minority
 			set, desc := names(minority())
 			d := dur(500*time.Millisecond, 3*time.Second)
@@ -568,6 +579,29 @@ func TestClusterUnderFaults(t *testing.T) {
 			c.net.Pause(n.addr)
 			time.Sleep(d) // resumed even if the run ends meanwhile
 			c.net.Resume(n.addr)
+		case 5: // a disk fault on a durable stash's node
+			n := c.nodes[3+rng.IntN(3)] // data1..data3
+			disk := disks[n]
+			d := dur(500*time.Millisecond, 3*time.Second)
+			var what string
+			switch rng.IntN(4) {
+			case 0:
+				what = "full disk"
+				disk.SetSpace(0)
+			case 1:
+				what = "failed fsync"
+				disk.Fail(faultfs.Rule{Ops: faultfs.OpSync, Times: 1})
+			case 2:
+				what = "EIO on write"
+				disk.Fail(faultfs.Rule{Ops: faultfs.OpWrite, Times: 1, Partial: rng.IntN(2) == 0})
+			case 3:
+				what = "EIO on read"
+				disk.Fail(faultfs.Rule{Ops: faultfs.OpRead, Times: 3})
+			}
+			setFault(fmt.Sprintf("%s on %s for %v", what, n.name, d.Round(time.Millisecond)))
+			counts[what]++
+			time.Sleep(d)
+			disk.Heal()
 		}
 		setFault("none (after " + func() string { faultMu.Lock(); defer faultMu.Unlock(); return fault }() + ")")
 	}

@@ -65,10 +65,14 @@ func newCluster(t *testing.T, pki *tlstest.PKI) *cluster {
 	var serverTLS *tls.Config
 	if pki != nil {
 		var err error
-		if serverTLS, err = tlsconf.Server(tlsconf.Files{Cert: pki.ServerCert, Key: pki.ServerKey, CA: pki.CA}, nil); err != nil {
+		// Coordinators serve and dial (raft too) with a node's
+		// certificate, which allows both; the mux refuses raft to a
+		// client's.
+		node := tlsconf.Files{Cert: pki.NodeCert, Key: pki.NodeKey, CA: pki.CA}
+		if serverTLS, err = tlsconf.Server(node, nil); err != nil {
 			t.Fatal(err)
 		}
-		if c.clientTLS, err = tlsconf.Client(tlsconf.Files{Cert: pki.ClientCert, Key: pki.ClientKey, CA: pki.CA}); err != nil {
+		if c.clientTLS, err = tlsconf.Client(node); err != nil {
 			t.Fatal(err)
 		}
 	}
