@@ -65,7 +65,22 @@ func (c *idStreamer[S, R]) call(ctx context.Context, build func(id uint64) S) (R
 	c.mu.Unlock()
 	// Send outside mu, so replies keep flowing to receive meanwhile.
 	s.sendMu.Lock()
+	var unwatch func() bool
+	if ctx.Done() != nil {
+		// Send blocks while the node reads nothing (it stopped
+		// answering with the connection open, and flow control is
+		// spent). If the caller gives up meanwhile, the stream breaks:
+		// that ends this send and those queued behind it.
+		unwatch = context.AfterFunc(ctx, func() {
+			c.mu.Lock()
+			c.breakLocked(s)
+			c.mu.Unlock()
+		})
+	}
 	err := s.st.Send(build(id))
+	if unwatch != nil {
+		unwatch()
+	}
 	s.sendMu.Unlock()
 	if err != nil {
 		c.mu.Lock()

@@ -124,7 +124,9 @@ type node struct {
 	conns  map[string]*grpc.ClientConn // to other nodes, by address
 
 	leaderMu   sync.Mutex
-	leaderAddr string // the log leader's node as last looked up ("" = ask again)
+	leaderAddr string        // the log leader's node as last looked up ("" = ask again)
+	leaderGen  uint64        // the generation leaderMoved stands for. Protected by leaderMu.
+	moved      chan struct{} // closed when a newer generation is heard of (Moved). Protected by leaderMu.
 
 	failed chan error // receives the error that stops the node (once)
 
@@ -331,6 +333,7 @@ func (s *Server) startNode(ctx context.Context) error {
 		n.cc.HeartbeatLoop(runCtx, n.id, o.HeartbeatInterval, func(gen uint64, err error) {
 			if err == nil {
 				n.generation.Store(gen)
+				n.newGeneration(gen)
 			}
 		})
 	}()
@@ -684,6 +687,41 @@ func (n *node) Failed(grpc.ClientConnInterface) {
 	n.leaderMu.Lock()
 	n.leaderAddr = ""
 	n.leaderMu.Unlock()
+}
+
+// Moved implements logrpc.Mover: the channel is closed when the node
+// hears of a newer generation (its heartbeat's answer), which is how it
+// learns that the log's leader, and with it the node serving the log, may
+// have moved. A stash's peek in flight to the old node is then sent again
+// to the node the view names, instead of waiting out PeekTimeout on a
+// node that may have stopped answering.
+func (n *node) Moved() <-chan struct{} {
+	n.leaderMu.Lock()
+	defer n.leaderMu.Unlock()
+	if n.moved == nil {
+		n.moved = make(chan struct{})
+	}
+	return n.moved
+}
+
+// newGeneration notes generation gen from the controller: a newer one than
+// the node's log client knows makes it look the log's leader up again.
+func (n *node) newGeneration(gen uint64) {
+	n.leaderMu.Lock()
+	defer n.leaderMu.Unlock()
+	if gen <= n.leaderGen {
+		return
+	}
+	first := n.leaderGen == 0
+	n.leaderGen = gen
+	if first {
+		return // the generation the node started in
+	}
+	n.leaderAddr = ""
+	if n.moved != nil {
+		close(n.moved)
+		n.moved = nil
+	}
 }
 
 // connTo returns the node's connection to addr.
