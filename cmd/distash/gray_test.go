@@ -188,7 +188,7 @@ func TestProcessClusterSurvivesAFrozenNode(t *testing.T) {
 	const (
 		pause     = 8 * time.Second
 		grayBound = 6 * time.Second // commits resume within this of the pause's start
-		readBound = 2 * time.Second // the longest wait for a read while a stash is paused
+		readBound = 3 * time.Second // the longest wait for a read while a stash is paused (readTimeout 1.5 s, then another replica)
 	)
 	c := newProcCluster(t)
 	defer c.stopAll()
