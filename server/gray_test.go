@@ -18,7 +18,8 @@ import (
 // and no error), and the stashes must move their pulls to the new leader,
 // or reads of the new generation's commits wait forever (future_version).
 // Commits, and reads of them in a new transaction, resume within
-// silentBound of the drop.
+// silentBound of the drop. Then each data stash node falls silent in turn:
+// no read waits on it longer than readBound.
 func TestSilentLeaderNodeIsLeft(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs an 8-node cluster")
@@ -91,8 +92,55 @@ func TestSilentLeaderNodeIsLeft(t *testing.T) {
 		t.Errorf("writes and reads of them resumed %v after %s fell silent: want < %v", first.Round(time.Millisecond), silent, silentBound)
 	}
 	vctx, vcancel = context.WithTimeout(ctx, 10*time.Second)
-	if v2, err := cc.View(vctx); err == nil {
-		t.Logf("the roles are on %s now, generation %d", v2.StatelessAddress, v2.Generation)
-	}
+	v2, err := cc.View(vctx)
 	vcancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("the roles are on %s now, generation %d", v2.StatelessAddress, v2.Generation)
+	c.net.Heal()
+
+	// A silent stash node: reads go to the other replicas of its shards
+	// once a read there times out (the client's read deadline), and do
+	// not wait for the transaction's deadline. Every data stash in turn,
+	// so that one of them holds the keys read.
+	read := func() (time.Duration, error) {
+		began := time.Now()
+		tctx, tcancel := context.WithTimeout(ctx, 30*time.Second)
+		defer tcancel()
+		err := db.ReadTransact(tctx, func(tr *distash.Tx) error {
+			keys := make([][]byte, 20)
+			for i := range keys {
+				keys[i] = fmt.Appendf(nil, "d/before:%02d", i)
+			}
+			vals, err := tr.GetMulti(keys)
+			for i, v := range vals {
+				if err == nil && string(v) != string(keys[i]) {
+					err = fmt.Errorf("read %s as %q", keys[i], v)
+				}
+			}
+			return err
+		})
+		return time.Since(began), err
+	}
+	const readBound = 3 * time.Second
+	for _, s := range v2.Stashes {
+		if s.Pool != "data" || s.Address == "" {
+			continue
+		}
+		c.net.Drop([]string{s.Address}, c.others(s.Address))
+		var longest time.Duration
+		for end := time.Now().Add(3 * time.Second); time.Now().Before(end); {
+			took, err := read()
+			if err != nil {
+				t.Fatalf("with %s silent: %v", s.Address, err)
+			}
+			longest = max(longest, took)
+		}
+		c.net.Heal()
+		t.Logf("stash %d on %s silent: longest read %v", s.Tag, s.Address, longest.Round(time.Millisecond))
+		if longest > readBound {
+			t.Errorf("a read took %v while stash node %s was silent: want < %v", longest.Round(time.Millisecond), s.Address, readBound)
+		}
+	}
 }
