@@ -155,7 +155,9 @@ func (db *DB) newProxy(addr string, generation uint64) (*proxy, error) {
 	api := n.api
 	ctx, cancel := context.WithCancel(db.life)
 	p := &proxy{addr: addr, api: api, node: n, commits: newCommitStreamer(api), generation: generation, ctx: ctx, cancel: cancel}
-	p.grv = &grvBatcher{api: api, ctx: ctx, stalled: func() { db.suspect(p) }}
+	// The proxy in use when it stalls: p, or a copy of it for a newer
+	// generation of the same node (applyView).
+	p.grv = &grvBatcher{api: api, ctx: ctx, stalled: func() { db.suspect(db.proxy.Load()) }}
 	return p, nil
 }
 
@@ -352,8 +354,8 @@ func readRetryable(ctx context.Context, err error) bool {
 }
 
 // refreshView asks the coordinators for the current view, unless a refresh
-// is in flight already or (stale not nil) the proxy was replaced since
-// stale failed, and returns a channel closed when the refresh ends.
+// is in flight already or (stale not nil) the roles moved to another node
+// since stale failed, and returns a channel closed when the refresh ends.
 // Refreshes run at least minViewGap apart; one runs until the view names
 // a stateless node, or the DB closes. An embedded cluster has no view.
 func (db *DB) refreshView(stale *proxy) <-chan struct{} {
@@ -365,8 +367,8 @@ func (db *DB) refreshView(stale *proxy) <-chan struct{} {
 	if db.viewRunning != nil {
 		return db.viewRunning
 	}
-	if stale != nil && db.proxy.Load() != stale {
-		return closedChan
+	if cur := db.proxy.Load(); stale != nil && cur != nil && cur.addr != stale.addr {
+		return closedChan // another node holds the roles already
 	}
 	done := make(chan struct{})
 	db.viewRunning = done
@@ -538,7 +540,16 @@ func (db *DB) applyView(v *wire.ViewResponse) error {
 	if cur != nil && v.Generation < cur.generation {
 		return nil
 	}
-	if cur == nil || cur.addr != v.StatelessAddress || cur.generation != v.Generation {
+	switch {
+	case cur != nil && cur.addr == v.StatelessAddress && cur.generation != v.Generation:
+		// The same node in a newer generation (a new controller, or the
+		// node claimed the roles again): its streams and requests stay.
+		// What its old roles held in flight, they answered as they
+		// stopped.
+		p := *cur
+		p.generation = v.Generation
+		db.proxy.Store(&p)
+	case cur == nil || cur.addr != v.StatelessAddress:
 		p, err := db.newProxy(v.StatelessAddress, v.Generation)
 		if err != nil {
 			return err
