@@ -310,7 +310,14 @@ func (s *Server) startNode(ctx context.Context) error {
 		return err
 	}
 
-	n.cc, err = coordrpc.NewClient(strings.Join(o.Coordinators, ","), coordrpc.ClientOptions{TLS: o.ClientTLS, Dialer: o.Dialer})
+	// An attempt that waits on a coordinator that stopped answering
+	// (paused, with its connection open) is abandoned after 1.5 s for the
+	// next one: a new log leader's claim must not wait out the 3 s
+	// default on the paused node, often the one that answered last. A
+	// coordinator waiting for an election answers within 2 s; abandoning
+	// it costs a retry, not a wrong answer.
+	n.cc, err = coordrpc.NewClient(strings.Join(o.Coordinators, ","), coordrpc.ClientOptions{TLS: o.ClientTLS, Dialer: o.Dialer,
+		AttemptTimeout: 1500 * time.Millisecond})
 	if err != nil {
 		return err
 	}

@@ -173,7 +173,8 @@ func (g *grayLoad) fatalErrors() []string {
 // stops answering while its connections stay open (a VM pause, a long GC,
 // a hung disk): SIGSTOP of the transaction node holding the sequencer, the
 // proxies and the log's leader for 8 s under a load of read-modify-write
-// transactions, blind writes and a commit-then-read probe. Commits of
+// transactions, blind writes and a commit-then-read probe, then of the
+// cluster controller's node (wherever it is then) for 5 s. Commits of
 // every kind resume within grayBound of the pause's start (the log's raft
 // elects a new leader, which claims a new generation; clients, stashes
 // and the coordinators move over); no transaction fails with a
@@ -224,34 +225,49 @@ func TestProcessClusterSurvivesAFrozenNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	frozen := c.byAddr(v.StatelessAddress)
-	t.Logf("pausing %s (%s), which holds the stateless roles of generation %d", frozen.name, v.StatelessAddress, v.Generation)
-	paused := time.Now()
-	if err := frozen.p.Cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+	// pauseNode stops n for d, lets it run again, and checks that every
+	// kind of transaction went on within grayBound meanwhile and after.
+	pauseNode := func(n *procNode, d time.Duration, what string) {
+		t.Helper()
+		t.Logf("pausing %s (%s) for %v", n.name, what, d)
+		paused := time.Now()
+		if err := n.p.Cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(d)
+		if err := n.p.Cmd.Process.Signal(syscall.SIGCONT); err != nil {
+			t.Fatal(err)
+		}
+		resumed := time.Now()
+		time.Sleep(4 * time.Second)
+		end := time.Now()
+		for _, kind := range []string{"rmw", "blind", "probe"} {
+			during, after := g.longestGap(kind, paused, resumed), g.longestGap(kind, resumed, end)
+			t.Logf("%s: longest time without a success from the pause on %v, after the node woke up %v", kind, during.Round(time.Millisecond), after.Round(time.Millisecond))
+			if during > grayBound {
+				t.Errorf("%s transactions stopped for %v after %s was paused: want < %v", kind, during.Round(time.Millisecond), n.name, grayBound)
+			}
+			if after > grayBound {
+				t.Errorf("%s transactions stopped for %v after %s woke up: want < %v", kind, after.Round(time.Millisecond), n.name, grayBound)
+			}
+		}
+		vctx, vcancel := context.WithTimeout(ctx, 10*time.Second)
+		if v, err := cc.View(vctx); err == nil {
+			t.Logf("the roles are on %s now, generation %d, controller %s", v.StatelessAddress, v.Generation, v.Controller)
+		}
+		vcancel()
+	}
+	pauseNode(c.byAddr(v.StatelessAddress), pause, fmt.Sprintf("the stateless roles and the log's leader of generation %d; the controller too: %v",
+		v.Generation, v.Controller == v.StatelessAddress))
+	// Then the cluster controller's node, wherever it is now (the
+	// stateless roles' node too, at times).
+	vctx, vcancel = context.WithTimeout(ctx, 10*time.Second)
+	v, err = cc.View(vctx)
+	vcancel()
+	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(pause)
-	if err := frozen.p.Cmd.Process.Signal(syscall.SIGCONT); err != nil {
-		t.Fatal(err)
-	}
-	resumed := time.Now()
-	time.Sleep(4 * time.Second)
-	end := time.Now()
-	for _, kind := range []string{"rmw", "blind", "probe"} {
-		during, after := g.longestGap(kind, paused, resumed), g.longestGap(kind, resumed, end)
-		t.Logf("%s: longest time without a success from the pause on %v, after the node woke up %v", kind, during.Round(time.Millisecond), after.Round(time.Millisecond))
-		if during > grayBound {
-			t.Errorf("%s transactions stopped for %v after %s was paused: want < %v", kind, during.Round(time.Millisecond), frozen.name, grayBound)
-		}
-		if after > grayBound {
-			t.Errorf("%s transactions stopped for %v after %s woke up: want < %v", kind, after.Round(time.Millisecond), frozen.name, grayBound)
-		}
-	}
-	v2ctx, v2cancel := context.WithTimeout(ctx, 10*time.Second)
-	if v2, err := cc.View(v2ctx); err == nil {
-		t.Logf("the roles are on %s now, generation %d", v2.StatelessAddress, v2.Generation)
-	}
-	v2cancel()
+	pauseNode(c.byAddr(v.Controller), 5*time.Second, fmt.Sprintf("the cluster controller; the stateless roles too: %v", v.Controller == v.StatelessAddress))
 
 	// A paused stash: its shards' other replicas serve the reads. The
 	// one paused holds the accounts (a replica of their shard).

@@ -72,6 +72,9 @@ func (c *Client) noteSlow(addr string) {
 		c.slow = map[string]time.Time{}
 	}
 	c.slow[addr] = time.Now().Add(slowFor)
+	if c.prefer == addr {
+		c.prefer = "" // likely the coordinator that stopped answering
+	}
 	c.mu.Unlock()
 }
 
