@@ -56,12 +56,13 @@ type stashRoutes struct {
 	byTag      map[uint32]stashRoute
 }
 
-// stashRoute is one stash's node; api is nil when no live node serves it.
+// stashRoute is one stash's node; api is nil when no node serves it.
 type stashRoute struct {
 	pool    string
 	addr    string
 	api     wire.DiStashClient
 	node    *nodeConn
+	alive   bool // the controller heard from the node lately
 	retired bool // replaced: it never serves again
 }
 
@@ -276,7 +277,7 @@ func (db *DB) stashNode(id uint32) (*nodeConn, error) {
 		return nil, errorf(kv.CodeWrongShardServer, "stash %d is no longer in the cluster (view generation %d)", id, r.generation)
 	}
 	if rt.node == nil {
-		return nil, errorf(kv.CodeStashUnavailable, "stash %d has no live node (view generation %d)", id, r.generation)
+		return nil, errorf(kv.CodeStashUnavailable, "no node serves stash %d (view generation %d)", id, r.generation)
 	}
 	return rt.node, nil
 }
@@ -563,13 +564,21 @@ func (db *DB) applyView(v *wire.ViewResponse) error {
 	}
 	routes := &stashRoutes{generation: v.Generation, byTag: make(map[uint32]stashRoute, len(v.Stashes))}
 	for _, s := range v.Stashes {
-		rt := stashRoute{pool: s.Pool, addr: s.Address, retired: s.Retired}
-		if s.Address != "" && s.Alive {
+		rt := stashRoute{pool: s.Pool, addr: s.Address, alive: s.Alive, retired: s.Retired}
+		if s.Address != "" {
 			n, err := db.node(s.Address)
 			if err != nil {
 				return err
 			}
 			rt.api, rt.node = n.api, n
+			if !s.Alive {
+				// Counted dead by the controller: read other replicas
+				// first, as from one that failed. Still reachable when
+				// none can serve: a controller that just took over
+				// counts every node dead until it heartbeats, and a node
+				// may be cut off from the controller, not from clients.
+				db.markDown(s.Tag)
+			}
 		}
 		routes.byTag[s.Tag] = rt
 	}
@@ -631,7 +640,7 @@ func (db *DB) coldestCluster(ctx context.Context, routes *stashRoutes, pool *Poo
 	seenAddr := map[string]bool{}
 	for _, tag := range tags {
 		rt := routes.byTag[tag]
-		if rt.api == nil || seenAddr[rt.addr] {
+		if rt.api == nil || !rt.alive || seenAddr[rt.addr] {
 			continue
 		}
 		seenAddr[rt.addr] = true

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -34,6 +35,7 @@ type grayLoad struct {
 	acked   map[string]string      // blind writes acknowledged
 	fatal   []string               // non-retryable errors, with when
 	readLat []time.Duration        // the probe's read-back latencies, after its commit
+	notes   []string               // the last retryable errors of the probe
 }
 
 func newGrayLoad(db *distash.DB, b *bank.Bank) *grayLoad {
@@ -109,13 +111,27 @@ func (g *grayLoad) run(ctx context.Context) (wait func()) {
 		for i := 0; ctx.Err() == nil; i++ {
 			k := []byte(fmt.Sprintf("d/probe:%06d", i))
 			tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-			err := g.db.Transact(tctx, func(tr *distash.Tx) error { tr.Set(k, k); return nil })
+			var err error
+			for tctx.Err() == nil { // the write, each attempt's error seen
+				var tr *distash.Tx
+				if tr, err = g.db.CreateTransaction(tctx); err == nil {
+					tr.Set(k, k)
+					err = tr.Commit()
+				}
+				if err == nil || !retryable(err) {
+					break
+				}
+				g.note("probe write", err)
+				time.Sleep(5 * time.Millisecond)
+			}
 			var got []byte
 			began := time.Now()
 			if err == nil {
 				err = g.db.ReadTransact(tctx, func(tr *distash.Tx) error {
 					var err error
-					got, err = tr.Get(k)
+					if got, err = tr.Get(k); err != nil {
+						g.note("probe read", err)
+					}
 					return err
 				})
 			}
@@ -137,6 +153,21 @@ func (g *grayLoad) run(ctx context.Context) (wait func()) {
 		}
 	})
 	return wg.Wait
+}
+
+// note keeps a retryable error for the report of a stall.
+func (g *grayLoad) note(what string, err error) {
+	g.mu.Lock()
+	g.notes = append(g.notes, fmt.Sprintf("%s %s: %v", time.Now().Format("15:04:05.000"), what, err))
+	if len(g.notes) > 200 {
+		g.notes = g.notes[len(g.notes)-200:]
+	}
+	g.mu.Unlock()
+}
+
+func retryable(err error) bool {
+	var de *distash.Error
+	return errors.As(err, &de) && de.Retryable()
 }
 
 // longestGap is the longest time in [from, to] without a success of kind
@@ -244,6 +275,11 @@ func TestProcessClusterSurvivesAFrozenNode(t *testing.T) {
 		for _, kind := range []string{"rmw", "blind", "probe"} {
 			during, after := g.longestGap(kind, paused, resumed), g.longestGap(kind, resumed, end)
 			t.Logf("%s: longest time without a success from the pause on %v, after the node woke up %v", kind, during.Round(time.Millisecond), after.Round(time.Millisecond))
+			if during > 2*time.Second || after > 2*time.Second {
+				g.mu.Lock()
+				t.Logf("the probe's last retryable errors:\n%s", strings.Join(g.notes, "\n"))
+				g.mu.Unlock()
+			}
 			if during > grayBound {
 				t.Errorf("%s transactions stopped for %v after %s was paused: want < %v", kind, during.Round(time.Millisecond), n.name, grayBound)
 			}
