@@ -182,6 +182,7 @@ func watchStall(f func()) (stop func()) {
 	var mu sync.Mutex
 	stopped := false
 	var t *time.Timer
+	mu.Lock() // t is set before the first call reads it
 	t = time.AfterFunc(stallAfter, func() {
 		f()
 		mu.Lock()
@@ -190,6 +191,7 @@ func watchStall(f func()) (stop func()) {
 		}
 		mu.Unlock()
 	})
+	mu.Unlock()
 	return func() {
 		mu.Lock()
 		stopped = true
@@ -309,8 +311,8 @@ func (db *DB) proxyFailed(p *proxy, err error) {
 
 // readStash runs read, a request to stash id's node, within readTimeout
 // and tracks its load. A read the stash did not answer in time (while ctx
-// goes on) fails as connection_failed: readFailed marks the replica down
-// and the caller reads another.
+// goes on) fails as connection_failed, with the replica marked down: the
+// caller reads another.
 func (db *DB) readStash(ctx context.Context, id uint32, read func(ctx context.Context) error) error {
 	rctx, cancel := context.WithTimeout(ctx, readTimeout)
 	defer cancel()
@@ -318,6 +320,10 @@ func (db *DB) readStash(ctx context.Context, id uint32, read func(ctx context.Co
 	err := read(rctx)
 	done()
 	if err != nil && rctx.Err() != nil && ctx.Err() == nil {
+		// As a failed replica: avoided for a while, and the view asked
+		// again (the controller may count its node dead by now).
+		db.markDown(id)
+		db.refreshView(nil)
 		return errorf(kv.CodeConnectionFailed, "stash %d did not answer within %v: %v", id, readTimeout, err)
 	}
 	return err
@@ -334,7 +340,7 @@ func (db *DB) readFailed(ctx context.Context, id uint32, err error) error {
 	case errors.Is(err, ErrStashUnavailable):
 		db.markDown(id)
 		db.refreshView(nil)
-	case transport, errors.Is(err, ErrWrongNode), errors.Is(err, ErrConnectionFailed):
+	case transport, errors.Is(err, ErrWrongNode):
 		db.markDown(id)
 		db.refreshView(nil)
 	case errors.Is(err, ErrWrongShardServer):

@@ -2,6 +2,8 @@ package distash
 
 import (
 	"context"
+	"errors"
+	"io"
 	"sync"
 
 	"google.golang.org/grpc/codes"
@@ -82,6 +84,12 @@ func (c *idStreamer[S, R]) call(ctx context.Context, build func(id uint64) S) (R
 		unwatch()
 	}
 	s.sendMu.Unlock()
+	if errors.Is(err, io.EOF) {
+		// The stream ended on the node's side (gRPC tells why on the
+		// receiving side): receive fails the requests in flight, this one
+		// included, with the stream's status.
+		err = nil
+	}
 	if err != nil {
 		c.mu.Lock()
 		c.breakLocked(s) // fails this request too: its outcome is unknown

@@ -55,8 +55,9 @@ func TestClusterLeavesSilentNodes(t *testing.T) {
 		t.Fatalf("the new stateless node got %d commits, the live coordinator %d view requests", s2.commits.Load(), k2.views.Load())
 	}
 
-	// Readers in parallel, so that requests in flight on b send some to a
-	// (the least expected wait).
+	// A new client, which knows no replica's latency yet, and readers in
+	// parallel: some reads go to a (the least expected wait).
+	db = openFake(t, ctx, k2.addr)
 	a.silent.Store(true)
 	aReads := a.reads.Load()
 	var mu sync.Mutex
