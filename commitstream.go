@@ -50,8 +50,16 @@ func (c *idStreamer[S, R]) call(ctx context.Context, build func(id uint64) S) (R
 	ch := make(chan R, 1)
 	c.mu.Lock()
 	if c.cur == nil {
+		// The stream outlives this call, but opening it waits for the
+		// connection, which a node that accepts connections and answers
+		// nothing (paused) would hold for gRPC's connect timeout (20 s):
+		// the opening ends with the caller's ctx.
 		sctx, cancel := context.WithCancel(context.Background())
+		stop := context.AfterFunc(ctx, cancel)
 		st, err := c.open(sctx)
+		if !stop() && err == nil {
+			err = ctx.Err() // ctx ended while it opened: sctx is cancelled
+		}
 		if err != nil {
 			cancel()
 			c.mu.Unlock()

@@ -2,7 +2,9 @@ package distash_test
 
 import (
 	"fmt"
+	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -60,12 +62,63 @@ func TestClusterLeavesSilentNodes(t *testing.T) {
 	db = openFake(t, ctx, k2.addr)
 	a.silent.Store(true)
 	aReads := a.reads.Load()
+	longest := readsAvoid(t, db, func() bool { return a.reads.Load() != aReads })
+	t.Logf("with a silent stash replica, the longest read took %v", longest.Round(time.Millisecond))
+	if longest > 2500*time.Millisecond {
+		t.Errorf("a read took %v with a silent replica: want < 2.5 s", longest.Round(time.Millisecond))
+	}
+	if b.reads.Load() == 0 {
+		t.Fatal("b served no read")
+	}
+
+	// A stash node that accepts connections and never speaks (a paused
+	// process: its kernel still accepts), which a new client has no
+	// connection to yet: opening the read stream must not wait for
+	// gRPC's connect timeout.
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lis.Close()
+	var accepted atomic.Int64
+	go func() {
+		var held []net.Conn
+		defer func() {
+			for _, c := range held {
+				c.Close()
+			}
+		}()
+		for {
+			c, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			held = append(held, c)
+			accepted.Add(1)
+		}
+	}()
+	fc.nodes["z"] = &fakeNode{fc: fc, name: "z", addr: lis.Addr().String()}
+	fc.setView(3, "s2", map[uint32]string{1: "z", 2: "b"})
+	db = openFake(t, ctx, k2.addr)
+	longest = readsAvoid(t, db, func() bool { return accepted.Load() > 0 })
+	t.Logf("with a replica on a node that never speaks, the longest read took %v", longest.Round(time.Millisecond))
+	if longest > 2500*time.Millisecond {
+		t.Errorf("a read took %v with a replica on a node that never speaks: want < 2.5 s", longest.Round(time.Millisecond))
+	}
+}
+
+// readsAvoid reads on 4 goroutines, each at least 10 times and until
+// tried says the silent replica was asked, and returns the longest read.
+// Every read must be served by b.
+func readsAvoid(t *testing.T, db *distash.DB, tried func() bool) time.Duration {
+	t.Helper()
+	ctx := ctxT(t, 30*time.Second)
 	var mu sync.Mutex
 	var longest time.Duration
 	var wg sync.WaitGroup
 	for w := range 4 {
 		wg.Go(func() {
-			for i := 0; i < 10 || a.reads.Load() == aReads; i++ {
+			for i := 0; i < 10 || !tried(); i++ {
 				if i == 200 || ctx.Err() != nil {
 					t.Error("200 reads, none sent to the silent replica")
 					return
@@ -88,11 +141,5 @@ func TestClusterLeavesSilentNodes(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	t.Logf("with a silent stash replica, the longest read took %v", longest.Round(time.Millisecond))
-	if longest > 2500*time.Millisecond {
-		t.Errorf("a read took %v with a silent replica: want < 2.5 s", longest.Round(time.Millisecond))
-	}
-	if b.reads.Load() == 0 {
-		t.Fatal("b served no read")
-	}
+	return longest
 }
