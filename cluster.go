@@ -35,6 +35,19 @@ type proxy struct {
 	grv        *grvBatcher
 	commits    *commitStreamer
 	generation uint64
+	// ctx ends when the proxy is replaced (or the DB closes): read-version
+	// requests still waiting on it end then, as commits in flight on its
+	// stream do, so none waits on a node the view no longer names.
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+// retire ends what is in flight on p, which a view replaced: commits on
+// its stream end with an unknown result, read-version requests with a
+// retryable error.
+func (p *proxy) retire() {
+	p.cancel()
+	p.commits.close()
 }
 
 // stashRoutes is which node serves each stash tag, from one view.
@@ -43,12 +56,13 @@ type stashRoutes struct {
 	byTag      map[uint32]stashRoute
 }
 
-// stashRoute is one stash's node; api is nil when no live node serves it.
+// stashRoute is one stash's node; api is nil when no node serves it.
 type stashRoute struct {
 	pool    string
 	addr    string
 	api     wire.DiStashClient
 	node    *nodeConn
+	alive   bool // the controller heard from the node lately
 	retired bool // replaced: it never serves again
 }
 
@@ -66,6 +80,42 @@ const (
 	// maxViewBackoff bounds the wait between View rounds while the cluster
 	// forms or recovers.
 	maxViewBackoff = time.Second
+	// viewHedgeDelay is how long a View attempt goes unanswered before the
+	// next coordinator is asked too: a coordinator that stopped answering
+	// (paused, or forwarding to a controller that did) costs this much,
+	// not viewAttemptTimeout.
+	viewHedgeDelay = 250 * time.Millisecond
+	// viewHedgedAttemptTimeout bounds one such attempt: a coordinator that
+	// forwarded the call to a controller that stopped answering is asked
+	// again in the next round, by when it may know the new controller.
+	viewHedgedAttemptTimeout = time.Second
+
+	// stallAfter is how long a read version or a commit may go unanswered
+	// before the client suspects the node holding the roles stopped
+	// answering with its connection open (paused, hung): it then asks the
+	// coordinators for the view every stallRefresh while the request
+	// waits, and when the view names another node (the log elected a new
+	// leader, which claimed a new generation) the request ends, retryable,
+	// and the transaction runs again there. Normally both take
+	// milliseconds; a request slower than this only costs View calls.
+	stallAfter   = time.Second
+	stallRefresh = 250 * time.Millisecond
+	// commitTimeout bounds one commit request, in case the view never
+	// changes (no other node can take the roles): it then ends with
+	// commit_unknown_result, and Transact runs the transaction again.
+	commitTimeout = 10 * time.Second
+	// metaTimeout bounds a metadata request to the proxy (the shard map,
+	// the pools).
+	metaTimeout = 5 * time.Second
+	// readTimeout bounds one read of a stash. A stash answers a read at a
+	// version it has not applied yet with future_version after waiting
+	// for it for at most 1 s (stash.Options.FutureWait), and otherwise
+	// reads its memory or its engine: 1.5 s is that wait plus room for the
+	// engine, the network and a loaded machine. A read that takes longer
+	// means a stash that stopped answering (paused, hung disk) with its
+	// connection open: the replica is marked down like a failed one and
+	// another replica serves the read.
+	readTimeout = 1500 * time.Millisecond
 )
 
 var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
@@ -104,7 +154,50 @@ func (db *DB) newProxy(addr string, generation uint64) (*proxy, error) {
 		return nil, err
 	}
 	api := n.api
-	return &proxy{addr: addr, api: api, node: n, grv: &grvBatcher{api: api}, commits: newCommitStreamer(api), generation: generation}, nil
+	ctx, cancel := context.WithCancel(db.life)
+	p := &proxy{addr: addr, api: api, node: n, commits: newCommitStreamer(api), generation: generation, ctx: ctx, cancel: cancel}
+	// The proxy in use when it stalls: p, or a copy of it for a newer
+	// generation of the same node (applyView).
+	p.grv = &grvBatcher{api: api, ctx: ctx, stalled: func() { db.suspect(db.proxy.Load()) }}
+	return p, nil
+}
+
+// suspect is called while a request to proxy p waits longer than
+// stallAfter: it refreshes the view, at most every stallRefresh, so that
+// a node that stopped answering is left as soon as the coordinators name
+// another (applyView then retires p).
+func (db *DB) suspect(p *proxy) {
+	now := time.Now().UnixNano()
+	last := db.lastSuspect.Load()
+	if now-last < int64(stallRefresh) || !db.lastSuspect.CompareAndSwap(last, now) {
+		return
+	}
+	db.refreshView(p)
+}
+
+// watchStall calls f after stallAfter and then every stallRefresh until
+// the returned stop is called: a request waiting on a node that may have
+// stopped answering.
+func watchStall(f func()) (stop func()) {
+	var mu sync.Mutex
+	stopped := false
+	var t *time.Timer
+	mu.Lock() // t is set before the first call reads it
+	t = time.AfterFunc(stallAfter, func() {
+		f()
+		mu.Lock()
+		if !stopped {
+			t.Reset(stallRefresh)
+		}
+		mu.Unlock()
+	})
+	mu.Unlock()
+	return func() {
+		mu.Lock()
+		stopped = true
+		t.Stop()
+		mu.Unlock()
+	}
 }
 
 // nodeConn is a DB's connection to one node: its client and the stream
@@ -186,7 +279,7 @@ func (db *DB) stashNode(id uint32) (*nodeConn, error) {
 		return nil, errorf(kv.CodeWrongShardServer, "stash %d is no longer in the cluster (view generation %d)", id, r.generation)
 	}
 	if rt.node == nil {
-		return nil, errorf(kv.CodeStashUnavailable, "stash %d has no live node (view generation %d)", id, r.generation)
+		return nil, errorf(kv.CodeStashUnavailable, "no node serves stash %d (view generation %d)", id, r.generation)
 	}
 	return rt.node, nil
 }
@@ -207,12 +300,33 @@ func isTransportFailure(ctx context.Context, err error) bool {
 	return false
 }
 
-// proxyFailed looks at an error of a request to proxy p: a transport failure
-// or wrong_node means the roles may have moved, so the view is refreshed.
+// proxyFailed looks at an error of a request to proxy p: a transport
+// failure (a deadline included), wrong_node or an unknown commit result
+// means the roles may have moved, so the view is refreshed.
 func (db *DB) proxyFailed(p *proxy, err error) {
-	if errors.Is(err, ErrConnectionFailed) || errors.Is(err, ErrWrongNode) {
+	if errors.Is(err, ErrConnectionFailed) || errors.Is(err, ErrWrongNode) || errors.Is(err, ErrCommitUnknownResult) {
 		db.refreshView(p)
 	}
+}
+
+// readStash runs read, a request to stash id's node, within readTimeout
+// and tracks its load. A read the stash did not answer in time (while ctx
+// goes on) fails as connection_failed, with the replica marked down: the
+// caller reads another.
+func (db *DB) readStash(ctx context.Context, id uint32, read func(ctx context.Context) error) error {
+	rctx, cancel := context.WithTimeout(ctx, readTimeout)
+	defer cancel()
+	done := db.track(id)
+	err := read(rctx)
+	done()
+	if err != nil && rctx.Err() != nil && ctx.Err() == nil {
+		// As a failed replica: avoided for a while, and the view asked
+		// again (the controller may count its node dead by now).
+		db.markDown(id)
+		db.refreshView(nil)
+		return errorf(kv.CodeConnectionFailed, "stash %d did not answer within %v: %v", id, readTimeout, err)
+	}
+	return err
 }
 
 // readFailed handles a failed read from stash id: a stash that is
@@ -247,8 +361,8 @@ func readRetryable(ctx context.Context, err error) bool {
 }
 
 // refreshView asks the coordinators for the current view, unless a refresh
-// is in flight already or (stale not nil) the proxy was replaced since
-// stale failed, and returns a channel closed when the refresh ends.
+// is in flight already or (stale not nil) the roles moved to another node
+// since stale failed, and returns a channel closed when the refresh ends.
 // Refreshes run at least minViewGap apart; one runs until the view names
 // a stateless node, or the DB closes. An embedded cluster has no view.
 func (db *DB) refreshView(stale *proxy) <-chan struct{} {
@@ -260,8 +374,8 @@ func (db *DB) refreshView(stale *proxy) <-chan struct{} {
 	if db.viewRunning != nil {
 		return db.viewRunning
 	}
-	if stale != nil && db.proxy.Load() != stale {
-		return closedChan
+	if cur := db.proxy.Load(); stale != nil && cur != nil && cur.addr != stale.addr {
+		return closedChan // another node holds the roles already
 	}
 	done := make(chan struct{})
 	db.viewRunning = done
@@ -317,8 +431,12 @@ func (db *DB) awaitStateless(ctx context.Context) error {
 	}
 }
 
-// fetchView asks the coordinators in turn, the one that answered last first,
-// for the view, skipping dead ones and following leader hints. One round.
+// fetchView asks the coordinators for the view, the one that answered
+// last first, following leader hints; one round. A coordinator that has
+// not answered within viewHedgeDelay is not waited for alone: the next one
+// is asked too, and the first good answer wins, so a coordinator that
+// stopped answering with its connection open delays a refresh by that
+// much, not by viewHedgedAttemptTimeout.
 func (db *DB) fetchView(ctx context.Context) (*wire.ViewResponse, error) {
 	db.viewMu.Lock()
 	prefer := db.viewPrefer
@@ -332,43 +450,89 @@ func (db *DB) fetchView(ctx context.Context) (*wire.ViewResponse, error) {
 			queue = append(queue, a)
 		}
 	}
+	type answer struct {
+		addr string
+		v    *wire.ViewResponse
+		err  error
+	}
+	actx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	answers := make(chan answer)
 	tried := map[string]bool{}
+	pending := 0
 	var last error
-	for len(queue) > 0 {
-		addr := queue[0]
-		queue = queue[1:]
-		if tried[addr] {
-			continue
-		}
-		tried[addr] = true
-		c, err := db.conn(addr)
-		if err != nil {
-			return nil, err
-		}
-		actx, cancel := context.WithTimeout(ctx, viewAttemptTimeout)
-		v, err := wire.NewCoordinatorClient(c).View(actx, &wire.ViewRequest{})
-		cancel()
-		if err != nil {
-			last = transportErr(fmt.Errorf("coordinator %s: %w", addr, err))
-			if ctx.Err() != nil {
-				return nil, last
+	// ask starts a View call to the next coordinator not asked yet.
+	ask := func() (bool, error) {
+		for len(queue) > 0 {
+			addr := queue[0]
+			queue = queue[1:]
+			if tried[addr] {
+				continue
 			}
-			continue
-		}
-		if e := fromWire(v.Error); e != nil {
-			last = e
-			if !retryable(e) {
-				return nil, e
+			tried[addr] = true
+			c, err := db.conn(addr)
+			if err != nil {
+				return false, err
 			}
-			if l := v.Leader; l != "" && !tried[l] {
-				queue = append([]string{l}, queue...)
-			}
-			continue
+			pending++
+			go func() {
+				cctx, cancel := context.WithTimeout(actx, viewHedgedAttemptTimeout)
+				v, err := wire.NewCoordinatorClient(c).View(cctx, &wire.ViewRequest{})
+				cancel()
+				select {
+				case answers <- answer{addr, v, err}:
+				case <-actx.Done():
+				}
+			}()
+			return true, nil
 		}
-		db.viewMu.Lock()
-		db.viewPrefer = addr
-		db.viewMu.Unlock()
-		return v, nil
+		return false, nil
+	}
+	if _, err := ask(); err != nil {
+		return nil, err
+	}
+	hedge := time.NewTimer(viewHedgeDelay)
+	defer hedge.Stop()
+	for pending > 0 {
+		select {
+		case <-ctx.Done():
+			// The attempts end with ctx, without a word.
+			if last == nil {
+				last = ctx.Err()
+			}
+			return nil, transportErr(last)
+		case <-hedge.C:
+			if _, err := ask(); err != nil {
+				return nil, err
+			}
+			hedge.Reset(viewHedgeDelay)
+			continue
+		case a := <-answers:
+			pending--
+			if a.err != nil {
+				last = transportErr(fmt.Errorf("coordinator %s: %w", a.addr, a.err))
+				if ctx.Err() != nil {
+					return nil, last
+				}
+			} else if e := fromWire(a.v.Error); e != nil {
+				last = e
+				if !retryable(e) {
+					return nil, e
+				}
+				if l := a.v.Leader; l != "" && !tried[l] {
+					queue = append([]string{l}, queue...)
+				}
+			} else {
+				db.viewMu.Lock()
+				db.viewPrefer = a.addr
+				db.viewMu.Unlock()
+				return a.v, nil
+			}
+			// A failed answer: the next coordinator at once.
+			if _, err := ask(); err != nil {
+				return nil, err
+			}
+		}
 	}
 	if last == nil {
 		last = errorf(kv.CodeConnectionFailed, "no coordinator answered")
@@ -383,26 +547,44 @@ func (db *DB) applyView(v *wire.ViewResponse) error {
 	if cur != nil && v.Generation < cur.generation {
 		return nil
 	}
-	if cur == nil || cur.addr != v.StatelessAddress || cur.generation != v.Generation {
+	switch {
+	case cur != nil && cur.addr == v.StatelessAddress && cur.generation != v.Generation:
+		// The same node in a newer generation (a new controller, or the
+		// node claimed the roles again): its streams and requests stay.
+		// What its old roles held in flight, they answered as they
+		// stopped.
+		p := *cur
+		p.generation = v.Generation
+		db.proxy.Store(&p)
+	case cur == nil || cur.addr != v.StatelessAddress:
 		p, err := db.newProxy(v.StatelessAddress, v.Generation)
 		if err != nil {
 			return err
 		}
 		db.proxy.Store(p)
 		if cur != nil {
-			// Commits in flight to the old proxy end with an unknown result.
-			cur.commits.close()
+			// Commits in flight to the old proxy end with an unknown
+			// result, read-version requests with a retryable error.
+			cur.retire()
 		}
 	}
 	routes := &stashRoutes{generation: v.Generation, byTag: make(map[uint32]stashRoute, len(v.Stashes))}
 	for _, s := range v.Stashes {
-		rt := stashRoute{pool: s.Pool, addr: s.Address, retired: s.Retired}
-		if s.Address != "" && s.Alive {
+		rt := stashRoute{pool: s.Pool, addr: s.Address, alive: s.Alive, retired: s.Retired}
+		if s.Address != "" {
 			n, err := db.node(s.Address)
 			if err != nil {
 				return err
 			}
 			rt.api, rt.node = n.api, n
+			if !s.Alive {
+				// Counted dead by the controller: read other replicas
+				// first, as from one that failed. Still reachable when
+				// none can serve: a controller that just took over
+				// counts every node dead until it heartbeats, and a node
+				// may be cut off from the controller, not from clients.
+				db.markDown(s.Tag)
+			}
 		}
 		routes.byTag[s.Tag] = rt
 	}
@@ -464,7 +646,7 @@ func (db *DB) coldestCluster(ctx context.Context, routes *stashRoutes, pool *Poo
 	seenAddr := map[string]bool{}
 	for _, tag := range tags {
 		rt := routes.byTag[tag]
-		if rt.api == nil || seenAddr[rt.addr] {
+		if rt.api == nil || !rt.alive || seenAddr[rt.addr] {
 			continue
 		}
 		seenAddr[rt.addr] = true
@@ -478,7 +660,9 @@ func (db *DB) coldestCluster(ctx context.Context, routes *stashRoutes, pool *Poo
 	var wg sync.WaitGroup
 	for i, api := range apis {
 		wg.Go(func() {
-			resp, err := api.Coldest(ctx, &wire.ColdestRequest{Pool: pool.name, Limit: int32(n)})
+			cctx, cancel := context.WithTimeout(ctx, metaTimeout)
+			resp, err := api.Coldest(cctx, &wire.ColdestRequest{Pool: pool.name, Limit: int32(n)})
+			cancel()
 			if err != nil {
 				if isTransportFailure(ctx, err) {
 					db.refreshView(nil)

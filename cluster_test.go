@@ -39,6 +39,7 @@ type fakeNode struct {
 	srv  *grpc.Server
 
 	wrongNode   atomic.Bool // answer every request with wrong_node
+	silent      atomic.Bool // answer nothing, as a paused process (its connections stay open)
 	breakStream atomic.Bool // break the commit stream on the next commit
 	coldest     atomic.Pointer[[][]byte]
 
@@ -52,6 +53,9 @@ type fakeCoordinator struct {
 
 func (c *fakeCoordinator) View(ctx context.Context, req *wire.ViewRequest) (*wire.ViewResponse, error) {
 	c.n.views.Add(1)
+	if c.n.silence(ctx) {
+		return nil, ctx.Err()
+	}
 	v := c.n.fc.view.Load()
 	if v == nil {
 		return &wire.ViewResponse{Error: &wire.Error{Code: int32(kv.CodeConnectionFailed), Detail: "no controller"}}, nil
@@ -109,8 +113,20 @@ func wrongNodeErr(n *fakeNode) *wire.Error {
 	return &wire.Error{Code: int32(kv.CodeWrongNode), Detail: n.name + " holds no such role"}
 }
 
+// silence waits until ctx ends if the node is silent, and says so.
+func (n *fakeNode) silence(ctx context.Context) bool {
+	if !n.silent.Load() {
+		return false
+	}
+	<-ctx.Done()
+	return true
+}
+
 func (n *fakeNode) GetReadVersion(ctx context.Context, req *wire.GetReadVersionRequest) (*wire.GetReadVersionResponse, error) {
 	n.grvs.Add(1)
+	if n.silence(ctx) {
+		return nil, ctx.Err()
+	}
 	if n.wrongNode.Load() {
 		return &wire.GetReadVersionResponse{Error: wrongNodeErr(n)}, nil
 	}
@@ -124,6 +140,9 @@ func (n *fakeNode) CommitStream(st wire.DiStash_CommitStreamServer) error {
 			return err
 		}
 		n.commits.Add(1)
+		if n.silent.Load() {
+			continue // no answer
+		}
 		if n.breakStream.Swap(false) {
 			return status.Error(codes.Unavailable, "injected: stream broke")
 		}
@@ -141,6 +160,9 @@ func (n *fakeNode) CommitStream(st wire.DiStash_CommitStreamServer) error {
 
 func (n *fakeNode) Read(ctx context.Context, req *wire.ReadRequest) (*wire.ReadResponse, error) {
 	n.reads.Add(1)
+	if n.silence(ctx) {
+		return nil, ctx.Err()
+	}
 	if n.wrongNode.Load() {
 		return &wire.ReadResponse{Error: wrongNodeErr(n)}, nil
 	}
@@ -153,6 +175,9 @@ func (n *fakeNode) Read(ctx context.Context, req *wire.ReadRequest) (*wire.ReadR
 
 func (n *fakeNode) ReadRange(ctx context.Context, req *wire.ReadRangeRequest) (*wire.ReadRangeResponse, error) {
 	n.ranges.Add(1)
+	if n.silence(ctx) {
+		return nil, ctx.Err()
+	}
 	if n.wrongNode.Load() {
 		return &wire.ReadRangeResponse{Error: wrongNodeErr(n)}, nil
 	}

@@ -2,6 +2,8 @@ package distash
 
 import (
 	"context"
+	"errors"
+	"io"
 	"sync"
 
 	"google.golang.org/grpc/codes"
@@ -48,8 +50,16 @@ func (c *idStreamer[S, R]) call(ctx context.Context, build func(id uint64) S) (R
 	ch := make(chan R, 1)
 	c.mu.Lock()
 	if c.cur == nil {
+		// The stream outlives this call, but opening it waits for the
+		// connection, which a node that accepts connections and answers
+		// nothing (paused) would hold for gRPC's connect timeout (20 s):
+		// the opening ends with the caller's ctx.
 		sctx, cancel := context.WithCancel(context.Background())
+		stop := context.AfterFunc(ctx, cancel)
 		st, err := c.open(sctx)
+		if !stop() && err == nil {
+			err = ctx.Err() // ctx ended while it opened: sctx is cancelled
+		}
 		if err != nil {
 			cancel()
 			c.mu.Unlock()
@@ -65,8 +75,29 @@ func (c *idStreamer[S, R]) call(ctx context.Context, build func(id uint64) S) (R
 	c.mu.Unlock()
 	// Send outside mu, so replies keep flowing to receive meanwhile.
 	s.sendMu.Lock()
+	var unwatch func() bool
+	if ctx.Done() != nil {
+		// Send blocks while the node reads nothing (it stopped
+		// answering with the connection open, and flow control is
+		// spent). If the caller gives up meanwhile, the stream breaks:
+		// that ends this send and those queued behind it.
+		unwatch = context.AfterFunc(ctx, func() {
+			c.mu.Lock()
+			c.breakLocked(s)
+			c.mu.Unlock()
+		})
+	}
 	err := s.st.Send(build(id))
+	if unwatch != nil {
+		unwatch()
+	}
 	s.sendMu.Unlock()
+	if errors.Is(err, io.EOF) {
+		// The stream ended on the node's side (gRPC tells why on the
+		// receiving side): receive fails the requests in flight, this one
+		// included, with the stream's status.
+		err = nil
+	}
 	if err != nil {
 		c.mu.Lock()
 		c.breakLocked(s) // fails this request too: its outcome is unknown

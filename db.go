@@ -82,6 +82,7 @@ type DB struct {
 	viewRunning chan struct{} // closed when the refresh in flight ends. Protected by viewMu.
 	viewLast    time.Time     // when the last refresh ended. Protected by viewMu.
 	viewPrefer  string        // the coordinator that answered last. Protected by viewMu.
+	lastSuspect atomic.Int64  // unix ns of the last view refresh for a stalled request (suspect)
 
 	pools []*Pool
 
@@ -200,7 +201,9 @@ func (db *DB) open(ctx context.Context, addrs []string) error {
 // loadMetadata reads the pools and the shard map from the proxy.
 func (db *DB) loadMetadata(ctx context.Context) error {
 	p := db.proxy.Load()
-	info, err := p.api.ClusterInfo(ctx, &wire.ClusterInfoRequest{}, grpc.WaitForReady(db.coordinators == nil))
+	ictx, cancel := context.WithTimeout(ctx, metaTimeout)
+	defer cancel()
+	info, err := p.api.ClusterInfo(ictx, &wire.ClusterInfoRequest{}, grpc.WaitForReady(db.coordinators == nil))
 	if err != nil {
 		err = transportErr(err)
 		db.proxyFailed(p, err)
@@ -218,7 +221,7 @@ func (db *DB) loadMetadata(ctx context.Context) error {
 func (db *DB) Close() error {
 	db.stop()
 	if p := db.proxy.Load(); p != nil {
-		p.commits.close()
+		p.retire()
 	}
 	db.connMu.Lock()
 	defer db.connMu.Unlock()
@@ -237,7 +240,9 @@ func (db *DB) Close() error {
 
 func (db *DB) refreshShards(ctx context.Context) error {
 	p := db.proxy.Load()
-	resp, err := p.api.Locations(ctx, &wire.LocationsRequest{Begin: []byte{}, End: []byte{0xff, 0xff}})
+	lctx, cancel := context.WithTimeout(ctx, metaTimeout)
+	defer cancel()
+	resp, err := p.api.Locations(lctx, &wire.LocationsRequest{Begin: []byte{}, End: []byte{0xff, 0xff}})
 	if err != nil {
 		err = transportErr(err)
 		db.proxyFailed(p, err)
@@ -512,7 +517,9 @@ func (db *DB) ColdestKeys(ctx context.Context, pool *Pool, n int) ([][]byte, err
 	if routes := db.stashes.Load(); routes != nil {
 		return db.coldestCluster(ctx, routes, pool, n)
 	}
-	resp, err := db.proxy.Load().api.Coldest(ctx, &wire.ColdestRequest{Pool: pool.name, Limit: int32(n)})
+	cctx, cancel := context.WithTimeout(ctx, metaTimeout)
+	defer cancel()
+	resp, err := db.proxy.Load().api.Coldest(cctx, &wire.ColdestRequest{Pool: pool.name, Limit: int32(n)})
 	if err != nil {
 		return nil, err
 	}

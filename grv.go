@@ -16,6 +16,12 @@ import (
 // serializability), as FoundationDB's client batches GRVs.
 type grvBatcher struct {
 	api wire.DiStashClient
+	// ctx ends when the proxy is replaced: a request still waiting on its
+	// node ends then (retryable), and the next goes to the new proxy.
+	ctx context.Context
+	// stalled is called while a request waits longer than stallAfter
+	// (DB.suspect: the view is refreshed).
+	stalled func()
 
 	mu       sync.Mutex
 	inflight bool       // a request is on the wire. Protected by mu.
@@ -64,10 +70,21 @@ func (b *grvBatcher) send() {
 		// the connection (cut off, or hung) fails these callers with a
 		// retryable error, and the client looks for the roles again,
 		// instead of holding every later transaction behind this request.
-		ctx, cancel := context.WithTimeout(context.Background(), grvTimeout)
+		parent := b.ctx
+		if parent == nil {
+			parent = context.Background()
+		}
+		ctx, cancel := context.WithTimeout(parent, grvTimeout)
+		stop := func() {}
+		if b.stalled != nil {
+			stop = watchStall(b.stalled)
+		}
 		resp, err := b.api.GetReadVersion(ctx, &wire.GetReadVersionRequest{})
+		stop()
 		cancel()
-		if err != nil {
+		if err != nil && b.ctx != nil && b.ctx.Err() != nil {
+			r.err = errorf(kv.CodeWrongNode, "the cluster's roles moved while the read version was asked: %v", err)
+		} else if err != nil {
 			r.err = transportErr(err)
 		} else if r.err = fromWire(resp.Error); r.err == nil {
 			r.version = kv.Version(resp.Version)

@@ -2,6 +2,7 @@ package distash
 
 import (
 	"bytes"
+	"context"
 
 	"github.com/distash/distash/internal/kv"
 	"github.com/distash/distash/internal/shardmap"
@@ -201,12 +202,14 @@ func (it *rangeIter) fetch() error {
 		id := db.pickReplica(s.Team)
 		n, err := db.stashNode(id)
 		if err == nil {
-			done := db.track(id)
-			resp, err = n.readRange(ctx, &wire.ReadRangeRequest{
+			req := &wire.ReadRangeRequest{
 				Stash: id, Version: int64(it.rv), Begin: begin, End: end, Limit: int32(it.page), Reverse: it.reverse,
 				ReadSystemKeys: bytes.Compare(end, kv.SystemPrefix) > 0,
+			}
+			err = db.readStash(ctx, id, func(ctx context.Context) (err error) {
+				resp, err = n.readRange(ctx, req)
+				return err
 			})
-			done()
 			if err == nil {
 				err = fromWire(resp.Error)
 			}

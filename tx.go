@@ -373,9 +373,11 @@ func (db *DB) readKeys(ctx context.Context, rv kv.Version, keys [][]byte, readSy
 			if err != nil {
 				return db.readFailed(ctx, id, err)
 			}
-			done := db.track(id)
-			resp, err := n.read(ctx, req)
-			done()
+			var resp *wire.ReadResponse
+			err = db.readStash(ctx, id, func(ctx context.Context) (err error) {
+				resp, err = n.read(ctx, req)
+				return err
+			})
 			if err == nil {
 				err = fromWire(resp.Error)
 			}
@@ -600,7 +602,11 @@ func (tr *Tx) Commit() error {
 	}
 	tr.mu.Unlock()
 	p := tr.db.proxy.Load()
-	resp, err := commitOver(tr.ctx, p.commits, req)
+	cctx, cancel := context.WithTimeout(tr.ctx, commitTimeout)
+	stop := watchStall(func() { tr.db.suspect(p) })
+	resp, err := commitOver(cctx, p.commits, req)
+	stop()
+	cancel()
 	if err != nil {
 		// Sent, or maybe sent: it may have committed. Never a false success,
 		// never a false failure.

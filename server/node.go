@@ -130,7 +130,9 @@ type node struct {
 	conns  map[string]*grpc.ClientConn // to other nodes, by address
 
 	leaderMu   sync.Mutex
-	leaderAddr string // the log leader's node as last looked up ("" = ask again)
+	leaderAddr string        // the log leader's node as last looked up ("" = ask again)
+	leaderGen  uint64        // the generation leaderMoved stands for. Protected by leaderMu.
+	moved      chan struct{} // closed when a newer generation is heard of (Moved). Protected by leaderMu.
 
 	failed chan error // receives the error that stops the node (once)
 
@@ -313,7 +315,14 @@ func (s *Server) startNode(ctx context.Context) error {
 	wire.RegisterDiStashServer(s.grpcServer, &service{s: s})
 	registerAdmin(s.grpcServer, func(reason string) { s.fail(&KilledError{Reason: reason}) })
 	logrpc.Register(s.grpcServer, &n.log, s.report)
-	n.cc, err = coordrpc.NewClient(strings.Join(o.Coordinators, ","), coordrpc.ClientOptions{TLS: o.ClientTLS, Dialer: o.Dialer})
+	// An attempt that waits on a coordinator that stopped answering
+	// (paused, with its connection open) is abandoned after 1.5 s for the
+	// next one: a new log leader's claim must not wait out the 3 s
+	// default on the paused node, often the one that answered last. A
+	// coordinator waiting for an election answers within 2 s; abandoning
+	// it costs a retry, not a wrong answer.
+	n.cc, err = coordrpc.NewClient(strings.Join(o.Coordinators, ","), coordrpc.ClientOptions{TLS: o.ClientTLS, Dialer: o.Dialer,
+		AttemptTimeout: 1500 * time.Millisecond})
 	if err != nil {
 		return err
 	}
@@ -366,6 +375,7 @@ func (s *Server) startNode(ctx context.Context) error {
 		n.cc.HeartbeatLoop(runCtx, n.id, o.HeartbeatInterval, func(gen uint64, err error) {
 			if err == nil {
 				n.generation.Store(gen)
+				n.newGeneration(gen)
 			}
 		})
 	}()
@@ -892,6 +902,41 @@ func (n *node) Failed(grpc.ClientConnInterface) {
 	n.leaderMu.Lock()
 	n.leaderAddr = ""
 	n.leaderMu.Unlock()
+}
+
+// Moved implements logrpc.Mover: the channel is closed when the node
+// hears of a newer generation (its heartbeat's answer), which is how it
+// learns that the log's leader, and with it the node serving the log, may
+// have moved. A stash's peek in flight to the old node is then sent again
+// to the node the view names, instead of waiting out PeekTimeout on a
+// node that may have stopped answering.
+func (n *node) Moved() <-chan struct{} {
+	n.leaderMu.Lock()
+	defer n.leaderMu.Unlock()
+	if n.moved == nil {
+		n.moved = make(chan struct{})
+	}
+	return n.moved
+}
+
+// newGeneration notes generation gen from the controller: a newer one than
+// the node's log client knows makes it look the log's leader up again.
+func (n *node) newGeneration(gen uint64) {
+	n.leaderMu.Lock()
+	defer n.leaderMu.Unlock()
+	if gen <= n.leaderGen {
+		return
+	}
+	first := n.leaderGen == 0
+	n.leaderGen = gen
+	if first {
+		return // the generation the node started in
+	}
+	n.leaderAddr = ""
+	if n.moved != nil {
+		close(n.moved)
+		n.moved = nil
+	}
 }
 
 // connTo returns the node's connection to addr.

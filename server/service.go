@@ -2,21 +2,24 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"github.com/distash/distash/config"
 	"math"
 	"runtime/debug"
 	"sort"
 	"sync"
 	"time"
 
+	"github.com/hashicorp/raft"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/distash/distash/config"
 	"github.com/distash/distash/internal/budget"
 	"github.com/distash/distash/internal/dd"
 	"github.com/distash/distash/internal/kv"
 	"github.com/distash/distash/internal/shardmap"
+	"github.com/distash/distash/internal/txlog"
 	"github.com/distash/distash/internal/wire"
 )
 
@@ -34,7 +37,46 @@ func (v *service) GetReadVersion(ctx context.Context, _ *wire.GetReadVersionRequ
 	began := time.Now()
 	rv, err := r.grv.GetReadVersion(ctx)
 	v.s.metrics.grv.observe(time.Since(began))
-	return &wire.GetReadVersionResponse{Version: int64(rv), Error: wire.ErrorOf(err)}, nil
+	return &wire.GetReadVersionResponse{Version: int64(rv), Error: wire.ErrorOf(roleErr(err, false))}, nil
+}
+
+// roleErr maps an error of the GRV or commit proxy that is not a DiStash
+// error yet (one of the log's or raft's: the role was deposed, or its
+// node stops) to a retryable code the client acts on, never
+// internal_error. A commit whose log append may have happened ends with
+// commit_unknown_result; one that certainly did not reach the log (the
+// log refused it: not the leader, a newer generation) and a read version
+// the node cannot vouch for end with wrong_node, so the client asks the
+// coordinators where the roles are now and runs the transaction again.
+// Other errors pass unchanged.
+func roleErr(err error, commit bool) error {
+	if err == nil {
+		return nil
+	}
+	var ke *kv.Error
+	if errors.As(err, &ke) {
+		return err
+	}
+	unknown := errors.Is(err, txlog.ErrCommitUnknown) || errors.Is(err, txlog.ErrClosed) ||
+		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+	refused := errors.Is(err, txlog.ErrNotLeader) || errors.Is(err, txlog.ErrStaleEpoch) ||
+		errors.Is(err, txlog.ErrNoLeader) || errors.Is(err, txlog.ErrPrevVersion) || errors.Is(err, txlog.ErrOutOfOrder)
+	deposed := errors.Is(err, raft.ErrLeadershipLost) || errors.Is(err, raft.ErrNotLeader) ||
+		errors.Is(err, raft.ErrRaftShutdown) || errors.Is(err, raft.ErrEnqueueTimeout) ||
+		errors.Is(err, raft.ErrLeadershipTransferInProgress) || errors.Is(err, raft.ErrAbortedByRestore)
+	switch {
+	case commit && unknown:
+		// Checked first: ErrCommitUnknown wraps raft's error of an
+		// append that was submitted.
+		return kv.Errorf(kv.CodeCommitUnknownResult, "%v", err)
+	case commit && refused:
+		return kv.Errorf(kv.CodeWrongNode, "the log refused the commit on this node (%v): ask the coordinators", err)
+	case commit && deposed:
+		return kv.Errorf(kv.CodeCommitUnknownResult, "%v", err)
+	case !commit && (unknown || refused || deposed):
+		return kv.Errorf(kv.CodeWrongNode, "this node cannot confirm that it leads the log (%v): ask the coordinators", err)
+	}
+	return err
 }
 
 func fromWireRanges(rs []*wire.KeyRange) []kv.KeyRange {
@@ -57,7 +99,7 @@ func (v *service) Commit(ctx context.Context, req *wire.CommitRequest) (*wire.Co
 	began := time.Now()
 	cv, err := r.commit.Commit(ctx, txn)
 	v.s.metrics.commit.observe(time.Since(began))
-	return &wire.CommitResponse{Version: int64(cv), Error: wire.ErrorOf(err)}, nil
+	return &wire.CommitResponse{Version: int64(cv), Error: wire.ErrorOf(roleErr(err, true))}, nil
 }
 
 func (v *service) Read(ctx context.Context, req *wire.ReadRequest) (*wire.ReadResponse, error) {

@@ -6,11 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/distash/distash/config"
 	"github.com/distash/distash/internal/kv"
@@ -28,6 +31,17 @@ type ClientOptions struct {
 	// Backoff is the pause after every coordinator failed, before the next
 	// round; default 50ms.
 	Backoff time.Duration
+	// HedgeDelay is, for the calls that may be asked twice (View,
+	// Heartbeat), how long an attempt goes unanswered before the next
+	// coordinator is asked too; the first answer wins. Such attempts are
+	// bounded by HedgedAttemptTimeout. So a coordinator that stopped
+	// answering with its connection open (paused, or forwarding to a
+	// controller that did) delays a heartbeat by HedgeDelay, not by
+	// AttemptTimeout: a node's heartbeats reach the controller well within
+	// its liveness timeout, and a view is found as soon as a live
+	// coordinator can give it. Defaults 250ms and 1s.
+	HedgeDelay           time.Duration
+	HedgedAttemptTimeout time.Duration
 	// Dialer, if set, opens the connections instead of TCP (an in-process
 	// network in tests, a proxy): it gets a coordinator's address as listed.
 	Dialer func(ctx context.Context, addr string) (net.Conn, error)
@@ -41,7 +55,27 @@ type Client struct {
 	mu     sync.Mutex
 	conns  map[string]*grpc.ClientConn
 	prefer string // the coordinator that answered last, or the leader hinted
+	// slow holds, until when, the coordinators that lately let an attempt
+	// time out or were beaten by another's answer: they are asked last.
+	slow   map[string]time.Time
 	closed bool
+}
+
+// slowFor is how long a coordinator that did not answer in time is asked
+// after the others.
+const slowFor = 5 * time.Second
+
+// noteSlow makes addr be asked last for a while.
+func (c *Client) noteSlow(addr string) {
+	c.mu.Lock()
+	if c.slow == nil {
+		c.slow = map[string]time.Time{}
+	}
+	c.slow[addr] = time.Now().Add(slowFor)
+	if c.prefer == addr {
+		c.prefer = "" // likely the coordinator that stopped answering
+	}
+	c.mu.Unlock()
 }
 
 // NewClient returns a client of the coordinators in list ("a:1,b:2,c:3",
@@ -62,6 +96,12 @@ func NewClient(list string, opts ClientOptions) (*Client, error) {
 	}
 	if opts.Backoff <= 0 {
 		opts.Backoff = 50 * time.Millisecond
+	}
+	if opts.HedgeDelay <= 0 {
+		opts.HedgeDelay = 250 * time.Millisecond
+	}
+	if opts.HedgedAttemptTimeout <= 0 {
+		opts.HedgedAttemptTimeout = min(time.Second, opts.AttemptTimeout)
 	}
 	return &Client{addrs: addrs, opts: opts, conns: make(map[string]*grpc.ClientConn)}, nil
 }
@@ -96,21 +136,26 @@ func (c *Client) conn(addr string) (wire.CoordinatorClient, error) {
 	return wire.NewCoordinatorClient(cc), nil
 }
 
-// order is the coordinators to try: the preferred one first.
+// order is the coordinators to try: the preferred one first, those that
+// lately did not answer in time last.
 func (c *Client) order() []string {
 	c.mu.Lock()
 	p := c.prefer
-	c.mu.Unlock()
+	now := time.Now()
+	isSlow := func(a string) bool { return now.Before(c.slow[a]) }
 	out := make([]string, 0, len(c.addrs)+1)
-	if p != "" {
-		out = append(out, p)
-	}
-	for _, a := range c.addrs {
-		if a != p {
+	var late []string
+	for _, a := range append([]string{p}, c.addrs...) {
+		switch {
+		case a == "" || slices.Contains(out, a) || slices.Contains(late, a):
+		case isSlow(a):
+			late = append(late, a)
+		default:
 			out = append(out, a)
 		}
 	}
-	return out
+	c.mu.Unlock()
+	return append(out, late...)
 }
 
 func (c *Client) setPrefer(a string) {
@@ -148,12 +193,16 @@ func call[R answer](ctx context.Context, c *Client, fn func(context.Context, wir
 			}
 			actx, cancel := context.WithTimeout(ctx, c.opts.AttemptTimeout)
 			resp, err := fn(actx, cl)
+			timedOut := actx.Err() != nil
 			cancel()
 			if err != nil {
 				// A dead or unreachable coordinator: the next one.
 				last = fmt.Errorf("coordrpc: %s: %w", addr, err)
 				if ctx.Err() != nil {
 					return zero, last
+				}
+				if timedOut {
+					c.noteSlow(addr)
 				}
 				continue
 			}
@@ -166,6 +215,114 @@ func call[R answer](ctx context.Context, c *Client, fn func(context.Context, wir
 			if l := resp.GetLeader(); l != "" && !tried[l] {
 				queue = append([]string{l}, queue...)
 			}
+		}
+		select {
+		case <-ctx.Done():
+			if last == nil {
+				last = ctx.Err()
+			}
+			return zero, last
+		case <-time.After(c.opts.Backoff):
+		}
+	}
+}
+
+// hedgedCall is call for a request that may be asked of several
+// coordinators at once (it changes nothing, or nothing twice): an attempt
+// unanswered after HedgeDelay does not hold the next one back. The first
+// answer with no error or a non-retryable one wins; the others are
+// cancelled. Rounds repeat until ctx ends.
+func hedgedCall[R answer](ctx context.Context, c *Client, fn func(context.Context, wire.CoordinatorClient) (R, error)) (R, error) {
+	var zero R
+	type result struct {
+		addr string
+		resp R
+		err  error
+	}
+	var last error
+	for {
+		actx, cancel := context.WithCancel(ctx)
+		results := make(chan result)
+		queue := c.order()
+		tried, answered := map[string]bool{}, map[string]bool{}
+		started := map[string]time.Time{}
+		pending := 0
+		ask := func() {
+			for len(queue) > 0 {
+				addr := queue[0]
+				queue = queue[1:]
+				if tried[addr] {
+					continue
+				}
+				tried[addr] = true
+				cl, err := c.conn(addr)
+				if err != nil {
+					last = fmt.Errorf("coordrpc: %s: %w", addr, err)
+					continue
+				}
+				started[addr] = time.Now()
+				pending++
+				go func() {
+					a, acancel := context.WithTimeout(actx, c.opts.HedgedAttemptTimeout)
+					resp, err := fn(a, cl)
+					acancel()
+					select {
+					case results <- result{addr, resp, err}:
+					case <-actx.Done():
+					}
+				}()
+				return
+			}
+		}
+		ask()
+		hedge := time.NewTimer(c.opts.HedgeDelay)
+		var won *result
+	round:
+		for pending > 0 && won == nil {
+			select {
+			case <-ctx.Done():
+				// The attempts end with ctx, without a word.
+				break round
+			case <-hedge.C:
+				ask()
+				hedge.Reset(c.opts.HedgeDelay)
+				continue
+			case r := <-results:
+				pending--
+				answered[r.addr] = true
+				switch {
+				case r.err != nil:
+					last = fmt.Errorf("coordrpc: %s: %w", r.addr, r.err)
+					if status.Code(r.err) == codes.DeadlineExceeded && ctx.Err() == nil {
+						c.noteSlow(r.addr)
+					}
+				case r.resp.GetError() == nil || !kv.Code(r.resp.GetError().Code).Retryable():
+					won = &r
+					continue
+				default:
+					e := r.resp.GetError()
+					last = fmt.Errorf("coordrpc: %s: %w", r.addr, &kv.Error{Code: kv.Code(e.Code), Detail: e.Detail})
+					if l := r.resp.GetLeader(); l != "" && !tried[l] {
+						queue = append([]string{l}, queue...)
+					}
+				}
+				if ctx.Err() == nil {
+					ask() // a failed answer: the next coordinator at once
+				}
+			}
+		}
+		hedge.Stop()
+		cancel()
+		if won != nil {
+			// The coordinators asked before the winner that have not
+			// answered yet are slower than it: ask them last for a while.
+			for addr := range tried {
+				if addr != won.addr && !answered[addr] && started[addr].Before(started[won.addr]) {
+					c.noteSlow(addr)
+				}
+			}
+			c.setPrefer(won.addr)
+			return won.resp, nil
 		}
 		select {
 		case <-ctx.Done():
@@ -236,7 +393,7 @@ func (e *configError) As(target any) bool {
 // Heartbeat tells the controller node id is alive and returns the current
 // generation.
 func (c *Client) Heartbeat(ctx context.Context, id string) (uint64, error) {
-	resp, err := call(ctx, c, func(ctx context.Context, cl wire.CoordinatorClient) (*wire.HeartbeatResponse, error) {
+	resp, err := hedgedCall(ctx, c, func(ctx context.Context, cl wire.CoordinatorClient) (*wire.HeartbeatResponse, error) {
 		return cl.Heartbeat(ctx, &wire.HeartbeatRequest{Id: id})
 	})
 	if err != nil {
@@ -247,7 +404,7 @@ func (c *Client) Heartbeat(ctx context.Context, id string) (uint64, error) {
 
 // View returns the controller's view of the cluster.
 func (c *Client) View(ctx context.Context) (*wire.ViewResponse, error) {
-	resp, err := call(ctx, c, func(ctx context.Context, cl wire.CoordinatorClient) (*wire.ViewResponse, error) {
+	resp, err := hedgedCall(ctx, c, func(ctx context.Context, cl wire.CoordinatorClient) (*wire.ViewResponse, error) {
 		return cl.View(ctx, &wire.ViewRequest{})
 	})
 	if err != nil {

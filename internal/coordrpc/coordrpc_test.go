@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"net"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -603,5 +604,46 @@ func TestRequestsCheckedAtTheBoundary(t *testing.T) {
 	}
 	if _, err := NewClient(" , ", ClientOptions{}); err == nil {
 		t.Error("a client of no coordinator")
+	}
+}
+
+// TestViewHedgesPastASilentCoordinator: a coordinator that accepts
+// connections and answers nothing (a paused process) listed first costs
+// a View the hedge delay, not the attempt timeout, and the next View asks
+// the coordinator that answered first.
+func TestViewHedgesPastASilentCoordinator(t *testing.T) {
+	c := newCluster(t, nil)
+	c.controller()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lis.Close()
+	go func() {
+		var held []net.Conn
+		defer func() {
+			for _, h := range held {
+				h.Close()
+			}
+		}()
+		for {
+			conn, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			held = append(held, conn)
+		}
+	}()
+	cl := c.client(append([]string{lis.Addr().String()}, c.grpc...)...)
+	for i := range 2 {
+		began := time.Now()
+		if _, err := cl.View(ctxT(t)); err != nil {
+			t.Fatal(err)
+		}
+		took := time.Since(began)
+		t.Logf("view %d took %v", i, took.Round(time.Millisecond))
+		if bound := []time.Duration{600 * time.Millisecond, 200 * time.Millisecond}[i]; took > bound {
+			t.Errorf("view %d took %v with a silent coordinator listed first: want < %v", i, took.Round(time.Millisecond), bound)
+		}
 	}
 }

@@ -38,6 +38,12 @@ const MaxPeekBytes = 16 << 20
 // carries a later version).
 const PopTimeout = time.Second
 
+// PeekTimeout bounds one Peek call on the client: the server's wait
+// (MaxPeekWait) plus room for the answer. A node that stopped answering
+// with its connection open (paused, hung) is noticed after this: the
+// client asks its Leader again, which may name another node by then.
+const PeekTimeout = MaxPeekWait + time.Second
+
 // Log is the part of the log this package serves (a *txlog.Log).
 type Log interface {
 	Peek(ctx context.Context, tag kv.Tag, after kv.Version, maxBytes int) ([]txlog.Message, kv.Version, error)
@@ -172,6 +178,15 @@ type Leader interface {
 	Failed(conn grpc.ClientConnInterface)
 }
 
+// Mover is implemented by a Leader that learns when the log's leader may
+// have moved (a new generation in the cluster's view): Moved returns a
+// channel closed then. A call in flight to the old node when it closes is
+// abandoned and sent again to the node Conn names now, rather than left
+// waiting on a node that may have stopped answering.
+type Mover interface {
+	Moved() <-chan struct{}
+}
+
 type fixed struct{ conn grpc.ClientConnInterface }
 
 func (f fixed) Conn(context.Context) (grpc.ClientConnInterface, error) { return f.conn, nil }
@@ -209,9 +224,17 @@ func NewLeaderClient(leader Leader, logger *slog.Logger) *Client {
 // retryDelay spaces the attempts of a Peek whose node failed.
 const retryDelay = 100 * time.Millisecond
 
-// moved reports whether err (of a call or in a reply) means the log is
+// moved returns the leader's Moved channel, nil if it has none.
+func (c *Client) moved() <-chan struct{} {
+	if m, ok := c.leader.(Mover); ok {
+		return m.Moved()
+	}
+	return nil
+}
+
+// movedErr reports whether err (of a call or in a reply) means the log is
 // to be found elsewhere now.
-func moved(err error) bool {
+func movedErr(err error) bool {
 	if status.Code(err) == codes.Unavailable {
 		return true
 	}
@@ -224,11 +247,24 @@ func moved(err error) bool {
 // checked as a server's requests are: a bad one is an error, not applied.
 func (c *Client) Peek(ctx context.Context, tag kv.Tag, after kv.Version, maxBytes int) ([]txlog.Message, kv.Version, error) {
 	for {
+		// Taken before Conn: a move after it closes this channel.
+		moved := c.moved()
 		conn, err := c.leader.Conn(ctx)
 		if err != nil {
 			return nil, after, err
 		}
-		resp, err := wire.NewLogClient(conn).Peek(ctx, &wire.PeekRequest{Tag: uint32(tag), After: int64(after), MaxBytes: int64(maxBytes)})
+		pctx, cancel := context.WithTimeout(ctx, PeekTimeout)
+		if moved != nil {
+			go func() {
+				select {
+				case <-moved:
+					cancel()
+				case <-pctx.Done():
+				}
+			}()
+		}
+		resp, err := wire.NewLogClient(conn).Peek(pctx, &wire.PeekRequest{Tag: uint32(tag), After: int64(after), MaxBytes: int64(maxBytes)})
+		cancel()
 		if err == nil {
 			err = resp.Error.Err()
 		}
@@ -240,7 +276,7 @@ func (c *Client) Peek(ctx context.Context, tag kv.Tag, after kv.Version, maxByte
 			if errors.As(err, &ke) && ke.Code == kv.CodeTransactionTooOld {
 				return nil, after, fmt.Errorf("%w (%s)", txlog.ErrTrimmed, ke.Detail)
 			}
-			if !moved(err) && status.Code(err) != codes.DeadlineExceeded {
+			if !movedErr(err) && status.Code(err) != codes.DeadlineExceeded && status.Code(err) != codes.Canceled {
 				return nil, after, err
 			}
 			c.leader.Failed(conn)
@@ -289,7 +325,7 @@ func (c *Client) Pop(tag kv.Tag, upTo kv.Version) {
 		if err == nil {
 			err = resp.Error.Err()
 		}
-		if moved(err) {
+		if movedErr(err) || status.Code(err) == codes.DeadlineExceeded {
 			c.leader.Failed(conn)
 		}
 	}
@@ -311,7 +347,7 @@ func (c *Client) Report(ctx context.Context, r StashReport) (kv.Version, error) 
 		err = resp.Error.Err()
 	}
 	if err != nil {
-		if moved(err) {
+		if movedErr(err) || status.Code(err) == codes.DeadlineExceeded {
 			c.leader.Failed(conn)
 		}
 		return 0, err

@@ -144,3 +144,114 @@ func TestPopBeyondTheLogIsRefused(t *testing.T) {
 		t.Fatalf("peek after -1: %v %v", presp, err)
 	}
 }
+
+// silentLeader is a Leader whose first node never answers (it accepts
+// connections and reads nothing, like a paused process); after Failed, or
+// once moved is closed, it names the real node.
+type silentLeader struct {
+	silent, real grpc.ClientConnInterface
+	failed       chan struct{} // closed by Failed
+	moved        chan struct{} // nil: no Mover
+}
+
+func (s *silentLeader) Conn(context.Context) (grpc.ClientConnInterface, error) {
+	select {
+	case <-s.failed:
+		return s.real, nil
+	default:
+	}
+	if s.moved != nil {
+		select {
+		case <-s.moved:
+			return s.real, nil
+		default:
+		}
+	}
+	return s.silent, nil
+}
+
+func (s *silentLeader) Failed(grpc.ClientConnInterface) {
+	select {
+	case <-s.failed:
+	default:
+		close(s.failed)
+	}
+}
+
+type movingLeader struct{ *silentLeader }
+
+// Moved is closed once, at the move; later calls get a new channel, as
+// a node's after each newer generation.
+func (m movingLeader) Moved() <-chan struct{} {
+	select {
+	case <-m.moved:
+		return make(chan struct{})
+	default:
+		return m.moved
+	}
+}
+
+// silentConn is a connection to a listener that accepts and then ignores
+// every connection.
+func silentConn(t *testing.T) *grpc.ClientConn {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lis.Close() })
+	go func() {
+		var held []net.Conn
+		defer func() {
+			for _, c := range held {
+				c.Close()
+			}
+		}()
+		for {
+			c, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			held = append(held, c)
+		}
+	}()
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+// TestPeekLeavesASilentNode: a Peek sent to a node that stopped answering
+// with its connection open gives up after PeekTimeout and asks its Leader
+// again, instead of waiting as long as its caller does; with a Leader
+// that says the log moved (Mover), it gives up as soon as it says so.
+func TestPeekLeavesASilentNode(t *testing.T) {
+	l, conn := serve(t)
+	last := appendSets(t, l, "a")
+	silent := silentConn(t)
+	for _, moving := range []bool{false, true} {
+		sl := &silentLeader{silent: silent, real: conn, failed: make(chan struct{})}
+		var leader Leader = sl
+		bound := PeekTimeout + time.Second
+		if moving {
+			sl.moved = make(chan struct{})
+			leader = movingLeader{sl}
+			time.AfterFunc(200*time.Millisecond, func() { close(sl.moved) })
+			bound = time.Second
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 3*PeekTimeout)
+		began := time.Now()
+		msgs, end, err := NewLeaderClient(leader, quiet).Peek(ctx, 1, 0, 0)
+		took := time.Since(began)
+		cancel()
+		if err != nil || end != last || len(msgs) != 1 {
+			t.Fatalf("moving %v: peek: %d messages to %d, %v (took %v)", moving, len(msgs), end, err, took)
+		}
+		if took > bound {
+			t.Errorf("moving %v: the peek took %v to leave the silent node: want < %v", moving, took.Round(time.Millisecond), bound)
+		}
+		t.Logf("moving %v: left the silent node after %v", moving, took.Round(time.Millisecond))
+	}
+}

@@ -430,6 +430,7 @@ func Open(opts Options) (*Log, error) {
 			l.popDirty = true
 		}
 	}
+	ntags := len(l.tags) // read under popMu: a replica leading already may set them (takePops)
 	l.popMu.Unlock()
 	if !l.network() {
 		if err := l.flushPops(opts.LeaderTimeout); err != nil {
@@ -438,7 +439,7 @@ func Open(opts Options) (*Log, error) {
 	}
 	go l.popLoop()
 	logger.Info("txlog open", "dir", opts.Dir, "replicas", opts.Replicas, "network", l.network(),
-		"last_version", st.Last, "epoch", st.Epoch, "entries", st.Entries, "tags", len(l.tags))
+		"last_version", st.Last, "epoch", st.Epoch, "entries", st.Entries, "tags", ntags)
 	return l, nil
 }
 
