@@ -211,9 +211,12 @@ func TestFullDiskIsWaitedOut(t *testing.T) {
 	log.push(txlog.Message{Version: 2001, Mutations: []kv.Mutation{shardmap.AssignMutation(shardmap.Shard{Begin: []byte("m"), End: []byte("n"), Pool: "p", Team: []kv.Tag{1}})}})
 
 	d.full.Store(false)
-	waitFor(t, "room again, everything durable", func() bool {
+	// The assignment's ownership snapshot is written by the retry that
+	// finds room, which may come a moment after the flushes.
+	waitFor(t, "room again, everything durable, the assignment saved", func() bool {
 		_, _, full := s.DiskFull()
-		return !full && s.Stats().Durable >= 1990
+		snaps, _, _, found, err := loadOwnership(nil, dir, s.Stats().Durable)
+		return !full && s.Stats().Durable >= 1990 && err == nil && found && snaps[len(snaps)-1].Version == 2001
 	})
 	for v := kv.Version(21); v <= 2000; v += 97 {
 		vals, _, err := s.Get(ctx, s.AppliedVersion(), [][]byte{[]byte(fmt.Sprintf("k%04d", v))})
