@@ -55,7 +55,8 @@ type Options struct {
 	// ever lost its directory.
 	Probe func(ctx context.Context, addr string) (PeerInfo, error)
 	Join  func(ctx context.Context, addr, raftID string) error
-	// FS holds the raft id file; nil: the operating system's.
+	// FS holds the raft id file and the raft store; nil: the operating
+	// system's.
 	FS fsys.FS
 }
 
@@ -161,7 +162,7 @@ func Start(opts Options) (n *Node, err error) {
 	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
 		return nil, err
 	}
-	if n.store, err = openStore(filepath.Join(opts.Dir, "raft")); err != nil {
+	if n.store, err = openStore(opts.FS, filepath.Join(opts.Dir, "raft")); err != nil {
 		return nil, err
 	}
 	closers = append(closers, n.store.Close)

@@ -12,7 +12,7 @@ import (
 
 func TestStore(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "raft")
-	s, err := openStore(dir)
+	s, err := openStore(nil, dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,7 +38,7 @@ func TestStore(t *testing.T) {
 	s.Close()
 
 	// Everything is on disk.
-	if s, err = openStore(dir); err != nil {
+	if s, err = openStore(nil, dir); err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
