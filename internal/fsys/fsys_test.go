@@ -1,6 +1,7 @@
 package fsys
 
 import (
+	"bytes"
 	"errors"
 	"io/fs"
 	"strings"
@@ -23,17 +24,20 @@ func TestCheckedFileRoundTripsAndCatchesDamage(t *testing.T) {
 		t.Fatalf("read back %q legacy=%v err=%v", got, legacy, err)
 	}
 	raw, _ := ReadFile(mem, "d/meta")
+	// Each case gets its own copy: a vfs.File's Write may modify the slice
+	// it is given, and some cases below are slices of raw.
+	clip := func(n int) []byte { return bytes.Clone(raw[:n]) }
 
 	damage := map[string][]byte{
-		"truncated":   raw[:len(raw)-2],
+		"truncated":   clip(len(raw) - 2),
 		"extended":    append(append([]byte{}, raw...), 'x'),
 		"flipped":     flip(raw, len(raw)-3),
 		"header flip": flip(raw, 3),
 		"empty":       nil,
-		"no newline":  raw[:10],
+		"no newline":  clip(10),
 	}
 	for name, b := range damage {
-		write(t, mem, "d/bad", b)
+		write(t, mem, "d/bad", bytes.Clone(b))
 		_, _, err := ReadChecked(mem, "d/bad")
 		var de *DamageError
 		if !errors.As(err, &de) || !errors.Is(err, ErrDamaged) || !strings.Contains(err.Error(), "d/bad") {
