@@ -161,8 +161,11 @@ func TestWipedTransactionNodeRejoinsAsNewMember(t *testing.T) {
 	}
 	// The new replica holds the log: with the roles' node gone, the other
 	// two replicas (the new one among them) still commit.
+	// The view is taken once: asked again after the crash, while a new
+	// controller may still be in election, it could fail the test.
+	roles := c.view(ctx).StatelessAddress
 	for _, n := range c.nodes {
-		if n.addr == c.view(ctx).StatelessAddress {
+		if n.addr == roles {
 			c.crash(n)
 			defer func() {
 				if err := c.startNode(ctx, n); err != nil {
