@@ -21,10 +21,12 @@ package guard
 import (
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"runtime"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"github.com/cockroachdb/pebble/vfs"
@@ -46,6 +48,11 @@ type Guard struct {
 	// abandoned: the owner gave the failed store up (Abandon); a fatal
 	// error of its goroutines only ends them.
 	abandoned atomic.Bool
+	// locks are the store's directory locks, taken through FS: Abandon
+	// releases them, so the store can be reopened in this process while
+	// the failed one's Close may never finish.
+	locksMu sync.Mutex
+	locks   []io.Closer
 }
 
 // New returns a Guard for the store described by what, whose API methods'
@@ -102,6 +109,11 @@ func (g *Guard) inAPI() bool {
 // lock): a fatal error or a panic on the way only ends that goroutine.
 func (g *Guard) Abandon(close func() error) {
 	g.abandoned.Store(true)
+	g.locksMu.Lock()
+	for _, l := range g.locks {
+		l.Close()
+	}
+	g.locksMu.Unlock()
 	go func() {
 		defer func() { recover() }()
 		close()
@@ -203,6 +215,36 @@ func (fs guardedFS) check() error {
 		return errAbandoned
 	}
 	return nil
+}
+
+// Lock takes the lock through the wrapped FS and remembers it for
+// Abandon. The Closer it returns releases the lock once, whether Abandon
+// or the store's own Close comes first (releasing twice would free a lock
+// a reopened store holds by then).
+func (fs guardedFS) Lock(name string) (io.Closer, error) {
+	if err := fs.check(); err != nil {
+		return nil, err
+	}
+	l, err := fs.FS.Lock(name)
+	if err != nil {
+		return nil, err
+	}
+	once := &onceCloser{c: l}
+	fs.g.locksMu.Lock()
+	fs.g.locks = append(fs.g.locks, once)
+	fs.g.locksMu.Unlock()
+	return once, nil
+}
+
+type onceCloser struct {
+	once sync.Once
+	c    io.Closer
+	err  error
+}
+
+func (o *onceCloser) Close() error {
+	o.once.Do(func() { o.err = o.c.Close() })
+	return o.err
 }
 
 func (fs guardedFS) Create(name string) (vfs.File, error) {
