@@ -11,64 +11,20 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
-	"github.com/cockroachdb/pebble/vfs"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/distash/distash"
 	"github.com/distash/distash/config"
-	"github.com/distash/distash/internal/engine"
+	"github.com/distash/distash/internal/fsys/faultfs"
 	"github.com/distash/distash/internal/kv"
 	"github.com/distash/distash/internal/ratekeeper"
 	"github.com/distash/distash/internal/wire"
 	"github.com/distash/distash/server"
 )
-
-// A disk that fills on command: files created through diskFS and the
-// writes of engines wrapped by diskEngine fail with ENOSPC while full
-// says so (the engines' own files do not go through NodeOptions.FS yet).
-var errNoSpace = fmt.Errorf("write: %w", syscall.ENOSPC)
-
-type diskFS struct {
-	vfs.FS
-	full func() bool
-}
-
-func (f diskFS) Create(name string) (vfs.File, error) {
-	file, err := f.FS.Create(name)
-	if err != nil {
-		return nil, err
-	}
-	return diskFile{File: file, full: f.full}, nil
-}
-
-type diskFile struct {
-	vfs.File
-	full func() bool
-}
-
-func (f diskFile) Write(p []byte) (int, error) {
-	if f.full() {
-		return 0, errNoSpace
-	}
-	return f.File.Write(p)
-}
-
-type diskEngine struct {
-	engine.Engine
-	full func() bool
-}
-
-func (e diskEngine) Apply(b *engine.Batch) error {
-	if e.full() {
-		return fmt.Errorf("pebble engine: apply: %w", errNoSpace)
-	}
-	return e.Engine.Apply(b)
-}
 
 // ackWriter commits one key per transaction from several goroutines and
 // remembers every acknowledged write.
@@ -204,25 +160,18 @@ func TestFullDiskOfOneReplicaDoesNotThrottle(t *testing.T) {
 		t.Skip("starts an in-process cluster")
 	}
 	defer server.SetWindowBytes(1 << 20)()
-	var full atomic.Bool
-	slot := atomic.Int32{}
-	slot.Store(-1)
-	defer server.SetWrapEngine(func(pool string, index int, e engine.Engine) engine.Engine {
-		return diskEngine{Engine: e, full: func() bool { return full.Load() && int(slot.Load()) == index }}
-	})()
 	c := newLayoutCluster(t, fullDiskTOML, "tx1 transaction", "data1 stash data", "data2 stash data", "data3 stash data")
 	data1 := c.node("data1")
-	data1.fs = diskFS{FS: vfs.Default, full: full.Load}
+	disk := faultfs.New(nil) // data1's disk: every file of its node, its engine's included
+	data1.fs = disk
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	c.startAll(ctx)
-	st, _ := c.stashOf(data1, 0)
-	slot.Store(int32(st.Index))
 	db := c.open(ctx)
 
 	w := startWriter(ctx, db, 8, 1000)
 	base := w.rate(2 * time.Second)
-	full.Store(true)
+	disk.SetSpace(0)
 	waitUntil(t, 10*time.Second, "data1's stash reports disk_full", func() (bool, string) {
 		st, _ := c.stashOf(data1, 0)
 		return st.Health == server.HealthDiskFull, st.Health
@@ -264,7 +213,7 @@ func TestFullDiskOfOneReplicaDoesNotThrottle(t *testing.T) {
 	}
 	fullRate := <-rateDone
 	lag := lagOf()
-	st, _ = c.stashOf(data1, 0)
+	st, _ := c.stashOf(data1, 0)
 	t.Logf("commits/s: %.0f before, %.0f while data1's disk is full and its stash %.1f s behind (%s: %s); ratekeeper limits: %v",
 		base, fullRate, float64(lag)/kv.VersionsPerSecond, st.Health, st.LastError, limits)
 	if st.Health != server.HealthDiskFull || !strings.Contains(st.LastError, "no space") {
@@ -280,7 +229,7 @@ func TestFullDiskOfOneReplicaDoesNotThrottle(t *testing.T) {
 		t.Errorf("one full replica of three throttled the cluster: %.0f commits/s, %.0f before", fullRate, base)
 	}
 
-	full.Store(false)
+	disk.SetSpace(-1)
 	acked := w.stop()
 	tr, err := db.CreateTransaction(ctx)
 	if err != nil {
