@@ -1,7 +1,8 @@
-// Package dd holds the decision cores of the data distributor (issue 10):
-// pure functions and data structures, with no I/O, that the distributor
-// role will drive with what stashes report and turn into transactions on
-// the shard map and shard moves.
+// Package dd is the data distributor: decision cores (pure functions and
+// data structures, no I/O) and the Distributor that drives them with what
+// stashes report (through its Env) and turns them into transactions on the
+// shard map and shard moves. The server runs one Distributor with the
+// stateless roles (server/distribution.go).
 //
 //   - ByteSample: the sample of keys a stash keeps so that the size of any
 //     key range, and a key that splits it in halves by bytes, can be
@@ -14,6 +15,7 @@
 //   - Queue: the relocation queue, highest priority first: shards with the
 //     fewest live replicas, then shards on excluded stashes, then splits,
 //     then rebalancing by bytes.
-//
-// None of this is wired into the cluster yet.
+//   - Distributor: every pool's tracking, splits (by size and by write
+//     rate), merges, teams, re-replication after failure_wait, exclusion
+//     and rebalancing, one pass per tick.
 package dd
