@@ -55,7 +55,7 @@ type Model struct {
 }
 
 // The presets, from published device figures (docs/devices.md lists the
-// sources with the arithmetic).
+// sources, with their addresses, and the arithmetic).
 var (
 	// HDD is a 7,200 rpm SATA disk. A random access costs an average seek
 	// (~8-9 ms for desktop 3.5" drives; the Hitachi 5K320 spec sheet gives
@@ -80,8 +80,8 @@ var (
 	// page program time 300 µs, up to 700 µs, for Micron MLC; TLC is
 	// slower), ~1 ms, as measured for fsync on consumer drives without
 	// power-loss protection (M. Callaghan, "SSDs, power loss protection
-	// and fsync latency", 2026: ~0.9 ms for a 16 KiB write+fsync on a
-	// Samsung 990 Pro). 50k IOPS is a sustained mixed figure, below the
+	// and fsync latency": ~0.9 ms for a 16 KiB write+fsync on a Samsung
+	// 990 Pro). 50k IOPS is a sustained mixed figure, below the
 	// burst peak; 500 MB/s the SATA-bound transfer rate; 32 NCQ's depth.
 	SSD = Model{
 		ReadLatency: 80 * time.Microsecond, WriteLatency: 100 * time.Microsecond,
