@@ -4,7 +4,6 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 )
 
@@ -81,7 +80,8 @@ type Stats struct {
 	// in service.
 	QueueLength int
 	InService   int
-	// Latency histograms of completed I/Os, queueing included.
+	// Latency histograms of the completed I/Os, queueing included: the
+	// model's latency (see io), not how late the waiting thread woke.
 	ReadLatency, WriteLatency, SyncLatency Histogram
 }
 
@@ -202,9 +202,12 @@ func (d *Device) schedule(k kind, size int, arrival int64) (uint64, int64) {
 }
 
 // io charges one I/O of kind k that moved size bytes and arrived at
-// arrival (before the real I/O), and returns when the device would have
-// completed it.
+// arrival (before the real I/O, which has just returned), and returns when
+// the device would have completed it. Its latency in the histograms is
+// the model's, max(deadline, the real I/O's end) - arrival: what the
+// caller would see with a perfect timer, not how late its thread woke.
 func (d *Device) io(k kind, size int, arrival int64) {
+	now := nanotime()
 	d.mu.Lock()
 	switch k {
 	case kindRead:
@@ -216,25 +219,22 @@ func (d *Device) io(k kind, size int, arrival int64) {
 	case kindSync:
 		d.syncs++
 	}
-	emulate := !d.m.IsZero()
-	var id uint64
-	var deadline int64
-	if emulate {
-		id, deadline = d.schedule(k, size, arrival)
+	d.sample(now)
+	if d.m.IsZero() {
+		d.hist[k].observe(time.Duration(now - arrival))
+		d.mu.Unlock()
+		return
 	}
-	d.sample(arrival)
+	id, deadline := d.schedule(k, size, arrival)
 	d.mu.Unlock()
-	if emulate {
-		waitUntil(deadline)
-	}
-	done := nanotime()
+	waitUntil(deadline)
 	d.mu.Lock()
 	delete(d.pending, id)
-	d.hist[k].observe(time.Duration(done - arrival))
+	d.hist[k].observe(time.Duration(max(deadline, now) - arrival))
 	d.mu.Unlock()
 }
 
-// overshoot is the running estimate of how late a nanosleep wakes, in
+// overshoot is the running estimate of how late a sleep wakes, in
 // nanoseconds, shared by all devices (it is the machine's). waitUntil
 // sleeps that much less and spins the rest.
 var overshoot atomic.Int64
@@ -246,9 +246,10 @@ func init() { overshoot.Store(int64(50 * time.Microsecond)) }
 // into a spin.
 const maxOvershoot = int64(300 * time.Microsecond)
 
-// waitUntil blocks the calling goroutine (and its OS thread) until the
-// monotonic clock reaches deadline; a deadline already past returns at
-// once.
+// waitUntil blocks the calling goroutine until the monotonic clock
+// reaches deadline: it sleeps (sleep) until the estimated overshoot before
+// it, then spins, yielding the processor; a deadline already past returns
+// at once.
 func waitUntil(deadline int64) {
 	for {
 		now := nanotime()
@@ -263,8 +264,7 @@ func waitUntil(deadline int64) {
 			continue
 		}
 		d := rem - est
-		ts := syscall.NsecToTimespec(d)
-		syscall.Nanosleep(&ts, nil) // EINTR: the loop sleeps again
+		sleep(d) // early or interrupted: the loop sleeps again
 		late := nanotime() - now - d
 		// An exponentially weighted mean (1/8), bounded.
 		next := est + (min(max(late, 0), maxOvershoot)-est)/8
