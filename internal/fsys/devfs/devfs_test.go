@@ -142,7 +142,7 @@ func hammer(workers int, dur time.Duration, op func(w int)) (int64, time.Duratio
 	return n.Load(), time.Since(t0)
 }
 
-func memFile(t *testing.T, fs fsys.FS, size int) fsys.File {
+func memFile(t testing.TB, fs fsys.FS, size int) fsys.File {
 	t.Helper()
 	f, err := fs.Create("data")
 	if err != nil {
