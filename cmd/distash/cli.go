@@ -262,7 +262,9 @@ func printDevicesTo(out io.Writer, st *wire.StatusResponse) {
 			fmt.Fprintln(out, "\nEmulated devices:")
 			header = true
 		}
-		us := func(v float64) string { return time.Duration(v * float64(time.Microsecond)).Round(time.Microsecond).String() }
+		us := func(v float64) string {
+			return time.Duration(v * float64(time.Microsecond)).Round(time.Microsecond).String()
+		}
 		fmt.Fprintf(out, "  %s-%d (%s): %.0f%% busy, queue %d (%d in service), %d reads %s, %d writes %s, %d syncs; read p50 %s p99 %s, write p99 %s, sync p99 %s\n",
 			s.Pool, s.Index, d.Profile, 100*d.BusyFraction, d.QueueLength, d.InService,
 			d.Reads, humanize.IBytes(uint64(max(d.ReadBytes, 0))), d.Writes, humanize.IBytes(uint64(max(d.WrittenBytes, 0))), d.Syncs,
