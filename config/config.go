@@ -52,6 +52,9 @@
 //	segment      = "64MiB" # log segment file size, default 64MiB, >= 1MiB
 //	direct_io    = false   # read values with O_DIRECT
 //
+//	[pool.pebble]          # optional, engine pebble only; per stash
+//	cache        = "16MiB" # block cache, default 16MiB, at least 64KiB
+//
 // Unknown keys are errors (keys are case-sensitive). Problems are reported
 // as [*FieldError] values naming the field, e.g.
 //
@@ -130,6 +133,17 @@ type Pool struct {
 	// Flash tunes the stashes of a pool whose engine is flash ([pool.flash]);
 	// nil, like absent keys, keeps the engine's defaults.
 	Flash *Flash `toml:"flash"`
+	// Pebble tunes the stashes of a pool whose engine is pebble
+	// ([pool.pebble]); nil keeps the engine's defaults.
+	Pebble *Pebble `toml:"pebble"`
+}
+
+// Pebble holds the settings of the pebble engine.
+type Pebble struct {
+	// Cache is each stash's block cache; default 16MiB (the engine's
+	// CacheBytes). A small one makes reads reach the device, as the media
+	// benchmarks need when the data would otherwise fit in it.
+	Cache *Size `toml:"cache,omitempty"`
 }
 
 // Flash holds the settings of the flash engine (docs/flash.md).
@@ -153,6 +167,9 @@ const Unlimited = "unlimited"
 // MaxStashesPerPool bounds a pool's stashes: each is a storage server with
 // its own engine, window and goroutines.
 const MaxStashesPerPool = 1000
+
+// MinPebbleCache is the smallest [Pebble.Cache] accepted.
+const MinPebbleCache = 64 << 10
 
 // MinFlashSegment is the smallest [Flash.Segment] accepted.
 const MinFlashSegment = 1 << 20

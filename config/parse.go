@@ -41,6 +41,7 @@ type rawPool struct {
 	Recency     bool         `toml:"recency"`
 	AcrossDCs   bool         `toml:"across_dcs"`
 	Flash       *Flash       `toml:"flash"`
+	Pebble      *Pebble      `toml:"pebble"`
 }
 
 // rawCapacity is a capacity as written: a size, or "unlimited".
@@ -71,11 +72,12 @@ func (c *rawCapacity) UnmarshalTOML(v any) error {
 
 // schema lists the keys each table may hold.
 var schema = map[string][]string{
-	"":           {"cluster", "log", "pool"},
-	"cluster":    {"failure_wait", "mvcc_window", "shard_bytes", "dc_delay"},
-	"log":        {"replicas"},
-	"pool":       {"name", "prefix", "medium", "mode", "engine", "stashes", "replication", "capacity", "eviction", "recency", "across_dcs", "flash"},
-	"pool.flash": {"cache", "write_buffer", "segment", "direct_io"},
+	"":            {"cluster", "log", "pool"},
+	"cluster":     {"failure_wait", "mvcc_window", "shard_bytes", "dc_delay"},
+	"log":         {"replicas"},
+	"pool":        {"name", "prefix", "medium", "mode", "engine", "stashes", "replication", "capacity", "eviction", "recency", "across_dcs", "flash", "pebble"},
+	"pool.flash":  {"cache", "write_buffer", "segment", "direct_io"},
+	"pool.pebble": {"cache"},
 }
 
 // Parse reads a TOML configuration, applies the defaults of absent keys and
@@ -136,6 +138,7 @@ func Parse(data []byte) (*Config, error) {
 			Recency:     rp.Recency,
 			AcrossDCs:   rp.AcrossDCs,
 			Flash:       rp.Flash,
+			Pebble:      rp.Pebble,
 		}
 		if rp.Stashes != nil {
 			p.Stashes = *rp.Stashes
@@ -262,16 +265,16 @@ outer:
 		if len(k) > 1 {
 			table, leaf = k[0], k[1]
 		}
-		if len(k) > 2 && k[0] == "pool" && k[1] == "flash" {
-			table, leaf = "pool.flash", k[2]
+		if len(k) > 2 && k[0] == "pool" && schema["pool."+k[1]] != nil {
+			table, leaf = "pool."+k[1], k[2]
 		}
 		msg := "unknown key" + suggest(leaf, schema[table])
 		switch {
 		case len(k) == 1:
 			add(&FieldError{Field: k.String(), Msg: msg})
-		case table == "pool" || table == "pool.flash":
+		case table == "pool" || strings.HasPrefix(table, "pool."):
 			sub := k[1:2] // the key's path inside its pool
-			if table == "pool.flash" {
+			if table != "pool" {
 				sub = k[1:3]
 			}
 			found := false
