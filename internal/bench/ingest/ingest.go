@@ -152,7 +152,7 @@ func Run(ctx context.Context, o Options, out io.Writer) ([]Result, error) {
 		if err != nil {
 			return nil, err
 		}
-		notes, err := ApplyDevice(cfg, o.DeviceProfile, o.DeviceScale)
+		notes, err := timeline.ApplyDevice(cfg, o.DeviceProfile, o.DeviceScale)
 		if err != nil {
 			return nil, err
 		}
