@@ -340,3 +340,43 @@ func MeanBusy(samples []Sample, keep func(StashPoint) bool) float64 {
 	}
 	return sum / float64(n)
 }
+
+// ReadCSV reads a CSV file written by WriteCSV and checks its shape: the
+// header is want, every row has its columns, and the columns named in
+// numeric hold numbers (or nothing). It returns the rows.
+func ReadCSV(path string, want []string, numeric ...string) ([][]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	recs, err := csv.NewReader(f).ReadAll()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if len(recs) == 0 {
+		return nil, fmt.Errorf("%s: empty, not even a header", path)
+	}
+	if fmt.Sprint(recs[0]) != fmt.Sprint(want) {
+		return nil, fmt.Errorf("%s: header %q, want %q", path, recs[0], want)
+	}
+	col := map[string]int{}
+	for i, h := range want {
+		col[h] = i
+	}
+	for i, r := range recs[1:] {
+		for _, name := range numeric {
+			j, ok := col[name]
+			if !ok {
+				return nil, fmt.Errorf("%s: no column %q", path, name)
+			}
+			if r[j] == "" {
+				continue
+			}
+			if _, err := strconv.ParseFloat(r[j], 64); err != nil {
+				return nil, fmt.Errorf("%s: row %d: %s = %q is not a number", path, i+1, name, r[j])
+			}
+		}
+	}
+	return recs[1:], nil
+}
