@@ -29,6 +29,8 @@ type outPool struct {
 	AcrossDCs   bool    `toml:"across_dcs,omitempty"`
 	Flash       *Flash  `toml:"flash,omitempty"`
 	Pebble      *Pebble `toml:"pebble,omitempty"`
+	LocalLog    bool    `toml:"local_log,omitempty"`
+	Device      *Device `toml:"device,omitempty"`
 }
 
 // Marshal writes the configuration as TOML that Parse reads back to an equal

@@ -42,6 +42,8 @@ type rawPool struct {
 	AcrossDCs   bool         `toml:"across_dcs"`
 	Flash       *Flash       `toml:"flash"`
 	Pebble      *Pebble      `toml:"pebble"`
+	LocalLog    bool         `toml:"local_log"`
+	Device      *Device      `toml:"device"`
 }
 
 // rawCapacity is a capacity as written: a size, or "unlimited".
@@ -75,9 +77,10 @@ var schema = map[string][]string{
 	"":            {"cluster", "log", "pool"},
 	"cluster":     {"failure_wait", "mvcc_window", "shard_bytes", "dc_delay"},
 	"log":         {"replicas"},
-	"pool":        {"name", "prefix", "medium", "mode", "engine", "stashes", "replication", "capacity", "eviction", "recency", "across_dcs", "flash", "pebble"},
+	"pool":        {"name", "prefix", "medium", "mode", "engine", "stashes", "replication", "capacity", "eviction", "recency", "across_dcs", "flash", "pebble", "local_log", "device"},
 	"pool.flash":  {"cache", "write_buffer", "segment", "direct_io"},
 	"pool.pebble": {"cache"},
+	"pool.device": {"profile", "read_latency", "write_latency", "sync_latency", "iops", "bandwidth", "queue_depth"},
 }
 
 // Parse reads a TOML configuration, applies the defaults of absent keys and
@@ -139,6 +142,11 @@ func Parse(data []byte) (*Config, error) {
 			AcrossDCs:   rp.AcrossDCs,
 			Flash:       rp.Flash,
 			Pebble:      rp.Pebble,
+			LocalLog:    rp.LocalLog,
+			Device:      rp.Device,
+		}
+		if p.Device != nil && p.Device.Profile == "" {
+			p.Device.Profile = "none"
 		}
 		if rp.Stashes != nil {
 			p.Stashes = *rp.Stashes
