@@ -773,8 +773,9 @@ func (s *Server) openRemoteStash(ctx context.Context, sp stashSpec, logc *logrpc
 			return nil, err
 		}
 	}
+	stashFS := s.stashFS(sp)
 	eng, err := engines.Open(sp.pool.Engine, engine.Options{
-		Dir: dir, FS: s.opts.FS, CapacityBytes: int64(sp.pool.Capacity), Ephemeral: sp.pool.Ephemeral(), Eviction: sp.pool.Eviction,
+		Dir: dir, FS: stashFS, CapacityBytes: int64(sp.pool.Capacity), Ephemeral: sp.pool.Ephemeral(), Eviction: sp.pool.Eviction,
 		Tuning: engineTuning(sp.pool),
 	})
 	if err != nil {
@@ -801,7 +802,7 @@ func (s *Server) openRemoteStash(ctx context.Context, sp stashSpec, logc *logrpc
 		TrackRecency:   sp.pool.Recency,
 		WindowVersions: s.windowVersions(), WindowBytes: windowBudget(sp.pool), FlushInterval: s.opts.FlushInterval, Logger: s.roleLogger(logRoleStash),
 		ReportUsage: func(_ kv.Tag, used int64, _ kv.Version) { s.node.used.Store(used) },
-		Dir:         dir, FS: s.opts.FS, AdoptOwnership: adoptOwnership, Fetcher: fetcher{s}, SampleUnit: sampleUnit(s.cfg),
+		Dir:         dir, FS: stashFS, AdoptOwnership: adoptOwnership, Fetcher: fetcher{s}, SampleUnit: sampleUnit(s.cfg),
 	}), nil
 }
 

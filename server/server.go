@@ -94,8 +94,9 @@ type Server struct {
 	cfg    *config.Config
 	logger *slog.Logger
 
-	log *txlog.Log              // nil on a stash node of a multi-process cluster
-	tx  atomic.Pointer[txRoles] // the stateless roles, while this process holds them
+	log     *txlog.Log              // nil on a stash node of a multi-process cluster
+	devices devices                 // the stashes' emulated devices ([pool.device])
+	tx      atomic.Pointer[txRoles] // the stateless roles, while this process holds them
 	// stashes and order: the stash slots (the stash in a slot changes on
 	// restart). Fixed once an embedded cluster started; a cluster node adds
 	// its slots while it serves, hence the lock.
@@ -342,8 +343,9 @@ func (s *Server) openStash(sp stashSpec, windowVersions, recovered kv.Version) (
 			return nil, err
 		}
 	}
+	stashFS := s.stashFS(sp)
 	eng, err := engines.Open(sp.pool.Engine, engine.Options{
-		Dir: dir, FS: s.opts.FS, CapacityBytes: int64(sp.pool.Capacity), Ephemeral: sp.pool.Ephemeral(), Eviction: sp.pool.Eviction,
+		Dir: dir, FS: stashFS, CapacityBytes: int64(sp.pool.Capacity), Ephemeral: sp.pool.Ephemeral(), Eviction: sp.pool.Eviction,
 		Tuning: engineTuning(sp.pool),
 	})
 	if err != nil {
@@ -370,7 +372,7 @@ func (s *Server) openStash(sp stashSpec, windowVersions, recovered kv.Version) (
 		TrackRecency:   sp.pool.Recency,
 		WindowVersions: windowVersions, WindowBytes: windowBudget(sp.pool), FlushInterval: s.opts.FlushInterval, Logger: s.roleLogger(logRoleStash),
 		ReportUsage: s.usage.Report,
-		Dir:         dir, FS: s.opts.FS, AdoptOwnership: s.legacyDir.Load(), Fetcher: fetcher{s}, SampleUnit: sampleUnit(s.cfg),
+		Dir:         dir, FS: stashFS, AdoptOwnership: s.legacyDir.Load(), Fetcher: fetcher{s}, SampleUnit: sampleUnit(s.cfg),
 	}), nil
 }
 

@@ -1205,6 +1205,7 @@ type StashStatus struct {
 	Shards            int32                  `protobuf:"varint,23,opt,name=shards,proto3" json:"shards,omitempty"`     // shards whose team holds this stash (data distribution)
 	Fetching          int32                  `protobuf:"varint,24,opt,name=fetching,proto3" json:"fetching,omitempty"` // shards it is fetching (destination of a move)
 	Excluded          bool                   `protobuf:"varint,25,opt,name=excluded,proto3" json:"excluded,omitempty"` // excluded by `distash cli exclude`: its shards move off
+	Device            *DeviceStatus          `protobuf:"bytes,26,opt,name=device,proto3" json:"device,omitempty"`      // its emulated device ([pool.device]); absent when the pool emulates none
 	unknownFields     protoimpl.UnknownFields
 	sizeCache         protoimpl.SizeCache
 }
@@ -1412,6 +1413,13 @@ func (x *StashStatus) GetExcluded() bool {
 		return x.Excluded
 	}
 	return false
+}
+
+func (x *StashStatus) GetDevice() *DeviceStatus {
+	if x != nil {
+		return x.Device
+	}
+	return nil
 }
 
 type EngineCounter struct {
@@ -5611,6 +5619,155 @@ func (x *KillResponse) GetError() *Error {
 	return nil
 }
 
+// DeviceStatus is a stash's emulated device (docs/devices.md).
+type DeviceStatus struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Profile       string                 `protobuf:"bytes,1,opt,name=profile,proto3" json:"profile,omitempty"`                                 // ssd | hdd | nvm, or custom (profile none with overrides)
+	BusyFraction  float64                `protobuf:"fixed64,2,opt,name=busy_fraction,json=busyFraction,proto3" json:"busy_fraction,omitempty"` // of the last ~10 s with >= 1 I/O in service (iostat %util)
+	BusySeconds   float64                `protobuf:"fixed64,3,opt,name=busy_seconds,json=busySeconds,proto3" json:"busy_seconds,omitempty"`    // cumulative busy time; differences over time give utilisation
+	QueueLength   int32                  `protobuf:"varint,4,opt,name=queue_length,json=queueLength,proto3" json:"queue_length,omitempty"`     // I/Os waiting or in service now
+	InService     int32                  `protobuf:"varint,5,opt,name=in_service,json=inService,proto3" json:"in_service,omitempty"`           // I/Os in service now (<= queue depth)
+	Reads         int64                  `protobuf:"varint,6,opt,name=reads,proto3" json:"reads,omitempty"`
+	Writes        int64                  `protobuf:"varint,7,opt,name=writes,proto3" json:"writes,omitempty"`
+	Syncs         int64                  `protobuf:"varint,8,opt,name=syncs,proto3" json:"syncs,omitempty"`
+	ReadBytes     int64                  `protobuf:"varint,9,opt,name=read_bytes,json=readBytes,proto3" json:"read_bytes,omitempty"`
+	WrittenBytes  int64                  `protobuf:"varint,10,opt,name=written_bytes,json=writtenBytes,proto3" json:"written_bytes,omitempty"`
+	ReadP50Us     float64                `protobuf:"fixed64,11,opt,name=read_p50_us,json=readP50Us,proto3" json:"read_p50_us,omitempty"` // latencies of completed I/Os since start, queueing included
+	ReadP99Us     float64                `protobuf:"fixed64,12,opt,name=read_p99_us,json=readP99Us,proto3" json:"read_p99_us,omitempty"`
+	WriteP99Us    float64                `protobuf:"fixed64,13,opt,name=write_p99_us,json=writeP99Us,proto3" json:"write_p99_us,omitempty"`
+	SyncP99Us     float64                `protobuf:"fixed64,14,opt,name=sync_p99_us,json=syncP99Us,proto3" json:"sync_p99_us,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeviceStatus) Reset() {
+	*x = DeviceStatus{}
+	mi := &file_distash_proto_msgTypes[76]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeviceStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeviceStatus) ProtoMessage() {}
+
+func (x *DeviceStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_distash_proto_msgTypes[76]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeviceStatus.ProtoReflect.Descriptor instead.
+func (*DeviceStatus) Descriptor() ([]byte, []int) {
+	return file_distash_proto_rawDescGZIP(), []int{76}
+}
+
+func (x *DeviceStatus) GetProfile() string {
+	if x != nil {
+		return x.Profile
+	}
+	return ""
+}
+
+func (x *DeviceStatus) GetBusyFraction() float64 {
+	if x != nil {
+		return x.BusyFraction
+	}
+	return 0
+}
+
+func (x *DeviceStatus) GetBusySeconds() float64 {
+	if x != nil {
+		return x.BusySeconds
+	}
+	return 0
+}
+
+func (x *DeviceStatus) GetQueueLength() int32 {
+	if x != nil {
+		return x.QueueLength
+	}
+	return 0
+}
+
+func (x *DeviceStatus) GetInService() int32 {
+	if x != nil {
+		return x.InService
+	}
+	return 0
+}
+
+func (x *DeviceStatus) GetReads() int64 {
+	if x != nil {
+		return x.Reads
+	}
+	return 0
+}
+
+func (x *DeviceStatus) GetWrites() int64 {
+	if x != nil {
+		return x.Writes
+	}
+	return 0
+}
+
+func (x *DeviceStatus) GetSyncs() int64 {
+	if x != nil {
+		return x.Syncs
+	}
+	return 0
+}
+
+func (x *DeviceStatus) GetReadBytes() int64 {
+	if x != nil {
+		return x.ReadBytes
+	}
+	return 0
+}
+
+func (x *DeviceStatus) GetWrittenBytes() int64 {
+	if x != nil {
+		return x.WrittenBytes
+	}
+	return 0
+}
+
+func (x *DeviceStatus) GetReadP50Us() float64 {
+	if x != nil {
+		return x.ReadP50Us
+	}
+	return 0
+}
+
+func (x *DeviceStatus) GetReadP99Us() float64 {
+	if x != nil {
+		return x.ReadP99Us
+	}
+	return 0
+}
+
+func (x *DeviceStatus) GetWriteP99Us() float64 {
+	if x != nil {
+		return x.WriteP99Us
+	}
+	return 0
+}
+
+func (x *DeviceStatus) GetSyncP99Us() float64 {
+	if x != nil {
+		return x.SyncP99Us
+	}
+	return 0
+}
+
 var File_distash_proto protoreflect.FileDescriptor
 
 const file_distash_proto_rawDesc = "" +
@@ -5695,7 +5852,7 @@ const file_distash_proto_rawDesc = "" +
 	"\x12ClusterInfoRequest\"o\n" +
 	"\x13ClusterInfoResponse\x12*\n" +
 	"\x05pools\x18\x01 \x03(\v2\x14.distash.v1.PoolInfoR\x05pools\x12,\n" +
-	"\x12mvcc_window_micros\x18\x02 \x01(\x03R\x10mvccWindowMicros\"\xf2\x05\n" +
+	"\x12mvcc_window_micros\x18\x02 \x01(\x03R\x10mvccWindowMicros\"\xa4\x06\n" +
 	"\vStashStatus\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x12\n" +
 	"\x04pool\x18\x02 \x01(\tR\x04pool\x12\x14\n" +
@@ -5723,7 +5880,8 @@ const file_distash_proto_rawDesc = "" +
 	"\aaddress\x18\x16 \x01(\tR\aaddress\x12\x16\n" +
 	"\x06shards\x18\x17 \x01(\x05R\x06shards\x12\x1a\n" +
 	"\bfetching\x18\x18 \x01(\x05R\bfetching\x12\x1a\n" +
-	"\bexcluded\x18\x19 \x01(\bR\bexcluded\"9\n" +
+	"\bexcluded\x18\x19 \x01(\bR\bexcluded\x120\n" +
+	"\x06device\x18\x1a \x01(\v2\x18.distash.v1.DeviceStatusR\x06device\"9\n" +
 	"\rEngineCounter\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x03R\x05value\"\xbd\x01\n" +
@@ -6089,7 +6247,26 @@ const file_distash_proto_rawDesc = "" +
 	"\vKillRequest\x12\x16\n" +
 	"\x06reason\x18\x01 \x01(\tR\x06reason\"7\n" +
 	"\fKillResponse\x12'\n" +
-	"\x05error\x18\x01 \x01(\v2\x11.distash.v1.ErrorR\x05error2\xc2\x06\n" +
+	"\x05error\x18\x01 \x01(\v2\x11.distash.v1.ErrorR\x05error\"\xbc\x03\n" +
+	"\fDeviceStatus\x12\x18\n" +
+	"\aprofile\x18\x01 \x01(\tR\aprofile\x12#\n" +
+	"\rbusy_fraction\x18\x02 \x01(\x01R\fbusyFraction\x12!\n" +
+	"\fbusy_seconds\x18\x03 \x01(\x01R\vbusySeconds\x12!\n" +
+	"\fqueue_length\x18\x04 \x01(\x05R\vqueueLength\x12\x1d\n" +
+	"\n" +
+	"in_service\x18\x05 \x01(\x05R\tinService\x12\x14\n" +
+	"\x05reads\x18\x06 \x01(\x03R\x05reads\x12\x16\n" +
+	"\x06writes\x18\a \x01(\x03R\x06writes\x12\x14\n" +
+	"\x05syncs\x18\b \x01(\x03R\x05syncs\x12\x1d\n" +
+	"\n" +
+	"read_bytes\x18\t \x01(\x03R\treadBytes\x12#\n" +
+	"\rwritten_bytes\x18\n" +
+	" \x01(\x03R\fwrittenBytes\x12\x1e\n" +
+	"\vread_p50_us\x18\v \x01(\x01R\treadP50Us\x12\x1e\n" +
+	"\vread_p99_us\x18\f \x01(\x01R\treadP99Us\x12 \n" +
+	"\fwrite_p99_us\x18\r \x01(\x01R\n" +
+	"writeP99Us\x12\x1e\n" +
+	"\vsync_p99_us\x18\x0e \x01(\x01R\tsyncP99Us2\xc2\x06\n" +
 	"\aDiStash\x12W\n" +
 	"\x0eGetReadVersion\x12!.distash.v1.GetReadVersionRequest\x1a\".distash.v1.GetReadVersionResponse\x12?\n" +
 	"\x06Commit\x12\x19.distash.v1.CommitRequest\x1a\x1a.distash.v1.CommitResponse\x12U\n" +
@@ -6134,7 +6311,7 @@ func file_distash_proto_rawDescGZIP() []byte {
 	return file_distash_proto_rawDescData
 }
 
-var file_distash_proto_msgTypes = make([]protoimpl.MessageInfo, 76)
+var file_distash_proto_msgTypes = make([]protoimpl.MessageInfo, 77)
 var file_distash_proto_goTypes = []any{
 	(*Error)(nil),                    // 0: distash.v1.Error
 	(*Mutation)(nil),                 // 1: distash.v1.Mutation
@@ -6212,6 +6389,7 @@ var file_distash_proto_goTypes = []any{
 	(*SetLogReplicasResponse)(nil),   // 73: distash.v1.SetLogReplicasResponse
 	(*KillRequest)(nil),              // 74: distash.v1.KillRequest
 	(*KillResponse)(nil),             // 75: distash.v1.KillResponse
+	(*DeviceStatus)(nil),             // 76: distash.v1.DeviceStatus
 }
 var file_distash_proto_depIdxs = []int32{
 	0,  // 0: distash.v1.GetReadVersionResponse.error:type_name -> distash.v1.Error
@@ -6227,106 +6405,107 @@ var file_distash_proto_depIdxs = []int32{
 	0,  // 10: distash.v1.LocationsResponse.error:type_name -> distash.v1.Error
 	16, // 11: distash.v1.ClusterInfoResponse.pools:type_name -> distash.v1.PoolInfo
 	20, // 12: distash.v1.StashStatus.engine_counters:type_name -> distash.v1.EngineCounter
-	23, // 13: distash.v1.ShardMetricsRequest.ranges:type_name -> distash.v1.KeyRangeMsg
-	24, // 14: distash.v1.ShardMetricsResponse.ranges:type_name -> distash.v1.RangeMetrics
-	0,  // 15: distash.v1.ShardMetricsResponse.error:type_name -> distash.v1.Error
-	16, // 16: distash.v1.StatusResponse.pools:type_name -> distash.v1.PoolInfo
-	19, // 17: distash.v1.StatusResponse.stashes:type_name -> distash.v1.StashStatus
-	21, // 18: distash.v1.StatusResponse.log:type_name -> distash.v1.LogStatus
-	33, // 19: distash.v1.StatusResponse.node:type_name -> distash.v1.NodeStatus
-	33, // 20: distash.v1.StatusResponse.nodes:type_name -> distash.v1.NodeStatus
-	31, // 21: distash.v1.StatusResponse.distribution:type_name -> distash.v1.PoolDistribution
-	30, // 22: distash.v1.StatusResponse.stash_shares:type_name -> distash.v1.StashShare
-	28, // 23: distash.v1.StatusResponse.coordinator_membership:type_name -> distash.v1.MembershipStatus
-	28, // 24: distash.v1.StatusResponse.log_membership:type_name -> distash.v1.MembershipStatus
-	29, // 25: distash.v1.MembershipStatus.member:type_name -> distash.v1.MemberStatus
-	32, // 26: distash.v1.PoolDistribution.queue:type_name -> distash.v1.RelocationStatus
-	0,  // 27: distash.v1.ColdestResponse.error:type_name -> distash.v1.Error
-	7,  // 28: distash.v1.CommitStreamRequest.request:type_name -> distash.v1.CommitRequest
-	8,  // 29: distash.v1.CommitStreamResponse.response:type_name -> distash.v1.CommitResponse
-	9,  // 30: distash.v1.ReadStreamRequest.request:type_name -> distash.v1.ReadRequest
-	11, // 31: distash.v1.ReadStreamRequest.range_request:type_name -> distash.v1.ReadRangeRequest
-	10, // 32: distash.v1.ReadStreamResponse.response:type_name -> distash.v1.ReadResponse
-	12, // 33: distash.v1.ReadStreamResponse.range_response:type_name -> distash.v1.ReadRangeResponse
-	1,  // 34: distash.v1.LogMessage.mutations:type_name -> distash.v1.Mutation
-	41, // 35: distash.v1.PeekResponse.messages:type_name -> distash.v1.LogMessage
-	0,  // 36: distash.v1.PeekResponse.error:type_name -> distash.v1.Error
-	0,  // 37: distash.v1.PopResponse.error:type_name -> distash.v1.Error
-	0,  // 38: distash.v1.ReportResponse.error:type_name -> distash.v1.Error
-	0,  // 39: distash.v1.RegisterResponse.error:type_name -> distash.v1.Error
-	0,  // 40: distash.v1.HeartbeatResponse.error:type_name -> distash.v1.Error
-	53, // 41: distash.v1.ViewResponse.nodes:type_name -> distash.v1.ClusterNode
-	54, // 42: distash.v1.ViewResponse.slots:type_name -> distash.v1.PoolSlots
-	0,  // 43: distash.v1.ViewResponse.error:type_name -> distash.v1.Error
-	57, // 44: distash.v1.ViewResponse.stashes:type_name -> distash.v1.StashLocation
-	56, // 45: distash.v1.ViewResponse.replication:type_name -> distash.v1.PoolReplication
-	52, // 46: distash.v1.ViewResponse.coordinators:type_name -> distash.v1.CoordinatorMember
-	0,  // 47: distash.v1.ClaimResponse.error:type_name -> distash.v1.Error
-	0,  // 48: distash.v1.RecoveryDoneResponse.error:type_name -> distash.v1.Error
-	0,  // 49: distash.v1.ExcludeResponse.error:type_name -> distash.v1.Error
-	0,  // 50: distash.v1.IncludeResponse.error:type_name -> distash.v1.Error
-	0,  // 51: distash.v1.ConfigureResponse.error:type_name -> distash.v1.Error
-	0,  // 52: distash.v1.RetireResponse.error:type_name -> distash.v1.Error
-	0,  // 53: distash.v1.JoinCoordinatorsResponse.error:type_name -> distash.v1.Error
-	0,  // 54: distash.v1.SetLogReplicasResponse.error:type_name -> distash.v1.Error
-	0,  // 55: distash.v1.KillResponse.error:type_name -> distash.v1.Error
-	5,  // 56: distash.v1.DiStash.GetReadVersion:input_type -> distash.v1.GetReadVersionRequest
-	7,  // 57: distash.v1.DiStash.Commit:input_type -> distash.v1.CommitRequest
-	36, // 58: distash.v1.DiStash.CommitStream:input_type -> distash.v1.CommitStreamRequest
-	38, // 59: distash.v1.DiStash.ReadStream:input_type -> distash.v1.ReadStreamRequest
-	9,  // 60: distash.v1.DiStash.Read:input_type -> distash.v1.ReadRequest
-	11, // 61: distash.v1.DiStash.ReadRange:input_type -> distash.v1.ReadRangeRequest
-	13, // 62: distash.v1.DiStash.Locations:input_type -> distash.v1.LocationsRequest
-	17, // 63: distash.v1.DiStash.ClusterInfo:input_type -> distash.v1.ClusterInfoRequest
-	26, // 64: distash.v1.DiStash.Status:input_type -> distash.v1.StatusRequest
-	34, // 65: distash.v1.DiStash.Coldest:input_type -> distash.v1.ColdestRequest
-	22, // 66: distash.v1.DiStash.ShardMetrics:input_type -> distash.v1.ShardMetricsRequest
-	40, // 67: distash.v1.Log.Peek:input_type -> distash.v1.PeekRequest
-	43, // 68: distash.v1.Log.Pop:input_type -> distash.v1.PopRequest
-	45, // 69: distash.v1.Log.Report:input_type -> distash.v1.ReportRequest
-	47, // 70: distash.v1.Coordinator.Register:input_type -> distash.v1.RegisterRequest
-	49, // 71: distash.v1.Coordinator.Heartbeat:input_type -> distash.v1.HeartbeatRequest
-	51, // 72: distash.v1.Coordinator.View:input_type -> distash.v1.ViewRequest
-	58, // 73: distash.v1.Coordinator.Claim:input_type -> distash.v1.ClaimRequest
-	60, // 74: distash.v1.Coordinator.RecoveryDone:input_type -> distash.v1.RecoveryDoneRequest
-	62, // 75: distash.v1.Coordinator.Exclude:input_type -> distash.v1.ExcludeRequest
-	64, // 76: distash.v1.Coordinator.Include:input_type -> distash.v1.IncludeRequest
-	66, // 77: distash.v1.Coordinator.Configure:input_type -> distash.v1.ConfigureRequest
-	68, // 78: distash.v1.Coordinator.Retire:input_type -> distash.v1.RetireRequest
-	70, // 79: distash.v1.Coordinator.JoinCoordinators:input_type -> distash.v1.JoinCoordinatorsRequest
-	72, // 80: distash.v1.Coordinator.SetLogReplicas:input_type -> distash.v1.SetLogReplicasRequest
-	74, // 81: distash.v1.Admin.Kill:input_type -> distash.v1.KillRequest
-	6,  // 82: distash.v1.DiStash.GetReadVersion:output_type -> distash.v1.GetReadVersionResponse
-	8,  // 83: distash.v1.DiStash.Commit:output_type -> distash.v1.CommitResponse
-	37, // 84: distash.v1.DiStash.CommitStream:output_type -> distash.v1.CommitStreamResponse
-	39, // 85: distash.v1.DiStash.ReadStream:output_type -> distash.v1.ReadStreamResponse
-	10, // 86: distash.v1.DiStash.Read:output_type -> distash.v1.ReadResponse
-	12, // 87: distash.v1.DiStash.ReadRange:output_type -> distash.v1.ReadRangeResponse
-	15, // 88: distash.v1.DiStash.Locations:output_type -> distash.v1.LocationsResponse
-	18, // 89: distash.v1.DiStash.ClusterInfo:output_type -> distash.v1.ClusterInfoResponse
-	27, // 90: distash.v1.DiStash.Status:output_type -> distash.v1.StatusResponse
-	35, // 91: distash.v1.DiStash.Coldest:output_type -> distash.v1.ColdestResponse
-	25, // 92: distash.v1.DiStash.ShardMetrics:output_type -> distash.v1.ShardMetricsResponse
-	42, // 93: distash.v1.Log.Peek:output_type -> distash.v1.PeekResponse
-	44, // 94: distash.v1.Log.Pop:output_type -> distash.v1.PopResponse
-	46, // 95: distash.v1.Log.Report:output_type -> distash.v1.ReportResponse
-	48, // 96: distash.v1.Coordinator.Register:output_type -> distash.v1.RegisterResponse
-	50, // 97: distash.v1.Coordinator.Heartbeat:output_type -> distash.v1.HeartbeatResponse
-	55, // 98: distash.v1.Coordinator.View:output_type -> distash.v1.ViewResponse
-	59, // 99: distash.v1.Coordinator.Claim:output_type -> distash.v1.ClaimResponse
-	61, // 100: distash.v1.Coordinator.RecoveryDone:output_type -> distash.v1.RecoveryDoneResponse
-	63, // 101: distash.v1.Coordinator.Exclude:output_type -> distash.v1.ExcludeResponse
-	65, // 102: distash.v1.Coordinator.Include:output_type -> distash.v1.IncludeResponse
-	67, // 103: distash.v1.Coordinator.Configure:output_type -> distash.v1.ConfigureResponse
-	69, // 104: distash.v1.Coordinator.Retire:output_type -> distash.v1.RetireResponse
-	71, // 105: distash.v1.Coordinator.JoinCoordinators:output_type -> distash.v1.JoinCoordinatorsResponse
-	73, // 106: distash.v1.Coordinator.SetLogReplicas:output_type -> distash.v1.SetLogReplicasResponse
-	75, // 107: distash.v1.Admin.Kill:output_type -> distash.v1.KillResponse
-	82, // [82:108] is the sub-list for method output_type
-	56, // [56:82] is the sub-list for method input_type
-	56, // [56:56] is the sub-list for extension type_name
-	56, // [56:56] is the sub-list for extension extendee
-	0,  // [0:56] is the sub-list for field type_name
+	76, // 13: distash.v1.StashStatus.device:type_name -> distash.v1.DeviceStatus
+	23, // 14: distash.v1.ShardMetricsRequest.ranges:type_name -> distash.v1.KeyRangeMsg
+	24, // 15: distash.v1.ShardMetricsResponse.ranges:type_name -> distash.v1.RangeMetrics
+	0,  // 16: distash.v1.ShardMetricsResponse.error:type_name -> distash.v1.Error
+	16, // 17: distash.v1.StatusResponse.pools:type_name -> distash.v1.PoolInfo
+	19, // 18: distash.v1.StatusResponse.stashes:type_name -> distash.v1.StashStatus
+	21, // 19: distash.v1.StatusResponse.log:type_name -> distash.v1.LogStatus
+	33, // 20: distash.v1.StatusResponse.node:type_name -> distash.v1.NodeStatus
+	33, // 21: distash.v1.StatusResponse.nodes:type_name -> distash.v1.NodeStatus
+	31, // 22: distash.v1.StatusResponse.distribution:type_name -> distash.v1.PoolDistribution
+	30, // 23: distash.v1.StatusResponse.stash_shares:type_name -> distash.v1.StashShare
+	28, // 24: distash.v1.StatusResponse.coordinator_membership:type_name -> distash.v1.MembershipStatus
+	28, // 25: distash.v1.StatusResponse.log_membership:type_name -> distash.v1.MembershipStatus
+	29, // 26: distash.v1.MembershipStatus.member:type_name -> distash.v1.MemberStatus
+	32, // 27: distash.v1.PoolDistribution.queue:type_name -> distash.v1.RelocationStatus
+	0,  // 28: distash.v1.ColdestResponse.error:type_name -> distash.v1.Error
+	7,  // 29: distash.v1.CommitStreamRequest.request:type_name -> distash.v1.CommitRequest
+	8,  // 30: distash.v1.CommitStreamResponse.response:type_name -> distash.v1.CommitResponse
+	9,  // 31: distash.v1.ReadStreamRequest.request:type_name -> distash.v1.ReadRequest
+	11, // 32: distash.v1.ReadStreamRequest.range_request:type_name -> distash.v1.ReadRangeRequest
+	10, // 33: distash.v1.ReadStreamResponse.response:type_name -> distash.v1.ReadResponse
+	12, // 34: distash.v1.ReadStreamResponse.range_response:type_name -> distash.v1.ReadRangeResponse
+	1,  // 35: distash.v1.LogMessage.mutations:type_name -> distash.v1.Mutation
+	41, // 36: distash.v1.PeekResponse.messages:type_name -> distash.v1.LogMessage
+	0,  // 37: distash.v1.PeekResponse.error:type_name -> distash.v1.Error
+	0,  // 38: distash.v1.PopResponse.error:type_name -> distash.v1.Error
+	0,  // 39: distash.v1.ReportResponse.error:type_name -> distash.v1.Error
+	0,  // 40: distash.v1.RegisterResponse.error:type_name -> distash.v1.Error
+	0,  // 41: distash.v1.HeartbeatResponse.error:type_name -> distash.v1.Error
+	53, // 42: distash.v1.ViewResponse.nodes:type_name -> distash.v1.ClusterNode
+	54, // 43: distash.v1.ViewResponse.slots:type_name -> distash.v1.PoolSlots
+	0,  // 44: distash.v1.ViewResponse.error:type_name -> distash.v1.Error
+	57, // 45: distash.v1.ViewResponse.stashes:type_name -> distash.v1.StashLocation
+	56, // 46: distash.v1.ViewResponse.replication:type_name -> distash.v1.PoolReplication
+	52, // 47: distash.v1.ViewResponse.coordinators:type_name -> distash.v1.CoordinatorMember
+	0,  // 48: distash.v1.ClaimResponse.error:type_name -> distash.v1.Error
+	0,  // 49: distash.v1.RecoveryDoneResponse.error:type_name -> distash.v1.Error
+	0,  // 50: distash.v1.ExcludeResponse.error:type_name -> distash.v1.Error
+	0,  // 51: distash.v1.IncludeResponse.error:type_name -> distash.v1.Error
+	0,  // 52: distash.v1.ConfigureResponse.error:type_name -> distash.v1.Error
+	0,  // 53: distash.v1.RetireResponse.error:type_name -> distash.v1.Error
+	0,  // 54: distash.v1.JoinCoordinatorsResponse.error:type_name -> distash.v1.Error
+	0,  // 55: distash.v1.SetLogReplicasResponse.error:type_name -> distash.v1.Error
+	0,  // 56: distash.v1.KillResponse.error:type_name -> distash.v1.Error
+	5,  // 57: distash.v1.DiStash.GetReadVersion:input_type -> distash.v1.GetReadVersionRequest
+	7,  // 58: distash.v1.DiStash.Commit:input_type -> distash.v1.CommitRequest
+	36, // 59: distash.v1.DiStash.CommitStream:input_type -> distash.v1.CommitStreamRequest
+	38, // 60: distash.v1.DiStash.ReadStream:input_type -> distash.v1.ReadStreamRequest
+	9,  // 61: distash.v1.DiStash.Read:input_type -> distash.v1.ReadRequest
+	11, // 62: distash.v1.DiStash.ReadRange:input_type -> distash.v1.ReadRangeRequest
+	13, // 63: distash.v1.DiStash.Locations:input_type -> distash.v1.LocationsRequest
+	17, // 64: distash.v1.DiStash.ClusterInfo:input_type -> distash.v1.ClusterInfoRequest
+	26, // 65: distash.v1.DiStash.Status:input_type -> distash.v1.StatusRequest
+	34, // 66: distash.v1.DiStash.Coldest:input_type -> distash.v1.ColdestRequest
+	22, // 67: distash.v1.DiStash.ShardMetrics:input_type -> distash.v1.ShardMetricsRequest
+	40, // 68: distash.v1.Log.Peek:input_type -> distash.v1.PeekRequest
+	43, // 69: distash.v1.Log.Pop:input_type -> distash.v1.PopRequest
+	45, // 70: distash.v1.Log.Report:input_type -> distash.v1.ReportRequest
+	47, // 71: distash.v1.Coordinator.Register:input_type -> distash.v1.RegisterRequest
+	49, // 72: distash.v1.Coordinator.Heartbeat:input_type -> distash.v1.HeartbeatRequest
+	51, // 73: distash.v1.Coordinator.View:input_type -> distash.v1.ViewRequest
+	58, // 74: distash.v1.Coordinator.Claim:input_type -> distash.v1.ClaimRequest
+	60, // 75: distash.v1.Coordinator.RecoveryDone:input_type -> distash.v1.RecoveryDoneRequest
+	62, // 76: distash.v1.Coordinator.Exclude:input_type -> distash.v1.ExcludeRequest
+	64, // 77: distash.v1.Coordinator.Include:input_type -> distash.v1.IncludeRequest
+	66, // 78: distash.v1.Coordinator.Configure:input_type -> distash.v1.ConfigureRequest
+	68, // 79: distash.v1.Coordinator.Retire:input_type -> distash.v1.RetireRequest
+	70, // 80: distash.v1.Coordinator.JoinCoordinators:input_type -> distash.v1.JoinCoordinatorsRequest
+	72, // 81: distash.v1.Coordinator.SetLogReplicas:input_type -> distash.v1.SetLogReplicasRequest
+	74, // 82: distash.v1.Admin.Kill:input_type -> distash.v1.KillRequest
+	6,  // 83: distash.v1.DiStash.GetReadVersion:output_type -> distash.v1.GetReadVersionResponse
+	8,  // 84: distash.v1.DiStash.Commit:output_type -> distash.v1.CommitResponse
+	37, // 85: distash.v1.DiStash.CommitStream:output_type -> distash.v1.CommitStreamResponse
+	39, // 86: distash.v1.DiStash.ReadStream:output_type -> distash.v1.ReadStreamResponse
+	10, // 87: distash.v1.DiStash.Read:output_type -> distash.v1.ReadResponse
+	12, // 88: distash.v1.DiStash.ReadRange:output_type -> distash.v1.ReadRangeResponse
+	15, // 89: distash.v1.DiStash.Locations:output_type -> distash.v1.LocationsResponse
+	18, // 90: distash.v1.DiStash.ClusterInfo:output_type -> distash.v1.ClusterInfoResponse
+	27, // 91: distash.v1.DiStash.Status:output_type -> distash.v1.StatusResponse
+	35, // 92: distash.v1.DiStash.Coldest:output_type -> distash.v1.ColdestResponse
+	25, // 93: distash.v1.DiStash.ShardMetrics:output_type -> distash.v1.ShardMetricsResponse
+	42, // 94: distash.v1.Log.Peek:output_type -> distash.v1.PeekResponse
+	44, // 95: distash.v1.Log.Pop:output_type -> distash.v1.PopResponse
+	46, // 96: distash.v1.Log.Report:output_type -> distash.v1.ReportResponse
+	48, // 97: distash.v1.Coordinator.Register:output_type -> distash.v1.RegisterResponse
+	50, // 98: distash.v1.Coordinator.Heartbeat:output_type -> distash.v1.HeartbeatResponse
+	55, // 99: distash.v1.Coordinator.View:output_type -> distash.v1.ViewResponse
+	59, // 100: distash.v1.Coordinator.Claim:output_type -> distash.v1.ClaimResponse
+	61, // 101: distash.v1.Coordinator.RecoveryDone:output_type -> distash.v1.RecoveryDoneResponse
+	63, // 102: distash.v1.Coordinator.Exclude:output_type -> distash.v1.ExcludeResponse
+	65, // 103: distash.v1.Coordinator.Include:output_type -> distash.v1.IncludeResponse
+	67, // 104: distash.v1.Coordinator.Configure:output_type -> distash.v1.ConfigureResponse
+	69, // 105: distash.v1.Coordinator.Retire:output_type -> distash.v1.RetireResponse
+	71, // 106: distash.v1.Coordinator.JoinCoordinators:output_type -> distash.v1.JoinCoordinatorsResponse
+	73, // 107: distash.v1.Coordinator.SetLogReplicas:output_type -> distash.v1.SetLogReplicasResponse
+	75, // 108: distash.v1.Admin.Kill:output_type -> distash.v1.KillResponse
+	83, // [83:109] is the sub-list for method output_type
+	57, // [57:83] is the sub-list for method input_type
+	57, // [57:57] is the sub-list for extension type_name
+	57, // [57:57] is the sub-list for extension extendee
+	0,  // [0:57] is the sub-list for field type_name
 }
 
 func init() { file_distash_proto_init() }
@@ -6340,7 +6519,7 @@ func file_distash_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_distash_proto_rawDesc), len(file_distash_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   76,
+			NumMessages:   77,
 			NumExtensions: 0,
 			NumServices:   4,
 		},
