@@ -76,7 +76,7 @@ func runShort(t *testing.T, o Options) [][]string {
 	if total == 0 || total > res[0].Txns+res[1].Txns {
 		t.Fatalf("per-second counts sum to %d of %d transactions", total, res[0].Txns+res[1].Txns)
 	}
-	rows11, err := timeline.ReadCSV(path(Fig11CSV), timeline.UtilisationHeader("pool", "clients"), "time_s", "clients", "busy_pct", "queue_length", "read_p99_ms", "durable_lag_s", "window_mib")
+	rows11, err := timeline.ReadCSV(path(Fig11CSV), timeline.UtilisationHeader("pool", "clients"), "time_s", "clients", "busy_pct", "queue_length", "read_mib_s", "write_mib_s", "read_p99_ms_since_start", "durable_lag_s", "window_mib")
 	if err != nil {
 		t.Fatal(err)
 	}

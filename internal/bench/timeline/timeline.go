@@ -37,14 +37,19 @@ type StashPoint struct {
 	// on the first sample.
 	BusyPct     float64
 	QueueLength int64 // I/Os waiting or in service at the sample (device)
+	// ReadMiBs and WriteMiBs are the device's transfer rates over the
+	// interval (NaN: no device or the first sample).
+	ReadMiBs, WriteMiBs float64
+	// ReadP99Ms is the p99 of the device's reads since it started.
 	ReadP99Ms   float64
 	WindowBytes int64
 	// DurableLagS is how far its durable version is behind the committed
 	// version, in seconds (what FoundationDB's ratekeeper calls the
 	// durability lag).
 	DurableLagS float64
-	// busySeconds is the device's cumulative busy time (NaN: no device).
-	busySeconds float64
+	// busySeconds is the device's cumulative busy time (NaN: no device),
+	// readBytes and writtenBytes its cumulative transfers.
+	busySeconds, readBytes, writtenBytes float64
 }
 
 // Sample is the cluster at one instant, T seconds after the sampler
@@ -126,12 +131,16 @@ func sampleOf(st *wire.StatusResponse, now float64, prev map[string]StashPoint, 
 	for _, ss := range st.Stashes {
 		p := StashPoint{
 			Stash: fmt.Sprintf("%s-%d", ss.Pool, ss.Index), Pool: ss.Pool, BusyPct: math.NaN(), ReadP99Ms: math.NaN(),
+			ReadMiBs: math.NaN(), WriteMiBs: math.NaN(),
 			WindowBytes: ss.WindowBytes, busySeconds: math.NaN(),
 			DurableLagS: math.Max(0, float64(st.CommittedVersion-ss.DurableVersion)/kv.VersionsPerSecond),
 		}
 		fillDevice(&p, ss)
 		if q, ok := prev[p.Stash]; ok && !math.IsNaN(p.busySeconds) && !math.IsNaN(q.busySeconds) && now > prevT {
-			p.BusyPct = math.Min(100, math.Max(0, 100*(p.busySeconds-q.busySeconds)/(now-prevT)))
+			dt := now - prevT
+			p.BusyPct = math.Min(100, math.Max(0, 100*(p.busySeconds-q.busySeconds)/dt))
+			p.ReadMiBs = (p.readBytes - q.readBytes) / dt / (1 << 20)
+			p.WriteMiBs = (p.writtenBytes - q.writtenBytes) / dt / (1 << 20)
 		}
 		smp.Stashes = append(smp.Stashes, p)
 	}
@@ -274,10 +283,9 @@ func F(v float64, decimals int) string {
 	return strconv.FormatFloat(v, 'f', decimals, 64)
 }
 
-// UtilisationRows are the CSV rows of Figure 11 (time_s, then label
-// columns, stash, busy_pct, queue_length, read_p99_ms, durable_lag_s,
-// window_mib) of the samples' stashes that keep, each prefixed by
-// labels; stashes without a device utilisation are left out.
+// UtilisationRows are the CSV rows of Figure 11 (UtilisationHeader) of
+// the samples' stashes that keep, each prefixed by labels; stashes
+// without a device utilisation are left out.
 func UtilisationRows(samples []Sample, keep func(StashPoint) bool, labels ...string) [][]string {
 	var rows [][]string
 	for _, s := range samples {
@@ -286,8 +294,8 @@ func UtilisationRows(samples []Sample, keep func(StashPoint) bool, labels ...str
 				continue
 			}
 			row := append([]string{F(s.T, 1)}, labels...)
-			row = append(row, p.Stash, F(p.BusyPct, 1), strconv.FormatInt(p.QueueLength, 10), F(p.ReadP99Ms, 3),
-				F(p.DurableLagS, 2), F(float64(p.WindowBytes)/(1<<20), 1))
+			row = append(row, p.Stash, F(p.BusyPct, 1), strconv.FormatInt(p.QueueLength, 10), F(p.ReadMiBs, 2), F(p.WriteMiBs, 2),
+				F(p.ReadP99Ms, 3), F(p.DurableLagS, 2), F(float64(p.WindowBytes)/(1<<20), 1))
 			rows = append(rows, row)
 		}
 	}
@@ -297,7 +305,7 @@ func UtilisationRows(samples []Sample, keep func(StashPoint) bool, labels ...str
 // UtilisationHeader is the header of UtilisationRows with labelNames.
 func UtilisationHeader(labelNames ...string) []string {
 	h := append([]string{"time_s"}, labelNames...)
-	return append(h, "stash", "busy_pct", "queue_length", "read_p99_ms", "durable_lag_s", "window_mib")
+	return append(h, "stash", "busy_pct", "queue_length", "read_mib_s", "write_mib_s", "read_p99_ms_since_start", "durable_lag_s", "window_mib")
 }
 
 // UtilisationLines is one line per stash (that keep) of its device's
