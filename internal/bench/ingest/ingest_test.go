@@ -93,3 +93,19 @@ func TestShortRun(t *testing.T) {
 		t.Fatalf("Figure 11 without a device: %d rows", len(rows))
 	}
 }
+
+// TestShortRunOnEmulatedSSD: with a device profile the Pebble pool's
+// stash runs on an emulated SSD and Figure 11 has its utilisation per
+// second (the DRAM pool has no device, so no rows).
+func TestShortRunOnEmulatedSSD(t *testing.T) {
+	rows := runShort(t, Options{DeviceProfile: "ssd", DeviceScale: 2})
+	if len(rows) == 0 {
+		t.Fatal("Figure 11 has no rows on an emulated SSD")
+	}
+	for _, r := range rows {
+		busy, err := strconv.ParseFloat(r[4], 64)
+		if r[1] != "pebble" || r[3] != "pebble-0" || err != nil || busy < 0 || busy > 100 {
+			t.Fatalf("row %q: want the pebble stash with a utilisation in [0, 100]", r)
+		}
+	}
+}
