@@ -94,7 +94,7 @@ func (s *Sampler) run(ctx context.Context) {
 	var prev map[string]StashPoint
 	var prevT float64
 	for {
-		qctx, cancel := context.WithTimeout(ctx, s.interval)
+		qctx, cancel := context.WithTimeout(ctx, max(s.interval, 3*time.Second))
 		st, err := s.status(qctx)
 		cancel()
 		now := time.Since(s.start).Seconds()
