@@ -6,9 +6,10 @@ import "fmt"
 // with created: the pools (count, order, name, prefix, medium, mode,
 // engine, stashes, replication) and log.replicas must be the same, since
 // the shard map, the stashes' data and the log were laid out by them.
-// Capacities, eviction, recency, [pool.flash], [pool.device] and the
-// [cluster] durations may change between runs. The error is a
-// *FieldError naming the first field that differs, with both values.
+// Capacities, eviction, recency, local_log, [pool.flash], [pool.pebble],
+// [pool.device] and the [cluster] durations may change between runs. The
+// error is a *FieldError naming the first field that differs, with both
+// values.
 func (c *Config) CheckSameCluster(created *Config) error {
 	differs := func(field string, got, was any) error {
 		return &FieldError{Field: field, Msg: fmt.Sprintf("%v here, but the cluster was created with %v; changing it is not supported yet", got, was)}

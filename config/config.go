@@ -52,6 +52,9 @@
 //	segment      = "64MiB" # log segment file size, default 64MiB, >= 1MiB
 //	direct_io    = false   # read values with O_DIRECT
 //
+//	[pool.pebble]          # optional, engine pebble only; per stash
+//	cache        = "16MiB" # block cache, default 16MiB, at least 64KiB
+//
 //	[pool.device]          # optional: each stash emulates a device (docs/devices.md)
 //	profile       = "none" # none | ssd | hdd | nvm, default none (the real device)
 //	read_latency  = "80µs" # Go durations >= 0 overriding the profile's figures;
@@ -141,6 +144,9 @@ type Pool struct {
 	// Flash tunes the stashes of a pool whose engine is flash ([pool.flash]);
 	// nil, like absent keys, keeps the engine's defaults.
 	Flash *Flash `toml:"flash"`
+	// Pebble tunes the stashes of a pool whose engine is pebble
+	// ([pool.pebble]); nil keeps the engine's defaults.
+	Pebble *Pebble `toml:"pebble"`
 	// LocalLog keeps a DRAM stash's contents recoverable on its node's
 	// disk (paper §4).
 	LocalLog bool `toml:"local_log"`
@@ -185,6 +191,14 @@ func (p Pool) Emulates() bool {
 		(d.IOPS != nil && *d.IOPS > 0) || (d.Bandwidth != nil && *d.Bandwidth > 0)
 }
 
+// Pebble holds the settings of the pebble engine.
+type Pebble struct {
+	// Cache is each stash's block cache; default 16MiB (the engine's
+	// CacheBytes). A small one makes reads reach the device, as the media
+	// benchmarks need when the data would otherwise fit in it.
+	Cache *Size `toml:"cache,omitempty"`
+}
+
 // Flash holds the settings of the flash engine (docs/flash.md).
 type Flash struct {
 	// Cache is each stash's DRAM read cache; default 8MiB, "0" disables it.
@@ -206,6 +220,9 @@ const Unlimited = "unlimited"
 // MaxStashesPerPool bounds a pool's stashes: each is a storage server with
 // its own engine, window and goroutines.
 const MaxStashesPerPool = 1000
+
+// MinPebbleCache is the smallest [Pebble.Cache] accepted.
+const MinPebbleCache = 64 << 10
 
 // MinFlashSegment is the smallest [Flash.Segment] accepted.
 const MinFlashSegment = 1 << 20

@@ -287,6 +287,13 @@ func TestValidate(t *testing.T) {
 		}, nil},
 		{"flash settings on another engine", func(c *Config) { c.Pools[1].Flash = &Flash{} },
 			[]string{`pool[1] ("data").flash: settings of engine flash, but engine is pebble (remove the [pool.flash] table)`}},
+		{"pebble settings", func(c *Config) { c.Pools[1].Pebble = &Pebble{Cache: new(MiB)} }, nil},
+		{"pebble settings on another engine", func(c *Config) {
+			c.Pools[1].Engine = "flash"
+			c.Pools[1].Pebble = &Pebble{}
+		}, []string{`pool[1] ("data").pebble: settings of engine pebble, but engine is flash (remove the [pool.pebble] table)`}},
+		{"pebble cache too small", func(c *Config) { c.Pools[1].Pebble = &Pebble{Cache: new(Size(4 * KiB))} },
+			[]string{`pool[1] ("data").pebble.cache: must be at least 64KiB, got 4KiB`}},
 		{"flash segment too small", func(c *Config) {
 			c.Pools[1].Engine = "flash"
 			c.Pools[1].Flash = &Flash{Segment: 64 * KiB}
@@ -676,20 +683,20 @@ engine = "pebble"
 		{"pool typo", pool + pool2 + "capacty = \"1GiB\"\n",
 			[]string{`pool[1] ("data").capacty: unknown key (did you mean capacity?)`}},
 		{"pool unrelated", pool + "color = \"red\"\n",
-			[]string{`pool[0] ("cache").color: unknown key (valid keys: across_dcs, capacity, device, engine, eviction, flash, local_log, medium, mode, name, prefix, recency, replication, stashes)`}},
+			[]string{`pool[0] ("cache").color: unknown key (valid keys: across_dcs, capacity, device, engine, eviction, flash, local_log, medium, mode, name, pebble, prefix, recency, replication, stashes)`}},
 		{"pool subtable", pool + "[pool.extra]\nx = 1\n",
-			[]string{`pool[0] ("cache").extra: unknown key (valid keys: across_dcs, capacity, device, engine, eviction, flash, local_log, medium, mode, name, prefix, recency, replication, stashes)`}},
+			[]string{`pool[0] ("cache").extra: unknown key (valid keys: across_dcs, capacity, device, engine, eviction, flash, local_log, medium, mode, name, pebble, prefix, recency, replication, stashes)`}},
 		{"case", "[Cluster]\nmvcc_window = \"2s\"\n" + pool + "Stashes = 2\n",
 			[]string{
 				`Cluster: unknown key (keys are case-sensitive: did you mean cluster?)`,
 				`pool[0] ("cache").Stashes: unknown key (keys are case-sensitive: did you mean stashes?)`,
 			}},
 		{"inline pool array", `pool = [{name = "a", prefix = "a", medium = "ssd", mode = "durable", engine = "pebble", zz = 1}]`,
-			[]string{`pool[0] ("a").zz: unknown key (valid keys: across_dcs, capacity, device, engine, eviction, flash, local_log, medium, mode, name, prefix, recency, replication, stashes)`}},
+			[]string{`pool[0] ("a").zz: unknown key (valid keys: across_dcs, capacity, device, engine, eviction, flash, local_log, medium, mode, name, pebble, prefix, recency, replication, stashes)`}},
 		{"same key in two pools", pool + "zone = 1\n" + pool2 + "zone = 2\n",
 			[]string{
-				`pool[0] ("cache").zone: unknown key (valid keys: across_dcs, capacity, device, engine, eviction, flash, local_log, medium, mode, name, prefix, recency, replication, stashes)`,
-				`pool[1] ("data").zone: unknown key (valid keys: across_dcs, capacity, device, engine, eviction, flash, local_log, medium, mode, name, prefix, recency, replication, stashes)`,
+				`pool[0] ("cache").zone: unknown key (valid keys: across_dcs, capacity, device, engine, eviction, flash, local_log, medium, mode, name, pebble, prefix, recency, replication, stashes)`,
+				`pool[1] ("data").zone: unknown key (valid keys: across_dcs, capacity, device, engine, eviction, flash, local_log, medium, mode, name, pebble, prefix, recency, replication, stashes)`,
 			}},
 	}
 	for _, tt := range tests {
@@ -844,6 +851,33 @@ cach = "1MiB"
 `))
 	if err == nil || err.Error() != `pool[0] ("data").flash.cach: unknown key (did you mean cache?)` {
 		t.Fatalf("a misspelt flash key: err = %v", err)
+	}
+}
+
+func TestParsePebbleTable(t *testing.T) {
+	pool := `
+[[pool]]
+name = "data"
+prefix = "d/"
+medium = "ssd"
+mode = "durable"
+engine = "pebble"
+[pool.pebble]
+`
+	c, err := Parse([]byte(pool + `cache = "1MiB"`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := c.Pools[0].Pebble; p == nil || p.Cache == nil || *p.Cache != MiB {
+		t.Fatalf("pebble settings = %+v", p)
+	}
+	back, err := Parse([]byte(c.String()))
+	if err != nil || !reflect.DeepEqual(back, c) {
+		t.Fatalf("marshalled and parsed back: %v\n%s", err, c)
+	}
+	_, err = Parse([]byte(pool + `cach = "1MiB"`))
+	if err == nil || err.Error() != `pool[0] ("data").pebble.cach: unknown key (did you mean cache?)` {
+		t.Fatalf("a misspelt pebble key: err = %v", err)
 	}
 }
 

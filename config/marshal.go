@@ -28,6 +28,7 @@ type outPool struct {
 	Recency     bool    `toml:"recency,omitempty"`
 	AcrossDCs   bool    `toml:"across_dcs,omitempty"`
 	Flash       *Flash  `toml:"flash,omitempty"`
+	Pebble      *Pebble `toml:"pebble,omitempty"`
 	LocalLog    bool    `toml:"local_log,omitempty"`
 	Device      *Device `toml:"device,omitempty"`
 }

@@ -41,6 +41,7 @@ type rawPool struct {
 	Recency     bool         `toml:"recency"`
 	AcrossDCs   bool         `toml:"across_dcs"`
 	Flash       *Flash       `toml:"flash"`
+	Pebble      *Pebble      `toml:"pebble"`
 	LocalLog    bool         `toml:"local_log"`
 	Device      *Device      `toml:"device"`
 }
@@ -76,8 +77,9 @@ var schema = map[string][]string{
 	"":            {"cluster", "log", "pool"},
 	"cluster":     {"failure_wait", "mvcc_window", "shard_bytes", "dc_delay"},
 	"log":         {"replicas"},
-	"pool":        {"name", "prefix", "medium", "mode", "engine", "stashes", "replication", "capacity", "eviction", "recency", "across_dcs", "flash", "local_log", "device"},
+	"pool":        {"name", "prefix", "medium", "mode", "engine", "stashes", "replication", "capacity", "eviction", "recency", "across_dcs", "flash", "pebble", "local_log", "device"},
 	"pool.flash":  {"cache", "write_buffer", "segment", "direct_io"},
+	"pool.pebble": {"cache"},
 	"pool.device": {"profile", "read_latency", "write_latency", "sync_latency", "iops", "bandwidth", "queue_depth"},
 }
 
@@ -139,6 +141,7 @@ func Parse(data []byte) (*Config, error) {
 			Recency:     rp.Recency,
 			AcrossDCs:   rp.AcrossDCs,
 			Flash:       rp.Flash,
+			Pebble:      rp.Pebble,
 			LocalLog:    rp.LocalLog,
 			Device:      rp.Device,
 		}
@@ -270,14 +273,14 @@ outer:
 		if len(k) > 1 {
 			table, leaf = k[0], k[1]
 		}
-		if len(k) > 2 && k[0] == "pool" && (k[1] == "flash" || k[1] == "device") {
+		if len(k) > 2 && k[0] == "pool" && schema["pool."+k[1]] != nil {
 			table, leaf = "pool."+k[1], k[2]
 		}
 		msg := "unknown key" + suggest(leaf, schema[table])
 		switch {
 		case len(k) == 1:
 			add(&FieldError{Field: k.String(), Msg: msg})
-		case table == "pool" || table == "pool.flash" || table == "pool.device":
+		case table == "pool" || strings.HasPrefix(table, "pool."):
 			sub := k[1:2] // the key's path inside its pool
 			if table != "pool" {
 				sub = k[1:3]

@@ -207,6 +207,14 @@ func (c *Config) Validate() error {
 				fail(field("flash.segment"), "must be at least 1MiB, got %s", f.Segment)
 			}
 		}
+		if pb := p.Pebble; pb != nil {
+			if engineOK && p.Engine != "pebble" {
+				fail(field("pebble"), "settings of engine pebble, but engine is %s (remove the [pool.pebble] table)", p.Engine)
+			}
+			if pb.Cache != nil && *pb.Cache < MinPebbleCache {
+				fail(field("pebble.cache"), "must be at least 64KiB, got %s", *pb.Cache)
+			}
+		}
 		if d := p.Device; d != nil {
 			validateDevice(p, d, field, fail)
 		}

@@ -38,6 +38,7 @@ import (
 	"github.com/distash/distash/internal/engine"
 	"github.com/distash/distash/internal/engine/engines"
 	"github.com/distash/distash/internal/engine/flash"
+	pebbleengine "github.com/distash/distash/internal/engine/pebble"
 	"github.com/distash/distash/internal/fsys"
 	"github.com/distash/distash/internal/kv"
 	"github.com/distash/distash/internal/proxy"
@@ -303,6 +304,13 @@ func (s *Server) newGRPCServer(opts ...grpc.ServerOption) *grpc.Server {
 // engineTuning returns the engine-specific settings of pool p's stashes
 // (engine.Options.Tuning), nil for the engine's defaults.
 func engineTuning(p config.Pool) any {
+	if p.Engine == "pebble" && p.Pebble != nil {
+		var t pebbleengine.Tuning
+		if p.Pebble.Cache != nil {
+			t.CacheBytes = int64(*p.Pebble.Cache)
+		}
+		return t
+	}
 	if p.Engine != "flash" || p.Flash == nil {
 		return nil
 	}

@@ -5,6 +5,7 @@ import (
 
 	"github.com/distash/distash/config"
 	"github.com/distash/distash/internal/engine/flash"
+	pebbleengine "github.com/distash/distash/internal/engine/pebble"
 )
 
 func TestEngineTuning(t *testing.T) {
@@ -14,7 +15,8 @@ func TestEngineTuning(t *testing.T) {
 		pool config.Pool
 		want any
 	}{
-		{"not flash", config.Pool{Engine: "pebble"}, nil},
+		{"pebble without settings", config.Pool{Engine: "pebble"}, nil},
+		{"pebble block cache", config.Pool{Engine: "pebble", Pebble: &config.Pebble{Cache: &mib}}, pebbleengine.Tuning{CacheBytes: 1 << 20}},
 		{"flash without settings", config.Pool{Engine: "flash"}, nil},
 		{"unset keys keep defaults", config.Pool{Engine: "flash", Flash: &config.Flash{}}, flash.Config{}},
 		{"0 disables, sizes pass through", config.Pool{Engine: "flash", Flash: &config.Flash{

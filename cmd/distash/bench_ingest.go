@@ -31,7 +31,7 @@ func benchIngestCmd() *cobra.Command {
 	var cpuProfile, traceFile, configPath string
 	cmd := &cobra.Command{
 		Use:   "ingest",
-		Short: "Paper Fig. 9/10: single-key insert transactions into DRAM, Pebble and SQLite pools",
+		Short: "Paper Fig. 9/10/11: single-key insert transactions into DRAM, Pebble and SQLite pools, optionally on emulated devices",
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 			defer stop()
@@ -69,11 +69,13 @@ func benchIngestCmd() *cobra.Command {
 	cmd.Flags().IntSliceVar(&o.Clients, "clients", []int{1, 10, 64}, "concurrent clients per run")
 	cmd.Flags().DurationVar(&o.Duration, "duration", 10*time.Second, "length of each run")
 	cmd.Flags().IntVar(&o.ValueSize, "value-size", 100, "bytes per value")
-	cmd.Flags().StringVar(&o.OutDir, "out", "bench-out", "directory for the PNG")
+	cmd.Flags().StringVar(&o.OutDir, "out", "bench-out", "directory for the figures: fig9-throughput, fig10-latency, fig11-utilisation (.png and .csv, one row per second) and ingest.png")
 	cmd.Flags().StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile to this file")
 	cmd.Flags().StringVar(&traceFile, "trace", "", "write a Go execution trace to this file")
 	cmd.Flags().StringVar(&o.Dir, "dir", "", "cluster directory (default: temporary)")
 	cmd.Flags().StringVar(&o.Cluster, "cluster", "", "ingest into this running cluster (its coordinators, host:port,...) instead of an embedded one")
 	cmd.Flags().StringVar(&configPath, "config", "", "configuration of the embedded cluster (TOML; default: one stash per pool dram, pebble, sqlite)")
+	cmd.Flags().StringVar(&o.DeviceProfile, "device-profile", "none", "emulated device of the embedded cluster's pools other than DRAM: none, ssd, hdd, nvm (SQLite pools cannot emulate one: their files bypass the file-system seam)")
+	cmd.Flags().Float64Var(&o.DeviceScale, "device-scale", 1, "slow the device profile down by this factor (latencies ×, IOPS and bandwidth ÷) so that two cores can saturate it; printed with the resulting figures")
 	return cmd
 }

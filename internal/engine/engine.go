@@ -127,7 +127,8 @@ type Options struct {
 	// Eviction is "lru" or "camp" for ephemeral engines.
 	Eviction string
 	// Tuning holds engine-specific settings: a flash.Config for the flash
-	// engine; nil means the engine's defaults. Other engines take none.
+	// engine, a pebble Tuning for pebble; nil means the engine's defaults.
+	// Other engines take none.
 	Tuning any
 }
 

@@ -53,8 +53,12 @@ import (
 	"gonum.org/v1/plot/vg"
 
 	"github.com/distash/distash"
+	"github.com/distash/distash/config"
+	"github.com/distash/distash/internal/bench/timeline"
 	benchycsb "github.com/distash/distash/internal/bench/ycsb"
+	"github.com/distash/distash/internal/clusterstatus"
 	"github.com/distash/distash/internal/embedded"
+	"github.com/distash/distash/internal/wire"
 	"github.com/distash/distash/patterns/cacheaug"
 )
 
@@ -90,6 +94,19 @@ type Options struct {
 	Seed uint64
 	// Progress shows progress bars.
 	Progress bool
+	// DeviceProfile, if not "none" (or ""), puts the SSD pool's stashes on
+	// emulated devices of that profile (timeline.ApplyDevice), scaled by
+	// DeviceScale (> 1: slower). The DRAM pool has none.
+	DeviceProfile string
+	DeviceScale   float64
+	// PebbleCache, if not 0, is the SSD stashes' block cache
+	// ([pool.pebble] cache): small, so that reads reach the device.
+	PebbleCache config.Size
+	// NoVerify skips the check of every cached result after the run (one
+	// read transaction recomputing them all: on a slow emulated device it
+	// takes minutes) and runs the cluster with the default MVCC window
+	// (5 s) instead of the 30 s that check needs.
+	NoVerify bool
 }
 
 // The layouts.
@@ -163,13 +180,37 @@ func (o Options) withDefaults() (Options, error) {
 	return o, nil
 }
 
-// config is the embedded cluster of a layout.
-func (o Options) config(layout string) string {
+// config is the embedded cluster of a layout, and lines saying what
+// devices its pools emulate.
+func (o Options) config(layout string) (*config.Config, []string, error) {
+	cfg, err := config.Parse([]byte(o.configTOML(layout)))
+	if err != nil {
+		return nil, nil, err
+	}
+	for i := range cfg.Pools {
+		if p := &cfg.Pools[i]; p.Engine == "pebble" && o.PebbleCache > 0 {
+			size := o.PebbleCache
+			p.Pebble = &config.Pebble{Cache: &size}
+		}
+	}
+	notes, err := timeline.ApplyDevice(cfg, o.DeviceProfile, o.DeviceScale)
+	if err != nil {
+		return nil, nil, err
+	}
+	return cfg, notes, cfg.Validate()
+}
+
+func (o Options) configTOML(layout string) string {
+	window := ""
+	if !o.NoVerify {
+		// The check at the end (cacheaug's Verify) reads every cached
+		// result and recomputes it in one read transaction, which must
+		// fit in the window.
+		window = `mvcc_window = "30s"`
+	}
 	c := fmt.Sprintf(`
 [cluster]
-# The check at the end (cacheaug's Verify) reads every cached result and
-# recomputes it in one read transaction, which must fit in the window.
-mvcc_window = "30s"
+%s
 
 [log]
 replicas = 1
@@ -182,7 +223,7 @@ mode = "durable"
 engine = "pebble"
 stashes = %d
 replication = 1
-`, o.SSDStashes)
+`, window, o.SSDStashes)
 	if layout == TwoStash {
 		c += fmt.Sprintf(`
 [[pool]]
@@ -238,6 +279,51 @@ type Result struct {
 	Mismatches   int
 	LoadSeconds  float64
 	CacheEntries int
+	// Samples are the cluster's status once a second during the measured
+	// run; DeviceBusyPct the mean utilisation of the SSD pool's emulated
+	// devices over it (NaN: none emulated).
+	Samples       []timeline.Sample
+	DeviceBusyPct float64
+}
+
+// ssdStash keeps the stashes of the SSD pool.
+func ssdStash(p timeline.StashPoint) bool { return p.Pool == "ssd" }
+
+func pct(v float64) string {
+	if math.IsNaN(v) {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f%%", v)
+}
+
+// waitDurable waits until every stash of the SSD pool has made durable
+// what was committed when it was called (at most two minutes).
+func waitDurable(ctx context.Context, status timeline.StatusFunc) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	var target int64
+	for {
+		st, err := status(ctx)
+		if err == nil {
+			if target == 0 {
+				target = st.CommittedVersion
+			}
+			done := true
+			for _, s := range st.Stashes {
+				if s.Pool == "ssd" && s.DurableVersion < target {
+					done = false
+				}
+			}
+			if done {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for the stashes to make the graph durable: %w (last status error: %v)", ctx.Err(), err)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 // Run builds the graph in each layout and runs the mix on it.
@@ -270,7 +356,10 @@ func Run(ctx context.Context, o Options, out io.Writer) ([]Result, error) {
 	if err := writeCSV(csv, results); err != nil {
 		return results, err
 	}
-	fmt.Fprintf(out, "wrote %s and %s\n", png, csv)
+	if err := writeUtilisation(o.OutDir, results); err != nil {
+		return results, err
+	}
+	fmt.Fprintf(out, "wrote %s, %s, %s and %s\n", png, csv, filepath.Join(o.OutDir, Fig11PNG), filepath.Join(o.OutDir, Fig11CSV))
 	return results, nil
 }
 
@@ -471,11 +560,18 @@ func runLayout(ctx context.Context, o Options, g *graphData, layout string, out 
 	if o.Dir != "" {
 		dir = filepath.Join(o.Dir, layout)
 	}
-	c, err := embedded.StartTOML(ctx, o.config(layout), embedded.Options{Dir: dir, TempPattern: "distash-bench-graph-"})
+	cfg, notes, err := o.config(layout)
+	if err != nil {
+		return res, err
+	}
+	c, err := embedded.Start(ctx, cfg, embedded.Options{Dir: dir, TempPattern: "distash-bench-graph-"})
 	if err != nil {
 		return res, err
 	}
 	defer c.Close()
+	status := func(ctx context.Context) (*wire.StatusResponse, error) {
+		return clusterstatus.Gather(ctx, c.Server.ClusterString(), nil)
+	}
 	cachePool := "ssd"
 	if layout == TwoStash {
 		cachePool = "dram"
@@ -490,6 +586,9 @@ func runLayout(ctx context.Context, o Options, g *graphData, layout string, out 
 		desc = fmt.Sprintf("%d SSD stashes (Pebble) for the graph, %d DRAM stash(es) for the query results", o.SSDStashes, o.DRAMStashes)
 	}
 	fmt.Fprintf(out, "%s: %s\n", layout, desc)
+	for _, n := range notes {
+		fmt.Fprintf(out, "  %s\n", n)
+	}
 
 	start := time.Now()
 	if err := lr.load(ctx, out); err != nil {
@@ -497,16 +596,32 @@ func runLayout(ctx context.Context, o Options, g *graphData, layout string, out 
 	}
 	res.LoadSeconds = time.Since(start).Seconds()
 	fmt.Fprintf(out, "  loaded in %.1f s\n", res.LoadSeconds)
+	if len(notes) > 0 {
+		// On emulated devices, measure the graph at rest, as the paper's
+		// was: not still in the stashes' MVCC windows, where a read costs
+		// no device I/O.
+		t0 := time.Now()
+		if err := waitDurable(ctx, status); err != nil {
+			return res, err
+		}
+		fmt.Fprintf(out, "  stashes made the graph durable after %.1f s more\n", time.Since(t0).Seconds())
+	}
 
 	if o.Warmup > 0 {
 		if _, err := lr.drive(ctx, o.Warmup, "warm-up", out, o.Seed+1); err != nil {
 			return res, err
 		}
 	}
+	sampler := timeline.Start(ctx, status, time.Second)
 	m, err := lr.drive(ctx, o.Duration, "measure", out, o.Seed+2)
+	res.Samples = sampler.Stop()
 	if err != nil {
 		return res, err
 	}
+	if n, err := sampler.Errors(); n > 0 {
+		fmt.Fprintf(out, "  %d status samples failed, last: %v\n", n, err)
+	}
+	res.DeviceBusyPct = timeline.MeanBusy(res.Samples, ssdStash)
 	res.Seconds = m.seconds
 	res.Errors, res.FirstErr = m.errors.Load(), m.firstErr()
 	res.All = percentiles(m.all)
@@ -522,6 +637,11 @@ func runLayout(ctx context.Context, o Options, g *graphData, layout string, out 
 	res.QueriesPerS = float64(res.All.Count) / res.Seconds
 	if n := res.CacheHits.Count + res.CacheMisses.Count; n > 0 {
 		res.HitRate = float64(res.CacheHits.Count) / float64(n)
+	}
+	if o.NoVerify {
+		fmt.Fprintf(out, "  %.0f queries/s, p50 %s p95 %s p99 %s, hit rate %.1f%%, SSD devices %s busy, %d errors; cached results not verified\n",
+			res.QueriesPerS, benchycsb.FormatLatency(res.All.P50), benchycsb.FormatLatency(res.All.P95), benchycsb.FormatLatency(res.All.P99), 100*res.HitRate, pct(res.DeviceBusyPct), res.Errors)
+		return res, nil
 	}
 	fmt.Fprintln(out, "  checking every cached result against its recomputation...")
 	vctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
@@ -788,11 +908,50 @@ func PrintTable(out io.Writer, results []Result) {
 			row("", "  "+k, r.PerKind[k], "")
 		}
 	}
+	fmt.Fprintf(out, "\nTable 1 (every query)  %9s %9s %9s %11s %9s %9s\n", "p50", "p95", "p99", "queries/s", "hit rate", "SSD busy")
+	for _, r := range results {
+		fmt.Fprintf(out, "%-22s %9s %9s %9s %11.0f %8.1f%% %9s\n", r.Layout, benchycsb.FormatLatency(r.All.P50), benchycsb.FormatLatency(r.All.P95),
+			benchycsb.FormatLatency(r.All.P99), r.QueriesPerS, 100*r.HitRate, pct(r.DeviceBusyPct))
+	}
 	if len(results) == 2 && results[0].All.P95 > 0 && results[0].All.P99 > 0 && results[0].QueriesPerS > 0 {
 		a, b := results[0], results[1]
 		fmt.Fprintf(out, "%s vs %s: p50 %.2f×, p95 %.2f×, p99 %.2f×, throughput %.2f× (below 1× is lower latency)\n", b.Layout, a.Layout,
 			ratio(b.All.P50, a.All.P50), ratio(b.All.P95, a.All.P95), ratio(b.All.P99, a.All.P99), b.QueriesPerS/a.QueriesPerS)
 	}
+}
+
+// The files of Figure 11 (SSD utilisation over time of each layout).
+const (
+	Fig11CSV = "graph-fig11-utilisation.csv"
+	Fig11PNG = "graph-fig11-utilisation.png"
+)
+
+// writeUtilisation writes Figure 11: every SSD stash's utilisation per
+// second (CSV) and each layout's mean over its SSD stashes (PNG).
+func writeUtilisation(dir string, results []Result) error {
+	var rows [][]string
+	var lines []timeline.Line
+	for _, r := range results {
+		rows = append(rows, timeline.UtilisationRows(r.Samples, ssdStash, r.Layout)...)
+		var xy plotter.XYs
+		for _, s := range r.Samples {
+			one := timeline.MeanBusy([]timeline.Sample{s}, ssdStash)
+			if !math.IsNaN(one) {
+				xy = append(xy, plotter.XY{X: s.T, Y: one})
+			}
+		}
+		if len(xy) > 0 {
+			lines = append(lines, timeline.Line{Name: fmt.Sprintf("%s (mean of %d SSD stashes)", r.Layout, len(timeline.UtilisationLines(r.Samples, ssdStash, ""))), XY: xy})
+		}
+	}
+	if err := timeline.WriteCSV(filepath.Join(dir, Fig11CSV), timeline.UtilisationHeader("layout"), rows); err != nil {
+		return err
+	}
+	title := "Social graph: SSD utilisation over time (paper Fig. 11)"
+	if len(lines) == 0 {
+		title += ": no emulated device"
+	}
+	return timeline.Plot(filepath.Join(dir, Fig11PNG), timeline.Chart{Title: title, XLabel: "time (s)", YLabel: "utilisation (%)", YMax: 150}, lines)
 }
 
 func ratio(a, b time.Duration) float64 {
@@ -804,11 +963,11 @@ func ratio(a, b time.Duration) float64 {
 
 func writeCSV(path string, results []Result) error {
 	var b []byte
-	b = append(b, "layout,queries,count,p50_ms,p95_ms,p99_ms,queries_per_s,hit_rate\n"...)
+	b = append(b, "layout,queries,count,p50_ms,p95_ms,p99_ms,queries_per_s,hit_rate,ssd_busy_pct\n"...)
 	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 	for _, r := range results {
 		add := func(what string, p Percentiles) {
-			b = fmt.Appendf(b, "%s,%s,%d,%.3f,%.3f,%.3f,%.1f,%.4f\n", r.Layout, what, p.Count, ms(p.P50), ms(p.P95), ms(p.P99), r.QueriesPerS, r.HitRate)
+			b = fmt.Appendf(b, "%s,%s,%d,%.3f,%.3f,%.3f,%.1f,%.4f,%s\n", r.Layout, what, p.Count, ms(p.P50), ms(p.P95), ms(p.P99), r.QueriesPerS, r.HitRate, timeline.F(r.DeviceBusyPct, 1))
 		}
 		add("all", r.All)
 		add("cache_hits", r.CacheHits)

@@ -45,9 +45,15 @@ var metaKey = []byte("mstate")
 
 const metaLen = 24
 
-// CacheBytes is the size of the block cache of each engine, kept modest
-// for small machines.
+// CacheBytes is the default size of the block cache of each engine, kept
+// modest for small machines.
 const CacheBytes = 16 << 20
+
+// Tuning is the pebble engine's engine.Options.Tuning (nil: defaults).
+type Tuning struct {
+	// CacheBytes is the block cache's size; 0 means CacheBytes.
+	CacheBytes int64
+}
 
 // Engine is a durable engine.Engine on Pebble. Create one with Open.
 type Engine struct {
@@ -83,8 +89,18 @@ func Open(opts engine.Options) (*Engine, error) {
 	if err := fsys.SyncDir(fs, fs.PathDir(opts.Dir)); err != nil {
 		return nil, fmt.Errorf("pebble engine: %w", err)
 	}
+	cacheBytes := int64(CacheBytes)
+	switch t := opts.Tuning.(type) {
+	case nil:
+	case Tuning:
+		if t.CacheBytes > 0 {
+			cacheBytes = t.CacheBytes
+		}
+	default:
+		return nil, fmt.Errorf("pebble engine: engine.Options.Tuning is a %T, want a pebble Tuning", opts.Tuning)
+	}
 	g := guard.New("pebble engine "+opts.Dir, "github.com/distash/distash/internal/engine/pebble.", nil)
-	cache := pebble.NewCache(CacheBytes)
+	cache := pebble.NewCache(cacheBytes)
 	defer cache.Unref()
 	po := &pebble.Options{
 		Cache:  cache,

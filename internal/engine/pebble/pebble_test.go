@@ -167,3 +167,19 @@ func TestDamageAtRest(t *testing.T) {
 		check(t, dir, "")
 	})
 }
+
+// TestTuning: the engine takes a Tuning (a block cache of its size) and
+// refuses any other type there.
+func TestTuning(t *testing.T) {
+	if _, err := pebbleengine.Open(engine.Options{Dir: t.TempDir(), Tuning: 42}); err == nil || !strings.Contains(err.Error(), "want a pebble Tuning") {
+		t.Fatalf("Tuning 42: err = %v", err)
+	}
+	e := open(t, engine.Options{Dir: t.TempDir(), Tuning: pebbleengine.Tuning{CacheBytes: 64 << 10}})
+	defer e.Close()
+	if err := e.Apply(&engine.Batch{Version: 1, Writes: []engine.Write{enginetest.Set("k", "v")}}); err != nil {
+		t.Fatal(err)
+	}
+	if v, ok, err := e.Get([]byte("k")); err != nil || !ok || string(v) != "v" {
+		t.Fatalf("Get = %q %v %v", v, ok, err)
+	}
+}
