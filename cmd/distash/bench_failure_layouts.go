@@ -542,10 +542,11 @@ func (b *layoutBench) load(ctx context.Context) error {
 	}
 	defer db.Close()
 	backend := s.Backend()
-	const batch, workers = 500, 4
+	const batch = 500
 	began := time.Now()
 	var next atomic.Int64
-	work := func(n int, step int, fn func(lo, hi int) error) error {
+	// work runs fn over [0, n) in steps from workers goroutines.
+	work := func(n, step, workers int, fn func(lo, hi int) error) error {
 		next.Store(0)
 		errc := make(chan error, workers)
 		for w := 0; w < workers; w++ {
@@ -572,7 +573,7 @@ func (b *layoutBench) load(ctx context.Context) error {
 		}
 		return first
 	}
-	err = work(b.o.Keys, batch, func(lo, hi int) error {
+	err = work(b.o.Keys, batch, 4, func(lo, hi int) error {
 		return db.Transact(ctx, func(tr *distash.Tx) error {
 			for i := lo; i < hi; i++ {
 				if err := backend.PutTx(tr, layoutDataKey(i), layoutValue(i, 0, b.o.ValueSize)); err != nil {
@@ -586,7 +587,10 @@ func (b *layoutBench) load(ctx context.Context) error {
 		return fmt.Errorf("load: %w", err)
 	}
 	loaded := time.Since(began)
-	err = work(b.lo.Queries, 1, func(q, _ int) error {
+	// A fill is a small transaction (read the cache, the data and the
+	// dependency records; write the result and its dependencies): many
+	// at once keep the commits batched.
+	err = work(b.lo.Queries, 1, 16, func(q, _ int) error {
 		_, err := s.Get(ctx, layoutQuery(q))
 		return err
 	})
