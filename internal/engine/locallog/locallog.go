@@ -766,6 +766,11 @@ func (e *Engine) Counters() []engine.Counter {
 		engine.Counter{Name: "local_log_snapshot_version", Value: e.lastSnap.Load()})
 }
 
+// NoteStartedEmpty records, for Status, why the stash this engine serves
+// started empty although it had a local log (Recovery.Discarded). Call it
+// before the engine is shared.
+func (e *Engine) NoteStartedEmpty(why string) { e.rec.Discarded = why }
+
 // FS is the file system the engine's files go through.
 func (e *Engine) FS() fsys.FS { return e.fs }
 
