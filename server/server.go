@@ -608,6 +608,8 @@ type StashStats struct {
 	Health                   string // HealthHealthy, HealthRestarting, HealthFailed, HealthDiskFull or HealthDamaged
 	Restarts                 int64  // restarts after failures
 	LastError                string // what stopped it last, "" if it never failed
+	// LocalLog is the stash's local log (a pool with local_log), nil if none.
+	LocalLog *wire.LocalLogStatus
 }
 
 // Stashes returns the statistics of every stash, in pool order.
@@ -624,7 +626,7 @@ func (s *Server) Stashes() []StashStats {
 			Tag: uint32(st.Tag), Pool: st.Pool, Index: st.Index, Keys: st.Keys, Bytes: st.Bytes,
 			EngineBytes: st.EngineBytes, WindowBytes: st.WindowBytes, Hits: st.Hits, Misses: st.Misses,
 			Evictions: st.Evictions, FilterNegatives: st.FilterNegatives, Reads: st.Reads, AppliedVersion: int64(st.Applied), DurableVersion: int64(st.Durable),
-			CapacityBytes: st.CapacityBytes,
+			CapacityBytes: st.CapacityBytes, LocalLog: localLogStatus(sl.get().Engine()),
 		})
 	}
 	return out

@@ -265,7 +265,9 @@ func (s *Stash) openOwnership(engineKeys int64) {
 		return
 	}
 	if !exists {
-		if (s.durable > 0 || engineKeys > 0) && !s.opts.AdoptOwnership {
+		// The engine's own version: a dram stash with a local log that
+		// starts empty starts above it (at StartVersion) with nothing.
+		if (s.eng.Version() > 0 || engineKeys > 0) && !s.opts.AdoptOwnership {
 			s.fail(fsys.Damaged(filepath.Join(s.opts.Dir, ownershipFile),
 				"missing, but the stash's engine holds data (version %d, %d keys): the stash cannot tell what it owns", s.durable, engineKeys))
 			return
