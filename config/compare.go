@@ -6,7 +6,7 @@ import "fmt"
 // with created: the pools (count, order, name, prefix, medium, mode,
 // engine, stashes, replication) and log.replicas must be the same, since
 // the shard map, the stashes' data and the log were laid out by them.
-// Capacities, eviction, recency, [pool.flash] and the [cluster] durations
+// Capacities, eviction, recency, local_log, [pool.flash] and the [cluster] durations
 // may change between runs. The error is a *FieldError naming the first
 // field that differs, with both values.
 func (c *Config) CheckSameCluster(created *Config) error {

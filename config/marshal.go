@@ -27,6 +27,7 @@ type outPool struct {
 	Eviction    string `toml:"eviction,omitempty"`
 	Recency     bool   `toml:"recency,omitempty"`
 	AcrossDCs   bool   `toml:"across_dcs,omitempty"`
+	LocalLog    bool   `toml:"local_log,omitempty"`
 	Flash       *Flash `toml:"flash,omitempty"`
 }
 

@@ -40,6 +40,7 @@ type rawPool struct {
 	Eviction    string       `toml:"eviction"`
 	Recency     bool         `toml:"recency"`
 	AcrossDCs   bool         `toml:"across_dcs"`
+	LocalLog    bool         `toml:"local_log"`
 	Flash       *Flash       `toml:"flash"`
 }
 
@@ -74,7 +75,7 @@ var schema = map[string][]string{
 	"":           {"cluster", "log", "pool"},
 	"cluster":    {"failure_wait", "mvcc_window", "shard_bytes", "dc_delay"},
 	"log":        {"replicas"},
-	"pool":       {"name", "prefix", "medium", "mode", "engine", "stashes", "replication", "capacity", "eviction", "recency", "across_dcs", "flash"},
+	"pool":       {"name", "prefix", "medium", "mode", "engine", "stashes", "replication", "capacity", "eviction", "recency", "across_dcs", "local_log", "flash"},
 	"pool.flash": {"cache", "write_buffer", "segment", "direct_io"},
 }
 
@@ -135,6 +136,7 @@ func Parse(data []byte) (*Config, error) {
 			Eviction:    rp.Eviction,
 			Recency:     rp.Recency,
 			AcrossDCs:   rp.AcrossDCs,
+			LocalLog:    rp.LocalLog,
 			Flash:       rp.Flash,
 		}
 		if rp.Stashes != nil {
