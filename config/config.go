@@ -52,6 +52,17 @@
 //	segment      = "64MiB" # log segment file size, default 64MiB, >= 1MiB
 //	direct_io    = false   # read values with O_DIRECT
 //
+//	[pool.device]          # optional: each stash emulates a device (docs/devices.md)
+//	profile       = "none" # none | ssd | hdd | nvm, default none (the real device)
+//	read_latency  = "80µs" # Go durations >= 0 overriding the profile's figures;
+//	write_latency = "100µs" # on profile none they start from zero, so
+//	sync_latency  = "1ms"  # read_latency = "1ms" alone emulates just that
+//	iops          = 50000  # I/Os per second at most, 0 = no limit
+//	bandwidth     = "500MB" # bytes per second at most, reads and writes share it
+//	queue_depth   = 32     # I/Os in service at once, >= 1; default the profile's (1 for none)
+//	                       # Not on engine sqlite (its files bypass the seam), nor
+//	                       # on a DRAM pool without local_log = true.
+//
 // Unknown keys are errors (keys are case-sensitive). Problems are reported
 // as [*FieldError] values naming the field, e.g.
 //
@@ -136,6 +147,45 @@ type Pool struct {
 	// Flash tunes the stashes of a pool whose engine is flash ([pool.flash]);
 	// nil, like absent keys, keeps the engine's defaults.
 	Flash *Flash `toml:"flash"`
+	// Device makes each stash of the pool emulate a device ([pool.device],
+	// docs/devices.md); nil is profile "none", the real device.
+	Device *Device `toml:"device"`
+}
+
+// Device is a pool's emulated device: a profile's figures (ssd, hdd, nvm;
+// "none" starts from zero) with the keys set overriding them. Every stash
+// of the pool gets its own device of these figures.
+type Device struct {
+	// Profile is none | ssd | hdd | nvm; Parse fills in "none".
+	Profile      string    `toml:"profile"`
+	ReadLatency  *Duration `toml:"read_latency,omitempty"`
+	WriteLatency *Duration `toml:"write_latency,omitempty"`
+	SyncLatency  *Duration `toml:"sync_latency,omitempty"`
+	// IOPS is the I/Os per second the device completes at most (0: no
+	// limit); Bandwidth the bytes per second, reads and writes together.
+	IOPS      *int  `toml:"iops,omitempty"`
+	Bandwidth *Size `toml:"bandwidth,omitempty"`
+	// QueueDepth is how many I/Os are in service at once, >= 1; absent:
+	// the profile's (1 for none).
+	QueueDepth *int `toml:"queue_depth,omitempty"`
+}
+
+// DeviceProfiles are the values of [pool.device] profile.
+var DeviceProfiles = []string{"none", "ssd", "hdd", "nvm"}
+
+// Emulates reports whether the pool's stashes emulate a device: a profile
+// other than none, or on none a latency, IOPS or bandwidth set above 0.
+func (p Pool) Emulates() bool {
+	d := p.Device
+	if d == nil {
+		return false
+	}
+	if d.Profile != "" && d.Profile != "none" {
+		return true
+	}
+	pos := func(v *Duration) bool { return v != nil && v.Duration > 0 }
+	return pos(d.ReadLatency) || pos(d.WriteLatency) || pos(d.SyncLatency) ||
+		(d.IOPS != nil && *d.IOPS > 0) || (d.Bandwidth != nil && *d.Bandwidth > 0)
 }
 
 // Flash holds the settings of the flash engine (docs/flash.md).

@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -550,7 +551,10 @@ func TestRoundTrip(t *testing.T) {
 				Stashes: 4, Replication: 3, Capacity: 7 * TiB,
 				Flash: &Flash{Cache: new(Size(0)), WriteBuffer: new(16 * MiB), Segment: 128 * MiB, DirectIO: true}},
 			{Name: "y", Prefix: "y", Medium: "ssd", Mode: "durable", Engine: "flash",
-				Stashes: 1, Replication: 1, Flash: &Flash{Segment: 2 * MiB}},
+				Stashes: 1, Replication: 1, Flash: &Flash{Segment: 2 * MiB},
+				Device: &Device{Profile: "hdd", SyncLatency: &Duration{1500 * time.Microsecond}, IOPS: new(100), Bandwidth: new(Size(100 * MB)), QueueDepth: new(2)}},
+			{Name: "z", Prefix: "q", Medium: "ssd", Mode: "durable", Engine: "pebble",
+				Stashes: 1, Replication: 1, Device: &Device{Profile: "none", ReadLatency: &Duration{time.Millisecond}}},
 		},
 	}
 	if err := rich.Validate(); err != nil {
@@ -677,20 +681,20 @@ engine = "pebble"
 		{"pool typo", pool + pool2 + "capacty = \"1GiB\"\n",
 			[]string{`pool[1] ("data").capacty: unknown key (did you mean capacity?)`}},
 		{"pool unrelated", pool + "color = \"red\"\n",
-			[]string{`pool[0] ("cache").color: unknown key (valid keys: across_dcs, capacity, engine, eviction, flash, local_log, medium, mode, name, prefix, recency, replication, stashes)`}},
+			[]string{`pool[0] ("cache").color: unknown key (valid keys: across_dcs, capacity, device, engine, eviction, flash, local_log, medium, mode, name, prefix, recency, replication, stashes)`}},
 		{"pool subtable", pool + "[pool.extra]\nx = 1\n",
-			[]string{`pool[0] ("cache").extra: unknown key (valid keys: across_dcs, capacity, engine, eviction, flash, local_log, medium, mode, name, prefix, recency, replication, stashes)`}},
+			[]string{`pool[0] ("cache").extra: unknown key (valid keys: across_dcs, capacity, device, engine, eviction, flash, local_log, medium, mode, name, prefix, recency, replication, stashes)`}},
 		{"case", "[Cluster]\nmvcc_window = \"2s\"\n" + pool + "Stashes = 2\n",
 			[]string{
 				`Cluster: unknown key (keys are case-sensitive: did you mean cluster?)`,
 				`pool[0] ("cache").Stashes: unknown key (keys are case-sensitive: did you mean stashes?)`,
 			}},
 		{"inline pool array", `pool = [{name = "a", prefix = "a", medium = "ssd", mode = "durable", engine = "pebble", zz = 1}]`,
-			[]string{`pool[0] ("a").zz: unknown key (valid keys: across_dcs, capacity, engine, eviction, flash, local_log, medium, mode, name, prefix, recency, replication, stashes)`}},
+			[]string{`pool[0] ("a").zz: unknown key (valid keys: across_dcs, capacity, device, engine, eviction, flash, local_log, medium, mode, name, prefix, recency, replication, stashes)`}},
 		{"same key in two pools", pool + "zone = 1\n" + pool2 + "zone = 2\n",
 			[]string{
-				`pool[0] ("cache").zone: unknown key (valid keys: across_dcs, capacity, engine, eviction, flash, local_log, medium, mode, name, prefix, recency, replication, stashes)`,
-				`pool[1] ("data").zone: unknown key (valid keys: across_dcs, capacity, engine, eviction, flash, local_log, medium, mode, name, prefix, recency, replication, stashes)`,
+				`pool[0] ("cache").zone: unknown key (valid keys: across_dcs, capacity, device, engine, eviction, flash, local_log, medium, mode, name, prefix, recency, replication, stashes)`,
+				`pool[1] ("data").zone: unknown key (valid keys: across_dcs, capacity, device, engine, eviction, flash, local_log, medium, mode, name, prefix, recency, replication, stashes)`,
 			}},
 	}
 	for _, tt := range tests {
@@ -845,6 +849,61 @@ cach = "1MiB"
 `))
 	if err == nil || err.Error() != `pool[0] ("data").flash.cach: unknown key (did you mean cache?)` {
 		t.Fatalf("a misspelt flash key: err = %v", err)
+	}
+}
+
+func TestParseDeviceTable(t *testing.T) {
+	pool := func(engine, device string) string {
+		medium, mode := "ssd", "durable"
+		if engine == "memory" {
+			medium, mode = "dram", "ephemeral"
+		}
+		return fmt.Sprintf("[[pool]]\nname = \"p\"\nprefix = \"p/\"\nmedium = %q\nmode = %q\nengine = %q\n%s", medium, mode, engine, device)
+	}
+	c, err := Parse([]byte(pool("pebble", "[pool.device]\nprofile = \"ssd\"\nread_latency = \"20µs\"\nbandwidth = \"200MB\"\n")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := c.Pools[0].Device
+	if d == nil || d.Profile != "ssd" || d.ReadLatency == nil || d.ReadLatency.Duration != 20*time.Microsecond ||
+		d.Bandwidth == nil || *d.Bandwidth != 200*MB || d.WriteLatency != nil || d.IOPS != nil || d.QueueDepth != nil || !c.Pools[0].Emulates() {
+		t.Fatalf("device = %+v", d)
+	}
+	// Profile none by default; an override alone emulates just that.
+	c, err = Parse([]byte(pool("pebble", "[pool.device]\nread_latency = \"1ms\"\n")))
+	if err != nil || c.Pools[0].Device.Profile != "none" || !c.Pools[0].Emulates() {
+		t.Fatalf("override on none: %v %+v", err, c)
+	}
+	c, err = Parse([]byte(pool("pebble", "[pool.device]\nprofile = \"none\"\nqueue_depth = 4\n")))
+	if err != nil || c.Pools[0].Emulates() {
+		t.Fatalf("profile none with only a queue depth emulates nothing: %v", err)
+	}
+	if c, err := Parse([]byte(pool("pebble", ""))); err != nil || c.Pools[0].Emulates() || c.Pools[0].Device != nil {
+		t.Fatalf("no device: %v", err)
+	}
+	// A DRAM pool with a local log may emulate its disk.
+	if _, err := Parse([]byte(pool("memory", "local_log = true\n[pool.device]\nprofile = \"ssd\"\n"))); err != nil {
+		t.Fatalf("dram pool with a local log: %v", err)
+	}
+	for _, tc := range []struct{ engine, device, want string }{
+		{"pebble", "[pool.device]\nprofile = \"tape\"\n", `pool[0] ("p").device.profile: "tape" is not one of none, ssd, hdd, nvm`},
+		{"pebble", "[pool.device]\nprofile = \"ssd\"\nread_latency = \"-1ms\"\n", `pool[0] ("p").device.read_latency: must not be negative, got -1ms`},
+		{"pebble", "[pool.device]\nprofile = \"ssd\"\nsync_latency = \"-1ms\"\n", `pool[0] ("p").device.sync_latency: must not be negative, got -1ms`},
+		{"pebble", "[pool.device]\nprofile = \"ssd\"\niops = -5\n", `pool[0] ("p").device.iops: must not be negative (0: no limit), got -5`},
+		{"pebble", "[pool.device]\nprofile = \"hdd\"\nqueue_depth = 0\n", `pool[0] ("p").device.queue_depth: must be 1 or more (absent: the profile's, 1 for none), got 0`},
+		{"sqlite", "[pool.device]\nprofile = \"hdd\"\n", `pool[0] ("p").device: engine sqlite cannot emulate a device: its files bypass the file-system seam the device model sits on (remove [pool.device] or use engine pebble)`},
+		{"memory", "[pool.device]\nprofile = \"ssd\"\n", `pool[0] ("p").device: a DRAM pool has no files but its local log: set local_log = true, or remove [pool.device]`},
+		{"pebble", "[pool.device]\nprofile = \"ssd\"\nlatency = \"1ms\"\n", `pool[0] ("p").device.latency: unknown key (valid keys: bandwidth, iops, profile, queue_depth, read_latency, sync_latency, write_latency)`},
+		{"pebble", "[pool.device]\nprofil = \"ssd\"\n", `pool[0] ("p").device.profil: unknown key (did you mean profile?)`},
+	} {
+		_, err := Parse([]byte(pool(tc.engine, tc.device)))
+		if err == nil || err.Error() != tc.want {
+			t.Errorf("%s %q:\n got %v\nwant %s", tc.engine, tc.device, err, tc.want)
+		}
+	}
+	// Bandwidth is a size: a negative one is refused when parsed.
+	if _, err := Parse([]byte(pool("pebble", "[pool.device]\nbandwidth = \"-1MB\"\n"))); err == nil {
+		t.Error("negative bandwidth accepted")
 	}
 }
 

@@ -16,19 +16,20 @@ type outConfig struct {
 }
 
 type outPool struct {
-	Name        string `toml:"name"`
-	Prefix      string `toml:"prefix"`
-	Medium      string `toml:"medium"`
-	Mode        string `toml:"mode"`
-	Engine      string `toml:"engine"`
-	Stashes     int    `toml:"stashes"`
-	Replication int    `toml:"replication"`
-	Capacity    Size   `toml:"capacity,omitzero"`
-	Eviction    string `toml:"eviction,omitempty"`
-	Recency     bool   `toml:"recency,omitempty"`
-	AcrossDCs   bool   `toml:"across_dcs,omitempty"`
-	LocalLog    bool   `toml:"local_log,omitempty"`
-	Flash       *Flash `toml:"flash,omitempty"`
+	Name        string  `toml:"name"`
+	Prefix      string  `toml:"prefix"`
+	Medium      string  `toml:"medium"`
+	Mode        string  `toml:"mode"`
+	Engine      string  `toml:"engine"`
+	Stashes     int     `toml:"stashes"`
+	Replication int     `toml:"replication"`
+	Capacity    Size    `toml:"capacity,omitzero"`
+	Eviction    string  `toml:"eviction,omitempty"`
+	Recency     bool    `toml:"recency,omitempty"`
+	AcrossDCs   bool    `toml:"across_dcs,omitempty"`
+	LocalLog    bool    `toml:"local_log,omitempty"`
+	Flash       *Flash  `toml:"flash,omitempty"`
+	Device      *Device `toml:"device,omitempty"`
 }
 
 // Marshal writes the configuration as TOML that Parse reads back to an equal

@@ -42,6 +42,7 @@ type rawPool struct {
 	AcrossDCs   bool         `toml:"across_dcs"`
 	LocalLog    bool         `toml:"local_log"`
 	Flash       *Flash       `toml:"flash"`
+	Device      *Device      `toml:"device"`
 }
 
 // rawCapacity is a capacity as written: a size, or "unlimited".
@@ -72,11 +73,12 @@ func (c *rawCapacity) UnmarshalTOML(v any) error {
 
 // schema lists the keys each table may hold.
 var schema = map[string][]string{
-	"":           {"cluster", "log", "pool"},
-	"cluster":    {"failure_wait", "mvcc_window", "shard_bytes", "dc_delay"},
-	"log":        {"replicas"},
-	"pool":       {"name", "prefix", "medium", "mode", "engine", "stashes", "replication", "capacity", "eviction", "recency", "across_dcs", "local_log", "flash"},
-	"pool.flash": {"cache", "write_buffer", "segment", "direct_io"},
+	"":            {"cluster", "log", "pool"},
+	"cluster":     {"failure_wait", "mvcc_window", "shard_bytes", "dc_delay"},
+	"log":         {"replicas"},
+	"pool":        {"name", "prefix", "medium", "mode", "engine", "stashes", "replication", "capacity", "eviction", "recency", "across_dcs", "flash", "local_log", "device"},
+	"pool.flash":  {"cache", "write_buffer", "segment", "direct_io"},
+	"pool.device": {"profile", "read_latency", "write_latency", "sync_latency", "iops", "bandwidth", "queue_depth"},
 }
 
 // Parse reads a TOML configuration, applies the defaults of absent keys and
@@ -138,6 +140,10 @@ func Parse(data []byte) (*Config, error) {
 			AcrossDCs:   rp.AcrossDCs,
 			LocalLog:    rp.LocalLog,
 			Flash:       rp.Flash,
+			Device:      rp.Device,
+		}
+		if p.Device != nil && p.Device.Profile == "" {
+			p.Device.Profile = "none"
 		}
 		if rp.Stashes != nil {
 			p.Stashes = *rp.Stashes
@@ -264,16 +270,16 @@ outer:
 		if len(k) > 1 {
 			table, leaf = k[0], k[1]
 		}
-		if len(k) > 2 && k[0] == "pool" && k[1] == "flash" {
-			table, leaf = "pool.flash", k[2]
+		if len(k) > 2 && k[0] == "pool" && (k[1] == "flash" || k[1] == "device") {
+			table, leaf = "pool."+k[1], k[2]
 		}
 		msg := "unknown key" + suggest(leaf, schema[table])
 		switch {
 		case len(k) == 1:
 			add(&FieldError{Field: k.String(), Msg: msg})
-		case table == "pool" || table == "pool.flash":
+		case table == "pool" || table == "pool.flash" || table == "pool.device":
 			sub := k[1:2] // the key's path inside its pool
-			if table == "pool.flash" {
+			if table != "pool" {
 				sub = k[1:3]
 			}
 			found := false

@@ -72,7 +72,9 @@ func validName(s string) bool {
 // durable pools need a non-volatile medium; ephemeral pools need an engine
 // that can evict (memory or flash) and an eviction policy, durable pools have
 // none; 1 <= stashes <= MaxStashesPerPool; 1 <= replication <= stashes; capacity >= 0;
-// mvcc_window in [1s, 1h]; failure_wait >= 0; log replicas in [1, 7].
+// mvcc_window in [1s, 1h]; failure_wait >= 0; log replicas in [1, 7];
+// [pool.device]: a known profile, no negative figure, queue_depth >= 1,
+// not on engine sqlite, not on a DRAM pool without local_log.
 func (c *Config) Validate() error {
 	if c == nil {
 		return errors.New("config: nil configuration")
@@ -209,6 +211,9 @@ func (c *Config) Validate() error {
 				fail(field("flash.segment"), "must be at least 1MiB, got %s", f.Segment)
 			}
 		}
+		if d := p.Device; d != nil {
+			validateDevice(p, d, field, fail)
+		}
 	}
 
 	// Prefix overlaps: each key must belong to exactly one pool.
@@ -228,6 +233,39 @@ func (c *Config) Validate() error {
 		}
 	}
 	return joinErrors(errs)
+}
+
+// validateDevice checks a pool's [pool.device] table.
+func validateDevice(p *Pool, d *Device, field func(string) string, fail func(field, format string, args ...any)) {
+	if !oneOf(d.Profile, DeviceProfiles) {
+		fail(field("device.profile"), "%s", enumError(d.Profile, DeviceProfiles))
+	}
+	for _, l := range []struct {
+		key string
+		v   *Duration
+	}{{"read_latency", d.ReadLatency}, {"write_latency", d.WriteLatency}, {"sync_latency", d.SyncLatency}} {
+		if l.v != nil && l.v.Duration < 0 {
+			fail(field("device."+l.key), "must not be negative, got %s", *l.v)
+		}
+	}
+	if d.IOPS != nil && *d.IOPS < 0 {
+		fail(field("device.iops"), "must not be negative (0: no limit), got %d", *d.IOPS)
+	}
+	if d.Bandwidth != nil && *d.Bandwidth < 0 {
+		fail(field("device.bandwidth"), "must not be negative (0: no limit), got %d", int64(*d.Bandwidth))
+	}
+	if d.QueueDepth != nil && *d.QueueDepth < 1 {
+		fail(field("device.queue_depth"), "must be 1 or more (absent: the profile's, 1 for none), got %d", *d.QueueDepth)
+	}
+	if !p.Emulates() {
+		return
+	}
+	switch {
+	case p.Engine == "sqlite":
+		fail(field("device"), "engine sqlite cannot emulate a device: its files bypass the file-system seam the device model sits on (remove [pool.device] or use engine pebble)")
+	case (p.Medium == "dram" || p.Engine == "memory") && !p.LocalLog:
+		fail(field("device"), "a DRAM pool has no files but its local log: set local_log = true, or remove [pool.device]")
+	}
 }
 
 // Warnings returns advice about a configuration that is valid but probably

@@ -86,7 +86,12 @@ next:
 func TestHTTPMetrics(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	srv, err := server.Start(ctx, server.Options{Dir: t.TempDir(), Config: config.Default(), HTTPAddr: "127.0.0.1:0",
+	// The data pool emulates an SSD (short latencies), for the device
+	// metrics; the cache pool has none.
+	cfg := config.Default()
+	short := &config.Duration{Duration: 20 * time.Microsecond}
+	cfg.Pools[1].Device = &config.Device{Profile: "ssd", ReadLatency: short, WriteLatency: short, SyncLatency: short}
+	srv, err := server.Start(ctx, server.Options{Dir: t.TempDir(), Config: cfg, HTTPAddr: "127.0.0.1:0",
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), FlushInterval: 20 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -151,6 +156,9 @@ func TestHTTPMetrics(t *testing.T) {
 		{"distash_stash_read_latency_seconds", []string{"pool", "data"}, 1},
 		{"distash_commit_batch_size", nil, 1},
 		{"distash_stash_keys", []string{"pool", "data"}, n},
+		{"distash_stash_device_io_seconds", []string{"pool", "data", "op", "write"}, 1},
+		{"distash_stash_device_io_seconds", []string{"pool", "data", "op", "sync"}, 1},
+		{"distash_stash_device_written_bytes_total", []string{"pool", "data"}, n},
 	} {
 		b, a := sum(before, c.name, c.match...), sum(after, c.name, c.match...)
 		if a < 0 {
@@ -162,6 +170,13 @@ func TestHTTPMetrics(t *testing.T) {
 		}
 		if a-b < c.min {
 			t.Errorf("%s%v went from %v to %v; want an increase of at least %v", c.name, c.match, b, a, c.min)
+		}
+	}
+	for _, m := range after["distash_stash_device_busy_ratio"].GetMetric() {
+		for _, l := range m.Label {
+			if l.GetName() == "pool" && l.GetValue() != "data" {
+				t.Errorf("pool %s emulates no device, but /metrics has its busy ratio", l.GetValue())
+			}
 		}
 	}
 	if got := sum(after, "distash_pool_shards", "pool", "data"); got < 1 {

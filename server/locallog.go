@@ -15,9 +15,9 @@ import (
 // openEngine opens the engine of a stash of pool p in dir: a memory
 // engine with a local log for a pool with local_log, else the pool's
 // engine.
-func (s *Server) openEngine(p config.Pool, dir string) (engine.Engine, error) {
+func (s *Server) openEngine(p config.Pool, dir string, fs fsys.FS) (engine.Engine, error) {
 	opts := engine.Options{
-		Dir: dir, FS: s.opts.FS, CapacityBytes: int64(p.Capacity), Ephemeral: p.Ephemeral(), Eviction: p.Eviction,
+		Dir: dir, FS: fs, CapacityBytes: int64(p.Capacity), Ephemeral: p.Ephemeral(), Eviction: p.Eviction,
 		Tuning: engineTuning(p),
 	}
 	if p.LocalLog {
@@ -68,7 +68,7 @@ func (s *Server) startLocalLog(sp stashSpec, dir string, eng engine.Engine, hold
 	if err := f.MkdirAll(dir, 0o755); err != nil {
 		return nil, false, "", err
 	}
-	eng, err = s.openEngine(sp.pool, dir)
+	eng, err = s.openEngine(sp.pool, dir, s.stashFS(sp))
 	if err != nil {
 		return nil, false, "", fmt.Errorf("server: open stash %s-%d: %w", sp.pool.Name, sp.index, err)
 	}

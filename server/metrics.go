@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/distash/distash/internal/fsys/devfs"
 	"github.com/distash/distash/internal/kv"
 	"github.com/distash/distash/internal/ratekeeper"
 	"github.com/distash/distash/internal/shardmap"
@@ -235,6 +236,13 @@ var (
 	descStashRestarts  = desc("distash_stash_restarts_total", "Restarts of the stash after failures.", stashLabels...)
 	descStashHealth    = desc("distash_stash_health", "The stash's health (value 1): healthy, restarting, failed, disk_full or damaged.", append(slices.Clone(stashLabels), "health")...)
 
+	// Of a stash's emulated device ([pool.device]); absent without one.
+	descDevBusy    = desc("distash_stash_device_busy_ratio", "Fraction of about the last 10 s during which the stash's emulated device had an I/O in service (iostat %util).", stashLabels...)
+	descDevQueue   = desc("distash_stash_device_queue_length", "I/Os waiting or in service at the stash's emulated device now.", stashLabels...)
+	descDevIO      = desc("distash_stash_device_io_seconds", "Latency of the I/Os of the stash's emulated device, queueing included, by op (read, write, sync).", append(slices.Clone(stashLabels), "op")...)
+	descDevRead    = desc("distash_stash_device_read_bytes_total", "Bytes read from the stash's emulated device.", stashLabels...)
+	descDevWritten = desc("distash_stash_device_written_bytes_total", "Bytes written to the stash's emulated device.", stashLabels...)
+
 	descPoolInfo     = desc("distash_pool_info", "The pools of the configuration (value 1).", "pool", "medium", "mode", "engine")
 	descPoolShards   = desc("distash_pool_shards", "Shards of the pool (data distributor).", "pool")
 	descPoolTeams    = desc("distash_pool_teams", "Teams of the pool's stashes (data distributor).", "pool")
@@ -275,6 +283,7 @@ var allDescs = []*prometheus.Desc{
 	descStashKeys, descStashBytes, descStashEngine, descStashCapacity, descStashWindow, descStashWindowLim,
 	descStashReads, descStashHits, descStashMisses, descStashEvictions, descStashFilterNeg, descStashApplied,
 	descStashDurable, descStashLag, descStashHealthy, descStashRestarts, descStashHealth,
+	descDevBusy, descDevQueue, descDevIO, descDevRead, descDevWritten,
 	descPoolInfo, descPoolShards, descPoolTeams, descPoolRepl, descPoolUnder, descPoolMoving, descPoolLeft,
 	descPoolQueued, descPoolMoves, descPoolEstBytes,
 	descCommits, descConflicts, descTooOld, descPoolFull, descBatches, descQueued, descCommitted, descRateLimit,
@@ -380,6 +389,36 @@ func (c collector) collectStashes(ch chan<- prometheus.Metric, logLast kv.Versio
 		gauge(ch, descStashHealthy, healthy, l...)
 		gauge(ch, descStashHealth, 1, append(slices.Clone(l), h.Health)...)
 		counter(ch, descStashRestarts, float64(h.Restarts), l...)
+		if d := s.deviceOf(st.Tag); d != nil {
+			collectDevice(ch, d, l)
+		}
+	}
+}
+
+// collectDevice emits the metrics of a stash's emulated device, labelled l.
+func collectDevice(ch chan<- prometheus.Metric, d *devfs.Device, l []string) {
+	st := d.Stats()
+	gauge(ch, descDevBusy, d.BusyFraction(deviceBusyWindow), l...)
+	gauge(ch, descDevQueue, float64(st.QueueLength), l...)
+	counter(ch, descDevRead, float64(st.ReadBytes), l...)
+	counter(ch, descDevWritten, float64(st.WrittenBytes), l...)
+	for _, op := range []struct {
+		name string
+		h    devfs.Histogram
+	}{{"read", st.ReadLatency}, {"write", st.WriteLatency}, {"sync", st.SyncLatency}} {
+		// Every other bound of the device's histogram: 5 a decade, 1 µs
+		// to 10 s, exact cumulative counts.
+		buckets := map[float64]uint64{}
+		for i, b := range op.h.Buckets() {
+			if i%2 == 0 {
+				buckets[b.UpperBound.Seconds()] = b.Count
+			}
+		}
+		m, err := prometheus.NewConstHistogram(descDevIO, op.h.Count, op.h.Sum.Seconds(), buckets, append(slices.Clone(l), op.name)...)
+		if err != nil {
+			m = prometheus.NewInvalidMetric(descDevIO, err)
+		}
+		ch <- m
 	}
 }
 

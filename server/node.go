@@ -781,7 +781,8 @@ func (s *Server) openRemoteStash(ctx context.Context, sp stashSpec, logc *logrpc
 			return nil, err
 		}
 	}
-	eng, err := s.openEngine(sp.pool, dir)
+	stashFS := s.stashFS(sp)
+	eng, err := s.openEngine(sp.pool, dir, stashFS)
 	if err != nil {
 		return nil, fmt.Errorf("server: open stash %s-%d: %w", sp.pool.Name, sp.index, err)
 	}
@@ -830,7 +831,7 @@ func (s *Server) openRemoteStash(ctx context.Context, sp stashSpec, logc *logrpc
 		TrackRecency:   sp.pool.Recency,
 		WindowVersions: s.windowVersions(), WindowBytes: windowBudget(sp.pool), FlushInterval: s.opts.FlushInterval, Logger: s.roleLogger(logRoleStash),
 		ReportUsage: func(_ kv.Tag, used int64, _ kv.Version) { s.node.used.Store(used) },
-		Dir:         dir, FS: s.opts.FS, AdoptOwnership: adoptOwnership, Fetcher: fetcher{s}, SampleUnit: sampleUnit(s.cfg),
+		Dir:         dir, FS: stashFS, AdoptOwnership: adoptOwnership, Fetcher: fetcher{s}, SampleUnit: sampleUnit(s.cfg),
 	}), nil
 }
 

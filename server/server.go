@@ -92,8 +92,9 @@ type Server struct {
 	cfg    *config.Config
 	logger *slog.Logger
 
-	log *txlog.Log              // nil on a stash node of a multi-process cluster
-	tx  atomic.Pointer[txRoles] // the stateless roles, while this process holds them
+	log     *txlog.Log              // nil on a stash node of a multi-process cluster
+	devices devices                 // the stashes' emulated devices ([pool.device])
+	tx      atomic.Pointer[txRoles] // the stateless roles, while this process holds them
 	// stashes and order: the stash slots (the stash in a slot changes on
 	// restart). Fixed once an embedded cluster started; a cluster node adds
 	// its slots while it serves, hence the lock.
@@ -333,7 +334,8 @@ func (s *Server) openStash(sp stashSpec, windowVersions, recovered kv.Version) (
 			return nil, err
 		}
 	}
-	eng, err := s.openEngine(sp.pool, dir)
+	stashFS := s.stashFS(sp)
+	eng, err := s.openEngine(sp.pool, dir, stashFS)
 	if err != nil {
 		return nil, fmt.Errorf("server: open stash %s-%d: %w", sp.pool.Name, sp.index, err)
 	}
@@ -366,7 +368,7 @@ func (s *Server) openStash(sp stashSpec, windowVersions, recovered kv.Version) (
 		TrackRecency:   sp.pool.Recency,
 		WindowVersions: windowVersions, WindowBytes: windowBudget(sp.pool), FlushInterval: s.opts.FlushInterval, Logger: s.roleLogger(logRoleStash),
 		ReportUsage: s.usage.Report,
-		Dir:         dir, FS: s.opts.FS, AdoptOwnership: s.legacyDir.Load(), Fetcher: fetcher{s}, SampleUnit: sampleUnit(s.cfg),
+		Dir:         dir, FS: stashFS, AdoptOwnership: s.legacyDir.Load(), Fetcher: fetcher{s}, SampleUnit: sampleUnit(s.cfg),
 	}), nil
 }
 

@@ -248,6 +248,9 @@ func (v *service) Status(ctx context.Context, _ *wire.StatusRequest) (*wire.Stat
 			ws.EngineCounters = append(ws.EngineCounters, &wire.EngineCounter{Name: c.Name, Value: c.Value})
 		}
 		ws.LocalLog = localLogStatus(sl.get().Engine())
+		if d := v.s.deviceOf(st.Tag); d != nil {
+			ws.Device = deviceStatus(d)
+		}
 		resp.Stashes = append(resp.Stashes, ws)
 	}
 	sort.SliceStable(resp.Stashes, func(i, j int) bool { return resp.Stashes[i].Id < resp.Stashes[j].Id })

@@ -246,6 +246,28 @@ func printStatusTo(out io.Writer, st *wire.StatusResponse) {
 		}
 		fmt.Fprintf(out, "  %s-%d (%s): %s\n", s.Pool, s.Index, engines[s.Pool], strings.Join(parts, ", "))
 	}
+	printDevicesTo(out, st)
+}
+
+// printDevicesTo prints one line per stash that emulates a device
+// ([pool.device]): utilisation, queue, I/O counts, bytes and latencies.
+func printDevicesTo(out io.Writer, st *wire.StatusResponse) {
+	header := false
+	for _, s := range st.Stashes {
+		d := s.Device
+		if d == nil {
+			continue
+		}
+		if !header {
+			fmt.Fprintln(out, "\nEmulated devices:")
+			header = true
+		}
+		us := func(v float64) string { return time.Duration(v * float64(time.Microsecond)).Round(time.Microsecond).String() }
+		fmt.Fprintf(out, "  %s-%d (%s): %.0f%% busy, queue %d (%d in service), %d reads %s, %d writes %s, %d syncs; read p50 %s p99 %s, write p99 %s, sync p99 %s\n",
+			s.Pool, s.Index, d.Profile, 100*d.BusyFraction, d.QueueLength, d.InService,
+			d.Reads, humanize.IBytes(uint64(max(d.ReadBytes, 0))), d.Writes, humanize.IBytes(uint64(max(d.WrittenBytes, 0))), d.Syncs,
+			us(d.ReadP50Us), us(d.ReadP99Us), us(d.WriteP99Us), us(d.SyncP99Us))
+	}
 }
 
 // printDistributionTo prints the data distributor's view of each pool:

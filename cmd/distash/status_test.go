@@ -40,6 +40,34 @@ func TestStatusShowsEngineCounters(t *testing.T) {
 	}
 }
 
+// TestStatusShowsDevices: a stash that emulates a device gets a line of
+// its figures; others none.
+func TestStatusShowsDevices(t *testing.T) {
+	st := &wire.StatusResponse{
+		Log: &wire.LogStatus{Replicas: 1},
+		Pools: []*wire.PoolInfo{
+			{Name: "cache", Prefix: []byte("c/"), Medium: "dram", Mode: "ephemeral", Engine: "memory", Stashes: 1, Replication: 1},
+			{Name: "data", Prefix: []byte("d/"), Medium: "ssd", Mode: "durable", Engine: "pebble", Stashes: 1, Replication: 1},
+		},
+		Stashes: []*wire.StashStatus{
+			{Id: 1, Pool: "cache", Index: 0, Health: "healthy"},
+			{Id: 2, Pool: "data", Index: 0, Health: "healthy", Device: &wire.DeviceStatus{Profile: "ssd", BusyFraction: 0.625,
+				QueueLength: 5, InService: 3, Reads: 10, ReadBytes: 40960, Writes: 2, WrittenBytes: 1 << 20, Syncs: 1,
+				ReadP50Us: 81.4, ReadP99Us: 250, WriteP99Us: 101, SyncP99Us: 1000}},
+		},
+	}
+	var out bytes.Buffer
+	printStatusTo(&out, st)
+	got := out.String()
+	want := "Emulated devices:\n  data-0 (ssd): 62% busy, queue 5 (3 in service), 10 reads 40 KiB, 2 writes 1.0 MiB, 1 syncs; read p50 81µs p99 250µs, write p99 101µs, sync p99 1ms\n"
+	if !strings.HasSuffix(got, want) {
+		t.Fatalf("status ends:\n%s\nwant it to end with:\n%s", got, want)
+	}
+	if strings.Contains(got, "cache-0 (") {
+		t.Fatalf("a stash without a device got a device line:\n%s", got)
+	}
+}
+
 // TestStatusJSON: `cli status json` prints the status document of
 // docs/status.md: schema 1, integers as JSON numbers, prefixes as
 // printable strings (internal/statusjson tests the rest).

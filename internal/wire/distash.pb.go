@@ -1205,6 +1205,7 @@ type StashStatus struct {
 	Shards            int32                  `protobuf:"varint,23,opt,name=shards,proto3" json:"shards,omitempty"`                    // shards whose team holds this stash (data distribution)
 	Fetching          int32                  `protobuf:"varint,24,opt,name=fetching,proto3" json:"fetching,omitempty"`                // shards it is fetching (destination of a move)
 	Excluded          bool                   `protobuf:"varint,25,opt,name=excluded,proto3" json:"excluded,omitempty"`                // excluded by `distash cli exclude`: its shards move off
+	Device            *DeviceStatus          `protobuf:"bytes,26,opt,name=device,proto3" json:"device,omitempty"`                     // its emulated device ([pool.device]); absent when the pool emulates none
 	LocalLog          *LocalLogStatus        `protobuf:"bytes,27,opt,name=local_log,json=localLog,proto3" json:"local_log,omitempty"` // a pool with local_log = true; null otherwise
 	unknownFields     protoimpl.UnknownFields
 	sizeCache         protoimpl.SizeCache
@@ -1413,6 +1414,13 @@ func (x *StashStatus) GetExcluded() bool {
 		return x.Excluded
 	}
 	return false
+}
+
+func (x *StashStatus) GetDevice() *DeviceStatus {
+	if x != nil {
+		return x.Device
+	}
+	return nil
 }
 
 func (x *StashStatus) GetLocalLog() *LocalLogStatus {
@@ -5737,6 +5745,155 @@ func (x *KillResponse) GetError() *Error {
 	return nil
 }
 
+// DeviceStatus is a stash's emulated device (docs/devices.md).
+type DeviceStatus struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Profile       string                 `protobuf:"bytes,1,opt,name=profile,proto3" json:"profile,omitempty"`                                 // ssd | hdd | nvm, or custom (profile none with overrides)
+	BusyFraction  float64                `protobuf:"fixed64,2,opt,name=busy_fraction,json=busyFraction,proto3" json:"busy_fraction,omitempty"` // of the last ~10 s with >= 1 I/O in service (iostat %util)
+	BusySeconds   float64                `protobuf:"fixed64,3,opt,name=busy_seconds,json=busySeconds,proto3" json:"busy_seconds,omitempty"`    // cumulative busy time; differences over time give utilisation
+	QueueLength   int32                  `protobuf:"varint,4,opt,name=queue_length,json=queueLength,proto3" json:"queue_length,omitempty"`     // I/Os waiting or in service now
+	InService     int32                  `protobuf:"varint,5,opt,name=in_service,json=inService,proto3" json:"in_service,omitempty"`           // I/Os in service now (<= queue depth)
+	Reads         int64                  `protobuf:"varint,6,opt,name=reads,proto3" json:"reads,omitempty"`
+	Writes        int64                  `protobuf:"varint,7,opt,name=writes,proto3" json:"writes,omitempty"`
+	Syncs         int64                  `protobuf:"varint,8,opt,name=syncs,proto3" json:"syncs,omitempty"`
+	ReadBytes     int64                  `protobuf:"varint,9,opt,name=read_bytes,json=readBytes,proto3" json:"read_bytes,omitempty"`
+	WrittenBytes  int64                  `protobuf:"varint,10,opt,name=written_bytes,json=writtenBytes,proto3" json:"written_bytes,omitempty"`
+	ReadP50Us     float64                `protobuf:"fixed64,11,opt,name=read_p50_us,json=readP50Us,proto3" json:"read_p50_us,omitempty"` // latencies of completed I/Os since start, queueing included
+	ReadP99Us     float64                `protobuf:"fixed64,12,opt,name=read_p99_us,json=readP99Us,proto3" json:"read_p99_us,omitempty"`
+	WriteP99Us    float64                `protobuf:"fixed64,13,opt,name=write_p99_us,json=writeP99Us,proto3" json:"write_p99_us,omitempty"`
+	SyncP99Us     float64                `protobuf:"fixed64,14,opt,name=sync_p99_us,json=syncP99Us,proto3" json:"sync_p99_us,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeviceStatus) Reset() {
+	*x = DeviceStatus{}
+	mi := &file_distash_proto_msgTypes[77]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeviceStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeviceStatus) ProtoMessage() {}
+
+func (x *DeviceStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_distash_proto_msgTypes[77]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeviceStatus.ProtoReflect.Descriptor instead.
+func (*DeviceStatus) Descriptor() ([]byte, []int) {
+	return file_distash_proto_rawDescGZIP(), []int{77}
+}
+
+func (x *DeviceStatus) GetProfile() string {
+	if x != nil {
+		return x.Profile
+	}
+	return ""
+}
+
+func (x *DeviceStatus) GetBusyFraction() float64 {
+	if x != nil {
+		return x.BusyFraction
+	}
+	return 0
+}
+
+func (x *DeviceStatus) GetBusySeconds() float64 {
+	if x != nil {
+		return x.BusySeconds
+	}
+	return 0
+}
+
+func (x *DeviceStatus) GetQueueLength() int32 {
+	if x != nil {
+		return x.QueueLength
+	}
+	return 0
+}
+
+func (x *DeviceStatus) GetInService() int32 {
+	if x != nil {
+		return x.InService
+	}
+	return 0
+}
+
+func (x *DeviceStatus) GetReads() int64 {
+	if x != nil {
+		return x.Reads
+	}
+	return 0
+}
+
+func (x *DeviceStatus) GetWrites() int64 {
+	if x != nil {
+		return x.Writes
+	}
+	return 0
+}
+
+func (x *DeviceStatus) GetSyncs() int64 {
+	if x != nil {
+		return x.Syncs
+	}
+	return 0
+}
+
+func (x *DeviceStatus) GetReadBytes() int64 {
+	if x != nil {
+		return x.ReadBytes
+	}
+	return 0
+}
+
+func (x *DeviceStatus) GetWrittenBytes() int64 {
+	if x != nil {
+		return x.WrittenBytes
+	}
+	return 0
+}
+
+func (x *DeviceStatus) GetReadP50Us() float64 {
+	if x != nil {
+		return x.ReadP50Us
+	}
+	return 0
+}
+
+func (x *DeviceStatus) GetReadP99Us() float64 {
+	if x != nil {
+		return x.ReadP99Us
+	}
+	return 0
+}
+
+func (x *DeviceStatus) GetWriteP99Us() float64 {
+	if x != nil {
+		return x.WriteP99Us
+	}
+	return 0
+}
+
+func (x *DeviceStatus) GetSyncP99Us() float64 {
+	if x != nil {
+		return x.SyncP99Us
+	}
+	return 0
+}
+
 var File_distash_proto protoreflect.FileDescriptor
 
 const file_distash_proto_rawDesc = "" +
@@ -5821,7 +5978,7 @@ const file_distash_proto_rawDesc = "" +
 	"\x12ClusterInfoRequest\"o\n" +
 	"\x13ClusterInfoResponse\x12*\n" +
 	"\x05pools\x18\x01 \x03(\v2\x14.distash.v1.PoolInfoR\x05pools\x12,\n" +
-	"\x12mvcc_window_micros\x18\x02 \x01(\x03R\x10mvccWindowMicros\"\xab\x06\n" +
+	"\x12mvcc_window_micros\x18\x02 \x01(\x03R\x10mvccWindowMicros\"\xdd\x06\n" +
 	"\vStashStatus\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x12\n" +
 	"\x04pool\x18\x02 \x01(\tR\x04pool\x12\x14\n" +
@@ -5849,7 +6006,8 @@ const file_distash_proto_rawDesc = "" +
 	"\aaddress\x18\x16 \x01(\tR\aaddress\x12\x16\n" +
 	"\x06shards\x18\x17 \x01(\x05R\x06shards\x12\x1a\n" +
 	"\bfetching\x18\x18 \x01(\x05R\bfetching\x12\x1a\n" +
-	"\bexcluded\x18\x19 \x01(\bR\bexcluded\x127\n" +
+	"\bexcluded\x18\x19 \x01(\bR\bexcluded\x120\n" +
+	"\x06device\x18\x1a \x01(\v2\x18.distash.v1.DeviceStatusR\x06device\x127\n" +
 	"\tlocal_log\x18\x1b \x01(\v2\x1a.distash.v1.LocalLogStatusR\blocalLog\"\xfc\x02\n" +
 	"\x0eLocalLogStatus\x12+\n" +
 	"\x11recovered_version\x18\x01 \x01(\x03R\x10recoveredVersion\x12%\n" +
@@ -6230,7 +6388,26 @@ const file_distash_proto_rawDesc = "" +
 	"\vKillRequest\x12\x16\n" +
 	"\x06reason\x18\x01 \x01(\tR\x06reason\"7\n" +
 	"\fKillResponse\x12'\n" +
-	"\x05error\x18\x01 \x01(\v2\x11.distash.v1.ErrorR\x05error2\xc2\x06\n" +
+	"\x05error\x18\x01 \x01(\v2\x11.distash.v1.ErrorR\x05error\"\xbc\x03\n" +
+	"\fDeviceStatus\x12\x18\n" +
+	"\aprofile\x18\x01 \x01(\tR\aprofile\x12#\n" +
+	"\rbusy_fraction\x18\x02 \x01(\x01R\fbusyFraction\x12!\n" +
+	"\fbusy_seconds\x18\x03 \x01(\x01R\vbusySeconds\x12!\n" +
+	"\fqueue_length\x18\x04 \x01(\x05R\vqueueLength\x12\x1d\n" +
+	"\n" +
+	"in_service\x18\x05 \x01(\x05R\tinService\x12\x14\n" +
+	"\x05reads\x18\x06 \x01(\x03R\x05reads\x12\x16\n" +
+	"\x06writes\x18\a \x01(\x03R\x06writes\x12\x14\n" +
+	"\x05syncs\x18\b \x01(\x03R\x05syncs\x12\x1d\n" +
+	"\n" +
+	"read_bytes\x18\t \x01(\x03R\treadBytes\x12#\n" +
+	"\rwritten_bytes\x18\n" +
+	" \x01(\x03R\fwrittenBytes\x12\x1e\n" +
+	"\vread_p50_us\x18\v \x01(\x01R\treadP50Us\x12\x1e\n" +
+	"\vread_p99_us\x18\f \x01(\x01R\treadP99Us\x12 \n" +
+	"\fwrite_p99_us\x18\r \x01(\x01R\n" +
+	"writeP99Us\x12\x1e\n" +
+	"\vsync_p99_us\x18\x0e \x01(\x01R\tsyncP99Us2\xc2\x06\n" +
 	"\aDiStash\x12W\n" +
 	"\x0eGetReadVersion\x12!.distash.v1.GetReadVersionRequest\x1a\".distash.v1.GetReadVersionResponse\x12?\n" +
 	"\x06Commit\x12\x19.distash.v1.CommitRequest\x1a\x1a.distash.v1.CommitResponse\x12U\n" +
@@ -6275,7 +6452,7 @@ func file_distash_proto_rawDescGZIP() []byte {
 	return file_distash_proto_rawDescData
 }
 
-var file_distash_proto_msgTypes = make([]protoimpl.MessageInfo, 77)
+var file_distash_proto_msgTypes = make([]protoimpl.MessageInfo, 78)
 var file_distash_proto_goTypes = []any{
 	(*Error)(nil),                    // 0: distash.v1.Error
 	(*Mutation)(nil),                 // 1: distash.v1.Mutation
@@ -6354,6 +6531,7 @@ var file_distash_proto_goTypes = []any{
 	(*SetLogReplicasResponse)(nil),   // 74: distash.v1.SetLogReplicasResponse
 	(*KillRequest)(nil),              // 75: distash.v1.KillRequest
 	(*KillResponse)(nil),             // 76: distash.v1.KillResponse
+	(*DeviceStatus)(nil),             // 77: distash.v1.DeviceStatus
 }
 var file_distash_proto_depIdxs = []int32{
 	0,  // 0: distash.v1.GetReadVersionResponse.error:type_name -> distash.v1.Error
@@ -6369,107 +6547,108 @@ var file_distash_proto_depIdxs = []int32{
 	0,  // 10: distash.v1.LocationsResponse.error:type_name -> distash.v1.Error
 	16, // 11: distash.v1.ClusterInfoResponse.pools:type_name -> distash.v1.PoolInfo
 	21, // 12: distash.v1.StashStatus.engine_counters:type_name -> distash.v1.EngineCounter
-	20, // 13: distash.v1.StashStatus.local_log:type_name -> distash.v1.LocalLogStatus
-	24, // 14: distash.v1.ShardMetricsRequest.ranges:type_name -> distash.v1.KeyRangeMsg
-	25, // 15: distash.v1.ShardMetricsResponse.ranges:type_name -> distash.v1.RangeMetrics
-	0,  // 16: distash.v1.ShardMetricsResponse.error:type_name -> distash.v1.Error
-	16, // 17: distash.v1.StatusResponse.pools:type_name -> distash.v1.PoolInfo
-	19, // 18: distash.v1.StatusResponse.stashes:type_name -> distash.v1.StashStatus
-	22, // 19: distash.v1.StatusResponse.log:type_name -> distash.v1.LogStatus
-	34, // 20: distash.v1.StatusResponse.node:type_name -> distash.v1.NodeStatus
-	34, // 21: distash.v1.StatusResponse.nodes:type_name -> distash.v1.NodeStatus
-	32, // 22: distash.v1.StatusResponse.distribution:type_name -> distash.v1.PoolDistribution
-	31, // 23: distash.v1.StatusResponse.stash_shares:type_name -> distash.v1.StashShare
-	29, // 24: distash.v1.StatusResponse.coordinator_membership:type_name -> distash.v1.MembershipStatus
-	29, // 25: distash.v1.StatusResponse.log_membership:type_name -> distash.v1.MembershipStatus
-	30, // 26: distash.v1.MembershipStatus.member:type_name -> distash.v1.MemberStatus
-	33, // 27: distash.v1.PoolDistribution.queue:type_name -> distash.v1.RelocationStatus
-	0,  // 28: distash.v1.ColdestResponse.error:type_name -> distash.v1.Error
-	7,  // 29: distash.v1.CommitStreamRequest.request:type_name -> distash.v1.CommitRequest
-	8,  // 30: distash.v1.CommitStreamResponse.response:type_name -> distash.v1.CommitResponse
-	9,  // 31: distash.v1.ReadStreamRequest.request:type_name -> distash.v1.ReadRequest
-	11, // 32: distash.v1.ReadStreamRequest.range_request:type_name -> distash.v1.ReadRangeRequest
-	10, // 33: distash.v1.ReadStreamResponse.response:type_name -> distash.v1.ReadResponse
-	12, // 34: distash.v1.ReadStreamResponse.range_response:type_name -> distash.v1.ReadRangeResponse
-	1,  // 35: distash.v1.LogMessage.mutations:type_name -> distash.v1.Mutation
-	42, // 36: distash.v1.PeekResponse.messages:type_name -> distash.v1.LogMessage
-	0,  // 37: distash.v1.PeekResponse.error:type_name -> distash.v1.Error
-	0,  // 38: distash.v1.PopResponse.error:type_name -> distash.v1.Error
-	0,  // 39: distash.v1.ReportResponse.error:type_name -> distash.v1.Error
-	0,  // 40: distash.v1.RegisterResponse.error:type_name -> distash.v1.Error
-	0,  // 41: distash.v1.HeartbeatResponse.error:type_name -> distash.v1.Error
-	54, // 42: distash.v1.ViewResponse.nodes:type_name -> distash.v1.ClusterNode
-	55, // 43: distash.v1.ViewResponse.slots:type_name -> distash.v1.PoolSlots
-	0,  // 44: distash.v1.ViewResponse.error:type_name -> distash.v1.Error
-	58, // 45: distash.v1.ViewResponse.stashes:type_name -> distash.v1.StashLocation
-	57, // 46: distash.v1.ViewResponse.replication:type_name -> distash.v1.PoolReplication
-	53, // 47: distash.v1.ViewResponse.coordinators:type_name -> distash.v1.CoordinatorMember
-	0,  // 48: distash.v1.ClaimResponse.error:type_name -> distash.v1.Error
-	0,  // 49: distash.v1.RecoveryDoneResponse.error:type_name -> distash.v1.Error
-	0,  // 50: distash.v1.ExcludeResponse.error:type_name -> distash.v1.Error
-	0,  // 51: distash.v1.IncludeResponse.error:type_name -> distash.v1.Error
-	0,  // 52: distash.v1.ConfigureResponse.error:type_name -> distash.v1.Error
-	0,  // 53: distash.v1.RetireResponse.error:type_name -> distash.v1.Error
-	0,  // 54: distash.v1.JoinCoordinatorsResponse.error:type_name -> distash.v1.Error
-	0,  // 55: distash.v1.SetLogReplicasResponse.error:type_name -> distash.v1.Error
-	0,  // 56: distash.v1.KillResponse.error:type_name -> distash.v1.Error
-	5,  // 57: distash.v1.DiStash.GetReadVersion:input_type -> distash.v1.GetReadVersionRequest
-	7,  // 58: distash.v1.DiStash.Commit:input_type -> distash.v1.CommitRequest
-	37, // 59: distash.v1.DiStash.CommitStream:input_type -> distash.v1.CommitStreamRequest
-	39, // 60: distash.v1.DiStash.ReadStream:input_type -> distash.v1.ReadStreamRequest
-	9,  // 61: distash.v1.DiStash.Read:input_type -> distash.v1.ReadRequest
-	11, // 62: distash.v1.DiStash.ReadRange:input_type -> distash.v1.ReadRangeRequest
-	13, // 63: distash.v1.DiStash.Locations:input_type -> distash.v1.LocationsRequest
-	17, // 64: distash.v1.DiStash.ClusterInfo:input_type -> distash.v1.ClusterInfoRequest
-	27, // 65: distash.v1.DiStash.Status:input_type -> distash.v1.StatusRequest
-	35, // 66: distash.v1.DiStash.Coldest:input_type -> distash.v1.ColdestRequest
-	23, // 67: distash.v1.DiStash.ShardMetrics:input_type -> distash.v1.ShardMetricsRequest
-	41, // 68: distash.v1.Log.Peek:input_type -> distash.v1.PeekRequest
-	44, // 69: distash.v1.Log.Pop:input_type -> distash.v1.PopRequest
-	46, // 70: distash.v1.Log.Report:input_type -> distash.v1.ReportRequest
-	48, // 71: distash.v1.Coordinator.Register:input_type -> distash.v1.RegisterRequest
-	50, // 72: distash.v1.Coordinator.Heartbeat:input_type -> distash.v1.HeartbeatRequest
-	52, // 73: distash.v1.Coordinator.View:input_type -> distash.v1.ViewRequest
-	59, // 74: distash.v1.Coordinator.Claim:input_type -> distash.v1.ClaimRequest
-	61, // 75: distash.v1.Coordinator.RecoveryDone:input_type -> distash.v1.RecoveryDoneRequest
-	63, // 76: distash.v1.Coordinator.Exclude:input_type -> distash.v1.ExcludeRequest
-	65, // 77: distash.v1.Coordinator.Include:input_type -> distash.v1.IncludeRequest
-	67, // 78: distash.v1.Coordinator.Configure:input_type -> distash.v1.ConfigureRequest
-	69, // 79: distash.v1.Coordinator.Retire:input_type -> distash.v1.RetireRequest
-	71, // 80: distash.v1.Coordinator.JoinCoordinators:input_type -> distash.v1.JoinCoordinatorsRequest
-	73, // 81: distash.v1.Coordinator.SetLogReplicas:input_type -> distash.v1.SetLogReplicasRequest
-	75, // 82: distash.v1.Admin.Kill:input_type -> distash.v1.KillRequest
-	6,  // 83: distash.v1.DiStash.GetReadVersion:output_type -> distash.v1.GetReadVersionResponse
-	8,  // 84: distash.v1.DiStash.Commit:output_type -> distash.v1.CommitResponse
-	38, // 85: distash.v1.DiStash.CommitStream:output_type -> distash.v1.CommitStreamResponse
-	40, // 86: distash.v1.DiStash.ReadStream:output_type -> distash.v1.ReadStreamResponse
-	10, // 87: distash.v1.DiStash.Read:output_type -> distash.v1.ReadResponse
-	12, // 88: distash.v1.DiStash.ReadRange:output_type -> distash.v1.ReadRangeResponse
-	15, // 89: distash.v1.DiStash.Locations:output_type -> distash.v1.LocationsResponse
-	18, // 90: distash.v1.DiStash.ClusterInfo:output_type -> distash.v1.ClusterInfoResponse
-	28, // 91: distash.v1.DiStash.Status:output_type -> distash.v1.StatusResponse
-	36, // 92: distash.v1.DiStash.Coldest:output_type -> distash.v1.ColdestResponse
-	26, // 93: distash.v1.DiStash.ShardMetrics:output_type -> distash.v1.ShardMetricsResponse
-	43, // 94: distash.v1.Log.Peek:output_type -> distash.v1.PeekResponse
-	45, // 95: distash.v1.Log.Pop:output_type -> distash.v1.PopResponse
-	47, // 96: distash.v1.Log.Report:output_type -> distash.v1.ReportResponse
-	49, // 97: distash.v1.Coordinator.Register:output_type -> distash.v1.RegisterResponse
-	51, // 98: distash.v1.Coordinator.Heartbeat:output_type -> distash.v1.HeartbeatResponse
-	56, // 99: distash.v1.Coordinator.View:output_type -> distash.v1.ViewResponse
-	60, // 100: distash.v1.Coordinator.Claim:output_type -> distash.v1.ClaimResponse
-	62, // 101: distash.v1.Coordinator.RecoveryDone:output_type -> distash.v1.RecoveryDoneResponse
-	64, // 102: distash.v1.Coordinator.Exclude:output_type -> distash.v1.ExcludeResponse
-	66, // 103: distash.v1.Coordinator.Include:output_type -> distash.v1.IncludeResponse
-	68, // 104: distash.v1.Coordinator.Configure:output_type -> distash.v1.ConfigureResponse
-	70, // 105: distash.v1.Coordinator.Retire:output_type -> distash.v1.RetireResponse
-	72, // 106: distash.v1.Coordinator.JoinCoordinators:output_type -> distash.v1.JoinCoordinatorsResponse
-	74, // 107: distash.v1.Coordinator.SetLogReplicas:output_type -> distash.v1.SetLogReplicasResponse
-	76, // 108: distash.v1.Admin.Kill:output_type -> distash.v1.KillResponse
-	83, // [83:109] is the sub-list for method output_type
-	57, // [57:83] is the sub-list for method input_type
-	57, // [57:57] is the sub-list for extension type_name
-	57, // [57:57] is the sub-list for extension extendee
-	0,  // [0:57] is the sub-list for field type_name
+	77, // 13: distash.v1.StashStatus.device:type_name -> distash.v1.DeviceStatus
+	20, // 14: distash.v1.StashStatus.local_log:type_name -> distash.v1.LocalLogStatus
+	24, // 15: distash.v1.ShardMetricsRequest.ranges:type_name -> distash.v1.KeyRangeMsg
+	25, // 16: distash.v1.ShardMetricsResponse.ranges:type_name -> distash.v1.RangeMetrics
+	0,  // 17: distash.v1.ShardMetricsResponse.error:type_name -> distash.v1.Error
+	16, // 18: distash.v1.StatusResponse.pools:type_name -> distash.v1.PoolInfo
+	19, // 19: distash.v1.StatusResponse.stashes:type_name -> distash.v1.StashStatus
+	22, // 20: distash.v1.StatusResponse.log:type_name -> distash.v1.LogStatus
+	34, // 21: distash.v1.StatusResponse.node:type_name -> distash.v1.NodeStatus
+	34, // 22: distash.v1.StatusResponse.nodes:type_name -> distash.v1.NodeStatus
+	32, // 23: distash.v1.StatusResponse.distribution:type_name -> distash.v1.PoolDistribution
+	31, // 24: distash.v1.StatusResponse.stash_shares:type_name -> distash.v1.StashShare
+	29, // 25: distash.v1.StatusResponse.coordinator_membership:type_name -> distash.v1.MembershipStatus
+	29, // 26: distash.v1.StatusResponse.log_membership:type_name -> distash.v1.MembershipStatus
+	30, // 27: distash.v1.MembershipStatus.member:type_name -> distash.v1.MemberStatus
+	33, // 28: distash.v1.PoolDistribution.queue:type_name -> distash.v1.RelocationStatus
+	0,  // 29: distash.v1.ColdestResponse.error:type_name -> distash.v1.Error
+	7,  // 30: distash.v1.CommitStreamRequest.request:type_name -> distash.v1.CommitRequest
+	8,  // 31: distash.v1.CommitStreamResponse.response:type_name -> distash.v1.CommitResponse
+	9,  // 32: distash.v1.ReadStreamRequest.request:type_name -> distash.v1.ReadRequest
+	11, // 33: distash.v1.ReadStreamRequest.range_request:type_name -> distash.v1.ReadRangeRequest
+	10, // 34: distash.v1.ReadStreamResponse.response:type_name -> distash.v1.ReadResponse
+	12, // 35: distash.v1.ReadStreamResponse.range_response:type_name -> distash.v1.ReadRangeResponse
+	1,  // 36: distash.v1.LogMessage.mutations:type_name -> distash.v1.Mutation
+	42, // 37: distash.v1.PeekResponse.messages:type_name -> distash.v1.LogMessage
+	0,  // 38: distash.v1.PeekResponse.error:type_name -> distash.v1.Error
+	0,  // 39: distash.v1.PopResponse.error:type_name -> distash.v1.Error
+	0,  // 40: distash.v1.ReportResponse.error:type_name -> distash.v1.Error
+	0,  // 41: distash.v1.RegisterResponse.error:type_name -> distash.v1.Error
+	0,  // 42: distash.v1.HeartbeatResponse.error:type_name -> distash.v1.Error
+	54, // 43: distash.v1.ViewResponse.nodes:type_name -> distash.v1.ClusterNode
+	55, // 44: distash.v1.ViewResponse.slots:type_name -> distash.v1.PoolSlots
+	0,  // 45: distash.v1.ViewResponse.error:type_name -> distash.v1.Error
+	58, // 46: distash.v1.ViewResponse.stashes:type_name -> distash.v1.StashLocation
+	57, // 47: distash.v1.ViewResponse.replication:type_name -> distash.v1.PoolReplication
+	53, // 48: distash.v1.ViewResponse.coordinators:type_name -> distash.v1.CoordinatorMember
+	0,  // 49: distash.v1.ClaimResponse.error:type_name -> distash.v1.Error
+	0,  // 50: distash.v1.RecoveryDoneResponse.error:type_name -> distash.v1.Error
+	0,  // 51: distash.v1.ExcludeResponse.error:type_name -> distash.v1.Error
+	0,  // 52: distash.v1.IncludeResponse.error:type_name -> distash.v1.Error
+	0,  // 53: distash.v1.ConfigureResponse.error:type_name -> distash.v1.Error
+	0,  // 54: distash.v1.RetireResponse.error:type_name -> distash.v1.Error
+	0,  // 55: distash.v1.JoinCoordinatorsResponse.error:type_name -> distash.v1.Error
+	0,  // 56: distash.v1.SetLogReplicasResponse.error:type_name -> distash.v1.Error
+	0,  // 57: distash.v1.KillResponse.error:type_name -> distash.v1.Error
+	5,  // 58: distash.v1.DiStash.GetReadVersion:input_type -> distash.v1.GetReadVersionRequest
+	7,  // 59: distash.v1.DiStash.Commit:input_type -> distash.v1.CommitRequest
+	37, // 60: distash.v1.DiStash.CommitStream:input_type -> distash.v1.CommitStreamRequest
+	39, // 61: distash.v1.DiStash.ReadStream:input_type -> distash.v1.ReadStreamRequest
+	9,  // 62: distash.v1.DiStash.Read:input_type -> distash.v1.ReadRequest
+	11, // 63: distash.v1.DiStash.ReadRange:input_type -> distash.v1.ReadRangeRequest
+	13, // 64: distash.v1.DiStash.Locations:input_type -> distash.v1.LocationsRequest
+	17, // 65: distash.v1.DiStash.ClusterInfo:input_type -> distash.v1.ClusterInfoRequest
+	27, // 66: distash.v1.DiStash.Status:input_type -> distash.v1.StatusRequest
+	35, // 67: distash.v1.DiStash.Coldest:input_type -> distash.v1.ColdestRequest
+	23, // 68: distash.v1.DiStash.ShardMetrics:input_type -> distash.v1.ShardMetricsRequest
+	41, // 69: distash.v1.Log.Peek:input_type -> distash.v1.PeekRequest
+	44, // 70: distash.v1.Log.Pop:input_type -> distash.v1.PopRequest
+	46, // 71: distash.v1.Log.Report:input_type -> distash.v1.ReportRequest
+	48, // 72: distash.v1.Coordinator.Register:input_type -> distash.v1.RegisterRequest
+	50, // 73: distash.v1.Coordinator.Heartbeat:input_type -> distash.v1.HeartbeatRequest
+	52, // 74: distash.v1.Coordinator.View:input_type -> distash.v1.ViewRequest
+	59, // 75: distash.v1.Coordinator.Claim:input_type -> distash.v1.ClaimRequest
+	61, // 76: distash.v1.Coordinator.RecoveryDone:input_type -> distash.v1.RecoveryDoneRequest
+	63, // 77: distash.v1.Coordinator.Exclude:input_type -> distash.v1.ExcludeRequest
+	65, // 78: distash.v1.Coordinator.Include:input_type -> distash.v1.IncludeRequest
+	67, // 79: distash.v1.Coordinator.Configure:input_type -> distash.v1.ConfigureRequest
+	69, // 80: distash.v1.Coordinator.Retire:input_type -> distash.v1.RetireRequest
+	71, // 81: distash.v1.Coordinator.JoinCoordinators:input_type -> distash.v1.JoinCoordinatorsRequest
+	73, // 82: distash.v1.Coordinator.SetLogReplicas:input_type -> distash.v1.SetLogReplicasRequest
+	75, // 83: distash.v1.Admin.Kill:input_type -> distash.v1.KillRequest
+	6,  // 84: distash.v1.DiStash.GetReadVersion:output_type -> distash.v1.GetReadVersionResponse
+	8,  // 85: distash.v1.DiStash.Commit:output_type -> distash.v1.CommitResponse
+	38, // 86: distash.v1.DiStash.CommitStream:output_type -> distash.v1.CommitStreamResponse
+	40, // 87: distash.v1.DiStash.ReadStream:output_type -> distash.v1.ReadStreamResponse
+	10, // 88: distash.v1.DiStash.Read:output_type -> distash.v1.ReadResponse
+	12, // 89: distash.v1.DiStash.ReadRange:output_type -> distash.v1.ReadRangeResponse
+	15, // 90: distash.v1.DiStash.Locations:output_type -> distash.v1.LocationsResponse
+	18, // 91: distash.v1.DiStash.ClusterInfo:output_type -> distash.v1.ClusterInfoResponse
+	28, // 92: distash.v1.DiStash.Status:output_type -> distash.v1.StatusResponse
+	36, // 93: distash.v1.DiStash.Coldest:output_type -> distash.v1.ColdestResponse
+	26, // 94: distash.v1.DiStash.ShardMetrics:output_type -> distash.v1.ShardMetricsResponse
+	43, // 95: distash.v1.Log.Peek:output_type -> distash.v1.PeekResponse
+	45, // 96: distash.v1.Log.Pop:output_type -> distash.v1.PopResponse
+	47, // 97: distash.v1.Log.Report:output_type -> distash.v1.ReportResponse
+	49, // 98: distash.v1.Coordinator.Register:output_type -> distash.v1.RegisterResponse
+	51, // 99: distash.v1.Coordinator.Heartbeat:output_type -> distash.v1.HeartbeatResponse
+	56, // 100: distash.v1.Coordinator.View:output_type -> distash.v1.ViewResponse
+	60, // 101: distash.v1.Coordinator.Claim:output_type -> distash.v1.ClaimResponse
+	62, // 102: distash.v1.Coordinator.RecoveryDone:output_type -> distash.v1.RecoveryDoneResponse
+	64, // 103: distash.v1.Coordinator.Exclude:output_type -> distash.v1.ExcludeResponse
+	66, // 104: distash.v1.Coordinator.Include:output_type -> distash.v1.IncludeResponse
+	68, // 105: distash.v1.Coordinator.Configure:output_type -> distash.v1.ConfigureResponse
+	70, // 106: distash.v1.Coordinator.Retire:output_type -> distash.v1.RetireResponse
+	72, // 107: distash.v1.Coordinator.JoinCoordinators:output_type -> distash.v1.JoinCoordinatorsResponse
+	74, // 108: distash.v1.Coordinator.SetLogReplicas:output_type -> distash.v1.SetLogReplicasResponse
+	76, // 109: distash.v1.Admin.Kill:output_type -> distash.v1.KillResponse
+	84, // [84:110] is the sub-list for method output_type
+	58, // [58:84] is the sub-list for method input_type
+	58, // [58:58] is the sub-list for extension type_name
+	58, // [58:58] is the sub-list for extension extendee
+	0,  // [0:58] is the sub-list for field type_name
 }
 
 func init() { file_distash_proto_init() }
@@ -6483,7 +6662,7 @@ func file_distash_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_distash_proto_rawDesc), len(file_distash_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   77,
+			NumMessages:   78,
 			NumExtensions: 0,
 			NumServices:   4,
 		},

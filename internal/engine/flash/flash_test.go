@@ -39,6 +39,13 @@ func TestConformance(t *testing.T) {
 	enginetest.Run(t, open, open, crash)
 }
 
+// TestConformanceDevices runs the suite with the engine's files on each
+// emulated device (ssd, hdd, nvm; latencies scaled down), with small
+// segments so that rotations and cleaning go through the device too.
+func TestConformanceDevices(t *testing.T) {
+	enginetest.RunDevices(t, openWith(flash.Config{SegmentBytes: 64 << 10, WriteBufferBytes: 64 << 10, CacheBytes: 32 << 10}), crash)
+}
+
 // TestConformanceSmall runs the suite with tiny segments, write buffer and
 // cache, so that rotation, cleaning, buffer misses and cache evictions all
 // happen while it runs.

@@ -42,6 +42,12 @@ func TestConformance(t *testing.T) {
 	enginetest.Run(t, open, open, crash)
 }
 
+// TestConformanceDevices runs the suite with the engine's files on each
+// emulated device (ssd, hdd, nvm; latencies scaled down).
+func TestConformanceDevices(t *testing.T) {
+	enginetest.RunDevices(t, open, crash)
+}
+
 func TestNoDir(t *testing.T) {
 	if _, err := pebbleengine.Open(engine.Options{}); err == nil {
 		t.Fatal("Open without a Dir succeeded")

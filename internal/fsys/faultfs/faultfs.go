@@ -194,11 +194,22 @@ func (fs *FS) Count(op Op) int64 {
 // opened so far becomes dead (its operations fail with ErrCrashed, its
 // Close does nothing) and the base FS, which must be a strict in-memory FS
 // (NewMem), drops every write, creation, rename and removal not made
-// durable by a sync. Rules and the space limit stay; the code under test
-// then reopens its files as a restarted process would.
+// durable by a sync (the strict in-memory FS may be under other wrappers
+// that have an Unwrap method, such as a devfs device). Rules and the
+// space limit stay; the code under test then reopens its files as a
+// restarted process would.
 func (fs *FS) Crash() {
 	fs.Kill()
-	m, ok := fs.base.(*vfs.MemFS)
+	// The in-memory FS may sit under other wrappers (a devfs device).
+	base := fs.base
+	for {
+		u, ok := base.(interface{ Unwrap() fsys.FS })
+		if !ok {
+			break
+		}
+		base = u.Unwrap()
+	}
+	m, ok := base.(*vfs.MemFS)
 	if !ok {
 		panic(fmt.Sprintf("faultfs: Crash needs a strict in-memory base FS (NewMem), not %T", fs.base))
 	}
