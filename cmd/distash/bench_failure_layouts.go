@@ -283,6 +283,9 @@ type layoutBench struct {
 	phaseHits                          [3]*hdrhistogram.Histogram
 	phaseLookups, phaseHitN, phaseFail [3]atomic.Int64
 	start                              time.Time
+	// Per stash node: its device's busy seconds at the last sample.
+	lastBusy  []float64
+	lastBusyT []time.Time
 }
 
 // runLayoutBenches runs every layout on a fresh cluster, one after the
@@ -325,6 +328,8 @@ func runLayoutBenches(ctx context.Context, o failureOptions, lo layoutOptions, o
 		o.Keys, o.ValueSize, lo.Queries, lo.QueryReads, lo.ResultSize, o.Clients, 100*lo.WriteFraction, o.FailureWait, o.ShardBytes)
 	if lo.DeviceProfile == "none" {
 		fmt.Fprintln(out, "  no device emulation: the SSD pool's files are on this machine's disk and mostly in its page cache")
+	} else {
+		fmt.Fprintf(out, "  each SSD stash's files go through an emulated %s device ([pool.device] profile = %q, the preset's figures: docs/devices.md)\n", lo.DeviceProfile, lo.DeviceProfile)
 	}
 	if lo.LocalLog {
 		fmt.Fprintf(out, "  --local-log: the DRAM results pool has R=%d, so the victim's results have no other replica: the hit rate after its restart shows what it kept\n", lo.ResultsReplication)
@@ -369,7 +374,8 @@ func runLayout(ctx context.Context, o failureOptions, lo layoutOptions, run layo
 	if err != nil {
 		return nil, err
 	}
-	b := &layoutBench{o: o, lo: lo, run: run, out: out, coords: strings.Join(addrs[:min(3, lo.TxNodes)], ",")}
+	b := &layoutBench{o: o, lo: lo, run: run, out: out, coords: strings.Join(addrs[:min(3, lo.TxNodes)], ","),
+		lastBusy: make([]float64, nStash), lastBusyT: make([]time.Time, nStash)}
 	add := func(name, addr, class, pool string) *failureNode {
 		args := []string{"server", "--config", cfgPath, "--dir", filepath.Join(dir, name), "--listen", addr,
 			"--coordinators", b.coords, "--class", class, "--dc", "dc1", "--zone", "z-" + name}
@@ -844,6 +850,7 @@ func (b *layoutBench) sample(ctx context.Context) layoutSample {
 			defer wg.Done()
 			if !n.running() {
 				n.haveReads, n.haveC = false, false
+				b.lastBusyT[i] = time.Time{}
 				return
 			}
 			st, err := nodeStash(qctx, n)
@@ -857,7 +864,7 @@ func (b *layoutBench) sample(ctx context.Context) layoutSample {
 					s.QPS[i] = float64(st.Reads-n.lastReads) / t.Sub(n.lastReadsT).Seconds()
 				}
 				n.lastReads, n.lastReadsT, n.haveReads = st.Reads, t, true
-				s.Busy[i] = deviceBusy(st)
+				s.Busy[i] = b.deviceBusy(i, st, t)
 			}
 			s.CPU[i] = cpuPercent(n)
 		}(i, n)
@@ -1015,9 +1022,21 @@ func (b *layoutBench) timeline(ctx context.Context, victim *failureNode) (*layou
 	return r, nil
 }
 
-// deviceBusy is the stash's emulated device busy fraction (NaN: no
-// device model).
-func deviceBusy(st *wire.StashStatus) float64 { return math.NaN() }
+// deviceBusy is the busy fraction of stash node i's emulated device since
+// the last sample, from the difference of its cumulative busy seconds
+// (NaN: no device model, or no earlier figure from this process).
+func (b *layoutBench) deviceBusy(i int, st *wire.StashStatus, t time.Time) float64 {
+	d := st.GetDevice()
+	if d == nil {
+		return math.NaN()
+	}
+	out := math.NaN()
+	if !b.lastBusyT[i].IsZero() && d.BusySeconds >= b.lastBusy[i] {
+		out = (d.BusySeconds - b.lastBusy[i]) / t.Sub(b.lastBusyT[i]).Seconds()
+	}
+	b.lastBusy[i], b.lastBusyT[i] = d.BusySeconds, t
+	return out
+}
 
 func rate(num, den int64) string {
 	if den == 0 {
