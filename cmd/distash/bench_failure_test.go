@@ -122,26 +122,49 @@ func readCSV(t *testing.T, path string) [][]string {
 }
 
 // TestBenchFailureLayoutsSmall runs `distash bench failure --layouts
-// 1stash,2stash` with tiny settings: for each layout a cluster of real
-// processes, a stash of the results' pool killed and restarted. The CSVs,
-// PNGs and the summary are written and parse, and before the kill the
-// cache answered lookups.
+// 1stash,2stash --local-log --device-profile ssd` with tiny settings: for
+// each run (1stash, 2stash, 2stash+local_log) a cluster of real processes,
+// a stash of the results' pool killed and restarted within failure_wait.
+// The CSVs, PNGs (the SSD stashes' device utilisation too) and the summary
+// are written and parse; before the kill the cache answered lookups; the
+// DRAM stash came back with its tag only with its local log.
 func TestBenchFailureLayoutsSmall(t *testing.T) {
 	if testing.Short() {
-		t.Skip("runs two clusters of 4 and 6 real server processes for about 20 s each")
+		t.Skip("runs three clusters of 4 to 6 real server processes for about 20 s each")
 	}
 	bin := buildBinary(t)
 	out := t.TempDir()
-	got, err := run(benchCmd(), append(layoutsTinyArgs(bin, out, filepath.Join(t.TempDir(), "nodes")), "--layouts", "1stash,2stash")...)
+	args := append(layoutsTinyArgs(bin, out, filepath.Join(t.TempDir(), "nodes")), "--layouts", "1stash,2stash", "--local-log", "--device-profile", "ssd")
+	got, err := run(benchCmd(), args...)
 	t.Logf("output:\n%s", got)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sum := checkLayoutOutputs(t, out, []string{"1stash", "2stash"})
-	for _, l := range []string{"1stash", "2stash"} {
-		if hr, _ := strconv.ParseFloat(sum[l]["before_hit_rate"], 64); hr < 0.5 {
-			t.Errorf("%s: hit rate before the kill %v: the warm cache should answer most lookups", l, hr)
+	runs := []string{"1stash", "2stash", "2stash-locallog"}
+	sum := checkLayoutOutputs(t, out, runs)
+	for _, name := range []string{"1stash", "2stash", "2stash+local_log"} {
+		if hr, _ := strconv.ParseFloat(sum[name]["before_hit_rate"], 64); hr < 0.5 {
+			t.Errorf("%s: hit rate before the kill %v: the warm cache should answer most lookups", name, hr)
 		}
+	}
+	for _, run := range runs {
+		f, err := os.Open(filepath.Join(out, "failure-"+run+"-device.png"))
+		if err != nil {
+			t.Fatalf("no device utilisation plot with --device-profile ssd: %v", err)
+		}
+		_, err = png.Decode(f)
+		f.Close()
+		if err != nil {
+			t.Fatalf("failure-%s-device.png: %v", run, err)
+		}
+	}
+	// Restarted within failure_wait, a DRAM stash keeps its tag (and its
+	// data) only with its local log; without, it rejoins as a new stash.
+	if k := sum["2stash"]["tag_kept"]; k != "false" {
+		t.Errorf("2stash: the DRAM stash without a local log kept its tag (tag_kept %s)", k)
+	}
+	if k := sum["2stash+local_log"]["tag_kept"]; k != "true" {
+		t.Errorf("2stash+local_log: the DRAM stash with a local log came back with a new tag (tag_kept %s)", k)
 	}
 	if !strings.Contains(got, "summary (victim") {
 		t.Error("no summary in the output")
