@@ -141,15 +141,18 @@ type Pool struct {
 	// (--dc) as far as the pool's stashes allow; otherwise they are spread
 	// over zones only.
 	AcrossDCs bool `toml:"across_dcs"`
+	// LocalLog keeps the contents of each stash of a DRAM ephemeral pool
+	// recoverable on its node's disk (a log of what it applies plus
+	// periodic snapshots, internal/engine/locallog), so a stash that
+	// restarts within failure_wait reloads them instead of starting empty
+	// (docs/cluster.md, "A DRAM stash with a local log").
+	LocalLog bool `toml:"local_log"`
 	// Flash tunes the stashes of a pool whose engine is flash ([pool.flash]);
 	// nil, like absent keys, keeps the engine's defaults.
 	Flash *Flash `toml:"flash"`
 	// Pebble tunes the stashes of a pool whose engine is pebble
 	// ([pool.pebble]); nil keeps the engine's defaults.
 	Pebble *Pebble `toml:"pebble"`
-	// LocalLog keeps a DRAM stash's contents recoverable on its node's
-	// disk (paper §4).
-	LocalLog bool `toml:"local_log"`
 	// Device makes each stash of the pool emulate a device ([pool.device],
 	// docs/devices.md); nil is profile "none", the real device.
 	Device *Device `toml:"device"`
@@ -230,7 +233,8 @@ const MinFlashSegment = 1 << 20
 // Ephemeral reports whether the pool may evict.
 func (p Pool) Ephemeral() bool { return p.Mode == "ephemeral" }
 
-// Volatile reports whether the pool's stashes lose their data on restart.
+// Volatile reports whether the pool's stashes lose their data on restart
+// (a dram pool; with LocalLog they may recover it from the local log).
 func (p Pool) Volatile() bool { return p.Medium == "dram" }
 
 // Duration is a time.Duration written as a Go duration string ("60s").

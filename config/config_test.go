@@ -266,6 +266,13 @@ func TestValidate(t *testing.T) {
 			}},
 		{"memory needs dram", func(c *Config) { c.Pools[1].Engine = "memory" },
 			[]string{`pool[1] ("data").engine: engine memory requires medium dram, got ssd`}},
+		{"local log on dram", func(c *Config) { c.Pools[0].LocalLog = true }, nil},
+		{"local log on ssd", func(c *Config) { c.Pools[1].LocalLog = true },
+			[]string{`pool[1] ("data").local_log: needs medium dram and mode ephemeral (a DRAM cache), got medium ssd and mode durable`}},
+		{"local log on flash cache", func(c *Config) {
+			c.Pools[1].LocalLog, c.Pools[1].Mode, c.Pools[1].Engine, c.Pools[1].Eviction = true, "ephemeral", "flash", "lru"
+		},
+			[]string{`pool[1] ("data").local_log: needs medium dram and mode ephemeral (a DRAM cache), got medium ssd and mode ephemeral`}},
 		{"durable needs non-volatile", func(c *Config) { c.Pools[0].Mode = "durable"; c.Pools[0].Eviction = "" },
 			[]string{`pool[0] ("cache").mode: durable requires a non-volatile medium (ssd, hdd or nvm), got dram: a dram stash loses its data on restart`}},
 		{"ephemeral pebble cannot evict", func(c *Config) { c.Pools[1].Mode = "ephemeral"; c.Pools[1].Eviction = "lru" },
@@ -544,7 +551,7 @@ func TestRoundTrip(t *testing.T) {
 		Log:     Log{Replicas: 3},
 		Pools: []Pool{
 			{Name: "front", Prefix: "f\x00\x01\t\"\\/é", Medium: "dram", Mode: "ephemeral", Engine: "memory",
-				Stashes: 8, Replication: 1, Capacity: 1000, Eviction: "camp"},
+				Stashes: 8, Replication: 1, Capacity: 1000, Eviction: "camp", LocalLog: true},
 			{Name: "flash_cache", Prefix: "fc", Medium: "nvm", Mode: "ephemeral", Engine: "flash",
 				Stashes: 3, Replication: 2, Capacity: 3 * GB, Eviction: "lru"},
 			{Name: "cold-data", Prefix: "z", Medium: "hdd", Mode: "durable", Engine: "sqlite",

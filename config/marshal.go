@@ -27,9 +27,9 @@ type outPool struct {
 	Eviction    string  `toml:"eviction,omitempty"`
 	Recency     bool    `toml:"recency,omitempty"`
 	AcrossDCs   bool    `toml:"across_dcs,omitempty"`
+	LocalLog    bool    `toml:"local_log,omitempty"`
 	Flash       *Flash  `toml:"flash,omitempty"`
 	Pebble      *Pebble `toml:"pebble,omitempty"`
-	LocalLog    bool    `toml:"local_log,omitempty"`
 	Device      *Device `toml:"device,omitempty"`
 }
 

@@ -40,9 +40,9 @@ type rawPool struct {
 	Eviction    string       `toml:"eviction"`
 	Recency     bool         `toml:"recency"`
 	AcrossDCs   bool         `toml:"across_dcs"`
+	LocalLog    bool         `toml:"local_log"`
 	Flash       *Flash       `toml:"flash"`
 	Pebble      *Pebble      `toml:"pebble"`
-	LocalLog    bool         `toml:"local_log"`
 	Device      *Device      `toml:"device"`
 }
 
@@ -140,9 +140,9 @@ func Parse(data []byte) (*Config, error) {
 			Eviction:    rp.Eviction,
 			Recency:     rp.Recency,
 			AcrossDCs:   rp.AcrossDCs,
+			LocalLog:    rp.LocalLog,
 			Flash:       rp.Flash,
 			Pebble:      rp.Pebble,
-			LocalLog:    rp.LocalLog,
 			Device:      rp.Device,
 		}
 		if p.Device != nil && p.Device.Profile == "" {

@@ -177,6 +177,10 @@ func (c *Config) Validate() error {
 			fail(field("eviction"), "%s", enumError(p.Eviction, evictions))
 		}
 
+		if p.LocalLog && mediumOK && modeOK && (p.Medium != "dram" || !p.Ephemeral()) {
+			fail(field("local_log"), "needs medium dram and mode ephemeral (a DRAM cache), got medium %s and mode %s", p.Medium, p.Mode)
+		}
+
 		// counts
 		switch {
 		case p.Stashes < 1:

@@ -16,6 +16,7 @@ import (
 
 	"github.com/distash/distash/config"
 	"github.com/distash/distash/internal/dd"
+	"github.com/distash/distash/internal/engine/locallog"
 	"github.com/distash/distash/internal/fsys"
 	"github.com/distash/distash/internal/kv"
 	"github.com/distash/distash/internal/proxy"
@@ -317,12 +318,16 @@ func (f fetcher) FetchRange(ctx context.Context, from []kv.Tag, begin, end []byt
 const stashTagFile = "stash-tag"
 
 // stashStartsEmpty reports whether this stash node's stash has no data: a
-// dram stash, or a durable one whose directory has no stash-tag file (a
-// new directory, or one whose data was dropped). A damaged tag file
-// counts as data: the stash finds the damage as it opens (adoptStashTag).
+// dram stash (with a local log: one that has no local log files), or a
+// durable one whose directory has no stash-tag file (a new directory, or
+// one whose data was dropped). A damaged tag file counts as data: the
+// stash finds the damage as it opens (adoptStashTag).
 func (s *Server) stashStartsEmpty() bool {
 	p, ok := s.cfg.PoolByName(s.node.opts.Pool)
-	if !ok || p.Volatile() {
+	if !ok || p.Volatile() && !p.LocalLog {
+		return true
+	}
+	if p.LocalLog && !locallog.Exists(s.opts.FS, filepath.Join(s.opts.Dir, "stash")) {
 		return true
 	}
 	exists, err := fsys.Exists(s.opts.FS, filepath.Join(s.opts.Dir, stashTagFile))
@@ -336,7 +341,7 @@ func (s *Server) stashStartsEmpty() bool {
 // data the directory holds is unknown. legacy reports a tag file written
 // before checksums (the caller rewrites it once the stash opened).
 func (s *Server) adoptStashTag(pool config.Pool, tag kv.Tag) (legacy bool, err error) {
-	if pool.Volatile() {
+	if pool.Volatile() && !pool.LocalLog {
 		return false, nil
 	}
 	f := fsys.Or(s.opts.FS)

@@ -32,7 +32,6 @@ import (
 	"github.com/distash/distash/internal/coordrpc"
 	"github.com/distash/distash/internal/dcdelay"
 	"github.com/distash/distash/internal/engine"
-	"github.com/distash/distash/internal/engine/engines"
 	"github.com/distash/distash/internal/fsys"
 	"github.com/distash/distash/internal/kv"
 	"github.com/distash/distash/internal/logrpc"
@@ -447,7 +446,10 @@ func (s *Server) register(ctx context.Context, reg coordrpc.NodeRegistration) er
 func (s *Server) rejoinAsNewStash(ctx, runCtx context.Context, reg coordrpc.NodeRegistration, cause error) error {
 	n := s.node
 	old := n.tag
-	if errors.Is(cause, fsys.ErrDamaged) {
+	if p, ok := s.cfg.PoolByName(n.opts.Pool); ok && p.LocalLog && !errors.Is(cause, fsys.ErrDamaged) {
+		s.logger.Warn("this dram stash cannot use its local log: it retires its tag and joins as a new, empty stash, as a dram stash without one does; the data distributor re-replicates the tag's shards",
+			"tag", old, "slot", n.slot, "pool", n.opts.Pool, "err", cause)
+	} else if errors.Is(cause, fsys.ErrDamaged) {
 		s.logger.Warn("this stash cannot vouch for its data: it retires its tag, drops the data and joins as a new stash; the data distributor re-replicates the tag's shards from their healthy replicas",
 			"tag", old, "slot", n.slot, "pool", n.opts.Pool, "err", cause)
 	} else {
@@ -590,9 +592,10 @@ func (s *Server) startStashNode(ctx context.Context) error {
 	// Only the first open adopts a directory of an older version: from
 	// then on it has its ownership file.
 	adopt := legacy || s.legacyDir.Swap(false)
+	atStart := true
 	open := func() (*stash.Stash, error) {
-		st, err := s.openRemoteStash(ctx, sp, n.logc, adopt)
-		adopt = false
+		st, err := s.openRemoteStash(ctx, sp, n.logc, adopt, atStart)
+		adopt, atStart = false, false
 		return st, err
 	}
 	var st *stash.Stash
@@ -755,10 +758,15 @@ var errTagTrimmed = errors.New("server: an empty durable stash cannot catch up: 
 // openRemoteStash opens a stash node's engine and stash over the remote
 // log. A dram stash starts empty at the log's current end; a durable one
 // at its engine's version, and if that is empty, only if the log still
-// holds its tag's entries from the start (else errTagTrimmed).
-func (s *Server) openRemoteStash(ctx context.Context, sp stashSpec, logc *logrpc.Client, adoptOwnership bool) (*stash.Stash, error) {
+// holds its tag's entries from the start (else errTagTrimmed). A dram
+// stash with a local log starts at the version it reloads if the log
+// still holds its tag's entries after it; if not, it starts empty: when
+// the node starts (atStart) by rejoining as a new stash (errTagTrimmed),
+// as a dram stash without a local log does, and on a restart by its
+// supervisor on the same tag.
+func (s *Server) openRemoteStash(ctx context.Context, sp stashSpec, logc *logrpc.Client, adoptOwnership, atStart bool) (*stash.Stash, error) {
 	dir := filepath.Join(s.opts.Dir, "stash")
-	if !sp.pool.Volatile() {
+	if !sp.pool.Volatile() || sp.pool.LocalLog {
 		if err := fsys.Or(s.opts.FS).MkdirAll(dir, 0o755); err != nil {
 			return nil, err
 		}
@@ -774,15 +782,36 @@ func (s *Server) openRemoteStash(ctx context.Context, sp stashSpec, logc *logrpc
 		}
 	}
 	stashFS := s.stashFS(sp)
-	eng, err := engines.Open(sp.pool.Engine, engine.Options{
-		Dir: dir, FS: stashFS, CapacityBytes: int64(sp.pool.Capacity), Ephemeral: sp.pool.Ephemeral(), Eviction: sp.pool.Eviction,
-		Tuning: engineTuning(sp.pool),
-	})
+	eng, err := s.openEngine(sp.pool, dir, stashFS)
 	if err != nil {
 		return nil, fmt.Errorf("server: open stash %s-%d: %w", sp.pool.Name, sp.index, err)
 	}
 	if wrapEngine != nil {
 		eng = wrapEngine(sp.pool.Name, sp.index, eng)
+	}
+	volatile := sp.pool.Volatile()
+	if sp.pool.LocalLog {
+		var why string
+		eng, volatile, why, err = s.startLocalLog(sp, dir, eng, func(v kv.Version) (bool, error) {
+			err := s.untilLogAnswers(ctx, "whether a dram stash's local log can catch up", func(ctx context.Context) error {
+				last, err := logc.Report(ctx, logrpc.StashReport{Tag: sp.tag})
+				if err == nil && last > v {
+					_, _, err = logc.Peek(ctx, sp.tag, v, 1)
+				}
+				return err
+			})
+			if errors.Is(err, txlog.ErrTrimmed) {
+				return false, nil
+			}
+			return err == nil, err
+		})
+		if err != nil {
+			return nil, err
+		}
+		if why != "" && atStart {
+			eng.Close()
+			return nil, fmt.Errorf("%w: %s", errTagTrimmed, why)
+		}
 	}
 	if !sp.pool.Volatile() && eng.Version() == 0 && eng.Stats().Keys == 0 {
 		// Asked now, while the stash has nothing to lose, rather than
@@ -797,7 +826,7 @@ func (s *Server) openRemoteStash(ctx context.Context, sp stashSpec, logc *logrpc
 	}
 	return stash.New(stash.Options{
 		Tag: sp.tag, Pool: sp.pool.Name, Index: sp.index, Engine: eng, Log: logc,
-		Volatile: sp.pool.Volatile(), StartVersion: start,
+		Volatile: volatile, StartVersion: start, LocalLog: sp.pool.LocalLog,
 		Ephemeral: sp.pool.Ephemeral(), TrackBytes: !sp.pool.Ephemeral(), CapacityBytes: int64(sp.pool.Capacity),
 		TrackRecency:   sp.pool.Recency,
 		WindowVersions: s.windowVersions(), WindowBytes: windowBudget(sp.pool), FlushInterval: s.opts.FlushInterval, Logger: s.roleLogger(logRoleStash),

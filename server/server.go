@@ -36,7 +36,6 @@ import (
 
 	"github.com/distash/distash/config"
 	"github.com/distash/distash/internal/engine"
-	"github.com/distash/distash/internal/engine/engines"
 	"github.com/distash/distash/internal/engine/flash"
 	pebbleengine "github.com/distash/distash/internal/engine/pebble"
 	"github.com/distash/distash/internal/fsys"
@@ -338,16 +337,13 @@ var wrapEngine func(pool string, index int, e engine.Engine) engine.Engine
 
 func (s *Server) openStash(sp stashSpec, windowVersions, recovered kv.Version) (*stash.Stash, error) {
 	dir := filepath.Join(s.opts.Dir, "stash", fmt.Sprintf("%s-%d", sp.pool.Name, sp.index))
-	if !sp.pool.Volatile() {
+	if !sp.pool.Volatile() || sp.pool.LocalLog {
 		if err := fsys.Or(s.opts.FS).MkdirAll(dir, 0o755); err != nil {
 			return nil, err
 		}
 	}
 	stashFS := s.stashFS(sp)
-	eng, err := engines.Open(sp.pool.Engine, engine.Options{
-		Dir: dir, FS: stashFS, CapacityBytes: int64(sp.pool.Capacity), Ephemeral: sp.pool.Ephemeral(), Eviction: sp.pool.Eviction,
-		Tuning: engineTuning(sp.pool),
-	})
+	eng, err := s.openEngine(sp.pool, dir, stashFS)
 	if err != nil {
 		return nil, fmt.Errorf("server: open stash %s-%d: %w", sp.pool.Name, sp.index, err)
 	}
@@ -355,7 +351,15 @@ func (s *Server) openStash(sp stashSpec, windowVersions, recovered kv.Version) (
 		eng = wrapEngine(sp.pool.Name, sp.index, eng)
 	}
 	volatile := sp.pool.Volatile()
-	if popped := s.log.Popped(sp.tag); eng.Version() < popped {
+	if sp.pool.LocalLog {
+		// It catches up from what its local log holds if the log still
+		// has every entry of its tag after it (a Peek after a version
+		// below Gone fails), else it starts empty.
+		eng, volatile, _, err = s.startLocalLog(sp, dir, eng, func(v kv.Version) (bool, error) { return v >= s.log.Gone(sp.tag), nil })
+		if err != nil {
+			return nil, err
+		}
+	} else if popped := s.log.Popped(sp.tag); eng.Version() < popped {
 		// The engine came back older than what the log still holds for it:
 		// it lost data (an ephemeral flash engine starts empty, for one).
 		if !sp.pool.Ephemeral() {
@@ -367,7 +371,7 @@ func (s *Server) openStash(sp stashSpec, windowVersions, recovered kv.Version) (
 	}
 	return stash.New(stash.Options{
 		Tag: sp.tag, Pool: sp.pool.Name, Index: sp.index, Engine: eng, Log: s.log,
-		Volatile: volatile, StartVersion: recovered,
+		Volatile: volatile, StartVersion: recovered, LocalLog: sp.pool.LocalLog,
 		Ephemeral: sp.pool.Ephemeral(), TrackBytes: !sp.pool.Ephemeral(), CapacityBytes: int64(sp.pool.Capacity),
 		TrackRecency:   sp.pool.Recency,
 		WindowVersions: windowVersions, WindowBytes: windowBudget(sp.pool), FlushInterval: s.opts.FlushInterval, Logger: s.roleLogger(logRoleStash),
@@ -614,6 +618,8 @@ type StashStats struct {
 	Health                   string // HealthHealthy, HealthRestarting, HealthFailed, HealthDiskFull or HealthDamaged
 	Restarts                 int64  // restarts after failures
 	LastError                string // what stopped it last, "" if it never failed
+	// LocalLog is the stash's local log (a pool with local_log), nil if none.
+	LocalLog *wire.LocalLogStatus
 }
 
 // Stashes returns the statistics of every stash, in pool order.
@@ -630,7 +636,7 @@ func (s *Server) Stashes() []StashStats {
 			Tag: uint32(st.Tag), Pool: st.Pool, Index: st.Index, Keys: st.Keys, Bytes: st.Bytes,
 			EngineBytes: st.EngineBytes, WindowBytes: st.WindowBytes, Hits: st.Hits, Misses: st.Misses,
 			Evictions: st.Evictions, FilterNegatives: st.FilterNegatives, Reads: st.Reads, AppliedVersion: int64(st.Applied), DurableVersion: int64(st.Durable),
-			CapacityBytes: st.CapacityBytes,
+			CapacityBytes: st.CapacityBytes, LocalLog: localLogStatus(sl.get().Engine()),
 		})
 	}
 	return out

@@ -247,6 +247,7 @@ func (v *service) Status(ctx context.Context, _ *wire.StatusRequest) (*wire.Stat
 		for _, c := range st.Engine {
 			ws.EngineCounters = append(ws.EngineCounters, &wire.EngineCounter{Name: c.Name, Value: c.Value})
 		}
+		ws.LocalLog = localLogStatus(sl.get().Engine())
 		if d := v.s.deviceOf(st.Tag); d != nil {
 			ws.Device = deviceStatus(d)
 		}

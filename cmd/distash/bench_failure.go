@@ -52,10 +52,12 @@ type failureOptions struct {
 	Interval       time.Duration // sampling interval
 	Progress       bool
 	Verbose        bool // nodes log at info level (into DIR/<node>.log)
+	LocalLog       bool // the pool gets local_log = true
 }
 
 func benchFailureCmd() *cobra.Command {
 	o := failureOptions{}
+	lo := layoutOptions{}
 	cmd := &cobra.Command{
 		Use:   "failure",
 		Short: "Paper Fig. 12: 8 DRAM stashes in two DCs, R=3, uniform reads; one stash killed and restarted",
@@ -75,10 +77,24 @@ the clients' reads/s and the data distributor's status; it writes
 failure-qps.png, failure-bytes.png, failure-cpu.png, failure-throughput.png
 and failure.csv to --out, and prints the time from the kill to full
 re-replication, from the restart to balance, and the read throughput dip.
+
+With --layouts 1stash,2stash it runs instead the paper's Figures 13-16: a
+cache-augmented workload (read-through lookups of cached query results,
+write-around updates) on an SSD pool alone (1stash) or with the results in
+a DRAM pool (2stash), a stash of the results' pool killed and restarted;
+per layout the cache-hit latency, hit rate and stash CPU over time, and a
+summary comparing them. --local-log gives the DRAM pool local_log = true
+(with --layouts: each layout with a DRAM pool runs without and with it).
 See docs/benchmarks.md.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 			defer stop()
+			layoutDefaults(cmd.Flags(), &o, &lo)
+			if len(lo.Layouts) > 0 {
+				_, err := runLayoutBenches(ctx, o, lo, cmd.OutOrStdout())
+				return err
+			}
+			o.LocalLog = lo.LocalLog
 			o.Progress = true
 			_, err := runFailureBench(ctx, o, cmd.OutOrStdout())
 			return err
@@ -103,6 +119,7 @@ See docs/benchmarks.md.`,
 	f.BoolVar(&o.Verbose, "verbose-nodes", false, "nodes log at info level (DIR/<node>.log)")
 	f.StringVar(&o.Binary, "binary", "", "distash binary to run the nodes (default: this executable)")
 	_ = f.MarkHidden("binary")
+	addLayoutFlags(f, &lo)
 	return cmd
 }
 
@@ -110,6 +127,10 @@ See docs/benchmarks.md.`,
 const failurePool, failurePrefix = "bench", "b/"
 
 func failureConfig(o failureOptions) string {
+	localLog := ""
+	if o.LocalLog {
+		localLog = "local_log = true\n"
+	}
 	return fmt.Sprintf(`[cluster]
 failure_wait = %q
 shard_bytes = %q
@@ -128,7 +149,7 @@ stashes = 8
 replication = 3
 capacity = "512MiB"
 across_dcs = true
-`, o.FailureWait.String(), o.ShardBytes, o.DCDelay.String(), failurePool, failurePrefix)
+%s`, o.FailureWait.String(), o.ShardBytes, o.DCDelay.String(), failurePool, failurePrefix, localLog)
 }
 
 // failureNode is one `distash server` process of the benchmark's cluster.
@@ -979,6 +1000,9 @@ func (r *failureResult) report(out io.Writer, o failureOptions) error {
 		fmt.Fprintf(out, "read throughput from the restart to the end: lowest %.0f reads/s (%.0f%%)\n", r.RestartMin, 100*r.RestartMin/max(r.BaseReads, 1))
 	}
 	fmt.Fprintf(out, "%d reads, %d errors\n", r.Reads, r.Errors)
+	if o.LocalLog {
+		fmt.Fprintf(out, "local_log = true: %s\n", r.victimTags(o.Victim))
+	}
 	// When the ratekeeper limited read versions, and why.
 	var from float64 = -1
 	reason := ""

@@ -16,24 +16,48 @@ var failureColors = []color.RGBA{{0x1f, 0x77, 0xb4, 255}, {0xff, 0x7f, 0x0e, 255
 // unknown: the node was down), with vertical markers at the kill and the
 // restart.
 func (r *failureResult) plot(path, title, ylabel string, names []string, get func(failureSample) []float64, scale float64) error {
+	xs := make([]float64, len(r.Samples))
+	ys := make([][]float64, len(names))
+	for i := range names {
+		ys[i] = make([]float64, len(r.Samples))
+	}
+	for j, s := range r.Samples {
+		xs[j] = s.T
+		for i, v := range get(s) {
+			ys[i][j] = v * scale
+		}
+	}
+	return plotLines(path, "DiStash failure and recovery (paper Fig. 12): "+title, ylabel, xs, names, ys,
+		[]timeMark{{r.KillT, "kill -9"}, {r.RestartT, "restart"}})
+}
+
+// timeMark is a dashed vertical line with a label (NaN t: none).
+type timeMark struct {
+	t     float64
+	label string
+}
+
+// plotLines draws series ys[i] (named names[i]) against xs, a gap where
+// a value is NaN, the y axis from 0 with the top third left free for the
+// legend, and a dashed vertical line at each mark.
+func plotLines(path, title, ylabel string, xs []float64, names []string, ys [][]float64, marks []timeMark) error {
 	p := plot.New()
-	p.Title.Text = "DiStash failure and recovery (paper Fig. 12): " + title
+	p.Title.Text = title
 	p.X.Label.Text = "time (s)"
 	p.Y.Label.Text = ylabel
 	p.Legend.Top = true
 	p.Legend.Left = true
 	maxY := 0.0
-	for _, s := range r.Samples {
-		for _, v := range get(s) {
-			if !math.IsNaN(v) {
-				maxY = max(maxY, v*scale)
+	for _, s := range ys {
+		for _, v := range s {
+			if !math.IsNaN(v) && !math.IsInf(v, 0) {
+				maxY = max(maxY, v)
 			}
 		}
 	}
 	if maxY == 0 {
 		maxY = 1
 	}
-	// Leave the top third free for the legend.
 	p.Y.Min, p.Y.Max = 0, maxY*1.5
 	for i, name := range names {
 		col := failureColors[i%len(failureColors)]
@@ -49,6 +73,9 @@ func (r *failureResult) plot(path, title, ylabel string, names []string, get fun
 			}
 			line.Color = col
 			line.Width = vg.Points(1.2)
+			if i >= len(failureColors) { // more series than colours: dash the second round
+				line.Dashes = []vg.Length{vg.Points(2), vg.Points(2)}
+			}
 			p.Add(line)
 			if first {
 				p.Legend.Add(name, line)
@@ -57,24 +84,21 @@ func (r *failureResult) plot(path, title, ylabel string, names []string, get fun
 			seg = nil
 			return nil
 		}
-		for _, s := range r.Samples {
-			v := get(s)[i]
-			if math.IsNaN(v) {
+		for j, x := range xs {
+			v := ys[i][j]
+			if math.IsNaN(v) || math.IsInf(v, 0) {
 				if err := flush(); err != nil {
 					return err
 				}
 				continue
 			}
-			seg = append(seg, plotter.XY{X: s.T, Y: v * scale})
+			seg = append(seg, plotter.XY{X: x, Y: v})
 		}
 		if err := flush(); err != nil {
 			return err
 		}
 	}
-	for _, m := range []struct {
-		t     float64
-		label string
-	}{{r.KillT, "kill -9"}, {r.RestartT, "restart"}} {
+	for _, m := range marks {
 		if math.IsNaN(m.t) {
 			continue
 		}

@@ -170,7 +170,7 @@ func (s *Stash) probeRoom() bool {
 // the engine's next new file would fail in the middle of a write, and a
 // restart could not tell what the stash owns.
 func (s *Stash) checkFiles() error {
-	if s.opts.Dir == "" || s.opts.Volatile {
+	if s.opts.Dir == "" || !s.keepsData() {
 		return nil
 	}
 	path := filepath.Join(s.opts.Dir, ownershipFile)

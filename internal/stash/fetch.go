@@ -111,7 +111,7 @@ func (s *Stash) abortFetchJob(j *fetchJob) {
 // saveOwnership persists the ownership of a durable stash as of v.
 // Called with mu held.
 func (s *Stash) saveOwnership(v kv.Version) error {
-	if s.opts.Dir == "" || s.opts.Volatile {
+	if s.opts.Dir == "" || !s.keepsData() {
 		return nil
 	}
 	err := s.own.save(s.fs(), s.opts.Dir, v, s.durable, &s.snaps)
@@ -406,7 +406,7 @@ func (s *Stash) finishFetch(r ownRange) error {
 	}
 	delete(s.jobs, j.id)
 	s.own.finish(j.id, s.applied)
-	if s.opts.Dir != "" && !s.opts.Volatile && s.applied > s.durable {
+	if s.opts.Dir != "" && s.keepsData() && s.applied > s.durable {
 		s.undurable = append(s.undurable, finishedFetch{begin: r.Begin, end: r.End, at: s.applied})
 	}
 	s.movedIn.Add(1)

@@ -16,8 +16,9 @@
 //     reader pins it for the length of its read, so the engine never shows
 //     a reader a version newer than it asked for.
 //  3. Atomic operations are resolved at apply time, against the latest value.
-//  4. A volatile (dram) stash restarts empty at the log's end; a durable one
-//     restarts at its engine's version and catches up from the log.
+//  4. A volatile (dram) stash restarts empty at the log's end; a durable one,
+//     or a dram one with a local log, restarts at its engine's version and
+//     catches up from the log.
 package stash
 
 import (
@@ -67,6 +68,14 @@ type Options struct {
 	// with an empty engine and pop as they apply.
 	Volatile     bool
 	StartVersion kv.Version
+	// LocalLog: the engine keeps what it applied across a restart (a dram
+	// stash with a local log, package engine/locallog). The stash then
+	// pops its tag only up to its engine's version and keeps its
+	// ownership in Dir, as a durable stash does, so that a restart
+	// reloads the engine and catches up from the log; with Volatile it
+	// still starts at StartVersion when its engine is behind it (a local
+	// log that was empty or could not be used).
+	LocalLog bool
 	// Ephemeral pools count hits and misses.
 	Ephemeral bool
 	// TrackBytes keeps an exact count of live key+value bytes (durable pools:
@@ -232,11 +241,17 @@ func New(opts Options) *Stash {
 		s.sample.Set(k, int64(len(k)+len(val)))
 		return true
 	})
-	if opts.Dir != "" && !opts.Volatile {
+	if opts.Dir != "" && s.keepsData() {
 		s.openOwnership(st.Keys)
 	}
 	return s
 }
+
+// keepsData reports whether the engine's version is a state the stash
+// restarts from (a durable stash, or a dram one with a local log): it pops
+// only what its engine holds and keeps its ownership in Dir. Otherwise it
+// pops what it applied.
+func (s *Stash) keepsData() bool { return !s.opts.Volatile || s.opts.LocalLog }
 
 // openOwnership loads the ownership of a durable stash from its
 // directory. A stash that cannot tell what it owns must not serve: a
@@ -250,7 +265,9 @@ func (s *Stash) openOwnership(engineKeys int64) {
 		return
 	}
 	if !exists {
-		if (s.durable > 0 || engineKeys > 0) && !s.opts.AdoptOwnership {
+		// The engine's own version: a dram stash with a local log that
+		// starts empty starts above it (at StartVersion) with nothing.
+		if (s.eng.Version() > 0 || engineKeys > 0) && !s.opts.AdoptOwnership {
 			s.fail(fsys.Damaged(filepath.Join(s.opts.Dir, ownershipFile),
 				"missing, but the stash's engine holds data (version %d, %d keys): the stash cannot tell what it owns", s.durable, engineKeys))
 			return
@@ -320,7 +337,7 @@ func (s *Stash) Run(ctx context.Context) error {
 	if err := s.Failed(); err != nil {
 		return err // failed as it opened (NewFailed, or its ownership)
 	}
-	if s.opts.Volatile {
+	if !s.keepsData() {
 		s.opts.Log.Pop(s.opts.Tag, s.AppliedVersion())
 	}
 	s.reportUsage()
@@ -676,7 +693,7 @@ func (s *Stash) flushTo(min kv.Version) error {
 		return err
 	}
 	logOver := false
-	if b, ok := s.opts.Log.(memoryBudgeted); ok && !s.opts.Volatile {
+	if b, ok := s.opts.Log.(memoryBudgeted); ok && s.keepsData() {
 		logOver = b.OverMemoryBudget()
 	}
 	s.mu.RLock()
@@ -707,7 +724,7 @@ func (s *Stash) flushTo(min kv.Version) error {
 	applied := s.applied
 	s.mu.RUnlock()
 	if target <= durable {
-		if s.opts.Volatile {
+		if !s.keepsData() {
 			s.opts.Log.Pop(s.opts.Tag, applied)
 		}
 		if _, cause, full := s.DiskFull(); full {
@@ -759,7 +776,7 @@ func (s *Stash) flushTo(min kv.Version) error {
 	}
 	s.undurable = kept
 	s.mu.Unlock()
-	if s.opts.Volatile {
+	if !s.keepsData() {
 		s.opts.Log.Pop(s.opts.Tag, applied)
 	} else {
 		s.opts.Log.Pop(s.opts.Tag, target)
@@ -1034,6 +1051,10 @@ func (s *Stash) Close() error {
 	})
 	return s.closeErr
 }
+
+// Engine returns the stash's engine, for status displays of its own
+// (a local log's); nil for a stash that failed before it opened.
+func (s *Stash) Engine() engine.Engine { return s.eng }
 
 // Pool is the name of the stash's pool.
 func (s *Stash) Pool() string { return s.opts.Pool }

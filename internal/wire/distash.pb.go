@@ -1202,10 +1202,11 @@ type StashStatus struct {
 	HealthSinceUnixMs int64                  `protobuf:"varint,20,opt,name=health_since_unix_ms,json=healthSinceUnixMs,proto3" json:"health_since_unix_ms,omitempty"` // when health last changed
 	Node              string                 `protobuf:"bytes,21,opt,name=node,proto3" json:"node,omitempty"`                                                         // cluster mode: the node serving it
 	Address           string                 `protobuf:"bytes,22,opt,name=address,proto3" json:"address,omitempty"`
-	Shards            int32                  `protobuf:"varint,23,opt,name=shards,proto3" json:"shards,omitempty"`     // shards whose team holds this stash (data distribution)
-	Fetching          int32                  `protobuf:"varint,24,opt,name=fetching,proto3" json:"fetching,omitempty"` // shards it is fetching (destination of a move)
-	Excluded          bool                   `protobuf:"varint,25,opt,name=excluded,proto3" json:"excluded,omitempty"` // excluded by `distash cli exclude`: its shards move off
-	Device            *DeviceStatus          `protobuf:"bytes,26,opt,name=device,proto3" json:"device,omitempty"`      // its emulated device ([pool.device]); absent when the pool emulates none
+	Shards            int32                  `protobuf:"varint,23,opt,name=shards,proto3" json:"shards,omitempty"`                    // shards whose team holds this stash (data distribution)
+	Fetching          int32                  `protobuf:"varint,24,opt,name=fetching,proto3" json:"fetching,omitempty"`                // shards it is fetching (destination of a move)
+	Excluded          bool                   `protobuf:"varint,25,opt,name=excluded,proto3" json:"excluded,omitempty"`                // excluded by `distash cli exclude`: its shards move off
+	Device            *DeviceStatus          `protobuf:"bytes,26,opt,name=device,proto3" json:"device,omitempty"`                     // its emulated device ([pool.device]); absent when the pool emulates none
+	LocalLog          *LocalLogStatus        `protobuf:"bytes,27,opt,name=local_log,json=localLog,proto3" json:"local_log,omitempty"` // a pool with local_log = true; null otherwise
 	unknownFields     protoimpl.UnknownFields
 	sizeCache         protoimpl.SizeCache
 }
@@ -1422,6 +1423,131 @@ func (x *StashStatus) GetDevice() *DeviceStatus {
 	return nil
 }
 
+func (x *StashStatus) GetLocalLog() *LocalLogStatus {
+	if x != nil {
+		return x.LocalLog
+	}
+	return nil
+}
+
+// A DRAM stash's local log (internal/engine/locallog): what it recovered
+// when it opened and what it keeps now.
+type LocalLogStatus struct {
+	state               protoimpl.MessageState `protogen:"open.v1"`
+	RecoveredVersion    int64                  `protobuf:"varint,1,opt,name=recovered_version,json=recoveredVersion,proto3" json:"recovered_version,omitempty"` // version reloaded at open; 0: it started empty
+	RecoveredKeys       int64                  `protobuf:"varint,2,opt,name=recovered_keys,json=recoveredKeys,proto3" json:"recovered_keys,omitempty"`
+	RecoveryMs          int64                  `protobuf:"varint,3,opt,name=recovery_ms,json=recoveryMs,proto3" json:"recovery_ms,omitempty"`                           // time to load the snapshot and replay the log
+	RecoveredReadBytes  int64                  `protobuf:"varint,4,opt,name=recovered_read_bytes,json=recoveredReadBytes,proto3" json:"recovered_read_bytes,omitempty"` // size of the files read at open
+	StartedEmpty        string                 `protobuf:"bytes,5,opt,name=started_empty,json=startedEmpty,proto3" json:"started_empty,omitempty"`                      // why it started empty although it had files; "" otherwise
+	Cut                 string                 `protobuf:"bytes,6,opt,name=cut,proto3" json:"cut,omitempty"`                                                            // where replay stopped early (a torn tail); "" if not
+	LogBytes            int64                  `protobuf:"varint,7,opt,name=log_bytes,json=logBytes,proto3" json:"log_bytes,omitempty"`                                 // size of its log and snapshot files now
+	LastSnapshotVersion int64                  `protobuf:"varint,8,opt,name=last_snapshot_version,json=lastSnapshotVersion,proto3" json:"last_snapshot_version,omitempty"`
+	Snapshots           int64                  `protobuf:"varint,9,opt,name=snapshots,proto3" json:"snapshots,omitempty"`                  // snapshots taken since it opened
+	LastError           string                 `protobuf:"bytes,10,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"` // last failed write or snapshot; "" if none
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
+}
+
+func (x *LocalLogStatus) Reset() {
+	*x = LocalLogStatus{}
+	mi := &file_distash_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LocalLogStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LocalLogStatus) ProtoMessage() {}
+
+func (x *LocalLogStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_distash_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LocalLogStatus.ProtoReflect.Descriptor instead.
+func (*LocalLogStatus) Descriptor() ([]byte, []int) {
+	return file_distash_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *LocalLogStatus) GetRecoveredVersion() int64 {
+	if x != nil {
+		return x.RecoveredVersion
+	}
+	return 0
+}
+
+func (x *LocalLogStatus) GetRecoveredKeys() int64 {
+	if x != nil {
+		return x.RecoveredKeys
+	}
+	return 0
+}
+
+func (x *LocalLogStatus) GetRecoveryMs() int64 {
+	if x != nil {
+		return x.RecoveryMs
+	}
+	return 0
+}
+
+func (x *LocalLogStatus) GetRecoveredReadBytes() int64 {
+	if x != nil {
+		return x.RecoveredReadBytes
+	}
+	return 0
+}
+
+func (x *LocalLogStatus) GetStartedEmpty() string {
+	if x != nil {
+		return x.StartedEmpty
+	}
+	return ""
+}
+
+func (x *LocalLogStatus) GetCut() string {
+	if x != nil {
+		return x.Cut
+	}
+	return ""
+}
+
+func (x *LocalLogStatus) GetLogBytes() int64 {
+	if x != nil {
+		return x.LogBytes
+	}
+	return 0
+}
+
+func (x *LocalLogStatus) GetLastSnapshotVersion() int64 {
+	if x != nil {
+		return x.LastSnapshotVersion
+	}
+	return 0
+}
+
+func (x *LocalLogStatus) GetSnapshots() int64 {
+	if x != nil {
+		return x.Snapshots
+	}
+	return 0
+}
+
+func (x *LocalLogStatus) GetLastError() string {
+	if x != nil {
+		return x.LastError
+	}
+	return ""
+}
+
 type EngineCounter struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"` // lower_snake_case; names ending in _bytes are sizes
@@ -1432,7 +1558,7 @@ type EngineCounter struct {
 
 func (x *EngineCounter) Reset() {
 	*x = EngineCounter{}
-	mi := &file_distash_proto_msgTypes[20]
+	mi := &file_distash_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1444,7 +1570,7 @@ func (x *EngineCounter) String() string {
 func (*EngineCounter) ProtoMessage() {}
 
 func (x *EngineCounter) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[20]
+	mi := &file_distash_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1457,7 +1583,7 @@ func (x *EngineCounter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EngineCounter.ProtoReflect.Descriptor instead.
 func (*EngineCounter) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{20}
+	return file_distash_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *EngineCounter) GetName() string {
@@ -1487,7 +1613,7 @@ type LogStatus struct {
 
 func (x *LogStatus) Reset() {
 	*x = LogStatus{}
-	mi := &file_distash_proto_msgTypes[21]
+	mi := &file_distash_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1499,7 +1625,7 @@ func (x *LogStatus) String() string {
 func (*LogStatus) ProtoMessage() {}
 
 func (x *LogStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[21]
+	mi := &file_distash_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1512,7 +1638,7 @@ func (x *LogStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogStatus.ProtoReflect.Descriptor instead.
 func (*LogStatus) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{21}
+	return file_distash_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *LogStatus) GetReplicas() int32 {
@@ -1561,7 +1687,7 @@ type ShardMetricsRequest struct {
 
 func (x *ShardMetricsRequest) Reset() {
 	*x = ShardMetricsRequest{}
-	mi := &file_distash_proto_msgTypes[22]
+	mi := &file_distash_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1573,7 +1699,7 @@ func (x *ShardMetricsRequest) String() string {
 func (*ShardMetricsRequest) ProtoMessage() {}
 
 func (x *ShardMetricsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[22]
+	mi := &file_distash_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1586,7 +1712,7 @@ func (x *ShardMetricsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardMetricsRequest.ProtoReflect.Descriptor instead.
 func (*ShardMetricsRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{22}
+	return file_distash_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ShardMetricsRequest) GetStash() uint32 {
@@ -1620,7 +1746,7 @@ type KeyRangeMsg struct {
 
 func (x *KeyRangeMsg) Reset() {
 	*x = KeyRangeMsg{}
-	mi := &file_distash_proto_msgTypes[23]
+	mi := &file_distash_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1632,7 +1758,7 @@ func (x *KeyRangeMsg) String() string {
 func (*KeyRangeMsg) ProtoMessage() {}
 
 func (x *KeyRangeMsg) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[23]
+	mi := &file_distash_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1645,7 +1771,7 @@ func (x *KeyRangeMsg) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyRangeMsg.ProtoReflect.Descriptor instead.
 func (*KeyRangeMsg) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{23}
+	return file_distash_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *KeyRangeMsg) GetBegin() []byte {
@@ -1676,7 +1802,7 @@ type RangeMetrics struct {
 
 func (x *RangeMetrics) Reset() {
 	*x = RangeMetrics{}
-	mi := &file_distash_proto_msgTypes[24]
+	mi := &file_distash_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1688,7 +1814,7 @@ func (x *RangeMetrics) String() string {
 func (*RangeMetrics) ProtoMessage() {}
 
 func (x *RangeMetrics) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[24]
+	mi := &file_distash_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1701,7 +1827,7 @@ func (x *RangeMetrics) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RangeMetrics.ProtoReflect.Descriptor instead.
 func (*RangeMetrics) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{24}
+	return file_distash_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *RangeMetrics) GetBytes() int64 {
@@ -1757,7 +1883,7 @@ type ShardMetricsResponse struct {
 
 func (x *ShardMetricsResponse) Reset() {
 	*x = ShardMetricsResponse{}
-	mi := &file_distash_proto_msgTypes[25]
+	mi := &file_distash_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1769,7 +1895,7 @@ func (x *ShardMetricsResponse) String() string {
 func (*ShardMetricsResponse) ProtoMessage() {}
 
 func (x *ShardMetricsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[25]
+	mi := &file_distash_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1782,7 +1908,7 @@ func (x *ShardMetricsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardMetricsResponse.ProtoReflect.Descriptor instead.
 func (*ShardMetricsResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{25}
+	return file_distash_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ShardMetricsResponse) GetRanges() []*RangeMetrics {
@@ -1814,7 +1940,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_distash_proto_msgTypes[26]
+	mi := &file_distash_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1826,7 +1952,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[26]
+	mi := &file_distash_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1839,7 +1965,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{26}
+	return file_distash_proto_rawDescGZIP(), []int{27}
 }
 
 type StatusResponse struct {
@@ -1892,7 +2018,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_distash_proto_msgTypes[27]
+	mi := &file_distash_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1904,7 +2030,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[27]
+	mi := &file_distash_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1917,7 +2043,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{27}
+	return file_distash_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *StatusResponse) GetPools() []*PoolInfo {
@@ -2158,7 +2284,7 @@ type MembershipStatus struct {
 
 func (x *MembershipStatus) Reset() {
 	*x = MembershipStatus{}
-	mi := &file_distash_proto_msgTypes[28]
+	mi := &file_distash_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2170,7 +2296,7 @@ func (x *MembershipStatus) String() string {
 func (*MembershipStatus) ProtoMessage() {}
 
 func (x *MembershipStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[28]
+	mi := &file_distash_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2183,7 +2309,7 @@ func (x *MembershipStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembershipStatus.ProtoReflect.Descriptor instead.
 func (*MembershipStatus) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{28}
+	return file_distash_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *MembershipStatus) GetConfigured() int32 {
@@ -2235,7 +2361,7 @@ type MemberStatus struct {
 
 func (x *MemberStatus) Reset() {
 	*x = MemberStatus{}
-	mi := &file_distash_proto_msgTypes[29]
+	mi := &file_distash_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2247,7 +2373,7 @@ func (x *MemberStatus) String() string {
 func (*MemberStatus) ProtoMessage() {}
 
 func (x *MemberStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[29]
+	mi := &file_distash_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2260,7 +2386,7 @@ func (x *MemberStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberStatus.ProtoReflect.Descriptor instead.
 func (*MemberStatus) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{29}
+	return file_distash_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *MemberStatus) GetId() string {
@@ -2318,7 +2444,7 @@ type StashShare struct {
 
 func (x *StashShare) Reset() {
 	*x = StashShare{}
-	mi := &file_distash_proto_msgTypes[30]
+	mi := &file_distash_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2330,7 +2456,7 @@ func (x *StashShare) String() string {
 func (*StashShare) ProtoMessage() {}
 
 func (x *StashShare) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[30]
+	mi := &file_distash_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2343,7 +2469,7 @@ func (x *StashShare) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StashShare.ProtoReflect.Descriptor instead.
 func (*StashShare) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{30}
+	return file_distash_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *StashShare) GetId() uint32 {
@@ -2396,7 +2522,7 @@ type PoolDistribution struct {
 
 func (x *PoolDistribution) Reset() {
 	*x = PoolDistribution{}
-	mi := &file_distash_proto_msgTypes[31]
+	mi := &file_distash_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2408,7 +2534,7 @@ func (x *PoolDistribution) String() string {
 func (*PoolDistribution) ProtoMessage() {}
 
 func (x *PoolDistribution) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[31]
+	mi := &file_distash_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2421,7 +2547,7 @@ func (x *PoolDistribution) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolDistribution.ProtoReflect.Descriptor instead.
 func (*PoolDistribution) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{31}
+	return file_distash_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *PoolDistribution) GetPool() string {
@@ -2531,7 +2657,7 @@ type RelocationStatus struct {
 
 func (x *RelocationStatus) Reset() {
 	*x = RelocationStatus{}
-	mi := &file_distash_proto_msgTypes[32]
+	mi := &file_distash_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2543,7 +2669,7 @@ func (x *RelocationStatus) String() string {
 func (*RelocationStatus) ProtoMessage() {}
 
 func (x *RelocationStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[32]
+	mi := &file_distash_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2556,7 +2682,7 @@ func (x *RelocationStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RelocationStatus.ProtoReflect.Descriptor instead.
 func (*RelocationStatus) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{32}
+	return file_distash_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *RelocationStatus) GetBegin() []byte {
@@ -2640,7 +2766,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_distash_proto_msgTypes[33]
+	mi := &file_distash_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2652,7 +2778,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[33]
+	mi := &file_distash_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2665,7 +2791,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{33}
+	return file_distash_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *NodeStatus) GetId() string {
@@ -2791,7 +2917,7 @@ type ColdestRequest struct {
 
 func (x *ColdestRequest) Reset() {
 	*x = ColdestRequest{}
-	mi := &file_distash_proto_msgTypes[34]
+	mi := &file_distash_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2803,7 +2929,7 @@ func (x *ColdestRequest) String() string {
 func (*ColdestRequest) ProtoMessage() {}
 
 func (x *ColdestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[34]
+	mi := &file_distash_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2816,7 +2942,7 @@ func (x *ColdestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ColdestRequest.ProtoReflect.Descriptor instead.
 func (*ColdestRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{34}
+	return file_distash_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ColdestRequest) GetPool() string {
@@ -2843,7 +2969,7 @@ type ColdestResponse struct {
 
 func (x *ColdestResponse) Reset() {
 	*x = ColdestResponse{}
-	mi := &file_distash_proto_msgTypes[35]
+	mi := &file_distash_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2855,7 +2981,7 @@ func (x *ColdestResponse) String() string {
 func (*ColdestResponse) ProtoMessage() {}
 
 func (x *ColdestResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[35]
+	mi := &file_distash_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2868,7 +2994,7 @@ func (x *ColdestResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ColdestResponse.ProtoReflect.Descriptor instead.
 func (*ColdestResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{35}
+	return file_distash_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ColdestResponse) GetKeys() [][]byte {
@@ -2898,7 +3024,7 @@ type CommitStreamRequest struct {
 
 func (x *CommitStreamRequest) Reset() {
 	*x = CommitStreamRequest{}
-	mi := &file_distash_proto_msgTypes[36]
+	mi := &file_distash_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2910,7 +3036,7 @@ func (x *CommitStreamRequest) String() string {
 func (*CommitStreamRequest) ProtoMessage() {}
 
 func (x *CommitStreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[36]
+	mi := &file_distash_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2923,7 +3049,7 @@ func (x *CommitStreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitStreamRequest.ProtoReflect.Descriptor instead.
 func (*CommitStreamRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{36}
+	return file_distash_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *CommitStreamRequest) GetId() uint64 {
@@ -2950,7 +3076,7 @@ type CommitStreamResponse struct {
 
 func (x *CommitStreamResponse) Reset() {
 	*x = CommitStreamResponse{}
-	mi := &file_distash_proto_msgTypes[37]
+	mi := &file_distash_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2962,7 +3088,7 @@ func (x *CommitStreamResponse) String() string {
 func (*CommitStreamResponse) ProtoMessage() {}
 
 func (x *CommitStreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[37]
+	mi := &file_distash_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2975,7 +3101,7 @@ func (x *CommitStreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitStreamResponse.ProtoReflect.Descriptor instead.
 func (*CommitStreamResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{37}
+	return file_distash_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *CommitStreamResponse) GetId() uint64 {
@@ -3007,7 +3133,7 @@ type ReadStreamRequest struct {
 
 func (x *ReadStreamRequest) Reset() {
 	*x = ReadStreamRequest{}
-	mi := &file_distash_proto_msgTypes[38]
+	mi := &file_distash_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3019,7 +3145,7 @@ func (x *ReadStreamRequest) String() string {
 func (*ReadStreamRequest) ProtoMessage() {}
 
 func (x *ReadStreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[38]
+	mi := &file_distash_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3032,7 +3158,7 @@ func (x *ReadStreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadStreamRequest.ProtoReflect.Descriptor instead.
 func (*ReadStreamRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{38}
+	return file_distash_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ReadStreamRequest) GetId() uint64 {
@@ -3067,7 +3193,7 @@ type ReadStreamResponse struct {
 
 func (x *ReadStreamResponse) Reset() {
 	*x = ReadStreamResponse{}
-	mi := &file_distash_proto_msgTypes[39]
+	mi := &file_distash_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3079,7 +3205,7 @@ func (x *ReadStreamResponse) String() string {
 func (*ReadStreamResponse) ProtoMessage() {}
 
 func (x *ReadStreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[39]
+	mi := &file_distash_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3092,7 +3218,7 @@ func (x *ReadStreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadStreamResponse.ProtoReflect.Descriptor instead.
 func (*ReadStreamResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{39}
+	return file_distash_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ReadStreamResponse) GetId() uint64 {
@@ -3130,7 +3256,7 @@ type PeekRequest struct {
 
 func (x *PeekRequest) Reset() {
 	*x = PeekRequest{}
-	mi := &file_distash_proto_msgTypes[40]
+	mi := &file_distash_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3142,7 +3268,7 @@ func (x *PeekRequest) String() string {
 func (*PeekRequest) ProtoMessage() {}
 
 func (x *PeekRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[40]
+	mi := &file_distash_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3155,7 +3281,7 @@ func (x *PeekRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeekRequest.ProtoReflect.Descriptor instead.
 func (*PeekRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{40}
+	return file_distash_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *PeekRequest) GetTag() uint32 {
@@ -3189,7 +3315,7 @@ type LogMessage struct {
 
 func (x *LogMessage) Reset() {
 	*x = LogMessage{}
-	mi := &file_distash_proto_msgTypes[41]
+	mi := &file_distash_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3201,7 +3327,7 @@ func (x *LogMessage) String() string {
 func (*LogMessage) ProtoMessage() {}
 
 func (x *LogMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[41]
+	mi := &file_distash_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3214,7 +3340,7 @@ func (x *LogMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogMessage.ProtoReflect.Descriptor instead.
 func (*LogMessage) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{41}
+	return file_distash_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *LogMessage) GetVersion() int64 {
@@ -3243,7 +3369,7 @@ type PeekResponse struct {
 
 func (x *PeekResponse) Reset() {
 	*x = PeekResponse{}
-	mi := &file_distash_proto_msgTypes[42]
+	mi := &file_distash_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3255,7 +3381,7 @@ func (x *PeekResponse) String() string {
 func (*PeekResponse) ProtoMessage() {}
 
 func (x *PeekResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[42]
+	mi := &file_distash_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3268,7 +3394,7 @@ func (x *PeekResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeekResponse.ProtoReflect.Descriptor instead.
 func (*PeekResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{42}
+	return file_distash_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *PeekResponse) GetMessages() []*LogMessage {
@@ -3309,7 +3435,7 @@ type PopRequest struct {
 
 func (x *PopRequest) Reset() {
 	*x = PopRequest{}
-	mi := &file_distash_proto_msgTypes[43]
+	mi := &file_distash_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3321,7 +3447,7 @@ func (x *PopRequest) String() string {
 func (*PopRequest) ProtoMessage() {}
 
 func (x *PopRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[43]
+	mi := &file_distash_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3334,7 +3460,7 @@ func (x *PopRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PopRequest.ProtoReflect.Descriptor instead.
 func (*PopRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{43}
+	return file_distash_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *PopRequest) GetTag() uint32 {
@@ -3360,7 +3486,7 @@ type PopResponse struct {
 
 func (x *PopResponse) Reset() {
 	*x = PopResponse{}
-	mi := &file_distash_proto_msgTypes[44]
+	mi := &file_distash_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3372,7 +3498,7 @@ func (x *PopResponse) String() string {
 func (*PopResponse) ProtoMessage() {}
 
 func (x *PopResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[44]
+	mi := &file_distash_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3385,7 +3511,7 @@ func (x *PopResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PopResponse.ProtoReflect.Descriptor instead.
 func (*PopResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{44}
+	return file_distash_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *PopResponse) GetError() *Error {
@@ -3411,7 +3537,7 @@ type ReportRequest struct {
 
 func (x *ReportRequest) Reset() {
 	*x = ReportRequest{}
-	mi := &file_distash_proto_msgTypes[45]
+	mi := &file_distash_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3423,7 +3549,7 @@ func (x *ReportRequest) String() string {
 func (*ReportRequest) ProtoMessage() {}
 
 func (x *ReportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[45]
+	mi := &file_distash_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3436,7 +3562,7 @@ func (x *ReportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRequest.ProtoReflect.Descriptor instead.
 func (*ReportRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{45}
+	return file_distash_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ReportRequest) GetTag() uint32 {
@@ -3485,7 +3611,7 @@ type ReportResponse struct {
 
 func (x *ReportResponse) Reset() {
 	*x = ReportResponse{}
-	mi := &file_distash_proto_msgTypes[46]
+	mi := &file_distash_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3497,7 +3623,7 @@ func (x *ReportResponse) String() string {
 func (*ReportResponse) ProtoMessage() {}
 
 func (x *ReportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[46]
+	mi := &file_distash_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3510,7 +3636,7 @@ func (x *ReportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportResponse.ProtoReflect.Descriptor instead.
 func (*ReportResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{46}
+	return file_distash_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ReportResponse) GetError() *Error {
@@ -3558,7 +3684,7 @@ type RegisterRequest struct {
 
 func (x *RegisterRequest) Reset() {
 	*x = RegisterRequest{}
-	mi := &file_distash_proto_msgTypes[47]
+	mi := &file_distash_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3570,7 +3696,7 @@ func (x *RegisterRequest) String() string {
 func (*RegisterRequest) ProtoMessage() {}
 
 func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[47]
+	mi := &file_distash_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3583,7 +3709,7 @@ func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterRequest.ProtoReflect.Descriptor instead.
 func (*RegisterRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{47}
+	return file_distash_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *RegisterRequest) GetId() string {
@@ -3677,7 +3803,7 @@ type RegisterResponse struct {
 
 func (x *RegisterResponse) Reset() {
 	*x = RegisterResponse{}
-	mi := &file_distash_proto_msgTypes[48]
+	mi := &file_distash_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3689,7 +3815,7 @@ func (x *RegisterResponse) String() string {
 func (*RegisterResponse) ProtoMessage() {}
 
 func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[48]
+	mi := &file_distash_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3702,7 +3828,7 @@ func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterResponse.ProtoReflect.Descriptor instead.
 func (*RegisterResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{48}
+	return file_distash_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *RegisterResponse) GetSlot() int32 {
@@ -3757,7 +3883,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_distash_proto_msgTypes[49]
+	mi := &file_distash_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3769,7 +3895,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[49]
+	mi := &file_distash_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3782,7 +3908,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{49}
+	return file_distash_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *HeartbeatRequest) GetId() string {
@@ -3810,7 +3936,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_distash_proto_msgTypes[50]
+	mi := &file_distash_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3822,7 +3948,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[50]
+	mi := &file_distash_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3835,7 +3961,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{50}
+	return file_distash_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *HeartbeatResponse) GetGeneration() uint64 {
@@ -3872,7 +3998,7 @@ type ViewRequest struct {
 
 func (x *ViewRequest) Reset() {
 	*x = ViewRequest{}
-	mi := &file_distash_proto_msgTypes[51]
+	mi := &file_distash_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3884,7 +4010,7 @@ func (x *ViewRequest) String() string {
 func (*ViewRequest) ProtoMessage() {}
 
 func (x *ViewRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[51]
+	mi := &file_distash_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3897,7 +4023,7 @@ func (x *ViewRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ViewRequest.ProtoReflect.Descriptor instead.
 func (*ViewRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{51}
+	return file_distash_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ViewRequest) GetHops() uint32 {
@@ -3930,7 +4056,7 @@ type CoordinatorMember struct {
 
 func (x *CoordinatorMember) Reset() {
 	*x = CoordinatorMember{}
-	mi := &file_distash_proto_msgTypes[52]
+	mi := &file_distash_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3942,7 +4068,7 @@ func (x *CoordinatorMember) String() string {
 func (*CoordinatorMember) ProtoMessage() {}
 
 func (x *CoordinatorMember) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[52]
+	mi := &file_distash_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3955,7 +4081,7 @@ func (x *CoordinatorMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CoordinatorMember.ProtoReflect.Descriptor instead.
 func (*CoordinatorMember) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{52}
+	return file_distash_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *CoordinatorMember) GetAddress() string {
@@ -4018,7 +4144,7 @@ type ClusterNode struct {
 
 func (x *ClusterNode) Reset() {
 	*x = ClusterNode{}
-	mi := &file_distash_proto_msgTypes[53]
+	mi := &file_distash_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4030,7 +4156,7 @@ func (x *ClusterNode) String() string {
 func (*ClusterNode) ProtoMessage() {}
 
 func (x *ClusterNode) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[53]
+	mi := &file_distash_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4043,7 +4169,7 @@ func (x *ClusterNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterNode.ProtoReflect.Descriptor instead.
 func (*ClusterNode) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{53}
+	return file_distash_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ClusterNode) GetId() string {
@@ -4126,7 +4252,7 @@ type PoolSlots struct {
 
 func (x *PoolSlots) Reset() {
 	*x = PoolSlots{}
-	mi := &file_distash_proto_msgTypes[54]
+	mi := &file_distash_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4138,7 +4264,7 @@ func (x *PoolSlots) String() string {
 func (*PoolSlots) ProtoMessage() {}
 
 func (x *PoolSlots) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[54]
+	mi := &file_distash_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4151,7 +4277,7 @@ func (x *PoolSlots) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolSlots.ProtoReflect.Descriptor instead.
 func (*PoolSlots) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{54}
+	return file_distash_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *PoolSlots) GetPool() string {
@@ -4205,7 +4331,7 @@ type ViewResponse struct {
 
 func (x *ViewResponse) Reset() {
 	*x = ViewResponse{}
-	mi := &file_distash_proto_msgTypes[55]
+	mi := &file_distash_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4217,7 +4343,7 @@ func (x *ViewResponse) String() string {
 func (*ViewResponse) ProtoMessage() {}
 
 func (x *ViewResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[55]
+	mi := &file_distash_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4230,7 +4356,7 @@ func (x *ViewResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ViewResponse.ProtoReflect.Descriptor instead.
 func (*ViewResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{55}
+	return file_distash_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *ViewResponse) GetGeneration() uint64 {
@@ -4446,7 +4572,7 @@ type PoolReplication struct {
 
 func (x *PoolReplication) Reset() {
 	*x = PoolReplication{}
-	mi := &file_distash_proto_msgTypes[56]
+	mi := &file_distash_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4458,7 +4584,7 @@ func (x *PoolReplication) String() string {
 func (*PoolReplication) ProtoMessage() {}
 
 func (x *PoolReplication) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[56]
+	mi := &file_distash_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4471,7 +4597,7 @@ func (x *PoolReplication) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolReplication.ProtoReflect.Descriptor instead.
 func (*PoolReplication) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{56}
+	return file_distash_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *PoolReplication) GetPool() string {
@@ -4506,7 +4632,7 @@ type StashLocation struct {
 
 func (x *StashLocation) Reset() {
 	*x = StashLocation{}
-	mi := &file_distash_proto_msgTypes[57]
+	mi := &file_distash_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4518,7 +4644,7 @@ func (x *StashLocation) String() string {
 func (*StashLocation) ProtoMessage() {}
 
 func (x *StashLocation) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[57]
+	mi := &file_distash_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4531,7 +4657,7 @@ func (x *StashLocation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StashLocation.ProtoReflect.Descriptor instead.
 func (*StashLocation) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{57}
+	return file_distash_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *StashLocation) GetTag() uint32 {
@@ -4619,7 +4745,7 @@ type ClaimRequest struct {
 
 func (x *ClaimRequest) Reset() {
 	*x = ClaimRequest{}
-	mi := &file_distash_proto_msgTypes[58]
+	mi := &file_distash_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4631,7 +4757,7 @@ func (x *ClaimRequest) String() string {
 func (*ClaimRequest) ProtoMessage() {}
 
 func (x *ClaimRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[58]
+	mi := &file_distash_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4644,7 +4770,7 @@ func (x *ClaimRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimRequest.ProtoReflect.Descriptor instead.
 func (*ClaimRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{58}
+	return file_distash_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ClaimRequest) GetId() string {
@@ -4672,7 +4798,7 @@ type ClaimResponse struct {
 
 func (x *ClaimResponse) Reset() {
 	*x = ClaimResponse{}
-	mi := &file_distash_proto_msgTypes[59]
+	mi := &file_distash_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4684,7 +4810,7 @@ func (x *ClaimResponse) String() string {
 func (*ClaimResponse) ProtoMessage() {}
 
 func (x *ClaimResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[59]
+	mi := &file_distash_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4697,7 +4823,7 @@ func (x *ClaimResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimResponse.ProtoReflect.Descriptor instead.
 func (*ClaimResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{59}
+	return file_distash_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ClaimResponse) GetGeneration() uint64 {
@@ -4735,7 +4861,7 @@ type RecoveryDoneRequest struct {
 
 func (x *RecoveryDoneRequest) Reset() {
 	*x = RecoveryDoneRequest{}
-	mi := &file_distash_proto_msgTypes[60]
+	mi := &file_distash_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4747,7 +4873,7 @@ func (x *RecoveryDoneRequest) String() string {
 func (*RecoveryDoneRequest) ProtoMessage() {}
 
 func (x *RecoveryDoneRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[60]
+	mi := &file_distash_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4760,7 +4886,7 @@ func (x *RecoveryDoneRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoveryDoneRequest.ProtoReflect.Descriptor instead.
 func (*RecoveryDoneRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{60}
+	return file_distash_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *RecoveryDoneRequest) GetId() string {
@@ -4801,7 +4927,7 @@ type RecoveryDoneResponse struct {
 
 func (x *RecoveryDoneResponse) Reset() {
 	*x = RecoveryDoneResponse{}
-	mi := &file_distash_proto_msgTypes[61]
+	mi := &file_distash_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4813,7 +4939,7 @@ func (x *RecoveryDoneResponse) String() string {
 func (*RecoveryDoneResponse) ProtoMessage() {}
 
 func (x *RecoveryDoneResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[61]
+	mi := &file_distash_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4826,7 +4952,7 @@ func (x *RecoveryDoneResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoveryDoneResponse.ProtoReflect.Descriptor instead.
 func (*RecoveryDoneResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{61}
+	return file_distash_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *RecoveryDoneResponse) GetError() *Error {
@@ -4856,7 +4982,7 @@ type ExcludeRequest struct {
 
 func (x *ExcludeRequest) Reset() {
 	*x = ExcludeRequest{}
-	mi := &file_distash_proto_msgTypes[62]
+	mi := &file_distash_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4868,7 +4994,7 @@ func (x *ExcludeRequest) String() string {
 func (*ExcludeRequest) ProtoMessage() {}
 
 func (x *ExcludeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[62]
+	mi := &file_distash_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4881,7 +5007,7 @@ func (x *ExcludeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExcludeRequest.ProtoReflect.Descriptor instead.
 func (*ExcludeRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{62}
+	return file_distash_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *ExcludeRequest) GetAddresses() []string {
@@ -4909,7 +5035,7 @@ type ExcludeResponse struct {
 
 func (x *ExcludeResponse) Reset() {
 	*x = ExcludeResponse{}
-	mi := &file_distash_proto_msgTypes[63]
+	mi := &file_distash_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4921,7 +5047,7 @@ func (x *ExcludeResponse) String() string {
 func (*ExcludeResponse) ProtoMessage() {}
 
 func (x *ExcludeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[63]
+	mi := &file_distash_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4934,7 +5060,7 @@ func (x *ExcludeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExcludeResponse.ProtoReflect.Descriptor instead.
 func (*ExcludeResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{63}
+	return file_distash_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *ExcludeResponse) GetExcluded() []string {
@@ -4968,7 +5094,7 @@ type IncludeRequest struct {
 
 func (x *IncludeRequest) Reset() {
 	*x = IncludeRequest{}
-	mi := &file_distash_proto_msgTypes[64]
+	mi := &file_distash_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4980,7 +5106,7 @@ func (x *IncludeRequest) String() string {
 func (*IncludeRequest) ProtoMessage() {}
 
 func (x *IncludeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[64]
+	mi := &file_distash_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4993,7 +5119,7 @@ func (x *IncludeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IncludeRequest.ProtoReflect.Descriptor instead.
 func (*IncludeRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{64}
+	return file_distash_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *IncludeRequest) GetAddresses() []string {
@@ -5021,7 +5147,7 @@ type IncludeResponse struct {
 
 func (x *IncludeResponse) Reset() {
 	*x = IncludeResponse{}
-	mi := &file_distash_proto_msgTypes[65]
+	mi := &file_distash_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5033,7 +5159,7 @@ func (x *IncludeResponse) String() string {
 func (*IncludeResponse) ProtoMessage() {}
 
 func (x *IncludeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[65]
+	mi := &file_distash_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5046,7 +5172,7 @@ func (x *IncludeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IncludeResponse.ProtoReflect.Descriptor instead.
 func (*IncludeResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{65}
+	return file_distash_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *IncludeResponse) GetExcluded() []string {
@@ -5085,7 +5211,7 @@ type ConfigureRequest struct {
 
 func (x *ConfigureRequest) Reset() {
 	*x = ConfigureRequest{}
-	mi := &file_distash_proto_msgTypes[66]
+	mi := &file_distash_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5097,7 +5223,7 @@ func (x *ConfigureRequest) String() string {
 func (*ConfigureRequest) ProtoMessage() {}
 
 func (x *ConfigureRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[66]
+	mi := &file_distash_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5110,7 +5236,7 @@ func (x *ConfigureRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigureRequest.ProtoReflect.Descriptor instead.
 func (*ConfigureRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{66}
+	return file_distash_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *ConfigureRequest) GetKey() string {
@@ -5151,7 +5277,7 @@ type ConfigureResponse struct {
 
 func (x *ConfigureResponse) Reset() {
 	*x = ConfigureResponse{}
-	mi := &file_distash_proto_msgTypes[67]
+	mi := &file_distash_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5163,7 +5289,7 @@ func (x *ConfigureResponse) String() string {
 func (*ConfigureResponse) ProtoMessage() {}
 
 func (x *ConfigureResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[67]
+	mi := &file_distash_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5176,7 +5302,7 @@ func (x *ConfigureResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigureResponse.ProtoReflect.Descriptor instead.
 func (*ConfigureResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{67}
+	return file_distash_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *ConfigureResponse) GetError() *Error {
@@ -5204,7 +5330,7 @@ type RetireRequest struct {
 
 func (x *RetireRequest) Reset() {
 	*x = RetireRequest{}
-	mi := &file_distash_proto_msgTypes[68]
+	mi := &file_distash_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5216,7 +5342,7 @@ func (x *RetireRequest) String() string {
 func (*RetireRequest) ProtoMessage() {}
 
 func (x *RetireRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[68]
+	mi := &file_distash_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5229,7 +5355,7 @@ func (x *RetireRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetireRequest.ProtoReflect.Descriptor instead.
 func (*RetireRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{68}
+	return file_distash_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *RetireRequest) GetTag() uint32 {
@@ -5256,7 +5382,7 @@ type RetireResponse struct {
 
 func (x *RetireResponse) Reset() {
 	*x = RetireResponse{}
-	mi := &file_distash_proto_msgTypes[69]
+	mi := &file_distash_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5268,7 +5394,7 @@ func (x *RetireResponse) String() string {
 func (*RetireResponse) ProtoMessage() {}
 
 func (x *RetireResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[69]
+	mi := &file_distash_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5281,7 +5407,7 @@ func (x *RetireResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetireResponse.ProtoReflect.Descriptor instead.
 func (*RetireResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{69}
+	return file_distash_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *RetireResponse) GetError() *Error {
@@ -5313,7 +5439,7 @@ type JoinCoordinatorsRequest struct {
 
 func (x *JoinCoordinatorsRequest) Reset() {
 	*x = JoinCoordinatorsRequest{}
-	mi := &file_distash_proto_msgTypes[70]
+	mi := &file_distash_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5325,7 +5451,7 @@ func (x *JoinCoordinatorsRequest) String() string {
 func (*JoinCoordinatorsRequest) ProtoMessage() {}
 
 func (x *JoinCoordinatorsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[70]
+	mi := &file_distash_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5338,7 +5464,7 @@ func (x *JoinCoordinatorsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinCoordinatorsRequest.ProtoReflect.Descriptor instead.
 func (*JoinCoordinatorsRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{70}
+	return file_distash_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *JoinCoordinatorsRequest) GetAddress() string {
@@ -5372,7 +5498,7 @@ type JoinCoordinatorsResponse struct {
 
 func (x *JoinCoordinatorsResponse) Reset() {
 	*x = JoinCoordinatorsResponse{}
-	mi := &file_distash_proto_msgTypes[71]
+	mi := &file_distash_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5384,7 +5510,7 @@ func (x *JoinCoordinatorsResponse) String() string {
 func (*JoinCoordinatorsResponse) ProtoMessage() {}
 
 func (x *JoinCoordinatorsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[71]
+	mi := &file_distash_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5397,7 +5523,7 @@ func (x *JoinCoordinatorsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinCoordinatorsResponse.ProtoReflect.Descriptor instead.
 func (*JoinCoordinatorsResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{71}
+	return file_distash_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *JoinCoordinatorsResponse) GetError() *Error {
@@ -5428,7 +5554,7 @@ type SetLogReplicasRequest struct {
 
 func (x *SetLogReplicasRequest) Reset() {
 	*x = SetLogReplicasRequest{}
-	mi := &file_distash_proto_msgTypes[72]
+	mi := &file_distash_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5440,7 +5566,7 @@ func (x *SetLogReplicasRequest) String() string {
 func (*SetLogReplicasRequest) ProtoMessage() {}
 
 func (x *SetLogReplicasRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[72]
+	mi := &file_distash_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5453,7 +5579,7 @@ func (x *SetLogReplicasRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetLogReplicasRequest.ProtoReflect.Descriptor instead.
 func (*SetLogReplicasRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{72}
+	return file_distash_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *SetLogReplicasRequest) GetReplicas() []string {
@@ -5487,7 +5613,7 @@ type SetLogReplicasResponse struct {
 
 func (x *SetLogReplicasResponse) Reset() {
 	*x = SetLogReplicasResponse{}
-	mi := &file_distash_proto_msgTypes[73]
+	mi := &file_distash_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5499,7 +5625,7 @@ func (x *SetLogReplicasResponse) String() string {
 func (*SetLogReplicasResponse) ProtoMessage() {}
 
 func (x *SetLogReplicasResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[73]
+	mi := &file_distash_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5512,7 +5638,7 @@ func (x *SetLogReplicasResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetLogReplicasResponse.ProtoReflect.Descriptor instead.
 func (*SetLogReplicasResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{73}
+	return file_distash_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *SetLogReplicasResponse) GetError() *Error {
@@ -5540,7 +5666,7 @@ type KillRequest struct {
 
 func (x *KillRequest) Reset() {
 	*x = KillRequest{}
-	mi := &file_distash_proto_msgTypes[74]
+	mi := &file_distash_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5552,7 +5678,7 @@ func (x *KillRequest) String() string {
 func (*KillRequest) ProtoMessage() {}
 
 func (x *KillRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[74]
+	mi := &file_distash_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5565,7 +5691,7 @@ func (x *KillRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KillRequest.ProtoReflect.Descriptor instead.
 func (*KillRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{74}
+	return file_distash_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *KillRequest) GetReason() string {
@@ -5584,7 +5710,7 @@ type KillResponse struct {
 
 func (x *KillResponse) Reset() {
 	*x = KillResponse{}
-	mi := &file_distash_proto_msgTypes[75]
+	mi := &file_distash_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5596,7 +5722,7 @@ func (x *KillResponse) String() string {
 func (*KillResponse) ProtoMessage() {}
 
 func (x *KillResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[75]
+	mi := &file_distash_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5609,7 +5735,7 @@ func (x *KillResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KillResponse.ProtoReflect.Descriptor instead.
 func (*KillResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{75}
+	return file_distash_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *KillResponse) GetError() *Error {
@@ -5642,7 +5768,7 @@ type DeviceStatus struct {
 
 func (x *DeviceStatus) Reset() {
 	*x = DeviceStatus{}
-	mi := &file_distash_proto_msgTypes[76]
+	mi := &file_distash_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5654,7 +5780,7 @@ func (x *DeviceStatus) String() string {
 func (*DeviceStatus) ProtoMessage() {}
 
 func (x *DeviceStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[76]
+	mi := &file_distash_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5667,7 +5793,7 @@ func (x *DeviceStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeviceStatus.ProtoReflect.Descriptor instead.
 func (*DeviceStatus) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{76}
+	return file_distash_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *DeviceStatus) GetProfile() string {
@@ -5852,7 +5978,7 @@ const file_distash_proto_rawDesc = "" +
 	"\x12ClusterInfoRequest\"o\n" +
 	"\x13ClusterInfoResponse\x12*\n" +
 	"\x05pools\x18\x01 \x03(\v2\x14.distash.v1.PoolInfoR\x05pools\x12,\n" +
-	"\x12mvcc_window_micros\x18\x02 \x01(\x03R\x10mvccWindowMicros\"\xa4\x06\n" +
+	"\x12mvcc_window_micros\x18\x02 \x01(\x03R\x10mvccWindowMicros\"\xdd\x06\n" +
 	"\vStashStatus\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x12\n" +
 	"\x04pool\x18\x02 \x01(\tR\x04pool\x12\x14\n" +
@@ -5881,7 +6007,22 @@ const file_distash_proto_rawDesc = "" +
 	"\x06shards\x18\x17 \x01(\x05R\x06shards\x12\x1a\n" +
 	"\bfetching\x18\x18 \x01(\x05R\bfetching\x12\x1a\n" +
 	"\bexcluded\x18\x19 \x01(\bR\bexcluded\x120\n" +
-	"\x06device\x18\x1a \x01(\v2\x18.distash.v1.DeviceStatusR\x06device\"9\n" +
+	"\x06device\x18\x1a \x01(\v2\x18.distash.v1.DeviceStatusR\x06device\x127\n" +
+	"\tlocal_log\x18\x1b \x01(\v2\x1a.distash.v1.LocalLogStatusR\blocalLog\"\xfc\x02\n" +
+	"\x0eLocalLogStatus\x12+\n" +
+	"\x11recovered_version\x18\x01 \x01(\x03R\x10recoveredVersion\x12%\n" +
+	"\x0erecovered_keys\x18\x02 \x01(\x03R\rrecoveredKeys\x12\x1f\n" +
+	"\vrecovery_ms\x18\x03 \x01(\x03R\n" +
+	"recoveryMs\x120\n" +
+	"\x14recovered_read_bytes\x18\x04 \x01(\x03R\x12recoveredReadBytes\x12#\n" +
+	"\rstarted_empty\x18\x05 \x01(\tR\fstartedEmpty\x12\x10\n" +
+	"\x03cut\x18\x06 \x01(\tR\x03cut\x12\x1b\n" +
+	"\tlog_bytes\x18\a \x01(\x03R\blogBytes\x122\n" +
+	"\x15last_snapshot_version\x18\b \x01(\x03R\x13lastSnapshotVersion\x12\x1c\n" +
+	"\tsnapshots\x18\t \x01(\x03R\tsnapshots\x12\x1d\n" +
+	"\n" +
+	"last_error\x18\n" +
+	" \x01(\tR\tlastError\"9\n" +
 	"\rEngineCounter\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x03R\x05value\"\xbd\x01\n" +
@@ -6311,7 +6452,7 @@ func file_distash_proto_rawDescGZIP() []byte {
 	return file_distash_proto_rawDescData
 }
 
-var file_distash_proto_msgTypes = make([]protoimpl.MessageInfo, 77)
+var file_distash_proto_msgTypes = make([]protoimpl.MessageInfo, 78)
 var file_distash_proto_goTypes = []any{
 	(*Error)(nil),                    // 0: distash.v1.Error
 	(*Mutation)(nil),                 // 1: distash.v1.Mutation
@@ -6333,63 +6474,64 @@ var file_distash_proto_goTypes = []any{
 	(*ClusterInfoRequest)(nil),       // 17: distash.v1.ClusterInfoRequest
 	(*ClusterInfoResponse)(nil),      // 18: distash.v1.ClusterInfoResponse
 	(*StashStatus)(nil),              // 19: distash.v1.StashStatus
-	(*EngineCounter)(nil),            // 20: distash.v1.EngineCounter
-	(*LogStatus)(nil),                // 21: distash.v1.LogStatus
-	(*ShardMetricsRequest)(nil),      // 22: distash.v1.ShardMetricsRequest
-	(*KeyRangeMsg)(nil),              // 23: distash.v1.KeyRangeMsg
-	(*RangeMetrics)(nil),             // 24: distash.v1.RangeMetrics
-	(*ShardMetricsResponse)(nil),     // 25: distash.v1.ShardMetricsResponse
-	(*StatusRequest)(nil),            // 26: distash.v1.StatusRequest
-	(*StatusResponse)(nil),           // 27: distash.v1.StatusResponse
-	(*MembershipStatus)(nil),         // 28: distash.v1.MembershipStatus
-	(*MemberStatus)(nil),             // 29: distash.v1.MemberStatus
-	(*StashShare)(nil),               // 30: distash.v1.StashShare
-	(*PoolDistribution)(nil),         // 31: distash.v1.PoolDistribution
-	(*RelocationStatus)(nil),         // 32: distash.v1.RelocationStatus
-	(*NodeStatus)(nil),               // 33: distash.v1.NodeStatus
-	(*ColdestRequest)(nil),           // 34: distash.v1.ColdestRequest
-	(*ColdestResponse)(nil),          // 35: distash.v1.ColdestResponse
-	(*CommitStreamRequest)(nil),      // 36: distash.v1.CommitStreamRequest
-	(*CommitStreamResponse)(nil),     // 37: distash.v1.CommitStreamResponse
-	(*ReadStreamRequest)(nil),        // 38: distash.v1.ReadStreamRequest
-	(*ReadStreamResponse)(nil),       // 39: distash.v1.ReadStreamResponse
-	(*PeekRequest)(nil),              // 40: distash.v1.PeekRequest
-	(*LogMessage)(nil),               // 41: distash.v1.LogMessage
-	(*PeekResponse)(nil),             // 42: distash.v1.PeekResponse
-	(*PopRequest)(nil),               // 43: distash.v1.PopRequest
-	(*PopResponse)(nil),              // 44: distash.v1.PopResponse
-	(*ReportRequest)(nil),            // 45: distash.v1.ReportRequest
-	(*ReportResponse)(nil),           // 46: distash.v1.ReportResponse
-	(*RegisterRequest)(nil),          // 47: distash.v1.RegisterRequest
-	(*RegisterResponse)(nil),         // 48: distash.v1.RegisterResponse
-	(*HeartbeatRequest)(nil),         // 49: distash.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),        // 50: distash.v1.HeartbeatResponse
-	(*ViewRequest)(nil),              // 51: distash.v1.ViewRequest
-	(*CoordinatorMember)(nil),        // 52: distash.v1.CoordinatorMember
-	(*ClusterNode)(nil),              // 53: distash.v1.ClusterNode
-	(*PoolSlots)(nil),                // 54: distash.v1.PoolSlots
-	(*ViewResponse)(nil),             // 55: distash.v1.ViewResponse
-	(*PoolReplication)(nil),          // 56: distash.v1.PoolReplication
-	(*StashLocation)(nil),            // 57: distash.v1.StashLocation
-	(*ClaimRequest)(nil),             // 58: distash.v1.ClaimRequest
-	(*ClaimResponse)(nil),            // 59: distash.v1.ClaimResponse
-	(*RecoveryDoneRequest)(nil),      // 60: distash.v1.RecoveryDoneRequest
-	(*RecoveryDoneResponse)(nil),     // 61: distash.v1.RecoveryDoneResponse
-	(*ExcludeRequest)(nil),           // 62: distash.v1.ExcludeRequest
-	(*ExcludeResponse)(nil),          // 63: distash.v1.ExcludeResponse
-	(*IncludeRequest)(nil),           // 64: distash.v1.IncludeRequest
-	(*IncludeResponse)(nil),          // 65: distash.v1.IncludeResponse
-	(*ConfigureRequest)(nil),         // 66: distash.v1.ConfigureRequest
-	(*ConfigureResponse)(nil),        // 67: distash.v1.ConfigureResponse
-	(*RetireRequest)(nil),            // 68: distash.v1.RetireRequest
-	(*RetireResponse)(nil),           // 69: distash.v1.RetireResponse
-	(*JoinCoordinatorsRequest)(nil),  // 70: distash.v1.JoinCoordinatorsRequest
-	(*JoinCoordinatorsResponse)(nil), // 71: distash.v1.JoinCoordinatorsResponse
-	(*SetLogReplicasRequest)(nil),    // 72: distash.v1.SetLogReplicasRequest
-	(*SetLogReplicasResponse)(nil),   // 73: distash.v1.SetLogReplicasResponse
-	(*KillRequest)(nil),              // 74: distash.v1.KillRequest
-	(*KillResponse)(nil),             // 75: distash.v1.KillResponse
-	(*DeviceStatus)(nil),             // 76: distash.v1.DeviceStatus
+	(*LocalLogStatus)(nil),           // 20: distash.v1.LocalLogStatus
+	(*EngineCounter)(nil),            // 21: distash.v1.EngineCounter
+	(*LogStatus)(nil),                // 22: distash.v1.LogStatus
+	(*ShardMetricsRequest)(nil),      // 23: distash.v1.ShardMetricsRequest
+	(*KeyRangeMsg)(nil),              // 24: distash.v1.KeyRangeMsg
+	(*RangeMetrics)(nil),             // 25: distash.v1.RangeMetrics
+	(*ShardMetricsResponse)(nil),     // 26: distash.v1.ShardMetricsResponse
+	(*StatusRequest)(nil),            // 27: distash.v1.StatusRequest
+	(*StatusResponse)(nil),           // 28: distash.v1.StatusResponse
+	(*MembershipStatus)(nil),         // 29: distash.v1.MembershipStatus
+	(*MemberStatus)(nil),             // 30: distash.v1.MemberStatus
+	(*StashShare)(nil),               // 31: distash.v1.StashShare
+	(*PoolDistribution)(nil),         // 32: distash.v1.PoolDistribution
+	(*RelocationStatus)(nil),         // 33: distash.v1.RelocationStatus
+	(*NodeStatus)(nil),               // 34: distash.v1.NodeStatus
+	(*ColdestRequest)(nil),           // 35: distash.v1.ColdestRequest
+	(*ColdestResponse)(nil),          // 36: distash.v1.ColdestResponse
+	(*CommitStreamRequest)(nil),      // 37: distash.v1.CommitStreamRequest
+	(*CommitStreamResponse)(nil),     // 38: distash.v1.CommitStreamResponse
+	(*ReadStreamRequest)(nil),        // 39: distash.v1.ReadStreamRequest
+	(*ReadStreamResponse)(nil),       // 40: distash.v1.ReadStreamResponse
+	(*PeekRequest)(nil),              // 41: distash.v1.PeekRequest
+	(*LogMessage)(nil),               // 42: distash.v1.LogMessage
+	(*PeekResponse)(nil),             // 43: distash.v1.PeekResponse
+	(*PopRequest)(nil),               // 44: distash.v1.PopRequest
+	(*PopResponse)(nil),              // 45: distash.v1.PopResponse
+	(*ReportRequest)(nil),            // 46: distash.v1.ReportRequest
+	(*ReportResponse)(nil),           // 47: distash.v1.ReportResponse
+	(*RegisterRequest)(nil),          // 48: distash.v1.RegisterRequest
+	(*RegisterResponse)(nil),         // 49: distash.v1.RegisterResponse
+	(*HeartbeatRequest)(nil),         // 50: distash.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),        // 51: distash.v1.HeartbeatResponse
+	(*ViewRequest)(nil),              // 52: distash.v1.ViewRequest
+	(*CoordinatorMember)(nil),        // 53: distash.v1.CoordinatorMember
+	(*ClusterNode)(nil),              // 54: distash.v1.ClusterNode
+	(*PoolSlots)(nil),                // 55: distash.v1.PoolSlots
+	(*ViewResponse)(nil),             // 56: distash.v1.ViewResponse
+	(*PoolReplication)(nil),          // 57: distash.v1.PoolReplication
+	(*StashLocation)(nil),            // 58: distash.v1.StashLocation
+	(*ClaimRequest)(nil),             // 59: distash.v1.ClaimRequest
+	(*ClaimResponse)(nil),            // 60: distash.v1.ClaimResponse
+	(*RecoveryDoneRequest)(nil),      // 61: distash.v1.RecoveryDoneRequest
+	(*RecoveryDoneResponse)(nil),     // 62: distash.v1.RecoveryDoneResponse
+	(*ExcludeRequest)(nil),           // 63: distash.v1.ExcludeRequest
+	(*ExcludeResponse)(nil),          // 64: distash.v1.ExcludeResponse
+	(*IncludeRequest)(nil),           // 65: distash.v1.IncludeRequest
+	(*IncludeResponse)(nil),          // 66: distash.v1.IncludeResponse
+	(*ConfigureRequest)(nil),         // 67: distash.v1.ConfigureRequest
+	(*ConfigureResponse)(nil),        // 68: distash.v1.ConfigureResponse
+	(*RetireRequest)(nil),            // 69: distash.v1.RetireRequest
+	(*RetireResponse)(nil),           // 70: distash.v1.RetireResponse
+	(*JoinCoordinatorsRequest)(nil),  // 71: distash.v1.JoinCoordinatorsRequest
+	(*JoinCoordinatorsResponse)(nil), // 72: distash.v1.JoinCoordinatorsResponse
+	(*SetLogReplicasRequest)(nil),    // 73: distash.v1.SetLogReplicasRequest
+	(*SetLogReplicasResponse)(nil),   // 74: distash.v1.SetLogReplicasResponse
+	(*KillRequest)(nil),              // 75: distash.v1.KillRequest
+	(*KillResponse)(nil),             // 76: distash.v1.KillResponse
+	(*DeviceStatus)(nil),             // 77: distash.v1.DeviceStatus
 }
 var file_distash_proto_depIdxs = []int32{
 	0,  // 0: distash.v1.GetReadVersionResponse.error:type_name -> distash.v1.Error
@@ -6404,108 +6546,109 @@ var file_distash_proto_depIdxs = []int32{
 	14, // 9: distash.v1.LocationsResponse.shards:type_name -> distash.v1.Shard
 	0,  // 10: distash.v1.LocationsResponse.error:type_name -> distash.v1.Error
 	16, // 11: distash.v1.ClusterInfoResponse.pools:type_name -> distash.v1.PoolInfo
-	20, // 12: distash.v1.StashStatus.engine_counters:type_name -> distash.v1.EngineCounter
-	76, // 13: distash.v1.StashStatus.device:type_name -> distash.v1.DeviceStatus
-	23, // 14: distash.v1.ShardMetricsRequest.ranges:type_name -> distash.v1.KeyRangeMsg
-	24, // 15: distash.v1.ShardMetricsResponse.ranges:type_name -> distash.v1.RangeMetrics
-	0,  // 16: distash.v1.ShardMetricsResponse.error:type_name -> distash.v1.Error
-	16, // 17: distash.v1.StatusResponse.pools:type_name -> distash.v1.PoolInfo
-	19, // 18: distash.v1.StatusResponse.stashes:type_name -> distash.v1.StashStatus
-	21, // 19: distash.v1.StatusResponse.log:type_name -> distash.v1.LogStatus
-	33, // 20: distash.v1.StatusResponse.node:type_name -> distash.v1.NodeStatus
-	33, // 21: distash.v1.StatusResponse.nodes:type_name -> distash.v1.NodeStatus
-	31, // 22: distash.v1.StatusResponse.distribution:type_name -> distash.v1.PoolDistribution
-	30, // 23: distash.v1.StatusResponse.stash_shares:type_name -> distash.v1.StashShare
-	28, // 24: distash.v1.StatusResponse.coordinator_membership:type_name -> distash.v1.MembershipStatus
-	28, // 25: distash.v1.StatusResponse.log_membership:type_name -> distash.v1.MembershipStatus
-	29, // 26: distash.v1.MembershipStatus.member:type_name -> distash.v1.MemberStatus
-	32, // 27: distash.v1.PoolDistribution.queue:type_name -> distash.v1.RelocationStatus
-	0,  // 28: distash.v1.ColdestResponse.error:type_name -> distash.v1.Error
-	7,  // 29: distash.v1.CommitStreamRequest.request:type_name -> distash.v1.CommitRequest
-	8,  // 30: distash.v1.CommitStreamResponse.response:type_name -> distash.v1.CommitResponse
-	9,  // 31: distash.v1.ReadStreamRequest.request:type_name -> distash.v1.ReadRequest
-	11, // 32: distash.v1.ReadStreamRequest.range_request:type_name -> distash.v1.ReadRangeRequest
-	10, // 33: distash.v1.ReadStreamResponse.response:type_name -> distash.v1.ReadResponse
-	12, // 34: distash.v1.ReadStreamResponse.range_response:type_name -> distash.v1.ReadRangeResponse
-	1,  // 35: distash.v1.LogMessage.mutations:type_name -> distash.v1.Mutation
-	41, // 36: distash.v1.PeekResponse.messages:type_name -> distash.v1.LogMessage
-	0,  // 37: distash.v1.PeekResponse.error:type_name -> distash.v1.Error
-	0,  // 38: distash.v1.PopResponse.error:type_name -> distash.v1.Error
-	0,  // 39: distash.v1.ReportResponse.error:type_name -> distash.v1.Error
-	0,  // 40: distash.v1.RegisterResponse.error:type_name -> distash.v1.Error
-	0,  // 41: distash.v1.HeartbeatResponse.error:type_name -> distash.v1.Error
-	53, // 42: distash.v1.ViewResponse.nodes:type_name -> distash.v1.ClusterNode
-	54, // 43: distash.v1.ViewResponse.slots:type_name -> distash.v1.PoolSlots
-	0,  // 44: distash.v1.ViewResponse.error:type_name -> distash.v1.Error
-	57, // 45: distash.v1.ViewResponse.stashes:type_name -> distash.v1.StashLocation
-	56, // 46: distash.v1.ViewResponse.replication:type_name -> distash.v1.PoolReplication
-	52, // 47: distash.v1.ViewResponse.coordinators:type_name -> distash.v1.CoordinatorMember
-	0,  // 48: distash.v1.ClaimResponse.error:type_name -> distash.v1.Error
-	0,  // 49: distash.v1.RecoveryDoneResponse.error:type_name -> distash.v1.Error
-	0,  // 50: distash.v1.ExcludeResponse.error:type_name -> distash.v1.Error
-	0,  // 51: distash.v1.IncludeResponse.error:type_name -> distash.v1.Error
-	0,  // 52: distash.v1.ConfigureResponse.error:type_name -> distash.v1.Error
-	0,  // 53: distash.v1.RetireResponse.error:type_name -> distash.v1.Error
-	0,  // 54: distash.v1.JoinCoordinatorsResponse.error:type_name -> distash.v1.Error
-	0,  // 55: distash.v1.SetLogReplicasResponse.error:type_name -> distash.v1.Error
-	0,  // 56: distash.v1.KillResponse.error:type_name -> distash.v1.Error
-	5,  // 57: distash.v1.DiStash.GetReadVersion:input_type -> distash.v1.GetReadVersionRequest
-	7,  // 58: distash.v1.DiStash.Commit:input_type -> distash.v1.CommitRequest
-	36, // 59: distash.v1.DiStash.CommitStream:input_type -> distash.v1.CommitStreamRequest
-	38, // 60: distash.v1.DiStash.ReadStream:input_type -> distash.v1.ReadStreamRequest
-	9,  // 61: distash.v1.DiStash.Read:input_type -> distash.v1.ReadRequest
-	11, // 62: distash.v1.DiStash.ReadRange:input_type -> distash.v1.ReadRangeRequest
-	13, // 63: distash.v1.DiStash.Locations:input_type -> distash.v1.LocationsRequest
-	17, // 64: distash.v1.DiStash.ClusterInfo:input_type -> distash.v1.ClusterInfoRequest
-	26, // 65: distash.v1.DiStash.Status:input_type -> distash.v1.StatusRequest
-	34, // 66: distash.v1.DiStash.Coldest:input_type -> distash.v1.ColdestRequest
-	22, // 67: distash.v1.DiStash.ShardMetrics:input_type -> distash.v1.ShardMetricsRequest
-	40, // 68: distash.v1.Log.Peek:input_type -> distash.v1.PeekRequest
-	43, // 69: distash.v1.Log.Pop:input_type -> distash.v1.PopRequest
-	45, // 70: distash.v1.Log.Report:input_type -> distash.v1.ReportRequest
-	47, // 71: distash.v1.Coordinator.Register:input_type -> distash.v1.RegisterRequest
-	49, // 72: distash.v1.Coordinator.Heartbeat:input_type -> distash.v1.HeartbeatRequest
-	51, // 73: distash.v1.Coordinator.View:input_type -> distash.v1.ViewRequest
-	58, // 74: distash.v1.Coordinator.Claim:input_type -> distash.v1.ClaimRequest
-	60, // 75: distash.v1.Coordinator.RecoveryDone:input_type -> distash.v1.RecoveryDoneRequest
-	62, // 76: distash.v1.Coordinator.Exclude:input_type -> distash.v1.ExcludeRequest
-	64, // 77: distash.v1.Coordinator.Include:input_type -> distash.v1.IncludeRequest
-	66, // 78: distash.v1.Coordinator.Configure:input_type -> distash.v1.ConfigureRequest
-	68, // 79: distash.v1.Coordinator.Retire:input_type -> distash.v1.RetireRequest
-	70, // 80: distash.v1.Coordinator.JoinCoordinators:input_type -> distash.v1.JoinCoordinatorsRequest
-	72, // 81: distash.v1.Coordinator.SetLogReplicas:input_type -> distash.v1.SetLogReplicasRequest
-	74, // 82: distash.v1.Admin.Kill:input_type -> distash.v1.KillRequest
-	6,  // 83: distash.v1.DiStash.GetReadVersion:output_type -> distash.v1.GetReadVersionResponse
-	8,  // 84: distash.v1.DiStash.Commit:output_type -> distash.v1.CommitResponse
-	37, // 85: distash.v1.DiStash.CommitStream:output_type -> distash.v1.CommitStreamResponse
-	39, // 86: distash.v1.DiStash.ReadStream:output_type -> distash.v1.ReadStreamResponse
-	10, // 87: distash.v1.DiStash.Read:output_type -> distash.v1.ReadResponse
-	12, // 88: distash.v1.DiStash.ReadRange:output_type -> distash.v1.ReadRangeResponse
-	15, // 89: distash.v1.DiStash.Locations:output_type -> distash.v1.LocationsResponse
-	18, // 90: distash.v1.DiStash.ClusterInfo:output_type -> distash.v1.ClusterInfoResponse
-	27, // 91: distash.v1.DiStash.Status:output_type -> distash.v1.StatusResponse
-	35, // 92: distash.v1.DiStash.Coldest:output_type -> distash.v1.ColdestResponse
-	25, // 93: distash.v1.DiStash.ShardMetrics:output_type -> distash.v1.ShardMetricsResponse
-	42, // 94: distash.v1.Log.Peek:output_type -> distash.v1.PeekResponse
-	44, // 95: distash.v1.Log.Pop:output_type -> distash.v1.PopResponse
-	46, // 96: distash.v1.Log.Report:output_type -> distash.v1.ReportResponse
-	48, // 97: distash.v1.Coordinator.Register:output_type -> distash.v1.RegisterResponse
-	50, // 98: distash.v1.Coordinator.Heartbeat:output_type -> distash.v1.HeartbeatResponse
-	55, // 99: distash.v1.Coordinator.View:output_type -> distash.v1.ViewResponse
-	59, // 100: distash.v1.Coordinator.Claim:output_type -> distash.v1.ClaimResponse
-	61, // 101: distash.v1.Coordinator.RecoveryDone:output_type -> distash.v1.RecoveryDoneResponse
-	63, // 102: distash.v1.Coordinator.Exclude:output_type -> distash.v1.ExcludeResponse
-	65, // 103: distash.v1.Coordinator.Include:output_type -> distash.v1.IncludeResponse
-	67, // 104: distash.v1.Coordinator.Configure:output_type -> distash.v1.ConfigureResponse
-	69, // 105: distash.v1.Coordinator.Retire:output_type -> distash.v1.RetireResponse
-	71, // 106: distash.v1.Coordinator.JoinCoordinators:output_type -> distash.v1.JoinCoordinatorsResponse
-	73, // 107: distash.v1.Coordinator.SetLogReplicas:output_type -> distash.v1.SetLogReplicasResponse
-	75, // 108: distash.v1.Admin.Kill:output_type -> distash.v1.KillResponse
-	83, // [83:109] is the sub-list for method output_type
-	57, // [57:83] is the sub-list for method input_type
-	57, // [57:57] is the sub-list for extension type_name
-	57, // [57:57] is the sub-list for extension extendee
-	0,  // [0:57] is the sub-list for field type_name
+	21, // 12: distash.v1.StashStatus.engine_counters:type_name -> distash.v1.EngineCounter
+	77, // 13: distash.v1.StashStatus.device:type_name -> distash.v1.DeviceStatus
+	20, // 14: distash.v1.StashStatus.local_log:type_name -> distash.v1.LocalLogStatus
+	24, // 15: distash.v1.ShardMetricsRequest.ranges:type_name -> distash.v1.KeyRangeMsg
+	25, // 16: distash.v1.ShardMetricsResponse.ranges:type_name -> distash.v1.RangeMetrics
+	0,  // 17: distash.v1.ShardMetricsResponse.error:type_name -> distash.v1.Error
+	16, // 18: distash.v1.StatusResponse.pools:type_name -> distash.v1.PoolInfo
+	19, // 19: distash.v1.StatusResponse.stashes:type_name -> distash.v1.StashStatus
+	22, // 20: distash.v1.StatusResponse.log:type_name -> distash.v1.LogStatus
+	34, // 21: distash.v1.StatusResponse.node:type_name -> distash.v1.NodeStatus
+	34, // 22: distash.v1.StatusResponse.nodes:type_name -> distash.v1.NodeStatus
+	32, // 23: distash.v1.StatusResponse.distribution:type_name -> distash.v1.PoolDistribution
+	31, // 24: distash.v1.StatusResponse.stash_shares:type_name -> distash.v1.StashShare
+	29, // 25: distash.v1.StatusResponse.coordinator_membership:type_name -> distash.v1.MembershipStatus
+	29, // 26: distash.v1.StatusResponse.log_membership:type_name -> distash.v1.MembershipStatus
+	30, // 27: distash.v1.MembershipStatus.member:type_name -> distash.v1.MemberStatus
+	33, // 28: distash.v1.PoolDistribution.queue:type_name -> distash.v1.RelocationStatus
+	0,  // 29: distash.v1.ColdestResponse.error:type_name -> distash.v1.Error
+	7,  // 30: distash.v1.CommitStreamRequest.request:type_name -> distash.v1.CommitRequest
+	8,  // 31: distash.v1.CommitStreamResponse.response:type_name -> distash.v1.CommitResponse
+	9,  // 32: distash.v1.ReadStreamRequest.request:type_name -> distash.v1.ReadRequest
+	11, // 33: distash.v1.ReadStreamRequest.range_request:type_name -> distash.v1.ReadRangeRequest
+	10, // 34: distash.v1.ReadStreamResponse.response:type_name -> distash.v1.ReadResponse
+	12, // 35: distash.v1.ReadStreamResponse.range_response:type_name -> distash.v1.ReadRangeResponse
+	1,  // 36: distash.v1.LogMessage.mutations:type_name -> distash.v1.Mutation
+	42, // 37: distash.v1.PeekResponse.messages:type_name -> distash.v1.LogMessage
+	0,  // 38: distash.v1.PeekResponse.error:type_name -> distash.v1.Error
+	0,  // 39: distash.v1.PopResponse.error:type_name -> distash.v1.Error
+	0,  // 40: distash.v1.ReportResponse.error:type_name -> distash.v1.Error
+	0,  // 41: distash.v1.RegisterResponse.error:type_name -> distash.v1.Error
+	0,  // 42: distash.v1.HeartbeatResponse.error:type_name -> distash.v1.Error
+	54, // 43: distash.v1.ViewResponse.nodes:type_name -> distash.v1.ClusterNode
+	55, // 44: distash.v1.ViewResponse.slots:type_name -> distash.v1.PoolSlots
+	0,  // 45: distash.v1.ViewResponse.error:type_name -> distash.v1.Error
+	58, // 46: distash.v1.ViewResponse.stashes:type_name -> distash.v1.StashLocation
+	57, // 47: distash.v1.ViewResponse.replication:type_name -> distash.v1.PoolReplication
+	53, // 48: distash.v1.ViewResponse.coordinators:type_name -> distash.v1.CoordinatorMember
+	0,  // 49: distash.v1.ClaimResponse.error:type_name -> distash.v1.Error
+	0,  // 50: distash.v1.RecoveryDoneResponse.error:type_name -> distash.v1.Error
+	0,  // 51: distash.v1.ExcludeResponse.error:type_name -> distash.v1.Error
+	0,  // 52: distash.v1.IncludeResponse.error:type_name -> distash.v1.Error
+	0,  // 53: distash.v1.ConfigureResponse.error:type_name -> distash.v1.Error
+	0,  // 54: distash.v1.RetireResponse.error:type_name -> distash.v1.Error
+	0,  // 55: distash.v1.JoinCoordinatorsResponse.error:type_name -> distash.v1.Error
+	0,  // 56: distash.v1.SetLogReplicasResponse.error:type_name -> distash.v1.Error
+	0,  // 57: distash.v1.KillResponse.error:type_name -> distash.v1.Error
+	5,  // 58: distash.v1.DiStash.GetReadVersion:input_type -> distash.v1.GetReadVersionRequest
+	7,  // 59: distash.v1.DiStash.Commit:input_type -> distash.v1.CommitRequest
+	37, // 60: distash.v1.DiStash.CommitStream:input_type -> distash.v1.CommitStreamRequest
+	39, // 61: distash.v1.DiStash.ReadStream:input_type -> distash.v1.ReadStreamRequest
+	9,  // 62: distash.v1.DiStash.Read:input_type -> distash.v1.ReadRequest
+	11, // 63: distash.v1.DiStash.ReadRange:input_type -> distash.v1.ReadRangeRequest
+	13, // 64: distash.v1.DiStash.Locations:input_type -> distash.v1.LocationsRequest
+	17, // 65: distash.v1.DiStash.ClusterInfo:input_type -> distash.v1.ClusterInfoRequest
+	27, // 66: distash.v1.DiStash.Status:input_type -> distash.v1.StatusRequest
+	35, // 67: distash.v1.DiStash.Coldest:input_type -> distash.v1.ColdestRequest
+	23, // 68: distash.v1.DiStash.ShardMetrics:input_type -> distash.v1.ShardMetricsRequest
+	41, // 69: distash.v1.Log.Peek:input_type -> distash.v1.PeekRequest
+	44, // 70: distash.v1.Log.Pop:input_type -> distash.v1.PopRequest
+	46, // 71: distash.v1.Log.Report:input_type -> distash.v1.ReportRequest
+	48, // 72: distash.v1.Coordinator.Register:input_type -> distash.v1.RegisterRequest
+	50, // 73: distash.v1.Coordinator.Heartbeat:input_type -> distash.v1.HeartbeatRequest
+	52, // 74: distash.v1.Coordinator.View:input_type -> distash.v1.ViewRequest
+	59, // 75: distash.v1.Coordinator.Claim:input_type -> distash.v1.ClaimRequest
+	61, // 76: distash.v1.Coordinator.RecoveryDone:input_type -> distash.v1.RecoveryDoneRequest
+	63, // 77: distash.v1.Coordinator.Exclude:input_type -> distash.v1.ExcludeRequest
+	65, // 78: distash.v1.Coordinator.Include:input_type -> distash.v1.IncludeRequest
+	67, // 79: distash.v1.Coordinator.Configure:input_type -> distash.v1.ConfigureRequest
+	69, // 80: distash.v1.Coordinator.Retire:input_type -> distash.v1.RetireRequest
+	71, // 81: distash.v1.Coordinator.JoinCoordinators:input_type -> distash.v1.JoinCoordinatorsRequest
+	73, // 82: distash.v1.Coordinator.SetLogReplicas:input_type -> distash.v1.SetLogReplicasRequest
+	75, // 83: distash.v1.Admin.Kill:input_type -> distash.v1.KillRequest
+	6,  // 84: distash.v1.DiStash.GetReadVersion:output_type -> distash.v1.GetReadVersionResponse
+	8,  // 85: distash.v1.DiStash.Commit:output_type -> distash.v1.CommitResponse
+	38, // 86: distash.v1.DiStash.CommitStream:output_type -> distash.v1.CommitStreamResponse
+	40, // 87: distash.v1.DiStash.ReadStream:output_type -> distash.v1.ReadStreamResponse
+	10, // 88: distash.v1.DiStash.Read:output_type -> distash.v1.ReadResponse
+	12, // 89: distash.v1.DiStash.ReadRange:output_type -> distash.v1.ReadRangeResponse
+	15, // 90: distash.v1.DiStash.Locations:output_type -> distash.v1.LocationsResponse
+	18, // 91: distash.v1.DiStash.ClusterInfo:output_type -> distash.v1.ClusterInfoResponse
+	28, // 92: distash.v1.DiStash.Status:output_type -> distash.v1.StatusResponse
+	36, // 93: distash.v1.DiStash.Coldest:output_type -> distash.v1.ColdestResponse
+	26, // 94: distash.v1.DiStash.ShardMetrics:output_type -> distash.v1.ShardMetricsResponse
+	43, // 95: distash.v1.Log.Peek:output_type -> distash.v1.PeekResponse
+	45, // 96: distash.v1.Log.Pop:output_type -> distash.v1.PopResponse
+	47, // 97: distash.v1.Log.Report:output_type -> distash.v1.ReportResponse
+	49, // 98: distash.v1.Coordinator.Register:output_type -> distash.v1.RegisterResponse
+	51, // 99: distash.v1.Coordinator.Heartbeat:output_type -> distash.v1.HeartbeatResponse
+	56, // 100: distash.v1.Coordinator.View:output_type -> distash.v1.ViewResponse
+	60, // 101: distash.v1.Coordinator.Claim:output_type -> distash.v1.ClaimResponse
+	62, // 102: distash.v1.Coordinator.RecoveryDone:output_type -> distash.v1.RecoveryDoneResponse
+	64, // 103: distash.v1.Coordinator.Exclude:output_type -> distash.v1.ExcludeResponse
+	66, // 104: distash.v1.Coordinator.Include:output_type -> distash.v1.IncludeResponse
+	68, // 105: distash.v1.Coordinator.Configure:output_type -> distash.v1.ConfigureResponse
+	70, // 106: distash.v1.Coordinator.Retire:output_type -> distash.v1.RetireResponse
+	72, // 107: distash.v1.Coordinator.JoinCoordinators:output_type -> distash.v1.JoinCoordinatorsResponse
+	74, // 108: distash.v1.Coordinator.SetLogReplicas:output_type -> distash.v1.SetLogReplicasResponse
+	76, // 109: distash.v1.Admin.Kill:output_type -> distash.v1.KillResponse
+	84, // [84:110] is the sub-list for method output_type
+	58, // [58:84] is the sub-list for method input_type
+	58, // [58:58] is the sub-list for extension type_name
+	58, // [58:58] is the sub-list for extension extendee
+	0,  // [0:58] is the sub-list for field type_name
 }
 
 func init() { file_distash_proto_init() }
@@ -6519,7 +6662,7 @@ func file_distash_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_distash_proto_rawDesc), len(file_distash_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   77,
+			NumMessages:   78,
 			NumExtensions: 0,
 			NumServices:   4,
 		},

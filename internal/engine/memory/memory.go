@@ -239,6 +239,57 @@ func (e *Engine) Scan(begin, end []byte, reverse bool, fn func(key, value []byte
 	return nil
 }
 
+// Snapshot returns the engine's version and a function that walks its
+// pairs as of that version, in key order, with each pair's cost (for a
+// local log's snapshot file: package locallog). Both come from one O(1)
+// clone of the key tree taken under the lock, so the walk sees exactly the
+// state at that version however the engine changes meanwhile; walk may run
+// in another goroutine and stops when fn returns false. The slices passed
+// to fn must not be modified. A walk does not count as a reference.
+func (e *Engine) Snapshot() (kv.Version, func(fn func(key, value []byte, cost uint32) bool)) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return e.Version(), func(func([]byte, []byte, uint32) bool) {}
+	}
+	snap := e.tree.Clone()
+	return e.Version(), func(fn func(key, value []byte, cost uint32) bool) {
+		// An entry's cost is rewritten in place under the lock when its
+		// key is set again, so costs are read under the read lock, a
+		// chunk of pairs at a time (a later write's cost is as good a
+		// hint for eviction as the snapshot's).
+		const chunk = 256
+		buf := make([]item, 0, chunk)
+		costs := make([]uint32, chunk)
+		flush := func() bool {
+			e.mu.RLock()
+			for i, it := range buf {
+				costs[i] = it.e.cost
+			}
+			e.mu.RUnlock()
+			for i, it := range buf {
+				if !fn(it.key, it.value, costs[i]) {
+					return false
+				}
+			}
+			buf = buf[:0]
+			return true
+		}
+		stopped := false
+		snap.Ascend(func(it item) bool {
+			buf = append(buf, it)
+			if len(buf) == chunk && !flush() {
+				stopped = true
+				return false
+			}
+			return true
+		})
+		if !stopped && len(buf) > 0 {
+			flush()
+		}
+	}
+}
+
 // Apply applies b atomically: readers see all of it or none of it. An
 // ephemeral engine with a capacity evicts after each write as needed.
 func (e *Engine) Apply(b *engine.Batch) error {
