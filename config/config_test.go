@@ -268,7 +268,9 @@ func TestValidate(t *testing.T) {
 		{"local log on dram", func(c *Config) { c.Pools[0].LocalLog = true }, nil},
 		{"local log on ssd", func(c *Config) { c.Pools[1].LocalLog = true },
 			[]string{`pool[1] ("data").local_log: needs medium dram and mode ephemeral (a DRAM cache), got medium ssd and mode durable`}},
-		{"local log on flash cache", func(c *Config) { c.Pools[1].LocalLog, c.Pools[1].Mode, c.Pools[1].Engine, c.Pools[1].Eviction = true, "ephemeral", "flash", "lru" },
+		{"local log on flash cache", func(c *Config) {
+			c.Pools[1].LocalLog, c.Pools[1].Mode, c.Pools[1].Engine, c.Pools[1].Eviction = true, "ephemeral", "flash", "lru"
+		},
 			[]string{`pool[1] ("data").local_log: needs medium dram and mode ephemeral (a DRAM cache), got medium ssd and mode ephemeral`}},
 		{"durable needs non-volatile", func(c *Config) { c.Pools[0].Mode = "durable"; c.Pools[0].Eviction = "" },
 			[]string{`pool[0] ("cache").mode: durable requires a non-volatile medium (ssd, hdd or nvm), got dram: a dram stash loses its data on restart`}},
