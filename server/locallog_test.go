@@ -9,12 +9,14 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/distash/distash"
+	"github.com/distash/distash/config"
 	"github.com/distash/distash/internal/fsys/faultfs"
 	"github.com/distash/distash/internal/simnet"
 	"github.com/distash/distash/server"
@@ -338,5 +340,73 @@ func TestLocalLogHitRateAfterKill9(t *testing.T) {
 		t.Run(fmt.Sprintf("local_log=%v", ll), func(t *testing.T) {
 			runLocalLogKill(t, "60s", ll, 500*time.Millisecond, 10*time.Second)
 		})
+	}
+}
+
+// TestEmbeddedLocalLogStashRestartsWithData: in an embedded cluster, a
+// DRAM stash with local_log whose engine fails (a write of its local log
+// fails) is restarted by its supervisor from its local log: it keeps
+// what it held and catches up with the writes made while it was down.
+func TestEmbeddedLocalLogStashRestartsWithData(t *testing.T) {
+	cfgText := fmt.Sprintf(localLogTOML, "60s", true)
+	cfgText = strings.Replace(cfgText, "stashes = 2", "stashes = 1", 1)
+	cfg, err := config.Parse([]byte(cfgText))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	fs := faultfs.New(nil)
+	srv, err := server.Start(ctx, server.Options{Dir: t.TempDir(), Config: cfg, FS: fs, FlushInterval: 20 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop()
+	db, err := distash.Open(ctx, srv.ClusterString())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	set := func(i int, v string) {
+		t.Helper()
+		if err := db.Transact(ctx, func(tr *distash.Tx) error { tr.Set(cacheKey(i), []byte(v)); return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 200 {
+		set(i, "a")
+	}
+	time.Sleep(1500 * time.Millisecond) // out of the 1 s window: in the engine, logged
+	fs.Fail(faultfs.Rule{Ops: faultfs.OpWrite, Path: "log-*", Times: 1})
+	for i := range 50 {
+		set(i, "b") // flushed a second later: the local log's write fails
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		st := srv.Stashes()[0]
+		if st.Restarts > 0 && st.Health == server.HealthHealthy {
+			if st.LocalLog == nil || st.LocalLog.RecoveredKeys != 200 {
+				t.Fatalf("restarted stash's local log %+v: want the 200 keys reloaded", st.LocalLog)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("stash not restarted: %+v", st)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for i := range 200 {
+		want := "a"
+		if i < 50 {
+			want = "b"
+		}
+		var v []byte
+		if err := db.ReadTransact(ctx, func(tr *distash.Tx) error { v, err = tr.Get(cacheKey(i)); return err }); err != nil {
+			t.Fatal(err)
+		}
+		if string(v) != want {
+			t.Fatalf("key %d = %q after the restart, want %q", i, v, want)
+		}
 	}
 }
