@@ -300,6 +300,11 @@ type Second struct {
 	// SSD stashes: mean device utilisation (%), most I/Os queued, worst
 	// durability lag (s), window bytes of all (MiB).
 	BusyPct, MaxQueue, MaxLagS, WindowMiB float64
+	// OwnCPU is the cores this process used over the second, MachineCPU
+	// the cores every process of the machine used (/proc/stat; NaN where
+	// unknown): a slow second with MachineCPU near the core count and
+	// OwnCPU well below it was one other work took the cores from.
+	OwnCPU, MachineCPU float64
 }
 
 // ssdStash keeps the stashes of the SSD pool.
@@ -705,7 +710,11 @@ func timelineOf(warm, m *measurement, samples []timeline.Sample, measureAt float
 			return
 		}
 		for i, h := range ms.perSec {
-			sec := Second{T: float64(i) + offset, Queries: h.TotalCount(), RateLimit: math.NaN(), BusyPct: math.NaN(), MaxQueue: math.NaN(), MaxLagS: math.NaN(), WindowMiB: math.NaN()}
+			sec := Second{T: float64(i) + offset, Queries: h.TotalCount(), RateLimit: math.NaN(), BusyPct: math.NaN(), MaxQueue: math.NaN(), MaxLagS: math.NaN(), WindowMiB: math.NaN(),
+				OwnCPU: math.NaN(), MachineCPU: math.NaN()}
+			if i < len(ms.cpu) {
+				sec.OwnCPU, sec.MachineCPU = ms.cpu[i].own, ms.cpu[i].machine
+			}
 			if h.TotalCount() > 0 {
 				sec.P50 = time.Duration(h.ValueAtQuantile(50)) * time.Microsecond
 				sec.P99 = time.Duration(h.ValueAtQuantile(99)) * time.Microsecond
@@ -747,11 +756,12 @@ func writeTimeline(path string, results []Result) error {
 	for _, r := range results {
 		for _, s := range r.Timeline {
 			rows = append(rows, []string{r.Layout, timeline.F(s.T, 0), strconv.FormatInt(s.Queries, 10), ms(s.P50), ms(s.P99),
-				timeline.F(s.RateLimit, 0), s.Reason, timeline.F(s.BusyPct, 1), timeline.F(s.MaxQueue, 0), timeline.F(s.MaxLagS, 2), timeline.F(s.WindowMiB, 1)})
+				timeline.F(s.RateLimit, 0), s.Reason, timeline.F(s.BusyPct, 1), timeline.F(s.MaxQueue, 0), timeline.F(s.MaxLagS, 2), timeline.F(s.WindowMiB, 1),
+				timeline.F(s.OwnCPU, 2), timeline.F(s.MachineCPU, 2)})
 		}
 	}
 	return timeline.WriteCSV(path, []string{"layout", "time_s", "queries", "p50_ms", "p99_ms", "rate_limit", "rate_limit_reason",
-		"ssd_busy_pct", "ssd_max_queue", "ssd_max_durable_lag_s", "ssd_window_mib"}, rows)
+		"ssd_busy_pct", "ssd_max_queue", "ssd_max_durable_lag_s", "ssd_window_mib", "own_cpu_cores", "machine_cpu_cores"}, rows)
 }
 
 // load writes every vertex's profile and adjacency list, 250 vertices per
@@ -812,6 +822,7 @@ type measurement struct {
 	all, hits, misses, uncached *hdrhistogram.Histogram
 	kinds                       map[string]*hdrhistogram.Histogram
 	perSec                      []*hdrhistogram.Histogram // by second since start
+	cpu                         []cpuSecond               // by second since start
 	start                       time.Time
 	errors                      atomic.Int64
 	first                       atomic.Pointer[string]
@@ -883,6 +894,25 @@ func (lr *layoutRun) drive(ctx context.Context, d time.Duration, phase string, o
 		}()
 	}
 	start := m.start
+	cpuDone := make(chan struct{})
+	go func() { // the CPU this process and the machine used, per second
+		defer close(cpuDone)
+		prev := readCPU()
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			cur := readCPU()
+			m.mu.Lock()
+			m.cpu = append(m.cpu, cur.since(prev))
+			m.mu.Unlock()
+			prev = cur
+		}
+	}()
 	var wg sync.WaitGroup
 	for c := range lr.o.Clients {
 		wg.Add(1)
@@ -911,6 +941,7 @@ func (lr *layoutRun) drive(ctx context.Context, d time.Duration, phase string, o
 		}()
 	}
 	wg.Wait()
+	<-cpuDone
 	m.seconds = time.Since(start).Seconds()
 	if bar != nil {
 		_ = bar.Finish()
