@@ -3,6 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
+	"net"
+	"net/http"
+	_ "net/http/pprof" // --pprof-addr
 	"os"
 	"os/signal"
 
@@ -13,7 +16,7 @@ import (
 
 func benchGraphCmd() *cobra.Command {
 	var o graph.Options
-	var pebbleCache string
+	var pebbleCache, cpuProfile, pprofAddr string
 	verify := true
 	cmd := &cobra.Command{
 		Use:   "graph",
@@ -53,6 +56,24 @@ Figure 11: graph-fig11-utilisation.png and .csv). See docs/benchmarks.md.`,
 				}
 			}
 			o.NoVerify = !verify
+			if cpuProfile != "" {
+				stop, err := startCPUProfile(cpuProfile)
+				if err != nil {
+					return err
+				}
+				defer stop()
+			}
+			if pprofAddr != "" {
+				// Goroutine dumps and profiles of a phase while it runs
+				// (/debug/pprof/ on this address).
+				ln, err := net.Listen("tcp", pprofAddr)
+				if err != nil {
+					return fmt.Errorf("--pprof-addr: %w", err)
+				}
+				defer ln.Close()
+				go func() { _ = http.Serve(ln, http.DefaultServeMux) }()
+				fmt.Fprintf(cmd.OutOrStdout(), "pprof on http://%s/debug/pprof/\n", ln.Addr())
+			}
 			_, err := graph.Run(ctx, o, cmd.OutOrStdout())
 			return err
 		},
@@ -76,5 +97,7 @@ Figure 11: graph-fig11-utilisation.png and .csv). See docs/benchmarks.md.`,
 	f.Float64Var(&o.DeviceScale, "device-scale", 1, "slow the device profile down by this factor (latencies ×, IOPS and bandwidth ÷) so that it, not the two cores, is the bottleneck; printed with the resulting figures")
 	f.StringVar(&pebbleCache, "pebble-cache", "", "block cache of each SSD stash ([pool.pebble] cache, e.g. 1MiB; default the engine's 16MiB): small, so that reads reach the device")
 	f.BoolVar(&verify, "verify", true, "check every cached result against its recomputation after each layout (and run with a 30 s MVCC window for it); on a slow emulated device the check takes minutes")
+	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run (benchmark, embedded cluster and client) to this file")
+	f.StringVar(&pprofAddr, "pprof-addr", "", "serve Go's /debug/pprof/ on this address (e.g. localhost:6060) during the run, for goroutine dumps and profiles of one phase")
 	return cmd
 }

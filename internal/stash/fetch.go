@@ -213,7 +213,7 @@ func (s *Stash) cleanUp() error {
 	for _, r := range clear {
 		b.Writes = append(b.Writes, engine.Write{Key: r.Begin, End: r.End})
 	}
-	return s.eng.Apply(b)
+	return s.writeEngine(b)
 }
 
 // uncovered returns the parts of r no current range holds. Called with mu held.
@@ -299,7 +299,7 @@ func (s *Stash) clearForFetch(r ownRange) error {
 			return err
 		}
 	}
-	if err := s.eng.Apply(&engine.Batch{Version: durable, Writes: []engine.Write{{Key: r.Begin, End: r.End}}}); err != nil {
+	if err := s.writeEngine(&engine.Batch{Version: durable, Writes: []engine.Write{{Key: r.Begin, End: r.End}}}); err != nil {
 		return err
 	}
 	s.mu.Lock()
@@ -329,7 +329,7 @@ func (s *Stash) writeChunk(r ownRange, kvs []kv.KeyValue, next []byte, at kv.Ver
 		for _, p := range kvs {
 			b.Writes = append(b.Writes, engine.Write{Key: p.Key, Value: p.Value})
 		}
-		if err := s.eng.Apply(b); err != nil {
+		if err := s.writeEngine(b); err != nil {
 			return err
 		}
 	}
@@ -400,7 +400,7 @@ func (s *Stash) finishFetch(r ownRange) error {
 		}
 	}
 	if len(rp.writes) > 0 {
-		if err := s.eng.Apply(&engine.Batch{Version: s.durable, Writes: rp.writes}); err != nil {
+		if err := s.writeEngine(&engine.Batch{Version: s.durable, Writes: rp.writes}); err != nil {
 			return err
 		}
 	}

@@ -199,6 +199,12 @@ type Stash struct {
 	ownUnsaved bool
 	// filesChecked is when checkFiles last ran (flush loop only).
 	filesChecked time.Time
+
+	// engEpoch counts engine writes other than flushes (twice each: odd
+	// while one runs); pre are the old values apply prefetched, set while
+	// it holds mu (prefetch.go). pre is protected by mu.
+	engEpoch atomic.Uint64
+	pre      *prefetched
 }
 
 // New returns a stash over an opened engine.
@@ -478,7 +484,9 @@ func (s *Stash) flushOrWait(ctx context.Context) error {
 // apply adds messages to the window and advances applied to end. over
 // reports that the window is past its budget.
 func (s *Stash) apply(msgs []txlog.Message, end kv.Version) (over bool, err error) {
+	pre := s.prefetchOld(msgs)
 	s.mu.Lock()
+	s.pre = pre
 	s.applyNow = time.Now()
 	for _, m := range msgs {
 		if m.Version <= s.applied {
@@ -486,6 +494,7 @@ func (s *Stash) apply(msgs []txlog.Message, end kv.Version) (over bool, err erro
 		}
 		for _, mut := range m.Mutations {
 			if err := s.route(m.Version, mut); err != nil {
+				s.pre = nil
 				s.mu.Unlock()
 				return false, err
 			}
@@ -497,6 +506,7 @@ func (s *Stash) apply(msgs []txlog.Message, end kv.Version) (over bool, err erro
 		s.appliedCh = make(chan struct{})
 	}
 	over = s.win.bytes > s.opts.WindowBytes
+	s.pre = nil
 	s.mu.Unlock()
 	return over, nil
 }
@@ -510,6 +520,9 @@ const maxVersion = kv.Version(1<<63 - 1)
 func (s *Stash) current(key []byte) ([]byte, bool, error) {
 	if v, present, found := s.win.at(key, maxVersion); found {
 		return v, present, nil
+	}
+	if o, ok := s.prefetchedOld(key); ok {
+		return o.value, o.present, nil
 	}
 	// Accounting and atomic operations read the old value: not a client's
 	// reference, so no side effects in the engine.
@@ -835,18 +848,22 @@ func (s *Stash) Get(ctx context.Context, v kv.Version, keys [][]byte) ([][]byte,
 	}
 	values := make([][]byte, len(keys))
 	present := make([]bool, len(keys))
+	var fromEngine []int // keys the window does not hold at v
+	s.mu.RLock()
 	for i, k := range keys {
-		s.mu.RLock()
 		val, ok, found := s.win.at(k, v)
-		s.mu.RUnlock()
-		if !found {
-			var err error
-			val, ok, err = s.eng.Get(k)
-			if err != nil {
-				return nil, nil, s.engineReadFailed(err)
-			}
+		if found {
+			values[i], present[i] = val, ok
+		} else {
+			fromEngine = append(fromEngine, i)
 		}
-		values[i], present[i] = val, ok
+	}
+	s.mu.RUnlock()
+	if err := s.readEngine(keys, fromEngine, values, present); err != nil {
+		return nil, nil, s.engineReadFailed(err)
+	}
+	for i, k := range keys {
+		ok := present[i]
 		if ok && s.rec != nil {
 			s.rec.touch(k)
 		}
@@ -860,6 +877,59 @@ func (s *Stash) Get(ctx context.Context, v kv.Version, keys [][]byte) ([][]byte,
 	}
 	s.reads.Add(int64(len(keys)))
 	return values, present, nil
+}
+
+// engineReaders bounds the concurrent engine reads of one Get.
+const engineReaders = 8
+
+// readEngine reads keys[i] for every i of idx from the engine into
+// values and present. A durable stash reads them several at a time: on a
+// disk each read may wait for the device, and one after another a read
+// of a dozen keys took a dozen device latencies while it held pin, which
+// also kept the next flush, and every read queued behind that flush,
+// waiting. An ephemeral stash (DRAM) reads them in turn.
+func (s *Stash) readEngine(keys [][]byte, idx []int, values [][]byte, present []bool) error {
+	if len(idx) < 2 || s.opts.Ephemeral {
+		for _, i := range idx {
+			val, ok, err := s.eng.Get(keys[i])
+			if err != nil {
+				return err
+			}
+			values[i], present[i] = val, ok
+		}
+		return nil
+	}
+	var (
+		wg    sync.WaitGroup
+		next  atomic.Int64
+		errMu sync.Mutex
+		first error
+	)
+	for range min(engineReaders, len(idx)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				n := int(next.Add(1)) - 1
+				if n >= len(idx) {
+					return
+				}
+				i := idx[n]
+				val, ok, err := s.eng.Get(keys[i])
+				if err != nil {
+					errMu.Lock()
+					if first == nil {
+						first = err
+					}
+					errMu.Unlock()
+					return
+				}
+				values[i], present[i] = val, ok
+			}
+		}()
+	}
+	wg.Wait()
+	return first
 }
 
 // GetRange reads [begin, end) at version v, at most limit pairs (0: no

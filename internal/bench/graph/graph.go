@@ -284,6 +284,27 @@ type Result struct {
 	// devices over it (NaN: none emulated).
 	Samples       []timeline.Sample
 	DeviceBusyPct float64
+	// Timeline is the run second by second, warm-up included (the
+	// warm-up's seconds are negative): queries, their latency and the
+	// cluster's state (graph-timeline.csv).
+	Timeline []Second
+}
+
+// Second is one second of a layout's run.
+type Second struct {
+	T         float64 // seconds since the measured run started (< 0: warm-up)
+	Queries   int64
+	P50, P99  time.Duration
+	RateLimit float64 // transactions/s the ratekeeper allowed (0: unlimited)
+	Reason    string
+	// SSD stashes: mean device utilisation (%), most I/Os queued, worst
+	// durability lag (s), window bytes of all (MiB).
+	BusyPct, MaxQueue, MaxLagS, WindowMiB float64
+	// OwnCPU is the cores this process used over the second, MachineCPU
+	// the cores every process of the machine used (/proc/stat; NaN where
+	// unknown): a slow second with MachineCPU near the core count and
+	// OwnCPU well below it was one other work took the cores from.
+	OwnCPU, MachineCPU float64
 }
 
 // ssdStash keeps the stashes of the SSD pool.
@@ -359,7 +380,10 @@ func Run(ctx context.Context, o Options, out io.Writer) ([]Result, error) {
 	if err := writeUtilisation(o.OutDir, results); err != nil {
 		return results, err
 	}
-	fmt.Fprintf(out, "wrote %s, %s, %s and %s\n", png, csv, filepath.Join(o.OutDir, Fig11PNG), filepath.Join(o.OutDir, Fig11CSV))
+	if err := writeTimeline(filepath.Join(o.OutDir, TimelineCSV), results); err != nil {
+		return results, err
+	}
+	fmt.Fprintf(out, "wrote %s, %s, %s, %s and %s\n", png, csv, filepath.Join(o.OutDir, Fig11PNG), filepath.Join(o.OutDir, Fig11CSV), filepath.Join(o.OutDir, TimelineCSV))
 	return results, nil
 }
 
@@ -607,20 +631,33 @@ func runLayout(ctx context.Context, o Options, g *graphData, layout string, out 
 		fmt.Fprintf(out, "  stashes made the graph durable after %.1f s more\n", time.Since(t0).Seconds())
 	}
 
+	// Sampled from the warm-up's start, so that the timeline shows how
+	// the run reached its steady state; the measured run's samples are
+	// res.Samples.
+	sampler := timeline.Start(ctx, status, time.Second)
+	var warm *measurement
 	if o.Warmup > 0 {
-		if _, err := lr.drive(ctx, o.Warmup, "warm-up", out, o.Seed+1); err != nil {
+		if warm, err = lr.drive(ctx, o.Warmup, "warm-up", out, o.Seed+1); err != nil {
+			sampler.Stop()
 			return res, err
 		}
 	}
-	sampler := timeline.Start(ctx, status, time.Second)
+	measureAt := time.Since(sampler.Started()).Seconds()
 	m, err := lr.drive(ctx, o.Duration, "measure", out, o.Seed+2)
-	res.Samples = sampler.Stop()
+	all := sampler.Stop()
 	if err != nil {
 		return res, err
 	}
 	if n, err := sampler.Errors(); n > 0 {
 		fmt.Fprintf(out, "  %d status samples failed, last: %v\n", n, err)
 	}
+	for _, smp := range all {
+		if smp.T >= measureAt {
+			smp.T -= measureAt
+			res.Samples = append(res.Samples, smp)
+		}
+	}
+	res.Timeline = timelineOf(warm, m, all, measureAt)
 	res.DeviceBusyPct = timeline.MeanBusy(res.Samples, ssdStash)
 	res.Seconds = m.seconds
 	res.Errors, res.FirstErr = m.errors.Load(), m.firstErr()
@@ -660,6 +697,71 @@ func runLayout(ctx context.Context, o Options, g *graphData, layout string, out 
 		fmt.Fprintf(out, "    mismatch: %s\n", mm)
 	}
 	return res, nil
+}
+
+// timelineOf is the run second by second: the warm-up's seconds (from
+// warm, may be nil) then the measured run's (m), each with the state of
+// the cluster at the latest sample taken by its end (samples' T counts
+// from the warm-up's start; the measured run started at measureAt).
+func timelineOf(warm, m *measurement, samples []timeline.Sample, measureAt float64) []Second {
+	var secs []Second
+	add := func(ms *measurement, offset float64) {
+		if ms == nil {
+			return
+		}
+		for i, h := range ms.perSec {
+			sec := Second{T: float64(i) + offset, Queries: h.TotalCount(), RateLimit: math.NaN(), BusyPct: math.NaN(), MaxQueue: math.NaN(), MaxLagS: math.NaN(), WindowMiB: math.NaN(),
+				OwnCPU: math.NaN(), MachineCPU: math.NaN()}
+			if i < len(ms.cpu) {
+				sec.OwnCPU, sec.MachineCPU = ms.cpu[i].own, ms.cpu[i].machine
+			}
+			if h.TotalCount() > 0 {
+				sec.P50 = time.Duration(h.ValueAtQuantile(50)) * time.Microsecond
+				sec.P99 = time.Duration(h.ValueAtQuantile(99)) * time.Microsecond
+			}
+			end := sec.T + 1 + measureAt
+			var last *timeline.Sample
+			for j := range samples {
+				if samples[j].T <= end+0.05 {
+					last = &samples[j]
+				}
+			}
+			if last != nil {
+				sec.RateLimit, sec.Reason = last.RateLimit, last.RateLimitReason
+				sec.BusyPct = timeline.MeanBusy([]timeline.Sample{*last}, ssdStash)
+				sec.MaxQueue, sec.MaxLagS, sec.WindowMiB = 0, 0, 0
+				for _, p := range last.Stashes {
+					if !ssdStash(p) {
+						continue
+					}
+					sec.MaxQueue = max(sec.MaxQueue, float64(p.QueueLength))
+					sec.MaxLagS = max(sec.MaxLagS, p.DurableLagS)
+					sec.WindowMiB += float64(p.WindowBytes) / (1 << 20)
+				}
+			}
+			secs = append(secs, sec)
+		}
+	}
+	add(warm, -measureAt)
+	add(m, 0)
+	return secs
+}
+
+// TimelineCSV is the file of every layout's run second by second.
+const TimelineCSV = "graph-timeline.csv"
+
+func writeTimeline(path string, results []Result) error {
+	ms := func(d time.Duration) string { return timeline.F(float64(d)/float64(time.Millisecond), 3) }
+	var rows [][]string
+	for _, r := range results {
+		for _, s := range r.Timeline {
+			rows = append(rows, []string{r.Layout, timeline.F(s.T, 0), strconv.FormatInt(s.Queries, 10), ms(s.P50), ms(s.P99),
+				timeline.F(s.RateLimit, 0), s.Reason, timeline.F(s.BusyPct, 1), timeline.F(s.MaxQueue, 0), timeline.F(s.MaxLagS, 2), timeline.F(s.WindowMiB, 1),
+				timeline.F(s.OwnCPU, 2), timeline.F(s.MachineCPU, 2)})
+		}
+	}
+	return timeline.WriteCSV(path, []string{"layout", "time_s", "queries", "p50_ms", "p99_ms", "rate_limit", "rate_limit_reason",
+		"ssd_busy_pct", "ssd_max_queue", "ssd_max_durable_lag_s", "ssd_window_mib", "own_cpu_cores", "machine_cpu_cores"}, rows)
 }
 
 // load writes every vertex's profile and adjacency list, 250 vertices per
@@ -719,6 +821,9 @@ type measurement struct {
 	mu                          sync.Mutex
 	all, hits, misses, uncached *hdrhistogram.Histogram
 	kinds                       map[string]*hdrhistogram.Histogram
+	perSec                      []*hdrhistogram.Histogram // by second since start
+	cpu                         []cpuSecond               // by second since start
+	start                       time.Time
 	errors                      atomic.Int64
 	first                       atomic.Pointer[string]
 	seconds                     float64
@@ -727,7 +832,7 @@ type measurement struct {
 func newHist() *hdrhistogram.Histogram { return hdrhistogram.New(1, 60_000_000, 3) }
 
 func newMeasurement() *measurement {
-	m := &measurement{all: newHist(), hits: newHist(), misses: newHist(), uncached: newHist(), kinds: map[string]*hdrhistogram.Histogram{}}
+	m := &measurement{all: newHist(), hits: newHist(), misses: newHist(), uncached: newHist(), kinds: map[string]*hdrhistogram.Histogram{}, start: time.Now()}
 	for _, k := range kinds {
 		m.kinds[k] = newHist()
 	}
@@ -747,6 +852,11 @@ func (m *measurement) record(kind string, d time.Duration, level int) {
 	us := max(1, d.Microseconds())
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	sec := int(time.Since(m.start) / time.Second)
+	for len(m.perSec) <= sec {
+		m.perSec = append(m.perSec, newHist())
+	}
+	_ = m.perSec[sec].RecordValue(us)
 	_ = m.all.RecordValue(us)
 	_ = m.kinds[kind].RecordValue(us)
 	switch {
@@ -783,7 +893,26 @@ func (lr *layoutRun) drive(ctx context.Context, d time.Duration, phase string, o
 			}
 		}()
 	}
-	start := time.Now()
+	start := m.start
+	cpuDone := make(chan struct{})
+	go func() { // the CPU this process and the machine used, per second
+		defer close(cpuDone)
+		prev := readCPU()
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			cur := readCPU()
+			m.mu.Lock()
+			m.cpu = append(m.cpu, cur.since(prev))
+			m.mu.Unlock()
+			prev = cur
+		}
+	}()
 	var wg sync.WaitGroup
 	for c := range lr.o.Clients {
 		wg.Add(1)
@@ -812,6 +941,7 @@ func (lr *layoutRun) drive(ctx context.Context, d time.Duration, phase string, o
 		}()
 	}
 	wg.Wait()
+	<-cpuDone
 	m.seconds = time.Since(start).Seconds()
 	if bar != nil {
 		_ = bar.Finish()

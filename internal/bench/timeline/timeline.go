@@ -148,6 +148,9 @@ func sampleOf(st *wire.StatusResponse, now float64, prev map[string]StashPoint, 
 	return smp
 }
 
+// Started is when the sampler started (its samples' T counts from it).
+func (s *Sampler) Started() time.Time { return s.start }
+
 // Stop ends sampling and returns the samples (the first of each stash has
 // no utilisation: nothing to difference it with).
 func (s *Sampler) Stop() []Sample {
