@@ -1,0 +1,174 @@
+package flash_test
+
+import (
+	"fmt"
+	"math/rand"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/distash/distash/internal/engine"
+	"github.com/distash/distash/internal/engine/enginetest"
+	"github.com/distash/distash/internal/engine/flash"
+	"github.com/distash/distash/internal/farmem/ult"
+)
+
+// served is a flash engine read only through its schedulers: Get is the
+// engine's (a lookup with far memory), Scan is ScanServed, whose pairs are
+// collected on the scheduler thread and handed to fn afterwards (fn may
+// block or read, which a scheduler thread must not).
+type served struct{ *flash.Engine }
+
+func (s served) Scan(begin, end []byte, reverse bool, fn func(k, v []byte) bool) error {
+	var ks, vs [][]byte
+	err := s.ScanServed(begin, end, reverse, func(k, v []byte) bool {
+		ks = append(ks, append([]byte(nil), k...))
+		vs = append(vs, append([]byte(nil), v...))
+		return true
+	})
+	if err != nil {
+		return err
+	}
+	for i := range ks {
+		if !fn(ks[i], vs[i]) {
+			break
+		}
+	}
+	return nil
+}
+
+func openServed(cfg flash.Config) enginetest.OpenFunc {
+	return func(t *testing.T, opts engine.Options) engine.Engine {
+		t.Helper()
+		e, err := flash.OpenConfig(opts, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !e.ServesReads() {
+			t.Fatal("far memory configured, but the engine does not serve reads")
+		}
+		return served{e}
+	}
+}
+
+func crashServed(t *testing.T, e engine.Engine, opts engine.Options) engine.Options {
+	return crash(t, e.(served).Engine, opts)
+}
+
+// TestConformanceFarMemory runs the suite with the index in 2 µs far memory,
+// every read a lookup on the engine's user-level threads; small segments,
+// buffer and cache make reads reach the device (through the schedulers'
+// IO) and the cleaner move entries under the lookups.
+func TestConformanceFarMemory(t *testing.T) {
+	for _, io := range []ult.IOMode{ult.IOAuto, ult.IOThreads} {
+		t.Run(io.String(), func(t *testing.T) {
+			open := openServed(flash.Config{FarMemory: 2 * time.Microsecond, IO: io, LookupThreads: 16,
+				SegmentBytes: 16 << 10, WriteBufferBytes: 64 << 10, CacheBytes: 32 << 10, IndexBuckets: 1})
+			enginetest.Run(t, open, open, crashServed)
+		})
+	}
+}
+
+// TestConformanceFarMemoryDevice runs the suite on an emulated device:
+// reads through a file system that is not the OS's are handed off by the
+// lookup (Task.Block) instead of blocking its core.
+func TestConformanceFarMemoryDevice(t *testing.T) {
+	enginetest.RunDevices(t, openServed(flash.Config{FarMemory: 2 * time.Microsecond, NoPrefetch: true,
+		SegmentBytes: 64 << 10, WriteBufferBytes: 64 << 10, CacheBytes: 32 << 10}), crashServed)
+}
+
+func loadKeys(t *testing.T, e *flash.Engine, n int) [][]byte {
+	t.Helper()
+	keys := make([][]byte, n)
+	var ws []engine.Write
+	for i := range keys {
+		keys[i] = []byte(fmt.Sprintf("key%06d", i))
+		ws = append(ws, engine.Write{Key: keys[i], Value: []byte(fmt.Sprint(i))})
+	}
+	if err := e.Apply(&engine.Batch{Version: 1, Writes: ws}); err != nil {
+		t.Fatal(err)
+	}
+	return keys
+}
+
+// TestLookupWaits: with one lookup at a time, a read at 20 µs takes at
+// least the latency of each line it fetched from far memory, one after
+// the other: the scheduler does not skip the clock.
+func TestLookupWaits(t *testing.T) {
+	const lat = 20 * time.Microsecond
+	e := mustOpen(t, t.TempDir(), flash.Config{FarMemory: lat, Cores: 1, IndexBuckets: 1 << 14})
+	defer e.Close()
+	keys := loadKeys(t, e, 2000)
+	before, _ := e.ServeStats()
+	start := time.Now()
+	const reads = 200
+	for i := 0; i < reads; i++ {
+		k := keys[(i*7919)%len(keys)]
+		if v, ok, err := e.Get(k); err != nil || !ok || string(v) != fmt.Sprint((i*7919)%len(keys)) {
+			t.Fatalf("Get(%s) = %q, %v, %v", k, v, ok, err)
+		}
+	}
+	elapsed := time.Since(start)
+	after, _ := e.ServeStats()
+	fetches := after.Prefetches - before.Prefetches
+	if fetches < reads/2 { // a bucket fetched before may still be in the core's cache
+		t.Fatalf("%d reads fetched %d lines from far memory; want about one each", reads, fetches)
+	}
+	if min := time.Duration(fetches) * lat; elapsed < min {
+		t.Fatalf("%d reads fetching %d lines at %v took %v, less than the %v their fetches take in sequence", reads, fetches, lat, elapsed, min)
+	}
+	stall := time.Duration(after.StallNs - before.StallNs)
+	t.Logf("%d reads, %d lines fetched, %v (%.1f µs a read, stalled %.1f µs a read)", reads, fetches, elapsed,
+		float64(elapsed.Microseconds())/reads, float64(stall.Microseconds())/reads)
+	if after.Lookups-before.Lookups != reads {
+		t.Errorf("lookups counted %d, want %d", after.Lookups-before.Lookups, reads)
+	}
+}
+
+// rate returns the lookups per second of clients goroutines reading keys
+// for d.
+func rate(t *testing.T, e *flash.Engine, keys [][]byte, clients int, d time.Duration) float64 {
+	var n atomic.Int64
+	var wg sync.WaitGroup
+	stop := time.Now().Add(d)
+	for c := 0; c < clients; c++ {
+		wg.Add(1)
+		go func(seed int64) {
+			defer wg.Done()
+			rng := rand.New(rand.NewSource(seed))
+			for time.Now().Before(stop) {
+				if _, ok, err := e.Get(keys[rng.Intn(len(keys))]); err != nil || !ok {
+					t.Errorf("Get: %v, %v", ok, err)
+					return
+				}
+				n.Add(1)
+			}
+		}(int64(c))
+	}
+	wg.Wait()
+	return float64(n.Load()) / d.Seconds()
+}
+
+// TestPrefetchOverlaps: at 5 µs, 32 concurrent lookups on one core go at
+// least 5 times as fast as one, since each yields while its line is in
+// flight; without prefetching they cannot overlap their stalls.
+func TestPrefetchOverlaps(t *testing.T) {
+	const lat = 5 * time.Microsecond
+	ratio := func(noPrefetch bool) float64 {
+		e := mustOpen(t, t.TempDir(), flash.Config{FarMemory: lat, Cores: 1, NoPrefetch: noPrefetch, IndexBuckets: 1 << 16})
+		defer e.Close()
+		keys := loadKeys(t, e, 50000)
+		rate(t, e, keys, 32, 50*time.Millisecond) // warm up
+		one := rate(t, e, keys, 1, 300*time.Millisecond)
+		many := rate(t, e, keys, 32, 300*time.Millisecond)
+		st, _ := e.ServeStats()
+		t.Logf("prefetch=%v: 1 lookup %.0f/s, 32 lookups %.0f/s: %.1fx (%.2f lines, %.1f µs stalled per read)", !noPrefetch, one, many, many/one,
+			float64(st.Accesses)/float64(st.Lookups), float64(st.StallNs)/1e3/float64(st.Lookups))
+		return many / one
+	}
+	if r := ratio(false); r < 5 {
+		t.Errorf("32 concurrent lookups at %v go %.1fx as fast as one; want >= 5x", lat, r)
+	}
+	ratio(true)
+}
