@@ -6,6 +6,7 @@ import (
 	"github.com/distash/distash/config"
 	"github.com/distash/distash/internal/engine"
 	"github.com/distash/distash/internal/engine/engines"
+	"github.com/distash/distash/internal/engine/flash"
 	"github.com/distash/distash/internal/engine/locallog"
 	"github.com/distash/distash/internal/fsys"
 	"github.com/distash/distash/internal/kv"
@@ -23,7 +24,21 @@ func (s *Server) openEngine(p config.Pool, dir string, fs fsys.FS) (engine.Engin
 	if p.LocalLog {
 		return locallog.Open(opts, locallog.Config{Logger: s.roleLogger(logRoleStash)})
 	}
-	return engines.Open(p.Engine, opts)
+	eng, err := engines.Open(p.Engine, opts)
+	if err != nil {
+		return nil, err
+	}
+	if fe, ok := eng.(*flash.Engine); ok {
+		if st, ok := fe.ServeStats(); ok {
+			// The IO path is chosen at open (io_uring where the kernel
+			// allows it): say which one the stash got.
+			s.roleLogger(logRoleStash).Info("flash stash serves reads from far memory",
+				"pool", p.Name, "dir", dir, "far_memory", p.Flash.FarMemoryLatency().String(),
+				"prefetch", p.Flash.Prefetch == nil || *p.Flash.Prefetch,
+				"lookup_threads", st.Tasks, "cores", st.Cores, "io", st.IOMode.String(), "io_configured", p.Flash.IO)
+		}
+	}
+	return eng, nil
 }
 
 // startLocalLog decides how a stash of a local_log pool whose engine eng

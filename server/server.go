@@ -37,6 +37,7 @@ import (
 	"github.com/distash/distash/config"
 	"github.com/distash/distash/internal/engine"
 	"github.com/distash/distash/internal/engine/flash"
+	"github.com/distash/distash/internal/farmem/ult"
 	pebbleengine "github.com/distash/distash/internal/engine/pebble"
 	"github.com/distash/distash/internal/fsys"
 	"github.com/distash/distash/internal/kv"
@@ -328,6 +329,17 @@ func engineTuning(p config.Pool) any {
 	}
 	c.CacheBytes = bytesOrOff(f.Cache)
 	c.WriteBufferBytes = bytesOrOff(f.WriteBuffer)
+	if lat := f.FarMemoryLatency(); lat > 0 {
+		c.FarMemory = lat
+		c.NoPrefetch = f.Prefetch != nil && !*f.Prefetch
+		c.LookupThreads = f.LookupThreads
+		switch f.IO {
+		case "uring":
+			c.IO = ult.IOUring
+		case "threads":
+			c.IO = ult.IOThreads
+		}
+	}
 	return c
 }
 

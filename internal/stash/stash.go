@@ -835,10 +835,16 @@ func (s *Stash) Get(ctx context.Context, v kv.Version, keys [][]byte) ([][]byte,
 	}
 	values := make([][]byte, len(keys))
 	present := make([]bool, len(keys))
+	var fromEngine []int // keys the window lacks, read by rs at once
+	rs := engine.ServesReads(s.eng)
 	for i, k := range keys {
 		s.mu.RLock()
 		val, ok, found := s.win.at(k, v)
 		s.mu.RUnlock()
+		if !found && rs != nil {
+			fromEngine = append(fromEngine, i)
+			continue
+		}
 		if !found {
 			var err error
 			val, ok, err = s.eng.Get(k)
@@ -847,19 +853,40 @@ func (s *Stash) Get(ctx context.Context, v kv.Version, keys [][]byte) ([][]byte,
 			}
 		}
 		values[i], present[i] = val, ok
-		if ok && s.rec != nil {
-			s.rec.touch(k)
+		s.counted(k, ok)
+	}
+	if len(fromEngine) > 0 {
+		// An engine serving reads on its own schedulers runs these as
+		// concurrent lookups.
+		ks := make([][]byte, len(fromEngine))
+		for j, i := range fromEngine {
+			ks[j] = keys[i]
 		}
-		if s.opts.Ephemeral {
-			if ok {
-				s.hits.Add(1)
-			} else {
-				s.misses.Add(1)
-			}
+		vals, oks, err := rs.GetMany(ks)
+		if err != nil {
+			return nil, nil, s.engineReadFailed(err)
+		}
+		for j, i := range fromEngine {
+			values[i], present[i] = vals[j], oks[j]
+			s.counted(keys[i], oks[j])
 		}
 	}
 	s.reads.Add(int64(len(keys)))
 	return values, present, nil
+}
+
+// counted records a point read of k (present or not).
+func (s *Stash) counted(k []byte, ok bool) {
+	if ok && s.rec != nil {
+		s.rec.touch(k)
+	}
+	if s.opts.Ephemeral {
+		if ok {
+			s.hits.Add(1)
+		} else {
+			s.misses.Add(1)
+		}
+	}
 }
 
 // GetRange reads [begin, end) at version v, at most limit pairs (0: no
@@ -915,7 +942,11 @@ func (s *Stash) merge(o overlay, begin, end []byte, limit int, byteLimit int64, 
 	}
 	i := 0
 	more := false
-	err := s.eng.Scan(begin, end, reverse, func(k, v []byte) bool {
+	scan := s.eng.Scan
+	if rs := engine.ServesReads(s.eng); rs != nil {
+		scan = rs.ScanServed // the function below does not block
+	}
+	err := scan(begin, end, reverse, func(k, v []byte) bool {
 		for i < n && before(o.keys[idx(i)], k) {
 			j := idx(i)
 			i++
