@@ -6,8 +6,8 @@ import (
 
 	"github.com/distash/distash/config"
 	"github.com/distash/distash/internal/engine/flash"
-	"github.com/distash/distash/internal/farmem/ult"
 	pebbleengine "github.com/distash/distash/internal/engine/pebble"
+	"github.com/distash/distash/internal/farmem/ult"
 )
 
 func TestEngineTuning(t *testing.T) {
