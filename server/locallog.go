@@ -107,3 +107,27 @@ func localLogStatus(e engine.Engine) *wire.LocalLogStatus {
 		LastError: st.Failed,
 	}
 }
+
+// farMemoryStatus is the status of a flash engine serving reads from far
+// memory, nil for any other engine.
+func farMemoryStatus(e engine.Engine) *wire.FarMemoryStatus {
+	fe, ok := e.(*flash.Engine)
+	if !ok {
+		return nil
+	}
+	st, ok := fe.ServeStats()
+	if !ok {
+		return nil
+	}
+	fs := &wire.FarMemoryStatus{
+		LatencyNs: int64(st.Latency), Prefetch: st.Prefetch, Cores: int32(st.Cores), LookupThreads: int32(st.Tasks),
+		Io: st.IOMode.String(), Lookups: st.Lookups, Accesses: st.Accesses, Prefetches: st.Prefetches,
+		StallNs: st.StallNs, DeviceReads: st.DeviceReads, Runnable: st.Runnable, Waiting: st.Waiting, Queued: st.Queued,
+	}
+	if n := float64(st.Lookups); n > 0 {
+		fs.AccessesPerRead = float64(st.Accesses) / n
+		fs.StallUsPerRead = float64(st.StallNs) / 1e3 / n
+		fs.DeviceReadsPerRead = float64(st.DeviceReads) / n
+	}
+	return fs
+}

@@ -38,9 +38,6 @@ func DefaultLookupThreads(lat time.Duration) int {
 	return min(max(n, ult.DefaultTasks), 1024)
 }
 
-// ErrNotServing is returned by ServeStats of an engine without far memory.
-var errNotServing = errors.New("flash: the engine does not serve reads through far memory")
-
 func (e *Engine) startServer(cfg Config) error {
 	if cfg.FarMemory <= 0 {
 		return nil

@@ -43,9 +43,11 @@ type ServeConfig struct {
 // ServeStats are a Server's counters since it started, summed over its
 // cores, and its current lookups.
 type ServeStats struct {
-	Cores  int
-	Tasks  int // threads per core at most
-	IOMode IOMode
+	Cores    int
+	Tasks    int // threads per core at most
+	IOMode   IOMode
+	Latency  time.Duration // of the far memory
+	Prefetch bool
 	// Lookups counts the lookups done.
 	Lookups int64
 	// Accesses counts far-memory lines accessed; Prefetches the
@@ -174,7 +176,8 @@ func (srv *Server) Close() error {
 
 // Stats returns the server's counters.
 func (srv *Server) Stats() ServeStats {
-	st := ServeStats{Cores: len(srv.cores), Tasks: srv.cfg.Tasks, IOMode: srv.IOMode()}
+	st := ServeStats{Cores: len(srv.cores), Tasks: srv.cfg.Tasks, IOMode: srv.IOMode(),
+		Latency: srv.cfg.Mem.Latency, Prefetch: !srv.cfg.NoPrefetch}
 	for _, c := range srv.cores {
 		st.Lookups += c.lookups.Load()
 		st.Accesses += c.accesses.Load()
