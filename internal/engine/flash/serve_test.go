@@ -196,7 +196,7 @@ func TestPrefetchOverlaps(t *testing.T) {
 			float64(st.Accesses)/float64(st.Lookups), float64(st.StallNs)/1e3/float64(st.Lookups))
 		return many / one
 	}
-	if r := ratio(false); r < 5 {
+	if r := ratio(false); r < 5 && !raceEnabled {
 		t.Errorf("32 concurrent lookups at %v go %.1fx as fast as one; want >= 5x", lat, r)
 	}
 	ratio(true)
