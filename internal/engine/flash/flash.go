@@ -118,7 +118,8 @@ type Config struct {
 	// IO is the schedulers' read backend; ult.IOAuto (the zero value)
 	// takes io_uring where the kernel allows it, else threads.
 	IO ult.IOMode
-	// Cores is the number of schedulers; 0 means GOMAXPROCS.
+	// Cores is the number of schedulers serving reads with far memory; 0
+	// means DefaultServeCores().
 	Cores int
 }
 

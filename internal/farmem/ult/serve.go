@@ -81,8 +81,48 @@ type Server struct {
 
 type job struct {
 	fn func(c farmem.Ctx)
-	wg *sync.WaitGroup
+	b  *submission
 }
+
+// A submission is the lookups of one DoAll: the caller waits until left
+// is 0, spinning for a while first (a goroutine parked on a channel costs
+// a wake-up of tens of µs on a VM, more than a lookup) and then on done,
+// which the core finishing the last lookup closes.
+type submission struct {
+	left atomic.Int64
+	done chan struct{}
+}
+
+func (b *submission) finish() {
+	if b.left.Add(-1) == 0 {
+		close(b.done)
+	}
+}
+
+// wait returns when every lookup of b has returned.
+func (b *submission) wait() {
+	if callerSpin > 0 && b.left.Load() > 0 {
+		deadline := time.Now().Add(callerSpin)
+		for b.left.Load() > 0 {
+			if time.Now().After(deadline) {
+				<-b.done
+				return
+			}
+			runtime.Gosched()
+		}
+		return
+	}
+	<-b.done
+}
+
+// callerSpin is how long a caller polls for its lookups before parking,
+// and coreSpin how long a core without lookups polls its queue before
+// parking its thread. Measured with BenchmarkServe* in the flash engine
+// (docs/flash.md).
+var (
+	callerSpin = 50 * time.Microsecond
+	coreSpin   = 20 * time.Microsecond
+)
 
 type serveCore struct {
 	srv  *Server
@@ -138,8 +178,8 @@ func (srv *Server) Do(fn func(c farmem.Ctx)) error {
 // DoAll runs each fn as a lookup of its own, spread over the cores, so
 // that they overlap, and returns when all have returned.
 func (srv *Server) DoAll(fns []func(c farmem.Ctx)) error {
-	var wg sync.WaitGroup
-	wg.Add(len(fns))
+	b := &submission{done: make(chan struct{})}
+	b.left.Store(int64(len(fns)))
 	srv.mu.RLock()
 	if srv.closed {
 		srv.mu.RUnlock()
@@ -147,10 +187,10 @@ func (srv *Server) DoAll(fns []func(c farmem.Ctx)) error {
 	}
 	for _, fn := range fns {
 		c := srv.cores[srv.next.Add(1)%uint64(len(srv.cores))]
-		c.jobs <- &job{fn: fn, wg: &wg}
+		c.jobs <- &job{fn: fn, b: b}
 	}
 	srv.mu.RUnlock()
-	wg.Wait()
+	b.wait()
 	return nil
 }
 
@@ -210,7 +250,7 @@ func (c *serveCore) body(t *Task) {
 		j.fn(ctx)
 		t.job = nil
 		t.s.ops++
-		j.wg.Done()
+		j.b.finish()
 		t.switchOut(KindPost)
 	}
 }
@@ -273,12 +313,16 @@ func (c *serveCore) loop() {
 					}
 					return
 				}
-				select {
-				case j := <-c.jobs:
+				if j := c.poll(); j != nil {
 					admit(j)
-				case <-c.quit:
-					quitting = true
-					continue
+				} else {
+					select {
+					case j := <-c.jobs:
+						admit(j)
+					case <-c.quit:
+						quitting = true
+						continue
+					}
 				}
 				prev = clk.Now()
 				continue
@@ -321,6 +365,26 @@ func (c *serveCore) loop() {
 		c.publish(len(active)-waiting, waiting)
 		if !ran && len(active) > 0 {
 			prev = c.idleWait(active, prev)
+		}
+	}
+}
+
+// poll takes a lookup from the queue if one arrives within coreSpin:
+// under a steady stream of requests the core's thread then never parks
+// (waking a parked locked thread costs tens of µs here).
+func (c *serveCore) poll() *job {
+	if coreSpin <= 0 {
+		return nil
+	}
+	deadline := time.Now().Add(coreSpin)
+	for {
+		select {
+		case j := <-c.jobs:
+			return j
+		default:
+		}
+		if time.Now().After(deadline) {
+			return nil
 		}
 	}
 }
