@@ -7,6 +7,7 @@ import (
 	"github.com/distash/distash/internal/engine"
 	"github.com/distash/distash/internal/engine/engines"
 	"github.com/distash/distash/internal/engine/flash"
+	"github.com/distash/distash/internal/farmem/ult"
 	"github.com/distash/distash/internal/engine/locallog"
 	"github.com/distash/distash/internal/fsys"
 	"github.com/distash/distash/internal/kv"
@@ -106,6 +107,17 @@ func localLogStatus(e engine.Engine) *wire.LocalLogStatus {
 		LogBytes: st.LogBytes, LastSnapshotVersion: int64(st.LastSnapshotVersion), Snapshots: st.Snapshots,
 		LastError: st.Failed,
 	}
+}
+
+// serveStats are the counters of a flash engine serving reads from far
+// memory, nil for any other engine.
+func serveStats(e engine.Engine) *ult.ServeStats {
+	if fe, ok := e.(*flash.Engine); ok {
+		if st, ok := fe.ServeStats(); ok {
+			return &st
+		}
+	}
+	return nil
 }
 
 // farMemoryStatus is the status of a flash engine serving reads from far

@@ -632,6 +632,9 @@ type StashStats struct {
 	LastError                string // what stopped it last, "" if it never failed
 	// LocalLog is the stash's local log (a pool with local_log), nil if none.
 	LocalLog *wire.LocalLogStatus
+	// FarMemory are the counters of a flash stash serving reads from far
+	// memory (far_memory > 0), nil otherwise.
+	FarMemory *ult.ServeStats
 }
 
 // Stashes returns the statistics of every stash, in pool order.
@@ -649,6 +652,7 @@ func (s *Server) Stashes() []StashStats {
 			EngineBytes: st.EngineBytes, WindowBytes: st.WindowBytes, Hits: st.Hits, Misses: st.Misses,
 			Evictions: st.Evictions, FilterNegatives: st.FilterNegatives, Reads: st.Reads, AppliedVersion: int64(st.Applied), DurableVersion: int64(st.Durable),
 			CapacityBytes: st.CapacityBytes, LocalLog: localLogStatus(sl.get().Engine()),
+			FarMemory: serveStats(sl.get().Engine()),
 		})
 	}
 	return out

@@ -59,6 +59,9 @@ type ServeStats struct {
 	DeviceReads int64
 	// IdleNs is the time cores with lookups in progress had none runnable.
 	IdleNs int64
+	// BusyNs is the time the cores ran lookups, stalls excluded: the
+	// engine's own CPU time (the model's C, summed over lookups).
+	BusyNs int64
 	// Runnable and Waiting are the lookups in progress now that can run
 	// and that wait for a device read (or a writer); Queued those not yet
 	// on a thread.
@@ -131,7 +134,7 @@ type serveCore struct {
 	quit chan struct{}
 
 	// Published by the core's goroutine after every round.
-	lookups, accesses, prefetches, stallNs, ios, idle atomic.Int64
+	lookups, accesses, prefetches, stallNs, ios, idle, busy atomic.Int64
 	runnable, waiting                                 atomic.Int64
 }
 
@@ -225,6 +228,7 @@ func (srv *Server) Stats() ServeStats {
 		st.StallNs += c.stallNs.Load()
 		st.DeviceReads += c.ios.Load()
 		st.IdleNs += c.idle.Load()
+		st.BusyNs += c.busy.Load()
 		st.Runnable += c.runnable.Load()
 		st.Waiting += c.waiting.Load()
 		st.Queued += int64(len(c.jobs))
@@ -399,6 +403,11 @@ func (c *serveCore) publish(runnable, waiting int) {
 	c.stallNs.Store(st.Stalls())
 	c.ios.Store(s.ios)
 	c.idle.Store(s.idle)
+	var busy int64
+	for _, k := range s.kinds {
+		busy += k.Ns - k.StallNs
+	}
+	c.busy.Store(busy)
 	c.runnable.Store(int64(runnable))
 	c.waiting.Store(int64(waiting))
 }
