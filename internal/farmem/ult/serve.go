@@ -135,7 +135,7 @@ type serveCore struct {
 
 	// Published by the core's goroutine after every round.
 	lookups, accesses, prefetches, stallNs, ios, idle, busy atomic.Int64
-	runnable, waiting                                 atomic.Int64
+	runnable, waiting                                       atomic.Int64
 }
 
 // NewServer starts a server's cores; Close stops them.
