@@ -16,6 +16,7 @@ func benchFarmemCmd() *cobra.Command {
 	var latencies []time.Duration
 	var noPrefetchSweep, noIOSweep, cluster bool
 	var records, threads int
+	var cpuProfile string
 	cmd := &cobra.Command{
 		Use:   "farmem",
 		Short: "Microsecond-latency memory: throughput vs emulated memory latency, with and without prefetching and IO, against the model",
@@ -36,6 +37,13 @@ docs/benchmarks.md.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 			defer stop()
+			if cpuProfile != "" {
+				stop, err := startCPUProfile(cpuProfile)
+				if err != nil {
+					return err
+				}
+				defer stop()
+			}
 			if cluster {
 				_, err := farmem.RunCluster(ctx, farmem.ClusterOptions{Latencies: latencies, Records: records,
 					Threads: threads, Duration: o.Duration, OutDir: o.OutDir}, os.Stdout)
@@ -65,6 +73,7 @@ docs/benchmarks.md.`,
 	cmd.Flags().StringVar(&o.OutDir, "out", "bench-out", "directory for farmem.png (farmem-cluster.png and .csv with --cluster)")
 	cmd.Flags().BoolVar(&cluster, "cluster", false, "end to end: point reads through the client on flash pools with far_memory at each latency (default 0.1,1,2,5,10,20 µs), with and without prefetch")
 	cmd.Flags().IntVar(&records, "records", 0, "with --cluster: keys per pool (default 20000)")
+	cmd.Flags().StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	cmd.Flags().IntVar(&threads, "threads", 0, "with --cluster: client goroutines (default 64)")
 	return cmd
 }
