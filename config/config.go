@@ -51,6 +51,14 @@
 //	write_buffer = "4MiB"  # recent log bytes kept in DRAM, default 4MiB, "0" disables
 //	segment      = "64MiB" # log segment file size, default 64MiB, >= 1MiB
 //	direct_io    = false   # read values with O_DIRECT
+//	far_memory   = "5us"   # the index and key tree live in emulated memory of
+//	                       # this latency (0..1ms); absent or "0" = DRAM. Reads
+//	                       # are then served by user-level threads (docs/flash.md)
+//	prefetch     = true    # with far_memory: prefetch and yield at each access, default true
+//	lookup_threads = 64    # with far_memory: user-level threads per core, 1..4096;
+//	                       # default max(64, 2*far_memory/250ns) (docs/flash.md)
+//	io           = "uring" # with far_memory: uring | threads; default io_uring
+//	                       # where the kernel allows it, else threads
 //
 //	[pool.pebble]          # optional, engine pebble only; per stash
 //	cache        = "16MiB" # block cache, default 16MiB, at least 64KiB
@@ -215,7 +223,38 @@ type Flash struct {
 	// DirectIO reads values with O_DIRECT, bypassing the page cache, where
 	// the file system allows it.
 	DirectIO bool `toml:"direct_io,omitempty"`
+	// FarMemory is the latency of the emulated microsecond-latency memory
+	// that holds each stash's hash index and key tree; absent or "0" keeps
+	// them in DRAM (reads take the plain path). With a latency, reads are
+	// served by user-level threads on per-core schedulers (docs/flash.md).
+	FarMemory *Duration `toml:"far_memory,omitempty"`
+	// Prefetch makes each far-memory access prefetch its line and yield to
+	// other lookups first; default true. Only with far_memory.
+	Prefetch *bool `toml:"prefetch,omitempty"`
+	// LookupThreads is the number of user-level threads per core serving
+	// lookups; 0 means the default derived from far_memory
+	// (flash.DefaultLookupThreads). Only with far_memory.
+	LookupThreads int `toml:"lookup_threads,omitzero"`
+	// IO is how the schedulers read the device: "uring" or "threads";
+	// empty means io_uring where the kernel allows it, else threads. Only
+	// with far_memory.
+	IO string `toml:"io,omitempty"`
 }
+
+// FarMemoryLatency returns the far-memory latency of f, 0 for DRAM.
+func (f *Flash) FarMemoryLatency() time.Duration {
+	if f == nil || f.FarMemory == nil {
+		return 0
+	}
+	return f.FarMemory.Duration
+}
+
+// MaxFarMemory bounds [Flash.FarMemory]: the emulated memory is
+// microsecond-latency memory, and a lookup's core spins for it.
+const MaxFarMemory = time.Millisecond
+
+// MaxLookupThreads bounds [Flash.LookupThreads].
+const MaxLookupThreads = 4096
 
 // Unlimited is how a configuration spells a capacity without a limit.
 const Unlimited = "unlimited"

@@ -292,6 +292,28 @@ func TestValidate(t *testing.T) {
 			zero, big := Size(0), 64*MiB
 			c.Pools[1].Flash = &Flash{Cache: &big, WriteBuffer: &zero, Segment: 16 * MiB, DirectIO: true}
 		}, nil},
+		{"far memory", func(c *Config) {
+			c.Pools[1].Engine = "flash"
+			c.Pools[1].Flash = &Flash{FarMemory: &Duration{2 * time.Microsecond}, Prefetch: new(true), LookupThreads: 32, IO: "uring"}
+		}, nil},
+		{"far memory 0 is DRAM", func(c *Config) {
+			c.Pools[1].Engine = "flash"
+			c.Pools[1].Flash = &Flash{FarMemory: &Duration{0}}
+		}, nil},
+		{"far memory keys checked", func(c *Config) {
+			c.Pools[1].Engine = "flash"
+			c.Pools[1].Flash = &Flash{FarMemory: &Duration{2 * time.Millisecond}, LookupThreads: -1, IO: "aio"}
+		}, []string{
+			`pool[1] ("data").flash.far_memory: must be between 0 and 1ms, got 2ms`,
+			`pool[1] ("data").flash.lookup_threads: must be between 1 and 4096, got -1`,
+			`pool[1] ("data").flash.io: "aio" is not one of uring, threads`}},
+		{"far memory keys without far memory", func(c *Config) {
+			c.Pools[1].Engine = "flash"
+			c.Pools[1].Flash = &Flash{Prefetch: new(false), LookupThreads: 8, IO: "threads"}
+		}, []string{
+			`pool[1] ("data").flash.prefetch: only with far_memory > 0 (the index is in DRAM)`,
+			`pool[1] ("data").flash.lookup_threads: only with far_memory > 0 (the index is in DRAM)`,
+			`pool[1] ("data").flash.io: only with far_memory > 0 (the index is in DRAM)`}},
 		{"flash settings on another engine", func(c *Config) { c.Pools[1].Flash = &Flash{} },
 			[]string{`pool[1] ("data").flash: settings of engine flash, but engine is pebble (remove the [pool.flash] table)`}},
 		{"pebble settings", func(c *Config) { c.Pools[1].Pebble = &Pebble{Cache: new(MiB)} }, nil},
@@ -558,7 +580,8 @@ func TestRoundTrip(t *testing.T) {
 				Stashes: 1, Replication: 1},
 			{Name: "x", Prefix: "\u2603", Medium: "ssd", Mode: "durable", Engine: "flash",
 				Stashes: 4, Replication: 3, Capacity: 7 * TiB,
-				Flash: &Flash{Cache: new(Size(0)), WriteBuffer: new(16 * MiB), Segment: 128 * MiB, DirectIO: true}},
+				Flash: &Flash{Cache: new(Size(0)), WriteBuffer: new(16 * MiB), Segment: 128 * MiB, DirectIO: true,
+					FarMemory: &Duration{5 * time.Microsecond}, Prefetch: new(false), LookupThreads: 96, IO: "threads"}},
 			{Name: "y", Prefix: "y", Medium: "ssd", Mode: "durable", Engine: "flash",
 				Stashes: 1, Replication: 1, Flash: &Flash{Segment: 2 * MiB},
 				Device: &Device{Profile: "hdd", SyncLatency: &Duration{1500 * time.Microsecond}, IOPS: new(100), Bandwidth: new(Size(100 * MB)), QueueDepth: new(2)}},

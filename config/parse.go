@@ -78,7 +78,7 @@ var schema = map[string][]string{
 	"cluster":     {"failure_wait", "mvcc_window", "shard_bytes", "dc_delay"},
 	"log":         {"replicas"},
 	"pool":        {"name", "prefix", "medium", "mode", "engine", "stashes", "replication", "capacity", "eviction", "recency", "across_dcs", "flash", "pebble", "local_log", "device"},
-	"pool.flash":  {"cache", "write_buffer", "segment", "direct_io"},
+	"pool.flash":  {"cache", "write_buffer", "segment", "direct_io", "far_memory", "prefetch", "lookup_threads", "io"},
 	"pool.pebble": {"cache"},
 	"pool.device": {"profile", "read_latency", "write_latency", "sync_latency", "iops", "bandwidth", "queue_depth"},
 }

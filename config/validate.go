@@ -210,6 +210,7 @@ func (c *Config) Validate() error {
 			if f.Segment != 0 && f.Segment < MinFlashSegment {
 				fail(field("flash.segment"), "must be at least 1MiB, got %s", f.Segment)
 			}
+			validateFarMemory(f, field, fail)
 		}
 		if pb := p.Pebble; pb != nil {
 			if engineOK && p.Engine != "pebble" {
@@ -289,4 +290,30 @@ func (c *Config) Warnings() []string {
 		}
 	}
 	return w
+}
+
+// validateFarMemory checks the far-memory keys of [pool.flash].
+func validateFarMemory(f *Flash, field func(string) string, fail func(string, string, ...any)) {
+	lat := f.FarMemoryLatency()
+	if lat < 0 || lat > MaxFarMemory {
+		fail(field("flash.far_memory"), "must be between 0 and %s, got %s", MaxFarMemory, lat)
+	}
+	far := lat > 0
+	if f.Prefetch != nil && !far {
+		fail(field("flash.prefetch"), "only with far_memory > 0 (the index is in DRAM)")
+	}
+	if f.LookupThreads != 0 {
+		if !far {
+			fail(field("flash.lookup_threads"), "only with far_memory > 0 (the index is in DRAM)")
+		} else if f.LookupThreads < 1 || f.LookupThreads > MaxLookupThreads {
+			fail(field("flash.lookup_threads"), "must be between 1 and %d, got %d", MaxLookupThreads, f.LookupThreads)
+		}
+	}
+	if f.IO != "" {
+		if f.IO != "uring" && f.IO != "threads" {
+			fail(field("flash.io"), "%q is not one of uring, threads", f.IO)
+		} else if !far {
+			fail(field("flash.io"), "only with far_memory > 0 (the index is in DRAM)")
+		}
+	}
 }

@@ -91,6 +91,9 @@ func TestHTTPMetrics(t *testing.T) {
 	cfg := config.Default()
 	short := &config.Duration{Duration: 20 * time.Microsecond}
 	cfg.Pools[1].Device = &config.Device{Profile: "ssd", ReadLatency: short, WriteLatency: short, SyncLatency: short}
+	// A flash pool whose index is in far memory: the far_memory metrics.
+	cfg.Pools = append(cfg.Pools, config.Pool{Name: "far", Prefix: "f/", Medium: "ssd", Mode: "durable", Engine: "flash",
+		Stashes: 1, Replication: 1, Flash: &config.Flash{FarMemory: &config.Duration{Duration: 2 * time.Microsecond}}})
 	srv, err := server.Start(ctx, server.Options{Dir: t.TempDir(), Config: cfg, HTTPAddr: "127.0.0.1:0",
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), FlushInterval: 20 * time.Millisecond})
 	if err != nil {

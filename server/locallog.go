@@ -6,7 +6,9 @@ import (
 	"github.com/distash/distash/config"
 	"github.com/distash/distash/internal/engine"
 	"github.com/distash/distash/internal/engine/engines"
+	"github.com/distash/distash/internal/engine/flash"
 	"github.com/distash/distash/internal/engine/locallog"
+	"github.com/distash/distash/internal/farmem/ult"
 	"github.com/distash/distash/internal/fsys"
 	"github.com/distash/distash/internal/kv"
 	"github.com/distash/distash/internal/wire"
@@ -23,7 +25,21 @@ func (s *Server) openEngine(p config.Pool, dir string, fs fsys.FS) (engine.Engin
 	if p.LocalLog {
 		return locallog.Open(opts, locallog.Config{Logger: s.roleLogger(logRoleStash)})
 	}
-	return engines.Open(p.Engine, opts)
+	eng, err := engines.Open(p.Engine, opts)
+	if err != nil {
+		return nil, err
+	}
+	if fe, ok := eng.(*flash.Engine); ok {
+		if st, ok := fe.ServeStats(); ok {
+			// The IO path is chosen at open (io_uring where the kernel
+			// allows it): say which one the stash got.
+			s.roleLogger(logRoleStash).Info("flash stash serves reads from far memory",
+				"pool", p.Name, "dir", dir, "far_memory", p.Flash.FarMemoryLatency().String(),
+				"prefetch", p.Flash.Prefetch == nil || *p.Flash.Prefetch,
+				"lookup_threads", st.Tasks, "cores", st.Cores, "io", st.IOMode.String(), "io_configured", p.Flash.IO)
+		}
+	}
+	return eng, nil
 }
 
 // startLocalLog decides how a stash of a local_log pool whose engine eng
@@ -91,4 +107,39 @@ func localLogStatus(e engine.Engine) *wire.LocalLogStatus {
 		LogBytes: st.LogBytes, LastSnapshotVersion: int64(st.LastSnapshotVersion), Snapshots: st.Snapshots,
 		LastError: st.Failed,
 	}
+}
+
+// serveStats are the counters of a flash engine serving reads from far
+// memory, nil for any other engine.
+func serveStats(e engine.Engine) *ult.ServeStats {
+	if fe, ok := e.(*flash.Engine); ok {
+		if st, ok := fe.ServeStats(); ok {
+			return &st
+		}
+	}
+	return nil
+}
+
+// farMemoryStatus is the status of a flash engine serving reads from far
+// memory, nil for any other engine.
+func farMemoryStatus(e engine.Engine) *wire.FarMemoryStatus {
+	fe, ok := e.(*flash.Engine)
+	if !ok {
+		return nil
+	}
+	st, ok := fe.ServeStats()
+	if !ok {
+		return nil
+	}
+	fs := &wire.FarMemoryStatus{
+		LatencyNs: int64(st.Latency), Prefetch: st.Prefetch, Cores: int32(st.Cores), LookupThreads: int32(st.Tasks),
+		Io: st.IOMode.String(), Lookups: st.Lookups, Accesses: st.Accesses, Prefetches: st.Prefetches,
+		StallNs: st.StallNs, DeviceReads: st.DeviceReads, Runnable: st.Runnable, Waiting: st.Waiting, Queued: st.Queued,
+	}
+	if n := float64(st.Lookups); n > 0 {
+		fs.AccessesPerRead = float64(st.Accesses) / n
+		fs.StallUsPerRead = float64(st.StallNs) / 1e3 / n
+		fs.DeviceReadsPerRead = float64(st.DeviceReads) / n
+	}
+	return fs
 }

@@ -243,6 +243,14 @@ var (
 	descDevRead    = desc("distash_stash_device_read_bytes_total", "Bytes read from the stash's emulated device.", stashLabels...)
 	descDevWritten = desc("distash_stash_device_written_bytes_total", "Bytes written to the stash's emulated device.", stashLabels...)
 
+	// Of a flash stash whose index is in far memory (far_memory > 0).
+	descFarLookups    = desc("distash_stash_far_memory_lookups_total", "Reads served by the stash's far-memory lookups (a point read per key, a range read each).", stashLabels...)
+	descFarAccesses   = desc("distash_stash_far_memory_accesses_total", "Far-memory lines the stash's lookups accessed.", stashLabels...)
+	descFarPrefetches = desc("distash_stash_far_memory_prefetches_total", "Prefetches the stash's lookups issued to far memory.", stashLabels...)
+	descFarStall      = desc("distash_stash_far_memory_stall_seconds_total", "Time the stash's scheduler cores stalled on far memory.", stashLabels...)
+	descFarDevice     = desc("distash_stash_far_memory_device_reads_total", "Device reads the stash's lookups waited for.", stashLabels...)
+	descFarLookupsNow = desc("distash_stash_far_memory_lookups", "Lookups of the stash in progress now, by state (runnable, waiting, queued).", append(slices.Clone(stashLabels), "state")...)
+
 	descPoolInfo     = desc("distash_pool_info", "The pools of the configuration (value 1).", "pool", "medium", "mode", "engine")
 	descPoolShards   = desc("distash_pool_shards", "Shards of the pool (data distributor).", "pool")
 	descPoolTeams    = desc("distash_pool_teams", "Teams of the pool's stashes (data distributor).", "pool")
@@ -284,6 +292,7 @@ var allDescs = []*prometheus.Desc{
 	descStashReads, descStashHits, descStashMisses, descStashEvictions, descStashFilterNeg, descStashApplied,
 	descStashDurable, descStashLag, descStashHealthy, descStashRestarts, descStashHealth,
 	descDevBusy, descDevQueue, descDevIO, descDevRead, descDevWritten,
+	descFarLookups, descFarAccesses, descFarPrefetches, descFarStall, descFarDevice, descFarLookupsNow,
 	descPoolInfo, descPoolShards, descPoolTeams, descPoolRepl, descPoolUnder, descPoolMoving, descPoolLeft,
 	descPoolQueued, descPoolMoves, descPoolEstBytes,
 	descCommits, descConflicts, descTooOld, descPoolFull, descBatches, descQueued, descCommitted, descRateLimit,
@@ -391,6 +400,19 @@ func (c collector) collectStashes(ch chan<- prometheus.Metric, logLast kv.Versio
 		counter(ch, descStashRestarts, float64(h.Restarts), l...)
 		if d := s.deviceOf(st.Tag); d != nil {
 			collectDevice(ch, d, l)
+		}
+		if f := farMemoryStatus(sl.get().Engine()); f != nil {
+			counter(ch, descFarLookups, float64(f.Lookups), l...)
+			counter(ch, descFarAccesses, float64(f.Accesses), l...)
+			counter(ch, descFarPrefetches, float64(f.Prefetches), l...)
+			counter(ch, descFarStall, float64(f.StallNs)/1e9, l...)
+			counter(ch, descFarDevice, float64(f.DeviceReads), l...)
+			for _, n := range []struct {
+				state string
+				v     int64
+			}{{"runnable", f.Runnable}, {"waiting", f.Waiting}, {"queued", f.Queued}} {
+				gauge(ch, descFarLookupsNow, float64(n.v), append(slices.Clone(l), n.state)...)
+			}
 		}
 	}
 }

@@ -38,6 +38,7 @@ import (
 	"github.com/distash/distash/internal/engine"
 	"github.com/distash/distash/internal/engine/flash"
 	pebbleengine "github.com/distash/distash/internal/engine/pebble"
+	"github.com/distash/distash/internal/farmem/ult"
 	"github.com/distash/distash/internal/fsys"
 	"github.com/distash/distash/internal/kv"
 	"github.com/distash/distash/internal/proxy"
@@ -328,6 +329,17 @@ func engineTuning(p config.Pool) any {
 	}
 	c.CacheBytes = bytesOrOff(f.Cache)
 	c.WriteBufferBytes = bytesOrOff(f.WriteBuffer)
+	if lat := f.FarMemoryLatency(); lat > 0 {
+		c.FarMemory = lat
+		c.NoPrefetch = f.Prefetch != nil && !*f.Prefetch
+		c.LookupThreads = f.LookupThreads
+		switch f.IO {
+		case "uring":
+			c.IO = ult.IOUring
+		case "threads":
+			c.IO = ult.IOThreads
+		}
+	}
 	return c
 }
 
@@ -620,6 +632,9 @@ type StashStats struct {
 	LastError                string // what stopped it last, "" if it never failed
 	// LocalLog is the stash's local log (a pool with local_log), nil if none.
 	LocalLog *wire.LocalLogStatus
+	// FarMemory are the counters of a flash stash serving reads from far
+	// memory (far_memory > 0), nil otherwise.
+	FarMemory *ult.ServeStats
 }
 
 // Stashes returns the statistics of every stash, in pool order.
@@ -637,6 +652,7 @@ func (s *Server) Stashes() []StashStats {
 			EngineBytes: st.EngineBytes, WindowBytes: st.WindowBytes, Hits: st.Hits, Misses: st.Misses,
 			Evictions: st.Evictions, FilterNegatives: st.FilterNegatives, Reads: st.Reads, AppliedVersion: int64(st.Applied), DurableVersion: int64(st.Durable),
 			CapacityBytes: st.CapacityBytes, LocalLog: localLogStatus(sl.get().Engine()),
+			FarMemory: serveStats(sl.get().Engine()),
 		})
 	}
 	return out

@@ -248,6 +248,7 @@ func (v *service) Status(ctx context.Context, _ *wire.StatusRequest) (*wire.Stat
 			ws.EngineCounters = append(ws.EngineCounters, &wire.EngineCounter{Name: c.Name, Value: c.Value})
 		}
 		ws.LocalLog = localLogStatus(sl.get().Engine())
+		ws.FarMemory = farMemoryStatus(sl.get().Engine())
 		if d := v.s.deviceOf(st.Tag); d != nil {
 			ws.Device = deviceStatus(d)
 		}

@@ -14,7 +14,9 @@ import (
 func benchFarmemCmd() *cobra.Command {
 	var o farmem.Options
 	var latencies []time.Duration
-	var noPrefetchSweep, noIOSweep bool
+	var noPrefetchSweep, noIOSweep, cluster bool
+	var records, threads int
+	var cpuProfile string
 	cmd := &cobra.Command{
 		Use:   "farmem",
 		Short: "Microsecond-latency memory: throughput vs emulated memory latency, with and without prefetching and IO, against the model",
@@ -24,10 +26,29 @@ func benchFarmemCmd() *cobra.Command {
 its index in emulated far memory. Sweeps L_mem with prefetching on and off
 and IO on and off, prints throughput normalised to L_mem = 0.1 µs next to
 the model's prediction (with parameters measured from the run), and writes
-farmem.png. See docs/flash.md.`,
+farmem.png. See docs/flash.md.
+
+--cluster measures the serving path end to end instead: point reads through
+the public client of an embedded cluster whose flash pools keep their index
+in far memory of each latency (far_memory), with and without prefetching,
+next to the model of the engine alone and with the client's, gRPC's and the
+log's CPU counted; writes farmem-cluster.png and farmem-cluster.csv. See
+docs/benchmarks.md.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 			defer stop()
+			if cpuProfile != "" {
+				stop, err := startCPUProfile(cpuProfile)
+				if err != nil {
+					return err
+				}
+				defer stop()
+			}
+			if cluster {
+				_, err := farmem.RunCluster(ctx, farmem.ClusterOptions{Latencies: latencies, Records: records,
+					Threads: threads, Duration: o.Duration, OutDir: o.OutDir}, os.Stdout)
+				return err
+			}
 			o.Latencies = latencies
 			if noPrefetchSweep {
 				o.Prefetch = []bool{true}
@@ -49,6 +70,10 @@ farmem.png. See docs/flash.md.`,
 	cmd.Flags().BoolVar(&o.Durable, "durable", false, "run the flash engine durable (fsync per commit) instead of ephemeral")
 	cmd.Flags().BoolVar(&noPrefetchSweep, "prefetch-only", false, "only with prefetching (skip the prefetch-off curves)")
 	cmd.Flags().BoolVar(&noIOSweep, "io-only", false, "only with IO (skip the IO-off curves)")
-	cmd.Flags().StringVar(&o.OutDir, "out", "bench-out", "directory for farmem.png")
+	cmd.Flags().StringVar(&o.OutDir, "out", "bench-out", "directory for farmem.png (farmem-cluster.png and .csv with --cluster)")
+	cmd.Flags().BoolVar(&cluster, "cluster", false, "end to end: point reads through the client on flash pools with far_memory at each latency (default 0.1,1,2,5,10,20 µs), with and without prefetch")
+	cmd.Flags().IntVar(&records, "records", 0, "with --cluster: keys per pool (default 20000)")
+	cmd.Flags().StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
+	cmd.Flags().IntVar(&threads, "threads", 0, "with --cluster: client goroutines (default 64)")
 	return cmd
 }

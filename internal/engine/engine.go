@@ -96,6 +96,29 @@ func Peek(e Engine, key []byte) ([]byte, bool, error) {
 	return e.Get(key)
 }
 
+// ReadServer is implemented by engines that serve reads through their own
+// scheduler (the flash engine with far memory: user-level threads that
+// overlap lookups). When ServesReads is true a stash reads a client's keys
+// with one GetMany, so that they run as concurrent lookups, and its range
+// reads with ScanServed; otherwise it uses Get and Scan as any engine.
+type ReadServer interface {
+	ServesReads() bool
+	// GetMany is Get of each key; the lookups may run concurrently.
+	GetMany(keys [][]byte) (values [][]byte, present []bool, err error)
+	// ScanServed is Scan run on the engine's scheduler; fn must not block
+	// (it runs on a scheduler thread, holding up its other lookups).
+	ScanServed(begin, end []byte, reverse bool, fn func(key, value []byte) bool) error
+}
+
+// ServesReads returns e as a ReadServer if it serves reads through its own
+// scheduler, nil otherwise.
+func ServesReads(e Engine) ReadServer {
+	if rs, ok := e.(ReadServer); ok && rs.ServesReads() {
+		return rs
+	}
+	return nil
+}
+
 // Counter is one named figure of an engine's internals, for status
 // displays. Names are lower_snake_case; those ending in _bytes are sizes.
 type Counter struct {

@@ -863,32 +863,56 @@ func (s *Stash) Get(ctx context.Context, v kv.Version, keys [][]byte) ([][]byte,
 		return nil, nil, s.engineReadFailed(err)
 	}
 	for i, k := range keys {
-		ok := present[i]
-		if ok && s.rec != nil {
-			s.rec.touch(k)
-		}
-		if s.opts.Ephemeral {
-			if ok {
-				s.hits.Add(1)
-			} else {
-				s.misses.Add(1)
-			}
-		}
+		s.counted(k, present[i])
 	}
 	s.reads.Add(int64(len(keys)))
 	return values, present, nil
+}
+
+// counted records a point read of k (present or not).
+func (s *Stash) counted(k []byte, ok bool) {
+	if ok && s.rec != nil {
+		s.rec.touch(k)
+	}
+	if s.opts.Ephemeral {
+		if ok {
+			s.hits.Add(1)
+		} else {
+			s.misses.Add(1)
+		}
+	}
 }
 
 // engineReaders bounds the concurrent engine reads of one Get.
 const engineReaders = 8
 
 // readEngine reads keys[i] for every i of idx from the engine into
-// values and present. A durable stash reads them several at a time: on a
-// disk each read may wait for the device, and one after another a read
-// of a dozen keys took a dozen device latencies while it held pin, which
-// also kept the next flush, and every read queued behind that flush,
-// waiting. An ephemeral stash (DRAM) reads them in turn.
+// values and present. An engine that serves reads on its own schedulers
+// (a flash engine with far memory, engine.ReadServer) gets them as one
+// GetMany, run as concurrent lookups. Otherwise a durable stash reads
+// them several at a time: on a disk each read may wait for the device,
+// and one after another a read of a dozen keys took a dozen device
+// latencies while it held pin, which also kept the next flush, and every
+// read queued behind that flush, waiting. An ephemeral stash (DRAM)
+// reads them in turn.
 func (s *Stash) readEngine(keys [][]byte, idx []int, values [][]byte, present []bool) error {
+	if len(idx) == 0 {
+		return nil
+	}
+	if rs := engine.ServesReads(s.eng); rs != nil {
+		ks := make([][]byte, len(idx))
+		for j, i := range idx {
+			ks[j] = keys[i]
+		}
+		vals, oks, err := rs.GetMany(ks)
+		if err != nil {
+			return err
+		}
+		for j, i := range idx {
+			values[i], present[i] = vals[j], oks[j]
+		}
+		return nil
+	}
 	if len(idx) < 2 || s.opts.Ephemeral {
 		for _, i := range idx {
 			val, ok, err := s.eng.Get(keys[i])
@@ -985,7 +1009,11 @@ func (s *Stash) merge(o overlay, begin, end []byte, limit int, byteLimit int64, 
 	}
 	i := 0
 	more := false
-	err := s.eng.Scan(begin, end, reverse, func(k, v []byte) bool {
+	scan := s.eng.Scan
+	if rs := engine.ServesReads(s.eng); rs != nil {
+		scan = rs.ScanServed // the function below does not block
+	}
+	err := scan(begin, end, reverse, func(k, v []byte) bool {
 		for i < n && before(o.keys[idx(i)], k) {
 			j := idx(i)
 			i++

@@ -1202,11 +1202,12 @@ type StashStatus struct {
 	HealthSinceUnixMs int64                  `protobuf:"varint,20,opt,name=health_since_unix_ms,json=healthSinceUnixMs,proto3" json:"health_since_unix_ms,omitempty"` // when health last changed
 	Node              string                 `protobuf:"bytes,21,opt,name=node,proto3" json:"node,omitempty"`                                                         // cluster mode: the node serving it
 	Address           string                 `protobuf:"bytes,22,opt,name=address,proto3" json:"address,omitempty"`
-	Shards            int32                  `protobuf:"varint,23,opt,name=shards,proto3" json:"shards,omitempty"`                    // shards whose team holds this stash (data distribution)
-	Fetching          int32                  `protobuf:"varint,24,opt,name=fetching,proto3" json:"fetching,omitempty"`                // shards it is fetching (destination of a move)
-	Excluded          bool                   `protobuf:"varint,25,opt,name=excluded,proto3" json:"excluded,omitempty"`                // excluded by `distash cli exclude`: its shards move off
-	Device            *DeviceStatus          `protobuf:"bytes,26,opt,name=device,proto3" json:"device,omitempty"`                     // its emulated device ([pool.device]); absent when the pool emulates none
-	LocalLog          *LocalLogStatus        `protobuf:"bytes,27,opt,name=local_log,json=localLog,proto3" json:"local_log,omitempty"` // a pool with local_log = true; null otherwise
+	Shards            int32                  `protobuf:"varint,23,opt,name=shards,proto3" json:"shards,omitempty"`                       // shards whose team holds this stash (data distribution)
+	Fetching          int32                  `protobuf:"varint,24,opt,name=fetching,proto3" json:"fetching,omitempty"`                   // shards it is fetching (destination of a move)
+	Excluded          bool                   `protobuf:"varint,25,opt,name=excluded,proto3" json:"excluded,omitempty"`                   // excluded by `distash cli exclude`: its shards move off
+	Device            *DeviceStatus          `protobuf:"bytes,26,opt,name=device,proto3" json:"device,omitempty"`                        // its emulated device ([pool.device]); absent when the pool emulates none
+	LocalLog          *LocalLogStatus        `protobuf:"bytes,27,opt,name=local_log,json=localLog,proto3" json:"local_log,omitempty"`    // a pool with local_log = true; null otherwise
+	FarMemory         *FarMemoryStatus       `protobuf:"bytes,28,opt,name=far_memory,json=farMemory,proto3" json:"far_memory,omitempty"` // a flash pool with far_memory > 0; null otherwise
 	unknownFields     protoimpl.UnknownFields
 	sizeCache         protoimpl.SizeCache
 }
@@ -1430,6 +1431,179 @@ func (x *StashStatus) GetLocalLog() *LocalLogStatus {
 	return nil
 }
 
+func (x *StashStatus) GetFarMemory() *FarMemoryStatus {
+	if x != nil {
+		return x.FarMemory
+	}
+	return nil
+}
+
+// FarMemoryStatus is how a flash stash whose index is in far memory serves
+// reads: lookups on user-level threads of per-core schedulers (docs/flash.md).
+type FarMemoryStatus struct {
+	state              protoimpl.MessageState `protogen:"open.v1"`
+	LatencyNs          int64                  `protobuf:"varint,1,opt,name=latency_ns,json=latencyNs,proto3" json:"latency_ns,omitempty"` // far_memory
+	Prefetch           bool                   `protobuf:"varint,2,opt,name=prefetch,proto3" json:"prefetch,omitempty"`
+	Cores              int32                  `protobuf:"varint,3,opt,name=cores,proto3" json:"cores,omitempty"`                                      // schedulers
+	LookupThreads      int32                  `protobuf:"varint,4,opt,name=lookup_threads,json=lookupThreads,proto3" json:"lookup_threads,omitempty"` // user-level threads per core, at most
+	Io                 string                 `protobuf:"bytes,5,opt,name=io,proto3" json:"io,omitempty"`                                             // io_uring | threads: the read path in use
+	Lookups            int64                  `protobuf:"varint,6,opt,name=lookups,proto3" json:"lookups,omitempty"`                                  // reads served (point reads, one per key; range reads)
+	Accesses           int64                  `protobuf:"varint,7,opt,name=accesses,proto3" json:"accesses,omitempty"`                                // far-memory lines accessed
+	Prefetches         int64                  `protobuf:"varint,8,opt,name=prefetches,proto3" json:"prefetches,omitempty"`                            // prefetches issued to far memory
+	StallNs            int64                  `protobuf:"varint,9,opt,name=stall_ns,json=stallNs,proto3" json:"stall_ns,omitempty"`                   // time the cores stalled on far memory
+	DeviceReads        int64                  `protobuf:"varint,10,opt,name=device_reads,json=deviceReads,proto3" json:"device_reads,omitempty"`      // device reads the lookups waited for
+	AccessesPerRead    float64                `protobuf:"fixed64,11,opt,name=accesses_per_read,json=accessesPerRead,proto3" json:"accesses_per_read,omitempty"`
+	StallUsPerRead     float64                `protobuf:"fixed64,12,opt,name=stall_us_per_read,json=stallUsPerRead,proto3" json:"stall_us_per_read,omitempty"`
+	DeviceReadsPerRead float64                `protobuf:"fixed64,13,opt,name=device_reads_per_read,json=deviceReadsPerRead,proto3" json:"device_reads_per_read,omitempty"`
+	Runnable           int64                  `protobuf:"varint,14,opt,name=runnable,proto3" json:"runnable,omitempty"` // lookups in progress that can run now
+	Waiting            int64                  `protobuf:"varint,15,opt,name=waiting,proto3" json:"waiting,omitempty"`   // lookups in progress waiting for a device read or a writer
+	Queued             int64                  `protobuf:"varint,16,opt,name=queued,proto3" json:"queued,omitempty"`     // lookups submitted, not yet on a thread
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *FarMemoryStatus) Reset() {
+	*x = FarMemoryStatus{}
+	mi := &file_distash_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FarMemoryStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FarMemoryStatus) ProtoMessage() {}
+
+func (x *FarMemoryStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_distash_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FarMemoryStatus.ProtoReflect.Descriptor instead.
+func (*FarMemoryStatus) Descriptor() ([]byte, []int) {
+	return file_distash_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *FarMemoryStatus) GetLatencyNs() int64 {
+	if x != nil {
+		return x.LatencyNs
+	}
+	return 0
+}
+
+func (x *FarMemoryStatus) GetPrefetch() bool {
+	if x != nil {
+		return x.Prefetch
+	}
+	return false
+}
+
+func (x *FarMemoryStatus) GetCores() int32 {
+	if x != nil {
+		return x.Cores
+	}
+	return 0
+}
+
+func (x *FarMemoryStatus) GetLookupThreads() int32 {
+	if x != nil {
+		return x.LookupThreads
+	}
+	return 0
+}
+
+func (x *FarMemoryStatus) GetIo() string {
+	if x != nil {
+		return x.Io
+	}
+	return ""
+}
+
+func (x *FarMemoryStatus) GetLookups() int64 {
+	if x != nil {
+		return x.Lookups
+	}
+	return 0
+}
+
+func (x *FarMemoryStatus) GetAccesses() int64 {
+	if x != nil {
+		return x.Accesses
+	}
+	return 0
+}
+
+func (x *FarMemoryStatus) GetPrefetches() int64 {
+	if x != nil {
+		return x.Prefetches
+	}
+	return 0
+}
+
+func (x *FarMemoryStatus) GetStallNs() int64 {
+	if x != nil {
+		return x.StallNs
+	}
+	return 0
+}
+
+func (x *FarMemoryStatus) GetDeviceReads() int64 {
+	if x != nil {
+		return x.DeviceReads
+	}
+	return 0
+}
+
+func (x *FarMemoryStatus) GetAccessesPerRead() float64 {
+	if x != nil {
+		return x.AccessesPerRead
+	}
+	return 0
+}
+
+func (x *FarMemoryStatus) GetStallUsPerRead() float64 {
+	if x != nil {
+		return x.StallUsPerRead
+	}
+	return 0
+}
+
+func (x *FarMemoryStatus) GetDeviceReadsPerRead() float64 {
+	if x != nil {
+		return x.DeviceReadsPerRead
+	}
+	return 0
+}
+
+func (x *FarMemoryStatus) GetRunnable() int64 {
+	if x != nil {
+		return x.Runnable
+	}
+	return 0
+}
+
+func (x *FarMemoryStatus) GetWaiting() int64 {
+	if x != nil {
+		return x.Waiting
+	}
+	return 0
+}
+
+func (x *FarMemoryStatus) GetQueued() int64 {
+	if x != nil {
+		return x.Queued
+	}
+	return 0
+}
+
 // A DRAM stash's local log (internal/engine/locallog): what it recovered
 // when it opened and what it keeps now.
 type LocalLogStatus struct {
@@ -1450,7 +1624,7 @@ type LocalLogStatus struct {
 
 func (x *LocalLogStatus) Reset() {
 	*x = LocalLogStatus{}
-	mi := &file_distash_proto_msgTypes[20]
+	mi := &file_distash_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1462,7 +1636,7 @@ func (x *LocalLogStatus) String() string {
 func (*LocalLogStatus) ProtoMessage() {}
 
 func (x *LocalLogStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[20]
+	mi := &file_distash_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1475,7 +1649,7 @@ func (x *LocalLogStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LocalLogStatus.ProtoReflect.Descriptor instead.
 func (*LocalLogStatus) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{20}
+	return file_distash_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *LocalLogStatus) GetRecoveredVersion() int64 {
@@ -1558,7 +1732,7 @@ type EngineCounter struct {
 
 func (x *EngineCounter) Reset() {
 	*x = EngineCounter{}
-	mi := &file_distash_proto_msgTypes[21]
+	mi := &file_distash_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1570,7 +1744,7 @@ func (x *EngineCounter) String() string {
 func (*EngineCounter) ProtoMessage() {}
 
 func (x *EngineCounter) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[21]
+	mi := &file_distash_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1583,7 +1757,7 @@ func (x *EngineCounter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EngineCounter.ProtoReflect.Descriptor instead.
 func (*EngineCounter) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{21}
+	return file_distash_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *EngineCounter) GetName() string {
@@ -1613,7 +1787,7 @@ type LogStatus struct {
 
 func (x *LogStatus) Reset() {
 	*x = LogStatus{}
-	mi := &file_distash_proto_msgTypes[22]
+	mi := &file_distash_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1625,7 +1799,7 @@ func (x *LogStatus) String() string {
 func (*LogStatus) ProtoMessage() {}
 
 func (x *LogStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[22]
+	mi := &file_distash_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1638,7 +1812,7 @@ func (x *LogStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogStatus.ProtoReflect.Descriptor instead.
 func (*LogStatus) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{22}
+	return file_distash_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *LogStatus) GetReplicas() int32 {
@@ -1687,7 +1861,7 @@ type ShardMetricsRequest struct {
 
 func (x *ShardMetricsRequest) Reset() {
 	*x = ShardMetricsRequest{}
-	mi := &file_distash_proto_msgTypes[23]
+	mi := &file_distash_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1699,7 +1873,7 @@ func (x *ShardMetricsRequest) String() string {
 func (*ShardMetricsRequest) ProtoMessage() {}
 
 func (x *ShardMetricsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[23]
+	mi := &file_distash_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1712,7 +1886,7 @@ func (x *ShardMetricsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardMetricsRequest.ProtoReflect.Descriptor instead.
 func (*ShardMetricsRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{23}
+	return file_distash_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ShardMetricsRequest) GetStash() uint32 {
@@ -1746,7 +1920,7 @@ type KeyRangeMsg struct {
 
 func (x *KeyRangeMsg) Reset() {
 	*x = KeyRangeMsg{}
-	mi := &file_distash_proto_msgTypes[24]
+	mi := &file_distash_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1758,7 +1932,7 @@ func (x *KeyRangeMsg) String() string {
 func (*KeyRangeMsg) ProtoMessage() {}
 
 func (x *KeyRangeMsg) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[24]
+	mi := &file_distash_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1771,7 +1945,7 @@ func (x *KeyRangeMsg) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyRangeMsg.ProtoReflect.Descriptor instead.
 func (*KeyRangeMsg) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{24}
+	return file_distash_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *KeyRangeMsg) GetBegin() []byte {
@@ -1802,7 +1976,7 @@ type RangeMetrics struct {
 
 func (x *RangeMetrics) Reset() {
 	*x = RangeMetrics{}
-	mi := &file_distash_proto_msgTypes[25]
+	mi := &file_distash_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1814,7 +1988,7 @@ func (x *RangeMetrics) String() string {
 func (*RangeMetrics) ProtoMessage() {}
 
 func (x *RangeMetrics) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[25]
+	mi := &file_distash_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1827,7 +2001,7 @@ func (x *RangeMetrics) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RangeMetrics.ProtoReflect.Descriptor instead.
 func (*RangeMetrics) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{25}
+	return file_distash_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *RangeMetrics) GetBytes() int64 {
@@ -1883,7 +2057,7 @@ type ShardMetricsResponse struct {
 
 func (x *ShardMetricsResponse) Reset() {
 	*x = ShardMetricsResponse{}
-	mi := &file_distash_proto_msgTypes[26]
+	mi := &file_distash_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1895,7 +2069,7 @@ func (x *ShardMetricsResponse) String() string {
 func (*ShardMetricsResponse) ProtoMessage() {}
 
 func (x *ShardMetricsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[26]
+	mi := &file_distash_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1908,7 +2082,7 @@ func (x *ShardMetricsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardMetricsResponse.ProtoReflect.Descriptor instead.
 func (*ShardMetricsResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{26}
+	return file_distash_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ShardMetricsResponse) GetRanges() []*RangeMetrics {
@@ -1940,7 +2114,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_distash_proto_msgTypes[27]
+	mi := &file_distash_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1952,7 +2126,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[27]
+	mi := &file_distash_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1965,7 +2139,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{27}
+	return file_distash_proto_rawDescGZIP(), []int{28}
 }
 
 type StatusResponse struct {
@@ -2018,7 +2192,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_distash_proto_msgTypes[28]
+	mi := &file_distash_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2030,7 +2204,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[28]
+	mi := &file_distash_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2043,7 +2217,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{28}
+	return file_distash_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *StatusResponse) GetPools() []*PoolInfo {
@@ -2284,7 +2458,7 @@ type MembershipStatus struct {
 
 func (x *MembershipStatus) Reset() {
 	*x = MembershipStatus{}
-	mi := &file_distash_proto_msgTypes[29]
+	mi := &file_distash_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2296,7 +2470,7 @@ func (x *MembershipStatus) String() string {
 func (*MembershipStatus) ProtoMessage() {}
 
 func (x *MembershipStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[29]
+	mi := &file_distash_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2309,7 +2483,7 @@ func (x *MembershipStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembershipStatus.ProtoReflect.Descriptor instead.
 func (*MembershipStatus) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{29}
+	return file_distash_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *MembershipStatus) GetConfigured() int32 {
@@ -2361,7 +2535,7 @@ type MemberStatus struct {
 
 func (x *MemberStatus) Reset() {
 	*x = MemberStatus{}
-	mi := &file_distash_proto_msgTypes[30]
+	mi := &file_distash_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2373,7 +2547,7 @@ func (x *MemberStatus) String() string {
 func (*MemberStatus) ProtoMessage() {}
 
 func (x *MemberStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[30]
+	mi := &file_distash_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2386,7 +2560,7 @@ func (x *MemberStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberStatus.ProtoReflect.Descriptor instead.
 func (*MemberStatus) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{30}
+	return file_distash_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *MemberStatus) GetId() string {
@@ -2444,7 +2618,7 @@ type StashShare struct {
 
 func (x *StashShare) Reset() {
 	*x = StashShare{}
-	mi := &file_distash_proto_msgTypes[31]
+	mi := &file_distash_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2456,7 +2630,7 @@ func (x *StashShare) String() string {
 func (*StashShare) ProtoMessage() {}
 
 func (x *StashShare) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[31]
+	mi := &file_distash_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2469,7 +2643,7 @@ func (x *StashShare) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StashShare.ProtoReflect.Descriptor instead.
 func (*StashShare) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{31}
+	return file_distash_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *StashShare) GetId() uint32 {
@@ -2522,7 +2696,7 @@ type PoolDistribution struct {
 
 func (x *PoolDistribution) Reset() {
 	*x = PoolDistribution{}
-	mi := &file_distash_proto_msgTypes[32]
+	mi := &file_distash_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2534,7 +2708,7 @@ func (x *PoolDistribution) String() string {
 func (*PoolDistribution) ProtoMessage() {}
 
 func (x *PoolDistribution) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[32]
+	mi := &file_distash_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2547,7 +2721,7 @@ func (x *PoolDistribution) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolDistribution.ProtoReflect.Descriptor instead.
 func (*PoolDistribution) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{32}
+	return file_distash_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *PoolDistribution) GetPool() string {
@@ -2657,7 +2831,7 @@ type RelocationStatus struct {
 
 func (x *RelocationStatus) Reset() {
 	*x = RelocationStatus{}
-	mi := &file_distash_proto_msgTypes[33]
+	mi := &file_distash_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2669,7 +2843,7 @@ func (x *RelocationStatus) String() string {
 func (*RelocationStatus) ProtoMessage() {}
 
 func (x *RelocationStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[33]
+	mi := &file_distash_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2682,7 +2856,7 @@ func (x *RelocationStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RelocationStatus.ProtoReflect.Descriptor instead.
 func (*RelocationStatus) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{33}
+	return file_distash_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *RelocationStatus) GetBegin() []byte {
@@ -2766,7 +2940,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_distash_proto_msgTypes[34]
+	mi := &file_distash_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2778,7 +2952,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[34]
+	mi := &file_distash_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2791,7 +2965,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{34}
+	return file_distash_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *NodeStatus) GetId() string {
@@ -2917,7 +3091,7 @@ type ColdestRequest struct {
 
 func (x *ColdestRequest) Reset() {
 	*x = ColdestRequest{}
-	mi := &file_distash_proto_msgTypes[35]
+	mi := &file_distash_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2929,7 +3103,7 @@ func (x *ColdestRequest) String() string {
 func (*ColdestRequest) ProtoMessage() {}
 
 func (x *ColdestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[35]
+	mi := &file_distash_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2942,7 +3116,7 @@ func (x *ColdestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ColdestRequest.ProtoReflect.Descriptor instead.
 func (*ColdestRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{35}
+	return file_distash_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ColdestRequest) GetPool() string {
@@ -2969,7 +3143,7 @@ type ColdestResponse struct {
 
 func (x *ColdestResponse) Reset() {
 	*x = ColdestResponse{}
-	mi := &file_distash_proto_msgTypes[36]
+	mi := &file_distash_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2981,7 +3155,7 @@ func (x *ColdestResponse) String() string {
 func (*ColdestResponse) ProtoMessage() {}
 
 func (x *ColdestResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[36]
+	mi := &file_distash_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2994,7 +3168,7 @@ func (x *ColdestResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ColdestResponse.ProtoReflect.Descriptor instead.
 func (*ColdestResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{36}
+	return file_distash_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ColdestResponse) GetKeys() [][]byte {
@@ -3024,7 +3198,7 @@ type CommitStreamRequest struct {
 
 func (x *CommitStreamRequest) Reset() {
 	*x = CommitStreamRequest{}
-	mi := &file_distash_proto_msgTypes[37]
+	mi := &file_distash_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3036,7 +3210,7 @@ func (x *CommitStreamRequest) String() string {
 func (*CommitStreamRequest) ProtoMessage() {}
 
 func (x *CommitStreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[37]
+	mi := &file_distash_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3049,7 +3223,7 @@ func (x *CommitStreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitStreamRequest.ProtoReflect.Descriptor instead.
 func (*CommitStreamRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{37}
+	return file_distash_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *CommitStreamRequest) GetId() uint64 {
@@ -3076,7 +3250,7 @@ type CommitStreamResponse struct {
 
 func (x *CommitStreamResponse) Reset() {
 	*x = CommitStreamResponse{}
-	mi := &file_distash_proto_msgTypes[38]
+	mi := &file_distash_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3088,7 +3262,7 @@ func (x *CommitStreamResponse) String() string {
 func (*CommitStreamResponse) ProtoMessage() {}
 
 func (x *CommitStreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[38]
+	mi := &file_distash_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3101,7 +3275,7 @@ func (x *CommitStreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitStreamResponse.ProtoReflect.Descriptor instead.
 func (*CommitStreamResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{38}
+	return file_distash_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *CommitStreamResponse) GetId() uint64 {
@@ -3133,7 +3307,7 @@ type ReadStreamRequest struct {
 
 func (x *ReadStreamRequest) Reset() {
 	*x = ReadStreamRequest{}
-	mi := &file_distash_proto_msgTypes[39]
+	mi := &file_distash_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3145,7 +3319,7 @@ func (x *ReadStreamRequest) String() string {
 func (*ReadStreamRequest) ProtoMessage() {}
 
 func (x *ReadStreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[39]
+	mi := &file_distash_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3158,7 +3332,7 @@ func (x *ReadStreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadStreamRequest.ProtoReflect.Descriptor instead.
 func (*ReadStreamRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{39}
+	return file_distash_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ReadStreamRequest) GetId() uint64 {
@@ -3193,7 +3367,7 @@ type ReadStreamResponse struct {
 
 func (x *ReadStreamResponse) Reset() {
 	*x = ReadStreamResponse{}
-	mi := &file_distash_proto_msgTypes[40]
+	mi := &file_distash_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3205,7 +3379,7 @@ func (x *ReadStreamResponse) String() string {
 func (*ReadStreamResponse) ProtoMessage() {}
 
 func (x *ReadStreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[40]
+	mi := &file_distash_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3218,7 +3392,7 @@ func (x *ReadStreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadStreamResponse.ProtoReflect.Descriptor instead.
 func (*ReadStreamResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{40}
+	return file_distash_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ReadStreamResponse) GetId() uint64 {
@@ -3256,7 +3430,7 @@ type PeekRequest struct {
 
 func (x *PeekRequest) Reset() {
 	*x = PeekRequest{}
-	mi := &file_distash_proto_msgTypes[41]
+	mi := &file_distash_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3268,7 +3442,7 @@ func (x *PeekRequest) String() string {
 func (*PeekRequest) ProtoMessage() {}
 
 func (x *PeekRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[41]
+	mi := &file_distash_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3281,7 +3455,7 @@ func (x *PeekRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeekRequest.ProtoReflect.Descriptor instead.
 func (*PeekRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{41}
+	return file_distash_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *PeekRequest) GetTag() uint32 {
@@ -3315,7 +3489,7 @@ type LogMessage struct {
 
 func (x *LogMessage) Reset() {
 	*x = LogMessage{}
-	mi := &file_distash_proto_msgTypes[42]
+	mi := &file_distash_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3327,7 +3501,7 @@ func (x *LogMessage) String() string {
 func (*LogMessage) ProtoMessage() {}
 
 func (x *LogMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[42]
+	mi := &file_distash_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3340,7 +3514,7 @@ func (x *LogMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogMessage.ProtoReflect.Descriptor instead.
 func (*LogMessage) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{42}
+	return file_distash_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *LogMessage) GetVersion() int64 {
@@ -3369,7 +3543,7 @@ type PeekResponse struct {
 
 func (x *PeekResponse) Reset() {
 	*x = PeekResponse{}
-	mi := &file_distash_proto_msgTypes[43]
+	mi := &file_distash_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3381,7 +3555,7 @@ func (x *PeekResponse) String() string {
 func (*PeekResponse) ProtoMessage() {}
 
 func (x *PeekResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[43]
+	mi := &file_distash_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3394,7 +3568,7 @@ func (x *PeekResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeekResponse.ProtoReflect.Descriptor instead.
 func (*PeekResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{43}
+	return file_distash_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *PeekResponse) GetMessages() []*LogMessage {
@@ -3435,7 +3609,7 @@ type PopRequest struct {
 
 func (x *PopRequest) Reset() {
 	*x = PopRequest{}
-	mi := &file_distash_proto_msgTypes[44]
+	mi := &file_distash_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3447,7 +3621,7 @@ func (x *PopRequest) String() string {
 func (*PopRequest) ProtoMessage() {}
 
 func (x *PopRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[44]
+	mi := &file_distash_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3460,7 +3634,7 @@ func (x *PopRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PopRequest.ProtoReflect.Descriptor instead.
 func (*PopRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{44}
+	return file_distash_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *PopRequest) GetTag() uint32 {
@@ -3486,7 +3660,7 @@ type PopResponse struct {
 
 func (x *PopResponse) Reset() {
 	*x = PopResponse{}
-	mi := &file_distash_proto_msgTypes[45]
+	mi := &file_distash_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3498,7 +3672,7 @@ func (x *PopResponse) String() string {
 func (*PopResponse) ProtoMessage() {}
 
 func (x *PopResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[45]
+	mi := &file_distash_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3511,7 +3685,7 @@ func (x *PopResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PopResponse.ProtoReflect.Descriptor instead.
 func (*PopResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{45}
+	return file_distash_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *PopResponse) GetError() *Error {
@@ -3537,7 +3711,7 @@ type ReportRequest struct {
 
 func (x *ReportRequest) Reset() {
 	*x = ReportRequest{}
-	mi := &file_distash_proto_msgTypes[46]
+	mi := &file_distash_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3549,7 +3723,7 @@ func (x *ReportRequest) String() string {
 func (*ReportRequest) ProtoMessage() {}
 
 func (x *ReportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[46]
+	mi := &file_distash_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3562,7 +3736,7 @@ func (x *ReportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRequest.ProtoReflect.Descriptor instead.
 func (*ReportRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{46}
+	return file_distash_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ReportRequest) GetTag() uint32 {
@@ -3611,7 +3785,7 @@ type ReportResponse struct {
 
 func (x *ReportResponse) Reset() {
 	*x = ReportResponse{}
-	mi := &file_distash_proto_msgTypes[47]
+	mi := &file_distash_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3623,7 +3797,7 @@ func (x *ReportResponse) String() string {
 func (*ReportResponse) ProtoMessage() {}
 
 func (x *ReportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[47]
+	mi := &file_distash_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3636,7 +3810,7 @@ func (x *ReportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportResponse.ProtoReflect.Descriptor instead.
 func (*ReportResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{47}
+	return file_distash_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ReportResponse) GetError() *Error {
@@ -3684,7 +3858,7 @@ type RegisterRequest struct {
 
 func (x *RegisterRequest) Reset() {
 	*x = RegisterRequest{}
-	mi := &file_distash_proto_msgTypes[48]
+	mi := &file_distash_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3696,7 +3870,7 @@ func (x *RegisterRequest) String() string {
 func (*RegisterRequest) ProtoMessage() {}
 
 func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[48]
+	mi := &file_distash_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3709,7 +3883,7 @@ func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterRequest.ProtoReflect.Descriptor instead.
 func (*RegisterRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{48}
+	return file_distash_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *RegisterRequest) GetId() string {
@@ -3803,7 +3977,7 @@ type RegisterResponse struct {
 
 func (x *RegisterResponse) Reset() {
 	*x = RegisterResponse{}
-	mi := &file_distash_proto_msgTypes[49]
+	mi := &file_distash_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3815,7 +3989,7 @@ func (x *RegisterResponse) String() string {
 func (*RegisterResponse) ProtoMessage() {}
 
 func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[49]
+	mi := &file_distash_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3828,7 +4002,7 @@ func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterResponse.ProtoReflect.Descriptor instead.
 func (*RegisterResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{49}
+	return file_distash_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *RegisterResponse) GetSlot() int32 {
@@ -3883,7 +4057,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_distash_proto_msgTypes[50]
+	mi := &file_distash_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3895,7 +4069,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[50]
+	mi := &file_distash_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3908,7 +4082,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{50}
+	return file_distash_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *HeartbeatRequest) GetId() string {
@@ -3936,7 +4110,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_distash_proto_msgTypes[51]
+	mi := &file_distash_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3948,7 +4122,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[51]
+	mi := &file_distash_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3961,7 +4135,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{51}
+	return file_distash_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *HeartbeatResponse) GetGeneration() uint64 {
@@ -3998,7 +4172,7 @@ type ViewRequest struct {
 
 func (x *ViewRequest) Reset() {
 	*x = ViewRequest{}
-	mi := &file_distash_proto_msgTypes[52]
+	mi := &file_distash_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4010,7 +4184,7 @@ func (x *ViewRequest) String() string {
 func (*ViewRequest) ProtoMessage() {}
 
 func (x *ViewRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[52]
+	mi := &file_distash_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4023,7 +4197,7 @@ func (x *ViewRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ViewRequest.ProtoReflect.Descriptor instead.
 func (*ViewRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{52}
+	return file_distash_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ViewRequest) GetHops() uint32 {
@@ -4056,7 +4230,7 @@ type CoordinatorMember struct {
 
 func (x *CoordinatorMember) Reset() {
 	*x = CoordinatorMember{}
-	mi := &file_distash_proto_msgTypes[53]
+	mi := &file_distash_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4068,7 +4242,7 @@ func (x *CoordinatorMember) String() string {
 func (*CoordinatorMember) ProtoMessage() {}
 
 func (x *CoordinatorMember) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[53]
+	mi := &file_distash_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4081,7 +4255,7 @@ func (x *CoordinatorMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CoordinatorMember.ProtoReflect.Descriptor instead.
 func (*CoordinatorMember) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{53}
+	return file_distash_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *CoordinatorMember) GetAddress() string {
@@ -4144,7 +4318,7 @@ type ClusterNode struct {
 
 func (x *ClusterNode) Reset() {
 	*x = ClusterNode{}
-	mi := &file_distash_proto_msgTypes[54]
+	mi := &file_distash_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4156,7 +4330,7 @@ func (x *ClusterNode) String() string {
 func (*ClusterNode) ProtoMessage() {}
 
 func (x *ClusterNode) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[54]
+	mi := &file_distash_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4169,7 +4343,7 @@ func (x *ClusterNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterNode.ProtoReflect.Descriptor instead.
 func (*ClusterNode) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{54}
+	return file_distash_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ClusterNode) GetId() string {
@@ -4252,7 +4426,7 @@ type PoolSlots struct {
 
 func (x *PoolSlots) Reset() {
 	*x = PoolSlots{}
-	mi := &file_distash_proto_msgTypes[55]
+	mi := &file_distash_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4264,7 +4438,7 @@ func (x *PoolSlots) String() string {
 func (*PoolSlots) ProtoMessage() {}
 
 func (x *PoolSlots) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[55]
+	mi := &file_distash_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4277,7 +4451,7 @@ func (x *PoolSlots) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolSlots.ProtoReflect.Descriptor instead.
 func (*PoolSlots) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{55}
+	return file_distash_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *PoolSlots) GetPool() string {
@@ -4331,7 +4505,7 @@ type ViewResponse struct {
 
 func (x *ViewResponse) Reset() {
 	*x = ViewResponse{}
-	mi := &file_distash_proto_msgTypes[56]
+	mi := &file_distash_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4343,7 +4517,7 @@ func (x *ViewResponse) String() string {
 func (*ViewResponse) ProtoMessage() {}
 
 func (x *ViewResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[56]
+	mi := &file_distash_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4356,7 +4530,7 @@ func (x *ViewResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ViewResponse.ProtoReflect.Descriptor instead.
 func (*ViewResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{56}
+	return file_distash_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ViewResponse) GetGeneration() uint64 {
@@ -4572,7 +4746,7 @@ type PoolReplication struct {
 
 func (x *PoolReplication) Reset() {
 	*x = PoolReplication{}
-	mi := &file_distash_proto_msgTypes[57]
+	mi := &file_distash_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4584,7 +4758,7 @@ func (x *PoolReplication) String() string {
 func (*PoolReplication) ProtoMessage() {}
 
 func (x *PoolReplication) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[57]
+	mi := &file_distash_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4597,7 +4771,7 @@ func (x *PoolReplication) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolReplication.ProtoReflect.Descriptor instead.
 func (*PoolReplication) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{57}
+	return file_distash_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *PoolReplication) GetPool() string {
@@ -4632,7 +4806,7 @@ type StashLocation struct {
 
 func (x *StashLocation) Reset() {
 	*x = StashLocation{}
-	mi := &file_distash_proto_msgTypes[58]
+	mi := &file_distash_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4644,7 +4818,7 @@ func (x *StashLocation) String() string {
 func (*StashLocation) ProtoMessage() {}
 
 func (x *StashLocation) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[58]
+	mi := &file_distash_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4657,7 +4831,7 @@ func (x *StashLocation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StashLocation.ProtoReflect.Descriptor instead.
 func (*StashLocation) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{58}
+	return file_distash_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *StashLocation) GetTag() uint32 {
@@ -4745,7 +4919,7 @@ type ClaimRequest struct {
 
 func (x *ClaimRequest) Reset() {
 	*x = ClaimRequest{}
-	mi := &file_distash_proto_msgTypes[59]
+	mi := &file_distash_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4757,7 +4931,7 @@ func (x *ClaimRequest) String() string {
 func (*ClaimRequest) ProtoMessage() {}
 
 func (x *ClaimRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[59]
+	mi := &file_distash_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4770,7 +4944,7 @@ func (x *ClaimRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimRequest.ProtoReflect.Descriptor instead.
 func (*ClaimRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{59}
+	return file_distash_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ClaimRequest) GetId() string {
@@ -4798,7 +4972,7 @@ type ClaimResponse struct {
 
 func (x *ClaimResponse) Reset() {
 	*x = ClaimResponse{}
-	mi := &file_distash_proto_msgTypes[60]
+	mi := &file_distash_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4810,7 +4984,7 @@ func (x *ClaimResponse) String() string {
 func (*ClaimResponse) ProtoMessage() {}
 
 func (x *ClaimResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[60]
+	mi := &file_distash_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4823,7 +4997,7 @@ func (x *ClaimResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimResponse.ProtoReflect.Descriptor instead.
 func (*ClaimResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{60}
+	return file_distash_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ClaimResponse) GetGeneration() uint64 {
@@ -4861,7 +5035,7 @@ type RecoveryDoneRequest struct {
 
 func (x *RecoveryDoneRequest) Reset() {
 	*x = RecoveryDoneRequest{}
-	mi := &file_distash_proto_msgTypes[61]
+	mi := &file_distash_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4873,7 +5047,7 @@ func (x *RecoveryDoneRequest) String() string {
 func (*RecoveryDoneRequest) ProtoMessage() {}
 
 func (x *RecoveryDoneRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[61]
+	mi := &file_distash_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4886,7 +5060,7 @@ func (x *RecoveryDoneRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoveryDoneRequest.ProtoReflect.Descriptor instead.
 func (*RecoveryDoneRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{61}
+	return file_distash_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *RecoveryDoneRequest) GetId() string {
@@ -4927,7 +5101,7 @@ type RecoveryDoneResponse struct {
 
 func (x *RecoveryDoneResponse) Reset() {
 	*x = RecoveryDoneResponse{}
-	mi := &file_distash_proto_msgTypes[62]
+	mi := &file_distash_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4939,7 +5113,7 @@ func (x *RecoveryDoneResponse) String() string {
 func (*RecoveryDoneResponse) ProtoMessage() {}
 
 func (x *RecoveryDoneResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[62]
+	mi := &file_distash_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4952,7 +5126,7 @@ func (x *RecoveryDoneResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoveryDoneResponse.ProtoReflect.Descriptor instead.
 func (*RecoveryDoneResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{62}
+	return file_distash_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *RecoveryDoneResponse) GetError() *Error {
@@ -4982,7 +5156,7 @@ type ExcludeRequest struct {
 
 func (x *ExcludeRequest) Reset() {
 	*x = ExcludeRequest{}
-	mi := &file_distash_proto_msgTypes[63]
+	mi := &file_distash_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4994,7 +5168,7 @@ func (x *ExcludeRequest) String() string {
 func (*ExcludeRequest) ProtoMessage() {}
 
 func (x *ExcludeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[63]
+	mi := &file_distash_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5007,7 +5181,7 @@ func (x *ExcludeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExcludeRequest.ProtoReflect.Descriptor instead.
 func (*ExcludeRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{63}
+	return file_distash_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *ExcludeRequest) GetAddresses() []string {
@@ -5035,7 +5209,7 @@ type ExcludeResponse struct {
 
 func (x *ExcludeResponse) Reset() {
 	*x = ExcludeResponse{}
-	mi := &file_distash_proto_msgTypes[64]
+	mi := &file_distash_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5047,7 +5221,7 @@ func (x *ExcludeResponse) String() string {
 func (*ExcludeResponse) ProtoMessage() {}
 
 func (x *ExcludeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[64]
+	mi := &file_distash_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5060,7 +5234,7 @@ func (x *ExcludeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExcludeResponse.ProtoReflect.Descriptor instead.
 func (*ExcludeResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{64}
+	return file_distash_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *ExcludeResponse) GetExcluded() []string {
@@ -5094,7 +5268,7 @@ type IncludeRequest struct {
 
 func (x *IncludeRequest) Reset() {
 	*x = IncludeRequest{}
-	mi := &file_distash_proto_msgTypes[65]
+	mi := &file_distash_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5106,7 +5280,7 @@ func (x *IncludeRequest) String() string {
 func (*IncludeRequest) ProtoMessage() {}
 
 func (x *IncludeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[65]
+	mi := &file_distash_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5119,7 +5293,7 @@ func (x *IncludeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IncludeRequest.ProtoReflect.Descriptor instead.
 func (*IncludeRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{65}
+	return file_distash_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *IncludeRequest) GetAddresses() []string {
@@ -5147,7 +5321,7 @@ type IncludeResponse struct {
 
 func (x *IncludeResponse) Reset() {
 	*x = IncludeResponse{}
-	mi := &file_distash_proto_msgTypes[66]
+	mi := &file_distash_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5159,7 +5333,7 @@ func (x *IncludeResponse) String() string {
 func (*IncludeResponse) ProtoMessage() {}
 
 func (x *IncludeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[66]
+	mi := &file_distash_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5172,7 +5346,7 @@ func (x *IncludeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IncludeResponse.ProtoReflect.Descriptor instead.
 func (*IncludeResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{66}
+	return file_distash_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *IncludeResponse) GetExcluded() []string {
@@ -5211,7 +5385,7 @@ type ConfigureRequest struct {
 
 func (x *ConfigureRequest) Reset() {
 	*x = ConfigureRequest{}
-	mi := &file_distash_proto_msgTypes[67]
+	mi := &file_distash_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5223,7 +5397,7 @@ func (x *ConfigureRequest) String() string {
 func (*ConfigureRequest) ProtoMessage() {}
 
 func (x *ConfigureRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[67]
+	mi := &file_distash_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5236,7 +5410,7 @@ func (x *ConfigureRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigureRequest.ProtoReflect.Descriptor instead.
 func (*ConfigureRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{67}
+	return file_distash_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *ConfigureRequest) GetKey() string {
@@ -5277,7 +5451,7 @@ type ConfigureResponse struct {
 
 func (x *ConfigureResponse) Reset() {
 	*x = ConfigureResponse{}
-	mi := &file_distash_proto_msgTypes[68]
+	mi := &file_distash_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5289,7 +5463,7 @@ func (x *ConfigureResponse) String() string {
 func (*ConfigureResponse) ProtoMessage() {}
 
 func (x *ConfigureResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[68]
+	mi := &file_distash_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5302,7 +5476,7 @@ func (x *ConfigureResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigureResponse.ProtoReflect.Descriptor instead.
 func (*ConfigureResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{68}
+	return file_distash_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *ConfigureResponse) GetError() *Error {
@@ -5330,7 +5504,7 @@ type RetireRequest struct {
 
 func (x *RetireRequest) Reset() {
 	*x = RetireRequest{}
-	mi := &file_distash_proto_msgTypes[69]
+	mi := &file_distash_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5342,7 +5516,7 @@ func (x *RetireRequest) String() string {
 func (*RetireRequest) ProtoMessage() {}
 
 func (x *RetireRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[69]
+	mi := &file_distash_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5355,7 +5529,7 @@ func (x *RetireRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetireRequest.ProtoReflect.Descriptor instead.
 func (*RetireRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{69}
+	return file_distash_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *RetireRequest) GetTag() uint32 {
@@ -5382,7 +5556,7 @@ type RetireResponse struct {
 
 func (x *RetireResponse) Reset() {
 	*x = RetireResponse{}
-	mi := &file_distash_proto_msgTypes[70]
+	mi := &file_distash_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5394,7 +5568,7 @@ func (x *RetireResponse) String() string {
 func (*RetireResponse) ProtoMessage() {}
 
 func (x *RetireResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[70]
+	mi := &file_distash_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5407,7 +5581,7 @@ func (x *RetireResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetireResponse.ProtoReflect.Descriptor instead.
 func (*RetireResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{70}
+	return file_distash_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *RetireResponse) GetError() *Error {
@@ -5439,7 +5613,7 @@ type JoinCoordinatorsRequest struct {
 
 func (x *JoinCoordinatorsRequest) Reset() {
 	*x = JoinCoordinatorsRequest{}
-	mi := &file_distash_proto_msgTypes[71]
+	mi := &file_distash_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5451,7 +5625,7 @@ func (x *JoinCoordinatorsRequest) String() string {
 func (*JoinCoordinatorsRequest) ProtoMessage() {}
 
 func (x *JoinCoordinatorsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[71]
+	mi := &file_distash_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5464,7 +5638,7 @@ func (x *JoinCoordinatorsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinCoordinatorsRequest.ProtoReflect.Descriptor instead.
 func (*JoinCoordinatorsRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{71}
+	return file_distash_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *JoinCoordinatorsRequest) GetAddress() string {
@@ -5498,7 +5672,7 @@ type JoinCoordinatorsResponse struct {
 
 func (x *JoinCoordinatorsResponse) Reset() {
 	*x = JoinCoordinatorsResponse{}
-	mi := &file_distash_proto_msgTypes[72]
+	mi := &file_distash_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5510,7 +5684,7 @@ func (x *JoinCoordinatorsResponse) String() string {
 func (*JoinCoordinatorsResponse) ProtoMessage() {}
 
 func (x *JoinCoordinatorsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[72]
+	mi := &file_distash_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5523,7 +5697,7 @@ func (x *JoinCoordinatorsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinCoordinatorsResponse.ProtoReflect.Descriptor instead.
 func (*JoinCoordinatorsResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{72}
+	return file_distash_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *JoinCoordinatorsResponse) GetError() *Error {
@@ -5554,7 +5728,7 @@ type SetLogReplicasRequest struct {
 
 func (x *SetLogReplicasRequest) Reset() {
 	*x = SetLogReplicasRequest{}
-	mi := &file_distash_proto_msgTypes[73]
+	mi := &file_distash_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5566,7 +5740,7 @@ func (x *SetLogReplicasRequest) String() string {
 func (*SetLogReplicasRequest) ProtoMessage() {}
 
 func (x *SetLogReplicasRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[73]
+	mi := &file_distash_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5579,7 +5753,7 @@ func (x *SetLogReplicasRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetLogReplicasRequest.ProtoReflect.Descriptor instead.
 func (*SetLogReplicasRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{73}
+	return file_distash_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *SetLogReplicasRequest) GetReplicas() []string {
@@ -5613,7 +5787,7 @@ type SetLogReplicasResponse struct {
 
 func (x *SetLogReplicasResponse) Reset() {
 	*x = SetLogReplicasResponse{}
-	mi := &file_distash_proto_msgTypes[74]
+	mi := &file_distash_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5625,7 +5799,7 @@ func (x *SetLogReplicasResponse) String() string {
 func (*SetLogReplicasResponse) ProtoMessage() {}
 
 func (x *SetLogReplicasResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[74]
+	mi := &file_distash_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5638,7 +5812,7 @@ func (x *SetLogReplicasResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetLogReplicasResponse.ProtoReflect.Descriptor instead.
 func (*SetLogReplicasResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{74}
+	return file_distash_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *SetLogReplicasResponse) GetError() *Error {
@@ -5666,7 +5840,7 @@ type KillRequest struct {
 
 func (x *KillRequest) Reset() {
 	*x = KillRequest{}
-	mi := &file_distash_proto_msgTypes[75]
+	mi := &file_distash_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5678,7 +5852,7 @@ func (x *KillRequest) String() string {
 func (*KillRequest) ProtoMessage() {}
 
 func (x *KillRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[75]
+	mi := &file_distash_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5691,7 +5865,7 @@ func (x *KillRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KillRequest.ProtoReflect.Descriptor instead.
 func (*KillRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{75}
+	return file_distash_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *KillRequest) GetReason() string {
@@ -5710,7 +5884,7 @@ type KillResponse struct {
 
 func (x *KillResponse) Reset() {
 	*x = KillResponse{}
-	mi := &file_distash_proto_msgTypes[76]
+	mi := &file_distash_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5722,7 +5896,7 @@ func (x *KillResponse) String() string {
 func (*KillResponse) ProtoMessage() {}
 
 func (x *KillResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[76]
+	mi := &file_distash_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5735,7 +5909,7 @@ func (x *KillResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KillResponse.ProtoReflect.Descriptor instead.
 func (*KillResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{76}
+	return file_distash_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *KillResponse) GetError() *Error {
@@ -5768,7 +5942,7 @@ type DeviceStatus struct {
 
 func (x *DeviceStatus) Reset() {
 	*x = DeviceStatus{}
-	mi := &file_distash_proto_msgTypes[77]
+	mi := &file_distash_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5780,7 +5954,7 @@ func (x *DeviceStatus) String() string {
 func (*DeviceStatus) ProtoMessage() {}
 
 func (x *DeviceStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[77]
+	mi := &file_distash_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5793,7 +5967,7 @@ func (x *DeviceStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeviceStatus.ProtoReflect.Descriptor instead.
 func (*DeviceStatus) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{77}
+	return file_distash_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *DeviceStatus) GetProfile() string {
@@ -5978,7 +6152,7 @@ const file_distash_proto_rawDesc = "" +
 	"\x12ClusterInfoRequest\"o\n" +
 	"\x13ClusterInfoResponse\x12*\n" +
 	"\x05pools\x18\x01 \x03(\v2\x14.distash.v1.PoolInfoR\x05pools\x12,\n" +
-	"\x12mvcc_window_micros\x18\x02 \x01(\x03R\x10mvccWindowMicros\"\xdd\x06\n" +
+	"\x12mvcc_window_micros\x18\x02 \x01(\x03R\x10mvccWindowMicros\"\x99\a\n" +
 	"\vStashStatus\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x12\n" +
 	"\x04pool\x18\x02 \x01(\tR\x04pool\x12\x14\n" +
@@ -6008,7 +6182,30 @@ const file_distash_proto_rawDesc = "" +
 	"\bfetching\x18\x18 \x01(\x05R\bfetching\x12\x1a\n" +
 	"\bexcluded\x18\x19 \x01(\bR\bexcluded\x120\n" +
 	"\x06device\x18\x1a \x01(\v2\x18.distash.v1.DeviceStatusR\x06device\x127\n" +
-	"\tlocal_log\x18\x1b \x01(\v2\x1a.distash.v1.LocalLogStatusR\blocalLog\"\xfc\x02\n" +
+	"\tlocal_log\x18\x1b \x01(\v2\x1a.distash.v1.LocalLogStatusR\blocalLog\x12:\n" +
+	"\n" +
+	"far_memory\x18\x1c \x01(\v2\x1b.distash.v1.FarMemoryStatusR\tfarMemory\"\x85\x04\n" +
+	"\x0fFarMemoryStatus\x12\x1d\n" +
+	"\n" +
+	"latency_ns\x18\x01 \x01(\x03R\tlatencyNs\x12\x1a\n" +
+	"\bprefetch\x18\x02 \x01(\bR\bprefetch\x12\x14\n" +
+	"\x05cores\x18\x03 \x01(\x05R\x05cores\x12%\n" +
+	"\x0elookup_threads\x18\x04 \x01(\x05R\rlookupThreads\x12\x0e\n" +
+	"\x02io\x18\x05 \x01(\tR\x02io\x12\x18\n" +
+	"\alookups\x18\x06 \x01(\x03R\alookups\x12\x1a\n" +
+	"\baccesses\x18\a \x01(\x03R\baccesses\x12\x1e\n" +
+	"\n" +
+	"prefetches\x18\b \x01(\x03R\n" +
+	"prefetches\x12\x19\n" +
+	"\bstall_ns\x18\t \x01(\x03R\astallNs\x12!\n" +
+	"\fdevice_reads\x18\n" +
+	" \x01(\x03R\vdeviceReads\x12*\n" +
+	"\x11accesses_per_read\x18\v \x01(\x01R\x0faccessesPerRead\x12)\n" +
+	"\x11stall_us_per_read\x18\f \x01(\x01R\x0estallUsPerRead\x121\n" +
+	"\x15device_reads_per_read\x18\r \x01(\x01R\x12deviceReadsPerRead\x12\x1a\n" +
+	"\brunnable\x18\x0e \x01(\x03R\brunnable\x12\x18\n" +
+	"\awaiting\x18\x0f \x01(\x03R\awaiting\x12\x16\n" +
+	"\x06queued\x18\x10 \x01(\x03R\x06queued\"\xfc\x02\n" +
 	"\x0eLocalLogStatus\x12+\n" +
 	"\x11recovered_version\x18\x01 \x01(\x03R\x10recoveredVersion\x12%\n" +
 	"\x0erecovered_keys\x18\x02 \x01(\x03R\rrecoveredKeys\x12\x1f\n" +
@@ -6452,7 +6649,7 @@ func file_distash_proto_rawDescGZIP() []byte {
 	return file_distash_proto_rawDescData
 }
 
-var file_distash_proto_msgTypes = make([]protoimpl.MessageInfo, 78)
+var file_distash_proto_msgTypes = make([]protoimpl.MessageInfo, 79)
 var file_distash_proto_goTypes = []any{
 	(*Error)(nil),                    // 0: distash.v1.Error
 	(*Mutation)(nil),                 // 1: distash.v1.Mutation
@@ -6474,64 +6671,65 @@ var file_distash_proto_goTypes = []any{
 	(*ClusterInfoRequest)(nil),       // 17: distash.v1.ClusterInfoRequest
 	(*ClusterInfoResponse)(nil),      // 18: distash.v1.ClusterInfoResponse
 	(*StashStatus)(nil),              // 19: distash.v1.StashStatus
-	(*LocalLogStatus)(nil),           // 20: distash.v1.LocalLogStatus
-	(*EngineCounter)(nil),            // 21: distash.v1.EngineCounter
-	(*LogStatus)(nil),                // 22: distash.v1.LogStatus
-	(*ShardMetricsRequest)(nil),      // 23: distash.v1.ShardMetricsRequest
-	(*KeyRangeMsg)(nil),              // 24: distash.v1.KeyRangeMsg
-	(*RangeMetrics)(nil),             // 25: distash.v1.RangeMetrics
-	(*ShardMetricsResponse)(nil),     // 26: distash.v1.ShardMetricsResponse
-	(*StatusRequest)(nil),            // 27: distash.v1.StatusRequest
-	(*StatusResponse)(nil),           // 28: distash.v1.StatusResponse
-	(*MembershipStatus)(nil),         // 29: distash.v1.MembershipStatus
-	(*MemberStatus)(nil),             // 30: distash.v1.MemberStatus
-	(*StashShare)(nil),               // 31: distash.v1.StashShare
-	(*PoolDistribution)(nil),         // 32: distash.v1.PoolDistribution
-	(*RelocationStatus)(nil),         // 33: distash.v1.RelocationStatus
-	(*NodeStatus)(nil),               // 34: distash.v1.NodeStatus
-	(*ColdestRequest)(nil),           // 35: distash.v1.ColdestRequest
-	(*ColdestResponse)(nil),          // 36: distash.v1.ColdestResponse
-	(*CommitStreamRequest)(nil),      // 37: distash.v1.CommitStreamRequest
-	(*CommitStreamResponse)(nil),     // 38: distash.v1.CommitStreamResponse
-	(*ReadStreamRequest)(nil),        // 39: distash.v1.ReadStreamRequest
-	(*ReadStreamResponse)(nil),       // 40: distash.v1.ReadStreamResponse
-	(*PeekRequest)(nil),              // 41: distash.v1.PeekRequest
-	(*LogMessage)(nil),               // 42: distash.v1.LogMessage
-	(*PeekResponse)(nil),             // 43: distash.v1.PeekResponse
-	(*PopRequest)(nil),               // 44: distash.v1.PopRequest
-	(*PopResponse)(nil),              // 45: distash.v1.PopResponse
-	(*ReportRequest)(nil),            // 46: distash.v1.ReportRequest
-	(*ReportResponse)(nil),           // 47: distash.v1.ReportResponse
-	(*RegisterRequest)(nil),          // 48: distash.v1.RegisterRequest
-	(*RegisterResponse)(nil),         // 49: distash.v1.RegisterResponse
-	(*HeartbeatRequest)(nil),         // 50: distash.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),        // 51: distash.v1.HeartbeatResponse
-	(*ViewRequest)(nil),              // 52: distash.v1.ViewRequest
-	(*CoordinatorMember)(nil),        // 53: distash.v1.CoordinatorMember
-	(*ClusterNode)(nil),              // 54: distash.v1.ClusterNode
-	(*PoolSlots)(nil),                // 55: distash.v1.PoolSlots
-	(*ViewResponse)(nil),             // 56: distash.v1.ViewResponse
-	(*PoolReplication)(nil),          // 57: distash.v1.PoolReplication
-	(*StashLocation)(nil),            // 58: distash.v1.StashLocation
-	(*ClaimRequest)(nil),             // 59: distash.v1.ClaimRequest
-	(*ClaimResponse)(nil),            // 60: distash.v1.ClaimResponse
-	(*RecoveryDoneRequest)(nil),      // 61: distash.v1.RecoveryDoneRequest
-	(*RecoveryDoneResponse)(nil),     // 62: distash.v1.RecoveryDoneResponse
-	(*ExcludeRequest)(nil),           // 63: distash.v1.ExcludeRequest
-	(*ExcludeResponse)(nil),          // 64: distash.v1.ExcludeResponse
-	(*IncludeRequest)(nil),           // 65: distash.v1.IncludeRequest
-	(*IncludeResponse)(nil),          // 66: distash.v1.IncludeResponse
-	(*ConfigureRequest)(nil),         // 67: distash.v1.ConfigureRequest
-	(*ConfigureResponse)(nil),        // 68: distash.v1.ConfigureResponse
-	(*RetireRequest)(nil),            // 69: distash.v1.RetireRequest
-	(*RetireResponse)(nil),           // 70: distash.v1.RetireResponse
-	(*JoinCoordinatorsRequest)(nil),  // 71: distash.v1.JoinCoordinatorsRequest
-	(*JoinCoordinatorsResponse)(nil), // 72: distash.v1.JoinCoordinatorsResponse
-	(*SetLogReplicasRequest)(nil),    // 73: distash.v1.SetLogReplicasRequest
-	(*SetLogReplicasResponse)(nil),   // 74: distash.v1.SetLogReplicasResponse
-	(*KillRequest)(nil),              // 75: distash.v1.KillRequest
-	(*KillResponse)(nil),             // 76: distash.v1.KillResponse
-	(*DeviceStatus)(nil),             // 77: distash.v1.DeviceStatus
+	(*FarMemoryStatus)(nil),          // 20: distash.v1.FarMemoryStatus
+	(*LocalLogStatus)(nil),           // 21: distash.v1.LocalLogStatus
+	(*EngineCounter)(nil),            // 22: distash.v1.EngineCounter
+	(*LogStatus)(nil),                // 23: distash.v1.LogStatus
+	(*ShardMetricsRequest)(nil),      // 24: distash.v1.ShardMetricsRequest
+	(*KeyRangeMsg)(nil),              // 25: distash.v1.KeyRangeMsg
+	(*RangeMetrics)(nil),             // 26: distash.v1.RangeMetrics
+	(*ShardMetricsResponse)(nil),     // 27: distash.v1.ShardMetricsResponse
+	(*StatusRequest)(nil),            // 28: distash.v1.StatusRequest
+	(*StatusResponse)(nil),           // 29: distash.v1.StatusResponse
+	(*MembershipStatus)(nil),         // 30: distash.v1.MembershipStatus
+	(*MemberStatus)(nil),             // 31: distash.v1.MemberStatus
+	(*StashShare)(nil),               // 32: distash.v1.StashShare
+	(*PoolDistribution)(nil),         // 33: distash.v1.PoolDistribution
+	(*RelocationStatus)(nil),         // 34: distash.v1.RelocationStatus
+	(*NodeStatus)(nil),               // 35: distash.v1.NodeStatus
+	(*ColdestRequest)(nil),           // 36: distash.v1.ColdestRequest
+	(*ColdestResponse)(nil),          // 37: distash.v1.ColdestResponse
+	(*CommitStreamRequest)(nil),      // 38: distash.v1.CommitStreamRequest
+	(*CommitStreamResponse)(nil),     // 39: distash.v1.CommitStreamResponse
+	(*ReadStreamRequest)(nil),        // 40: distash.v1.ReadStreamRequest
+	(*ReadStreamResponse)(nil),       // 41: distash.v1.ReadStreamResponse
+	(*PeekRequest)(nil),              // 42: distash.v1.PeekRequest
+	(*LogMessage)(nil),               // 43: distash.v1.LogMessage
+	(*PeekResponse)(nil),             // 44: distash.v1.PeekResponse
+	(*PopRequest)(nil),               // 45: distash.v1.PopRequest
+	(*PopResponse)(nil),              // 46: distash.v1.PopResponse
+	(*ReportRequest)(nil),            // 47: distash.v1.ReportRequest
+	(*ReportResponse)(nil),           // 48: distash.v1.ReportResponse
+	(*RegisterRequest)(nil),          // 49: distash.v1.RegisterRequest
+	(*RegisterResponse)(nil),         // 50: distash.v1.RegisterResponse
+	(*HeartbeatRequest)(nil),         // 51: distash.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),        // 52: distash.v1.HeartbeatResponse
+	(*ViewRequest)(nil),              // 53: distash.v1.ViewRequest
+	(*CoordinatorMember)(nil),        // 54: distash.v1.CoordinatorMember
+	(*ClusterNode)(nil),              // 55: distash.v1.ClusterNode
+	(*PoolSlots)(nil),                // 56: distash.v1.PoolSlots
+	(*ViewResponse)(nil),             // 57: distash.v1.ViewResponse
+	(*PoolReplication)(nil),          // 58: distash.v1.PoolReplication
+	(*StashLocation)(nil),            // 59: distash.v1.StashLocation
+	(*ClaimRequest)(nil),             // 60: distash.v1.ClaimRequest
+	(*ClaimResponse)(nil),            // 61: distash.v1.ClaimResponse
+	(*RecoveryDoneRequest)(nil),      // 62: distash.v1.RecoveryDoneRequest
+	(*RecoveryDoneResponse)(nil),     // 63: distash.v1.RecoveryDoneResponse
+	(*ExcludeRequest)(nil),           // 64: distash.v1.ExcludeRequest
+	(*ExcludeResponse)(nil),          // 65: distash.v1.ExcludeResponse
+	(*IncludeRequest)(nil),           // 66: distash.v1.IncludeRequest
+	(*IncludeResponse)(nil),          // 67: distash.v1.IncludeResponse
+	(*ConfigureRequest)(nil),         // 68: distash.v1.ConfigureRequest
+	(*ConfigureResponse)(nil),        // 69: distash.v1.ConfigureResponse
+	(*RetireRequest)(nil),            // 70: distash.v1.RetireRequest
+	(*RetireResponse)(nil),           // 71: distash.v1.RetireResponse
+	(*JoinCoordinatorsRequest)(nil),  // 72: distash.v1.JoinCoordinatorsRequest
+	(*JoinCoordinatorsResponse)(nil), // 73: distash.v1.JoinCoordinatorsResponse
+	(*SetLogReplicasRequest)(nil),    // 74: distash.v1.SetLogReplicasRequest
+	(*SetLogReplicasResponse)(nil),   // 75: distash.v1.SetLogReplicasResponse
+	(*KillRequest)(nil),              // 76: distash.v1.KillRequest
+	(*KillResponse)(nil),             // 77: distash.v1.KillResponse
+	(*DeviceStatus)(nil),             // 78: distash.v1.DeviceStatus
 }
 var file_distash_proto_depIdxs = []int32{
 	0,  // 0: distash.v1.GetReadVersionResponse.error:type_name -> distash.v1.Error
@@ -6546,109 +6744,110 @@ var file_distash_proto_depIdxs = []int32{
 	14, // 9: distash.v1.LocationsResponse.shards:type_name -> distash.v1.Shard
 	0,  // 10: distash.v1.LocationsResponse.error:type_name -> distash.v1.Error
 	16, // 11: distash.v1.ClusterInfoResponse.pools:type_name -> distash.v1.PoolInfo
-	21, // 12: distash.v1.StashStatus.engine_counters:type_name -> distash.v1.EngineCounter
-	77, // 13: distash.v1.StashStatus.device:type_name -> distash.v1.DeviceStatus
-	20, // 14: distash.v1.StashStatus.local_log:type_name -> distash.v1.LocalLogStatus
-	24, // 15: distash.v1.ShardMetricsRequest.ranges:type_name -> distash.v1.KeyRangeMsg
-	25, // 16: distash.v1.ShardMetricsResponse.ranges:type_name -> distash.v1.RangeMetrics
-	0,  // 17: distash.v1.ShardMetricsResponse.error:type_name -> distash.v1.Error
-	16, // 18: distash.v1.StatusResponse.pools:type_name -> distash.v1.PoolInfo
-	19, // 19: distash.v1.StatusResponse.stashes:type_name -> distash.v1.StashStatus
-	22, // 20: distash.v1.StatusResponse.log:type_name -> distash.v1.LogStatus
-	34, // 21: distash.v1.StatusResponse.node:type_name -> distash.v1.NodeStatus
-	34, // 22: distash.v1.StatusResponse.nodes:type_name -> distash.v1.NodeStatus
-	32, // 23: distash.v1.StatusResponse.distribution:type_name -> distash.v1.PoolDistribution
-	31, // 24: distash.v1.StatusResponse.stash_shares:type_name -> distash.v1.StashShare
-	29, // 25: distash.v1.StatusResponse.coordinator_membership:type_name -> distash.v1.MembershipStatus
-	29, // 26: distash.v1.StatusResponse.log_membership:type_name -> distash.v1.MembershipStatus
-	30, // 27: distash.v1.MembershipStatus.member:type_name -> distash.v1.MemberStatus
-	33, // 28: distash.v1.PoolDistribution.queue:type_name -> distash.v1.RelocationStatus
-	0,  // 29: distash.v1.ColdestResponse.error:type_name -> distash.v1.Error
-	7,  // 30: distash.v1.CommitStreamRequest.request:type_name -> distash.v1.CommitRequest
-	8,  // 31: distash.v1.CommitStreamResponse.response:type_name -> distash.v1.CommitResponse
-	9,  // 32: distash.v1.ReadStreamRequest.request:type_name -> distash.v1.ReadRequest
-	11, // 33: distash.v1.ReadStreamRequest.range_request:type_name -> distash.v1.ReadRangeRequest
-	10, // 34: distash.v1.ReadStreamResponse.response:type_name -> distash.v1.ReadResponse
-	12, // 35: distash.v1.ReadStreamResponse.range_response:type_name -> distash.v1.ReadRangeResponse
-	1,  // 36: distash.v1.LogMessage.mutations:type_name -> distash.v1.Mutation
-	42, // 37: distash.v1.PeekResponse.messages:type_name -> distash.v1.LogMessage
-	0,  // 38: distash.v1.PeekResponse.error:type_name -> distash.v1.Error
-	0,  // 39: distash.v1.PopResponse.error:type_name -> distash.v1.Error
-	0,  // 40: distash.v1.ReportResponse.error:type_name -> distash.v1.Error
-	0,  // 41: distash.v1.RegisterResponse.error:type_name -> distash.v1.Error
-	0,  // 42: distash.v1.HeartbeatResponse.error:type_name -> distash.v1.Error
-	54, // 43: distash.v1.ViewResponse.nodes:type_name -> distash.v1.ClusterNode
-	55, // 44: distash.v1.ViewResponse.slots:type_name -> distash.v1.PoolSlots
-	0,  // 45: distash.v1.ViewResponse.error:type_name -> distash.v1.Error
-	58, // 46: distash.v1.ViewResponse.stashes:type_name -> distash.v1.StashLocation
-	57, // 47: distash.v1.ViewResponse.replication:type_name -> distash.v1.PoolReplication
-	53, // 48: distash.v1.ViewResponse.coordinators:type_name -> distash.v1.CoordinatorMember
-	0,  // 49: distash.v1.ClaimResponse.error:type_name -> distash.v1.Error
-	0,  // 50: distash.v1.RecoveryDoneResponse.error:type_name -> distash.v1.Error
-	0,  // 51: distash.v1.ExcludeResponse.error:type_name -> distash.v1.Error
-	0,  // 52: distash.v1.IncludeResponse.error:type_name -> distash.v1.Error
-	0,  // 53: distash.v1.ConfigureResponse.error:type_name -> distash.v1.Error
-	0,  // 54: distash.v1.RetireResponse.error:type_name -> distash.v1.Error
-	0,  // 55: distash.v1.JoinCoordinatorsResponse.error:type_name -> distash.v1.Error
-	0,  // 56: distash.v1.SetLogReplicasResponse.error:type_name -> distash.v1.Error
-	0,  // 57: distash.v1.KillResponse.error:type_name -> distash.v1.Error
-	5,  // 58: distash.v1.DiStash.GetReadVersion:input_type -> distash.v1.GetReadVersionRequest
-	7,  // 59: distash.v1.DiStash.Commit:input_type -> distash.v1.CommitRequest
-	37, // 60: distash.v1.DiStash.CommitStream:input_type -> distash.v1.CommitStreamRequest
-	39, // 61: distash.v1.DiStash.ReadStream:input_type -> distash.v1.ReadStreamRequest
-	9,  // 62: distash.v1.DiStash.Read:input_type -> distash.v1.ReadRequest
-	11, // 63: distash.v1.DiStash.ReadRange:input_type -> distash.v1.ReadRangeRequest
-	13, // 64: distash.v1.DiStash.Locations:input_type -> distash.v1.LocationsRequest
-	17, // 65: distash.v1.DiStash.ClusterInfo:input_type -> distash.v1.ClusterInfoRequest
-	27, // 66: distash.v1.DiStash.Status:input_type -> distash.v1.StatusRequest
-	35, // 67: distash.v1.DiStash.Coldest:input_type -> distash.v1.ColdestRequest
-	23, // 68: distash.v1.DiStash.ShardMetrics:input_type -> distash.v1.ShardMetricsRequest
-	41, // 69: distash.v1.Log.Peek:input_type -> distash.v1.PeekRequest
-	44, // 70: distash.v1.Log.Pop:input_type -> distash.v1.PopRequest
-	46, // 71: distash.v1.Log.Report:input_type -> distash.v1.ReportRequest
-	48, // 72: distash.v1.Coordinator.Register:input_type -> distash.v1.RegisterRequest
-	50, // 73: distash.v1.Coordinator.Heartbeat:input_type -> distash.v1.HeartbeatRequest
-	52, // 74: distash.v1.Coordinator.View:input_type -> distash.v1.ViewRequest
-	59, // 75: distash.v1.Coordinator.Claim:input_type -> distash.v1.ClaimRequest
-	61, // 76: distash.v1.Coordinator.RecoveryDone:input_type -> distash.v1.RecoveryDoneRequest
-	63, // 77: distash.v1.Coordinator.Exclude:input_type -> distash.v1.ExcludeRequest
-	65, // 78: distash.v1.Coordinator.Include:input_type -> distash.v1.IncludeRequest
-	67, // 79: distash.v1.Coordinator.Configure:input_type -> distash.v1.ConfigureRequest
-	69, // 80: distash.v1.Coordinator.Retire:input_type -> distash.v1.RetireRequest
-	71, // 81: distash.v1.Coordinator.JoinCoordinators:input_type -> distash.v1.JoinCoordinatorsRequest
-	73, // 82: distash.v1.Coordinator.SetLogReplicas:input_type -> distash.v1.SetLogReplicasRequest
-	75, // 83: distash.v1.Admin.Kill:input_type -> distash.v1.KillRequest
-	6,  // 84: distash.v1.DiStash.GetReadVersion:output_type -> distash.v1.GetReadVersionResponse
-	8,  // 85: distash.v1.DiStash.Commit:output_type -> distash.v1.CommitResponse
-	38, // 86: distash.v1.DiStash.CommitStream:output_type -> distash.v1.CommitStreamResponse
-	40, // 87: distash.v1.DiStash.ReadStream:output_type -> distash.v1.ReadStreamResponse
-	10, // 88: distash.v1.DiStash.Read:output_type -> distash.v1.ReadResponse
-	12, // 89: distash.v1.DiStash.ReadRange:output_type -> distash.v1.ReadRangeResponse
-	15, // 90: distash.v1.DiStash.Locations:output_type -> distash.v1.LocationsResponse
-	18, // 91: distash.v1.DiStash.ClusterInfo:output_type -> distash.v1.ClusterInfoResponse
-	28, // 92: distash.v1.DiStash.Status:output_type -> distash.v1.StatusResponse
-	36, // 93: distash.v1.DiStash.Coldest:output_type -> distash.v1.ColdestResponse
-	26, // 94: distash.v1.DiStash.ShardMetrics:output_type -> distash.v1.ShardMetricsResponse
-	43, // 95: distash.v1.Log.Peek:output_type -> distash.v1.PeekResponse
-	45, // 96: distash.v1.Log.Pop:output_type -> distash.v1.PopResponse
-	47, // 97: distash.v1.Log.Report:output_type -> distash.v1.ReportResponse
-	49, // 98: distash.v1.Coordinator.Register:output_type -> distash.v1.RegisterResponse
-	51, // 99: distash.v1.Coordinator.Heartbeat:output_type -> distash.v1.HeartbeatResponse
-	56, // 100: distash.v1.Coordinator.View:output_type -> distash.v1.ViewResponse
-	60, // 101: distash.v1.Coordinator.Claim:output_type -> distash.v1.ClaimResponse
-	62, // 102: distash.v1.Coordinator.RecoveryDone:output_type -> distash.v1.RecoveryDoneResponse
-	64, // 103: distash.v1.Coordinator.Exclude:output_type -> distash.v1.ExcludeResponse
-	66, // 104: distash.v1.Coordinator.Include:output_type -> distash.v1.IncludeResponse
-	68, // 105: distash.v1.Coordinator.Configure:output_type -> distash.v1.ConfigureResponse
-	70, // 106: distash.v1.Coordinator.Retire:output_type -> distash.v1.RetireResponse
-	72, // 107: distash.v1.Coordinator.JoinCoordinators:output_type -> distash.v1.JoinCoordinatorsResponse
-	74, // 108: distash.v1.Coordinator.SetLogReplicas:output_type -> distash.v1.SetLogReplicasResponse
-	76, // 109: distash.v1.Admin.Kill:output_type -> distash.v1.KillResponse
-	84, // [84:110] is the sub-list for method output_type
-	58, // [58:84] is the sub-list for method input_type
-	58, // [58:58] is the sub-list for extension type_name
-	58, // [58:58] is the sub-list for extension extendee
-	0,  // [0:58] is the sub-list for field type_name
+	22, // 12: distash.v1.StashStatus.engine_counters:type_name -> distash.v1.EngineCounter
+	78, // 13: distash.v1.StashStatus.device:type_name -> distash.v1.DeviceStatus
+	21, // 14: distash.v1.StashStatus.local_log:type_name -> distash.v1.LocalLogStatus
+	20, // 15: distash.v1.StashStatus.far_memory:type_name -> distash.v1.FarMemoryStatus
+	25, // 16: distash.v1.ShardMetricsRequest.ranges:type_name -> distash.v1.KeyRangeMsg
+	26, // 17: distash.v1.ShardMetricsResponse.ranges:type_name -> distash.v1.RangeMetrics
+	0,  // 18: distash.v1.ShardMetricsResponse.error:type_name -> distash.v1.Error
+	16, // 19: distash.v1.StatusResponse.pools:type_name -> distash.v1.PoolInfo
+	19, // 20: distash.v1.StatusResponse.stashes:type_name -> distash.v1.StashStatus
+	23, // 21: distash.v1.StatusResponse.log:type_name -> distash.v1.LogStatus
+	35, // 22: distash.v1.StatusResponse.node:type_name -> distash.v1.NodeStatus
+	35, // 23: distash.v1.StatusResponse.nodes:type_name -> distash.v1.NodeStatus
+	33, // 24: distash.v1.StatusResponse.distribution:type_name -> distash.v1.PoolDistribution
+	32, // 25: distash.v1.StatusResponse.stash_shares:type_name -> distash.v1.StashShare
+	30, // 26: distash.v1.StatusResponse.coordinator_membership:type_name -> distash.v1.MembershipStatus
+	30, // 27: distash.v1.StatusResponse.log_membership:type_name -> distash.v1.MembershipStatus
+	31, // 28: distash.v1.MembershipStatus.member:type_name -> distash.v1.MemberStatus
+	34, // 29: distash.v1.PoolDistribution.queue:type_name -> distash.v1.RelocationStatus
+	0,  // 30: distash.v1.ColdestResponse.error:type_name -> distash.v1.Error
+	7,  // 31: distash.v1.CommitStreamRequest.request:type_name -> distash.v1.CommitRequest
+	8,  // 32: distash.v1.CommitStreamResponse.response:type_name -> distash.v1.CommitResponse
+	9,  // 33: distash.v1.ReadStreamRequest.request:type_name -> distash.v1.ReadRequest
+	11, // 34: distash.v1.ReadStreamRequest.range_request:type_name -> distash.v1.ReadRangeRequest
+	10, // 35: distash.v1.ReadStreamResponse.response:type_name -> distash.v1.ReadResponse
+	12, // 36: distash.v1.ReadStreamResponse.range_response:type_name -> distash.v1.ReadRangeResponse
+	1,  // 37: distash.v1.LogMessage.mutations:type_name -> distash.v1.Mutation
+	43, // 38: distash.v1.PeekResponse.messages:type_name -> distash.v1.LogMessage
+	0,  // 39: distash.v1.PeekResponse.error:type_name -> distash.v1.Error
+	0,  // 40: distash.v1.PopResponse.error:type_name -> distash.v1.Error
+	0,  // 41: distash.v1.ReportResponse.error:type_name -> distash.v1.Error
+	0,  // 42: distash.v1.RegisterResponse.error:type_name -> distash.v1.Error
+	0,  // 43: distash.v1.HeartbeatResponse.error:type_name -> distash.v1.Error
+	55, // 44: distash.v1.ViewResponse.nodes:type_name -> distash.v1.ClusterNode
+	56, // 45: distash.v1.ViewResponse.slots:type_name -> distash.v1.PoolSlots
+	0,  // 46: distash.v1.ViewResponse.error:type_name -> distash.v1.Error
+	59, // 47: distash.v1.ViewResponse.stashes:type_name -> distash.v1.StashLocation
+	58, // 48: distash.v1.ViewResponse.replication:type_name -> distash.v1.PoolReplication
+	54, // 49: distash.v1.ViewResponse.coordinators:type_name -> distash.v1.CoordinatorMember
+	0,  // 50: distash.v1.ClaimResponse.error:type_name -> distash.v1.Error
+	0,  // 51: distash.v1.RecoveryDoneResponse.error:type_name -> distash.v1.Error
+	0,  // 52: distash.v1.ExcludeResponse.error:type_name -> distash.v1.Error
+	0,  // 53: distash.v1.IncludeResponse.error:type_name -> distash.v1.Error
+	0,  // 54: distash.v1.ConfigureResponse.error:type_name -> distash.v1.Error
+	0,  // 55: distash.v1.RetireResponse.error:type_name -> distash.v1.Error
+	0,  // 56: distash.v1.JoinCoordinatorsResponse.error:type_name -> distash.v1.Error
+	0,  // 57: distash.v1.SetLogReplicasResponse.error:type_name -> distash.v1.Error
+	0,  // 58: distash.v1.KillResponse.error:type_name -> distash.v1.Error
+	5,  // 59: distash.v1.DiStash.GetReadVersion:input_type -> distash.v1.GetReadVersionRequest
+	7,  // 60: distash.v1.DiStash.Commit:input_type -> distash.v1.CommitRequest
+	38, // 61: distash.v1.DiStash.CommitStream:input_type -> distash.v1.CommitStreamRequest
+	40, // 62: distash.v1.DiStash.ReadStream:input_type -> distash.v1.ReadStreamRequest
+	9,  // 63: distash.v1.DiStash.Read:input_type -> distash.v1.ReadRequest
+	11, // 64: distash.v1.DiStash.ReadRange:input_type -> distash.v1.ReadRangeRequest
+	13, // 65: distash.v1.DiStash.Locations:input_type -> distash.v1.LocationsRequest
+	17, // 66: distash.v1.DiStash.ClusterInfo:input_type -> distash.v1.ClusterInfoRequest
+	28, // 67: distash.v1.DiStash.Status:input_type -> distash.v1.StatusRequest
+	36, // 68: distash.v1.DiStash.Coldest:input_type -> distash.v1.ColdestRequest
+	24, // 69: distash.v1.DiStash.ShardMetrics:input_type -> distash.v1.ShardMetricsRequest
+	42, // 70: distash.v1.Log.Peek:input_type -> distash.v1.PeekRequest
+	45, // 71: distash.v1.Log.Pop:input_type -> distash.v1.PopRequest
+	47, // 72: distash.v1.Log.Report:input_type -> distash.v1.ReportRequest
+	49, // 73: distash.v1.Coordinator.Register:input_type -> distash.v1.RegisterRequest
+	51, // 74: distash.v1.Coordinator.Heartbeat:input_type -> distash.v1.HeartbeatRequest
+	53, // 75: distash.v1.Coordinator.View:input_type -> distash.v1.ViewRequest
+	60, // 76: distash.v1.Coordinator.Claim:input_type -> distash.v1.ClaimRequest
+	62, // 77: distash.v1.Coordinator.RecoveryDone:input_type -> distash.v1.RecoveryDoneRequest
+	64, // 78: distash.v1.Coordinator.Exclude:input_type -> distash.v1.ExcludeRequest
+	66, // 79: distash.v1.Coordinator.Include:input_type -> distash.v1.IncludeRequest
+	68, // 80: distash.v1.Coordinator.Configure:input_type -> distash.v1.ConfigureRequest
+	70, // 81: distash.v1.Coordinator.Retire:input_type -> distash.v1.RetireRequest
+	72, // 82: distash.v1.Coordinator.JoinCoordinators:input_type -> distash.v1.JoinCoordinatorsRequest
+	74, // 83: distash.v1.Coordinator.SetLogReplicas:input_type -> distash.v1.SetLogReplicasRequest
+	76, // 84: distash.v1.Admin.Kill:input_type -> distash.v1.KillRequest
+	6,  // 85: distash.v1.DiStash.GetReadVersion:output_type -> distash.v1.GetReadVersionResponse
+	8,  // 86: distash.v1.DiStash.Commit:output_type -> distash.v1.CommitResponse
+	39, // 87: distash.v1.DiStash.CommitStream:output_type -> distash.v1.CommitStreamResponse
+	41, // 88: distash.v1.DiStash.ReadStream:output_type -> distash.v1.ReadStreamResponse
+	10, // 89: distash.v1.DiStash.Read:output_type -> distash.v1.ReadResponse
+	12, // 90: distash.v1.DiStash.ReadRange:output_type -> distash.v1.ReadRangeResponse
+	15, // 91: distash.v1.DiStash.Locations:output_type -> distash.v1.LocationsResponse
+	18, // 92: distash.v1.DiStash.ClusterInfo:output_type -> distash.v1.ClusterInfoResponse
+	29, // 93: distash.v1.DiStash.Status:output_type -> distash.v1.StatusResponse
+	37, // 94: distash.v1.DiStash.Coldest:output_type -> distash.v1.ColdestResponse
+	27, // 95: distash.v1.DiStash.ShardMetrics:output_type -> distash.v1.ShardMetricsResponse
+	44, // 96: distash.v1.Log.Peek:output_type -> distash.v1.PeekResponse
+	46, // 97: distash.v1.Log.Pop:output_type -> distash.v1.PopResponse
+	48, // 98: distash.v1.Log.Report:output_type -> distash.v1.ReportResponse
+	50, // 99: distash.v1.Coordinator.Register:output_type -> distash.v1.RegisterResponse
+	52, // 100: distash.v1.Coordinator.Heartbeat:output_type -> distash.v1.HeartbeatResponse
+	57, // 101: distash.v1.Coordinator.View:output_type -> distash.v1.ViewResponse
+	61, // 102: distash.v1.Coordinator.Claim:output_type -> distash.v1.ClaimResponse
+	63, // 103: distash.v1.Coordinator.RecoveryDone:output_type -> distash.v1.RecoveryDoneResponse
+	65, // 104: distash.v1.Coordinator.Exclude:output_type -> distash.v1.ExcludeResponse
+	67, // 105: distash.v1.Coordinator.Include:output_type -> distash.v1.IncludeResponse
+	69, // 106: distash.v1.Coordinator.Configure:output_type -> distash.v1.ConfigureResponse
+	71, // 107: distash.v1.Coordinator.Retire:output_type -> distash.v1.RetireResponse
+	73, // 108: distash.v1.Coordinator.JoinCoordinators:output_type -> distash.v1.JoinCoordinatorsResponse
+	75, // 109: distash.v1.Coordinator.SetLogReplicas:output_type -> distash.v1.SetLogReplicasResponse
+	77, // 110: distash.v1.Admin.Kill:output_type -> distash.v1.KillResponse
+	85, // [85:111] is the sub-list for method output_type
+	59, // [59:85] is the sub-list for method input_type
+	59, // [59:59] is the sub-list for extension type_name
+	59, // [59:59] is the sub-list for extension extendee
+	0,  // [0:59] is the sub-list for field type_name
 }
 
 func init() { file_distash_proto_init() }
@@ -6662,7 +6861,7 @@ func file_distash_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_distash_proto_rawDesc), len(file_distash_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   78,
+			NumMessages:   79,
 			NumExtensions: 0,
 			NumServices:   4,
 		},

@@ -54,6 +54,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/bits-and-blooms/bloom/v3"
 	"github.com/google/btree"
@@ -61,6 +62,7 @@ import (
 	"github.com/distash/distash/internal/engine"
 	"github.com/distash/distash/internal/engine/engines"
 	"github.com/distash/distash/internal/farmem"
+	"github.com/distash/distash/internal/farmem/ult"
 	"github.com/distash/distash/internal/fsys"
 	"github.com/distash/distash/internal/kv"
 )
@@ -103,6 +105,22 @@ type Config struct {
 	IndexBuckets int
 	// NoBackgroundGC leaves cleaning to explicit CollectGarbage calls.
 	NoBackgroundGC bool
+	// FarMemory, when positive, places the hash index and the key tree in
+	// emulated memory of this latency and serves reads on the engine's own
+	// user-level-thread schedulers (serve.go); 0 keeps them in DRAM.
+	FarMemory time.Duration
+	// NoPrefetch turns prefetching off: far-memory accesses stall for the
+	// whole latency (with FarMemory).
+	NoPrefetch bool
+	// LookupThreads is the user-level threads per core; 0 means
+	// DefaultLookupThreads(FarMemory).
+	LookupThreads int
+	// IO is the schedulers' read backend; ult.IOAuto (the zero value)
+	// takes io_uring where the kernel allows it, else threads.
+	IO ult.IOMode
+	// Cores is the number of schedulers serving reads with far memory; 0
+	// means DefaultServeCores().
+	Cores int
 }
 
 // item is a key in the DRAM tree. Items are immutable once in the tree (an
@@ -153,6 +171,7 @@ type Engine struct {
 	osFS      bool // fs is the operating system's: point reads take the *os.File fast path
 	lockFile  io.Closer
 	cache     *readCache
+	srv       *ult.Server // serves reads with far memory (Config.FarMemory)
 
 	// mu protects the index, the tree, the segments and their write
 	// buffers, the zombies and the eviction policy's membership. Readers
@@ -294,6 +313,11 @@ func OpenConfig(opts engine.Options, cfg Config) (*Engine, error) {
 		lf.Close()
 		return nil, err
 	}
+	if err := e.startServer(cfg); err != nil {
+		e.closeFiles()
+		lf.Close()
+		return nil, fmt.Errorf("flash: far memory: %w", err)
+	}
 	if cfg.NoBackgroundGC {
 		close(e.gcDone)
 	} else {
@@ -421,11 +445,25 @@ func (e *Engine) Counters() []engine.Counter {
 	}
 }
 
-// Get implements engine.Engine with no far-memory emulation.
-func (e *Engine) Get(key []byte) ([]byte, bool, error) { return e.GetCtx(farmem.Direct, key) }
+// Get implements engine.Engine: without far memory directly, with it as a
+// lookup on the engine's schedulers.
+func (e *Engine) Get(key []byte) ([]byte, bool, error) {
+	if e.srv == nil {
+		return e.GetCtx(farmem.Direct, key)
+	}
+	vs, ok, err := e.GetMany([][]byte{key})
+	if err != nil {
+		return nil, false, err
+	}
+	return vs[0], ok[0], nil
+}
 
 // cooperative is implemented by contexts that can yield (user-level threads).
 type cooperative interface{ Cooperative() bool }
+
+// blocker is implemented by contexts that can wait for a blocking call
+// without holding their core (ult.Task.Block).
+type blocker interface{ Block(fn func()) }
 
 // rlock takes mu shared; a user-level thread yields while a writer holds it
 // rather than blocking its whole core.
@@ -607,11 +645,19 @@ func (e *Engine) readEntry(c farmem.Ctx, s *segment, l loc, quiet bool) (entry, 
 	var data []byte
 	switch {
 	case s.rf == nil:
-		// Not the OS's files (a fault-injecting FS in tests): a plain read
-		// through the FS, which a user-level thread waits for without
-		// yielding.
+		// Not the OS's files (an emulated device or a fault-injecting FS):
+		// a plain read through the FS, which a serving user-level thread
+		// hands to another goroutine and waits for without holding its
+		// core.
 		data = make([]byte, n)
-		got, err := s.wf.ReadAt(data, off)
+		var got int
+		var err error
+		read := func() { got, err = s.wf.ReadAt(data, off) }
+		if b, ok := c.(blocker); ok {
+			b.Block(read)
+		} else {
+			read()
+		}
 		if got < n {
 			return entry{}, readErr(s, off, err)
 		}
@@ -678,15 +724,23 @@ func alignedBuffer(size int) []byte {
 	return raw[off : off+size : off+size]
 }
 
-// Scan implements engine.Engine.
+// Scan implements engine.Engine. It reads the tree directly (DRAM), also
+// with far memory, since fn may block: ScanServed is the far-memory scan.
 func (e *Engine) Scan(begin, end []byte, reverse bool, fn func(key, value []byte) bool) error {
+	return e.scan(farmem.Direct, begin, end, reverse, fn)
+}
+
+// scan is Scan through c: with a far-memory c each key visited is read
+// from far memory and values through c's reads.
+func (e *Engine) scan(c farmem.Ctx, begin, end []byte, reverse bool, fn func(key, value []byte) bool) error {
 	if e.closed.Load() {
 		return ErrClosed
 	}
 	if end != nil && bytes.Compare(begin, end) >= 0 {
 		return nil
 	}
-	e.mu.RLock()
+	far := c != farmem.Direct
+	e.rlock(c)
 	e.cloneMu.Lock()
 	snap := e.tree.Clone()
 	e.cloneMu.Unlock()
@@ -703,8 +757,11 @@ func (e *Engine) Scan(begin, end []byte, reverse bool, fn func(key, value []byte
 	}()
 	var err error
 	visit := func(it *item) bool {
+		if far {
+			touchItem(c, it)
+		}
 		var v []byte
-		v, err = e.valueOf(pinned[it.loc.seg], it)
+		v, err = e.valueOf(c, pinned[it.loc.seg], it)
 		if err != nil {
 			return false
 		}
@@ -738,11 +795,11 @@ func (e *Engine) Scan(begin, end []byte, reverse bool, fn func(key, value []byte
 }
 
 // valueOf reads the value of the tree item it, whose segment s is pinned.
-func (e *Engine) valueOf(s *segment, it *item) ([]byte, error) {
+func (e *Engine) valueOf(c farmem.Ctx, s *segment, it *item) ([]byte, error) {
 	if s == nil {
 		return nil, fmt.Errorf("flash: key %q points at missing segment %d", it.key, it.loc.seg)
 	}
-	e.mu.RLock()
+	e.rlock(c)
 	data, buffered := s.readBuffered(int64(it.loc.off), int(it.loc.n))
 	e.mu.RUnlock()
 	var ent entry
@@ -755,7 +812,7 @@ func (e *Engine) valueOf(s *segment, it *item) ([]byte, error) {
 				return append([]byte{}, v...), nil
 			}
 		}
-		ent, err = e.readEntry(farmem.Direct, s, it.loc, false)
+		ent, err = e.readEntry(c, s, it.loc, false)
 	}
 	if err != nil {
 		return nil, err
@@ -1150,6 +1207,9 @@ func (e *Engine) Coldest(n int) [][]byte {
 func (e *Engine) Close() error {
 	if e.closed.Swap(true) {
 		return nil
+	}
+	if e.srv != nil {
+		e.srv.Close() // lets the lookups in progress finish
 	}
 	close(e.gcStop)
 	<-e.gcDone

@@ -4,6 +4,7 @@ package ult
 
 import (
 	"syscall"
+	"time"
 	"unsafe"
 )
 
@@ -15,4 +16,11 @@ func threadCPU() int64 {
 		return -1
 	}
 	return ts.Nano()
+}
+
+// shortSleep sleeps for about d (plus the kernel's wake-up latency), below
+// the Go timer's granularity.
+func shortSleep(d time.Duration) {
+	ts := syscall.NsecToTimespec(int64(d))
+	_ = syscall.Nanosleep(&ts, nil)
 }

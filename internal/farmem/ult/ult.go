@@ -564,6 +564,7 @@ type Task struct {
 	waiting  bool
 	await    *atomic.Bool
 	finished bool
+	job      *job // the lookup a serving thread runs (Server)
 }
 
 var _ farmem.Ctx = (*Task)(nil)
