@@ -134,7 +134,14 @@ func (c *procCluster) kill(name string) {
 func (c *procCluster) stopAll() {
 	for _, n := range c.nodes {
 		if n.p != nil {
-			n.p.Stop(syscall.SIGTERM)
+			// A node that cannot stop exits after stopTimeout with its
+			// goroutines' stacks: show them.
+			if rest, err := n.p.Stop(syscall.SIGTERM); err != nil {
+				if len(rest) > 400 {
+					rest = rest[len(rest)-400:]
+				}
+				c.t.Logf("node %s did not stop cleanly: %v; its last lines:\n%s", n.name, err, strings.Join(rest, "\n"))
+			}
 			n.p = nil
 		}
 	}

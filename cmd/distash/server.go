@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -247,8 +248,7 @@ collection for 5 seconds), it returns freed memory to the system.`,
 				return err
 			}
 			fmt.Fprintln(os.Stderr, "stopping")
-			srv.Stop()
-			return nil
+			return stopWithin(srv.Stop, stopTimeout)
 		},
 	}
 	cmd.Flags().StringVar(&configPath, "config", "", "cluster configuration (TOML); default: the built-in one")
@@ -268,4 +268,27 @@ collection for 5 seconds), it returns freed memory to the system.`,
 	cmd.Flags().StringVar(&logFormat, "log-format", "text", "log lines as text or json")
 	cmd.Flags().StringVar(&httpFlag, "http", "", "HTTP address of /metrics and the web console, or off (default "+server.DefaultHTTPAddr+" for an embedded cluster, off for a cluster node)")
 	return cmd
+}
+
+// stopTimeout bounds a graceful stop: a node that cannot finish stopping
+// (a peer it waits for is gone for good) exits anyway, as a crash would —
+// every role recovers from one — rather than hang its supervisor.
+const stopTimeout = 30 * time.Second
+
+// stopWithin runs stop and returns nil when it finishes within d; else it
+// writes every goroutine's stack to stderr, saying why, and returns an
+// error (the process exits non-zero without waiting for stop).
+func stopWithin(stop func(), d time.Duration) error {
+	done := make(chan struct{})
+	go func() { stop(); close(done) }()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-done:
+		return nil
+	case <-t.C:
+	}
+	fmt.Fprintf(os.Stderr, "stop did not finish within %v; exiting without it. Goroutines:\n", d)
+	_ = pprof.Lookup("goroutine").WriteTo(os.Stderr, 2)
+	return fmt.Errorf("stop did not finish within %v", d)
 }

@@ -85,3 +85,14 @@ func TestServerHTTP(t *testing.T) {
 		t.Errorf("GET /metrics: %s", resp.Status)
 	}
 }
+
+func TestStopWithinBoundsAHungStop(t *testing.T) {
+	if err := stopWithin(func() {}, time.Second); err != nil {
+		t.Fatalf("a stop that finishes: %v", err)
+	}
+	hang := make(chan struct{})
+	defer close(hang)
+	if err := stopWithin(func() { <-hang }, 20*time.Millisecond); err == nil {
+		t.Fatal("a stop that hangs returned nil")
+	}
+}
