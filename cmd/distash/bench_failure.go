@@ -337,30 +337,11 @@ func runFailureBench(ctx context.Context, o failureOptions, out io.Writer) (*fai
 	if o.Clients < 1 || o.Keys < 1 || o.Interval <= 0 {
 		return nil, fmt.Errorf("--clients, --keys and --interval must be positive")
 	}
-	if o.Binary == "" {
-		exe, err := os.Executable()
-		if err != nil {
-			return nil, err
-		}
-		o.Binary = exe
-	}
-	dir := o.Dir
-	if dir == "" {
-		d, err := os.MkdirTemp("", "distash-bench-failure-")
-		if err != nil {
-			return nil, err
-		}
-		dir = d
-	} else if err := os.MkdirAll(dir, 0o755); err != nil {
+	dir, cleanup, err := failureBenchDir(&o, out)
+	if err != nil {
 		return nil, err
 	}
-	defer func() {
-		if o.Keep {
-			fmt.Fprintf(out, "nodes' directories and logs kept in %s\n", dir)
-		} else {
-			os.RemoveAll(dir)
-		}
-	}()
+	defer cleanup()
 	cfgPath := filepath.Join(dir, "cluster.toml")
 	if err := os.WriteFile(cfgPath, []byte(failureConfig(o)), 0o644); err != nil {
 		return nil, err
@@ -1121,4 +1102,29 @@ func relocations(d *wire.PoolDistribution) string {
 		out = append(out, fmt.Sprintf("%s%s %v>%v", mark, q.Reason, q.From, q.To))
 	}
 	return strings.Join(out, "; ")
+}
+
+// failureBenchDir fills in o.Binary (default: this executable) and makes
+// the nodes' directory (o.Dir, or a temporary one); cleanup removes it,
+// unless o.Keep, which prints where it is.
+func failureBenchDir(o *failureOptions, out io.Writer) (dir string, cleanup func(), err error) {
+	if o.Binary == "" {
+		if o.Binary, err = os.Executable(); err != nil {
+			return "", nil, err
+		}
+	}
+	if dir = o.Dir; dir == "" {
+		if dir, err = os.MkdirTemp("", "distash-bench-failure-"); err != nil {
+			return "", nil, err
+		}
+	} else if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", nil, err
+	}
+	return dir, func() {
+		if o.Keep {
+			fmt.Fprintf(out, "nodes' directories and logs kept in %s\n", dir)
+		} else {
+			os.RemoveAll(dir)
+		}
+	}, nil
 }

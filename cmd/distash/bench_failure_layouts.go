@@ -295,30 +295,11 @@ func runLayoutBenches(ctx context.Context, o failureOptions, lo layoutOptions, o
 	if err != nil {
 		return nil, err
 	}
-	if o.Binary == "" {
-		exe, err := os.Executable()
-		if err != nil {
-			return nil, err
-		}
-		o.Binary = exe
-	}
-	dir := o.Dir
-	if dir == "" {
-		d, err := os.MkdirTemp("", "distash-bench-failure-")
-		if err != nil {
-			return nil, err
-		}
-		dir = d
-	} else if err := os.MkdirAll(dir, 0o755); err != nil {
+	dir, cleanup, err := failureBenchDir(&o, out)
+	if err != nil {
 		return nil, err
 	}
-	defer func() {
-		if o.Keep {
-			fmt.Fprintf(out, "nodes' directories and logs kept in %s\n", dir)
-		} else {
-			os.RemoveAll(dir)
-		}
-	}()
+	defer cleanup()
 	fmt.Fprintf(out, "cache-augmented failure bench (paper Figs. 13-16), layouts %s; per layout a fresh cluster of real processes:\n", strings.Join(lo.Layouts, ","))
 	fmt.Fprintf(out, "  %d transaction nodes; SSD pool %q: %d stash nodes (pebble, durable, R=%d, device profile %s)", lo.TxNodes, layoutSSDPool, lo.SSDStashes, lo.SSDReplication, lo.DeviceProfile)
 	if slices.Contains(lo.Layouts, layoutTwoStash) {
