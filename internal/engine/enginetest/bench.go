@@ -2,6 +2,7 @@ package enginetest
 
 import (
 	"encoding/binary"
+	"sync/atomic"
 	"testing"
 
 	"github.com/distash/distash/internal/engine"
@@ -53,4 +54,34 @@ func BenchmarkGet(b *testing.B, e engine.Engine) {
 			b.Fatalf("Get: %v, %v", ok, err)
 		}
 	}
+}
+
+// BenchmarkGetParallel measures Get of 10,000 keys from GOMAXPROCS×16
+// goroutines at once (b.SetParallelism): how reads of one engine scale
+// when many clients read it, as a stash's readers do.
+func BenchmarkGetParallel(b *testing.B, e engine.Engine) {
+	const n = 10_000
+	val := make([]byte, 100)
+	batch := &engine.Batch{Version: 1}
+	for i := 0; i < n; i++ {
+		batch.Writes = append(batch.Writes, engine.Write{Key: benchKey(make([]byte, 16), i), Value: val})
+	}
+	if err := e.Apply(batch); err != nil {
+		b.Fatal(err)
+	}
+	b.SetParallelism(16)
+	b.ResetTimer()
+	var seed atomic.Int64
+	b.RunParallel(func(pb *testing.PB) {
+		key := make([]byte, 16)
+		i := int(seed.Add(1)) * 7919
+		for pb.Next() {
+			i++
+			_, ok, err := e.Get(benchKey(key, (i*7919)%n))
+			if err != nil || !ok {
+				b.Errorf("Get: %v, %v", ok, err)
+				return
+			}
+		}
+	})
 }

@@ -73,9 +73,10 @@ const campEntryOverhead = 24
 
 // entry is the eviction bookkeeping of one stored pair.
 type entry struct {
-	key  []byte
-	size int64 // key and value bytes
-	cost uint32
+	key     []byte
+	size    int64 // key and value bytes
+	cost    uint32
+	tracked bool // in the policy's order (a buffered reference may outlive that)
 
 	prev, next *entry // lru list links
 
@@ -98,6 +99,8 @@ type Engine struct {
 	mu        sync.RWMutex
 	tree      *btree.BTreeG[item]
 	pol       policy // nil when no eviction order is kept
+	refs      *refs  // references not yet replayed into pol (nil with pol)
+	refBuf    []ref  // drain's scratch space, used under mu
 	evict     bool   // evict to stay within capacity
 	capacity  int64
 	overhead  int64 // counted per pair against capacity, besides key and value
@@ -154,11 +157,14 @@ func Open(opts engine.Options) (*Engine, error) {
 		return nil, fmt.Errorf("memory engine: unknown eviction policy %q (want %q or %q)",
 			opts.Eviction, EvictionLRU, EvictionCAMP)
 	}
+	if e.pol != nil {
+		e.refs = newRefs()
+	}
 	return e, nil
 }
 
 // Get returns a copy of key's value. A hit counts as a reference for the
-// eviction order.
+// eviction order; it takes only the read lock (see refs).
 func (e *Engine) Get(key []byte) ([]byte, bool, error) { return e.get(key, true) }
 
 // Peek is Get without counting a reference in the eviction order
@@ -166,27 +172,18 @@ func (e *Engine) Get(key []byte) ([]byte, bool, error) { return e.get(key, true)
 func (e *Engine) Peek(key []byte) ([]byte, bool, error) { return e.get(key, false) }
 
 func (e *Engine) get(key []byte, reference bool) ([]byte, bool, error) {
-	var it item
-	var ok bool
-	if e.pol != nil && reference {
-		e.mu.Lock()
-		if e.closed {
-			e.mu.Unlock()
-			return nil, false, ErrClosed
-		}
-		it, ok = e.tree.Get(item{key: key})
-		if ok {
-			e.pol.touch(it.e)
-		}
-		e.mu.Unlock()
-	} else {
-		e.mu.RLock()
-		if e.closed {
-			e.mu.RUnlock()
-			return nil, false, ErrClosed
-		}
-		it, ok = e.tree.Get(item{key: key})
+	e.mu.RLock()
+	if e.closed {
 		e.mu.RUnlock()
+		return nil, false, ErrClosed
+	}
+	it, ok := e.tree.Get(item{key: key})
+	e.mu.RUnlock()
+	if ok && reference && e.refs != nil && e.refs.record(it.e) && e.mu.TryLock() {
+		// This reader's stripe is full and no one holds the lock: replay
+		// the buffered references now rather than drop the next ones.
+		e.drainRefs()
+		e.mu.Unlock()
 	}
 	if !ok {
 		return nil, false, nil
@@ -298,6 +295,8 @@ func (e *Engine) Apply(b *engine.Batch) error {
 	if e.closed {
 		return ErrClosed
 	}
+	// Evictions below must see the reads made since the last write.
+	e.drainRefs()
 	for i := range b.Writes {
 		w := &b.Writes[i]
 		switch {
@@ -313,6 +312,14 @@ func (e *Engine) Apply(b *engine.Batch) error {
 	}
 	e.version.Store(int64(b.Version))
 	return nil
+}
+
+// drainRefs replays the references buffered by readers into the eviction
+// order. The caller holds e.mu exclusively.
+func (e *Engine) drainRefs() {
+	if e.refs != nil && !e.closed {
+		e.refBuf = e.refs.drain(e.pol, e.refBuf)
+	}
 }
 
 // drop removes e from the tree, the policy and the counters.
@@ -428,6 +435,7 @@ func (e *Engine) Coldest(n int) [][]byte {
 	if e.pol == nil || e.closed || n <= 0 {
 		return nil
 	}
+	e.drainRefs()
 	out := make([][]byte, 0, min(n, int(e.keys)))
 	e.pol.coldest(func(ent *entry) bool {
 		out = append(out, append([]byte(nil), ent.key...))
@@ -442,6 +450,6 @@ func (e *Engine) Close() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.closed = true
-	e.tree = nil // e.pol stays: Get reads it without the lock
+	e.tree = nil
 	return nil
 }

@@ -263,3 +263,23 @@ func BenchmarkGet(b *testing.B) {
 		})
 	}
 }
+
+func BenchmarkGetParallel(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		opts engine.Options
+	}{
+		{"durable", engine.Options{}},
+		{"lru", engine.Options{Ephemeral: true, Eviction: "lru", CapacityBytes: 4 << 20}},
+		{"camp", engine.Options{Ephemeral: true, Eviction: "camp", CapacityBytes: 4 << 20}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			e, err := memory.Open(c.opts)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer e.Close()
+			enginetest.BenchmarkGetParallel(b, e)
+		})
+	}
+}

@@ -32,6 +32,7 @@ func newLRU() *lru {
 }
 
 func (l *lru) add(e *entry) {
+	e.tracked = true
 	e.prev = &l.head
 	e.next = l.head.next
 	e.next.prev = e
@@ -50,6 +51,7 @@ func (l *lru) remove(e *entry) {
 	e.prev.next = e.next
 	e.next.prev = e.prev
 	e.prev, e.next = nil, nil
+	e.tracked = false
 }
 
 func (l *lru) evict() *entry {
@@ -101,6 +103,7 @@ func (c *camp) add(e *entry) {
 		size = 1
 	}
 	c.seq++
+	e.tracked = true
 	e.h = c.l + cost/size
 	e.seq = c.seq
 	c.tree.ReplaceOrInsert(e)
@@ -111,13 +114,17 @@ func (c *camp) touch(e *entry) {
 	c.add(e)
 }
 
-func (c *camp) remove(e *entry) { c.tree.Delete(e) }
+func (c *camp) remove(e *entry) {
+	c.tree.Delete(e)
+	e.tracked = false
+}
 
 func (c *camp) evict() *entry {
 	e, ok := c.tree.DeleteMin()
 	if !ok {
 		return nil
 	}
+	e.tracked = false
 	if e.h > c.l {
 		c.l = e.h
 	}
