@@ -3,7 +3,10 @@ package distash_test
 import (
 	"bytes"
 	"context"
+	"flag"
 	"fmt"
+	"os"
+	"runtime/pprof"
 	"math/rand/v2"
 	"sort"
 	"sync"
@@ -94,6 +97,10 @@ func BenchmarkReadTransactions(b *testing.B) {
 	}
 }
 
+// readProfile names a CPU profile of the read phases only (not the load):
+// go test -run XXX -bench ReadTransactions/m/get -readprofile read.prof .
+var readProfile = flag.String("readprofile", "", "write a CPU profile of BenchmarkReadTransactions' read phases (not the load) to this file")
+
 func benchReads(b *testing.B, db *distash.DB, prefix string, records, valueBytes int, read func(tr *distash.Tx, k []byte) ([]byte, error)) {
 	ctx := context.Background()
 	{
@@ -102,6 +109,16 @@ func benchReads(b *testing.B, db *distash.DB, prefix string, records, valueBytes
 			var mu sync.Mutex
 			var lats []time.Duration
 			var next int64
+			if *readProfile != "" {
+				f, err := os.Create(*readProfile)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := pprof.StartCPUProfile(f); err != nil {
+					b.Fatal(err)
+				}
+				defer func() { pprof.StopCPUProfile(); f.Close() }()
+			}
 			began, cpuBefore := time.Now(), processCPU()
 			var wg sync.WaitGroup
 			for g := 0; g < threads; g++ {

@@ -29,6 +29,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/google/btree"
 
@@ -61,11 +62,15 @@ type Config struct {
 // value bytes with lru eviction, measured with 10-byte keys on amd64: its
 // item in the key tree (56 bytes, times up to two since B-tree nodes run
 // between half full and full, and keys inserted in order, as bulk loads do,
-// leave them half full), its entry (72 bytes, an 80-byte allocation) and
-// the rounding of its key and value buffer. 200k pairs measured 180 bytes
-// each inserted in random order, 218 in key order. TestEntryOverhead checks
-// the figure against the heap.
-const DefaultEntryOverhead = 224
+// leave them half full), its entry (96 bytes with the value's slice), its
+// slot in the hash index that serves Get (24 bytes, times up to two as the
+// map grows by doubling) and the rounding of its key and value buffer.
+// TestCapacityBoundsMemory measured 291–310 bytes per pair inserted in key
+// order (224 before the hash index: the index costs about 70 bytes a pair,
+// 30% of a tiny pair's footprint and under 7% of a 1 KB one's, for a Get
+// that is one hash lookup instead of about twenty key comparisons, each a
+// likely cache miss, down a B-tree of a quarter million keys).
+const DefaultEntryOverhead = 312
 
 // campEntryOverhead is what camp eviction adds per pair: its slot in the
 // priority tree (measured 20 bytes).
@@ -74,7 +79,8 @@ const campEntryOverhead = 24
 // entry is the eviction bookkeeping of one stored pair.
 type entry struct {
 	key     []byte
-	size    int64 // key and value bytes
+	value   []byte // the current value (the tree's item has it too), for Get
+	size    int64  // key and value bytes
 	cost    uint32
 	tracked bool // in the policy's order (a buffered reference may outlive that)
 
@@ -98,10 +104,11 @@ func lessItem(a, b item) bool { return bytes.Compare(a.key, b.key) < 0 }
 type Engine struct {
 	mu        sync.RWMutex
 	tree      *btree.BTreeG[item]
-	pol       policy // nil when no eviction order is kept
-	refs      *refs  // references not yet replayed into pol (nil with pol)
-	refBuf    []ref  // drain's scratch space, used under mu
-	evict     bool   // evict to stay within capacity
+	index     map[string]*entry // the tree's pairs by key: a Get is one hash lookup
+	pol       policy            // nil when no eviction order is kept
+	refs      *refs             // references not yet replayed into pol (nil with pol)
+	refBuf    []ref             // drain's scratch space, used under mu
+	evict     bool              // evict to stay within capacity
 	capacity  int64
 	overhead  int64 // counted per pair against capacity, besides key and value
 	keys      int64
@@ -133,6 +140,7 @@ func Open(opts engine.Options) (*Engine, error) {
 	}
 	e := &Engine{
 		tree:     btree.NewG(32, lessItem),
+		index:    map[string]*entry{},
 		capacity: opts.CapacityBytes,
 		evict:    opts.Ephemeral && opts.CapacityBytes > 0,
 		overhead: cfg.EntryOverhead,
@@ -177,9 +185,13 @@ func (e *Engine) get(key []byte, reference bool) ([]byte, bool, error) {
 		e.mu.RUnlock()
 		return nil, false, ErrClosed
 	}
-	it, ok := e.tree.Get(item{key: key})
+	ent, ok := e.index[string(key)]
+	var value []byte
+	if ok {
+		value = ent.value
+	}
 	e.mu.RUnlock()
-	if ok && reference && e.refs != nil && e.refs.record(it.e) && e.mu.TryLock() {
+	if ok && reference && e.refs != nil && e.refs.record(ent) && e.mu.TryLock() {
 		// This reader's stripe is full and no one holds the lock: replay
 		// the buffered references now rather than drop the next ones.
 		e.drainRefs()
@@ -190,7 +202,7 @@ func (e *Engine) get(key []byte, reference bool) ([]byte, bool, error) {
 	}
 	// The value's bytes are never modified, so copying them after unlocking
 	// is safe.
-	return append(make([]byte, 0, len(it.value)), it.value...), true, nil
+	return append(make([]byte, 0, len(value)), value...), true, nil
 }
 
 // Scan calls fn for the pairs in [begin, end) of a snapshot taken when
@@ -303,8 +315,8 @@ func (e *Engine) Apply(b *engine.Batch) error {
 		case w.IsClearRange():
 			e.clearRange(w.Key, w.End)
 		case w.IsClear():
-			if it, ok := e.tree.Get(item{key: w.Key}); ok {
-				e.drop(it.e)
+			if ent, ok := e.index[string(w.Key)]; ok {
+				e.drop(ent)
 			}
 		default:
 			e.set(w.Key, w.Value, w.Cost)
@@ -325,6 +337,7 @@ func (e *Engine) drainRefs() {
 // drop removes e from the tree, the policy and the counters.
 func (e *Engine) drop(ent *entry) {
 	e.tree.Delete(item{key: ent.key})
+	delete(e.index, string(ent.key))
 	if e.pol != nil {
 		e.pol.remove(ent)
 	}
@@ -338,25 +351,24 @@ func (e *Engine) resident() int64 { return e.bytes + e.keys*e.overhead }
 
 func (e *Engine) set(key, value []byte, cost uint32) {
 	size := int64(len(key) + len(value))
-	it, exists := e.tree.Get(item{key: key})
+	ent, exists := e.index[string(key)]
 	if e.evict && size+e.overhead > e.capacity {
 		// The pair can never fit: drop it (and the value it replaces).
 		if exists {
-			e.drop(it.e)
+			e.drop(ent)
 		}
 		e.evictions++
 		return
 	}
 	if exists {
-		ent := it.e
 		if e.pol != nil {
 			e.pol.remove(ent)
 		}
 		e.bytes += size - ent.size
 		ent.size = size
 		ent.cost = cost
-		v := append(make([]byte, 0, len(value)), value...)
-		e.tree.ReplaceOrInsert(item{key: ent.key, value: v, e: ent})
+		ent.value = append(make([]byte, 0, len(value)), value...)
+		e.tree.ReplaceOrInsert(item{key: ent.key, value: ent.value, e: ent})
 		if e.pol != nil {
 			e.pol.add(ent)
 		}
@@ -364,8 +376,9 @@ func (e *Engine) set(key, value []byte, cost uint32) {
 		buf := make([]byte, len(key)+len(value))
 		copy(buf, key)
 		copy(buf[len(key):], value)
-		ent := &entry{key: buf[:len(key):len(key)], size: size, cost: cost}
-		e.tree.ReplaceOrInsert(item{key: ent.key, value: buf[len(key):], e: ent})
+		ent = &entry{key: buf[:len(key):len(key)], value: buf[len(key):], size: size, cost: cost}
+		e.tree.ReplaceOrInsert(item{key: ent.key, value: ent.value, e: ent})
+		e.index[keyString(ent.key)] = ent
 		if e.pol != nil {
 			e.pol.add(ent)
 		}
@@ -379,11 +392,21 @@ func (e *Engine) set(key, value []byte, cost uint32) {
 				break
 			}
 			e.tree.Delete(item{key: v.key})
+			delete(e.index, string(v.key))
 			e.keys--
 			e.bytes -= v.size
 			e.evictions++
 		}
 	}
+}
+
+// keyString is the index's key for a stored key: a string sharing its
+// bytes, which are never modified (no second copy of every key).
+func keyString(key []byte) string {
+	if len(key) == 0 {
+		return ""
+	}
+	return unsafe.String(&key[0], len(key))
 }
 
 func (e *Engine) clearRange(begin, end []byte) {
@@ -451,5 +474,6 @@ func (e *Engine) Close() error {
 	defer e.mu.Unlock()
 	e.closed = true
 	e.tree = nil
+	e.index = nil
 	return nil
 }

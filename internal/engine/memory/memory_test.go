@@ -2,7 +2,9 @@ package memory_test
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"runtime"
+	"sync/atomic"
 	"testing"
 
 	"github.com/distash/distash/internal/engine"
@@ -282,4 +284,40 @@ func BenchmarkGetParallel(b *testing.B) {
 			enginetest.BenchmarkGetParallel(b, e)
 		})
 	}
+}
+
+// BenchmarkGetLarge reads random keys of an lru engine holding 250,000
+// pairs (a cache pool's working set, unlike BenchmarkGet's 10,000, which
+// fit in the CPU's caches), from GOMAXPROCS×16 goroutines.
+func BenchmarkGetLarge(b *testing.B) {
+	e, err := memory.Open(engine.Options{Ephemeral: true, Eviction: "lru", CapacityBytes: 1 << 30})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer e.Close()
+	const n = 250_000
+	val := make([]byte, 100)
+	for i := 0; i < n; i += 1000 {
+		batch := &engine.Batch{Version: kv.Version(i + 1)}
+		for j := i; j < i+1000; j++ {
+			batch.Writes = append(batch.Writes, engine.Write{Key: fmt.Appendf(nil, "m/user%08d", j), Value: val})
+		}
+		if err := e.Apply(batch); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.SetParallelism(16)
+	b.ResetTimer()
+	var seed atomic.Uint64
+	b.RunParallel(func(pb *testing.PB) {
+		rng := rand.New(rand.NewPCG(seed.Add(1), 1))
+		key := make([]byte, 0, 16)
+		for pb.Next() {
+			key = fmt.Appendf(key[:0], "m/user%08d", rng.IntN(n))
+			if _, ok, err := e.Get(key); !ok || err != nil {
+				b.Errorf("Get(%s): %v %v", key, ok, err)
+				return
+			}
+		}
+	})
 }
