@@ -97,9 +97,10 @@ func BenchmarkReadTransactions(b *testing.B) {
 	}
 }
 
-// readProfile names a CPU profile of the read phases only (not the load):
-// go test -run XXX -bench ReadTransactions/m/get -readprofile read.prof .
-var readProfile = flag.String("readprofile", "", "write a CPU profile of BenchmarkReadTransactions' read phases (not the load) to this file")
+// readProfile names a CPU profile of the measured phases of
+// BenchmarkReadTransactions and BenchmarkWriteTransactions only (not the
+// load): go test -run XXX -bench ReadTransactions/m/get -readprofile read.prof .
+var readProfile = flag.String("readprofile", "", "write a CPU profile of the read or write benchmark's measured phase (not the load) to this file")
 
 func benchReads(b *testing.B, db *distash.DB, prefix string, records, valueBytes int, read func(tr *distash.Tx, k []byte) ([]byte, error)) {
 	ctx := context.Background()

@@ -61,7 +61,7 @@
 //	                       # where the kernel allows it, else threads
 //
 //	[pool.pebble]          # optional, engine pebble only; per stash
-//	cache        = "16MiB" # block cache, default 16MiB, at least 64KiB
+//	cache        = "64MiB" # block cache, default 64MiB, at least 64KiB
 //
 //	[pool.device]          # optional: each stash emulates a device (docs/devices.md)
 //	profile       = "none" # none | ssd | hdd | nvm, default none (the real device)
@@ -204,7 +204,7 @@ func (p Pool) Emulates() bool {
 
 // Pebble holds the settings of the pebble engine.
 type Pebble struct {
-	// Cache is each stash's block cache; default 16MiB (the engine's
+	// Cache is each stash's block cache; default 64MiB (the engine's
 	// CacheBytes). A small one makes reads reach the device, as the media
 	// benchmarks need when the data would otherwise fit in it.
 	Cache *Size `toml:"cache,omitempty"`

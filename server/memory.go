@@ -4,6 +4,7 @@ import (
 	"sync/atomic"
 
 	"github.com/distash/distash/config"
+	pebbleengine "github.com/distash/distash/internal/engine/pebble"
 	"github.com/distash/distash/internal/proxy"
 	"github.com/distash/distash/internal/stash"
 	"github.com/distash/distash/internal/txlog"
@@ -31,7 +32,7 @@ func windowBudget(p config.Pool) int64 {
 // otherMemory is what MemoryBudget allows for everything it does not count
 // one by one: transactions on their way in (each commit stream holds up to
 // 64 MiB), the resolver's conflict history (the writes of about three MVCC
-// windows), Pebble's caches and memtables, reads in flight, the runtime.
+// windows), Pebble's memtables, reads in flight, the runtime.
 const otherMemory = 512 << 20
 
 // MemoryBudget returns the memory a cluster running cfg is expected to hold
@@ -45,11 +46,17 @@ func MemoryBudget(cfg *config.Config) int64 {
 	n := int64(otherMemory + stash.DefaultWindowBytes) // the system stash's window
 	for _, p := range cfg.Pools {
 		per := windowBudget(p)
-		if p.Engine == "memory" {
+		switch p.Engine {
+		case "memory":
 			if p.Capacity <= 0 {
 				return 0
 			}
 			per += int64(p.Capacity)
+		case "pebble":
+			per += pebbleengine.CacheBytes // each stash's block cache
+			if p.Pebble != nil && p.Pebble.Cache != nil {
+				per += int64(*p.Pebble.Cache) - pebbleengine.CacheBytes
+			}
 		}
 		n += per * int64(p.Stashes)
 	}

@@ -95,7 +95,7 @@ Figure 11: graph-fig11-utilisation.png and .csv). See docs/benchmarks.md.`,
 	f.Uint64Var(&o.Seed, "seed", 1, "seed of the graph and the query sequence")
 	f.StringVar(&o.DeviceProfile, "device-profile", "none", "emulated device of the SSD pool's stashes: none, ssd, hdd, nvm (Pebble stashes; the DRAM pool has none)")
 	f.Float64Var(&o.DeviceScale, "device-scale", 1, "slow the device profile down by this factor (latencies ×, IOPS and bandwidth ÷) so that it, not the two cores, is the bottleneck; printed with the resulting figures")
-	f.StringVar(&pebbleCache, "pebble-cache", "", "block cache of each SSD stash ([pool.pebble] cache, e.g. 1MiB; default the engine's 16MiB): small, so that reads reach the device")
+	f.StringVar(&pebbleCache, "pebble-cache", "", "block cache of each SSD stash ([pool.pebble] cache, e.g. 1MiB; default the engine's 64MiB): small, so that reads reach the device")
 	f.BoolVar(&verify, "verify", true, "check every cached result against its recomputation after each layout (and run with a 30 s MVCC window for it); on a slow emulated device the check takes minutes")
 	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run (benchmark, embedded cluster and client) to this file")
 	f.StringVar(&pprofAddr, "pprof-addr", "", "serve Go's /debug/pprof/ on this address (e.g. localhost:6060) during the run, for goroutine dumps and profiles of one phase")

@@ -45,9 +45,12 @@ var metaKey = []byte("mstate")
 
 const metaLen = 24
 
-// CacheBytes is the default size of the block cache of each engine, kept
-// modest for small machines.
-const CacheBytes = 16 << 20
+// CacheBytes is the default size of the block cache of each engine. At 16
+// MiB a stash of 60 MB of records at rest missed the cache on most reads
+// (a pread, a block decode and a cache insert each: a fifth of a point
+// read's CPU); 64 MiB is half of PostgreSQL's default shared_buffers and
+// is allocated only as blocks are read.
+const CacheBytes = 64 << 20
 
 // Tuning is the pebble engine's engine.Options.Tuning (nil: defaults).
 type Tuning struct {
