@@ -96,6 +96,16 @@ func Peek(e Engine, key []byte) ([]byte, bool, error) {
 	return e.Get(key)
 }
 
+// SharedGetter is implemented by engines that can return a stored value
+// without copying it: GetShared is Get whose value is the engine's own
+// slice, which the caller must not modify. The engine never modifies a
+// stored value in place, so the slice stays valid and unchanged after later
+// writes. A stash's read path uses it: the value goes straight into the
+// reply, one allocation and copy fewer per read.
+type SharedGetter interface {
+	GetShared(key []byte) (value []byte, ok bool, err error)
+}
+
 // ReadServer is implemented by engines that serve reads through their own
 // scheduler (the flash engine with far memory: user-level threads that
 // overlap lookups). When ServesReads is true a stash reads a client's keys

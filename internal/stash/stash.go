@@ -914,8 +914,12 @@ func (s *Stash) readEngine(keys [][]byte, idx []int, values [][]byte, present []
 		return nil
 	}
 	if len(idx) < 2 || s.opts.Ephemeral {
+		get := s.eng.Get
+		if sg, ok := s.eng.(engine.SharedGetter); ok {
+			get = sg.GetShared // the values go into the reply unmodified
+		}
 		for _, i := range idx {
-			val, ok, err := s.eng.Get(keys[i])
+			val, ok, err := get(keys[i])
 			if err != nil {
 				return err
 			}

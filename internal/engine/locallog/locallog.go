@@ -740,6 +740,9 @@ func (e *Engine) writeSnapshot(seq uint64, v kv.Version, walk func(func(k, val [
 // Get reads key (a reference for the eviction order).
 func (e *Engine) Get(key []byte) ([]byte, bool, error) { return e.mem.Get(key) }
 
+// GetShared reads key without copying its value (engine.SharedGetter).
+func (e *Engine) GetShared(key []byte) ([]byte, bool, error) { return e.mem.GetShared(key) }
+
 // Peek reads key without side effects.
 func (e *Engine) Peek(key []byte) ([]byte, bool, error) { return e.mem.Peek(key) }
 

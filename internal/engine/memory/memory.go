@@ -175,11 +175,26 @@ func Open(opts engine.Options) (*Engine, error) {
 // eviction order; it takes only the read lock (see refs).
 func (e *Engine) Get(key []byte) ([]byte, bool, error) { return e.get(key, true) }
 
+// GetShared is Get without the copy (engine.SharedGetter): stored values
+// are never modified in place.
+func (e *Engine) GetShared(key []byte) ([]byte, bool, error) { return e.lookup(key, true) }
+
 // Peek is Get without counting a reference in the eviction order
 // (engine.Peeker).
 func (e *Engine) Peek(key []byte) ([]byte, bool, error) { return e.get(key, false) }
 
 func (e *Engine) get(key []byte, reference bool) ([]byte, bool, error) {
+	value, ok, err := e.lookup(key, reference)
+	if !ok || err != nil {
+		return nil, false, err
+	}
+	// The value's bytes are never modified, so copying them after unlocking
+	// is safe.
+	return append(make([]byte, 0, len(value)), value...), true, nil
+}
+
+// lookup returns key's stored value itself (not a copy).
+func (e *Engine) lookup(key []byte, reference bool) ([]byte, bool, error) {
 	e.mu.RLock()
 	if e.closed {
 		e.mu.RUnlock()
@@ -197,12 +212,7 @@ func (e *Engine) get(key []byte, reference bool) ([]byte, bool, error) {
 		e.drainRefs()
 		e.mu.Unlock()
 	}
-	if !ok {
-		return nil, false, nil
-	}
-	// The value's bytes are never modified, so copying them after unlocking
-	// is safe.
-	return append(make([]byte, 0, len(value)), value...), true, nil
+	return value, ok, nil
 }
 
 // Scan calls fn for the pairs in [begin, end) of a snapshot taken when

@@ -321,3 +321,30 @@ func BenchmarkGetLarge(b *testing.B) {
 		}
 	})
 }
+
+// TestGetSharedStaysValid checks the promise of engine.SharedGetter: the
+// slice GetShared returns keeps its bytes after the key is overwritten,
+// cleared and evicted, and a hit counts as a reference like Get's.
+func TestGetSharedStaysValid(t *testing.T) {
+	e := open(t, engine.Options{Ephemeral: true, Eviction: "lru", CapacityBytes: 3 * (2 + 5), Tuning: memory.Config{EntryOverhead: -1}}).(*memory.Engine)
+	apply := func(v kv.Version, ws ...engine.Write) {
+		t.Helper()
+		if err := e.Apply(&engine.Batch{Version: v, Writes: ws}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	apply(1, engine.Write{Key: []byte("k1"), Value: []byte("one..")}, engine.Write{Key: []byte("k2"), Value: []byte("two..")}, engine.Write{Key: []byte("k3"), Value: []byte("three")})
+	v1, ok, err := e.GetShared([]byte("k1")) // k1 is now the most recently used
+	if err != nil || !ok || string(v1) != "one.." {
+		t.Fatalf("GetShared(k1) = %q, %v, %v", v1, ok, err)
+	}
+	apply(2, engine.Write{Key: []byte("k4"), Value: []byte("four.")}) // evicts k2, the coldest
+	if _, ok, _ := e.Get([]byte("k2")); ok {
+		t.Fatal("k2 survived: GetShared's hit on k1 did not count as a reference")
+	}
+	v3, _, _ := e.GetShared([]byte("k3"))
+	apply(3, engine.Write{Key: []byte("k1"), Value: []byte("ONE!!")}, engine.Write{Key: []byte("k3")})
+	if string(v1) != "one.." || string(v3) != "three" {
+		t.Fatalf("shared values changed under later writes: %q, %q", v1, v3)
+	}
+}
