@@ -538,6 +538,11 @@ func nodesCPU(nodes []Node) (time.Duration, error) {
 
 const histMaxUs = int64(60 * time.Second / time.Microsecond)
 
+// opTimeout bounds one operation (its retries included): one that cannot
+// finish counts as an error with its last error, instead of holding the
+// row up forever.
+const opTimeout = 20 * time.Second
+
 // runRow runs one row for d (or o.Count operations).
 func runRow(ctx context.Context, o Options, c *cluster, p *distash.Pool, mode, op string, fresh bool, d time.Duration) (Row, error) {
 	r := Row{Mode: mode, Pool: p.Name(), Op: op, Fresh: fresh, Server: -1}
@@ -616,7 +621,9 @@ func runRow(ctx context.Context, o Options, c *cluster, p *distash.Pool, mode, o
 					break
 				}
 				t0 := time.Now()
-				err := do(ctx)
+				octx, cancel := context.WithTimeout(ctx, opTimeout)
+				err := do(octx)
+				cancel()
 				lat := time.Since(t0)
 				ops.Add(1)
 				if err != nil {
