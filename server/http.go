@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"net/url"
 	"strings"
 	"time"
@@ -23,7 +24,8 @@ import (
 // (docs/metrics.md) and, at every other path, the web console of
 // package web, which shows the whole cluster. Operators reach it with a
 // browser or curl; it is read-only, but it shows the cluster's layout:
-// like the gRPC port, keep it on loopback or a private network.
+// like the gRPC port, keep it on loopback or a private network. With
+// Options.Pprof it also serves Go's profiles at /debug/pprof/.
 
 // DefaultHTTPAddr is the HTTP address of `distash server` running an
 // embedded cluster; cluster nodes serve no HTTP unless --http is given.
@@ -115,6 +117,15 @@ func (s *Server) httpHandler() http.Handler {
 	// Only GET (and HEAD) of /metrics: the mux answers other methods with
 	// 405 and an Allow header.
 	mux.Handle("GET /metrics", metrics)
+	if s.opts.Pprof {
+		// A profile longer than the server's WriteTimeout (30 s) is
+		// refused by the handler itself.
+		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+		mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+	}
 	mux.Handle("/", web.Handler(web.Options{Status: s.clusterStatus}))
 	return checkRequest(s.logger, mux)
 }

@@ -478,3 +478,36 @@ func TestGrafanaDashboard(t *testing.T) {
 		}
 	}
 }
+
+// TestHTTPPprof: with Options.Pprof the HTTP server serves Go's CPU
+// profile (a gzipped protobuf) at /debug/pprof/profile; without it, that
+// path is no profile.
+func TestHTTPPprof(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	get := func(pprof bool) (int, []byte) {
+		srv, err := server.Start(ctx, server.Options{Dir: t.TempDir(), Config: config.Default(), HTTPAddr: "127.0.0.1:0", Pprof: pprof,
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer srv.Stop()
+		resp, err := http.Get("http://" + srv.HTTPAddr() + "/debug/pprof/profile?seconds=1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.StatusCode, b
+	}
+	code, b := get(true)
+	if code != http.StatusOK || len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
+		t.Fatalf("with Pprof: %d, %d bytes starting %q; want 200 and a gzipped profile", code, len(b), b[:min(len(b), 16)])
+	}
+	if code, b := get(false); code == http.StatusOK && len(b) >= 2 && b[0] == 0x1f && b[1] == 0x8b {
+		t.Fatalf("without Pprof: %d and a profile", code)
+	}
+}

@@ -98,6 +98,9 @@ type NodeOptions struct {
 	// HTTPAddr, if not "" or "off", is the address of the node's HTTP
 	// server: its metrics at /metrics and the web console (http.go).
 	HTTPAddr string
+	// Pprof serves Go's profiles at /debug/pprof/ on the HTTP server
+	// (Options.Pprof).
+	Pprof bool
 	// FS is the file system every file under Dir goes through (package
 	// internal/fsys); nil: the operating system's.
 	FS fsys.FS
@@ -232,7 +235,7 @@ func startNode(ctx context.Context, opts NodeOptions) (*Server, error) {
 	n := &node{id: id, opts: opts, conns: map[string]*grpc.ClientConn{}, slot: -1, failed: make(chan error, 1)}
 	logger := serverLogger(opts.Logger, id, n.generation.Load).With("class", opts.Class)
 	s := newServer(Options{Dir: opts.Dir, Config: opts.Config, ListenAddr: opts.Listen, Logger: logger, FlushInterval: opts.FlushInterval,
-		HTTPAddr: opts.HTTPAddr, FS: opts.FS})
+		HTTPAddr: opts.HTTPAddr, Pprof: opts.Pprof, FS: opts.FS})
 	s.dirLock = dirLock
 	s.legacyDir.Store(legacy)
 	n.log.holds = func() bool { return s.tx.Load() != nil }

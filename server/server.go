@@ -82,6 +82,10 @@ type Options struct {
 	// HTTPOptional makes a failure to listen on HTTPAddr a warning rather
 	// than an error (distash server's default address may be taken).
 	HTTPOptional bool
+	// Pprof serves Go's profiles at /debug/pprof/ on the HTTP server
+	// (distash server --pprof; bench cpu profiles its nodes with it). Off
+	// by default: a CPU profile costs the process while it runs.
+	Pprof bool
 	// FS is the file system every file under Dir goes through (package
 	// internal/fsys); nil: the operating system's. Tests inject disk
 	// faults with it.

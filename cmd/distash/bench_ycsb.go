@@ -23,7 +23,10 @@ operations from --threads threads, on an embedded cluster (a DRAM pool and a
 Pebble pool, one stash each) or on --cluster, in each pool of --pool.
 --peers starts private servers (Debian packages redis-server, postgresql,
 etcd-server, installed with apt-get when missing and running as root) and
-runs the same workloads on them. The stores take turns phase by phase
+runs the same workloads on them. A workload may repeat: --workloads c,a,c
+reads data at rest right after the load (every read served by a stash's
+engine), then after workload A (many keys in the stashes' MVCC window);
+the repeat is labelled c#2 in the table and the chart. The stores take turns phase by phase
 (every store's load, then every store's first workload, ...), so that the
 figures a ratio compares are measured close together. Prints ops/s, p50 and p99 per operation
 type and each store's ratio to DiStash (the first --pool), and writes
@@ -50,7 +53,7 @@ ycsb.png. See docs/benchmarks.md.`,
 			return err
 		},
 	}
-	cmd.Flags().StringSliceVar(&o.Workloads, "workloads", []string{"a", "b", "c", "d", "e", "f"}, "YCSB core workloads to run after the load, in order (a–f)")
+	cmd.Flags().StringSliceVar(&o.Workloads, "workloads", []string{"a", "b", "c", "d", "e", "f"}, "YCSB core workloads to run after the load, in order (a–f); one may repeat: c,a,c runs C on data at rest right after the load, then A, then C again, labelled c#2")
 	cmd.Flags().IntVar(&o.Records, "records", 20000, "records loaded (YCSB recordcount)")
 	cmd.Flags().IntVar(&o.Operations, "operations", 100000, "operations per workload (YCSB operationcount)")
 	cmd.Flags().IntVar(&o.Threads, "threads", 64, "client threads (YCSB threadcount)")

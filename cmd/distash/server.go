@@ -94,7 +94,7 @@ func newLogger(format string, verbose bool) (*slog.Logger, error) {
 func serverCmd() *cobra.Command {
 	var configPath, dir, listen, memory, httpFlag, logFormat string
 	var coordinators, class, pool, dc, zone, machine, cpuProfile string
-	var verbose bool
+	var verbose, pprofHTTP bool
 	var dcDelay time.Duration
 	var tlsf tlsFlags
 	cmd := &cobra.Command{
@@ -128,7 +128,8 @@ recovers the cluster. Prints "listening on ADDR" once it serves, then
 / (docs/metrics.md). An embedded cluster serves it at 127.0.0.1:4580 by
 default (if that port is taken, it warns and goes on without); a cluster
 node serves none unless --http is given; --http off turns it off. An
-address given that cannot be bound is an error.
+address given that cannot be bound is an error. --pprof also serves Go's
+profiles at /debug/pprof/ there (CPU profiles of up to 29 s).
 
 Logs go to stderr, as text or JSON lines (--log-format); every line
 carries the node ("embedded" or the node's id), the generation and, where
@@ -163,6 +164,9 @@ collection for 5 seconds), it returns freed memory to the system.`,
 			if err != nil {
 				return err
 			}
+			if pprofHTTP && httpListen == "" {
+				return fmt.Errorf("--pprof serves /debug/pprof/ on the HTTP server: give --http too")
+			}
 			limit, setLimit, err := memoryLimit(memory, cfg)
 			if err != nil {
 				return err
@@ -188,13 +192,13 @@ collection for 5 seconds), it returns freed memory to the system.`,
 					}
 				}
 				srv, err = server.Start(ctx, server.Options{Dir: dir, Config: cfg, ListenAddr: listen, TLS: tlsConfig, Logger: logger,
-					HTTPAddr: httpListen, HTTPOptional: httpOptional})
+					HTTPAddr: httpListen, HTTPOptional: httpOptional, Pprof: pprofHTTP})
 			} else {
 				if zone == "" {
 					zone = listen
 				}
 				opts := server.NodeOptions{Dir: dir, Config: cfg, Listen: listen, Class: class, Pool: pool,
-					DC: dc, Zone: zone, Machine: machine, ServerTLS: tlsConfig, Logger: logger, HTTPAddr: httpListen}
+					DC: dc, Zone: zone, Machine: machine, ServerTLS: tlsConfig, Logger: logger, HTTPAddr: httpListen, Pprof: pprofHTTP}
 				if cmd.Flags().Changed("dc-delay") {
 					if dcDelay < 0 {
 						return fmt.Errorf("--dc-delay %v: want a duration >= 0", dcDelay)
@@ -266,6 +270,7 @@ collection for 5 seconds), it returns freed memory to the system.`,
 	tlsf.add(cmd.Flags(), "server", false)
 	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "log at info level")
 	cmd.Flags().StringVar(&logFormat, "log-format", "text", "log lines as text or json")
+	cmd.Flags().BoolVar(&pprofHTTP, "pprof", false, "also serve Go's profiles at /debug/pprof/ on the --http address (bench cpu profiles its nodes with it)")
 	cmd.Flags().StringVar(&httpFlag, "http", "", "HTTP address of /metrics and the web console, or off (default "+server.DefaultHTTPAddr+" for an embedded cluster, off for a cluster node)")
 	return cmd
 }

@@ -72,7 +72,9 @@ const Load = "load"
 // Options configure a run. Zero values take the defaults given.
 type Options struct {
 	// Workloads lists YCSB workloads among a–f, run in this order after
-	// the load (default a,b,c,d,e,f).
+	// the load (default a,b,c,d,e,f). A workload may come more than once
+	// (c,a,c: reads of data at rest right after the load, then reads of
+	// data A just rewrote); its repeats are labelled c#2, c#3 (Phases).
 	Workloads []string
 	// Records is the number of records loaded (default 20,000).
 	Records int
@@ -126,7 +128,7 @@ type OpStats struct {
 // Result is one phase (the load or a workload) on one store.
 type Result struct {
 	Store     string // "distash:<pool>" or a peer's name
-	Workload  string // Load or a–f
+	Workload  string // the phase's label: Load, a–f, or a repeat such as c#2 (Phases)
 	Ops       int64  // operations done, errors included
 	Errors    int64
 	Seconds   float64
@@ -332,8 +334,9 @@ func Run(ctx context.Context, o Options, out io.Writer) ([]Result, error) {
 	// store's first workload, ...), each store's phases in order on its
 	// own data: the figures a ratio compares are measured seconds apart,
 	// not minutes, on a machine whose speed drifts (docs/benchmarks.md).
+	phases := Phases(o.Workloads)
 	var results []Result
-	for _, w := range append([]string{Load}, o.Workloads...) {
+	for _, w := range phases {
 		for _, s := range stores {
 			if s.db == nil {
 				continue
@@ -359,6 +362,14 @@ func Run(ctx context.Context, o Options, out io.Writer) ([]Result, error) {
 	slices.SortStableFunc(results, func(a, b Result) int { return order[a.Store] - order[b.Store] })
 	fmt.Fprintln(out)
 	PrintTable(out, results)
+	if len(o.Workloads) > len(slices.Compact(slices.Sorted(slices.Values(o.Workloads)))) {
+		// A workload ran more than once: say what ran before each run.
+		var order []string
+		for i := range phases {
+			order = append(order, PhaseTitle(phases, i))
+		}
+		fmt.Fprintf(out, "phases in order: %s\n", strings.Join(order, ", "))
+	}
 	if err := os.MkdirAll(o.OutDir, 0o755); err != nil {
 		return results, err
 	}
@@ -532,9 +543,59 @@ type threadStats struct {
 	nTotal int64
 }
 
-// runPhase runs the load or one workload on s.
+// Phases labels the load and the workloads in the order they run: a
+// workload's first run is its letter, a repeat gets #2, #3, ... (c, a, c
+// gives load, c, a, c#2), so that the table, the chart and any file tell
+// "C right after the load" (reads of data at rest, served by the stash's
+// engine) from "C after A" (reads of keys A just rewrote, many still in
+// the stash's MVCC window).
+func Phases(workloads []string) []string {
+	seen := map[string]int{}
+	out := []string{Load}
+	for _, w := range workloads {
+		seen[w]++
+		if n := seen[w]; n > 1 {
+			w = fmt.Sprintf("%s#%d", w, n)
+		}
+		out = append(out, w)
+	}
+	return out
+}
+
+// phaseWorkload is the workload a phase label runs (c#2: c).
+func phaseWorkload(label string) string {
+	w, _, _ := strings.Cut(label, "#")
+	return w
+}
+
+// PhaseTitle names phases[i] for the chart: "load", "workload A", and
+// for a workload that runs more than once, what ran before it:
+// "workload C (after load)", "workload C#2 (after A)".
+func PhaseTitle(phases []string, i int) string {
+	ph := phases[i]
+	if ph == Load {
+		return ph
+	}
+	title := "workload " + strings.ToUpper(ph)
+	repeated := false
+	for j, other := range phases {
+		if j != i && other != Load && phaseWorkload(other) == phaseWorkload(ph) {
+			repeated = true
+		}
+	}
+	if repeated && i > 0 {
+		prev := phases[i-1]
+		if prev != Load {
+			prev = strings.ToUpper(prev)
+		}
+		title += " (after " + prev + ")"
+	}
+	return title
+}
+
+// runPhase runs the load or one workload (a phase label of Phases) on s.
 func runPhase(ctx context.Context, o Options, s store, workload string, out io.Writer) (Result, error) {
-	p := o.properties(workload)
+	p := o.properties(phaseWorkload(workload))
 	wl, err := newWorkload(p)
 	if err != nil {
 		return Result{}, err
@@ -763,10 +824,11 @@ func Plot(path string, results []Result, o Options) error {
 		p.Legend.Add(s, bars)
 	}
 	names := make([]string, len(phases))
-	for i, ph := range phases {
-		names[i] = ph
-		if ph != Load {
-			names[i] = "workload " + strings.ToUpper(ph)
+	perPhase := 1.3 // inches
+	for i := range phases {
+		names[i] = PhaseTitle(phases, i)
+		if strings.Contains(names[i], "(after") {
+			perPhase = 1.9 // room for the longer names
 		}
 	}
 	p.NominalX(names...)
@@ -780,5 +842,5 @@ func Plot(path string, results []Result, o Options) error {
 		}
 		return ts
 	})
-	return p.Save(vg.Length(max(6, 1.3*float64(len(phases))))*vg.Inch, 5*vg.Inch, path)
+	return p.Save(vg.Length(max(6, perPhase*float64(len(phases))))*vg.Inch, 5*vg.Inch, path)
 }

@@ -2,6 +2,8 @@ package ycsb
 
 import (
 	"bytes"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -66,5 +68,61 @@ func TestPrintTable(t *testing.T) {
 		if !strings.Contains(got, want) {
 			t.Errorf("table lacks %q:\n%s", want, got)
 		}
+	}
+}
+
+// TestRepeatedWorkload: c,a,c runs C twice; the repeat is labelled c#2 in
+// the results, the table and the chart, and the chart says what ran
+// before each C, so "C right after the load" (data at rest) and "C after
+// A" (data in the stashes' MVCC window) stay apart.
+func TestRepeatedWorkload(t *testing.T) {
+	o, err := Options{Workloads: []string{"c", "a", "C"}}.withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	phases := Phases(o.Workloads)
+	if got := strings.Join(phases, ","); got != "load,c,a,c#2" {
+		t.Fatalf("phases %s, want load,c,a,c#2", got)
+	}
+	var titles []string
+	for i := range phases {
+		titles = append(titles, PhaseTitle(phases, i))
+	}
+	if got := strings.Join(titles, "|"); got != "load|workload C (after load)|workload A|workload C#2 (after A)" {
+		t.Errorf("titles %s", got)
+	}
+	if got := PhaseTitle(Phases([]string{"a", "c"}), 2); got != "workload C" {
+		t.Errorf("a workload run once: %q", got)
+	}
+	if w := phaseWorkload("c#2"); w != "c" {
+		t.Errorf("phaseWorkload(c#2) = %q", w)
+	}
+	if p := o.properties(phaseWorkload("c#2")); p.GetString("readproportion", "") != "1" {
+		t.Errorf("c#2 does not run workload C: %s", p)
+	}
+	var out bytes.Buffer
+	var results []Result
+	for i, ph := range phases {
+		for _, st := range []string{"distash:dram", "redis"} {
+			ops := float64(1000 * (i + 1))
+			if st == "redis" {
+				ops *= 2
+			}
+			results = append(results, Result{Store: st, Workload: ph, OpsPerSec: ops,
+				PerOp: []OpStats{{Op: "READ", Count: 10, P50: time.Millisecond, P99: 2 * time.Millisecond}}})
+		}
+	}
+	PrintTable(&out, results)
+	for _, want := range []string{"distash:dram          c#2", "redis                 c#2         8000     2.00×"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, out.String())
+		}
+	}
+	png := filepath.Join(t.TempDir(), "ycsb.png")
+	if err := Plot(png, results, o); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := os.Stat(png); err != nil || st.Size() == 0 {
+		t.Fatalf("ycsb.png: %v", err)
 	}
 }

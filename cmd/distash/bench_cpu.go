@@ -1,0 +1,186 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/distash/distash/config"
+	"github.com/distash/distash/internal/bench/cpu"
+)
+
+func benchCPUCmd() *cobra.Command {
+	o := cpu.Options{}
+	nodes := failureOptions{}
+	var configPath string
+	cmd := &cobra.Command{
+		Use:   "cpu",
+		Short: "CPU µs per operation (point read, 10-key GetMulti, 1-record range read, blind and read-modify-write commits) on DRAM and Pebble pools, embedded and as server processes",
+		Long: `Measures the CPU time one operation costs: process CPU time (user + system)
+divided by the operations done, one row per mode, pool and operation:
+
+  get         read-only transaction: a read version and one Get
+  getmulti10  read-only transaction: a read version and a GetMulti of 10 keys
+  range1      read-only transaction: a read version and a GetRange returning 1 record
+  blind       a commit of one Set of a fresh key (no read), as bench ingest
+  rmw         a commit that reads a random record and writes it back changed
+
+Modes: embedded (the whole cluster in this process: the total only) and
+processes (a cluster of distash server processes on loopback, started here:
+one transaction node per log replica and one stash node per stash; the
+client's CPU from getrusage of this process, the servers' from
+/proc/PID/stat of the nodes, and their sum).
+
+Before the rows each pool gets --records records of --value-bytes; reads
+wait until the load has left the stashes' MVCC window (mvcc_window + 1 s,
+then until the windows are empty), so that every read is served by the
+stash's engine: reads of data at rest. --fresh adds rows of reads of
+records rewritten just before (served from the window), cut short to end
+before the first rewritten record leaves the window. Keys are drawn
+uniformly. Reads at rest run first, then fresh reads, then the writes.
+
+--profile-dir writes one CPU profile per row: this process's (embedded: the
+whole cluster; processes: the client), and each node's (processes, from
+the nodes' /debug/pprof/, distash server --pprof; with --duration only).
+See docs/benchmarks.md, "CPU per operation".`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+			defer stop()
+			if configPath != "" {
+				b, err := os.ReadFile(configPath)
+				if err != nil {
+					return err
+				}
+				o.ConfigTOML = string(b)
+			}
+			o.Processes = cpuProcesses(nodes)
+			_, err := cpu.Run(ctx, o, cmd.OutOrStdout())
+			return err
+		},
+	}
+	f := cmd.Flags()
+	f.StringSliceVar(&o.Ops, "ops", cpu.AllOps, "operations: get, getmulti10, range1, blind, rmw")
+	f.StringSliceVar(&o.Pools, "pools", []string{"dram", "pebble"}, "pools (of the configuration) to measure")
+	f.StringSliceVar(&o.Modes, "modes", []string{cpu.ModeEmbedded, cpu.ModeProcesses}, "embedded (cluster in this process) and/or processes (distash server processes on loopback)")
+	f.IntVar(&o.Clients, "clients", 64, "concurrent clients (goroutines sharing one connection to the cluster)")
+	f.DurationVar(&o.Duration, "duration", 5*time.Second, "length of each row")
+	f.IntVar(&o.Count, "count", 0, "operations per row instead of --duration (nodes' profiles need --duration)")
+	f.IntVar(&o.Records, "records", 20000, "records loaded into each pool")
+	f.IntVar(&o.ValueBytes, "value-bytes", 1000, "bytes per record")
+	f.BoolVar(&o.Fresh, "fresh", false, "also measure reads of records rewritten just before each row (in the MVCC window)")
+	f.StringVar(&o.ProfileDir, "profile-dir", "", "write one CPU profile per row (and per node, processes) to this directory")
+	f.StringVar(&o.OutDir, "out", "bench-out", "directory for cpu.csv and cpu.md (the table)")
+	f.StringVar(&configPath, "config", "", "cluster configuration of both modes (TOML; default: pools dram and pebble, one stash each, R=1, one log replica)")
+	f.StringVar(&nodes.Dir, "dir", "", "directory of the server processes' files and logs (default: temporary; removed at the end unless --keep)")
+	f.BoolVar(&nodes.Keep, "keep", false, "keep the server processes' directory")
+	f.BoolVarP(&nodes.Verbose, "verbose", "v", false, "server processes log at info level (into DIR/<node>.log)")
+	f.StringVar(&nodes.Binary, "binary", "", "distash binary to run the nodes (default: this executable)")
+	_ = f.MarkHidden("binary")
+	return cmd
+}
+
+// cpuProcesses starts the processes mode's cluster with bench failure's
+// node launcher: one transaction node per log replica (at least one; the
+// first three are the coordinators) and one stash node per stash of each
+// pool, on loopback, with --http and --pprof when profiling.
+func cpuProcesses(base failureOptions) func(ctx context.Context, toml string, profile bool, out io.Writer) (*cpu.ProcessCluster, error) {
+	return func(ctx context.Context, toml string, profile bool, out io.Writer) (*cpu.ProcessCluster, error) {
+		cfg, err := config.Parse([]byte(toml))
+		if err != nil {
+			return nil, err
+		}
+		o := base
+		dir, cleanup, err := failureBenchDir(&o, out)
+		if err != nil {
+			return nil, err
+		}
+		cfgPath := filepath.Join(dir, "cluster.toml")
+		if err := os.WriteFile(cfgPath, []byte(toml), 0o644); err != nil {
+			cleanup()
+			return nil, err
+		}
+		nTx, nStash := max(1, cfg.Log.Replicas), 0
+		for _, p := range cfg.Pools {
+			nStash += p.Stashes
+		}
+		n := nTx + nStash
+		// One call, so that no address is handed out twice.
+		addrs, err := benchFreeAddrs(2 * n)
+		if err != nil {
+			cleanup()
+			return nil, err
+		}
+		coords := strings.Join(addrs[:min(3, nTx)], ",")
+		var nodes []*failureNode
+		var httpAddrs []string
+		add := func(name, class, pool string) {
+			i := len(nodes)
+			args := []string{"server", "--config", cfgPath, "--dir", filepath.Join(dir, name), "--listen", addrs[i],
+				"--coordinators", coords, "--class", class, "--dc", "dc1", "--zone", "z-" + name}
+			if pool != "" {
+				args = append(args, "--pool", pool)
+			}
+			if profile {
+				args = append(args, "--http", addrs[n+i], "--pprof")
+				httpAddrs = append(httpAddrs, addrs[n+i])
+			}
+			if o.Verbose {
+				args = append(args, "-v")
+			}
+			nodes = append(nodes, &failureNode{name: name, addr: addrs[i], dc: "dc1", stash: pool != "", args: args,
+				logPath: filepath.Join(dir, name+".log")})
+		}
+		for i := range nTx {
+			add(fmt.Sprintf("tx%d", i+1), "transaction", "")
+		}
+		for _, p := range cfg.Pools {
+			for j := range p.Stashes {
+				add(fmt.Sprintf("%s%d", p.Name, j+1), "stash", p.Name)
+			}
+		}
+		stopAll := func() {
+			var wg sync.WaitGroup
+			for _, nd := range nodes {
+				wg.Add(1)
+				go func() { defer wg.Done(); nd.stop() }()
+			}
+			wg.Wait()
+			cleanup()
+		}
+		for _, nd := range nodes {
+			if err := nd.start(o.Binary); err != nil {
+				stopAll()
+				return nil, err
+			}
+		}
+		for _, nd := range nodes {
+			if err := nd.waitReady(ctx, 90*time.Second); err != nil {
+				stopAll()
+				return nil, err
+			}
+		}
+		pc := &cpu.ProcessCluster{Cluster: coords, Stop: stopAll}
+		for i, nd := range nodes {
+			node := cpu.Node{Name: nd.name, CPU: func() (time.Duration, error) {
+				if !nd.running() {
+					return 0, fmt.Errorf("exited (%v); see %s", nd.cmd.ProcessState, nd.logPath)
+				}
+				s, err := processCPUSeconds(nd.cmd.Process.Pid)
+				return time.Duration(s * float64(time.Second)), err
+			}}
+			if profile {
+				node.PprofURL = "http://" + httpAddrs[i] + "/debug/pprof/"
+			}
+			pc.Nodes = append(pc.Nodes, node)
+		}
+		return pc, nil
+	}
+}
