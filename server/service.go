@@ -428,6 +428,10 @@ func (v *service) ReadStream(stream wire.DiStash_ReadStreamServer) error {
 		})
 }
 
+// errStreamStopping ends the receiving side of a stream whose handler is
+// returning.
+var errStreamStopping = errors.New("stream handler stopping")
+
 // idStreamServer is a bidirectional stream of requests and replies that
 // carry ids, as a handler sees it.
 type idStreamServer[Req, Resp any] interface {
@@ -457,36 +461,9 @@ func serveStream[Req, Resp any](v *service, stream idStreamServer[Req, Resp], na
 		req Req
 		mem int64 // memory(req), taken from mem until the reply is sent
 	}
-	received := make(chan request)
 	recvDone := make(chan error, 1)
 	slots := make(chan struct{}, streamMaxRequests)
 	mem := budget.New(streamMaxBytes)
-	go func() {
-		for {
-			req, err := stream.Recv()
-			if err != nil {
-				recvDone <- err
-				return
-			}
-			r := request{req: req, mem: memory(req)}
-			select {
-			case slots <- struct{}{}:
-			case <-ctx.Done():
-				recvDone <- ctx.Err()
-				return
-			}
-			if err := mem.Acquire(ctx, r.mem); err != nil {
-				recvDone <- err
-				return
-			}
-			select {
-			case received <- r:
-			case <-ctx.Done():
-				recvDone <- ctx.Err()
-				return
-			}
-		}
-	}()
 	serve := func(r request) {
 		defer func() {
 			mem.Release(r.mem)
@@ -514,32 +491,76 @@ func serveStream[Req, Resp any](v *service, stream idStreamServer[Req, Resp], na
 			}
 		}
 	}
+	// The receiving goroutine hands each request straight to an idle
+	// worker, or starts one: one goroutine switch per request, not two.
+	// Workers are started under spawnMu until the handler stops, so that
+	// its wg.Wait sees every one.
 	work := make(chan request)
-	defer wg.Wait()
-	defer close(idle) // idle workers stop; busy ones finish their request
-	for {
+	var spawnMu sync.Mutex
+	stopping := false // Protected by spawnMu.
+	dispatch := func(r request) bool {
 		select {
-		case err := <-sendFailed:
-			return err
-		case <-recvDone:
-			return nil // the client closed the stream or it broke
-		case r := <-received:
+		case work <- r: // an idle worker takes it
+			return true
+		default:
+		}
+		spawnMu.Lock()
+		defer spawnMu.Unlock()
+		if stopping {
+			return false
+		}
+		wg.Add(1)
+		go func(r request) {
+			defer wg.Done()
+			for {
+				serve(r)
+				select {
+				case r = <-work:
+				case <-idle:
+					return
+				}
+			}
+		}(r)
+		return true
+	}
+	go func() {
+		for {
+			req, err := stream.Recv()
+			if err != nil {
+				recvDone <- err
+				return
+			}
+			r := request{req: req, mem: memory(req)}
 			select {
-			case work <- r: // an idle worker takes it
-			default:
-				wg.Add(1)
-				go func(r request) {
-					defer wg.Done()
-					for {
-						serve(r)
-						select {
-						case r = <-work:
-						case <-idle:
-							return
-						}
-					}
-				}(r)
+			case slots <- struct{}{}:
+			case <-ctx.Done():
+				recvDone <- ctx.Err()
+				return
+			}
+			if err := mem.Acquire(ctx, r.mem); err != nil {
+				<-slots
+				recvDone <- err
+				return
+			}
+			if !dispatch(r) {
+				mem.Release(r.mem)
+				<-slots
+				recvDone <- errStreamStopping
+				return
 			}
 		}
+	}()
+	defer func() {
+		spawnMu.Lock()
+		stopping = true
+		spawnMu.Unlock()
+		close(idle) // idle workers stop; busy ones finish their request
+		wg.Wait()
+	}()
+	select {
+	case err := <-sendFailed:
+		return err
+	case <-recvDone:
+		return nil // the client closed the stream or it broke
 	}
 }
