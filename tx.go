@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -271,7 +272,7 @@ func (tr *Tx) getMulti(keys [][]byte, snapshot bool) ([][]byte, error) {
 	tr.snapshotRead = tr.snapshotRead || snapshot
 	out := make([][]byte, len(keys))
 	var need []int
-	local := make([]*localWrite, len(keys))
+	var local []*localWrite // writes of this transaction to keys read (nil: none)
 	for i, k := range keys {
 		if err := tr.checkReadKey(k); err != nil {
 			tr.mu.Unlock()
@@ -293,7 +294,13 @@ func (tr *Tx) getMulti(keys [][]byte, snapshot bool) ([][]byte, error) {
 			continue
 		}
 		if ok {
+			if local == nil {
+				local = make([]*localWrite, len(keys))
+			}
 			local[i] = w
+		}
+		if need == nil {
+			need = make([]int, 0, len(keys)-i)
 		}
 		need = append(need, i)
 	}
@@ -305,9 +312,12 @@ func (tr *Tx) getMulti(keys [][]byte, snapshot bool) ([][]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	dbKeys := make([][]byte, len(need))
-	for j, i := range need {
-		dbKeys[j] = keys[i]
+	dbKeys := keys
+	if len(need) < len(keys) {
+		dbKeys = make([][]byte, len(need))
+		for j, i := range need {
+			dbKeys[j] = keys[i]
+		}
 	}
 	tr.mu.Lock()
 	system := tr.readSystemKeys
@@ -320,8 +330,8 @@ func (tr *Tx) getMulti(keys [][]byte, snapshot bool) ([][]byte, error) {
 	defer tr.mu.Unlock()
 	for j, i := range need {
 		v, ok := vals[j], present[j]
-		if w := local[i]; w != nil {
-			v, ok = w.resolve(v, ok)
+		if local != nil && local[i] != nil {
+			v, ok = local[i].resolve(v, ok)
 		}
 		if ok {
 			out[i] = v
@@ -355,60 +365,25 @@ func (db *DB) readKeys(ctx context.Context, rv kv.Version, keys [][]byte, readSy
 	vals := make([][]byte, len(keys))
 	present := make([]bool, len(keys))
 	for attempt := 0; ; attempt++ {
-		byStash := map[uint32][]int{}
-		for i, k := range keys {
-			s, ok := db.shards.Load().Lookup(k)
-			if !ok {
-				return nil, nil, errorf(kv.CodeKeyOutsidePools, "key %.60q is in no shard", k)
-			}
-			id := db.pickReplica(s.Team)
-			byStash[id] = append(byStash[id], i)
-		}
-		readFrom := func(id uint32, idx []int) error {
-			req := &wire.ReadRequest{Stash: id, Version: int64(rv), Keys: make([][]byte, len(idx)), ReadSystemKeys: readSystemKeys}
-			for j, i := range idx {
-				req.Keys[j] = keys[i]
-			}
-			n, err := db.stashNode(id)
-			if err != nil {
-				return db.readFailed(ctx, id, err)
-			}
-			var resp *wire.ReadResponse
-			err = db.readStash(ctx, id, func(ctx context.Context) (err error) {
-				resp, err = n.read(ctx, req)
-				return err
-			})
-			if err == nil {
-				err = fromWire(resp.Error)
-			}
-			if err != nil {
-				return db.readFailed(ctx, id, err)
-			}
-			if len(resp.Values) != len(idx) {
-				return errorf(kv.CodeInternal, "stash %d answered %d values for %d keys", id, len(resp.Values), len(idx))
-			}
-			for j, i := range idx {
-				vals[i], present[i] = resp.Values[j].Value, resp.Values[j].Present
-			}
-			return nil
+		groups, err := db.groupByStash(keys)
+		if err != nil {
+			return nil, nil, err
 		}
 		var first error
-		if len(byStash) == 1 {
+		if len(groups) == 1 {
 			// The common case, one stash: no goroutine.
-			for id, idx := range byStash {
-				first = readFrom(id, idx)
-			}
+			first = db.readFrom(ctx, rv, keys, groups[0], readSystemKeys, vals, present)
 		} else {
 			var wg sync.WaitGroup
-			errs := make(chan error, len(byStash))
-			for id, idx := range byStash {
+			errs := make(chan error, len(groups))
+			for _, g := range groups {
 				wg.Add(1)
-				go func(id uint32, idx []int) {
+				go func(g stashKeys) {
 					defer wg.Done()
-					if err := readFrom(id, idx); err != nil {
+					if err := db.readFrom(ctx, rv, keys, g, readSystemKeys, vals, present); err != nil {
 						errs <- err
 					}
-				}(id, idx)
+				}(g)
 			}
 			wg.Wait()
 			close(errs)
@@ -429,6 +404,85 @@ func (db *DB) readKeys(ctx context.Context, rv kv.Version, keys [][]byte, readSy
 		}
 		return vals, present, first
 	}
+}
+
+// stashKeys are the indexes of the keys one stash is asked for (nil: all
+// of them, in order).
+type stashKeys struct {
+	stash uint32
+	idx   []int
+}
+
+// groupByStash picks a replica for each key and groups the keys by it.
+func (db *DB) groupByStash(keys [][]byte) ([]stashKeys, error) {
+	shards := db.shards.Load()
+	var groups []stashKeys
+	for i, k := range keys {
+		s, ok := shards.Lookup(k)
+		if !ok {
+			return nil, errorf(kv.CodeKeyOutsidePools, "key %.60q is in no shard", k)
+		}
+		id := db.pickReplica(s.Team)
+		if i == 0 {
+			groups = []stashKeys{{stash: id}}
+			continue
+		}
+		if len(groups) == 1 && groups[0].idx == nil && groups[0].stash == id {
+			continue // still one stash for every key so far
+		}
+		if groups[0].idx == nil {
+			groups[0].idx = make([]int, i) // the keys before this one
+			for j := range i {
+				groups[0].idx[j] = j
+			}
+		}
+		g := slices.IndexFunc(groups, func(g stashKeys) bool { return g.stash == id })
+		if g < 0 {
+			groups = append(groups, stashKeys{stash: id})
+			g = len(groups) - 1
+		}
+		groups[g].idx = append(groups[g].idx, i)
+	}
+	return groups, nil
+}
+
+// readFrom reads g's keys of keys from stash g.stash into vals and present.
+func (db *DB) readFrom(ctx context.Context, rv kv.Version, keys [][]byte, g stashKeys, readSystemKeys bool, vals [][]byte, present []bool) error {
+	req := &wire.ReadRequest{Stash: g.stash, Version: int64(rv), Keys: keys, ReadSystemKeys: readSystemKeys}
+	n := len(keys)
+	if g.idx != nil {
+		n = len(g.idx)
+		req.Keys = make([][]byte, n)
+		for j, i := range g.idx {
+			req.Keys[j] = keys[i]
+		}
+	}
+	conn, err := db.stashNode(g.stash)
+	if err != nil {
+		return db.readFailed(ctx, g.stash, err)
+	}
+	var resp *wire.ReadResponse
+	err = db.readStash(ctx, g.stash, func(ctx context.Context) (err error) {
+		resp, err = conn.read(ctx, req)
+		return err
+	})
+	if err == nil {
+		err = fromWire(resp.Error)
+	}
+	if err != nil {
+		return db.readFailed(ctx, g.stash, err)
+	}
+	if len(resp.Values) != n {
+		return errorf(kv.CodeInternal, "stash %d answered %d values for %d keys", g.stash, len(resp.Values), n)
+	}
+	for j, v := range resp.Values {
+		i := j
+		if g.idx != nil {
+			i = g.idx[j]
+		}
+		vals[i], present[i] = v.Value, v.Present
+	}
+	return nil
 }
 
 // Set writes value to key.

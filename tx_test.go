@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -486,5 +487,54 @@ recency = true
 	}
 	if got := fmt.Sprintf("%s", keys); got != "[d/a d/b d/c]" {
 		t.Fatalf("coldest after restart = %s, want key order", got)
+	}
+}
+
+// TestGetMultiMatchesGets reads random lists of keys (both pools, several
+// stashes, repeats, absent keys, keys this transaction wrote or cleared)
+// with GetMulti and checks each value against a Get of the same key in the
+// same transaction.
+func TestGetMultiMatchesGets(t *testing.T) {
+	c := startCluster(t, twoPools)
+	ctx := ctxT(t, 60*time.Second)
+	key := func(i int) []byte { return []byte(fmt.Sprintf("%c/%03d", "cd"[i%2], i)) }
+	err := c.DB.Transact(ctx, func(tr *distash.Tx) error {
+		for i := 0; i < 200; i += 3 { // every third key stays absent
+			tr.Set(key(i), []byte(fmt.Sprint("v", i)))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for round := 0; round < 50; round++ {
+		err := c.DB.Transact(ctx, func(tr *distash.Tx) error {
+			if round%3 == 1 { // some reads see this transaction's own writes
+				tr.Set(key(rng.IntN(200)), []byte("mine"))
+				tr.Clear(key(rng.IntN(200)))
+			}
+			keys := make([][]byte, 1+rng.IntN(12))
+			for j := range keys {
+				keys[j] = key(rng.IntN(200))
+			}
+			vals, err := tr.GetMulti(keys)
+			if err != nil {
+				return err
+			}
+			for j, k := range keys {
+				want, err := tr.Get(k)
+				if err != nil {
+					return err
+				}
+				if !bytes.Equal(vals[j], want) || (vals[j] == nil) != (want == nil) {
+					t.Errorf("round %d: GetMulti(%q)[%d] = %q; Get(%s) = %q", round, keys, j, vals[j], k, want)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
 }
