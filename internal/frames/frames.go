@@ -37,6 +37,10 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
+// RouteByte is the byte a client sends before its open frame on an
+// address shared with gRPC and raft (internal/raftnet routes it here).
+const RouteByte byte = 'F'
+
 // MaxFrame bounds a frame's length, as the gRPC servers' MaxRecvMsgSize.
 const MaxFrame = 64 << 20
 

@@ -56,6 +56,7 @@ import (
 	"github.com/hashicorp/raft"
 	"google.golang.org/grpc/credentials"
 
+	"github.com/distash/distash/internal/frames"
 	"github.com/distash/distash/internal/tlsconf"
 )
 
@@ -72,7 +73,7 @@ const grpcFirst = 'P'
 // protocol (internal/frames): it goes, that byte consumed, to
 // FramesListener. Clients use it, so unlike the raft kinds it accepts a
 // client's certificate.
-const KindFrames byte = 'F'
+const KindFrames = frames.RouteByte
 
 // ALPN is the protocol raft dialers offer over TLS; the mux's server
 // configuration offers it along with "h2".
