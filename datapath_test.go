@@ -1,6 +1,7 @@
 package distash_test
 
 import (
+	"flag"
 	"fmt"
 	"testing"
 	"time"
@@ -75,4 +76,22 @@ func TestStreamsUseFrames(t *testing.T) {
 	if s := <-intercepted; s == "*frames.serverStream" {
 		t.Fatal("WithGRPCDataPath's stream reached the server over frames")
 	}
+}
+
+// grpcDataPath makes the read benchmarks' client use gRPC streams, to
+// compare with frames alternately:
+// go test -run XXX -bench 'ReadTransactions/m/get' -grpc-data-path .
+var grpcDataPath = flag.Bool("grpc-data-path", false, "benchmarks: reads and commits on gRPC streams (WithGRPCDataPath) instead of frames")
+
+// benchDB is c's client, or one with WithGRPCDataPath under -grpc-data-path.
+func benchDB(b *testing.B, c *cluster) *distash.DB {
+	if !*grpcDataPath {
+		return c.DB
+	}
+	db, err := distash.Open(ctxT(b, 30*time.Second), c.Server.ClusterString(), distash.WithGRPCDataPath())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { db.Close() })
+	return db
 }
