@@ -34,11 +34,13 @@ type idStreamer[S, R any] struct {
 }
 
 type idStream[S, R any] struct {
-	st      bidiStream[S, R]
-	sendMu  sync.Mutex // gRPC allows one sender at a time on a stream (frames would allow several)
-	cancel  context.CancelFunc
-	pending map[uint64]chan R // Protected by idStreamer.mu.
-	err     error             // why it broke, if Recv said. Protected by idStreamer.mu.
+	st     bidiStream[S, R]
+	sendMu sync.Mutex // gRPC allows one sender at a time on a stream
+	// concurrent: st's Send may be called concurrently (a frames stream).
+	concurrent bool
+	cancel     context.CancelFunc
+	pending    map[uint64]chan R // Protected by idStreamer.mu.
+	err        error             // why it broke, if Recv said. Protected by idStreamer.mu.
 }
 
 // errStreamBroken is what the requests in flight on a stream that broke
@@ -66,7 +68,8 @@ func (c *idStreamer[S, R]) call(ctx context.Context, build func(id uint64) S) (R
 			c.mu.Unlock()
 			return zero, err
 		}
-		c.cur = &idStream[S, R]{st: st, cancel: cancel, pending: map[uint64]chan R{}}
+		_, concurrent := st.(interface{ concurrentSend() })
+		c.cur = &idStream[S, R]{st: st, cancel: cancel, pending: map[uint64]chan R{}, concurrent: concurrent}
 		go c.receive(c.cur)
 	}
 	s := c.cur
@@ -75,7 +78,11 @@ func (c *idStreamer[S, R]) call(ctx context.Context, build func(id uint64) S) (R
 	s.pending[id] = ch
 	c.mu.Unlock()
 	// Send outside mu, so replies keep flowing to receive meanwhile.
-	s.sendMu.Lock()
+	// A frames stream takes concurrent senders, whose frames then share
+	// writes; a gRPC stream one at a time.
+	if !s.concurrent {
+		s.sendMu.Lock()
+	}
 	var unwatch func() bool
 	if ctx.Done() != nil {
 		// Send blocks while the node reads nothing (it stopped
@@ -92,7 +99,9 @@ func (c *idStreamer[S, R]) call(ctx context.Context, build func(id uint64) S) (R
 	if unwatch != nil {
 		unwatch()
 	}
-	s.sendMu.Unlock()
+	if !s.concurrent {
+		s.sendMu.Unlock()
+	}
 	if errors.Is(err, io.EOF) {
 		// The stream ended on the node's side (gRPC tells why on the
 		// receiving side): receive fails the requests in flight, this one

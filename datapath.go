@@ -112,6 +112,9 @@ type framesStream[S any, R proto.Message] struct {
 
 func (f *framesStream[S, R]) Send(m S) error { return f.cs.Send(m) }
 
+// concurrentSend marks a stream whose Send may be called concurrently.
+func (f *framesStream[S, R]) concurrentSend() {}
+
 func (f *framesStream[S, R]) Recv() (R, error) {
 	r := f.newR()
 	if err := f.cs.Recv(r); err != nil {

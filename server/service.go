@@ -17,6 +17,7 @@ import (
 	"github.com/distash/distash/config"
 	"github.com/distash/distash/internal/budget"
 	"github.com/distash/distash/internal/dd"
+	"github.com/distash/distash/internal/frames"
 	"github.com/distash/distash/internal/kv"
 	"github.com/distash/distash/internal/shardmap"
 	"github.com/distash/distash/internal/txlog"
@@ -449,6 +450,9 @@ func serveStream[Req, Resp any](v *service, stream idStreamServer[Req, Resp], na
 	// Requests in flight keep the stream's context: when the client closes
 	// its side they still finish and reply. Idle workers stop at return.
 	ctx := stream.Context()
+	// A frames stream takes concurrent sends, which then share writes; a
+	// gRPC stream one at a time.
+	concurrent := frames.SendsConcurrently(ctx)
 	idle := make(chan struct{})
 	var sendMu sync.Mutex
 	var wg sync.WaitGroup
@@ -504,9 +508,14 @@ func serveStream[Req, Resp any](v *service, stream idStreamServer[Req, Resp], na
 			}
 		}()
 		resp := handle(ctx, r.req)
-		sendMu.Lock()
-		err := stream.Send(resp)
-		sendMu.Unlock()
+		var err error
+		if concurrent {
+			err = stream.Send(resp)
+		} else {
+			sendMu.Lock()
+			err = stream.Send(resp)
+			sendMu.Unlock()
+		}
 		if err != nil {
 			select {
 			case sendFailed <- err:

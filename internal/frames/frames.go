@@ -26,11 +26,13 @@ package frames
 
 import (
 	"bufio"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"runtime"
 	"sync"
 	"time"
 
@@ -180,6 +182,16 @@ func ParseStatus(body []byte) (code uint32, msg string, err error) {
 	return uint32(c), string(body[n:]), nil
 }
 
+type concurrentKey struct{}
+
+// SendsConcurrently reports whether ctx is the context of a frames server
+// stream, whose SendMsg may be called by several goroutines at once (a
+// gRPC stream's may not): a handler need not serialise its sends, which
+// would also keep them from batching.
+func SendsConcurrently(ctx context.Context) bool {
+	return ctx.Value(concurrentKey{}) != nil
+}
+
 // maxQueued bounds the bytes queued behind a running flush: a sender
 // waits beyond it, so a peer that reads slowly slows its senders instead
 // of growing the buffer without bound.
@@ -251,6 +263,12 @@ func (w *writer) flushLocked() error {
 		return nil
 	}
 	w.flushing = true
+	// Let the goroutines ready to run go first: under load they are
+	// senders about to queue their frames, which this write then carries
+	// (one syscall for many frames); idle, this returns at once.
+	w.mu.Unlock()
+	runtime.Gosched()
+	w.mu.Lock()
 	for len(w.buf) > 0 && w.err == nil {
 		b := w.buf
 		w.buf = w.spare[:0]

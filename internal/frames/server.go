@@ -211,6 +211,7 @@ func (s *Server) serveConn(c net.Conn) {
 		p.AuthInfo = credentials.TLSInfo{State: tc.ConnectionState(), CommonAuthInfo: credentials.CommonAuthInfo{SecurityLevel: credentials.PrivacyAndIntegrity}}
 	}
 	ctx = peer.NewContext(ctx, p)
+	ctx = context.WithValue(ctx, concurrentKey{}, true)
 	ss := &serverStream{s: s, c: c, r: r, w: w, ctx: ctx, cancel: cancel}
 	info := &grpc.StreamServerInfo{FullMethod: name, IsClientStream: true, IsServerStream: true}
 	if s.opts.Interceptor != nil {
