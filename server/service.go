@@ -424,6 +424,9 @@ func (v *service) ReadStream(stream wire.DiStash_ReadStreamServer) error {
 				resp, _ := v.ReadRange(ctx, r)
 				return &wire.ReadStreamResponse{Id: req.Id, RangeResponse: resp}
 			}
+			if req.GetRequest() == nil { // a hostile client's: Read would dereference it
+				return &wire.ReadStreamResponse{Id: req.Id, Response: &wire.ReadResponse{Error: wire.ErrorOf(invalid("read stream request without a read"))}}
+			}
 			resp, _ := v.Read(ctx, req.GetRequest())
 			return &wire.ReadStreamResponse{Id: req.Id, Response: resp}
 		})
