@@ -95,6 +95,13 @@ func (s *Server) MalformedConns() int64 { return s.malformed.Load() }
 // Streams counts the streams served (accepted).
 func (s *Server) Streams() int64 { return s.served.Load() }
 
+// servedAll counts the streams every Server of the process accepted.
+var servedAll atomic.Int64
+
+// StreamsServed counts the streams every Server of the process accepted,
+// for tests that check their clients use frames.
+func StreamsServed() int64 { return servedAll.Load() }
+
 // Serve accepts connections on ln and serves each in a goroutine of its
 // own, until ln fails or Stop.
 func (s *Server) Serve(ln net.Listener) error {
@@ -204,6 +211,7 @@ func (s *Server) serveConn(c net.Conn) {
 		return
 	}
 	s.served.Add(1)
+	servedAll.Add(1)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	p := &peer.Peer{Addr: c.RemoteAddr(), LocalAddr: c.LocalAddr()}
