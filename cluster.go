@@ -155,7 +155,7 @@ func (db *DB) newProxy(addr string, generation uint64) (*proxy, error) {
 	}
 	api := n.api
 	ctx, cancel := context.WithCancel(db.life)
-	p := &proxy{addr: addr, api: api, node: n, commits: newCommitStreamer(api), generation: generation, ctx: ctx, cancel: cancel}
+	p := &proxy{addr: addr, api: api, node: n, commits: newCommitStreamer(api, n.frames), generation: generation, ctx: ctx, cancel: cancel}
 	// The proxy in use when it stalls: p, or a copy of it for a newer
 	// generation of the same node (applyView).
 	p.grv = &grvBatcher{api: api, ctx: ctx, stalled: func() { db.suspect(db.proxy.Load()) }}
@@ -204,6 +204,7 @@ func watchStall(f func()) (stop func()) {
 // its reads share (ReadStream; unary Read if the node does not serve it).
 type nodeConn struct {
 	api      wire.DiStashClient
+	frames   *framesDialer // the streams' transport (datapath.go)
 	reads    *readStreamer
 	noStream atomic.Bool // the node answered ReadStream with Unimplemented
 }
@@ -220,7 +221,8 @@ func (db *DB) node(addr string) (*nodeConn, error) {
 		return n, nil
 	}
 	api := wire.NewDiStashClient(c)
-	n := &nodeConn{api: api, reads: newReadStreamer(api)}
+	fd := db.framesDialer(addr)
+	n := &nodeConn{api: api, frames: fd, reads: newReadStreamer(api, fd)}
 	db.nodes[addr] = n
 	return n, nil
 }

@@ -12,13 +12,14 @@ import (
 	"github.com/distash/distash/internal/wire"
 )
 
-// bidiStream is a gRPC bidirectional stream as the client sees it.
+// bidiStream is a bidirectional stream as the client sees it: gRPC's, or a
+// frames stream (datapath.go).
 type bidiStream[S, R any] interface {
 	Send(S) error
 	Recv() (R, error)
 }
 
-// idStreamer sends requests over one long-lived gRPC stream, matching
+// idStreamer sends requests over one long-lived stream, matching
 // replies by id, which saves the per-request HTTP/2 stream setup (and the
 // server's goroutine) of unary calls. When the stream breaks, every request
 // in flight on it fails (a commit's outcome is then unknown) and the next
@@ -33,11 +34,13 @@ type idStreamer[S, R any] struct {
 }
 
 type idStream[S, R any] struct {
-	st      bidiStream[S, R]
-	sendMu  sync.Mutex // gRPC allows one sender at a time on a stream
-	cancel  context.CancelFunc
-	pending map[uint64]chan R // Protected by idStreamer.mu.
-	err     error             // why it broke, if Recv said. Protected by idStreamer.mu.
+	st     bidiStream[S, R]
+	sendMu sync.Mutex // gRPC allows one sender at a time on a stream
+	// concurrent: st's Send may be called concurrently (a frames stream).
+	concurrent bool
+	cancel     context.CancelFunc
+	pending    map[uint64]chan R // Protected by idStreamer.mu.
+	err        error             // why it broke, if Recv said. Protected by idStreamer.mu.
 }
 
 // errStreamBroken is what the requests in flight on a stream that broke
@@ -65,7 +68,8 @@ func (c *idStreamer[S, R]) call(ctx context.Context, build func(id uint64) S) (R
 			c.mu.Unlock()
 			return zero, err
 		}
-		c.cur = &idStream[S, R]{st: st, cancel: cancel, pending: map[uint64]chan R{}}
+		_, concurrent := st.(interface{ concurrentSend() })
+		c.cur = &idStream[S, R]{st: st, cancel: cancel, pending: map[uint64]chan R{}, concurrent: concurrent}
 		go c.receive(c.cur)
 	}
 	s := c.cur
@@ -74,7 +78,11 @@ func (c *idStreamer[S, R]) call(ctx context.Context, build func(id uint64) S) (R
 	s.pending[id] = ch
 	c.mu.Unlock()
 	// Send outside mu, so replies keep flowing to receive meanwhile.
-	s.sendMu.Lock()
+	// A frames stream takes concurrent senders, whose frames then share
+	// writes; a gRPC stream one at a time.
+	if !s.concurrent {
+		s.sendMu.Lock()
+	}
 	var unwatch func() bool
 	if ctx.Done() != nil {
 		// Send blocks while the node reads nothing (it stopped
@@ -91,7 +99,9 @@ func (c *idStreamer[S, R]) call(ctx context.Context, build func(id uint64) S) (R
 	if unwatch != nil {
 		unwatch()
 	}
-	s.sendMu.Unlock()
+	if !s.concurrent {
+		s.sendMu.Unlock()
+	}
 	if errors.Is(err, io.EOF) {
 		// The stream ended on the node's side (gRPC tells why on the
 		// receiving side): receive fails the requests in flight, this one
@@ -170,10 +180,13 @@ func (c *idStreamer[S, R]) close() {
 // commitStreamer is the stream of a DB's commits to the proxy's node.
 type commitStreamer = idStreamer[*wire.CommitStreamRequest, *wire.CommitStreamResponse]
 
-func newCommitStreamer(api wire.DiStashClient) *commitStreamer {
+func newCommitStreamer(api wire.DiStashClient, fd *framesDialer) *commitStreamer {
+	viaGRPC := func(ctx context.Context) (bidiStream[*wire.CommitStreamRequest, *wire.CommitStreamResponse], error) {
+		return api.CommitStream(ctx)
+	}
 	return &commitStreamer{
 		open: func(ctx context.Context) (bidiStream[*wire.CommitStreamRequest, *wire.CommitStreamResponse], error) {
-			return api.CommitStream(ctx)
+			return openDataStream(ctx, fd, wire.DiStash_CommitStream_FullMethodName, func() *wire.CommitStreamResponse { return new(wire.CommitStreamResponse) }, viaGRPC)
 		},
 		id: (*wire.CommitStreamResponse).GetId,
 	}
@@ -191,10 +204,13 @@ func commitOver(ctx context.Context, s *commitStreamer, req *wire.CommitRequest)
 // readStreamer is the stream of a DB's reads to one node.
 type readStreamer = idStreamer[*wire.ReadStreamRequest, *wire.ReadStreamResponse]
 
-func newReadStreamer(api wire.DiStashClient) *readStreamer {
+func newReadStreamer(api wire.DiStashClient, fd *framesDialer) *readStreamer {
+	viaGRPC := func(ctx context.Context) (bidiStream[*wire.ReadStreamRequest, *wire.ReadStreamResponse], error) {
+		return api.ReadStream(ctx)
+	}
 	return &readStreamer{
 		open: func(ctx context.Context) (bidiStream[*wire.ReadStreamRequest, *wire.ReadStreamResponse], error) {
-			return api.ReadStream(ctx)
+			return openDataStream(ctx, fd, wire.DiStash_ReadStream_FullMethodName, func() *wire.ReadStreamResponse { return new(wire.ReadStreamResponse) }, viaGRPC)
 		},
 		id: (*wire.ReadStreamResponse).GetId,
 	}

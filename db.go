@@ -34,6 +34,7 @@ package distash
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -54,8 +55,11 @@ import (
 
 // DB is a handle to a DiStash cluster. It is safe for concurrent use.
 type DB struct {
-	creds  credentials.TransportCredentials
-	dialer func(ctx context.Context, addr string) (net.Conn, error) // WithDialer; nil: TCP
+	creds credentials.TransportCredentials
+	tls   *tls.Config // WithTLS, for the frames streams; nil: plaintext
+	// grpcDataPath: WithGRPCDataPath, reads and commits on gRPC streams.
+	grpcDataPath bool
+	dialer       func(ctx context.Context, addr string) (net.Conn, error) // WithDialer; nil: TCP
 	// coordinators is the cluster string's addresses in a multi-process
 	// cluster; nil for an embedded one (one address serving every role).
 	coordinators []string
@@ -122,7 +126,8 @@ func (db *DB) markDown(id uint32) {
 // Open connects to a cluster. clusterString is "host:port[,host:port...]":
 // the coordinators of a multi-process cluster, or the address of an
 // embedded cluster's server. Open tries the addresses in order and uses the
-// first that answers. Options: WithTLS, WithDialer, WithDC.
+// first that answers. Options: WithTLS, WithDialer, WithDC,
+// WithGRPCDataPath.
 func Open(ctx context.Context, clusterString string, opts ...Option) (*DB, error) {
 	var o openOptions
 	for _, opt := range opts {
@@ -142,7 +147,7 @@ func Open(ctx context.Context, clusterString string, opts ...Option) (*DB, error
 		return nil, fmt.Errorf("distash: open %q: %w", clusterString, errors.New("empty cluster string"))
 	}
 	life, stop := context.WithCancel(context.Background())
-	db := &DB{creds: creds, dialer: o.dialer, life: life, stop: stop, conns: map[string]*grpc.ClientConn{}, nodes: map[string]*nodeConn{}, load: map[uint32]*stashLoad{}, dc: o.dc}
+	db := &DB{creds: creds, tls: o.tls, grpcDataPath: o.grpcDataPath, dialer: o.dialer, life: life, stop: stop, conns: map[string]*grpc.ClientConn{}, nodes: map[string]*nodeConn{}, load: map[uint32]*stashLoad{}, dc: o.dc}
 	if err := db.open(ctx, addrs); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("distash: open %q: %w", clusterString, err)

@@ -9,3 +9,7 @@ func SetRecentReadVersionAge(d time.Duration) func() {
 	old := recentReadVersionAge.Swap(int64(d))
 	return func() { recentReadVersionAge.Store(old) }
 }
+
+// DataPathStreams returns how many read and commit streams the process's
+// clients opened over frames and over gRPC.
+func DataPathStreams() (frames, grpc int64) { return framesStreams.Load(), grpcStreams.Load() }

@@ -140,8 +140,14 @@ func TestBankInvariantUnderTransportFaults(t *testing.T) {
 			return false
 		}})
 	}
+	framesBefore, grpcBefore := distash.DataPathStreams()
 	runBank(t, startClusterWith(t, twoPools, faults, streamFaults), 16, 2*time.Second)
-	t.Logf("%d requests dropped, %d replies lost, %d commit streams broken", dropped.Load(), lostReplies.Load(), broken.Load())
+	framesAfter, grpcAfter := distash.DataPathStreams()
+	t.Logf("%d requests dropped, %d replies lost, %d commit streams broken; streams opened: %d over frames, %d over gRPC",
+		dropped.Load(), lostReplies.Load(), broken.Load(), framesAfter-framesBefore, grpcAfter-grpcBefore)
+	if framesAfter == framesBefore || grpcAfter != grpcBefore {
+		t.Fatal("the faults were not injected on the frames streams clients use")
+	}
 	if dropped.Load() == 0 || lostReplies.Load() == 0 || broken.Load() == 0 {
 		t.Fatal("no faults injected")
 	}

@@ -92,7 +92,7 @@ func BenchmarkReadTransactions(b *testing.B) {
 	}
 	for _, prefix := range []string{"m/", "p/"} {
 		for _, mode := range []string{"get", "range", "fields"} {
-			b.Run(prefix[:1]+"/"+mode, func(b *testing.B) { benchReads(b, c.DB, prefix, records, len(val), reads[mode]) })
+			b.Run(prefix[:1]+"/"+mode, func(b *testing.B) { benchReads(b, benchDB(b, c), prefix, records, len(val), reads[mode]) })
 		}
 	}
 }

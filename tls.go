@@ -15,6 +15,17 @@ type openOptions struct {
 	tls    *tls.Config
 	dialer func(ctx context.Context, addr string) (net.Conn, error)
 	dc     string // WithDC (cluster_dc.go)
+	// grpcDataPath: WithGRPCDataPath.
+	grpcDataPath bool
+}
+
+// WithGRPCDataPath makes the DB send its reads and commits on gRPC streams
+// instead of the frames protocol (internal/frames), the leaner transport
+// it uses by default: to compare the two, or to get through a proxy that
+// only passes HTTP/2. The client falls back to gRPC by itself for a node
+// that does not speak frames (a server of an older version).
+func WithGRPCDataPath() Option {
+	return func(o *openOptions) { o.grpcDataPath = true }
 }
 
 // WithDialer makes the DB open every connection it makes (to the

@@ -25,6 +25,7 @@ import (
 	"github.com/distash/distash"
 	"github.com/distash/distash/config"
 	"github.com/distash/distash/internal/coordrpc"
+	"github.com/distash/distash/internal/frames"
 	"github.com/distash/distash/internal/fsys"
 	"github.com/distash/distash/internal/fsys/faultfs"
 	"github.com/distash/distash/internal/kv"
@@ -348,6 +349,7 @@ func TestClusterUnderFaults(t *testing.T) {
 		t.Errorf("%s (%s)", fmt.Sprintf(format, args...), replay)
 	}
 	began := time.Now()
+	framesBefore := frames.StreamsServed()
 
 	c := newSimCluster(t, replay)
 	// The durable pool's stash nodes run on a fault file system: the
@@ -687,7 +689,10 @@ func TestClusterUnderFaults(t *testing.T) {
 	// The nemesis's one-line report.
 	t.Logf("nemesis seed %d: %d transactions acknowledged, faults %v, %d shard moves, violations %d, lost acknowledged writes %d, longest commit gap %v (%s)",
 		seed, acked(), counts, moves, violations.Load(), lost, gap.Round(time.Millisecond), replay)
-	t.Logf("total %v", time.Since(began).Round(time.Millisecond))
+	t.Logf("total %v; %d streams served over frames", time.Since(began).Round(time.Millisecond), frames.StreamsServed()-framesBefore)
+	if frames.StreamsServed() == framesBefore {
+		t.Error("no read or commit stream went over frames: the test did not exercise the path clients use")
+	}
 }
 
 // TestStaleProxyCannotCommit cuts the node holding the stateless roles off

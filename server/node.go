@@ -303,6 +303,7 @@ func (s *Server) startNode(ctx context.Context) error {
 	if o.Dialer != nil {
 		n.mux.SetDialer(o.Dialer)
 	}
+	n.mux.OnRejected(s.logRejected)
 	n.mux.OnRefused(func(remote net.Addr, err error) {
 		s.logger.Warn("refused a raft connection: the peer is not a cluster node", "remote", remote.String(), "err", err)
 	})
@@ -341,6 +342,7 @@ func (s *Server) startNode(ctx context.Context) error {
 		}
 		n.csrv = coordrpc.Register(s.grpcServer, n.coord, coordrpc.ServerOptions{ClientTLS: o.ClientTLS, Dialer: o.Dialer})
 	}
+	s.startFrames(n.mux.FramesListener())
 	lis := n.mux.GRPCListener()
 	s.wg.Add(1)
 	go func() {

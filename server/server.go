@@ -39,9 +39,11 @@ import (
 	"github.com/distash/distash/internal/engine/flash"
 	pebbleengine "github.com/distash/distash/internal/engine/pebble"
 	"github.com/distash/distash/internal/farmem/ult"
+	"github.com/distash/distash/internal/frames"
 	"github.com/distash/distash/internal/fsys"
 	"github.com/distash/distash/internal/kv"
 	"github.com/distash/distash/internal/proxy"
+	"github.com/distash/distash/internal/raftnet"
 	"github.com/distash/distash/internal/shardmap"
 	"github.com/distash/distash/internal/stash"
 	"github.com/distash/distash/internal/txlog"
@@ -116,6 +118,8 @@ type Server struct {
 
 	grpcServer *grpc.Server
 	listener   net.Listener
+	clientMux  *raftnet.Mux   // an embedded cluster's: gRPC and frames on listener
+	frames     *frames.Server // the data path's streams over frames
 	metrics    *metrics
 	http       *httpServer // nil when HTTP is off
 
@@ -272,15 +276,21 @@ func (s *Server) start(ctx context.Context) error {
 		return fmt.Errorf("server: listen on %s: %w", s.opts.ListenAddr, err)
 	}
 	s.warnIfExposed()
-	s.grpcServer = s.newGRPCServer(s.credsOption()...)
+	// One address for gRPC and the data path's frames protocol: the mux
+	// terminates TLS (if any) and routes each connection by its first byte.
+	s.clientMux = raftnet.ServeClients(s.listener, s.opts.TLS)
+	s.clientMux.OnRejected(s.logRejected)
+	s.grpcServer = s.newGRPCServer(grpc.Creds(raftnet.GRPCCredentials()))
 	wire.RegisterDiStashServer(s.grpcServer, &service{s: s})
+	lis := s.clientMux.GRPCListener()
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		if err := s.grpcServer.Serve(s.listener); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+		if err := s.grpcServer.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 			s.logger.Error("grpc serve", "err", err)
 		}
 	}()
+	s.startFrames(s.clientMux.FramesListener())
 	if err := s.startHTTP(); err != nil {
 		return err
 	}
@@ -303,6 +313,24 @@ func (s *Server) newGRPCServer(opts ...grpc.ServerOption) *grpc.Server {
 	}
 	gopts = append(gopts, grpc.ChainUnaryInterceptor(unary...), grpc.ChainStreamInterceptor(stream...))
 	return grpc.NewServer(gopts...)
+}
+
+// startFrames serves the data path's streams (ReadStream, CommitStream)
+// over the frames protocol on ln, with the generated handlers behind the
+// same stream interceptors as the gRPC server's (newGRPCServer).
+func (s *Server) startFrames(ln net.Listener) {
+	s.frames = frames.NewServer(frames.ServerOptions{
+		Interceptor: frames.ChainStreamInterceptors(s.opts.StreamInterceptor, s.recoverStream),
+		Logger:      s.logger,
+	})
+	s.frames.Register(&wire.DiStash_ServiceDesc, &service{s: s})
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		if err := s.frames.Serve(ln); err != nil {
+			s.logger.Error("frames serve", "err", err)
+		}
+	}()
 }
 
 // engineTuning returns the engine-specific settings of pool p's stashes
@@ -511,8 +539,14 @@ func (s *Server) Config() *config.Config { return s.cfg }
 func (s *Server) Stop() {
 	s.stopOnce.Do(func() {
 		s.stopHTTP()
+		if s.frames != nil {
+			s.frames.Stop()
+		}
 		if s.grpcServer != nil {
 			s.grpcServer.Stop()
+		}
+		if s.clientMux != nil {
+			s.clientMux.Close()
 		}
 		s.stopRoles()
 		if s.cancel != nil {

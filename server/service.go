@@ -17,6 +17,7 @@ import (
 	"github.com/distash/distash/config"
 	"github.com/distash/distash/internal/budget"
 	"github.com/distash/distash/internal/dd"
+	"github.com/distash/distash/internal/frames"
 	"github.com/distash/distash/internal/kv"
 	"github.com/distash/distash/internal/shardmap"
 	"github.com/distash/distash/internal/txlog"
@@ -423,6 +424,9 @@ func (v *service) ReadStream(stream wire.DiStash_ReadStreamServer) error {
 				resp, _ := v.ReadRange(ctx, r)
 				return &wire.ReadStreamResponse{Id: req.Id, RangeResponse: resp}
 			}
+			if req.GetRequest() == nil { // a hostile client's: Read would dereference it
+				return &wire.ReadStreamResponse{Id: req.Id, Response: &wire.ReadResponse{Error: wire.ErrorOf(invalid("read stream request without a read"))}}
+			}
 			resp, _ := v.Read(ctx, req.GetRequest())
 			return &wire.ReadStreamResponse{Id: req.Id, Response: resp}
 		})
@@ -453,6 +457,9 @@ func serveStream[Req, Resp any](v *service, stream idStreamServer[Req, Resp], na
 	// Requests in flight keep the stream's context: when the client closes
 	// its side they still finish and reply. Idle workers stop at return.
 	ctx := stream.Context()
+	// A frames stream takes concurrent sends, which then share writes; a
+	// gRPC stream one at a time.
+	concurrent := frames.SendsConcurrently(ctx)
 	idle := make(chan struct{})
 	var sendMu sync.Mutex
 	var wg sync.WaitGroup
@@ -481,9 +488,14 @@ func serveStream[Req, Resp any](v *service, stream idStreamServer[Req, Resp], na
 			}
 		}()
 		resp := handle(ctx, r.req)
-		sendMu.Lock()
-		err := stream.Send(resp)
-		sendMu.Unlock()
+		var err error
+		if concurrent {
+			err = stream.Send(resp)
+		} else {
+			sendMu.Lock()
+			err = stream.Send(resp)
+			sendMu.Unlock()
+		}
 		if err != nil {
 			select {
 			case sendFailed <- err:

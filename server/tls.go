@@ -7,9 +7,6 @@ import (
 	"log/slog"
 	"net"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
-
 	"github.com/distash/distash/internal/tlsconf"
 )
 
@@ -29,34 +26,15 @@ func TLSConfigFromFiles(certFile, keyFile, caFile string) (*tls.Config, error) {
 	})
 }
 
-// credsOption returns the gRPC server option for Options.TLS, none without.
-func (s *Server) credsOption() []grpc.ServerOption {
-	if s.opts.TLS == nil {
-		return nil
-	}
-	return []grpc.ServerOption{grpc.Creds(loggingCreds{credentials.NewTLS(s.opts.TLS), s.logger})}
-}
-
-// loggingCreds logs refused handshakes: the client only sees its
-// connection closed (often as "broken pipe"), and gRPC logs the reason
-// only at its info level, so without this an operator could not tell a
-// client with a certificate of the wrong CA from a network fault.
-type loggingCreds struct {
-	credentials.TransportCredentials
-	logger *slog.Logger
-}
-
-func (c loggingCreds) ServerHandshake(conn net.Conn) (net.Conn, credentials.AuthInfo, error) {
-	out, info, err := c.TransportCredentials.ServerHandshake(conn)
+// logRejected logs a refused TLS handshake: the client only sees its
+// connection closed (often as "broken pipe"), so without this an operator
+// could not tell a client with a certificate of the wrong CA from a
+// network fault.
+func (s *Server) logRejected(remote net.Addr, err error) {
 	// io.EOF: closed before a word, as TCP health checks do; not worth a warning.
-	if err != nil && !errors.Is(err, io.EOF) {
-		c.logger.Warn("refused a connection: TLS handshake failed", "remote", conn.RemoteAddr().String(), "err", err)
+	if !errors.Is(err, io.EOF) {
+		s.logger.Warn("refused a connection: TLS handshake failed", "remote", remote.String(), "err", err)
 	}
-	return out, info, err
-}
-
-func (c loggingCreds) Clone() credentials.TransportCredentials {
-	return loggingCreds{c.TransportCredentials.Clone(), c.logger}
 }
 
 // warnIfExposed warns when the cluster listens beyond the loopback

@@ -32,7 +32,10 @@
 // first ([KindCoord], [KindLog], or any byte given to [Mux.StreamLayer]):
 // the connection, that byte consumed, goes to the stream layer of that
 // kind. A gRPC client starts with the HTTP/2 preface "PRI * HTTP/2.0": the
-// connection, nothing consumed, goes to GRPCListener. Anything else, or a
+// connection, nothing consumed, goes to GRPCListener. A client of the
+// data path's frames protocol (internal/frames) sends [KindFrames]: the
+// connection, that byte consumed, goes to FramesListener; like gRPC, and
+// unlike raft, it accepts a client's certificate. Anything else, or a
 // kind no stream layer is open for, is closed and counted (UnknownConns).
 //
 // Stream layers dial peers over TCP, or with the function given to
@@ -53,6 +56,7 @@ import (
 	"github.com/hashicorp/raft"
 	"google.golang.org/grpc/credentials"
 
+	"github.com/distash/distash/internal/frames"
 	"github.com/distash/distash/internal/tlsconf"
 )
 
@@ -64,6 +68,12 @@ const (
 
 // grpcFirst is the first byte of the HTTP/2 client preface: no stream kind.
 const grpcFirst = 'P'
+
+// KindFrames is the first byte of a connection of the data path's frames
+// protocol (internal/frames): it goes, that byte consumed, to
+// FramesListener. Clients use it, so unlike the raft kinds it accepts a
+// client's certificate.
+const KindFrames = frames.RouteByte
 
 // ALPN is the protocol raft dialers offer over TLS; the mux's server
 // configuration offers it along with "h2".
@@ -89,7 +99,11 @@ type Mux struct {
 	// onRefused, if set, hears of each refused raft connection.
 	onRefused atomic.Pointer[func(remote net.Addr, err error)]
 
-	grpc *listener
+	grpc     *listener
+	frames   *listener
+	framesOn atomic.Bool // FramesListener was called: someone serves it
+	// onRejected, if set, hears of each failed TLS handshake.
+	onRejected atomic.Pointer[func(remote net.Addr, err error)]
 
 	mu      sync.Mutex
 	layers  map[byte]*listener
@@ -132,9 +146,27 @@ func New(ln net.Listener, serverTLS, clientTLS *tls.Config) (*Mux, error) {
 		m.clientTLS.NextProtos = []string{ALPN}
 	}
 	m.grpc = m.newListener(0, ln.Addr())
+	m.frames = m.newListener(KindFrames, ln.Addr())
 	m.wg.Add(1)
 	go m.serve()
 	return m, nil
+}
+
+// ServeClients returns a Mux serving ln for a process with no raft group
+// (an embedded cluster): gRPC and the frames protocol on one address, TLS
+// (if serverTLS is not nil) terminated by the mux. Its stream layers, if
+// any, would dial without TLS.
+func ServeClients(ln net.Listener, serverTLS *tls.Config) *Mux {
+	m := &Mux{ln: ln, timeout: DefaultHandshakeTimeout, layers: make(map[byte]*listener),
+		pending: make(map[net.Conn]struct{}), done: make(chan struct{})}
+	if serverTLS != nil {
+		m.serverTLS = withALPN(serverTLS, "h2", ALPN)
+	}
+	m.grpc = m.newListener(0, ln.Addr())
+	m.frames = m.newListener(KindFrames, ln.Addr())
+	m.wg.Add(1)
+	go m.serve()
+	return m
 }
 
 // withALPN returns a copy of cfg offering protos, including in the
@@ -185,6 +217,22 @@ func (m *Mux) RejectedConns() int64 { return m.rejected.Load() }
 // byte did not come in time, or named no open stream layer nor gRPC.
 func (m *Mux) UnknownConns() int64 { return m.unknown.Load() }
 
+// OnRejected makes the mux call f (from the connection's goroutine) for
+// every incoming connection whose TLS handshake failed, so the process can
+// log why (the peer often sees only its connection closed).
+func (m *Mux) OnRejected(f func(remote net.Addr, err error)) { m.onRejected.Store(&f) }
+
+// FramesListener returns the listener of the frames connections
+// (KindFrames, that byte consumed), TLS already terminated: serve it with
+// frames.Server. Closing it refuses later frames connections.
+// Until it is called, frames connections are closed at once (counted in
+// UnknownConns), so that a client falls back to gRPC instead of waiting
+// for an Accept that never comes.
+func (m *Mux) FramesListener() net.Listener {
+	m.framesOn.Store(true)
+	return m.frames
+}
+
 // RefusedPeers counts raft connections refused because the peer's
 // certificate is not a node's.
 func (m *Mux) RefusedPeers() int64 { return m.refused.Load() }
@@ -209,7 +257,7 @@ func (m *Mux) GRPCListener() net.Listener { return m.grpc }
 // StreamLayer. It panics if kind is 0 or 'P' (gRPC's first byte), or has
 // an open layer: both are programming errors.
 func (m *Mux) StreamLayer(kind byte, advertise string) raft.StreamLayer {
-	if kind == grpcFirst || kind == 0 {
+	if kind == grpcFirst || kind == KindFrames || kind == 0 {
 		panic(fmt.Sprintf("raftnet: stream kind %q is reserved", kind))
 	}
 	m.mu.Lock()
@@ -247,6 +295,7 @@ func (m *Mux) Close() error {
 	}
 	m.mu.Unlock()
 	m.grpc.close()
+	m.frames.close()
 	for _, l := range layers {
 		l.close()
 	}
@@ -315,6 +364,9 @@ func (m *Mux) route(raw net.Conn, timeout time.Duration) {
 		cancel()
 		if err != nil {
 			m.rejected.Add(1)
+			if f := m.onRejected.Load(); f != nil {
+				(*f)(raw.RemoteAddr(), err)
+			}
 			return
 		}
 		c = tc
@@ -328,9 +380,14 @@ func (m *Mux) route(raw net.Conn, timeout time.Duration) {
 	c.SetReadDeadline(time.Time{})
 
 	var to *listener
-	if first[0] == grpcFirst {
+	switch first[0] {
+	case grpcFirst:
 		to, c = m.grpc, &peeked{Conn: c, first: first[0], unread: true}
-	} else {
+	case KindFrames:
+		if m.framesOn.Load() {
+			to = m.frames // TLS checked the certificate: a client's will do
+		}
+	default:
 		if tc, ok := c.(*tls.Conn); ok {
 			if err := tlsconf.RequireNodePeer(tc.ConnectionState()); err != nil {
 				m.refused.Add(1)
@@ -409,7 +466,7 @@ func (l *listener) close() {
 // Close stops the listener; a stream layer's kind is free again.
 func (l *listener) Close() error {
 	l.close()
-	if l.kind != 0 {
+	if l.kind != 0 && l.kind != KindFrames {
 		m := l.mux
 		m.mu.Lock()
 		if m.layers[l.kind] == l {

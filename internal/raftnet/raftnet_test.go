@@ -452,3 +452,99 @@ func TestSetDialer(t *testing.T) {
 		})
 	}
 }
+
+// TestFramesForClients: a frames connection (first byte KindFrames) with a
+// client's certificate reaches FramesListener, that byte consumed, on a
+// node's mux and on ServeClients' (an embedded cluster's); without a
+// certificate the handshake fails and OnRejected hears of it; and before
+// FramesListener is called, frames connections are closed at once, so a
+// client falls back to gRPC.
+func TestFramesForClients(t *testing.T) {
+	pki := tlstest.New(t)
+	clientCert, err := tlsconf.Client(tlsconf.Files{Cert: pki.ClientCert, Key: pki.ClientKey, CA: pki.CA})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dial := func(addr string, cfg *tls.Config) (net.Conn, error) {
+		c, err := tls.DialWithDialer(&net.Dialer{Timeout: 2 * time.Second}, "tcp", addr, cfg)
+		if err != nil {
+			return nil, err
+		}
+		_, err = c.Write([]byte{KindFrames, 'h', 'i'})
+		return c, err
+	}
+	node := newNodeTLS(t, pkiConfigs(t, pki, false))
+	srvCfg, err := tlsconf.Server(tlsconf.Files{Cert: pki.ServerCert, Key: pki.ServerKey, CA: pki.CA}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	embedded := ServeClients(ln, srvCfg)
+	defer embedded.Close()
+	rejected := make(chan error, 1)
+	embedded.OnRejected(func(_ net.Addr, err error) { rejected <- err })
+
+	for name, m := range map[string]*Mux{"node": node.mux, "embedded": embedded} {
+		addr := m.Addr().String()
+		// Nobody serves frames yet: closed at once.
+		unknown := m.UnknownConns()
+		c, err := dial(addr, clientCert)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		c.SetReadDeadline(time.Now().Add(2 * time.Second))
+		if _, err := c.Read(make([]byte, 1)); err == nil || strings.Contains(err.Error(), "timeout") {
+			t.Fatalf("%s: a frames connection nobody serves was not closed: %v", name, err)
+		}
+		c.Close()
+		waitFor(t, "an unknown connection", func() bool { return m.UnknownConns() > unknown })
+
+		fl := m.FramesListener()
+		got := make(chan string, 1)
+		go func() {
+			c, err := fl.Accept()
+			if err != nil {
+				got <- err.Error()
+				return
+			}
+			defer c.Close()
+			b := make([]byte, 2)
+			_, err = io.ReadFull(c, b)
+			if _, ok := TLSState(c); !ok {
+				got <- "not TLS"
+				return
+			}
+			got <- string(b)
+		}()
+		c, err = dial(addr, clientCert)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		defer c.Close()
+		select {
+		case s := <-got:
+			if s != "hi" {
+				t.Fatalf("%s: the frames listener read %q, want the bytes after the kind", name, s)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: the client's frames connection never reached the listener", name)
+		}
+	}
+	noCert := &tls.Config{RootCAs: clientCert.RootCAs, MinVersion: tls.VersionTLS12}
+	if c, err := dial(embedded.Addr().String(), noCert); err == nil {
+		c.SetReadDeadline(time.Now().Add(2 * time.Second))
+		if _, err := c.Read(make([]byte, 1)); err == nil {
+			t.Fatal("a connection without a certificate got an answer")
+		}
+		c.Close()
+	}
+	select {
+	case err := <-rejected:
+		t.Logf("rejected: %v", err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("OnRejected did not hear of the failed handshake")
+	}
+}
