@@ -102,6 +102,9 @@ func divergent() map[string][]byte {
 		"bad utf-8": cat(tag(2, protowire.BytesType), []byte{6}, tag(2, protowire.BytesType), []byte{3, 0xff, 0xfe, 'x'}),
 		"bad utf-8 deeper": cat(tag(2, protowire.BytesType), []byte{8},
 			tag(2, protowire.BytesType), []byte{6}, tag(2, protowire.BytesType), []byte{3, 0xc3, 0x28, 'x'}),
+		// Unknown field 9 (fixed32) with its tag in two bytes: proto
+		// keeps it re-encoded in one, vtprotobuf as it came.
+		"overlong unknown tag": {0xcd, 0x00, '0', '0', '0', '0'},
 		"unknown field ok": cat(tag(1, protowire.VarintType), []byte{9}, tag(77, protowire.Fixed32Type), []byte{1, 2, 3, 4}),
 		"unknown group ok": cat(tag(9, protowire.StartGroupType), tag(1, protowire.VarintType), []byte{1}, tag(9, protowire.EndGroupType)),
 	}
@@ -228,8 +231,9 @@ func TestDivergentInputs(t *testing.T) {
 		})
 	}
 	// wrong wire type, overflow, wrapping and too large field numbers,
-	// unmatched group end and bad UTF-8 (for the responses) at least.
-	if differ < 8 {
+	// unmatched group end, overlong unknown tag and bad UTF-8 (for the
+	// responses) at least.
+	if differ < 9 {
 		t.Errorf("only %d of the divergent inputs separate the decoders", differ)
 	}
 }

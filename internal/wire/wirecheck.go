@@ -26,7 +26,8 @@ import (
 //   - strings that are valid UTF-8 (proto3 requires it; vtprotobuf does
 //     not check);
 //   - unknown fields, groups included, that protowire can skip (vtprotobuf
-//     does not match a group's end with its start);
+//     does not match a group's end with its start), with a tag in its
+//     shortest encoding (proto re-encodes it, vtprotobuf keeps it);
 //   - nesting no deeper than maxCheckDepth.
 // A "no" costs a proto.Unmarshal, whose answer is then the codec's.
 
@@ -177,6 +178,7 @@ func (t *wireTable) check(b []byte, depth int) bool {
 		if n < 0 || num > protowire.MaxValidNumber || typ == protowire.EndGroupType {
 			return false
 		}
+		tagLen := n
 		b = b[n:]
 		var f wireField
 		if int(num) < len(t.fields) {
@@ -184,6 +186,11 @@ func (t *wireTable) check(b []byte, depth int) bool {
 		}
 		switch f.kind {
 		case kindUnknown:
+			// proto keeps an unknown field with its tag re-encoded in the
+			// shortest form, vtprotobuf as it came.
+			if tagLen != protowire.SizeTag(num) {
+				return false
+			}
 			n = protowire.ConsumeFieldValue(num, typ, b)
 		case kindVarint:
 			switch {
