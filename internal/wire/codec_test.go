@@ -105,8 +105,8 @@ func divergent() map[string][]byte {
 		// Unknown field 9 (fixed32) with its tag in two bytes: proto
 		// keeps it re-encoded in one, vtprotobuf as it came.
 		"overlong unknown tag": {0xcd, 0x00, '0', '0', '0', '0'},
-		"unknown field ok": cat(tag(1, protowire.VarintType), []byte{9}, tag(77, protowire.Fixed32Type), []byte{1, 2, 3, 4}),
-		"unknown group ok": cat(tag(9, protowire.StartGroupType), tag(1, protowire.VarintType), []byte{1}, tag(9, protowire.EndGroupType)),
+		"unknown field ok":     cat(tag(1, protowire.VarintType), []byte{9}, tag(77, protowire.Fixed32Type), []byte{1, 2, 3, 4}),
+		"unknown group ok":     cat(tag(9, protowire.StartGroupType), tag(1, protowire.VarintType), []byte{1}, tag(9, protowire.EndGroupType)),
 	}
 }
 
