@@ -1,7 +1,6 @@
 package wire
 
 import (
-	"sync"
 	"unicode/utf8"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -63,25 +62,28 @@ type wireTable struct {
 // field number is left to proto.Unmarshal.
 const maxTableNumber = 1 << 12
 
-var (
-	tables   sync.Map // protoreflect.FullName → *wireTable (nil when unsupported)
-	tablesMu sync.Mutex
-)
+// tables holds the table of every message of distash.proto, built at init
+// and only read after, keyed by descriptor (an interface holding a pointer:
+// no allocation to look up).
+var tables map[protoreflect.MessageDescriptor]*wireTable
 
-// tableOf returns m's table, or nil when m's schema has something the check
-// does not cover (groups, maps, oneofs, extensions, huge field numbers).
+func init() {
+	file_distash_proto_init() // idempotent; whichever init runs first
+	tables = buildTables(File_distash_proto.Messages())
+}
+
+// tableOf returns m's table, or nil when m is not a message of
+// distash.proto or its schema has something the check does not cover
+// (groups, maps, oneofs, extensions, huge field numbers).
 func tableOf(m proto.Message) *wireTable {
-	md := m.ProtoReflect().Descriptor()
-	if t, ok := tables.Load(md.FullName()); ok {
-		return t.(*wireTable)
+	return tables[m.ProtoReflect().Descriptor()]
+}
+
+func buildTables(mds protoreflect.MessageDescriptors) map[protoreflect.MessageDescriptor]*wireTable {
+	built := map[protoreflect.MessageDescriptor]*wireTable{}
+	for i := 0; i < mds.Len(); i++ {
+		buildTable(mds.Get(i), built)
 	}
-	tablesMu.Lock()
-	defer tablesMu.Unlock()
-	if t, ok := tables.Load(md.FullName()); ok {
-		return t.(*wireTable)
-	}
-	built := map[protoreflect.FullName]*wireTable{}
-	root := buildTable(md, built)
 	// A message whose field's message is unsupported is unsupported too;
 	// with cycles, that needs a fixed point.
 	for changed := true; changed; {
@@ -98,29 +100,20 @@ func tableOf(m proto.Message) *wireTable {
 			}
 		}
 	}
-	for name, t := range built {
+	for md, t := range built {
 		if !t.ok {
-			t = nil
-		}
-		if _, loaded := tables.LoadOrStore(name, t); loaded {
-			continue
+			delete(built, md)
 		}
 	}
-	if !root.ok {
-		return nil
-	}
-	return root
+	return built
 }
 
-func buildTable(md protoreflect.MessageDescriptor, built map[protoreflect.FullName]*wireTable) *wireTable {
-	if t, ok := built[md.FullName()]; ok {
+func buildTable(md protoreflect.MessageDescriptor, built map[protoreflect.MessageDescriptor]*wireTable) *wireTable {
+	if t, ok := built[md]; ok {
 		return t
 	}
-	if t, ok := tables.Load(md.FullName()); ok && t.(*wireTable) != nil {
-		return t.(*wireTable)
-	}
 	t := &wireTable{ok: true}
-	built[md.FullName()] = t
+	built[md] = t
 	if md.Oneofs().Len() > 0 || md.ExtensionRanges().Len() > 0 {
 		t.ok = false
 		return t
@@ -174,7 +167,19 @@ func (t *wireTable) check(b []byte, depth int) bool {
 		return false
 	}
 	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
+		// One-byte tags, varints and lengths (nearly all of them) inline;
+		// protowire for the rest.
+		var num protowire.Number
+		var typ protowire.Type
+		var n int
+		if b[0] < 0x80 {
+			num, typ, n = protowire.Number(b[0]>>3), protowire.Type(b[0]&7), 1
+			if num == 0 {
+				return false
+			}
+		} else {
+			num, typ, n = protowire.ConsumeTag(b)
+		}
 		if n < 0 || num > protowire.MaxValidNumber || typ == protowire.EndGroupType {
 			return false
 		}
@@ -195,7 +200,11 @@ func (t *wireTable) check(b []byte, depth int) bool {
 		case kindVarint:
 			switch {
 			case typ == protowire.VarintType:
-				_, n = protowire.ConsumeVarint(b)
+				if len(b) > 0 && b[0] < 0x80 {
+					n = 1
+				} else {
+					_, n = protowire.ConsumeVarint(b)
+				}
 			case typ == protowire.BytesType && f.list:
 				var p []byte
 				if p, n = protowire.ConsumeBytes(b); n >= 0 && !packedVarints(p) {
@@ -228,7 +237,9 @@ func (t *wireTable) check(b []byte, depth int) bool {
 				return false
 			}
 			var v []byte
-			if v, n = protowire.ConsumeBytes(b); n < 0 {
+			if len(b) > 0 && b[0] < 0x80 && int(b[0]) < len(b) {
+				v, n = b[1:1+b[0]], 1+int(b[0])
+			} else if v, n = protowire.ConsumeBytes(b); n < 0 {
 				return false
 			}
 			if f.kind == kindString && !utf8.Valid(v) {
