@@ -94,7 +94,7 @@ func (c codec) Unmarshal(data mem.BufferSlice, v any) error {
 // varints of more than 64 bits, unmatched group ends) and stricter in one
 // (a known field with an unexpected wire type is an error, not an unknown
 // field). So the generated decoder runs only on input that a cheap check
-// against the message's schema (wireCheck) shows to be in the common ground
+// against the message's schema (wireTable.check) shows to be in the common ground
 // of the two; anything else, in practice malformed or foreign input, goes
 // to proto.Unmarshal, whose answer is the codec's.
 func unmarshal(b []byte, m proto.Message) error {

@@ -15,7 +15,7 @@ import (
 // point read and a single-key commit: one Marshal and one Unmarshal per
 // op, as a frame is sent and received. cpu-ns/op is the process's CPU time
 // per op. "vt-nocheck" is the generated
-// decoder without wireCheck, to show what the check costs.
+// decoder without wireTable.check, to show what the check costs.
 //
 //	go test -run '^$' -bench Codec -benchmem ./internal/wire
 func BenchmarkCodec(b *testing.B) {

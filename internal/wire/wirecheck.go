@@ -8,28 +8,6 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 )
 
-// wireCheck answers one question before the generated decoder runs: is this
-// input one that vtprotobuf's decoder and proto.Unmarshal both accept, with
-// the same result? It walks the bytes once against a table built from the
-// message's descriptor (no allocation, no reflection per field), with
-// protowire's functions, which are the ones proto.Unmarshal uses, and says
-// yes only when every tag, varint, length and nested message is one both
-// decoders read the same way:
-//   - field numbers 1 to 2^29-1 (vtprotobuf takes larger ones as unknown
-//     fields, or truncates them onto a known one);
-//   - varints that fit in 64 bits (vtprotobuf drops the excess bits of a
-//     tenth byte);
-//   - a known field with the wire type of its kind, or packed for a
-//     repeated scalar (proto keeps a mismatch as an unknown field,
-//     vtprotobuf fails);
-//   - strings that are valid UTF-8 (proto3 requires it; vtprotobuf does
-//     not check);
-//   - unknown fields, groups included, that protowire can skip (vtprotobuf
-//     does not match a group's end with its start), with a tag in its
-//     shortest encoding (proto re-encodes it, vtprotobuf keeps it);
-//   - nesting no deeper than maxCheckDepth.
-// A "no" costs a proto.Unmarshal, whose answer is then the codec's.
-
 // maxCheckDepth bounds the walk; proto.Unmarshal allows 10000 levels, the
 // wire messages have a handful, and deeper input takes the slow path.
 const maxCheckDepth = 64
@@ -160,8 +138,29 @@ func buildTable(md protoreflect.MessageDescriptor, built map[protoreflect.Messag
 	return t
 }
 
-// check reports whether b is a message of t's type that both decoders read
-// the same way (see wireCheck above).
+// check answers one question before the generated decoder runs: is b, as
+// a message of t's type, an input that vtprotobuf's decoder and
+// proto.Unmarshal both accept, with the same result? It walks the bytes once against t, built from the
+// message's descriptor (no allocation, no reflection per field), with
+// protowire's functions, which are the ones proto.Unmarshal uses, and says
+// yes only when every tag, varint, length and nested message is one both
+// decoders read the same way:
+//
+//   - field numbers 1 to 2^29-1 (vtprotobuf takes larger ones as unknown
+//     fields, or truncates them onto a known one);
+//   - varints that fit in 64 bits (vtprotobuf drops the excess bits of a
+//     tenth byte);
+//   - a known field with the wire type of its kind, or packed for a
+//     repeated scalar (proto keeps a mismatch as an unknown field,
+//     vtprotobuf fails);
+//   - strings that are valid UTF-8 (proto3 requires it; vtprotobuf does
+//     not check);
+//   - unknown fields, groups included, that protowire can skip (vtprotobuf
+//     does not match a group's end with its start), with a tag in its
+//     shortest encoding (proto re-encodes it, vtprotobuf keeps it);
+//   - nesting no deeper than maxCheckDepth.
+//
+// A "no" costs a proto.Unmarshal, whose answer is then the codec's.
 func (t *wireTable) check(b []byte, depth int) bool {
 	if depth > maxCheckDepth {
 		return false
