@@ -572,7 +572,13 @@ func serveStream[Req, Resp any](v *service, stream idStreamServer[Req, Resp], na
 	select {
 	case err := <-sendFailed:
 		return err
-	case <-recvDone:
+	case err := <-recvDone:
+		if status.Code(err) == codes.Internal {
+			// A request that does not decode (gRPC's codec, or a
+			// malformed frame): the stream ends without a reply, the
+			// server goes on serving.
+			v.s.logger.Warn(name+": request refused, stream closed", "err", err)
+		}
 		return nil // the client closed the stream or it broke
 	}
 }

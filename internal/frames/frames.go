@@ -37,6 +37,8 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/proto"
+
+	"github.com/distash/distash/internal/wire"
 )
 
 // RouteByte is the byte a client sends before its open frame on an
@@ -123,10 +125,6 @@ type vtMarshaler interface {
 	MarshalToSizedBufferVT([]byte) (int, error)
 }
 
-type vtUnmarshaler interface {
-	UnmarshalVT([]byte) error
-}
-
 // appendMsg appends a frame of type typ holding m's encoding to b.
 func appendMsg(b []byte, typ byte, m any) ([]byte, error) {
 	if vm, ok := m.(vtMarshaler); ok {
@@ -155,16 +153,16 @@ func appendMsg(b []byte, typ byte, m any) ([]byte, error) {
 	return b, err
 }
 
-// unmarshal decodes b into m. The decoded message does not alias b.
+// unmarshal decodes b into m as the gRPC codec does (wire.Unmarshal: the
+// generated decoder only where it agrees with proto.Unmarshal), so both
+// transports accept and refuse the same input. The decoded message does not
+// alias b.
 func unmarshal(b []byte, m any) error {
-	if vm, ok := m.(vtUnmarshaler); ok {
-		return vm.UnmarshalVT(b)
-	}
 	pm, ok := m.(proto.Message)
 	if !ok {
 		return fmt.Errorf("frames: %T is not a protocol buffer message", m)
 	}
-	return proto.Unmarshal(b, pm)
+	return wire.Unmarshal(b, pm)
 }
 
 // AppendStatus appends a status body: code and message.

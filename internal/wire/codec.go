@@ -81,14 +81,14 @@ func (c codec) Unmarshal(data mem.BufferSlice, v any) error {
 		return c.fallback.Unmarshal(data, v)
 	}
 	if len(data) == 1 {
-		return unmarshal(data[0].ReadOnlyData(), m)
+		return Unmarshal(data[0].ReadOnlyData(), m)
 	}
 	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
 	defer buf.Free()
-	return unmarshal(buf.ReadOnlyData(), m)
+	return Unmarshal(buf.ReadOnlyData(), m)
 }
 
-// unmarshal decodes b into m, which it resets first, accepting and
+// Unmarshal decodes b into m, which it resets first, accepting and
 // rejecting exactly what proto.Unmarshal does: vtprotobuf's decoder alone
 // is laxer in places (no UTF-8 check of strings, field numbers past 2^29-1,
 // varints of more than 64 bits, unmatched group ends) and stricter in one
@@ -97,7 +97,11 @@ func (c codec) Unmarshal(data mem.BufferSlice, v any) error {
 // against the message's schema (wireTable.check) shows to be in the common ground
 // of the two; anything else, in practice malformed or foreign input, goes
 // to proto.Unmarshal, whose answer is the codec's.
-func unmarshal(b []byte, m proto.Message) error {
+//
+// Unmarshal is the codec's decoder, exported for the other transport of the
+// wire messages (internal/frames), so both accept and refuse the same
+// input. The decoded message does not alias b.
+func Unmarshal(b []byte, m proto.Message) error {
 	vm, ok := m.(vtMessage)
 	if !ok {
 		return proto.Unmarshal(b, m)

@@ -117,7 +117,7 @@ func agree[T vtMessage](t *testing.T, data []byte, newT func() T) {
 	want := newT()
 	werr := proto.Unmarshal(data, want)
 	got := newT()
-	gerr := unmarshal(data, got)
+	gerr := Unmarshal(data, got)
 	if (werr == nil) != (gerr == nil) {
 		t.Fatalf("proto.Unmarshal: %v, codec: %v, input %x", werr, gerr, data)
 	}
