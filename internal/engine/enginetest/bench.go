@@ -34,18 +34,27 @@ func BenchmarkApply(b *testing.B, e engine.Engine) {
 	}
 }
 
-// BenchmarkGet loads 10,000 pairs (16-byte keys, 100-byte values) into e
-// and then measures b.N Gets of present keys.
-func BenchmarkGet(b *testing.B, e engine.Engine) {
-	const n = 10_000
+// benchGetKeys is how many pairs the Get benchmarks load.
+const benchGetKeys = 10_000
+
+// loadGetKeys writes the Get benchmarks' pairs: benchGetKeys 16-byte keys
+// with 100-byte values.
+func loadGetKeys(b *testing.B, e engine.Engine) {
 	val := make([]byte, 100)
 	batch := &engine.Batch{Version: 1}
-	for i := 0; i < n; i++ {
+	for i := 0; i < benchGetKeys; i++ {
 		batch.Writes = append(batch.Writes, engine.Write{Key: benchKey(make([]byte, 16), i), Value: val})
 	}
 	if err := e.Apply(batch); err != nil {
 		b.Fatal(err)
 	}
+}
+
+// BenchmarkGet loads 10,000 pairs (16-byte keys, 100-byte values) into e
+// and then measures b.N Gets of present keys.
+func BenchmarkGet(b *testing.B, e engine.Engine) {
+	const n = benchGetKeys
+	loadGetKeys(b, e)
 	key := make([]byte, 16)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
@@ -60,15 +69,8 @@ func BenchmarkGet(b *testing.B, e engine.Engine) {
 // goroutines at once (b.SetParallelism): how reads of one engine scale
 // when many clients read it, as a stash's readers do.
 func BenchmarkGetParallel(b *testing.B, e engine.Engine) {
-	const n = 10_000
-	val := make([]byte, 100)
-	batch := &engine.Batch{Version: 1}
-	for i := 0; i < n; i++ {
-		batch.Writes = append(batch.Writes, engine.Write{Key: benchKey(make([]byte, 16), i), Value: val})
-	}
-	if err := e.Apply(batch); err != nil {
-		b.Fatal(err)
-	}
+	const n = benchGetKeys
+	loadGetKeys(b, e)
 	b.SetParallelism(16)
 	b.ResetTimer()
 	var seed atomic.Int64
