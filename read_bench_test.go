@@ -10,6 +10,7 @@ import (
 	"runtime/pprof"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -104,70 +105,68 @@ var readProfile = flag.String("readprofile", "", "write a CPU profile of the rea
 
 func benchReads(b *testing.B, db *distash.DB, prefix string, records, valueBytes int, read func(tr *distash.Tx, k []byte) ([]byte, error)) {
 	ctx := context.Background()
-	{
-		{
-			const threads = 64
-			var mu sync.Mutex
-			var lats []time.Duration
-			var next int64
-			if *readProfile != "" {
-				f, err := os.Create(*readProfile)
-				if err != nil {
-					b.Fatal(err)
-				}
-				if err := pprof.StartCPUProfile(f); err != nil {
-					b.Fatal(err)
-				}
-				defer func() { pprof.StopCPUProfile(); f.Close() }()
+	runClients(b, 7, func(rng *rand.Rand) error {
+		k := []byte(fmt.Sprintf("%suser%08d", prefix, rng.IntN(records)))
+		return db.ReadTransact(ctx, func(tr *distash.Tx) error {
+			v, err := read(tr, k)
+			if err == nil && len(v) != valueBytes {
+				err = fmt.Errorf("%s: %d bytes", k, len(v))
 			}
-			began, cpuBefore := time.Now(), processCPU()
-			var wg sync.WaitGroup
-			for g := 0; g < threads; g++ {
-				wg.Add(1)
-				go func(seed uint64) {
-					defer wg.Done()
-					rng := rand.New(rand.NewPCG(seed, 7))
-					var mine []time.Duration
-					for {
-						mu.Lock()
-						if next >= int64(b.N) {
-							mu.Unlock()
-							break
-						}
-						next++
-						mu.Unlock()
-						k := []byte(fmt.Sprintf("%suser%08d", prefix, rng.IntN(records)))
-						t0 := time.Now()
-						err := db.ReadTransact(ctx, func(tr *distash.Tx) error {
-							v, err := read(tr, k)
-							if err == nil && len(v) != valueBytes {
-								err = fmt.Errorf("%s: %d bytes", k, len(v))
-							}
-							return err
-						})
-						if err != nil {
-							b.Error(err)
-							return
-						}
-						mine = append(mine, time.Since(t0))
-					}
-					mu.Lock()
-					lats = append(lats, mine...)
-					mu.Unlock()
-				}(uint64(g))
-			}
-			wg.Wait()
-			elapsed, cpu := time.Since(began), processCPU()-cpuBefore
-			sort.Slice(lats, func(i, j int) bool { return lats[i] < lats[j] })
-			if len(lats) > 0 {
-				b.ReportMetric(float64(len(lats))/elapsed.Seconds(), "ops/s")
-				b.ReportMetric(float64(lats[len(lats)/2].Microseconds()), "p50-µs")
-				b.ReportMetric(float64(lats[len(lats)*99/100].Microseconds()), "p99-µs")
-				// CPU time of the whole process (client and cluster) per
-				// read: steadier than ops/s on a shared machine.
-				b.ReportMetric(float64(cpu.Microseconds())/float64(len(lats)), "cpu-µs/op")
-			}
+			return err
+		})
+	})
+}
+
+// runClients runs b.N operations from 64 goroutines (each with its own
+// random source, seeded with its number and stream) and reports ops/s,
+// p50/p99 latency and the process's CPU per operation; -readprofile
+// profiles just this phase.
+func runClients(b *testing.B, stream uint64, op func(rng *rand.Rand) error) {
+	const threads = 64
+	if *readProfile != "" {
+		f, err := os.Create(*readProfile)
+		if err != nil {
+			b.Fatal(err)
 		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			b.Fatal(err)
+		}
+		defer func() { pprof.StopCPUProfile(); f.Close() }()
+	}
+	var next atomic.Int64
+	var mu sync.Mutex
+	var lats []time.Duration
+	began, cpuBefore := time.Now(), processCPU()
+	var wg sync.WaitGroup
+	for g := 0; g < threads; g++ {
+		wg.Add(1)
+		go func(seed uint64) {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(seed, stream))
+			var mine []time.Duration
+			for next.Add(1) <= int64(b.N) {
+				t0 := time.Now()
+				if err := op(rng); err != nil {
+					b.Error(err)
+					return
+				}
+				mine = append(mine, time.Since(t0))
+			}
+			mu.Lock()
+			lats = append(lats, mine...)
+			mu.Unlock()
+		}(uint64(g))
+	}
+	wg.Wait()
+	elapsed, cpu := time.Since(began), processCPU()-cpuBefore
+	sort.Slice(lats, func(i, j int) bool { return lats[i] < lats[j] })
+	if len(lats) > 0 {
+		b.ReportMetric(float64(len(lats))/elapsed.Seconds(), "ops/s")
+		b.ReportMetric(float64(lats[len(lats)/2].Microseconds()), "p50-µs")
+		b.ReportMetric(float64(lats[len(lats)*99/100].Microseconds()), "p99-µs")
+		// CPU time of the whole process (client and cluster) per
+		// operation: steadier than ops/s on a shared machine.
+		b.ReportMetric(float64(cpu.Microseconds())/float64(len(lats)), "cpu-µs/op")
 	}
 }
 

@@ -4,13 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"runtime/pprof"
-	"sort"
-	"sync"
-	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/distash/distash"
 )
@@ -43,49 +37,8 @@ func BenchmarkWriteTransactions(b *testing.B) {
 
 func benchWrites(b *testing.B, db *distash.DB, prefix string, records int, write func(tr *distash.Tx, k []byte) error) {
 	ctx := context.Background()
-	if *readProfile != "" {
-		f, err := os.Create(*readProfile)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := pprof.StartCPUProfile(f); err != nil {
-			b.Fatal(err)
-		}
-		defer func() { pprof.StopCPUProfile(); f.Close() }()
-	}
-	const threads = 64
-	var next atomic.Int64
-	var mu sync.Mutex
-	var lats []time.Duration
-	began, cpuBefore := time.Now(), processCPU()
-	var wg sync.WaitGroup
-	for g := 0; g < threads; g++ {
-		wg.Add(1)
-		go func(seed uint64) {
-			defer wg.Done()
-			rng := rand.New(rand.NewPCG(seed, 11))
-			var mine []time.Duration
-			for next.Add(1) <= int64(b.N) {
-				k := []byte(fmt.Sprintf("%suser%08d", prefix, rng.IntN(records)))
-				t0 := time.Now()
-				if err := db.Transact(ctx, func(tr *distash.Tx) error { return write(tr, k) }); err != nil {
-					b.Error(err)
-					return
-				}
-				mine = append(mine, time.Since(t0))
-			}
-			mu.Lock()
-			lats = append(lats, mine...)
-			mu.Unlock()
-		}(uint64(g))
-	}
-	wg.Wait()
-	elapsed, cpu := time.Since(began), processCPU()-cpuBefore
-	sort.Slice(lats, func(i, j int) bool { return lats[i] < lats[j] })
-	if len(lats) > 0 {
-		b.ReportMetric(float64(len(lats))/elapsed.Seconds(), "ops/s")
-		b.ReportMetric(float64(lats[len(lats)/2].Microseconds()), "p50-µs")
-		b.ReportMetric(float64(lats[len(lats)*99/100].Microseconds()), "p99-µs")
-		b.ReportMetric(float64(cpu.Microseconds())/float64(len(lats)), "cpu-µs/op")
-	}
+	runClients(b, 11, func(rng *rand.Rand) error {
+		k := []byte(fmt.Sprintf("%suser%08d", prefix, rng.IntN(records)))
+		return db.Transact(ctx, func(tr *distash.Tx) error { return write(tr, k) })
+	})
 }
