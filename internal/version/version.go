@@ -18,12 +18,13 @@ import (
 	"strings"
 )
 
-// Protocol is the newest wire protocol version this binary speaks, and the
-// one it states on every connection it opens.
-const Protocol = 1
+// Protocol is the newest wire protocol version this binary speaks. Version
+// 1 is every release before versions were stated; 2 states them on every
+// connection and is otherwise the same wire.
+const Protocol = 2
 
 // MinProtocol is the oldest protocol version this binary still speaks: a
-// peer stating an older one, or a newer one than Protocol, is refused.
+// peer whose versions do not overlap MinProtocol..Protocol is refused.
 const MinProtocol = 1
 
 // Supported reports whether a peer stating protocol version v can be
@@ -153,13 +154,22 @@ func (e *FormatError) Error() string {
 		e.Kind, where, e.Got, e.Want, strings.TrimSpace(Current().String()))
 }
 
-// ProtocolError is a peer whose protocol version this binary does not speak.
+// ProtocolError is a peer with which this binary has no protocol version in
+// common.
 type ProtocolError struct {
-	Peer     string // who: an address or "client"
-	PeerVer  int
-	Min, Max int
+	Peer             string // who: "client ADDR", "server ADDR"
+	PeerMin, PeerMax int    // the versions the peer speaks
+	Min, Max         int    // the versions this side speaks
 }
 
 func (e *ProtocolError) Error() string {
-	return fmt.Sprintf("protocol version %d of %s is not supported: this binary speaks versions %d to %d", e.PeerVer, e.Peer, e.Min, e.Max)
+	return fmt.Sprintf("%s speaks protocol versions %s, this binary speaks %s: no version in common; upgrade or roll back one side (docs/operations.md)",
+		e.Peer, span(e.PeerMin, e.PeerMax), span(e.Min, e.Max))
+}
+
+func span(lo, hi int) string {
+	if lo == hi {
+		return fmt.Sprint(lo)
+	}
+	return fmt.Sprintf("%d to %d", lo, hi)
 }

@@ -36,8 +36,8 @@ func TestCheckFormatRefusesNewerNamingBoth(t *testing.T) {
 }
 
 func TestProtocolErrorNamesBoth(t *testing.T) {
-	msg := (&ProtocolError{Peer: "10.0.0.1:4500", PeerVer: 7, Min: 1, Max: 2}).Error()
-	for _, want := range []string{"10.0.0.1:4500", "version 7", "1 to 2"} {
+	msg := (&ProtocolError{Peer: "server 10.0.0.1:4500", PeerMin: 7, PeerMax: 7, Min: 1, Max: 2}).Error()
+	for _, want := range []string{"10.0.0.1:4500", "versions 7,", "speaks 1 to 2"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("error %q does not name %q", msg, want)
 		}
