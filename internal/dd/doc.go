@@ -1,12 +1,10 @@
 // Package dd is the data distributor: decision cores (pure functions and
 // data structures, no I/O) and the Distributor that drives them with what
-// stashes report (through its Env) and turns them into transactions on the
+// stashes report (through its Env; they estimate sizes and write rates
+// with internal/loadsample) and turns them into transactions on the
 // shard map and shard moves. The server runs one Distributor with the
 // stateless roles (server/distribution.go).
 //
-//   - ByteSample: the sample of keys a stash keeps so that the size of any
-//     key range, and a key that splits it in halves by bytes, can be
-//     estimated without scanning it (FoundationDB's byte sampling).
 //   - PlanShards: which shards of a pool to split (over the size limit, at
 //     the sampled middle) and which neighbours to merge (small, same team,
 //     never across a pool's prefix boundary).
