@@ -140,28 +140,39 @@ func New(opts Options) *Distributor {
 	if opts.Interval <= 0 {
 		opts.Interval = 250 * time.Millisecond
 	}
-	if opts.MaxMoves <= 0 {
-		opts.MaxMoves = 8
-	}
-	if opts.Imbalance <= 0 {
-		opts.Imbalance = 0.1
-	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
 	if opts.Clock == nil {
 		opts.Clock = clock.Real{}
 	}
-	if opts.ShardBytes <= 0 {
-		opts.ShardBytes = 250 << 20
-	}
-	if opts.WriteSplitRate <= 0 {
-		// A shard's worth a minute, but at least 256 KiB/s: a few writes a
-		// second to a small shard do not make it split.
-		opts.WriteSplitRate = max(float64(opts.ShardBytes)/60, 256<<10)
-	}
+	lim := opts.limits().withDefaults()
+	opts.ShardBytes, opts.WriteSplitRate, opts.MaxMoves, opts.Imbalance = lim.ShardBytes, lim.WriteSplitRate, lim.MaxMoves, lim.Imbalance
 	return &Distributor{opts: opts, moves: map[string]*Move{}, downSince: map[kv.Tag]time.Time{},
 		done: map[string]int64{}, retired: map[kv.Tag]bool{}, failedAt: map[kv.Tag]string{}, status: map[string]*PoolStatus{}, stashLoad: map[kv.Tag]StashSummary{}}
+}
+
+func (o *Options) limits() Limits {
+	return Limits{ShardBytes: o.ShardBytes, WriteSplitRate: o.WriteSplitRate, MaxMoves: o.MaxMoves, Imbalance: o.Imbalance}
+}
+
+// withDefaults fills the limits left zero.
+func (l Limits) withDefaults() Limits {
+	if l.MaxMoves <= 0 {
+		l.MaxMoves = 8
+	}
+	if l.Imbalance <= 0 {
+		l.Imbalance = 0.1
+	}
+	if l.ShardBytes <= 0 {
+		l.ShardBytes = 250 << 20
+	}
+	if l.WriteSplitRate <= 0 {
+		// A shard's worth a minute, but at least 256 KiB/s: a few writes a
+		// second to a small shard do not make it split.
+		l.WriteSplitRate = max(float64(l.ShardBytes)/60, 256<<10)
+	}
+	return l
 }
 
 // Run runs rounds until ctx ends: every Interval, or five times as often

@@ -93,8 +93,7 @@ func (d *Distributor) observe(m *shardmap.Map, now time.Time, wait time.Duration
 // marked Unreachable in stashes, for the rest of the round) and of the
 // destinations of the moving ones, and the moves in flight.
 func (d *Distributor) snapshot(ctx context.Context, m *shardmap.Map, pool PoolSettings, stashes map[kv.Tag]StashState, now time.Time, wait time.Duration) *Snapshot {
-	s := &Snapshot{Now: now, FailureWait: wait, Pool: pool, Stashes: stashes, Moves: map[string]Move{},
-		Limits: Limits{ShardBytes: d.opts.ShardBytes, WriteSplitRate: d.opts.WriteSplitRate, MaxMoves: d.opts.MaxMoves, Imbalance: d.opts.Imbalance}}
+	s := &Snapshot{Now: now, FailureWait: wait, Pool: pool, Limits: d.opts.limits(), Stashes: stashes, Moves: map[string]Move{}}
 	for _, sh := range m.Shards() {
 		if sh.Pool == pool.Name {
 			s.Shards = append(s.Shards, ShardState{Shard: sh})
