@@ -8,6 +8,7 @@ require (
 	github.com/anishathalye/porcupine v1.3.1
 	github.com/bits-and-blooms/bloom/v3 v3.7.1
 	github.com/chromedp/chromedp v0.23.0
+	github.com/cockroachdb/datadriven v1.0.3-0.20230413201302-be42291fc80f
 	github.com/cockroachdb/pebble v1.1.5
 	github.com/dustin/go-humanize v1.1.0
 	github.com/google/btree v1.1.3
@@ -79,6 +80,7 @@ require (
 	github.com/olekukonko/tablewriter v0.0.5 // indirect
 	github.com/pingcap/errors v0.11.5-0.20211224045212-9687c2b0f87c // indirect
 	github.com/pkg/errors v0.9.1 // indirect
+	github.com/pmezard/go-difflib v1.0.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
 	github.com/remyoudompheng/bigfft v0.0.0-20230129092748-24d4a6f8daec // indirect
 	github.com/rivo/uniseg v0.4.7 // indirect

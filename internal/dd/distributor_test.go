@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/distash/distash/internal/clock"
 	"github.com/distash/distash/internal/kv"
 	"github.com/distash/distash/internal/shardmap"
 )
@@ -140,11 +141,7 @@ func newFake(n, r int, loc func(i int) (dc, zone string)) *fakeEnv {
 	return e
 }
 
-type fakeClock struct{ t time.Time }
-
-func (c *fakeClock) now() time.Time { return c.t }
-
-func newDist(e *fakeEnv, r int, ephemeral, acrossDCs bool, wait time.Duration, clk *fakeClock) *Distributor {
+func newDist(e *fakeEnv, r int, ephemeral, acrossDCs bool, wait time.Duration, clk *clock.Manual) *Distributor {
 	return New(Options{
 		Env: e,
 		Pools: func() []PoolSettings {
@@ -153,7 +150,7 @@ func newDist(e *fakeEnv, r int, ephemeral, acrossDCs bool, wait time.Duration, c
 		FailureWait: func() time.Duration { return wait },
 		ShardBytes:  400, // 100-byte shards neither split nor merge
 		Logger:      slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Now:         clk.now,
+		Clock:       clk,
 	})
 }
 
@@ -173,13 +170,13 @@ func zoned(i int) (string, string) { return "dc1", fmt.Sprintf("z%d", i) }
 // stashes; once none names it, it is retired.
 func TestFailureWaitThenReReplicate(t *testing.T) {
 	e := newFake(4, 2, zoned)
-	clk := &fakeClock{t: time.Unix(1000, 0)}
+	clk := clock.NewManual(time.Unix(1000, 0))
 	d := newDist(e, 2, false, false, time.Minute, clk)
 	rounds(t, d, 2)
 	before := e.teamsOf("p")
 	e.set(2, func(s *StashInfo) { s.Alive = false })
 	rounds(t, d, 3)
-	clk.t = clk.t.Add(59 * time.Second)
+	clk.Advance(59 * time.Second)
 	rounds(t, d, 3)
 	if got := e.teamsOf("p"); !slices.EqualFunc(got, before, slices.Equal) {
 		t.Fatalf("shards moved before the failure wait: %v -> %v", before, got)
@@ -187,7 +184,7 @@ func TestFailureWaitThenReReplicate(t *testing.T) {
 	if st, _ := d.Status(); st["p"].UnderReplicated == 0 {
 		t.Error("status shows no under-replicated shard while stash 2 is down")
 	}
-	clk.t = clk.t.Add(2 * time.Second)
+	clk.Advance(2 * time.Second)
 	rounds(t, d, 6)
 	for _, team := range e.teamsOf("p") {
 		if len(team) != 2 || slices.Contains(team, 2) {
@@ -205,16 +202,16 @@ func TestFailureWaitThenReReplicate(t *testing.T) {
 // A stash that returns within the failure wait keeps its shards.
 func TestReturnWithinFailureWaitKeepsShards(t *testing.T) {
 	e := newFake(4, 2, zoned)
-	clk := &fakeClock{t: time.Unix(1000, 0)}
+	clk := clock.NewManual(time.Unix(1000, 0))
 	d := newDist(e, 2, false, false, time.Minute, clk)
 	rounds(t, d, 2)
 	before := e.teamsOf("p")
 	e.set(3, func(s *StashInfo) { s.Alive = false })
 	rounds(t, d, 2)
-	clk.t = clk.t.Add(30 * time.Second)
+	clk.Advance(30 * time.Second)
 	e.set(3, func(s *StashInfo) { s.Alive = true })
 	rounds(t, d, 2)
-	clk.t = clk.t.Add(time.Hour)
+	clk.Advance(time.Hour)
 	rounds(t, d, 4)
 	if got := e.teamsOf("p"); !slices.EqualFunc(got, before, slices.Equal) {
 		t.Fatalf("teams changed: %v -> %v", before, got)
@@ -224,7 +221,7 @@ func TestReturnWithinFailureWaitKeepsShards(t *testing.T) {
 // Excluded stashes are drained; include brings shards back by balance.
 func TestExcludeDrains(t *testing.T) {
 	e := newFake(4, 1, zoned)
-	clk := &fakeClock{t: time.Unix(1000, 0)}
+	clk := clock.NewManual(time.Unix(1000, 0))
 	d := newDist(e, 1, false, false, time.Minute, clk)
 	e.set(4, func(s *StashInfo) { s.Excluded = true })
 	rounds(t, d, 6)
@@ -251,7 +248,7 @@ func TestPlacementAcrossDCs(t *testing.T) {
 	// Stashes 1-3 in dc1, 4-6 in dc2; every stash its own zone.
 	loc := func(i int) (string, string) { return fmt.Sprintf("dc%d", (i-1)/3+1), fmt.Sprintf("z%d", i) }
 	e := newFake(6, 2, loc)
-	clk := &fakeClock{t: time.Unix(1000, 0)}
+	clk := clock.NewManual(time.Unix(1000, 0))
 	d := newDist(e, 2, false, true, time.Minute, clk)
 	// Fail stash 1 and 4: the rebuilt teams must span both DCs.
 	e.set(1, func(s *StashInfo) { s.Retired = true })
@@ -290,7 +287,7 @@ func rebuilt(begin []byte) bool {
 func TestNoReplicaLeft(t *testing.T) {
 	for _, ephemeral := range []bool{true, false} {
 		e := newFake(3, 1, zoned)
-		clk := &fakeClock{t: time.Unix(1000, 0)}
+		clk := clock.NewManual(time.Unix(1000, 0))
 		d := newDist(e, 1, ephemeral, false, 0, clk)
 		e.set(1, func(s *StashInfo) { s.Retired = true })
 		rounds(t, d, 3)
@@ -312,11 +309,11 @@ func TestNoReplicaLeft(t *testing.T) {
 // Replication changes online: up adds replicas, down drops them.
 func TestReplicationChange(t *testing.T) {
 	e := newFake(4, 1, zoned)
-	clk := &fakeClock{t: time.Unix(1000, 0)}
+	clk := clock.NewManual(time.Unix(1000, 0))
 	r := 1
 	d := New(Options{Env: e, Pools: func() []PoolSettings {
 		return []PoolSettings{{Name: "p", Prefix: []byte("p/"), Replication: r}}
-	}, FailureWait: func() time.Duration { return time.Minute }, ShardBytes: 400, Now: clk.now,
+	}, FailureWait: func() time.Duration { return time.Minute }, ShardBytes: 400, Clock: clk,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	r = 3
 	rounds(t, d, 8)
@@ -338,7 +335,7 @@ func TestReplicationChange(t *testing.T) {
 // destination dies is cancelled and done again elsewhere.
 func TestMoveToDeadDestinationIsCancelled(t *testing.T) {
 	e := newFake(3, 1, zoned)
-	clk := &fakeClock{t: time.Unix(1000, 0)}
+	clk := clock.NewManual(time.Unix(1000, 0))
 	d := newDist(e, 1, false, false, time.Minute, clk)
 	e.stuck[2] = true
 	e.set(1, func(s *StashInfo) { s.Excluded = true })
@@ -364,7 +361,7 @@ func TestMoveToDeadDestinationIsCancelled(t *testing.T) {
 // a cold small one does not split.
 func TestWriteRateSplits(t *testing.T) {
 	e := newFake(2, 1, zoned)
-	clk := &fakeClock{t: time.Unix(1000, 0)}
+	clk := clock.NewManual(time.Unix(1000, 0))
 	d := newDist(e, 1, false, false, time.Minute, clk)
 	d.opts.WriteSplitRate = 500
 	e.bytes["p/3"] = 60 // >= 400/8

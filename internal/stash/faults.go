@@ -8,9 +8,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/distash/distash/internal/dd"
 	"github.com/distash/distash/internal/fsys"
 	"github.com/distash/distash/internal/kv"
+	"github.com/distash/distash/internal/loadsample"
 )
 
 // How a stash meets a faulty disk:
@@ -197,8 +197,8 @@ func NewFailed(opts Options, err error) *Stash {
 		opts.Logger = slog.Default()
 	}
 	s := &Stash{opts: opts, win: newWindow(), appliedCh: make(chan struct{}), failedC: make(chan struct{}),
-		jobs: map[uint64]*fetchJob{}, sample: dd.NewByteSample(opts.SampleUnit),
-		writes: dd.NewWriteRate(opts.SampleUnit, 0), fetchWake: make(chan struct{}, 1)}
+		jobs: map[uint64]*fetchJob{}, sample: loadsample.NewByteSample(opts.SampleUnit),
+		writes: loadsample.NewWriteRate(opts.SampleUnit, 0), fetchWake: make(chan struct{}, 1)}
 	s.closed.Store(true)
 	s.fail(err)
 	return s

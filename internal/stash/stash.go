@@ -34,10 +34,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/distash/distash/internal/dd"
 	"github.com/distash/distash/internal/engine"
 	"github.com/distash/distash/internal/fsys"
 	"github.com/distash/distash/internal/kv"
+	"github.com/distash/distash/internal/loadsample"
 	"github.com/distash/distash/internal/shardmap"
 	"github.com/distash/distash/internal/txlog"
 )
@@ -119,7 +119,7 @@ type Options struct {
 	// Fetcher copies the ranges this stash becomes a destination of from
 	// their source replicas (data distribution); nil: it cannot fetch.
 	Fetcher Fetcher
-	// SampleUnit is the byte sample's unit (dd.ByteSample); 0: default.
+	// SampleUnit is the byte sample's unit (loadsample.ByteSample); 0: default.
 	SampleUnit int64
 }
 
@@ -180,11 +180,11 @@ type Stash struct {
 	undurable []finishedFetch
 	// sample estimates the bytes of key ranges (shard sizes, split keys).
 	// Protected by mu.
-	sample *dd.ByteSample
+	sample *loadsample.ByteSample
 	// writes estimates recent write rates (shards written fast split);
 	// applyNow is the time of the batch being applied, one clock read per
 	// batch rather than per mutation. Protected by mu.
-	writes    *dd.WriteRate
+	writes    *loadsample.WriteRate
 	applyNow  time.Time
 	fetchWake chan struct{}
 	// dropped counts mutations for keys the stash does not hold (should
@@ -225,8 +225,8 @@ func New(opts Options) *Stash {
 		opts.Logger = slog.Default()
 	}
 	s := &Stash{opts: opts, eng: opts.Engine, win: newWindow(), appliedCh: make(chan struct{}), failedC: make(chan struct{}),
-		jobs: map[uint64]*fetchJob{}, sample: dd.NewByteSample(opts.SampleUnit),
-		writes: dd.NewWriteRate(opts.SampleUnit, 0), fetchWake: make(chan struct{}, 1)}
+		jobs: map[uint64]*fetchJob{}, sample: loadsample.NewByteSample(opts.SampleUnit),
+		writes: loadsample.NewWriteRate(opts.SampleUnit, 0), fetchWake: make(chan struct{}, 1)}
 	v := opts.Engine.Version()
 	if opts.Volatile && opts.StartVersion > v {
 		v = opts.StartVersion

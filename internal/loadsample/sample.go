@@ -1,4 +1,4 @@
-package dd
+package loadsample
 
 import (
 	"bytes"
