@@ -85,7 +85,7 @@ func (e *distEnv) failureWait() time.Duration {
 }
 
 // Shards implements dd.Env.
-func (e *distEnv) Shards() *shardmap.Map { return e.r.commit.Shards() }
+func (e *distEnv) Shards() (*shardmap.Map, kv.Version) { return e.r.commit.ShardsAt() }
 
 // Stashes implements dd.Env.
 func (e *distEnv) Stashes() []dd.StashInfo {
@@ -118,7 +118,9 @@ func (e *distEnv) Stashes() []dd.StashInfo {
 // Metrics implements dd.Env.
 func (e *distEnv) Metrics(ctx context.Context, tag kv.Tag, ranges []kv.KeyRange, splitKeys bool) ([]dd.Metrics, error) {
 	if sl, ok := e.s.slot(tag); ok {
-		return toDDMetrics(sl.get().Metrics(ranges, splitKeys)), nil
+		st := sl.get()
+		applied := st.AppliedVersion() // before: the answer is at least this current
+		return toDDMetrics(st.Metrics(ranges, splitKeys), applied), nil
 	}
 	addr := e.s.stashAddress(tag)
 	if addr == "" {
@@ -144,16 +146,16 @@ func (e *distEnv) Metrics(ctx context.Context, tag kv.Tag, ranges []kv.KeyRange,
 	out := make([]dd.Metrics, len(resp.Ranges))
 	for i, m := range resp.Ranges {
 		out[i] = dd.Metrics{Bytes: m.Bytes, SplitKey: m.SplitKey, State: m.State, FetchedBytes: m.FetchedBytes,
-			WriteRate: m.WriteBytesPerSec, WriteSplitKey: m.WriteSplitKey}
+			WriteRate: m.WriteBytesPerSec, WriteSplitKey: m.WriteSplitKey, Applied: kv.Version(resp.AppliedVersion)}
 	}
 	return out, nil
 }
 
-func toDDMetrics(ms []stash.RangeMetrics) []dd.Metrics {
+func toDDMetrics(ms []stash.RangeMetrics, applied kv.Version) []dd.Metrics {
 	out := make([]dd.Metrics, len(ms))
 	for i, m := range ms {
 		out[i] = dd.Metrics{Bytes: m.Bytes, SplitKey: m.SplitKey, State: m.State, FetchedBytes: m.FetchedBytes,
-			WriteRate: m.WriteRate, WriteSplitKey: m.WriteSplitKey}
+			WriteRate: m.WriteRate, WriteSplitKey: m.WriteSplitKey, Applied: applied}
 	}
 	return out
 }

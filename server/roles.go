@@ -137,7 +137,7 @@ func (s *Server) startRoles(ctx context.Context, gen uint64, recovered kv.Versio
 	r.rk = ratekeeper.New(func() ratekeeper.Sample { return s.rateSample(r) }, 100*time.Millisecond)
 	r.commit = proxy.NewCommitProxy(proxy.CommitOptions{
 		Config: s.cfg, Sequencer: r.seq, Resolver: r.res, Log: s.log, Epoch: gen,
-		Shards: shards, Usage: s.usage, PoolTags: s.poolTags, Logger: s.roleLogger(logRoleProxy),
+		Shards: shards, ShardsAt: recovered, Usage: s.usage, PoolTags: s.poolTags, Logger: s.roleLogger(logRoleProxy),
 		Throttle: r.rk, ObserveBatch: func(n int) { s.metrics.batchSize.Observe(float64(n)) },
 	})
 	r.grv = proxy.NewGRVProxy(r.seq, r.rk)

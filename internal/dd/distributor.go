@@ -35,12 +35,20 @@ type Metrics struct {
 	// WriteRate is bytes written per second lately; WriteSplitKey halves it.
 	WriteRate     float64
 	WriteSplitKey []byte
+	// Applied is the version the stash had applied when it answered: its
+	// State reflects the shard map only once Applied reaches the map's
+	// version (Env.Shards).
+	Applied kv.Version
 }
 
 // Env is how the distributor sees and changes the cluster.
 type Env interface {
-	// Shards returns the shard map now (the distributor does not change it).
-	Shards() *shardmap.Map
+	// Shards returns the shard map now (the distributor does not change it)
+	// and a version at or past its last change: a stash that has applied
+	// it knows every assignment of the map. A stash behind it may answer
+	// from an older ownership (one it recovered after a restart, or a range
+	// it has not yet been told to drop), which must not finish a move.
+	Shards() (*shardmap.Map, kv.Version)
 	// Stashes returns every stash of the cluster.
 	Stashes() []StashInfo
 	// Metrics asks stash tag about ranges.

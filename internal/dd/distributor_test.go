@@ -27,12 +27,27 @@ type fakeEnv struct {
 	stuck   map[kv.Tag]bool    // destinations that never finish
 	retired []kv.Tag
 	commits int
+	// version counts the commits: the shard map's version. A stash in
+	// stale answers from the map it had (and the version it had applied)
+	// when it went stale, as a restarted stash that has not caught up does.
+	version kv.Version
+	stale   map[kv.Tag]staleView
 }
 
-func (e *fakeEnv) Shards() *shardmap.Map {
+type staleView struct {
+	m  *shardmap.Map
+	at kv.Version
+}
+
+func (e *fakeEnv) shards() *shardmap.Map {
+	m, _ := e.Shards()
+	return m
+}
+
+func (e *fakeEnv) Shards() (*shardmap.Map, kv.Version) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.m.Clone()
+	return e.m.Clone(), e.version
 }
 
 func (e *fakeEnv) Stashes() []StashInfo {
@@ -45,8 +60,13 @@ func (e *fakeEnv) Metrics(ctx context.Context, tag kv.Tag, ranges []kv.KeyRange,
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	out := make([]Metrics, len(ranges))
+	m, applied := e.m, e.version
+	if sv, ok := e.stale[tag]; ok {
+		m, applied = sv.m, sv.at
+	}
 	for i, r := range ranges {
-		sh, _ := e.m.Lookup(r.Begin)
+		out[i].Applied = applied
+		sh, _ := m.Lookup(r.Begin)
 		out[i].Bytes = e.bytes[string(r.Begin)]
 		if rate := e.rates[string(r.Begin)]; rate > 0 {
 			out[i].WriteRate = rate
@@ -70,6 +90,7 @@ func (e *fakeEnv) CommitShards(ctx context.Context, set []shardmap.Shard, clear 
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.commits++
+	e.version++
 	for _, sh := range set {
 		k, v := shardmap.Encode(sh)
 		if _, err := e.m.Apply(kv.Mutation{Type: kv.MutSet, Key: k, Param: v}); err != nil {
@@ -102,7 +123,7 @@ func (e *fakeEnv) set(tag kv.Tag, f func(*StashInfo)) {
 // teamsOf returns the team of every shard of pool.
 func (e *fakeEnv) teamsOf(pool string) [][]kv.Tag {
 	var out [][]kv.Tag
-	for _, sh := range e.Shards().Shards() {
+	for _, sh := range e.shards().Shards() {
 		if sh.Pool == pool {
 			out = append(out, sh.Team)
 		}
@@ -255,7 +276,7 @@ func TestPlacementAcrossDCs(t *testing.T) {
 	e.set(4, func(s *StashInfo) { s.Retired = true })
 	rounds(t, d, 8)
 	dcOf := func(t kv.Tag) string { dc, _ := loc(int(t)); return dc }
-	for _, sh := range e.Shards().Shards() {
+	for _, sh := range e.shards().Shards() {
 		if sh.Pool != "p" {
 			continue
 		}
@@ -268,7 +289,7 @@ func TestPlacementAcrossDCs(t *testing.T) {
 	}
 	// Every rebuilt team (those that had 1 or 4) spans the two DCs; one
 	// that lost nobody may stay in one DC (nothing moved it).
-	for _, sh := range e.Shards().Shards() {
+	for _, sh := range e.shards().Shards() {
 		if sh.Pool == "p" && rebuilt(sh.Begin) && dcOf(sh.Team[0]) == dcOf(sh.Team[1]) {
 			t.Errorf("rebuilt team %v of [%s, %s) is in one DC", sh.Team, sh.Begin, sh.End)
 		}
@@ -346,7 +367,7 @@ func TestMoveToDeadDestinationIsCancelled(t *testing.T) {
 	}
 	e.set(2, func(s *StashInfo) { s.Alive = false })
 	rounds(t, d, 6)
-	for _, sh := range e.Shards().Shards() {
+	for _, sh := range e.shards().Shards() {
 		if slices.Contains(sh.Dest, 2) {
 			t.Fatalf("a move to dead stash 2 is still in flight: %+v", sh)
 		}
@@ -370,7 +391,7 @@ func TestWriteRateSplits(t *testing.T) {
 	e.bytes["p/5"] = 40   // < 400/8
 	rounds(t, d, 3)
 	var begins []string
-	for _, sh := range e.Shards().Shards() {
+	for _, sh := range e.shards().Shards() {
 		if sh.Pool == "p" {
 			begins = append(begins, string(sh.Begin))
 		}
@@ -380,5 +401,53 @@ func TestWriteRateSplits(t *testing.T) {
 	}
 	if slices.Contains(begins, "p/5m") {
 		t.Errorf("a hot shard below an eighth of the size limit split: %q", begins)
+	}
+}
+
+// A destination that answers from before the move began (a stash that
+// restarted from an ownership in which it still served the range, and has
+// not applied the log since) must not finish the move: the sources would
+// drop the range while the destination, once it catches up, still has it
+// to fetch — from sources that no longer hold it.
+func TestStaleDestinationDoesNotFinishMove(t *testing.T) {
+	e := newFake(2, 1, zoned) // shards alternate between stashes 1 and 2
+	clk := clock.NewManual(time.Unix(1000, 0))
+	d := newDist(e, 1, false, false, time.Minute, clk)
+	var shard []byte
+	for _, sh := range e.shards().Shards() {
+		if sh.Pool == "p" && slices.Equal(sh.Team, []kv.Tag{2}) {
+			shard = sh.Begin
+			break
+		}
+	}
+	// Stash 2 serves the shard; the shard moves to stash 1 (committed:
+	// stash 2 must drop it), and stash 2 restarts from before it applied
+	// that: it answers from the old map.
+	e.mu.Lock()
+	before := staleView{m: e.m.Clone(), at: e.version}
+	e.mu.Unlock()
+	sh, _ := e.shards().Lookup(shard)
+	sh.Team = []kv.Tag{1}
+	if err := e.CommitShards(context.Background(), []shardmap.Shard{sh}, nil); err != nil {
+		t.Fatal(err)
+	}
+	e.mu.Lock()
+	e.stale = map[kv.Tag]staleView{2: before}
+	e.mu.Unlock()
+	// Stash 1 is excluded: its shards move to stash 2.
+	e.set(1, func(s *StashInfo) { s.Excluded = true })
+	rounds(t, d, 4)
+	got, _ := e.shards().Lookup(shard)
+	if !slices.Equal(got.Team, []kv.Tag{1}) || !slices.Equal(got.Dest, []kv.Tag{2}) {
+		t.Fatalf("while stash 2 answers from before the move, shard %q is team %v dest %v; want team [1] dest [2] (moving)", shard, got.Team, got.Dest)
+	}
+	// Stash 2 catches up: the move finishes.
+	e.mu.Lock()
+	e.stale = nil
+	e.mu.Unlock()
+	rounds(t, d, 2)
+	got, _ = e.shards().Lookup(shard)
+	if !slices.Equal(got.Team, []kv.Tag{2}) || len(got.Dest) != 0 {
+		t.Fatalf("after stash 2 caught up, shard %q is team %v dest %v; want team [2]", shard, got.Team, got.Dest)
 	}
 }

@@ -14,13 +14,14 @@ import (
 // plan (PlanPool) and carry out the plan; last, retire the failed stashes
 // no shard names any more.
 func (d *Distributor) Tick(ctx context.Context) error {
-	m := d.opts.Env.Shards()
+	m, at := d.opts.Env.Shards()
 	now, wait := d.opts.Clock.Now(), d.opts.FailureWait()
 	stashes := d.observe(m, now, wait)
 	loads := map[kv.Tag]StashSummary{}
 	var firstErr error
 	for _, pool := range d.opts.Pools() {
 		s := d.snapshot(ctx, m, pool, stashes, now, wait)
+		s.MapVersion = at
 		plan := PlanPool(s)
 		done, err := d.carryOut(ctx, s, plan)
 		if err != nil && firstErr == nil {

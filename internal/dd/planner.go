@@ -32,6 +32,9 @@ type Snapshot struct {
 	// Stashes: every stash the cluster lists, and every tag a shard names
 	// that the cluster does not list (as down).
 	Stashes map[kv.Tag]StashState
+	// MapVersion is the version of the shard map's last change (or later):
+	// a destination's answer counts only from a stash that has applied it.
+	MapVersion kv.Version
 	// Moves are the moves the distributor started (or resumed) and has not
 	// finished, by shard begin; a moving shard without one was begun by an
 	// earlier distributor.
@@ -293,7 +296,10 @@ func (p *planner) progress(sh ShardState, mv Move) Action {
 			m = sh.Dests[i]
 		}
 		switch {
-		case m == nil:
+		case m == nil || m.Applied < p.s.MapVersion:
+			// No answer, or one from before the stash applied the map's
+			// last change: its ownership may be older than this move (a
+			// restarted stash that served the range before it left).
 			done = false
 		case m.State == "serving":
 		case m.State == "copied":

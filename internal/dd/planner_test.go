@@ -21,10 +21,12 @@ import (
 //
 //	pool name=p prefix=p/ replication=2 [ephemeral] [across-dcs] [shard-bytes=400]
 //	     [write-split-rate=N] [max-moves=N] [imbalance=F] [failure-wait=1m]
+//	     [map-version=N]
 //	stashes      one a line: TAG [pool=P] [at=DC/ZONE] [down=DURATION] [excluded]
 //	             [retired] [retired-here] [unreachable]
 //	shards       one a line, in key order: BEGIN END team=1,2 [dest=3] [bytes=N]
 //	             [split-at=K] [rate=N] [rate-split-at=K] [dests=serving,fetching:N,copied,-]
+//	             (a destination's answer may end @V: the version it had applied)
 //	moves        the moves the distributor started, one a line:
 //	             BEGIN END from=1,2 to=1,3 reason=R [bytes=N] [started=DURATION ago]
 //	plan         prints the pool's status and the actions, each with its commit
@@ -102,6 +104,10 @@ func scriptPool(s *Snapshot, cmdArgs []datadriven.CmdArg) error {
 		}
 	}
 	s.Limits = s.Limits.withDefaults()
+	s.MapVersion = 0
+	if v, ok := a["map-version"]; ok && err == nil {
+		_, err = fmt.Sscan(v, &s.MapVersion)
+	}
 	return err
 }
 
@@ -164,8 +170,14 @@ func parseDests(v string) ([]*Metrics, error) {
 			out = append(out, nil)
 			continue
 		}
+		d, applied, hasApplied := strings.Cut(d, "@")
 		state, fetched, ok := strings.Cut(d, ":")
 		m := &Metrics{State: state}
+		if hasApplied {
+			if _, err := fmt.Sscan(applied, &m.Applied); err != nil {
+				return nil, err
+			}
+		}
 		if ok {
 			if _, err := fmt.Sscan(fetched, &m.FetchedBytes); err != nil {
 				return nil, err

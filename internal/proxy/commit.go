@@ -120,7 +120,10 @@ type CommitOptions struct {
 	Resolver  Resolver
 	Log       Appender
 	Shards    *shardmap.Map
-	Usage     StashUsage
+	// ShardsAt is the version Shards was read at (the recovery's end): the
+	// version of the map's last change until the proxy commits one.
+	ShardsAt kv.Version
+	Usage    StashUsage
 	// Epoch is the generation this proxy belongs to, carried by every log
 	// entry it appends: the log refuses entries of an epoch older than the
 	// newest generation it began (txlog.ErrStaleEpoch), so a proxy of a
@@ -225,8 +228,9 @@ type CommitProxy struct {
 	slots  chan struct{}  // one token per batch waiting for the log
 	queued *budget.Budget // memory of the transactions between Commit and reply
 
-	mu     sync.Mutex
-	shards *shardmap.Map // Protected by mu.
+	mu       sync.Mutex
+	shards   *shardmap.Map // Protected by mu.
+	shardsAt kv.Version    // the version of shards' last change. Protected by mu.
 	// pending holds bytes committed to each durable stash that the stash
 	// has not applied yet, oldest first. Only the batching loop touches it.
 	pending map[kv.Tag][]pendingBytes
@@ -263,21 +267,30 @@ func NewCommitProxy(opts CommitOptions) *CommitProxy {
 		opts.MaxQueuedBytes = DefaultMaxQueuedBytes
 	}
 	return &CommitProxy{
-		slots:   make(chan struct{}, opts.MaxInflightBatches),
-		queued:  budget.New(opts.MaxQueuedBytes),
-		opts:    opts,
-		reqs:    make(chan *commitReq, 4096),
-		waits:   make(chan *inflight, 256),
-		shards:  opts.Shards,
-		pending: make(map[kv.Tag][]pendingBytes),
+		slots:    make(chan struct{}, opts.MaxInflightBatches),
+		queued:   budget.New(opts.MaxQueuedBytes),
+		opts:     opts,
+		reqs:     make(chan *commitReq, 4096),
+		waits:    make(chan *inflight, 256),
+		shards:   opts.Shards,
+		shardsAt: opts.ShardsAt,
+		pending:  make(map[kv.Tag][]pendingBytes),
 	}
 }
 
 // Shards returns a copy of the current shard map.
 func (p *CommitProxy) Shards() *shardmap.Map {
+	m, _ := p.ShardsAt()
+	return m
+}
+
+// ShardsAt returns a copy of the shard map and the version of its last
+// change (the version the proxy started from if it made none): every
+// assignment the map holds was committed at or before it.
+func (p *CommitProxy) ShardsAt() (*shardmap.Map, kv.Version) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return shardmap.New(p.shards.Shards())
+	return shardmap.New(p.shards.Shards()), p.shardsAt
 }
 
 // QueuedBytes returns the memory (see TxnMemory) of the transactions the
@@ -563,6 +576,7 @@ func (p *CommitProxy) commitBatch(batch []*commitReq) *inflight {
 		entry.Mutations = append(entry.Mutations, tagged...)
 		if batch[i].system {
 			entry.Mutations = append(entry.Mutations, p.applyShardChanges(batch[i].txn.Mutations)...)
+			p.shardsAt = version
 		}
 	}
 	for tag, n := range inf.pending {
