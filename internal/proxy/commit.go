@@ -23,10 +23,10 @@ import (
 	"github.com/distash/distash/config"
 	"github.com/distash/distash/internal/budget"
 	"github.com/distash/distash/internal/kv"
+	"github.com/distash/distash/internal/logentry"
 	"github.com/distash/distash/internal/resolver"
 	"github.com/distash/distash/internal/sequencer"
 	"github.com/distash/distash/internal/shardmap"
-	"github.com/distash/distash/internal/txlog"
 )
 
 // Txn is a transaction to commit.
@@ -42,7 +42,7 @@ type Txn struct {
 
 // Appender is the part of the log the commit proxy writes to.
 type Appender interface {
-	Append(e *txlog.Entry) *txlog.Future
+	Append(e *logentry.Entry) *logentry.Future
 	// Resync returns the log's last committed version once no append is in
 	// flight, after an append failed.
 	Resync(ctx context.Context) (kv.Version, error)
@@ -123,7 +123,7 @@ type CommitOptions struct {
 	Usage     StashUsage
 	// Epoch is the generation this proxy belongs to, carried by every log
 	// entry it appends: the log refuses entries of an epoch older than the
-	// newest generation it began (txlog.ErrStaleEpoch), so a proxy of a
+	// newest generation it began (logentry.ErrStaleEpoch), so a proxy of a
 	// deposed generation cannot commit. 0 in an embedded cluster.
 	Epoch uint64
 	// Throttle, if set, is waited on by transactions without a read
@@ -174,7 +174,7 @@ const (
 
 // What a transaction holds in the proxy besides its key and value bytes:
 // per mutation, its kv.Mutation (56 bytes) and its tagged copy in the log
-// entry (txlog.TaggedMutation, 80); per conflict range, its kv.KeyRange
+// entry (logentry.TaggedMutation, 80); per conflict range, its kv.KeyRange
 // (48). For small keys and values these are most of the memory (a 500,000
 // mutation transaction of 19 bytes a mutation, conflict ranges included,
 // holds about 100 MB).
@@ -206,7 +206,7 @@ type commitResult struct {
 
 type inflight struct {
 	version kv.Version
-	future  *txlog.Future
+	future  *logentry.Future
 	reqs    []*commitReq
 	results []commitResult
 	pending map[kv.Tag]int64 // bytes this batch adds per stash
@@ -538,7 +538,7 @@ func (p *CommitProxy) commitBatch(batch []*commitReq) *inflight {
 	}
 	outcomes := p.opts.Resolver.Resolve(version, toResolve)
 
-	entry := &txlog.Entry{Version: version, PrevVersion: prev, Epoch: p.opts.Epoch}
+	entry := &logentry.Entry{Version: version, PrevVersion: prev, Epoch: p.opts.Epoch}
 	for j, o := range outcomes {
 		i := idx[j]
 		switch o {
@@ -578,8 +578,8 @@ func (p *CommitProxy) commitBatch(batch []*commitReq) *inflight {
 // held any part of its range before (they may have to drop it) and to its
 // new team and destinations (they may have to fetch it). Mutations later
 // in the batch are tagged with the new map. Called with mu held.
-func (p *CommitProxy) applyShardChanges(muts []kv.Mutation) []txlog.TaggedMutation {
-	var out []txlog.TaggedMutation
+func (p *CommitProxy) applyShardChanges(muts []kv.Mutation) []logentry.TaggedMutation {
+	var out []logentry.TaggedMutation
 	for _, m := range muts {
 		var announce *shardmap.Shard
 		var before []kv.Tag
@@ -609,7 +609,7 @@ func (p *CommitProxy) applyShardChanges(muts []kv.Mutation) []txlog.TaggedMutati
 				tags = append(tags, t)
 			}
 		}
-		out = append(out, txlog.TaggedMutation{Mutation: shardmap.AssignMutation(*announce), Tags: tags})
+		out = append(out, logentry.TaggedMutation{Mutation: shardmap.AssignMutation(*announce), Tags: tags})
 	}
 	return out
 }
@@ -632,14 +632,14 @@ func (p *CommitProxy) checkTaggable(txn Txn) error {
 // keys; a clear range is split at shard boundaries. It fails if a
 // mutation would reach no stash: the commit proxy never acknowledges a
 // write that is not in the log under some stash's tag. Called with mu held.
-func (p *CommitProxy) tagAll(muts []kv.Mutation) ([]txlog.TaggedMutation, error) {
-	out := make([]txlog.TaggedMutation, 0, len(muts))
+func (p *CommitProxy) tagAll(muts []kv.Mutation) ([]logentry.TaggedMutation, error) {
+	out := make([]logentry.TaggedMutation, 0, len(muts))
 	for _, m := range muts {
 		if m.Type == kv.MutClearRange {
 			for _, s := range p.shards.Intersect(m.Key, m.Param) {
 				piece := m
 				piece.Key, piece.Param = s.Begin, s.End
-				out = append(out, txlog.TaggedMutation{Mutation: piece, Tags: s.Tags()})
+				out = append(out, logentry.TaggedMutation{Mutation: piece, Tags: s.Tags()})
 			}
 			continue
 		}
@@ -647,7 +647,7 @@ func (p *CommitProxy) tagAll(muts []kv.Mutation) ([]txlog.TaggedMutation, error)
 		if !ok || len(s.Tags()) == 0 {
 			return nil, kv.Errorf(kv.CodeInternal, "mutation of key %.60q is in no shard", m.Key)
 		}
-		out = append(out, txlog.TaggedMutation{Mutation: m, Tags: s.Tags()})
+		out = append(out, logentry.TaggedMutation{Mutation: m, Tags: s.Tags()})
 	}
 	return out, nil
 }

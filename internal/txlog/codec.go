@@ -9,6 +9,7 @@ import (
 	"slices"
 
 	"github.com/distash/distash/internal/kv"
+	"github.com/distash/distash/internal/logentry"
 )
 
 // Raft log records are hand-encoded:
@@ -53,13 +54,13 @@ type TagVersion struct {
 // record is one decoded raft log command.
 type record struct {
 	kind  byte
-	entry Entry        // kind == recEntry
-	pops  []TagVersion // kind == recPop
-	epoch uint64       // kind == recGeneration
+	entry logentry.Entry // kind == recEntry
+	pops  []TagVersion   // kind == recPop
+	epoch uint64         // kind == recGeneration
 }
 
 // entrySize is an upper bound of the encoded size of e.
-func entrySize(e *Entry) int {
+func entrySize(e *logentry.Entry) int {
 	n := 2 + 3*binary.MaxVarintLen64 + binary.MaxVarintLen64
 	for i := range e.Mutations {
 		m := &e.Mutations[i]
@@ -69,11 +70,11 @@ func entrySize(e *Entry) int {
 }
 
 // encodeEntry returns the raft command for e.
-func encodeEntry(e *Entry) []byte {
+func encodeEntry(e *logentry.Entry) []byte {
 	return appendEntry(make([]byte, 0, entrySize(e)), e)
 }
 
-func appendEntry(b []byte, e *Entry) []byte {
+func appendEntry(b []byte, e *logentry.Entry) []byte {
 	if e.Epoch == 0 {
 		b = append(b, recEntry, codecVersion)
 	} else {
@@ -298,7 +299,7 @@ func decodeRecord(b []byte) (record, error) {
 	return rec, nil
 }
 
-func decodeEntryBody(r *reader, e *Entry) {
+func decodeEntryBody(r *reader, e *logentry.Entry) {
 	r.what = "entry version"
 	e.Version = kv.Version(r.varint())
 	r.what = "entry prev version"
@@ -309,7 +310,7 @@ func decodeEntryBody(r *reader, e *Entry) {
 		return
 	}
 	if n > 0 {
-		e.Mutations = make([]TaggedMutation, n)
+		e.Mutations = make([]logentry.TaggedMutation, n)
 	}
 	var tagBuf []kv.Tag // tags of several mutations share one backing array
 	for i := 0; i < n && r.err == nil; i++ {

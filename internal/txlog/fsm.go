@@ -17,6 +17,7 @@ import (
 	"unsafe"
 
 	"github.com/distash/distash/internal/kv"
+	"github.com/distash/distash/internal/logentry"
 	"github.com/hashicorp/raft"
 )
 
@@ -42,7 +43,7 @@ var (
 
 // tagMsg is one Message of a tag's queue, with its size for maxBytes.
 type tagMsg struct {
-	msg  Message
+	msg  logentry.Message
 	size int
 }
 
@@ -116,7 +117,7 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []any {
 		resp, err := f.applyRecordLocked(l.Data)
 		if err != nil {
 			resps[i] = err
-			if !errors.Is(err, ErrPrevVersion) && !errors.Is(err, ErrStaleEpoch) {
+			if !errors.Is(err, ErrPrevVersion) && !errors.Is(err, logentry.ErrStaleEpoch) {
 				f.logger.Error("txlog: cannot apply raft log", "replica", f.replica, "index", l.Index, "err", err)
 			}
 			continue
@@ -149,7 +150,7 @@ func (f *fsm) applyRecordLocked(data []byte) (any, error) {
 		// Checked first: a deposed proxy's entry usually does not chain
 		// either, and ErrStaleEpoch tells it why.
 		if e.Epoch < f.epoch {
-			return nil, fmt.Errorf("%w: entry %d of epoch %d, the log is at epoch %d", ErrStaleEpoch, e.Version, e.Epoch, f.epoch)
+			return nil, fmt.Errorf("%w: entry %d of epoch %d, the log is at epoch %d", logentry.ErrStaleEpoch, e.Version, e.Epoch, f.epoch)
 		}
 		last := f.lastVersion()
 		if e.Version <= last || e.PrevVersion != last {
@@ -160,7 +161,7 @@ func (f *fsm) applyRecordLocked(data []byte) (any, error) {
 		f.popLocked(rec.pops)
 	case recGeneration:
 		if rec.epoch <= f.epoch {
-			return nil, fmt.Errorf("%w: generation %d, the log is at epoch %d", ErrStaleEpoch, rec.epoch, f.epoch)
+			return nil, fmt.Errorf("%w: generation %d, the log is at epoch %d", logentry.ErrStaleEpoch, rec.epoch, f.epoch)
 		}
 		f.epoch = rec.epoch
 		return f.lastVersion(), nil
@@ -195,7 +196,7 @@ func (f *fsm) holdTrimPoint(hold, target int64) (kv.Version, bool) {
 
 // addLocked appends a decoded entry whose raft command is raw and indexes
 // its mutations per tag (a mutation listed twice for one tag counts once).
-func (f *fsm) addLocked(e *Entry, raw []byte) {
+func (f *fsm) addLocked(e *logentry.Entry, raw []byte) {
 	groups := f.groups[:0]
 	find := func(t kv.Tag) *tagGroup {
 		for i := range groups {
@@ -262,7 +263,7 @@ func (f *fsm) addLocked(e *Entry, raw []byte) {
 		}
 		for i := range groups {
 			g := &groups[i]
-			f.index[g.tag] = append(f.index[g.tag], tagMsg{msg: Message{Version: e.Version, Mutations: g.muts}, size: g.size})
+			f.index[g.tag] = append(f.index[g.tag], tagMsg{msg: logentry.Message{Version: e.Version, Mutations: g.muts}, size: g.size})
 			g.muts = nil
 		}
 		mem += int64(len(groups))*tagMsgBytes + int64(len(every)+rest)*mutationBytes
@@ -331,16 +332,16 @@ func (f *fsm) trimLocked(upTo kv.Version) {
 
 // peek returns tag's messages with versions in (after, end], stopping after
 // about maxBytes (then end is the last message's version).
-func (f *fsm) peek(tag kv.Tag, after kv.Version, maxBytes int) ([]Message, kv.Version, error) {
+func (f *fsm) peek(tag kv.Tag, after kv.Version, maxBytes int) ([]logentry.Message, kv.Version, error) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	if gone := max(f.goneFloor, f.gone[tag]); after < gone {
-		return nil, 0, fmt.Errorf("%w: tag %d peeks after %d but the log dropped its messages up to %d (trimmed up to %d)", ErrTrimmed, tag, after, gone, f.trimmed)
+		return nil, 0, fmt.Errorf("%w: tag %d peeks after %d but the log dropped its messages up to %d (trimmed up to %d)", logentry.ErrTrimmed, tag, after, gone, f.trimmed)
 	}
 	end := f.lastVersion()
 	q := f.index[tag]
 	i := sort.Search(len(q), func(i int) bool { return q[i].msg.Version > after })
-	var msgs []Message
+	var msgs []logentry.Message
 	size := 0
 	for ; i < len(q); i++ {
 		msgs = append(msgs, q[i].msg)

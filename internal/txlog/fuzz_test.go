@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/distash/distash/internal/kv"
+	"github.com/distash/distash/internal/logentry"
 	"github.com/hashicorp/raft"
 )
 
@@ -57,10 +58,10 @@ func encodeRecord(t *testing.T, rec record) []byte {
 // crash the replica).
 func FuzzDecodeRecord(f *testing.F) {
 	f.Add(encodeEntry(sampleEntry()))
-	f.Add(encodeEntry(&Entry{Version: 1}))
+	f.Add(encodeEntry(&logentry.Entry{Version: 1}))
 	f.Add(encodePop([]TagVersion{{Tag: 1, Version: 10}, {Tag: 2, Version: 20}}))
 	f.Add(encodePop(nil))
-	f.Add(encodeEntry(&Entry{Version: 3, PrevVersion: 2, Epoch: 5, Mutations: sampleEntry().Mutations}))
+	f.Add(encodeEntry(&logentry.Entry{Version: 3, PrevVersion: 2, Epoch: 5, Mutations: sampleEntry().Mutations}))
 	f.Add(encodeGeneration(5))
 	f.Add([]byte{})
 	f.Add([]byte{recEntry, codecVersion, 2, 0, 1, 1, 0, 0, 0, 0})
@@ -130,7 +131,7 @@ func sampleSnapshot(t testing.TB) []byte {
 	f := newFSM(0, discardLogger(), func() {})
 	last := sampleEntry()
 	last.PrevVersion = 10
-	for _, e := range []*Entry{{Version: 5}, {Version: 10, PrevVersion: 5}, last} {
+	for _, e := range []*logentry.Entry{{Version: 5}, {Version: 10, PrevVersion: 5}, last} {
 		if err := f.applyLocked(encodeEntry(e)); err != nil {
 			t.Fatal(err)
 		}
@@ -155,7 +156,7 @@ func FuzzDecodeSnapshot(f *testing.F) {
 	empty := snapshotBytes(f, newFSM(0, discardLogger(), func() {}))
 	f.Add(empty[:len(empty)-4])
 	f.Add([]byte("TXLS"))
-	epoch := body(f, &fsmSnapshot{last: 20, trimmed: 5, epoch: 3, popped: []TagVersion{{1, 5}}, entries: []fsmEntry{{raw: encodeEntry(&Entry{Version: 20, PrevVersion: 10, Epoch: 3})}}})
+	epoch := body(f, &fsmSnapshot{last: 20, trimmed: 5, epoch: 3, popped: []TagVersion{{1, 5}}, entries: []fsmEntry{{raw: encodeEntry(&logentry.Entry{Version: 20, PrevVersion: 10, Epoch: 3})}}})
 	f.Add(epoch)
 	f.Add([]byte("TXLS\x01\x00\x00\x00\x00"))
 	f.Fuzz(func(t *testing.T, body []byte) {
@@ -257,7 +258,7 @@ func fuzzSeeds(t *testing.T) map[string]map[string][]byte {
 	}
 
 	entry := encodeEntry(sampleEntry())
-	extremes := encodeEntry(&Entry{Version: math.MaxInt64, PrevVersion: math.MinInt64, Mutations: []TaggedMutation{
+	extremes := encodeEntry(&logentry.Entry{Version: math.MaxInt64, PrevVersion: math.MinInt64, Mutations: []logentry.TaggedMutation{
 		{Mutation: kv.Mutation{Type: kv.MutSet, Cost: math.MaxUint32}, Tags: []kv.Tag{math.MaxUint32, 0, math.MaxUint32}},
 		{Mutation: kv.Mutation{Type: kv.MutMin, Key: []byte{0xff, 0}, Param: bytes.Repeat([]byte{0x80}, 200)}},
 		{Mutation: kv.Mutation{Type: kv.MutMax, Key: []byte("k")}, Tags: []kv.Tag{7}},
@@ -265,12 +266,12 @@ func fuzzSeeds(t *testing.T) map[string]map[string][]byte {
 	pop := encodePop([]TagVersion{{Tag: 3, Version: 1 << 40}, {Tag: 1, Version: -1}})
 	record := map[string][]byte{
 		"valid-entry":              entry,
-		"valid-entry-no-mutations": encodeEntry(&Entry{Version: 1}),
+		"valid-entry-no-mutations": encodeEntry(&logentry.Entry{Version: 1}),
 		"valid-entry-extremes":     extremes,
 		"valid-pop":                pop,
 		"valid-pop-empty":          encodePop(nil),
 		"valid-pop-same-tag-twice": encodePop([]TagVersion{{Tag: 4, Version: 9}, {Tag: 4, Version: 2}}),
-		"valid-entry-epoch":        encodeEntry(&Entry{Version: 3, PrevVersion: 2, Epoch: 1 << 40, Mutations: sampleEntry().Mutations}),
+		"valid-entry-epoch":        encodeEntry(&logentry.Entry{Version: 3, PrevVersion: 2, Epoch: 1 << 40, Mutations: sampleEntry().Mutations}),
 		"valid-generation":         encodeGeneration(7),
 		"bad-entry-epoch-zero":     {recEpochEntry, codecVersion, 0, 6, 4, 0},
 		"bad-generation-epoch-0":   {recGeneration, codecVersion, 0},
@@ -290,8 +291,8 @@ func fuzzSeeds(t *testing.T) map[string]map[string][]byte {
 	body := func(s *fsmSnapshot) []byte { return body(t, s) }
 	sample := sampleSnapshot(t)
 	sample = sample[:len(sample)-4]
-	e10 := encodeEntry(&Entry{Version: 10, PrevVersion: 5})
-	e20 := encodeEntry(&Entry{Version: 20, PrevVersion: 10, Mutations: sampleEntry().Mutations})
+	e10 := encodeEntry(&logentry.Entry{Version: 10, PrevVersion: 5})
+	e20 := encodeEntry(&logentry.Entry{Version: 20, PrevVersion: 10, Mutations: sampleEntry().Mutations})
 	// A state written in the versions before per-tag gone versions (1 and
 	// 2): its gone floor is its trimmed version.
 	sampleV1 := body(&fsmSnapshot{last: 20, trimmed: 5, goneFloor: 5, popped: []TagVersion{{1, 5}, {2, 7}},
@@ -300,14 +301,14 @@ func fuzzSeeds(t *testing.T) map[string]map[string][]byte {
 		"valid-sample": sample,
 		"valid-v1":     sampleV1,
 		"valid-gone": body(&fsmSnapshot{last: 20, trimmed: 10, goneFloor: 2, epoch: 4, popped: []TagVersion{{1, 10}, {2, 12}},
-			gone: []TagVersion{{1, 5}, {3, 10}}, entries: []fsmEntry{{raw: encodeEntry(&Entry{Version: 20, PrevVersion: 10, Epoch: 4})}}}),
+			gone: []TagVersion{{1, 5}, {3, 10}}, entries: []fsmEntry{{raw: encodeEntry(&logentry.Entry{Version: 20, PrevVersion: 10, Epoch: 4})}}}),
 		"bad-gone-above-trimmed": body(&fsmSnapshot{last: 20, trimmed: 10, gone: []TagVersion{{1, 11}}}),
 		"bad-gone-below-floor":   body(&fsmSnapshot{last: 20, trimmed: 10, goneFloor: 6, gone: []TagVersion{{1, 6}}}),
 		"bad-gone-duplicate":     body(&fsmSnapshot{last: 20, trimmed: 10, gone: []TagVersion{{1, 5}, {1, 7}}}),
 		"valid-empty":            body(&fsmSnapshot{}),
 		"valid-all-trimmed":      body(&fsmSnapshot{last: 30, trimmed: 30, goneFloor: 30, popped: []TagVersion{{1, 30}, {2, 40}}}),
 		"valid-epoch": body(&fsmSnapshot{last: 20, trimmed: 5, goneFloor: 5, epoch: 3, popped: []TagVersion{{1, 5}},
-			entries: []fsmEntry{{raw: encodeEntry(&Entry{Version: 20, PrevVersion: 10, Epoch: 3})}}}),
+			entries: []fsmEntry{{raw: encodeEntry(&logentry.Entry{Version: 20, PrevVersion: 10, Epoch: 3})}}}),
 		"bad-v2-epoch-0":    append([]byte("TXLS\x02"), slices.Insert(bytes.Clone(sampleV1[5:]), v1HeaderLen(sampleV1)-5, 0)...),
 		"bad-magic":         append([]byte("TXLX"), sample[4:]...),
 		"bad-version":       append([]byte{'T', 'X', 'L', 'S', snapVersionGone + 1}, sample[5:]...),

@@ -16,6 +16,7 @@ import (
 	"github.com/distash/distash/internal/fsys"
 	"github.com/distash/distash/internal/fsys/faultfs"
 	"github.com/distash/distash/internal/kv"
+	"github.com/distash/distash/internal/logentry"
 )
 
 // failRecorder is an OnFail that records its calls.
@@ -316,10 +317,10 @@ func (f *logFixture) reopen() {
 // entry is acknowledged after one failed.
 func (f *logFixture) appendN(n int) error {
 	f.t.Helper()
-	var fs []*Future
+	var fs []*logentry.Future
 	for range n {
 		v := f.a.last + 1
-		fs = append(fs, f.a.append(v, TaggedMutation{Mutation: kv.Mutation{Type: kv.MutSet, Key: []byte(fmt.Sprint(v)), Param: make([]byte, 512)}, Tags: []kv.Tag{1}}))
+		fs = append(fs, f.a.append(v, logentry.TaggedMutation{Mutation: kv.Mutation{Type: kv.MutSet, Key: []byte(fmt.Sprint(v)), Param: make([]byte, 512)}, Tags: []kv.Tag{1}}))
 	}
 	var first error
 	for _, fu := range fs {
@@ -422,7 +423,7 @@ func TestLogCrash(t *testing.T) {
 		if err := f.appendN(30); err != nil {
 			t.Fatal(err)
 		}
-		var fs []*Future
+		var fs []*logentry.Future
 		for range 30 {
 			fs = append(fs, f.a.append(f.a.last+1, mut(fmt.Sprint(f.a.last+1), 1)))
 		}
@@ -486,11 +487,11 @@ func TestNetworkReplicaDiskFails(t *testing.T) {
 				t.Fatal(err)
 			}
 			a := &appender{t: t, l: c.logs[lead], last: v}
-			appendN := func(epoch uint64, n int) []*Future {
-				var fs []*Future
+			appendN := func(epoch uint64, n int) []*logentry.Future {
+				var fs []*logentry.Future
 				for range n {
 					v := a.last + 1
-					fs = append(fs, a.l.Append(&Entry{Version: v, PrevVersion: a.last, Epoch: epoch, Mutations: []TaggedMutation{mut(fmt.Sprint(v), 1)}}))
+					fs = append(fs, a.l.Append(&logentry.Entry{Version: v, PrevVersion: a.last, Epoch: epoch, Mutations: []logentry.TaggedMutation{mut(fmt.Sprint(v), 1)}}))
 					a.last = v
 				}
 				return fs
