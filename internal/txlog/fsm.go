@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"unsafe"
 
+	"github.com/distash/distash/internal/decode"
 	"github.com/distash/distash/internal/kv"
 	"github.com/distash/distash/internal/logentry"
 	"github.com/hashicorp/raft"
@@ -574,60 +575,60 @@ func decodeSnapshot(data []byte, replica int, logger *slog.Logger, notify func()
 	if [4]byte(body[:4]) != snapMagic || body[4] < snapVersion || body[4] > snapVersionGone {
 		return nil, fmt.Errorf("%w: bad snapshot header", ErrCorrupt)
 	}
-	r := &reader{b: body, off: 5, what: "snapshot last version"}
-	last := kv.Version(r.varint())
-	r.what = "snapshot trimmed version"
-	trimmed := kv.Version(r.varint())
+	r := &decode.Reader{B: body, Off: 5, Corrupt: ErrCorrupt, What: "snapshot last version"}
+	last := kv.Version(r.Varint())
+	r.What = "snapshot trimmed version"
+	trimmed := kv.Version(r.Varint())
 	nf := newFSM(replica, logger, notify)
 	nf.goneFloor = trimmed
 	switch body[4] {
 	case snapVersionEpoch:
-		r.what = "snapshot epoch"
-		nf.epoch = r.uvarint()
-		if r.err == nil && nf.epoch == 0 {
-			r.fail("epoch 0 in a version %d snapshot", snapVersionEpoch)
+		r.What = "snapshot epoch"
+		nf.epoch = r.Uvarint()
+		if r.Err() == nil && nf.epoch == 0 {
+			r.Fail("epoch 0 in a version %d snapshot", snapVersionEpoch)
 		}
 	case snapVersionGone:
-		r.what = "snapshot epoch"
-		nf.epoch = r.uvarint()
-		r.what = "snapshot gone floor"
-		nf.goneFloor = kv.Version(r.varint())
-		if r.err == nil && (nf.goneFloor < 0 || nf.goneFloor > trimmed) {
-			r.fail("gone floor %d outside [0, trimmed %d]", nf.goneFloor, trimmed)
+		r.What = "snapshot epoch"
+		nf.epoch = r.Uvarint()
+		r.What = "snapshot gone floor"
+		nf.goneFloor = kv.Version(r.Varint())
+		if r.Err() == nil && (nf.goneFloor < 0 || nf.goneFloor > trimmed) {
+			r.Fail("gone floor %d outside [0, trimmed %d]", nf.goneFloor, trimmed)
 		}
 	}
-	r.what = "snapshot popped count"
-	np := r.count(2)
-	for i := 0; i < np && r.err == nil; i++ {
-		r.what = "snapshot popped tag"
-		t := kv.Tag(r.uint32())
-		r.what = "snapshot popped version"
-		nf.popped[t] = kv.Version(r.varint())
+	r.What = "snapshot popped count"
+	np := r.Count(2)
+	for i := 0; i < np && r.Err() == nil; i++ {
+		r.What = "snapshot popped tag"
+		t := kv.Tag(r.Uint32())
+		r.What = "snapshot popped version"
+		nf.popped[t] = kv.Version(r.Varint())
 	}
 	if body[4] == snapVersionGone {
-		r.what = "snapshot gone count"
-		ng := r.count(2)
-		for i := 0; i < ng && r.err == nil; i++ {
-			r.what = "snapshot gone tag"
-			t := kv.Tag(r.uint32())
-			r.what = "snapshot gone version"
-			v := kv.Version(r.varint())
-			if r.err != nil {
+		r.What = "snapshot gone count"
+		ng := r.Count(2)
+		for i := 0; i < ng && r.Err() == nil; i++ {
+			r.What = "snapshot gone tag"
+			t := kv.Tag(r.Uint32())
+			r.What = "snapshot gone version"
+			v := kv.Version(r.Varint())
+			if r.Err() != nil {
 				break
 			}
 			if _, dup := nf.gone[t]; dup || v <= nf.goneFloor || v > trimmed {
-				r.fail("tag %d gone up to %d: a duplicate, or outside (gone floor %d, trimmed %d]", t, v, nf.goneFloor, trimmed)
+				r.Fail("tag %d gone up to %d: a duplicate, or outside (gone floor %d, trimmed %d]", t, v, nf.goneFloor, trimmed)
 				break
 			}
 			nf.gone[t] = v
 		}
 	}
-	r.what = "snapshot entry count"
-	ne := r.count(1)
-	r.what = "snapshot entry"
-	for i := 0; i < ne && r.err == nil; i++ {
-		raw := r.bytes(r.uvarint())
-		if r.err != nil {
+	r.What = "snapshot entry count"
+	ne := r.Count(1)
+	r.What = "snapshot entry"
+	for i := 0; i < ne && r.Err() == nil; i++ {
+		raw := r.Bytes(r.Uvarint())
+		if r.Err() != nil {
 			break
 		}
 		rec, err := decodeRecord(raw)
@@ -642,12 +643,12 @@ func decodeSnapshot(data []byte, replica int, logger *slog.Logger, notify func()
 		}
 		nf.addLocked(&rec.entry, raw)
 	}
-	r.what = "snapshot"
-	if r.err == nil && r.remaining() != 0 {
-		r.fail("%d trailing bytes", r.remaining())
+	r.What = "snapshot"
+	if r.Err() == nil && r.Remaining() != 0 {
+		r.Fail("%d trailing bytes", r.Remaining())
 	}
-	if r.err != nil {
-		return nil, r.err
+	if r.Err() != nil {
+		return nil, r.Err()
 	}
 	if nf.lastVersion() > last {
 		return nil, fmt.Errorf("%w: snapshot entries go past its last version", ErrCorrupt)

@@ -13,6 +13,7 @@ import (
 	"github.com/cockroachdb/pebble"
 	"github.com/hashicorp/raft"
 
+	"github.com/distash/distash/internal/decode"
 	"github.com/distash/distash/internal/engine/pebble/guard"
 	"github.com/distash/distash/internal/fsys"
 )
@@ -474,25 +475,25 @@ func encodeRaftLog(l *raft.Log) []byte {
 // copies (b is Pebble's buffer, valid only until its closer is closed), nil
 // when empty. Errors wrap ErrCorrupt and name the field that is wrong.
 func decodeRaftLog(b []byte, l *raft.Log) error {
-	r := &reader{b: b}
-	r.what = "raft record index"
-	index := r.uvarint()
-	r.what = "raft record term"
-	term := r.uvarint()
-	r.what = "raft record type"
-	typ := raft.LogType(r.byte())
-	r.what = "raft record appended-at"
-	at := r.varint()
-	r.what = "raft record data"
-	data := r.bytes(r.uvarint())
-	r.what = "raft record extensions"
-	ext := r.bytes(r.uvarint())
-	r.what = "raft record"
-	if r.err == nil && r.remaining() != 0 {
-		r.fail("%d trailing bytes", r.remaining())
+	r := &decode.Reader{B: b, Corrupt: ErrCorrupt}
+	r.What = "raft record index"
+	index := r.Uvarint()
+	r.What = "raft record term"
+	term := r.Uvarint()
+	r.What = "raft record type"
+	typ := raft.LogType(r.Byte())
+	r.What = "raft record appended-at"
+	at := r.Varint()
+	r.What = "raft record data"
+	data := r.Bytes(r.Uvarint())
+	r.What = "raft record extensions"
+	ext := r.Bytes(r.Uvarint())
+	r.What = "raft record"
+	if r.Err() == nil && r.Remaining() != 0 {
+		r.Fail("%d trailing bytes", r.Remaining())
 	}
-	if r.err != nil {
-		return r.err
+	if r.Err() != nil {
+		return r.Err()
 	}
 	l.Index, l.Term, l.Type = index, term, typ
 	l.AppendedAt = time.Time{}
