@@ -12,7 +12,7 @@
 // log through them, and their tests to fake logs. Every
 // Entry is one raft log record (a compact binary codec, see codec.go)
 // replicated by github.com/hashicorp/raft. Each replica has its own
-// directory, a Pebble raft log/stable store (pebblestore.go: one synced
+// directory, a Pebble raft log/stable store (internal/raftstore: one synced
 // Pebble batch, i.e. one WAL fdatasync, per stored raft batch) and a
 // raft.FileSnapshotStore.
 //

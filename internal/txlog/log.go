@@ -320,7 +320,7 @@ func Open(opts Options) (*Log, error) {
 		l.shutdown()
 		return nil, err
 	}
-	if err := mkdirDurable(opts.FS, opts.Dir); err != nil {
+	if err := fsys.MkdirDurable(opts.FS, opts.Dir); err != nil {
 		return fail(err)
 	}
 	if err := checkMeta(fsys.Or(opts.FS), opts.Dir, opts.Replicas, opts.Network); err != nil {
