@@ -123,7 +123,7 @@ func TestDeposedProxyEndsInFlightWorkRetryable(t *testing.T) {
 		tags = append(tags, kv.Tag(i+1))
 		shards = append(shards, shardmap.Shard{Begin: []byte(p.Prefix), End: kv.PrefixEnd([]byte(p.Prefix)), Pool: p.Name, Team: []kv.Tag{kv.Tag(i + 1)}})
 	}
-	cp := proxy.NewCommitProxy(proxy.CommitOptions{Config: cfg, Sequencer: seq, Resolver: resolver.NewAt(5_000_000, recovered),
+	cp := proxy.NewCommitProxy(proxy.CommitOptions{Pools: proxyPools(cfg), Sequencer: seq, Resolver: resolver.NewAt(5_000_000, recovered),
 		Log: l, Epoch: 1, Shards: shardmap.New(shards), Usage: proxy.NewUsageBoard(), MaxInflightBatches: 4, Logger: quiet})
 	grv := proxy.NewGRVProxy(seq, nil).WithConfirm(l.VerifyLeader)
 	rctx, rcancel := context.WithCancel(ctx)

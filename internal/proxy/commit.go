@@ -20,7 +20,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/distash/distash/config"
 	"github.com/distash/distash/internal/budget"
 	"github.com/distash/distash/internal/kv"
 	"github.com/distash/distash/internal/logentry"
@@ -113,9 +112,31 @@ func (b *UsageBoard) Usage(tag kv.Tag) (int64, kv.Version) {
 	return r.used, r.applied
 }
 
+// Pool is what the commit proxy knows of a pool: the keys it owns, and
+// the capacity its stashes must stay within.
+type Pool struct {
+	Name   string
+	Prefix string // the pool's keys start with it; "" owns no key
+	// Capacity bounds the live bytes of each stash of a durable pool
+	// (pool_full past it); 0 for an ephemeral pool or one without a bound.
+	Capacity int64
+}
+
+// poolForKey returns the first of pools whose prefix key has.
+func poolForKey(pools []Pool, key []byte) (*Pool, bool) {
+	for i := range pools {
+		if p := pools[i].Prefix; p != "" && len(key) >= len(p) && string(key[:len(p)]) == p {
+			return &pools[i], true
+		}
+	}
+	return nil, false
+}
+
 // CommitOptions configure a commit proxy.
 type CommitOptions struct {
-	Config    *config.Config
+	// Pools are the cluster's pools: a user transaction may write only
+	// inside them.
+	Pools     []Pool
 	Sequencer Sequencer
 	Resolver  Resolver
 	Log       Appender
@@ -130,8 +151,6 @@ type CommitOptions struct {
 	// version (blind writes skip the GRV proxy, where throttling happens)
 	// and by those whose read version did not come from it (Unthrottled).
 	Throttle Throttle
-	// PoolTags maps a pool name to its stashes' tags.
-	PoolTags map[string][]kv.Tag
 	// MaxBatch bounds the transactions of one batch.
 	MaxBatch int
 	// MaxBatchBytes bounds the memory of one batch's transactions (see
@@ -291,7 +310,7 @@ func (p *CommitProxy) Counters() Counters {
 
 // Commit validates txn, commits it and returns its commit version.
 func (p *CommitProxy) Commit(ctx context.Context, txn Txn) (kv.Version, error) {
-	if err := Validate(p.opts.Config, txn); err != nil {
+	if err := Validate(p.opts.Pools, txn); err != nil {
 		return 0, err
 	}
 	if (txn.ReadVersion == 0 || txn.Unthrottled) && p.opts.Throttle != nil {
@@ -330,8 +349,8 @@ func (p *CommitProxy) submit(ctx context.Context, r *commitReq) (kv.Version, err
 }
 
 // Validate checks a user transaction's sizes and that every key it writes
-// lies in a pool.
-func Validate(cfg *config.Config, txn Txn) error {
+// lies in one of pools.
+func Validate(pools []Pool, txn Txn) error {
 	size := 0
 	for _, m := range txn.Mutations {
 		if len(m.Key) > kv.MaxKeyBytes {
@@ -354,7 +373,7 @@ func Validate(cfg *config.Config, txn Txn) error {
 		default:
 			return kv.Errorf(kv.CodeInvalidMutation, "unknown mutation type %d", m.Type)
 		}
-		if err := checkInPool(cfg, m); err != nil {
+		if err := checkInPool(pools, m); err != nil {
 			return err
 		}
 		size += m.Bytes()
@@ -371,8 +390,8 @@ func Validate(cfg *config.Config, txn Txn) error {
 	return nil
 }
 
-func checkInPool(cfg *config.Config, m kv.Mutation) error {
-	pool, ok := cfg.PoolForKey(m.Key)
+func checkInPool(pools []Pool, m kv.Mutation) error {
+	pool, ok := poolForKey(pools, m.Key)
 	if !ok {
 		return kv.Errorf(kv.CodeKeyOutsidePools, "key %.60q is in no pool", m.Key)
 	}
@@ -657,13 +676,13 @@ func (p *CommitProxy) tagAll(muts []kv.Mutation) ([]logentry.TaggedMutation, err
 // transaction's bytes are added to batchPending. Called with mu held.
 func (p *CommitProxy) checkCapacity(txn Txn, batchPending map[kv.Tag]int64) error {
 	var add map[kv.Tag]int64
-	var poolOf map[kv.Tag]*config.Pool
+	var poolOf map[kv.Tag]*Pool
 	for _, m := range txn.Mutations {
 		if m.Type == kv.MutClear || m.Type == kv.MutClearRange {
 			continue
 		}
-		pool, ok := p.opts.Config.PoolForKey(m.Key)
-		if !ok || pool.Ephemeral() || pool.Capacity <= 0 {
+		pool, ok := poolForKey(p.opts.Pools, m.Key)
+		if !ok || pool.Capacity <= 0 {
 			continue
 		}
 		s, ok := p.shards.Lookup(m.Key)
@@ -675,7 +694,7 @@ func (p *CommitProxy) checkCapacity(txn Txn, batchPending map[kv.Tag]int64) erro
 			n = int64(len(m.Key) + 8)
 		}
 		if add == nil {
-			add, poolOf = map[kv.Tag]int64{}, map[kv.Tag]*config.Pool{}
+			add, poolOf = map[kv.Tag]int64{}, map[kv.Tag]*Pool{}
 		}
 		for _, t := range s.Tags() {
 			add[t] += n
@@ -694,8 +713,8 @@ func (p *CommitProxy) checkCapacity(txn Txn, batchPending map[kv.Tag]int64) erro
 			inflight += pb.bytes
 		}
 		total := used + inflight + batchPending[t] + n
-		if pool := poolOf[t]; total > int64(pool.Capacity) {
-			return kv.Errorf(kv.CodePoolFull, "pool %q is full: a stash holds %d bytes of its %d, this transaction adds %d", pool.Name, used+inflight+batchPending[t], int64(pool.Capacity), n)
+		if pool := poolOf[t]; total > pool.Capacity {
+			return kv.Errorf(kv.CodePoolFull, "pool %q is full: a stash holds %d bytes of its %d, this transaction adds %d", pool.Name, used+inflight+batchPending[t], pool.Capacity, n)
 		}
 	}
 	for t, n := range add {
