@@ -34,6 +34,7 @@ import (
 	"github.com/distash/distash/internal/engine"
 	"github.com/distash/distash/internal/fsys"
 	"github.com/distash/distash/internal/kv"
+	"github.com/distash/distash/internal/logentry"
 	"github.com/distash/distash/internal/logrpc"
 	"github.com/distash/distash/internal/raftlog"
 	"github.com/distash/distash/internal/raftnet"
@@ -805,7 +806,7 @@ func (s *Server) openRemoteStash(ctx context.Context, sp stashSpec, logc *logrpc
 				}
 				return err
 			})
-			if errors.Is(err, txlog.ErrTrimmed) {
+			if errors.Is(err, logentry.ErrTrimmed) {
 				return false, nil
 			}
 			return err == nil, err
@@ -823,7 +824,7 @@ func (s *Server) openRemoteStash(ctx context.Context, sp stashSpec, logc *logrpc
 		// found by its pull loop, which fails the stash for good.
 		if err := s.peekFromStart(ctx, sp.tag, logc); err != nil {
 			eng.Close()
-			if errors.Is(err, txlog.ErrTrimmed) {
+			if errors.Is(err, logentry.ErrTrimmed) {
 				return nil, fmt.Errorf("%w: %w", errTagTrimmed, err)
 			}
 			return nil, err
@@ -841,7 +842,7 @@ func (s *Server) openRemoteStash(ctx context.Context, sp stashSpec, logc *logrpc
 }
 
 // peekFromStart asks the log for tag's entries from its start: nil if it
-// has them all, an error wrapping txlog.ErrTrimmed if it dropped some.
+// has them all, an error wrapping logentry.ErrTrimmed if it dropped some.
 func (s *Server) peekFromStart(ctx context.Context, tag kv.Tag, logc *logrpc.Client) error {
 	return s.untilLogAnswers(ctx, "whether a new durable stash can catch up", func(ctx context.Context) error {
 		last, err := logc.Report(ctx, logrpc.StashReport{Tag: tag})
@@ -855,7 +856,7 @@ func (s *Server) peekFromStart(ctx context.Context, tag kv.Tag, logc *logrpc.Cli
 }
 
 // untilLogAnswers calls ask (2 s each) until the log answers it: nil, or
-// txlog.ErrTrimmed, which it returns; other errors (the log's node not
+// logentry.ErrTrimmed, which it returns; other errors (the log's node not
 // there yet, or elsewhere) are waited out until ctx ends. what names the
 // wait in the log line.
 func (s *Server) untilLogAnswers(ctx context.Context, what string, ask func(ctx context.Context) error) error {
@@ -863,7 +864,7 @@ func (s *Server) untilLogAnswers(ctx context.Context, what string, ask func(ctx 
 		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		err := ask(rctx)
 		cancel()
-		if err == nil || errors.Is(err, txlog.ErrTrimmed) {
+		if err == nil || errors.Is(err, logentry.ErrTrimmed) {
 			return err
 		}
 		if ctx.Err() != nil {
@@ -1232,7 +1233,7 @@ func (l *lazyLog) Serving() error {
 func (l *lazyLog) set(lg *txlog.Log) { l.p.Store(lg) }
 func (l *lazyLog) get() *txlog.Log   { return l.p.Load() }
 
-func (l *lazyLog) Peek(ctx context.Context, tag kv.Tag, after kv.Version, maxBytes int) ([]txlog.Message, kv.Version, error) {
+func (l *lazyLog) Peek(ctx context.Context, tag kv.Tag, after kv.Version, maxBytes int) ([]logentry.Message, kv.Version, error) {
 	lg := l.get()
 	if lg == nil {
 		return nil, after, kv.Errorf(kv.CodeWrongNode, "this node holds no log replica")

@@ -15,6 +15,7 @@ import (
 	"github.com/distash/distash/config"
 	"github.com/distash/distash/internal/clock"
 	"github.com/distash/distash/internal/kv"
+	"github.com/distash/distash/internal/logentry"
 	"github.com/distash/distash/internal/proxy"
 	"github.com/distash/distash/internal/resolver"
 	"github.com/distash/distash/internal/sequencer"
@@ -37,7 +38,7 @@ func TestRoleErrMapsLogErrorsToRetryableCodes(t *testing.T) {
 		{txlog.ErrNotLeader, kv.CodeWrongNode, kv.CodeWrongNode},
 		{fmt.Errorf("%w: %w", txlog.ErrCommitUnknown, raft.ErrLeadershipLost), kv.CodeCommitUnknownResult, kv.CodeWrongNode},
 		{fmt.Errorf("%w: %w", txlog.ErrCommitUnknown, raft.ErrNotLeader), kv.CodeCommitUnknownResult, kv.CodeWrongNode},
-		{fmt.Errorf("%w: entry 5 of epoch 1 after generation 2 began", txlog.ErrStaleEpoch), kv.CodeWrongNode, kv.CodeWrongNode},
+		{fmt.Errorf("%w: entry 5 of epoch 1 after generation 2 began", logentry.ErrStaleEpoch), kv.CodeWrongNode, kv.CodeWrongNode},
 		{txlog.ErrNoLeader, kv.CodeWrongNode, kv.CodeWrongNode},
 		{txlog.ErrClosed, kv.CodeCommitUnknownResult, kv.CodeWrongNode},
 		{raft.ErrLeadershipLost, kv.CodeCommitUnknownResult, kv.CodeWrongNode},
@@ -122,7 +123,7 @@ func TestDeposedProxyEndsInFlightWorkRetryable(t *testing.T) {
 		tags = append(tags, kv.Tag(i+1))
 		shards = append(shards, shardmap.Shard{Begin: []byte(p.Prefix), End: kv.PrefixEnd([]byte(p.Prefix)), Pool: p.Name, Team: []kv.Tag{kv.Tag(i + 1)}})
 	}
-	cp := proxy.NewCommitProxy(proxy.CommitOptions{Config: cfg, Sequencer: seq, Resolver: resolver.NewAt(5_000_000, recovered),
+	cp := proxy.NewCommitProxy(proxy.CommitOptions{Pools: proxyPools(cfg), Sequencer: seq, Resolver: resolver.NewAt(5_000_000, recovered),
 		Log: l, Epoch: 1, Shards: shardmap.New(shards), Usage: proxy.NewUsageBoard(), MaxInflightBatches: 4, Logger: quiet})
 	grv := proxy.NewGRVProxy(seq, nil).WithConfirm(l.VerifyLeader)
 	rctx, rcancel := context.WithCancel(ctx)

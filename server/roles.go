@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/distash/distash/config"
 	"github.com/distash/distash/internal/clock"
 	"github.com/distash/distash/internal/dd"
 	"github.com/distash/distash/internal/engine"
@@ -136,8 +137,8 @@ func (s *Server) startRoles(ctx context.Context, gen uint64, recovered kv.Versio
 	r.res = resolver.NewAt(s.windowVersions(), recovered)
 	r.rk = ratekeeper.New(func() ratekeeper.Sample { return s.rateSample(r) }, 100*time.Millisecond)
 	r.commit = proxy.NewCommitProxy(proxy.CommitOptions{
-		Config: s.cfg, Sequencer: r.seq, Resolver: r.res, Log: s.log, Epoch: gen,
-		Shards: shards, ShardsAt: recovered, Usage: s.usage, PoolTags: s.poolTags, Logger: s.roleLogger(logRoleProxy),
+		Pools: proxyPools(s.cfg), Sequencer: r.seq, Resolver: r.res, Log: s.log, Epoch: gen,
+		Shards: shards, ShardsAt: recovered, Usage: s.usage, Logger: s.roleLogger(logRoleProxy),
 		Throttle: r.rk, ObserveBatch: func(n int) { s.metrics.batchSize.Observe(float64(n)) },
 	})
 	r.grv = proxy.NewGRVProxy(r.seq, r.rk)
@@ -357,4 +358,17 @@ func (s *Server) rateSample(r *txRoles) ratekeeper.Sample {
 		smp.Stashes = append(smp.Stashes, ss)
 	}
 	return smp
+}
+
+// proxyPools is what the commit proxy needs of cfg's pools: their prefixes
+// and the capacity of a durable pool's stashes.
+func proxyPools(cfg *config.Config) []proxy.Pool {
+	pools := make([]proxy.Pool, len(cfg.Pools))
+	for i, p := range cfg.Pools {
+		pools[i] = proxy.Pool{Name: p.Name, Prefix: p.Prefix}
+		if !p.Ephemeral() {
+			pools[i].Capacity = int64(p.Capacity)
+		}
+	}
+	return pools
 }

@@ -35,6 +35,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/distash/distash/config"
+	"github.com/distash/distash/internal/coord"
 	"github.com/distash/distash/internal/engine"
 	"github.com/distash/distash/internal/engine/flash"
 	pebbleengine "github.com/distash/distash/internal/engine/pebble"
@@ -190,7 +191,7 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 
 func newServer(opts Options) *Server {
 	s := &Server{opts: opts, cfg: opts.Config, logger: opts.Logger, stashes: map[kv.Tag]*stashSlot{},
-		usage: proxy.NewUsageBoard(), reports: newReportBoard(), poolTags: shardmap.StashTags(opts.Config)}
+		usage: proxy.NewUsageBoard(), reports: newReportBoard(), poolTags: coord.StashTags(opts.Config)}
 	s.metrics = newMetrics(s)
 	return s
 }

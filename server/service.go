@@ -19,6 +19,7 @@ import (
 	"github.com/distash/distash/internal/dd"
 	"github.com/distash/distash/internal/frames"
 	"github.com/distash/distash/internal/kv"
+	"github.com/distash/distash/internal/logentry"
 	"github.com/distash/distash/internal/shardmap"
 	"github.com/distash/distash/internal/txlog"
 	"github.com/distash/distash/internal/wire"
@@ -60,7 +61,7 @@ func roleErr(err error, commit bool) error {
 	}
 	unknown := errors.Is(err, txlog.ErrCommitUnknown) || errors.Is(err, txlog.ErrClosed) ||
 		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
-	refused := errors.Is(err, txlog.ErrNotLeader) || errors.Is(err, txlog.ErrStaleEpoch) ||
+	refused := errors.Is(err, txlog.ErrNotLeader) || errors.Is(err, logentry.ErrStaleEpoch) ||
 		errors.Is(err, txlog.ErrNoLeader) || errors.Is(err, txlog.ErrPrevVersion) || errors.Is(err, txlog.ErrOutOfOrder)
 	deposed := errors.Is(err, raft.ErrLeadershipLost) || errors.Is(err, raft.ErrNotLeader) ||
 		errors.Is(err, raft.ErrRaftShutdown) || errors.Is(err, raft.ErrEnqueueTimeout) ||

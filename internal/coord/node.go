@@ -14,7 +14,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/distash/distash/internal/fsys"
-	"github.com/distash/distash/internal/txlog"
+	"github.com/distash/distash/internal/raftstore"
 )
 
 // Options configure a coordinator Node.
@@ -90,7 +90,7 @@ type Node struct {
 	conf  *raft.Config
 	snaps raft.SnapshotStore
 	fsm   *fsm
-	store txlog.RaftStore
+	store *raftstore.Store
 	trans *raft.NetworkTransport
 	obs   *raft.Observer
 	live  *liveness

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/distash/distash/config"
+	"github.com/distash/distash/internal/kv"
 	"github.com/distash/distash/internal/shardmap"
 )
 
@@ -89,7 +90,7 @@ type State struct {
 	Tags map[string][]string `json:"tags,omitempty"`
 	// SlotTags holds, per pool, each slot's tag (parallel to Tags): the
 	// stash's identity in the shard map and the log. A new configuration
-	// numbers them as shardmap.StashTags does (from 1, in the pools'
+	// numbers them as StashTags does (from 1, in the pools'
 	// order); a slot gets a fresh tag (NextTag) when its tag is retired, or
 	// when a stash that starts empty would otherwise take a tag that
 	// already served (see RegisterStash).
@@ -232,9 +233,26 @@ func (s *State) freshTag() uint32 {
 	return t
 }
 
+// StashTags returns, per pool of cfg, the tags of its stash slots: tags
+// are numbered from shardmap.SystemTag+1 in the configuration's pool order, one per
+// slot (a pool's `stashes`). Embedded clusters and multi-process clusters
+// number them alike, so a stash process's tag follows from its pool and
+// the slot the cluster controller gave it.
+func StashTags(cfg *config.Config) map[string][]kv.Tag {
+	out := make(map[string][]kv.Tag, len(cfg.Pools))
+	next := shardmap.SystemTag + 1
+	for _, p := range cfg.Pools {
+		for i := 0; i < p.Stashes; i++ {
+			out[p.Name] = append(out[p.Name], next)
+			next++
+		}
+	}
+	return out
+}
+
 // deriveTags fills SlotTags, NextTag and UsedTags of a state encoded
 // before they existed (versions 1 and 2): the slots' tags are then the
-// configuration's numbering (shardmap.StashTags), and the tags of the
+// configuration's numbering (StashTags), and the tags of the
 // slots a node holds are the ones known to have served. A state that has
 // them, or no configuration, is left as it is.
 func (s *State) deriveTags() error {
@@ -247,7 +265,7 @@ func (s *State) deriveTags() error {
 	}
 	s.SlotTags = make(map[string][]uint32, len(cfg.Pools))
 	s.NextTag = uint32(shardmap.SystemTag) + 1
-	for p, tags := range shardmap.StashTags(cfg) {
+	for p, tags := range StashTags(cfg) {
 		for i, t := range tags {
 			s.SlotTags[p] = append(s.SlotTags[p], uint32(t))
 			s.NextTag = max(s.NextTag, uint32(t)+1)

@@ -19,7 +19,6 @@ import (
 	"github.com/distash/distash/internal/coord"
 	"github.com/distash/distash/internal/kv"
 	"github.com/distash/distash/internal/raftnet"
-	"github.com/distash/distash/internal/shardmap"
 	"github.com/distash/distash/internal/tlsconf"
 	"github.com/distash/distash/internal/tlsconf/tlstest"
 	"github.com/distash/distash/internal/wire"
@@ -373,7 +372,7 @@ func checkStashes(t *testing.T, v *wire.ViewResponse, cfgText string, want map[s
 	if err != nil {
 		t.Fatal(err)
 	}
-	tags := shardmap.StashTags(cfg)
+	tags := coord.StashTags(cfg)
 	i := 0
 	for _, p := range cfg.Pools {
 		for slot, tag := range tags[p.Name] {

@@ -135,6 +135,18 @@ func SyncDir(f FS, dir string) error {
 	return nil
 }
 
+// MkdirDurable makes dir (and its missing parents) and syncs its parent:
+// Pebble syncs its own directory, not the directory's entry in its
+// parent, and without that a crash soon after the log was made can take
+// all of it.
+func MkdirDurable(f FS, dir string) error {
+	f = Or(f)
+	if err := f.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	return SyncDir(f, f.PathDir(dir))
+}
+
 // ReadFile reads a whole file through f.
 func ReadFile(f FS, path string) ([]byte, error) {
 	file, err := Or(f).Open(path)

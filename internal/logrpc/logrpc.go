@@ -24,7 +24,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/distash/distash/internal/kv"
-	"github.com/distash/distash/internal/txlog"
+	"github.com/distash/distash/internal/logentry"
 	"github.com/distash/distash/internal/wire"
 )
 
@@ -46,7 +46,7 @@ const PeekTimeout = MaxPeekWait + time.Second
 
 // Log is the part of the log this package serves (a *txlog.Log).
 type Log interface {
-	Peek(ctx context.Context, tag kv.Tag, after kv.Version, maxBytes int) ([]txlog.Message, kv.Version, error)
+	Peek(ctx context.Context, tag kv.Tag, after kv.Version, maxBytes int) ([]logentry.Message, kv.Version, error)
 	Pop(tag kv.Tag, upTo kv.Version)
 	LastVersion() kv.Version
 }
@@ -136,9 +136,9 @@ func (v *service) Peek(ctx context.Context, req *wire.PeekRequest) (*wire.PeekRe
 			// Nothing new within MaxPeekWait: the caller asks again.
 			return &wire.PeekResponse{End: req.After, OverMemoryBudget: v.overMemoryBudget()}, nil
 		}
-		if errors.Is(err, txlog.ErrTrimmed) {
+		if errors.Is(err, logentry.ErrTrimmed) {
 			// Carried as transaction_too_old; the client turns it back
-			// into txlog.ErrTrimmed.
+			// into logentry.ErrTrimmed.
 			err = kv.Errorf(kv.CodeTransactionTooOld, "%v", err)
 		}
 		return &wire.PeekResponse{Error: wire.ErrorOf(err)}, nil
@@ -245,7 +245,7 @@ func movedErr(err error) bool {
 // Peek returns tag's messages with versions in (after, end] and end, as
 // txlog.Log.Peek, waiting for new versions until ctx ends. Messages are
 // checked as a server's requests are: a bad one is an error, not applied.
-func (c *Client) Peek(ctx context.Context, tag kv.Tag, after kv.Version, maxBytes int) ([]txlog.Message, kv.Version, error) {
+func (c *Client) Peek(ctx context.Context, tag kv.Tag, after kv.Version, maxBytes int) ([]logentry.Message, kv.Version, error) {
 	for {
 		// Taken before Conn: a move after it closes this channel.
 		moved := c.moved()
@@ -274,7 +274,7 @@ func (c *Client) Peek(ctx context.Context, tag kv.Tag, after kv.Version, maxByte
 			}
 			var ke *kv.Error
 			if errors.As(err, &ke) && ke.Code == kv.CodeTransactionTooOld {
-				return nil, after, fmt.Errorf("%w (%s)", txlog.ErrTrimmed, ke.Detail)
+				return nil, after, fmt.Errorf("%w (%s)", logentry.ErrTrimmed, ke.Detail)
 			}
 			if !movedErr(err) && status.Code(err) != codes.DeadlineExceeded && status.Code(err) != codes.Canceled {
 				return nil, after, err
@@ -292,7 +292,7 @@ func (c *Client) Peek(ctx context.Context, tag kv.Tag, after kv.Version, maxByte
 		if end <= after && len(resp.Messages) == 0 {
 			continue // the server's wait ended with nothing new
 		}
-		msgs := make([]txlog.Message, len(resp.Messages))
+		msgs := make([]logentry.Message, len(resp.Messages))
 		prev := after
 		for i, wm := range resp.Messages {
 			v := kv.Version(wm.GetVersion())
@@ -300,7 +300,7 @@ func (c *Client) Peek(ctx context.Context, tag kv.Tag, after kv.Version, maxByte
 				return nil, after, fmt.Errorf("logrpc: peek of tag %d after %d: message at version %d out of order (previous %d, end %d)", tag, after, v, prev, end)
 			}
 			prev = v
-			m := txlog.Message{Version: v, Mutations: make([]kv.Mutation, len(wm.Mutations))}
+			m := logentry.Message{Version: v, Mutations: make([]kv.Mutation, len(wm.Mutations))}
 			for j, mut := range wm.Mutations {
 				if mut.GetType() < uint32(kv.MutSet) || mut.GetType() > uint32(kv.MutMin) {
 					return nil, after, fmt.Errorf("logrpc: peek of tag %d: message at version %d has a mutation of type %d", tag, v, mut.GetType())

@@ -16,6 +16,7 @@ import (
 	"github.com/distash/distash/internal/engine"
 	"github.com/distash/distash/internal/engine/memory"
 	"github.com/distash/distash/internal/kv"
+	"github.com/distash/distash/internal/logentry"
 	"github.com/distash/distash/internal/stash"
 	"github.com/distash/distash/internal/txlog"
 	"github.com/distash/distash/internal/wire"
@@ -57,7 +58,7 @@ func appendSets(t *testing.T, l *txlog.Log, keys ...string) kv.Version {
 		if i%3 == 0 {
 			tags = append(tags, 2)
 		}
-		e := &txlog.Entry{Version: v + 10, PrevVersion: v, Mutations: []txlog.TaggedMutation{{
+		e := &logentry.Entry{Version: v + 10, PrevVersion: v, Mutations: []logentry.TaggedMutation{{
 			Mutation: kv.Mutation{Type: kv.MutSet, Key: []byte(k), Param: []byte("v-" + k)}, Tags: tags}}}
 		if err := l.Append(e).Wait(context.Background()); err != nil {
 			t.Fatal(err)

@@ -20,13 +20,12 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/distash/distash/config"
 	"github.com/distash/distash/internal/budget"
 	"github.com/distash/distash/internal/kv"
+	"github.com/distash/distash/internal/logentry"
 	"github.com/distash/distash/internal/resolver"
 	"github.com/distash/distash/internal/sequencer"
 	"github.com/distash/distash/internal/shardmap"
-	"github.com/distash/distash/internal/txlog"
 )
 
 // Txn is a transaction to commit.
@@ -42,7 +41,7 @@ type Txn struct {
 
 // Appender is the part of the log the commit proxy writes to.
 type Appender interface {
-	Append(e *txlog.Entry) *txlog.Future
+	Append(e *logentry.Entry) *logentry.Future
 	// Resync returns the log's last committed version once no append is in
 	// flight, after an append failed.
 	Resync(ctx context.Context) (kv.Version, error)
@@ -113,9 +112,31 @@ func (b *UsageBoard) Usage(tag kv.Tag) (int64, kv.Version) {
 	return r.used, r.applied
 }
 
+// Pool is what the commit proxy knows of a pool: the keys it owns, and
+// the capacity its stashes must stay within.
+type Pool struct {
+	Name   string
+	Prefix string // the pool's keys start with it; "" owns no key
+	// Capacity bounds the live bytes of each stash of a durable pool
+	// (pool_full past it); 0 for an ephemeral pool or one without a bound.
+	Capacity int64
+}
+
+// poolForKey returns the first of pools whose prefix key has.
+func poolForKey(pools []Pool, key []byte) (*Pool, bool) {
+	for i := range pools {
+		if p := pools[i].Prefix; p != "" && len(key) >= len(p) && string(key[:len(p)]) == p {
+			return &pools[i], true
+		}
+	}
+	return nil, false
+}
+
 // CommitOptions configure a commit proxy.
 type CommitOptions struct {
-	Config    *config.Config
+	// Pools are the cluster's pools: a user transaction may write only
+	// inside them.
+	Pools     []Pool
 	Sequencer Sequencer
 	Resolver  Resolver
 	Log       Appender
@@ -126,15 +147,13 @@ type CommitOptions struct {
 	Usage    StashUsage
 	// Epoch is the generation this proxy belongs to, carried by every log
 	// entry it appends: the log refuses entries of an epoch older than the
-	// newest generation it began (txlog.ErrStaleEpoch), so a proxy of a
+	// newest generation it began (logentry.ErrStaleEpoch), so a proxy of a
 	// deposed generation cannot commit. 0 in an embedded cluster.
 	Epoch uint64
 	// Throttle, if set, is waited on by transactions without a read
 	// version (blind writes skip the GRV proxy, where throttling happens)
 	// and by those whose read version did not come from it (Unthrottled).
 	Throttle Throttle
-	// PoolTags maps a pool name to its stashes' tags.
-	PoolTags map[string][]kv.Tag
 	// MaxBatch bounds the transactions of one batch.
 	MaxBatch int
 	// MaxBatchBytes bounds the memory of one batch's transactions (see
@@ -177,7 +196,7 @@ const (
 
 // What a transaction holds in the proxy besides its key and value bytes:
 // per mutation, its kv.Mutation (56 bytes) and its tagged copy in the log
-// entry (txlog.TaggedMutation, 80); per conflict range, its kv.KeyRange
+// entry (logentry.TaggedMutation, 80); per conflict range, its kv.KeyRange
 // (48). For small keys and values these are most of the memory (a 500,000
 // mutation transaction of 19 bytes a mutation, conflict ranges included,
 // holds about 100 MB).
@@ -209,7 +228,7 @@ type commitResult struct {
 
 type inflight struct {
 	version kv.Version
-	future  *txlog.Future
+	future  *logentry.Future
 	reqs    []*commitReq
 	results []commitResult
 	pending map[kv.Tag]int64 // bytes this batch adds per stash
@@ -304,7 +323,7 @@ func (p *CommitProxy) Counters() Counters {
 
 // Commit validates txn, commits it and returns its commit version.
 func (p *CommitProxy) Commit(ctx context.Context, txn Txn) (kv.Version, error) {
-	if err := Validate(p.opts.Config, txn); err != nil {
+	if err := Validate(p.opts.Pools, txn); err != nil {
 		return 0, err
 	}
 	if (txn.ReadVersion == 0 || txn.Unthrottled) && p.opts.Throttle != nil {
@@ -343,8 +362,8 @@ func (p *CommitProxy) submit(ctx context.Context, r *commitReq) (kv.Version, err
 }
 
 // Validate checks a user transaction's sizes and that every key it writes
-// lies in a pool.
-func Validate(cfg *config.Config, txn Txn) error {
+// lies in one of pools.
+func Validate(pools []Pool, txn Txn) error {
 	size := 0
 	for _, m := range txn.Mutations {
 		if len(m.Key) > kv.MaxKeyBytes {
@@ -367,7 +386,7 @@ func Validate(cfg *config.Config, txn Txn) error {
 		default:
 			return kv.Errorf(kv.CodeInvalidMutation, "unknown mutation type %d", m.Type)
 		}
-		if err := checkInPool(cfg, m); err != nil {
+		if err := checkInPool(pools, m); err != nil {
 			return err
 		}
 		size += m.Bytes()
@@ -384,8 +403,8 @@ func Validate(cfg *config.Config, txn Txn) error {
 	return nil
 }
 
-func checkInPool(cfg *config.Config, m kv.Mutation) error {
-	pool, ok := cfg.PoolForKey(m.Key)
+func checkInPool(pools []Pool, m kv.Mutation) error {
+	pool, ok := poolForKey(pools, m.Key)
 	if !ok {
 		return kv.Errorf(kv.CodeKeyOutsidePools, "key %.60q is in no pool", m.Key)
 	}
@@ -551,7 +570,7 @@ func (p *CommitProxy) commitBatch(batch []*commitReq) *inflight {
 	}
 	outcomes := p.opts.Resolver.Resolve(version, toResolve)
 
-	entry := &txlog.Entry{Version: version, PrevVersion: prev, Epoch: p.opts.Epoch}
+	entry := &logentry.Entry{Version: version, PrevVersion: prev, Epoch: p.opts.Epoch}
 	for j, o := range outcomes {
 		i := idx[j]
 		switch o {
@@ -592,8 +611,8 @@ func (p *CommitProxy) commitBatch(batch []*commitReq) *inflight {
 // held any part of its range before (they may have to drop it) and to its
 // new team and destinations (they may have to fetch it). Mutations later
 // in the batch are tagged with the new map. Called with mu held.
-func (p *CommitProxy) applyShardChanges(muts []kv.Mutation) []txlog.TaggedMutation {
-	var out []txlog.TaggedMutation
+func (p *CommitProxy) applyShardChanges(muts []kv.Mutation) []logentry.TaggedMutation {
+	var out []logentry.TaggedMutation
 	for _, m := range muts {
 		var announce *shardmap.Shard
 		var before []kv.Tag
@@ -623,7 +642,7 @@ func (p *CommitProxy) applyShardChanges(muts []kv.Mutation) []txlog.TaggedMutati
 				tags = append(tags, t)
 			}
 		}
-		out = append(out, txlog.TaggedMutation{Mutation: shardmap.AssignMutation(*announce), Tags: tags})
+		out = append(out, logentry.TaggedMutation{Mutation: shardmap.AssignMutation(*announce), Tags: tags})
 	}
 	return out
 }
@@ -646,14 +665,14 @@ func (p *CommitProxy) checkTaggable(txn Txn) error {
 // keys; a clear range is split at shard boundaries. It fails if a
 // mutation would reach no stash: the commit proxy never acknowledges a
 // write that is not in the log under some stash's tag. Called with mu held.
-func (p *CommitProxy) tagAll(muts []kv.Mutation) ([]txlog.TaggedMutation, error) {
-	out := make([]txlog.TaggedMutation, 0, len(muts))
+func (p *CommitProxy) tagAll(muts []kv.Mutation) ([]logentry.TaggedMutation, error) {
+	out := make([]logentry.TaggedMutation, 0, len(muts))
 	for _, m := range muts {
 		if m.Type == kv.MutClearRange {
 			for _, s := range p.shards.Intersect(m.Key, m.Param) {
 				piece := m
 				piece.Key, piece.Param = s.Begin, s.End
-				out = append(out, txlog.TaggedMutation{Mutation: piece, Tags: s.Tags()})
+				out = append(out, logentry.TaggedMutation{Mutation: piece, Tags: s.Tags()})
 			}
 			continue
 		}
@@ -661,7 +680,7 @@ func (p *CommitProxy) tagAll(muts []kv.Mutation) ([]txlog.TaggedMutation, error)
 		if !ok || len(s.Tags()) == 0 {
 			return nil, kv.Errorf(kv.CodeInternal, "mutation of key %.60q is in no shard", m.Key)
 		}
-		out = append(out, txlog.TaggedMutation{Mutation: m, Tags: s.Tags()})
+		out = append(out, logentry.TaggedMutation{Mutation: m, Tags: s.Tags()})
 	}
 	return out, nil
 }
@@ -671,13 +690,13 @@ func (p *CommitProxy) tagAll(muts []kv.Mutation) ([]txlog.TaggedMutation, error)
 // transaction's bytes are added to batchPending. Called with mu held.
 func (p *CommitProxy) checkCapacity(txn Txn, batchPending map[kv.Tag]int64) error {
 	var add map[kv.Tag]int64
-	var poolOf map[kv.Tag]*config.Pool
+	var poolOf map[kv.Tag]*Pool
 	for _, m := range txn.Mutations {
 		if m.Type == kv.MutClear || m.Type == kv.MutClearRange {
 			continue
 		}
-		pool, ok := p.opts.Config.PoolForKey(m.Key)
-		if !ok || pool.Ephemeral() || pool.Capacity <= 0 {
+		pool, ok := poolForKey(p.opts.Pools, m.Key)
+		if !ok || pool.Capacity <= 0 {
 			continue
 		}
 		s, ok := p.shards.Lookup(m.Key)
@@ -689,7 +708,7 @@ func (p *CommitProxy) checkCapacity(txn Txn, batchPending map[kv.Tag]int64) erro
 			n = int64(len(m.Key) + 8)
 		}
 		if add == nil {
-			add, poolOf = map[kv.Tag]int64{}, map[kv.Tag]*config.Pool{}
+			add, poolOf = map[kv.Tag]int64{}, map[kv.Tag]*Pool{}
 		}
 		for _, t := range s.Tags() {
 			add[t] += n
@@ -708,8 +727,8 @@ func (p *CommitProxy) checkCapacity(txn Txn, batchPending map[kv.Tag]int64) erro
 			inflight += pb.bytes
 		}
 		total := used + inflight + batchPending[t] + n
-		if pool := poolOf[t]; total > int64(pool.Capacity) {
-			return kv.Errorf(kv.CodePoolFull, "pool %q is full: a stash holds %d bytes of its %d, this transaction adds %d", pool.Name, used+inflight+batchPending[t], int64(pool.Capacity), n)
+		if pool := poolOf[t]; total > pool.Capacity {
+			return kv.Errorf(kv.CodePoolFull, "pool %q is full: a stash holds %d bytes of its %d, this transaction adds %d", pool.Name, used+inflight+batchPending[t], pool.Capacity, n)
 		}
 	}
 	for t, n := range add {

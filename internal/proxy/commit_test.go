@@ -6,46 +6,31 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/distash/distash/config"
 	"github.com/distash/distash/internal/clock"
 	"github.com/distash/distash/internal/kv"
+	"github.com/distash/distash/internal/logentry"
 	"github.com/distash/distash/internal/resolver"
 	"github.com/distash/distash/internal/sequencer"
 	"github.com/distash/distash/internal/shardmap"
-	"github.com/distash/distash/internal/txlog"
 )
 
-const testConfig = `
-[[pool]]
-name = "cache"
-prefix = "c/"
-medium = "dram"
-mode = "ephemeral"
-engine = "memory"
-stashes = 2
-replication = 2
-
-[[pool]]
-name = "data"
-prefix = "d/"
-medium = "ssd"
-mode = "durable"
-engine = "pebble"
-stashes = 2
-replication = 1
-capacity = "1KiB"
-`
+// testPools: an ephemeral pool and a durable one whose stashes hold at
+// most 1 KiB each.
+var testPools = []Pool{{Name: "cache", Prefix: "c/"}, {Name: "data", Prefix: "d/", Capacity: 1024}}
 
 type fixedUsage map[kv.Tag]int64
 
 func (u fixedUsage) Usage(tag kv.Tag) (int64, kv.Version) { return u[tag], 0 }
 
-func newProxy(t *testing.T, usage StashUsage) (*CommitProxy, *txlog.Log, *sequencer.Sequencer) {
+func newProxy(t *testing.T, usage StashUsage) (*CommitProxy, *fakeLog, *sequencer.Sequencer) {
 	t.Helper()
 	p, log, seq := newStoppedProxy(t, usage, nil)
 	run(t, p)
@@ -62,28 +47,26 @@ func run(t *testing.T, p *CommitProxy) {
 
 // newStoppedProxy returns a proxy that is not running yet, with the
 // options tune changes (if not nil).
-func newStoppedProxy(t *testing.T, usage StashUsage, tune func(*CommitOptions)) (*CommitProxy, *txlog.Log, *sequencer.Sequencer) {
+func newStoppedProxy(t *testing.T, usage StashUsage, tune func(*CommitOptions)) (*CommitProxy, *fakeLog, *sequencer.Sequencer) {
 	t.Helper()
-	cfg, err := config.Parse([]byte(testConfig))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tags := []kv.Tag{0, 1, 2, 3, 4}
-	log, err := txlog.Open(txlog.Options{Dir: t.TempDir(), Tags: tags, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { log.Close() })
-	seq := sequencer.New(clock.Real{}, log.LastVersion())
+	log := newFakeLog()
+	seq := sequencer.New(clock.Real{}, 0)
 	shards := shardmap.Initial([]shardmap.PoolSpec{
 		{Name: "cache", Prefix: []byte("c/"), Tags: []kv.Tag{1, 2}, Replication: 2},
 		{Name: "data", Prefix: []byte("d/"), Tags: []kv.Tag{3, 4}, Replication: 1},
 	})
-	opts := CommitOptions{Config: cfg, Sequencer: seq, Resolver: resolver.New(5_000_000), Log: log, Shards: shards, Usage: usage,
+	opts := CommitOptions{Pools: testPools, Sequencer: seq, Resolver: resolver.New(5_000_000), Log: log, Shards: shards, Usage: usage,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	if tune != nil {
 		tune(&opts)
 	}
+	t.Cleanup(func() {
+		log.mu.Lock()
+		defer log.mu.Unlock()
+		if log.outOfOrder != 0 {
+			t.Errorf("the proxy appended %d entries out of order", log.outOfOrder)
+		}
+	})
 	return NewCommitProxy(opts), log, seq
 }
 
@@ -92,7 +75,6 @@ func set(k, v string) kv.Mutation {
 }
 
 func TestValidateRejectsBadTransactions(t *testing.T) {
-	cfg, _ := config.Parse([]byte(testConfig))
 	cases := []struct {
 		m    kv.Mutation
 		code kv.Code
@@ -107,7 +89,7 @@ func TestValidateRejectsBadTransactions(t *testing.T) {
 		{kv.Mutation{Type: 99, Key: []byte("d/a")}, kv.CodeInvalidMutation},
 	}
 	for _, c := range cases {
-		err := Validate(cfg, Txn{Mutations: []kv.Mutation{c.m}})
+		err := Validate(testPools, Txn{Mutations: []kv.Mutation{c.m}})
 		if kv.CodeOf(err) != c.code {
 			t.Errorf("%s %.20q: %v, want %s", c.m.Type, c.m.Key, err, c.code.Name())
 		}
@@ -116,7 +98,7 @@ func TestValidateRejectsBadTransactions(t *testing.T) {
 	for i := 0; i < 101; i++ {
 		big.Mutations = append(big.Mutations, kv.Mutation{Type: kv.MutSet, Key: []byte(fmt.Sprintf("d/%d", i)), Param: make([]byte, 100_000)})
 	}
-	if kv.CodeOf(Validate(cfg, big)) != kv.CodeTransactionTooLarge {
+	if kv.CodeOf(Validate(testPools, big)) != kv.CodeTransactionTooLarge {
 		t.Error("10 MB transaction accepted")
 	}
 }
@@ -149,12 +131,8 @@ func TestConcurrentCommitsBatchAndTag(t *testing.T) {
 	}
 	// Both cache stashes (replication 2) got all 64 sets.
 	for _, tag := range []kv.Tag{1, 2} {
-		msgs, _, err := log.Peek(ctx, tag, 0, 1<<20)
-		if err != nil {
-			t.Fatal(err)
-		}
 		n := 0
-		for _, m := range msgs {
+		for _, m := range log.messages(tag) {
 			n += len(m.Mutations)
 		}
 		if n != 64 {
@@ -210,94 +188,144 @@ func TestCapacityCountsInflightBytes(t *testing.T) {
 	}
 }
 
-// TestLeaderLossResyncs: with a 3-replica log, the raft leader stops while
-// transactions commit. Commits in flight may end with commit_unknown_result;
-// the proxy resyncs with the log and later commits succeed, and every
-// acknowledged commit is in the log.
-func TestLeaderLossResyncs(t *testing.T) {
-	cfg, _ := config.Parse([]byte(testConfig))
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	log, err := txlog.Open(txlog.Options{Dir: t.TempDir(), Replicas: 3, Tags: []kv.Tag{0, 1, 2, 3, 4}, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer log.Close()
-	seq := sequencer.New(clock.Real{}, log.LastVersion())
-	shards := shardmap.Initial([]shardmap.PoolSpec{
-		{Name: "cache", Prefix: []byte("c/"), Tags: []kv.Tag{1, 2}, Replication: 2},
-		{Name: "data", Prefix: []byte("d/"), Tags: []kv.Tag{3, 4}, Replication: 1},
+// quietProxy is a running proxy on a fake log that never commits empty
+// batches on its own (IdleCommitInterval), so every append a test sees is
+// one of its transactions.
+func quietProxy(t *testing.T, tune func(*CommitOptions)) (*CommitProxy, *fakeLog, *sequencer.Sequencer) {
+	p, log, seq := newStoppedProxy(t, fixedUsage{}, func(o *CommitOptions) {
+		o.IdleCommitInterval = time.Hour
+		if tune != nil {
+			tune(o)
+		}
 	})
-	p := NewCommitProxy(CommitOptions{Config: cfg, Sequencer: seq, Resolver: resolver.New(5_000_000), Log: log, Shards: shards, Usage: fixedUsage{}, Logger: quiet})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { p.Run(ctx); close(done) }()
-	defer func() { cancel(); <-done }()
+	run(t, p)
+	return p, log, seq
+}
 
-	var mu sync.Mutex
-	acked := map[string]bool{}
-	commit := func(key string) error {
-		_, err := p.Commit(ctx, Txn{Mutations: []kv.Mutation{set(key, "v")}})
-		if err == nil {
-			mu.Lock()
-			acked[key] = true
-			mu.Unlock()
+// commitHeld starts committing a transaction writing key and waits until
+// its batch is the n-th append the log holds; the result comes on res. A
+// success answered before the log committed the entry is an error.
+func commitHeld(t *testing.T, p *CommitProxy, log *fakeLog, key string, n int, res chan<- error) {
+	t.Helper()
+	go func() {
+		v, err := p.Commit(context.Background(), Txn{Mutations: []kv.Mutation{set(key, "v")}})
+		if err == nil && !log.hasCommitted(v) {
+			err = fmt.Errorf("%s answered as committed at %d before the log committed it", key, v)
 		}
-		return err
+		res <- err
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := log.waitFor(ctx, func() bool { return len(log.held) >= n }); err != nil {
+		t.Fatalf("append of %s not held: %v", key, err)
 	}
-	var wg sync.WaitGroup
-	stop := make(chan struct{})
-	for w := 0; w < 4; w++ {
-		wg.Add(1)
-		go func(w int) {
-			defer wg.Done()
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				commit(fmt.Sprintf("c/%d/%d", w, i))
-			}
-		}(w)
-	}
-	time.Sleep(300 * time.Millisecond)
-	leader := log.Stats().Leader
-	if err := log.StopReplica(leader); err != nil {
+}
+
+// TestFailedAppendsResync: while four batches wait for the log, appends
+// fail with a result the proxy cannot know, as across a raft leader change:
+// the first reached the log, the next two did not, and the fourth chained
+// on a lost one and is refused. Their transactions end with
+// commit_unknown_result; the proxy waits for the batches in flight, resyncs
+// with the log, and the transactions queued meanwhile commit. Every
+// acknowledged commit is in the log, and the proxy never broke the chain.
+func TestFailedAppendsResync(t *testing.T) {
+	p, log, seq := quietProxy(t, func(o *CommitOptions) { o.MaxInflightBatches = 4 })
+	ctx := context.Background()
+	if _, err := p.Commit(ctx, Txn{Mutations: []kv.Mutation{set("c/before", "v")}}); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(1500 * time.Millisecond)
-	close(stop)
-	wg.Wait()
-	// After the new leader took over, commits succeed again.
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		err := commit("c/after")
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no commit after leader loss: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
+	release := log.hold()
+	log.failNext(true, false, false)
+	failed := make([]chan error, 4)
+	for i := range failed {
+		failed[i] = make(chan error, 1)
+		commitHeld(t, p, log, fmt.Sprintf("c/f%d", i), i+1, failed[i])
 	}
-	msgs, _, err := log.Peek(ctx, 1, 0, 64<<20)
-	if err != nil {
+	// These wait for a slot, then for the resync.
+	queued := make(chan error, 4)
+	for i := range 4 {
+		go func() {
+			_, err := p.Commit(ctx, Txn{Mutations: []kv.Mutation{set(fmt.Sprintf("c/q%d", i), "v")}})
+			queued <- err
+		}()
+	}
+	release()
+	for i, ch := range failed {
+		if err := <-ch; kv.CodeOf(err) != kv.CodeCommitUnknownResult {
+			t.Errorf("c/f%d, whose append failed: %v, want commit_unknown_result", i, err)
+		}
+	}
+	for range 4 {
+		if err := <-queued; err != nil {
+			t.Errorf("a transaction queued behind the failed appends: %v", err)
+		}
+	}
+	if _, err := p.Commit(ctx, Txn{Mutations: []kv.Mutation{set("c/after", "v")}}); err != nil {
+		t.Fatalf("commit after the resync: %v", err)
+	}
+	want := map[string]bool{"c/before": true, "c/f0": true, "c/q0": true, "c/q1": true, "c/q2": true, "c/q3": true, "c/after": true}
+	for _, tag := range []kv.Tag{1, 2} {
+		if got := log.keys(tag); !maps.Equal(got, want) {
+			t.Fatalf("tag %d holds %v; want %v (c/f0 landed although its append failed, c/f1..3 did not)", tag, slices.Sorted(maps.Keys(got)), slices.Sorted(maps.Keys(want)))
+		}
+	}
+	if v, last := seq.CommittedVersion(), log.messages(1)[len(log.messages(1))-1].Version; v != last {
+		t.Fatalf("sequencer reports %d committed, the log's last entry is %d", v, last)
+	}
+}
+
+// TestStaleEpochNeverAcknowledged: once a newer generation began at the
+// log, the deposed proxy's transactions fail (the log refuses its entries
+// with ErrStaleEpoch) and none reaches the log.
+func TestStaleEpochNeverAcknowledged(t *testing.T) {
+	p, log, _ := quietProxy(t, func(o *CommitOptions) { o.Epoch = 1 })
+	ctx := context.Background()
+	if _, err := p.Commit(ctx, Txn{Mutations: []kv.Mutation{set("c/ok", "v")}}); err != nil {
 		t.Fatal(err)
 	}
-	inLog := map[string]bool{}
-	for _, m := range msgs {
-		for _, mut := range m.Mutations {
-			inLog[string(mut.Key)] = true
+	log.setEpoch(2)
+	for i := range 3 {
+		_, err := p.Commit(ctx, Txn{Mutations: []kv.Mutation{set(fmt.Sprintf("c/stale%d", i), "v")}})
+		if kv.CodeOf(err) != kv.CodeCommitUnknownResult || !strings.Contains(err.Error(), logentry.ErrStaleEpoch.Error()) {
+			t.Fatalf("commit of a deposed proxy: %v, want commit_unknown_result naming the stale epoch", err)
 		}
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	for k := range acked {
-		if !inLog[k] {
-			t.Fatalf("acknowledged commit %s is not in the log", k)
+	if got := log.keys(1); len(got) != 1 || !got["c/ok"] {
+		t.Fatalf("log holds %v, want only c/ok", got)
+	}
+}
+
+// TestRepliesWaitForTheLog: while the log holds the appends of two
+// pipelined batches, their transactions get no reply and the sequencer
+// reports nothing committed; once the log decides, both are answered, with
+// versions in order.
+func TestRepliesWaitForTheLog(t *testing.T) {
+	p, log, seq := quietProxy(t, func(o *CommitOptions) { o.MaxInflightBatches = 2 })
+	before := seq.CommittedVersion()
+	release := log.hold()
+	res := []chan error{make(chan error, 1), make(chan error, 1)}
+	commitHeld(t, p, log, "c/a", 1, res[0])
+	commitHeld(t, p, log, "c/b", 2, res[1])
+	for i, ch := range res {
+		select {
+		case err := <-ch:
+			t.Fatalf("transaction %d answered (%v) before the log decided its append", i, err)
+		default:
 		}
 	}
-	t.Logf("%d commits acknowledged across a leader change (leader was replica %d, now %d)", len(acked), leader, log.Stats().Leader)
+	if v := seq.CommittedVersion(); v != before {
+		t.Fatalf("sequencer reports %d committed while the appends wait; want %d", v, before)
+	}
+	release()
+	for i, ch := range res {
+		if err := <-ch; err != nil {
+			t.Fatalf("transaction %d: %v", i, err)
+		}
+	}
+	msgs := log.messages(1)
+	if len(msgs) != 2 || msgs[0].Version >= msgs[1].Version || seq.CommittedVersion() != msgs[1].Version {
+		t.Fatalf("log holds %+v, sequencer at %d; want two entries in version order, the last committed", msgs, seq.CommittedVersion())
+	}
 }
 
 // TestNeverAcknowledgesAnUntaggedMutation: when the configuration names a
@@ -305,21 +333,12 @@ func TestLeaderLossResyncs(t *testing.T) {
 // recorded), a transaction writing there is refused whole, nothing of it
 // reaches the log, and other transactions commit.
 func TestNeverAcknowledgesAnUntaggedMutation(t *testing.T) {
-	cfg, _ := config.Parse([]byte(testConfig))
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	log, err := txlog.Open(txlog.Options{Dir: t.TempDir(), Tags: []kv.Tag{0, 1, 2}, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer log.Close()
-	seq := sequencer.New(clock.Real{}, log.LastVersion())
 	// Only the cache pool is in the shard map: d/ keys have no shard.
-	shards := shardmap.Initial([]shardmap.PoolSpec{{Name: "cache", Prefix: []byte("c/"), Tags: []kv.Tag{1, 2}, Replication: 2}})
-	p := NewCommitProxy(CommitOptions{Config: cfg, Sequencer: seq, Resolver: resolver.New(5_000_000), Log: log, Shards: shards, Usage: fixedUsage{}, Logger: quiet})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { p.Run(ctx); close(done) }()
-	defer func() { cancel(); <-done }()
+	p, log, _ := newStoppedProxy(t, fixedUsage{}, func(o *CommitOptions) {
+		o.Shards = shardmap.Initial([]shardmap.PoolSpec{{Name: "cache", Prefix: []byte("c/"), Tags: []kv.Tag{1, 2}, Replication: 2}})
+	})
+	run(t, p)
+	ctx := context.Background()
 
 	var wg sync.WaitGroup
 	errs := make([]error, 3)
@@ -344,12 +363,8 @@ func TestNeverAcknowledgesAnUntaggedMutation(t *testing.T) {
 	if errs[2] != nil {
 		t.Fatalf("transaction inside the shard map: %v", errs[2])
 	}
-	msgs, _, err := log.Peek(ctx, 1, 0, 1<<20)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var keys []string
-	for _, m := range msgs {
+	for _, m := range log.messages(1) {
 		for _, mut := range m.Mutations {
 			keys = append(keys, string(mut.Key))
 		}
@@ -383,10 +398,7 @@ func TestBatchBytesBound(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	msgs, _, err := log.Peek(context.Background(), 1, 0, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	msgs := log.messages(1)
 	total, largest := 0, 0
 	for _, m := range msgs {
 		total += len(m.Mutations)

@@ -13,7 +13,6 @@ import (
 	"slices"
 	"sort"
 
-	"github.com/distash/distash/config"
 	"github.com/distash/distash/internal/kv"
 )
 
@@ -304,21 +303,4 @@ func Initial(pools []PoolSpec) *Map {
 		}
 	}
 	return New(shards)
-}
-
-// StashTags returns, per pool of cfg, the tags of its stash slots: tags
-// are numbered from SystemTag+1 in the configuration's pool order, one per
-// slot (a pool's `stashes`). Embedded clusters and multi-process clusters
-// number them alike, so a stash process's tag follows from its pool and
-// the slot the cluster controller gave it.
-func StashTags(cfg *config.Config) map[string][]kv.Tag {
-	out := make(map[string][]kv.Tag, len(cfg.Pools))
-	next := SystemTag + 1
-	for _, p := range cfg.Pools {
-		for i := 0; i < p.Stashes; i++ {
-			out[p.Name] = append(out[p.Name], next)
-			next++
-		}
-	}
-	return out
 }

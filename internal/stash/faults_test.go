@@ -18,8 +18,8 @@ import (
 	pebbleengine "github.com/distash/distash/internal/engine/pebble"
 	"github.com/distash/distash/internal/fsys"
 	"github.com/distash/distash/internal/kv"
+	"github.com/distash/distash/internal/logentry"
 	"github.com/distash/distash/internal/shardmap"
-	"github.com/distash/distash/internal/txlog"
 )
 
 // fullDisk is a disk that fills and empties on command: files created
@@ -81,7 +81,7 @@ func openPebble(t *testing.T, dir string) engine.Engine {
 // setKeys pushes versions from..to, each setting "k<v>" to "v<v>".
 func setKeys(l *fakeLog, from, to kv.Version) {
 	for v := from; v <= to; v++ {
-		l.push(txlog.Message{Version: v, Mutations: []kv.Mutation{{Type: kv.MutSet, Key: []byte(fmt.Sprintf("k%04d", v)), Param: []byte(fmt.Sprintf("v%d", v))}}})
+		l.push(logentry.Message{Version: v, Mutations: []kv.Mutation{{Type: kv.MutSet, Key: []byte(fmt.Sprintf("k%04d", v)), Param: []byte(fmt.Sprintf("v%d", v))}}})
 	}
 }
 
@@ -210,7 +210,7 @@ func TestFullDiskIsWaitedOut(t *testing.T) {
 		t.Fatalf("read of a version not applied on a full disk: %v after %v, want stash_unavailable at once", err, time.Since(began))
 	}
 	// An assignment while the disk is full: kept in memory, written later.
-	log.push(txlog.Message{Version: 2001, Mutations: []kv.Mutation{shardmap.AssignMutation(shardmap.Shard{Begin: []byte("m"), End: []byte("n"), Pool: "p", Team: []kv.Tag{1}})}})
+	log.push(logentry.Message{Version: 2001, Mutations: []kv.Mutation{shardmap.AssignMutation(shardmap.Shard{Begin: []byte("m"), End: []byte("n"), Pool: "p", Team: []kv.Tag{1}})}})
 
 	d.full.Store(false)
 	// The assignment's ownership snapshot is written by the retry that

@@ -13,8 +13,8 @@ import (
 	"github.com/distash/distash/internal/engine/memory"
 	pebbleengine "github.com/distash/distash/internal/engine/pebble"
 	"github.com/distash/distash/internal/kv"
+	"github.com/distash/distash/internal/logentry"
 	"github.com/distash/distash/internal/shardmap"
-	"github.com/distash/distash/internal/txlog"
 )
 
 // stashFetcher reads from stashes of this test by tag, slowly, so that
@@ -88,8 +88,8 @@ func TestMoveUnderWrites(t *testing.T) {
 			v := kv.Version(0)
 			push := func(tags []kv.Tag, muts ...kv.Mutation) {
 				v++
-				msg := txlog.Message{Version: v, Mutations: muts}
-				m.msgs = append(m.msgs, txlog.Message{Version: v, Mutations: userOnly(muts)})
+				msg := logentry.Message{Version: v, Mutations: muts}
+				m.msgs = append(m.msgs, logentry.Message{Version: v, Mutations: userOnly(muts)})
 				for _, tg := range tags {
 					logs[tg].push(msg)
 				}
@@ -234,9 +234,9 @@ func TestFetchSurvivesRestart(t *testing.T) {
 	v := kv.Version(0)
 	push := func(tags []kv.Tag, muts ...kv.Mutation) {
 		v++
-		m.msgs = append(m.msgs, txlog.Message{Version: v, Mutations: userOnly(muts)})
+		m.msgs = append(m.msgs, logentry.Message{Version: v, Mutations: userOnly(muts)})
 		for _, tg := range tags {
-			logs[tg].push(txlog.Message{Version: v, Mutations: muts})
+			logs[tg].push(logentry.Message{Version: v, Mutations: muts})
 		}
 	}
 	for i := 0; i < 300; i++ {

@@ -5,8 +5,8 @@ import (
 
 	"github.com/distash/distash/internal/engine"
 	"github.com/distash/distash/internal/kv"
+	"github.com/distash/distash/internal/logentry"
 	"github.com/distash/distash/internal/shardmap"
-	"github.com/distash/distash/internal/txlog"
 )
 
 // Applying a batch reads the old value of every key it writes (exact byte
@@ -51,7 +51,7 @@ func (s *Stash) writeEngine(b *engine.Batch) error {
 // prefetchOld reads from the engine the old values apply will need for
 // msgs: keys of sets, clears and atomic operations the window does not
 // hold. nil when there is nothing to read or it cannot help.
-func (s *Stash) prefetchOld(msgs []txlog.Message) *prefetched {
+func (s *Stash) prefetchOld(msgs []logentry.Message) *prefetched {
 	if !s.opts.TrackBytes {
 		return nil
 	}

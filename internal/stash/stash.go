@@ -38,13 +38,13 @@ import (
 	"github.com/distash/distash/internal/fsys"
 	"github.com/distash/distash/internal/kv"
 	"github.com/distash/distash/internal/loadsample"
+	"github.com/distash/distash/internal/logentry"
 	"github.com/distash/distash/internal/shardmap"
-	"github.com/distash/distash/internal/txlog"
 )
 
 // Log is the part of the transaction log a stash uses.
 type Log interface {
-	Peek(ctx context.Context, tag kv.Tag, after kv.Version, maxBytes int) ([]txlog.Message, kv.Version, error)
+	Peek(ctx context.Context, tag kv.Tag, after kv.Version, maxBytes int) ([]logentry.Message, kv.Version, error)
 	Pop(tag kv.Tag, upTo kv.Version)
 }
 
@@ -430,7 +430,7 @@ func (s *Stash) pullLoop(ctx context.Context) error {
 			if ctx.Err() != nil {
 				return nil
 			}
-			if errors.Is(err, txlog.ErrTrimmed) {
+			if errors.Is(err, logentry.ErrTrimmed) {
 				// The log no longer holds versions this stash has not
 				// applied: it cannot catch up. A dram stash restarts empty
 				// at the log's end; a durable one has lost writes.
@@ -483,7 +483,7 @@ func (s *Stash) flushOrWait(ctx context.Context) error {
 
 // apply adds messages to the window and advances applied to end. over
 // reports that the window is past its budget.
-func (s *Stash) apply(msgs []txlog.Message, end kv.Version) (over bool, err error) {
+func (s *Stash) apply(msgs []logentry.Message, end kv.Version) (over bool, err error) {
 	pre := s.prefetchOld(msgs)
 	s.mu.Lock()
 	s.pre = pre

@@ -17,14 +17,14 @@ import (
 	"github.com/distash/distash/internal/engine/memory"
 	pebbleengine "github.com/distash/distash/internal/engine/pebble"
 	"github.com/distash/distash/internal/kv"
-	"github.com/distash/distash/internal/txlog"
+	"github.com/distash/distash/internal/logentry"
 )
 
 // fakeLog is an in-memory log for one tag that injects faults: Peek fails
 // now and then and returns at most a few messages at a time.
 type fakeLog struct {
 	mu      sync.Mutex
-	msgs    []txlog.Message
+	msgs    []logentry.Message
 	end     kv.Version
 	popped  kv.Version
 	changed chan struct{}
@@ -35,7 +35,7 @@ func newFakeLog(seed uint64) *fakeLog {
 	return &fakeLog{changed: make(chan struct{}), rng: rand.New(rand.NewPCG(seed, 1))}
 }
 
-func (l *fakeLog) push(m txlog.Message) {
+func (l *fakeLog) push(m logentry.Message) {
 	l.mu.Lock()
 	l.msgs = append(l.msgs, m)
 	l.end = m.Version
@@ -48,7 +48,7 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 var errInjected = errors.New("injected peek failure")
 
-func (l *fakeLog) Peek(ctx context.Context, tag kv.Tag, after kv.Version, maxBytes int) ([]txlog.Message, kv.Version, error) {
+func (l *fakeLog) Peek(ctx context.Context, tag kv.Tag, after kv.Version, maxBytes int) ([]logentry.Message, kv.Version, error) {
 	for {
 		l.mu.Lock()
 		if l.rng.IntN(20) == 0 {
@@ -58,7 +58,7 @@ func (l *fakeLog) Peek(ctx context.Context, tag kv.Tag, after kv.Version, maxByt
 		if l.end > after {
 			i := sort.Search(len(l.msgs), func(i int) bool { return l.msgs[i].Version > after })
 			n := min(len(l.msgs)-i, 1+l.rng.IntN(4))
-			out := append([]txlog.Message(nil), l.msgs[i:i+n]...)
+			out := append([]logentry.Message(nil), l.msgs[i:i+n]...)
 			end := out[len(out)-1].Version
 			l.mu.Unlock()
 			return out, end, nil
@@ -83,7 +83,7 @@ func (l *fakeLog) Pop(tag kv.Tag, upTo kv.Version) {
 
 // model replays mutations to answer reads at any version.
 type model struct {
-	msgs []txlog.Message
+	msgs []logentry.Message
 }
 
 func (m *model) stateAt(v kv.Version) map[string][]byte {
@@ -160,7 +160,7 @@ func TestDifferentialAgainstModel(t *testing.T) {
 			var mu sync.Mutex
 			m := &model{}
 			for v := kv.Version(1); v <= 400; v++ {
-				msg := txlog.Message{Version: v}
+				msg := logentry.Message{Version: v}
 				for i := 0; i < 1+rng.IntN(3); i++ {
 					msg.Mutations = append(msg.Mutations, randomMutation(rng))
 				}
@@ -270,13 +270,13 @@ func TestReadsBeyondAppliedWaitThenFail(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go s.Run(ctx)
-	log.push(txlog.Message{Version: 5, Mutations: []kv.Mutation{{Type: kv.MutSet, Key: []byte("k"), Param: []byte("v")}}})
+	log.push(logentry.Message{Version: 5, Mutations: []kv.Mutation{{Type: kv.MutSet, Key: []byte("k"), Param: []byte("v")}}})
 	if _, _, err := s.Get(ctx, 10, [][]byte{[]byte("k")}); !errors.Is(err, kv.Errorf(kv.CodeFutureVersion, "")) {
 		t.Fatalf("read ahead = %v", err)
 	}
 	go func() {
 		time.Sleep(10 * time.Millisecond)
-		log.push(txlog.Message{Version: 10})
+		log.push(logentry.Message{Version: 10})
 	}()
 	vals, present, err := s.Get(ctx, 10, [][]byte{[]byte("k")})
 	if err != nil || !present[0] || string(vals[0]) != "v" {
@@ -299,12 +299,12 @@ func TestStatsDoNotReorderEviction(t *testing.T) {
 	defer cancel()
 	go s.Run(ctx)
 	set := func(v kv.Version, k string) {
-		log.push(txlog.Message{Version: v, Mutations: []kv.Mutation{{Type: kv.MutSet, Key: []byte(k), Param: []byte("v")}}})
+		log.push(logentry.Message{Version: v, Mutations: []kv.Mutation{{Type: kv.MutSet, Key: []byte(k), Param: []byte("v")}}})
 	}
 	set(1, "b")
 	set(2, "c")
 	set(3, "d")
-	log.push(txlog.Message{Version: 100}) // b, c, d leave the window for the engine
+	log.push(logentry.Message{Version: 100}) // b, c, d leave the window for the engine
 	deadline := time.Now().Add(5 * time.Second)
 	for eng.Stats().Keys < 3 {
 		if time.Now().After(deadline) {
@@ -348,7 +348,7 @@ func TestReportsUsage(t *testing.T) {
 	if r := <-reports; r != (report{6, 3}) {
 		t.Fatalf("first report %+v, want 6 bytes at version 3", r)
 	}
-	log.push(txlog.Message{Version: 7, Mutations: []kv.Mutation{{Type: kv.MutSet, Key: []byte("b"), Param: []byte("xyz")}}})
+	log.push(logentry.Message{Version: 7, Mutations: []kv.Mutation{{Type: kv.MutSet, Key: []byte("b"), Param: []byte("xyz")}}})
 	deadline := time.After(5 * time.Second)
 	for {
 		select {

@@ -3,16 +3,17 @@ package stash
 import (
 	"context"
 	"fmt"
-	"github.com/distash/distash/internal/ratekeeper"
 	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/distash/distash/internal/logentry"
+	"github.com/distash/distash/internal/ratekeeper"
+
 	"github.com/distash/distash/internal/engine"
 	"github.com/distash/distash/internal/engine/memory"
 	"github.com/distash/distash/internal/kv"
-	"github.com/distash/distash/internal/txlog"
 )
 
 func liveHeap() int64 {
@@ -145,7 +146,7 @@ func TestWindowStaysWithinBudget(t *testing.T) {
 	var maxMsg int64 // window bytes of the largest Peek (the fake log returns up to 4 messages)
 	var last kv.Version
 	for v := kv.Version(1); v <= 200; v++ {
-		msg := txlog.Message{Version: v}
+		msg := logentry.Message{Version: v}
 		for i := 0; i < 20; i++ {
 			msg.Mutations = append(msg.Mutations, kv.Mutation{Type: kv.MutSet, Key: fmt.Appendf(nil, "k%06d", int(v)*20+i), Param: []byte("12345678")})
 		}
@@ -199,7 +200,7 @@ func TestLogOverBudgetFlushes(t *testing.T) {
 	go func() { s.Run(ctx); close(done) }()
 	defer func() { cancel(); <-done; s.Close() }()
 	for v := kv.Version(1); v <= 20; v++ {
-		log.push(txlog.Message{Version: v, Mutations: []kv.Mutation{{Type: kv.MutSet, Key: fmt.Appendf(nil, "k%02d", v), Param: []byte("v")}}})
+		log.push(logentry.Message{Version: v, Mutations: []kv.Mutation{{Type: kv.MutSet, Key: fmt.Appendf(nil, "k%02d", v), Param: []byte("v")}}})
 	}
 	wait := func(what string, cond func() bool) {
 		t.Helper()
@@ -244,7 +245,7 @@ func TestWindowFlushesEarlyBelowThePressurePoint(t *testing.T) {
 	var peak, msgBytes int64
 	const versions = 400 // about 3 budgets of writes
 	for v := kv.Version(1); v <= versions; v++ {
-		msg := txlog.Message{Version: v, Mutations: []kv.Mutation{{Type: kv.MutSet, Key: fmt.Appendf(nil, "k%06d", v%50), Param: make([]byte, 2000)}}}
+		msg := logentry.Message{Version: v, Mutations: []kv.Mutation{{Type: kv.MutSet, Key: fmt.Appendf(nil, "k%06d", v%50), Param: make([]byte, 2000)}}}
 		w := newWindow()
 		w.put(v, msg.Mutations[0].Key, msg.Mutations[0].Param, true, 0)
 		msgBytes = w.bytes

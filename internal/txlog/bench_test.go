@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/distash/distash/internal/kv"
+	"github.com/distash/distash/internal/logentry"
 )
 
 // BenchmarkAppendPipelined appends entries of 64 mutations of about 100
@@ -19,16 +20,16 @@ func BenchmarkAppendPipelined(b *testing.B) {
 			tags := []kv.Tag{0, 1, 2, 3, 4, 5}
 			l := openLog(b, testOptions(b.TempDir(), replicas, tags...))
 			defer l.Close()
-			muts := make([]TaggedMutation, mutsPerEntry)
+			muts := make([]logentry.TaggedMutation, mutsPerEntry)
 			for i := range muts {
-				muts[i] = TaggedMutation{
+				muts[i] = logentry.TaggedMutation{
 					Mutation: kv.Mutation{Type: kv.MutSet, Key: fmt.Appendf(nil, "key-%016d", i), Param: make([]byte, 80)},
 					Tags:     []kv.Tag{kv.Tag(i % 6), kv.Tag((i + 1) % 6)},
 				}
 			}
 			ctx := context.Background()
-			window := make([]*Future, 0, 4096)
-			wait := func(f *Future) {
+			window := make([]*logentry.Future, 0, 4096)
+			wait := func(f *logentry.Future) {
 				if err := f.Wait(ctx); err != nil {
 					b.Fatal(err)
 				}
@@ -47,7 +48,7 @@ func BenchmarkAppendPipelined(b *testing.B) {
 					wait(window[0])
 					window = append(window[:0], window[1:]...)
 				}
-				window = append(window, l.Append(&Entry{Version: v + 1, PrevVersion: v, Mutations: muts}))
+				window = append(window, l.Append(&logentry.Entry{Version: v + 1, PrevVersion: v, Mutations: muts}))
 				v++
 			}
 			for _, f := range window {

@@ -4,11 +4,11 @@ import (
 	"cmp"
 	"encoding/binary"
 	"errors"
-	"fmt"
-	"math"
 	"slices"
 
+	"github.com/distash/distash/internal/decode"
 	"github.com/distash/distash/internal/kv"
+	"github.com/distash/distash/internal/logentry"
 )
 
 // Raft log records are hand-encoded:
@@ -53,13 +53,13 @@ type TagVersion struct {
 // record is one decoded raft log command.
 type record struct {
 	kind  byte
-	entry Entry        // kind == recEntry
-	pops  []TagVersion // kind == recPop
-	epoch uint64       // kind == recGeneration
+	entry logentry.Entry // kind == recEntry
+	pops  []TagVersion   // kind == recPop
+	epoch uint64         // kind == recGeneration
 }
 
 // entrySize is an upper bound of the encoded size of e.
-func entrySize(e *Entry) int {
+func entrySize(e *logentry.Entry) int {
 	n := 2 + 3*binary.MaxVarintLen64 + binary.MaxVarintLen64
 	for i := range e.Mutations {
 		m := &e.Mutations[i]
@@ -69,11 +69,11 @@ func entrySize(e *Entry) int {
 }
 
 // encodeEntry returns the raft command for e.
-func encodeEntry(e *Entry) []byte {
+func encodeEntry(e *logentry.Entry) []byte {
 	return appendEntry(make([]byte, 0, entrySize(e)), e)
 }
 
-func appendEntry(b []byte, e *Entry) []byte {
+func appendEntry(b []byte, e *logentry.Entry) []byte {
 	if e.Epoch == 0 {
 		b = append(b, recEntry, codecVersion)
 	} else {
@@ -129,214 +129,102 @@ func encodeGeneration(epoch uint64) []byte {
 	return binary.AppendUvarint(b, epoch)
 }
 
-// reader decodes from a byte slice, remembering the first error.
-type reader struct {
-	b   []byte
-	off int
-	err error
-	// what names the field being read, for the error message; decoders set
-	// it before each field (a constant string, so it costs nothing).
-	what string
-}
-
-func (r *reader) fail(format string, args ...any) {
-	if r.err != nil {
-		return
-	}
-	msg := fmt.Sprintf(format, args...)
-	if r.what != "" {
-		msg = r.what + ": " + msg
-	}
-	r.err = fmt.Errorf("%w: %s at offset %d", ErrCorrupt, msg, r.off)
-}
-
-// varintFail reports why binary.Uvarint or binary.Varint returned n <= 0.
-func (r *reader) varintFail(n int) {
-	if n == 0 {
-		r.fail("truncated varint")
-	} else {
-		r.fail("varint overflows 64 bits")
-	}
-}
-
-func (r *reader) remaining() int { return len(r.b) - r.off }
-
-func (r *reader) byte() byte {
-	if r.err != nil {
-		return 0
-	}
-	if r.off >= len(r.b) {
-		r.fail("truncated")
-		return 0
-	}
-	c := r.b[r.off]
-	r.off++
-	return c
-}
-
-func (r *reader) uvarint() uint64 {
-	if r.err != nil {
-		return 0
-	}
-	v, n := binary.Uvarint(r.b[r.off:])
-	if n <= 0 {
-		r.varintFail(n)
-		return 0
-	}
-	r.off += n
-	return v
-}
-
-func (r *reader) uint32() uint32 {
-	v := r.uvarint()
-	if v > math.MaxUint32 {
-		r.fail("value %d overflows uint32", v)
-		return 0
-	}
-	return uint32(v)
-}
-
-func (r *reader) varint() int64 {
-	if r.err != nil {
-		return 0
-	}
-	v, n := binary.Varint(r.b[r.off:])
-	if n <= 0 {
-		r.varintFail(n)
-		return 0
-	}
-	r.off += n
-	return v
-}
-
-// bytes returns the next n bytes, aliasing the input (capacity clipped so an
-// append by a reader never overwrites the neighbours). nil for n == 0.
-func (r *reader) bytes(n uint64) []byte {
-	if r.err != nil {
-		return nil
-	}
-	if n > uint64(r.remaining()) {
-		r.fail("length %d exceeds the %d bytes left", n, r.remaining())
-		return nil
-	}
-	if n == 0 {
-		return nil
-	}
-	s := r.b[r.off : r.off+int(n) : r.off+int(n)]
-	r.off += int(n)
-	return s
-}
-
-// count reads an element count and checks that at least min bytes per
-// element remain, so corrupt counts cannot cause huge allocations.
-func (r *reader) count(min int) int {
-	n := r.uvarint()
-	if r.err != nil {
-		return 0
-	}
-	if n > uint64(r.remaining()/min) {
-		r.fail("count %d too large for %d bytes left", n, r.remaining())
-		return 0
-	}
-	return int(n)
-}
-
 // decodeRecord decodes one raft command. Keys and params of the decoded
 // mutations alias b.
 func decodeRecord(b []byte) (record, error) {
-	r := &reader{b: b, what: "record kind"}
+	r := &decode.Reader{B: b, Corrupt: ErrCorrupt, What: "record kind"}
 	var rec record
-	rec.kind = r.byte()
-	r.what = "codec version"
-	if v := r.byte(); r.err == nil && v != codecVersion {
-		r.fail("unknown codec version %d", v)
+	rec.kind = r.Byte()
+	r.What = "codec version"
+	if v := r.Byte(); r.Err() == nil && v != codecVersion {
+		r.Fail("unknown codec version %d", v)
 	}
-	if r.err != nil {
-		return record{}, r.err
+	if r.Err() != nil {
+		return record{}, r.Err()
 	}
 	switch rec.kind {
 	case recEntry:
 		decodeEntryBody(r, &rec.entry)
 	case recEpochEntry:
 		rec.kind = recEntry
-		r.what = "entry epoch"
-		rec.entry.Epoch = r.uvarint()
-		if r.err == nil && rec.entry.Epoch == 0 {
+		r.What = "entry epoch"
+		rec.entry.Epoch = r.Uvarint()
+		if r.Err() == nil && rec.entry.Epoch == 0 {
 			// epoch 0 has the plain entry record: one encoding per entry
-			r.fail("epoch 0 in an epoch entry record")
+			r.Fail("epoch 0 in an epoch entry record")
 		}
 		decodeEntryBody(r, &rec.entry)
 	case recGeneration:
-		r.what = "generation epoch"
-		rec.epoch = r.uvarint()
-		if r.err == nil && rec.epoch == 0 {
-			r.fail("generation of epoch 0")
+		r.What = "generation epoch"
+		rec.epoch = r.Uvarint()
+		if r.Err() == nil && rec.epoch == 0 {
+			r.Fail("generation of epoch 0")
 		}
 	case recPop:
-		r.what = "pop count"
-		n := r.count(2)
+		r.What = "pop count"
+		n := r.Count(2)
 		if n > 0 {
 			rec.pops = make([]TagVersion, n)
 		}
-		for i := 0; i < n && r.err == nil; i++ {
-			r.what = "pop tag"
-			t := kv.Tag(r.uint32())
-			r.what = "pop version"
-			rec.pops[i] = TagVersion{Tag: t, Version: kv.Version(r.varint())}
+		for i := 0; i < n && r.Err() == nil; i++ {
+			r.What = "pop tag"
+			t := kv.Tag(r.Uint32())
+			r.What = "pop version"
+			rec.pops[i] = TagVersion{Tag: t, Version: kv.Version(r.Varint())}
 		}
 	default:
-		r.what = "record kind"
-		r.fail("unknown record kind %d", rec.kind)
+		r.What = "record kind"
+		r.Fail("unknown record kind %d", rec.kind)
 	}
-	r.what = ""
-	if r.err == nil && r.remaining() != 0 {
-		r.fail("%d trailing bytes", r.remaining())
+	r.What = ""
+	if r.Err() == nil && r.Remaining() != 0 {
+		r.Fail("%d trailing bytes", r.Remaining())
 	}
-	if r.err != nil {
-		return record{}, r.err
+	if r.Err() != nil {
+		return record{}, r.Err()
 	}
 	return rec, nil
 }
 
-func decodeEntryBody(r *reader, e *Entry) {
-	r.what = "entry version"
-	e.Version = kv.Version(r.varint())
-	r.what = "entry prev version"
-	e.PrevVersion = kv.Version(r.varint())
-	r.what = "mutation count"
-	n := r.count(minMutationBytes)
-	if r.err != nil {
+func decodeEntryBody(r *decode.Reader, e *logentry.Entry) {
+	r.What = "entry version"
+	e.Version = kv.Version(r.Varint())
+	r.What = "entry prev version"
+	e.PrevVersion = kv.Version(r.Varint())
+	r.What = "mutation count"
+	n := r.Count(minMutationBytes)
+	if r.Err() != nil {
 		return
 	}
 	if n > 0 {
-		e.Mutations = make([]TaggedMutation, n)
+		e.Mutations = make([]logentry.TaggedMutation, n)
 	}
 	var tagBuf []kv.Tag // tags of several mutations share one backing array
-	for i := 0; i < n && r.err == nil; i++ {
+	for i := 0; i < n && r.Err() == nil; i++ {
 		m := &e.Mutations[i]
-		r.what = "mutation type"
-		m.Type = kv.MutationType(r.byte())
-		if r.err == nil && (m.Type < kv.MutSet || m.Type > kv.MutMin) {
-			r.fail("unknown mutation type %d", m.Type)
+		r.What = "mutation type"
+		m.Type = kv.MutationType(r.Byte())
+		if r.Err() == nil && (m.Type < kv.MutSet || m.Type > kv.MutMin) {
+			r.Fail("unknown mutation type %d", m.Type)
 		}
-		r.what = "mutation cost"
-		m.Cost = r.uint32()
-		r.what = "mutation key"
-		m.Key = r.bytes(r.uvarint())
-		r.what = "mutation param"
-		m.Param = r.bytes(r.uvarint())
-		r.what = "mutation tag count"
-		nt := r.count(1)
-		if r.err != nil || nt == 0 {
+		r.What = "mutation cost"
+		m.Cost = r.Uint32()
+		r.What = "mutation key"
+		m.Key = r.Bytes(r.Uvarint())
+		r.What = "mutation param"
+		m.Param = r.Bytes(r.Uvarint())
+		r.What = "mutation tag count"
+		nt := r.Count(1)
+		if r.Err() != nil || nt == 0 {
 			continue
 		}
 		if cap(tagBuf)-len(tagBuf) < nt {
 			tagBuf = make([]kv.Tag, 0, max(nt, 2*(n-i)))
 		}
 		start := len(tagBuf)
-		r.what = "mutation tag"
+		r.What = "mutation tag"
 		for j := 0; j < nt; j++ {
-			tagBuf = append(tagBuf, kv.Tag(r.uint32()))
+			tagBuf = append(tagBuf, kv.Tag(r.Uint32()))
 		}
 		m.Tags = tagBuf[start:len(tagBuf):len(tagBuf)]
 	}

@@ -7,13 +7,14 @@ import (
 	"testing"
 
 	"github.com/distash/distash/internal/kv"
+	"github.com/distash/distash/internal/logentry"
 )
 
-func sampleEntry() *Entry {
-	return &Entry{
+func sampleEntry() *logentry.Entry {
+	return &logentry.Entry{
 		Version:     1_000_123,
 		PrevVersion: 999_000,
-		Mutations: []TaggedMutation{
+		Mutations: []logentry.TaggedMutation{
 			{Mutation: kv.Mutation{Type: kv.MutSet, Key: []byte("c/key"), Param: []byte("value"), Cost: 7}, Tags: []kv.Tag{1, 2}},
 			{Mutation: kv.Mutation{Type: kv.MutClear, Key: []byte("d/x")}, Tags: []kv.Tag{3}},
 			{Mutation: kv.Mutation{Type: kv.MutClearRange, Key: []byte("a"), Param: []byte("b")}, Tags: []kv.Tag{1<<32 - 1}},
@@ -23,8 +24,8 @@ func sampleEntry() *Entry {
 }
 
 // normEntry maps empty slices to nil so decoded and original entries compare.
-func normEntry(e Entry) Entry {
-	out := Entry{Version: e.Version, PrevVersion: e.PrevVersion}
+func normEntry(e logentry.Entry) logentry.Entry {
+	out := logentry.Entry{Version: e.Version, PrevVersion: e.PrevVersion}
 	for _, m := range e.Mutations {
 		if len(m.Key) == 0 {
 			m.Key = nil
@@ -53,7 +54,7 @@ func TestCodecRoundTrip(t *testing.T) {
 	if rec.kind != recEntry || !reflect.DeepEqual(normEntry(rec.entry), normEntry(*e)) {
 		t.Fatalf("round trip: got %+v want %+v", rec.entry, *e)
 	}
-	empty := &Entry{Version: 5, PrevVersion: 4}
+	empty := &logentry.Entry{Version: 5, PrevVersion: 4}
 	rec, err = decodeRecord(encodeEntry(empty))
 	if err != nil || rec.entry.Version != 5 || rec.entry.PrevVersion != 4 || len(rec.entry.Mutations) != 0 {
 		t.Fatalf("empty entry: %+v %v", rec, err)

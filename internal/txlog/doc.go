@@ -5,10 +5,14 @@
 //
 // Commit proxies Append one Entry per commit batch: a version, the previous
 // batch's version (the entries form a chain), the proxy's epoch and the
-// batch's mutations, each tagged with the stashes that own its key. Every
+// batch's mutations, each tagged with the stashes that own its key. The
+// values (Entry, TaggedMutation, Message, the Future of an append,
+// ErrTrimmed and ErrStaleEpoch) live in internal/logentry, which links
+// neither raft nor Pebble: the commit proxy and the stashes speak to the
+// log through them, and their tests to fake logs. Every
 // Entry is one raft log record (a compact binary codec, see codec.go)
 // replicated by github.com/hashicorp/raft. Each replica has its own
-// directory, a Pebble raft log/stable store (pebblestore.go: one synced
+// directory, a Pebble raft log/stable store (internal/raftstore: one synced
 // Pebble batch, i.e. one WAL fdatasync, per stored raft batch) and a
 // raft.FileSnapshotStore.
 //

@@ -16,7 +16,9 @@ import (
 	"sync/atomic"
 	"unsafe"
 
+	"github.com/distash/distash/internal/decode"
 	"github.com/distash/distash/internal/kv"
+	"github.com/distash/distash/internal/logentry"
 	"github.com/hashicorp/raft"
 )
 
@@ -42,7 +44,7 @@ var (
 
 // tagMsg is one Message of a tag's queue, with its size for maxBytes.
 type tagMsg struct {
-	msg  Message
+	msg  logentry.Message
 	size int
 }
 
@@ -116,7 +118,7 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []any {
 		resp, err := f.applyRecordLocked(l.Data)
 		if err != nil {
 			resps[i] = err
-			if !errors.Is(err, ErrPrevVersion) && !errors.Is(err, ErrStaleEpoch) {
+			if !errors.Is(err, ErrPrevVersion) && !errors.Is(err, logentry.ErrStaleEpoch) {
 				f.logger.Error("txlog: cannot apply raft log", "replica", f.replica, "index", l.Index, "err", err)
 			}
 			continue
@@ -149,7 +151,7 @@ func (f *fsm) applyRecordLocked(data []byte) (any, error) {
 		// Checked first: a deposed proxy's entry usually does not chain
 		// either, and ErrStaleEpoch tells it why.
 		if e.Epoch < f.epoch {
-			return nil, fmt.Errorf("%w: entry %d of epoch %d, the log is at epoch %d", ErrStaleEpoch, e.Version, e.Epoch, f.epoch)
+			return nil, fmt.Errorf("%w: entry %d of epoch %d, the log is at epoch %d", logentry.ErrStaleEpoch, e.Version, e.Epoch, f.epoch)
 		}
 		last := f.lastVersion()
 		if e.Version <= last || e.PrevVersion != last {
@@ -160,7 +162,7 @@ func (f *fsm) applyRecordLocked(data []byte) (any, error) {
 		f.popLocked(rec.pops)
 	case recGeneration:
 		if rec.epoch <= f.epoch {
-			return nil, fmt.Errorf("%w: generation %d, the log is at epoch %d", ErrStaleEpoch, rec.epoch, f.epoch)
+			return nil, fmt.Errorf("%w: generation %d, the log is at epoch %d", logentry.ErrStaleEpoch, rec.epoch, f.epoch)
 		}
 		f.epoch = rec.epoch
 		return f.lastVersion(), nil
@@ -195,7 +197,7 @@ func (f *fsm) holdTrimPoint(hold, target int64) (kv.Version, bool) {
 
 // addLocked appends a decoded entry whose raft command is raw and indexes
 // its mutations per tag (a mutation listed twice for one tag counts once).
-func (f *fsm) addLocked(e *Entry, raw []byte) {
+func (f *fsm) addLocked(e *logentry.Entry, raw []byte) {
 	groups := f.groups[:0]
 	find := func(t kv.Tag) *tagGroup {
 		for i := range groups {
@@ -262,7 +264,7 @@ func (f *fsm) addLocked(e *Entry, raw []byte) {
 		}
 		for i := range groups {
 			g := &groups[i]
-			f.index[g.tag] = append(f.index[g.tag], tagMsg{msg: Message{Version: e.Version, Mutations: g.muts}, size: g.size})
+			f.index[g.tag] = append(f.index[g.tag], tagMsg{msg: logentry.Message{Version: e.Version, Mutations: g.muts}, size: g.size})
 			g.muts = nil
 		}
 		mem += int64(len(groups))*tagMsgBytes + int64(len(every)+rest)*mutationBytes
@@ -331,16 +333,16 @@ func (f *fsm) trimLocked(upTo kv.Version) {
 
 // peek returns tag's messages with versions in (after, end], stopping after
 // about maxBytes (then end is the last message's version).
-func (f *fsm) peek(tag kv.Tag, after kv.Version, maxBytes int) ([]Message, kv.Version, error) {
+func (f *fsm) peek(tag kv.Tag, after kv.Version, maxBytes int) ([]logentry.Message, kv.Version, error) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	if gone := max(f.goneFloor, f.gone[tag]); after < gone {
-		return nil, 0, fmt.Errorf("%w: tag %d peeks after %d but the log dropped its messages up to %d (trimmed up to %d)", ErrTrimmed, tag, after, gone, f.trimmed)
+		return nil, 0, fmt.Errorf("%w: tag %d peeks after %d but the log dropped its messages up to %d (trimmed up to %d)", logentry.ErrTrimmed, tag, after, gone, f.trimmed)
 	}
 	end := f.lastVersion()
 	q := f.index[tag]
 	i := sort.Search(len(q), func(i int) bool { return q[i].msg.Version > after })
-	var msgs []Message
+	var msgs []logentry.Message
 	size := 0
 	for ; i < len(q); i++ {
 		msgs = append(msgs, q[i].msg)
@@ -573,60 +575,60 @@ func decodeSnapshot(data []byte, replica int, logger *slog.Logger, notify func()
 	if [4]byte(body[:4]) != snapMagic || body[4] < snapVersion || body[4] > snapVersionGone {
 		return nil, fmt.Errorf("%w: bad snapshot header", ErrCorrupt)
 	}
-	r := &reader{b: body, off: 5, what: "snapshot last version"}
-	last := kv.Version(r.varint())
-	r.what = "snapshot trimmed version"
-	trimmed := kv.Version(r.varint())
+	r := &decode.Reader{B: body, Off: 5, Corrupt: ErrCorrupt, What: "snapshot last version"}
+	last := kv.Version(r.Varint())
+	r.What = "snapshot trimmed version"
+	trimmed := kv.Version(r.Varint())
 	nf := newFSM(replica, logger, notify)
 	nf.goneFloor = trimmed
 	switch body[4] {
 	case snapVersionEpoch:
-		r.what = "snapshot epoch"
-		nf.epoch = r.uvarint()
-		if r.err == nil && nf.epoch == 0 {
-			r.fail("epoch 0 in a version %d snapshot", snapVersionEpoch)
+		r.What = "snapshot epoch"
+		nf.epoch = r.Uvarint()
+		if r.Err() == nil && nf.epoch == 0 {
+			r.Fail("epoch 0 in a version %d snapshot", snapVersionEpoch)
 		}
 	case snapVersionGone:
-		r.what = "snapshot epoch"
-		nf.epoch = r.uvarint()
-		r.what = "snapshot gone floor"
-		nf.goneFloor = kv.Version(r.varint())
-		if r.err == nil && (nf.goneFloor < 0 || nf.goneFloor > trimmed) {
-			r.fail("gone floor %d outside [0, trimmed %d]", nf.goneFloor, trimmed)
+		r.What = "snapshot epoch"
+		nf.epoch = r.Uvarint()
+		r.What = "snapshot gone floor"
+		nf.goneFloor = kv.Version(r.Varint())
+		if r.Err() == nil && (nf.goneFloor < 0 || nf.goneFloor > trimmed) {
+			r.Fail("gone floor %d outside [0, trimmed %d]", nf.goneFloor, trimmed)
 		}
 	}
-	r.what = "snapshot popped count"
-	np := r.count(2)
-	for i := 0; i < np && r.err == nil; i++ {
-		r.what = "snapshot popped tag"
-		t := kv.Tag(r.uint32())
-		r.what = "snapshot popped version"
-		nf.popped[t] = kv.Version(r.varint())
+	r.What = "snapshot popped count"
+	np := r.Count(2)
+	for i := 0; i < np && r.Err() == nil; i++ {
+		r.What = "snapshot popped tag"
+		t := kv.Tag(r.Uint32())
+		r.What = "snapshot popped version"
+		nf.popped[t] = kv.Version(r.Varint())
 	}
 	if body[4] == snapVersionGone {
-		r.what = "snapshot gone count"
-		ng := r.count(2)
-		for i := 0; i < ng && r.err == nil; i++ {
-			r.what = "snapshot gone tag"
-			t := kv.Tag(r.uint32())
-			r.what = "snapshot gone version"
-			v := kv.Version(r.varint())
-			if r.err != nil {
+		r.What = "snapshot gone count"
+		ng := r.Count(2)
+		for i := 0; i < ng && r.Err() == nil; i++ {
+			r.What = "snapshot gone tag"
+			t := kv.Tag(r.Uint32())
+			r.What = "snapshot gone version"
+			v := kv.Version(r.Varint())
+			if r.Err() != nil {
 				break
 			}
 			if _, dup := nf.gone[t]; dup || v <= nf.goneFloor || v > trimmed {
-				r.fail("tag %d gone up to %d: a duplicate, or outside (gone floor %d, trimmed %d]", t, v, nf.goneFloor, trimmed)
+				r.Fail("tag %d gone up to %d: a duplicate, or outside (gone floor %d, trimmed %d]", t, v, nf.goneFloor, trimmed)
 				break
 			}
 			nf.gone[t] = v
 		}
 	}
-	r.what = "snapshot entry count"
-	ne := r.count(1)
-	r.what = "snapshot entry"
-	for i := 0; i < ne && r.err == nil; i++ {
-		raw := r.bytes(r.uvarint())
-		if r.err != nil {
+	r.What = "snapshot entry count"
+	ne := r.Count(1)
+	r.What = "snapshot entry"
+	for i := 0; i < ne && r.Err() == nil; i++ {
+		raw := r.Bytes(r.Uvarint())
+		if r.Err() != nil {
 			break
 		}
 		rec, err := decodeRecord(raw)
@@ -641,12 +643,12 @@ func decodeSnapshot(data []byte, replica int, logger *slog.Logger, notify func()
 		}
 		nf.addLocked(&rec.entry, raw)
 	}
-	r.what = "snapshot"
-	if r.err == nil && r.remaining() != 0 {
-		r.fail("%d trailing bytes", r.remaining())
+	r.What = "snapshot"
+	if r.Err() == nil && r.Remaining() != 0 {
+		r.Fail("%d trailing bytes", r.Remaining())
 	}
-	if r.err != nil {
-		return nil, r.err
+	if r.Err() != nil {
+		return nil, r.Err()
 	}
 	if nf.lastVersion() > last {
 		return nil, fmt.Errorf("%w: snapshot entries go past its last version", ErrCorrupt)

@@ -2,7 +2,7 @@ package txlog
 
 // Fuzz targets for every decoder of bytes that come from disk: raft commands
 // (decodeRecord, also what a follower applies), the state machine's snapshots
-// (decodeSnapshot) and the Pebble values of the raft log (decodeRaftLog).
+// (decodeSnapshot); the raft store's records are fuzzed in internal/raftstore.
 // Each must reject any input with an error wrapping ErrCorrupt, never panic,
 // and whatever it accepts must survive encoding and decoding again unchanged.
 //
@@ -13,20 +13,16 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
-	"flag"
 	"fmt"
 	"hash/crc32"
 	"math"
-	"os"
-	"path/filepath"
 	"reflect"
 	"slices"
-	"strings"
 	"testing"
-	"time"
 
+	"github.com/distash/distash/internal/fuzzseed"
 	"github.com/distash/distash/internal/kv"
-	"github.com/hashicorp/raft"
+	"github.com/distash/distash/internal/logentry"
 )
 
 // mustBeCorrupt fails unless err tells the caller the bytes are corrupt.
@@ -57,10 +53,10 @@ func encodeRecord(t *testing.T, rec record) []byte {
 // crash the replica).
 func FuzzDecodeRecord(f *testing.F) {
 	f.Add(encodeEntry(sampleEntry()))
-	f.Add(encodeEntry(&Entry{Version: 1}))
+	f.Add(encodeEntry(&logentry.Entry{Version: 1}))
 	f.Add(encodePop([]TagVersion{{Tag: 1, Version: 10}, {Tag: 2, Version: 20}}))
 	f.Add(encodePop(nil))
-	f.Add(encodeEntry(&Entry{Version: 3, PrevVersion: 2, Epoch: 5, Mutations: sampleEntry().Mutations}))
+	f.Add(encodeEntry(&logentry.Entry{Version: 3, PrevVersion: 2, Epoch: 5, Mutations: sampleEntry().Mutations}))
 	f.Add(encodeGeneration(5))
 	f.Add([]byte{})
 	f.Add([]byte{recEntry, codecVersion, 2, 0, 1, 1, 0, 0, 0, 0})
@@ -130,7 +126,7 @@ func sampleSnapshot(t testing.TB) []byte {
 	f := newFSM(0, discardLogger(), func() {})
 	last := sampleEntry()
 	last.PrevVersion = 10
-	for _, e := range []*Entry{{Version: 5}, {Version: 10, PrevVersion: 5}, last} {
+	for _, e := range []*logentry.Entry{{Version: 5}, {Version: 10, PrevVersion: 5}, last} {
 		if err := f.applyLocked(encodeEntry(e)); err != nil {
 			t.Fatal(err)
 		}
@@ -155,7 +151,7 @@ func FuzzDecodeSnapshot(f *testing.F) {
 	empty := snapshotBytes(f, newFSM(0, discardLogger(), func() {}))
 	f.Add(empty[:len(empty)-4])
 	f.Add([]byte("TXLS"))
-	epoch := body(f, &fsmSnapshot{last: 20, trimmed: 5, epoch: 3, popped: []TagVersion{{1, 5}}, entries: []fsmEntry{{raw: encodeEntry(&Entry{Version: 20, PrevVersion: 10, Epoch: 3})}}})
+	epoch := body(f, &fsmSnapshot{last: 20, trimmed: 5, epoch: 3, popped: []TagVersion{{1, 5}}, entries: []fsmEntry{{raw: encodeEntry(&logentry.Entry{Version: 20, PrevVersion: 10, Epoch: 3})}}})
 	f.Add(epoch)
 	f.Add([]byte("TXLS\x01\x00\x00\x00\x00"))
 	f.Fuzz(func(t *testing.T, body []byte) {
@@ -193,71 +189,16 @@ func fsmContents(f *fsm) any {
 	}{f.entries, f.index, f.state()}
 }
 
-// FuzzDecodeRaftLog: the values of the Pebble raft log store, decoded by
-// GetLog for raft.
-func FuzzDecodeRaftLog(f *testing.F) {
-	at := time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC)
-	f.Add(encodeRaftLog(&raft.Log{Index: 7, Term: 3, Type: raft.LogCommand, Data: encodeEntry(sampleEntry()), AppendedAt: at}))
-	f.Add(encodeRaftLog(&raft.Log{Index: 1, Term: 1, Type: raft.LogConfiguration, Data: []byte{1, 2, 3}}))
-	f.Add(encodeRaftLog(&raft.Log{Index: 1 << 63, Term: 1<<64 - 1, Type: raft.LogNoop, Extensions: []byte("ext"), AppendedAt: at}))
-	f.Add([]byte{})
-	f.Fuzz(func(t *testing.T, b []byte) {
-		in := bytes.Clone(b)
-		var l raft.Log
-		if err := decodeRaftLog(in, &l); err != nil {
-			mustBeCorrupt(t, err)
-			return
-		}
-		// Data and Extensions are copies: Pebble reuses the buffer.
-		data, ext := bytes.Clone(l.Data), bytes.Clone(l.Extensions)
-		for i := range in {
-			in[i] ^= 0xff
-		}
-		if !bytes.Equal(l.Data, data) || !bytes.Equal(l.Extensions, ext) {
-			t.Fatal("the decoded record aliases its input")
-		}
-		b1 := encodeRaftLog(&l)
-		var l1 raft.Log
-		if err := decodeRaftLog(b1, &l1); err != nil {
-			t.Fatalf("re-encoded record does not decode: %v", err)
-		}
-		if !raftLogsEqual(&l, &l1) {
-			t.Fatalf("round trip changed the record:\n got %+v\nwant %+v", l1, l)
-		}
-		if b2 := encodeRaftLog(&l1); !bytes.Equal(b1, b2) {
-			t.Fatalf("encoding is not canonical:\n%x\n%x", b1, b2)
-		}
-	})
-}
-
-// raftLogsEqual compares every field raft reads, AppendedAt as an instant.
-func raftLogsEqual(a, b *raft.Log) bool {
-	return a.Index == b.Index && a.Term == b.Term && a.Type == b.Type &&
-		a.AppendedAt.Equal(b.AppendedAt) && a.AppendedAt.IsZero() == b.AppendedAt.IsZero() &&
-		bytes.Equal(a.Data, b.Data) && bytes.Equal(a.Extensions, b.Extensions)
-}
-
 // The seeds in testdata/fuzz/<target>/ with descriptive names are generated
-// from the encoders by TestFuzzSeeds; the fuzzer adds its regressions beside
-// them under hash names. After an intended change of an encoding (which must
-// still read what earlier versions wrote), regenerate them with
-//
-//	go test -run '^TestFuzzSeeds$' ./internal/txlog -update-fuzz-seeds
-var updateFuzzSeeds = flag.Bool("update-fuzz-seeds", false, "rewrite the generated seeds in testdata/fuzz")
+// from the encoders: see TestFuzzSeeds and package fuzzseed.
 
 // fuzzSeeds returns the generated seeds by target and file name. Names
 // starting with "valid-" must decode; the others (truncated "trunc-" and
 // damaged "bad-" inputs) must be rejected.
 func fuzzSeeds(t *testing.T) map[string]map[string][]byte {
-	// cuts adds prefixes of b cut at each offset, named name-<offset>.
-	cuts := func(m map[string][]byte, name string, b []byte, offsets ...int) {
-		for _, n := range offsets {
-			m[fmt.Sprintf("%s-%d", name, n)] = b[:n]
-		}
-	}
 
 	entry := encodeEntry(sampleEntry())
-	extremes := encodeEntry(&Entry{Version: math.MaxInt64, PrevVersion: math.MinInt64, Mutations: []TaggedMutation{
+	extremes := encodeEntry(&logentry.Entry{Version: math.MaxInt64, PrevVersion: math.MinInt64, Mutations: []logentry.TaggedMutation{
 		{Mutation: kv.Mutation{Type: kv.MutSet, Cost: math.MaxUint32}, Tags: []kv.Tag{math.MaxUint32, 0, math.MaxUint32}},
 		{Mutation: kv.Mutation{Type: kv.MutMin, Key: []byte{0xff, 0}, Param: bytes.Repeat([]byte{0x80}, 200)}},
 		{Mutation: kv.Mutation{Type: kv.MutMax, Key: []byte("k")}, Tags: []kv.Tag{7}},
@@ -265,12 +206,12 @@ func fuzzSeeds(t *testing.T) map[string]map[string][]byte {
 	pop := encodePop([]TagVersion{{Tag: 3, Version: 1 << 40}, {Tag: 1, Version: -1}})
 	record := map[string][]byte{
 		"valid-entry":              entry,
-		"valid-entry-no-mutations": encodeEntry(&Entry{Version: 1}),
+		"valid-entry-no-mutations": encodeEntry(&logentry.Entry{Version: 1}),
 		"valid-entry-extremes":     extremes,
 		"valid-pop":                pop,
 		"valid-pop-empty":          encodePop(nil),
 		"valid-pop-same-tag-twice": encodePop([]TagVersion{{Tag: 4, Version: 9}, {Tag: 4, Version: 2}}),
-		"valid-entry-epoch":        encodeEntry(&Entry{Version: 3, PrevVersion: 2, Epoch: 1 << 40, Mutations: sampleEntry().Mutations}),
+		"valid-entry-epoch":        encodeEntry(&logentry.Entry{Version: 3, PrevVersion: 2, Epoch: 1 << 40, Mutations: sampleEntry().Mutations}),
 		"valid-generation":         encodeGeneration(7),
 		"bad-entry-epoch-zero":     {recEpochEntry, codecVersion, 0, 6, 4, 0},
 		"bad-generation-epoch-0":   {recGeneration, codecVersion, 0},
@@ -284,14 +225,14 @@ func fuzzSeeds(t *testing.T) map[string]map[string][]byte {
 		"bad-tag-overflows-uint32": {recPop, codecVersion, 1, 0xff, 0xff, 0xff, 0xff, 0x7f, 0},
 		"bad-varint-overflow":      {recPop, codecVersion, 1, 1, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x01},
 	}
-	cuts(record, "trunc-entry", entry, 0, 1, 2, 6, 12, 20, len(entry)-1)
-	cuts(record, "trunc-pop", pop, 3, len(pop)-1)
+	fuzzseed.Cuts(record, "trunc-entry", entry, 0, 1, 2, 6, 12, 20, len(entry)-1)
+	fuzzseed.Cuts(record, "trunc-pop", pop, 3, len(pop)-1)
 
 	body := func(s *fsmSnapshot) []byte { return body(t, s) }
 	sample := sampleSnapshot(t)
 	sample = sample[:len(sample)-4]
-	e10 := encodeEntry(&Entry{Version: 10, PrevVersion: 5})
-	e20 := encodeEntry(&Entry{Version: 20, PrevVersion: 10, Mutations: sampleEntry().Mutations})
+	e10 := encodeEntry(&logentry.Entry{Version: 10, PrevVersion: 5})
+	e20 := encodeEntry(&logentry.Entry{Version: 20, PrevVersion: 10, Mutations: sampleEntry().Mutations})
 	// A state written in the versions before per-tag gone versions (1 and
 	// 2): its gone floor is its trimmed version.
 	sampleV1 := body(&fsmSnapshot{last: 20, trimmed: 5, goneFloor: 5, popped: []TagVersion{{1, 5}, {2, 7}},
@@ -300,14 +241,14 @@ func fuzzSeeds(t *testing.T) map[string]map[string][]byte {
 		"valid-sample": sample,
 		"valid-v1":     sampleV1,
 		"valid-gone": body(&fsmSnapshot{last: 20, trimmed: 10, goneFloor: 2, epoch: 4, popped: []TagVersion{{1, 10}, {2, 12}},
-			gone: []TagVersion{{1, 5}, {3, 10}}, entries: []fsmEntry{{raw: encodeEntry(&Entry{Version: 20, PrevVersion: 10, Epoch: 4})}}}),
+			gone: []TagVersion{{1, 5}, {3, 10}}, entries: []fsmEntry{{raw: encodeEntry(&logentry.Entry{Version: 20, PrevVersion: 10, Epoch: 4})}}}),
 		"bad-gone-above-trimmed": body(&fsmSnapshot{last: 20, trimmed: 10, gone: []TagVersion{{1, 11}}}),
 		"bad-gone-below-floor":   body(&fsmSnapshot{last: 20, trimmed: 10, goneFloor: 6, gone: []TagVersion{{1, 6}}}),
 		"bad-gone-duplicate":     body(&fsmSnapshot{last: 20, trimmed: 10, gone: []TagVersion{{1, 5}, {1, 7}}}),
 		"valid-empty":            body(&fsmSnapshot{}),
 		"valid-all-trimmed":      body(&fsmSnapshot{last: 30, trimmed: 30, goneFloor: 30, popped: []TagVersion{{1, 30}, {2, 40}}}),
 		"valid-epoch": body(&fsmSnapshot{last: 20, trimmed: 5, goneFloor: 5, epoch: 3, popped: []TagVersion{{1, 5}},
-			entries: []fsmEntry{{raw: encodeEntry(&Entry{Version: 20, PrevVersion: 10, Epoch: 3})}}}),
+			entries: []fsmEntry{{raw: encodeEntry(&logentry.Entry{Version: 20, PrevVersion: 10, Epoch: 3})}}}),
 		"bad-v2-epoch-0":    append([]byte("TXLS\x02"), slices.Insert(bytes.Clone(sampleV1[5:]), v1HeaderLen(sampleV1)-5, 0)...),
 		"bad-magic":         append([]byte("TXLX"), sample[4:]...),
 		"bad-version":       append([]byte{'T', 'X', 'L', 'S', snapVersionGone + 1}, sample[5:]...),
@@ -318,26 +259,11 @@ func fuzzSeeds(t *testing.T) map[string]map[string][]byte {
 		"bad-entry":         body(&fsmSnapshot{last: 10, entries: []fsmEntry{{raw: e10[:len(e10)-1]}}}),
 		"bad-trailing-byte": append(bytes.Clone(sample), 0),
 	}
-	cuts(snapshot, "trunc", sample, 0, 4, 5, 8, 30, len(sample)-1)
-
-	at := time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC)
-	cmd := encodeRaftLog(&raft.Log{Index: 7, Term: 3, Type: raft.LogCommand, Data: entry, AppendedAt: at})
-	raftLog := map[string][]byte{
-		"valid-command":         cmd,
-		"valid-bootstrap":       encodeRaftLog(&raft.Log{Index: 1, Term: 1, Type: raft.LogConfiguration, Data: []byte{0, 1, 2}}),
-		"valid-extremes":        encodeRaftLog(&raft.Log{Index: math.MaxUint64, Term: math.MaxUint64, Type: 255, Extensions: []byte("ext"), AppendedAt: time.Unix(0, math.MinInt64)}),
-		"valid-no-data":         encodeRaftLog(&raft.Log{Index: 2, Term: 1, Type: raft.LogNoop, AppendedAt: at}),
-		"bad-trailing-byte":     append(bytes.Clone(cmd), 0),
-		"bad-data-length":       {1, 1, 0, 0, 0xff, 0xff, 0xff, 0xff, 0x0f},
-		"bad-term-overflow":     {1, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x01},
-		"bad-extensions-length": {1, 1, 0, 0, 0, 9, 1},
-	}
-	cuts(raftLog, "trunc", cmd, 0, 1, 3, 10, len(cmd)-1)
+	fuzzseed.Cuts(snapshot, "trunc", sample, 0, 4, 5, 8, 30, len(sample)-1)
 
 	return map[string]map[string][]byte{
 		"FuzzDecodeRecord":   record,
 		"FuzzDecodeSnapshot": snapshot,
-		"FuzzDecodeRaftLog":  raftLog,
 	}
 }
 
@@ -370,8 +296,6 @@ func decodeSeed(target string, b []byte) error {
 	case "FuzzDecodeSnapshot":
 		_, err := decodeSnapshot(withCRC(b), 0, discardLogger(), func() {})
 		return err
-	case "FuzzDecodeRaftLog":
-		return decodeRaftLog(b, new(raft.Log))
 	}
 	return fmt.Errorf("no target %s", target)
 }
@@ -381,31 +305,5 @@ func decodeSeed(target string, b []byte) error {
 // and the seeds still reach the decoders' success paths) and that each
 // decodes or fails as its name says.
 func TestFuzzSeeds(t *testing.T) {
-	for target, seeds := range fuzzSeeds(t) {
-		dir := filepath.Join("testdata", "fuzz", target)
-		if *updateFuzzSeeds {
-			if err := os.MkdirAll(dir, 0o755); err != nil {
-				t.Fatal(err)
-			}
-		}
-		for name, b := range seeds {
-			err := decodeSeed(target, b)
-			if valid := strings.HasPrefix(name, "valid-"); valid && err != nil {
-				t.Errorf("%s/%s: %v, want it to decode", target, name, err)
-			} else if !valid && !errors.Is(err, ErrCorrupt) {
-				t.Errorf("%s/%s: err %v, want ErrCorrupt", target, name, err)
-			}
-			file := filepath.Join(dir, name)
-			want := fmt.Appendf(nil, "go test fuzz v1\n[]byte(%q)\n", b)
-			if *updateFuzzSeeds {
-				if err := os.WriteFile(file, want, 0o644); err != nil {
-					t.Fatal(err)
-				}
-				continue
-			}
-			if got, err := os.ReadFile(file); err != nil || !bytes.Equal(got, want) {
-				t.Errorf("%s differs from what the encoders write now (%v); if the change is intended, run with -update-fuzz-seeds", file, err)
-			}
-		}
-	}
+	fuzzseed.Check(t, fuzzSeeds(t), ErrCorrupt, decodeSeed)
 }

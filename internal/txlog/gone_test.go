@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/distash/distash/internal/kv"
+	"github.com/distash/distash/internal/logentry"
 )
 
 // TestPeekAfterTrimOfOtherTags: a stash that was away while the log
@@ -13,14 +14,14 @@ import (
 // of its own tag gets ErrTrimmed. Snapshots keep what each tag lost.
 func TestPeekAfterTrimOfOtherTags(t *testing.T) {
 	f := newFSM(0, discardLogger(), func() {})
-	set := func(k string, tags ...kv.Tag) TaggedMutation {
-		return TaggedMutation{Mutation: kv.Mutation{Type: kv.MutSet, Key: []byte(k), Param: []byte("v")}, Tags: tags}
+	set := func(k string, tags ...kv.Tag) logentry.TaggedMutation {
+		return logentry.TaggedMutation{Mutation: kv.Mutation{Type: kv.MutSet, Key: []byte(k), Param: []byte("v")}, Tags: tags}
 	}
-	for _, e := range []*Entry{
-		{Version: 5, Mutations: []TaggedMutation{set("a", 1)}},
-		{Version: 10, PrevVersion: 5, Mutations: []TaggedMutation{set("b", 2)}},
-		{Version: 15, PrevVersion: 10, Mutations: []TaggedMutation{set("sys", 0)}},
-		{Version: 20, PrevVersion: 15, Mutations: []TaggedMutation{set("c", 1)}},
+	for _, e := range []*logentry.Entry{
+		{Version: 5, Mutations: []logentry.TaggedMutation{set("a", 1)}},
+		{Version: 10, PrevVersion: 5, Mutations: []logentry.TaggedMutation{set("b", 2)}},
+		{Version: 15, PrevVersion: 10, Mutations: []logentry.TaggedMutation{set("sys", 0)}},
+		{Version: 20, PrevVersion: 15, Mutations: []logentry.TaggedMutation{set("c", 1)}},
 	} {
 		if err := f.applyLocked(encodeEntry(e)); err != nil {
 			t.Fatal(err)
@@ -36,13 +37,13 @@ func TestPeekAfterTrimOfOtherTags(t *testing.T) {
 		if msgs, _, err := f.peek(0, 0, 0); err != nil || len(msgs) != 1 || msgs[0].Version != 15 {
 			t.Errorf("%s: tag 0 after 0: %v, %v; want its message at 15 (nothing of tag 0 was dropped)", what, msgs, err)
 		}
-		if _, _, err := f.peek(1, 4, 0); !errors.Is(err, ErrTrimmed) {
+		if _, _, err := f.peek(1, 4, 0); !errors.Is(err, logentry.ErrTrimmed) {
 			t.Errorf("%s: tag 1 after 4: %v, want ErrTrimmed (its message at 5 is gone)", what, err)
 		}
 		if msgs, _, err := f.peek(1, 5, 0); err != nil || len(msgs) != 1 || msgs[0].Version != 20 {
 			t.Errorf("%s: tag 1 after 5: %v, %v; want its message at 20", what, msgs, err)
 		}
-		if _, _, err := f.peek(2, 9, 0); !errors.Is(err, ErrTrimmed) {
+		if _, _, err := f.peek(2, 9, 0); !errors.Is(err, logentry.ErrTrimmed) {
 			t.Errorf("%s: tag 2 after 9: %v, want ErrTrimmed", what, err)
 		}
 		if _, _, err := f.peek(3, 0, 0); err != nil {
@@ -70,7 +71,7 @@ func TestPeekAfterTrimOfOtherTags(t *testing.T) {
 	if old[4] != snapVersion {
 		t.Fatalf("snapshot with its gone floor at trimmed written as version %d, want 1", old[4])
 	}
-	if _, _, err := of.peek(0, 0, 0); !errors.Is(err, ErrTrimmed) {
+	if _, _, err := of.peek(0, 0, 0); !errors.Is(err, logentry.ErrTrimmed) {
 		t.Errorf("version 1 snapshot: tag 0 after 0: %v, want ErrTrimmed", err)
 	}
 }

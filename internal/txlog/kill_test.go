@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/distash/distash/internal/kv"
+	"github.com/distash/distash/internal/logentry"
 	"github.com/distash/distash/internal/testutil/subprocess"
 )
 
@@ -43,9 +44,9 @@ func TestKill9Child(t *testing.T) {
 	fmt.Fprintf(out, "start %d\n", l.LastVersion())
 	out.Flush()
 	v := l.LastVersion()
-	var window []*Future
+	var window []*logentry.Future
 	for i := 0; i < 1_000_000; i++ {
-		e := &Entry{Version: v + 1, PrevVersion: v, Mutations: []TaggedMutation{mut(fmt.Sprint(v+1), 1, 2)}}
+		e := &logentry.Entry{Version: v + 1, PrevVersion: v, Mutations: []logentry.TaggedMutation{mut(fmt.Sprint(v+1), 1, 2)}}
 		v++
 		window = append(window, l.Append(e))
 		if len(window) < 64 {

@@ -18,34 +18,11 @@ import (
 
 	"github.com/distash/distash/internal/fsys"
 	"github.com/distash/distash/internal/kv"
+	"github.com/distash/distash/internal/logentry"
 	"github.com/distash/distash/internal/raftlog"
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 )
-
-// TaggedMutation is a mutation with the tags of every stash that must apply
-// it.
-type TaggedMutation struct {
-	kv.Mutation
-	Tags []kv.Tag
-}
-
-// Entry is one commit batch: all mutations committed at Version. PrevVersion
-// is the Version of the previous entry (0 for the first entry of a log).
-// Epoch is the generation of the commit proxy that appends it (see
-// BeginGeneration; 0 in embedded mode): the log rejects an entry of an
-// epoch below its own.
-type Entry struct {
-	Version, PrevVersion kv.Version
-	Epoch                uint64
-	Mutations            []TaggedMutation
-}
-
-// Message is the part of one Entry for one tag.
-type Message struct {
-	Version   kv.Version
-	Mutations []kv.Mutation
-}
 
 // Peer is one replica of a log in network mode: its raft server id and the
 // address its raft transport listens on.
@@ -154,63 +131,19 @@ var (
 	// Options.LeaderTimeout; the entry was not submitted (definitely not
 	// committed), nor will later appends be until Resync.
 	ErrNoLeader = errors.New("txlog: no raft leader")
-	// ErrTrimmed is returned by Peek for a version below what the log has
-	// already dropped.
-	ErrTrimmed = errors.New("txlog: version already popped")
 	// ErrNotLeader is returned in network mode by Append, Resync,
 	// BeginGeneration, VerifyLeader and SyncPops on a replica that is not
 	// the raft leader (or, for VerifyLeader, no longer leads a quorum). An
 	// append that fails with it was not submitted (definitely not
 	// committed) and does not block later appends.
 	ErrNotLeader = errors.New("txlog: not the raft leader")
-	// ErrStaleEpoch is returned by BeginGeneration for an epoch not above
-	// the log's, and (through the Future) by Append for an entry whose Epoch
-	// is below the log's: a newer commit proxy took over. Such an entry is
-	// definitely not in the log.
-	ErrStaleEpoch = errors.New("txlog: stale epoch")
 )
 
-// Future is the result of an Append.
-type Future struct {
-	version kv.Version
+// pendingAppend is an append submitted to raft, waiting for its result.
+type pendingAppend struct {
+	finish  func(error)
 	af      raft.ApplyFuture
 	stopped <-chan struct{} // closed once the replica af was submitted to is stopped
-	done    chan struct{}
-	err     error
-}
-
-func newFuture(v kv.Version) *Future { return &Future{version: v, done: make(chan struct{})} }
-
-func (f *Future) finish(err error) {
-	f.err = err
-	close(f.done)
-}
-
-// Version is the appended entry's version.
-func (f *Future) Version() kv.Version { return f.version }
-
-// Done is closed once the result is known.
-func (f *Future) Done() <-chan struct{} { return f.done }
-
-// Err is the result once Done is closed: nil when the entry is committed by
-// a raft quorum (fsynced) and applied.
-func (f *Future) Err() error {
-	select {
-	case <-f.done:
-		return f.err
-	default:
-		return nil
-	}
-}
-
-// Wait waits for the result. A ctx error says nothing about the entry.
-func (f *Future) Wait(ctx context.Context) error {
-	select {
-	case <-f.done:
-		return f.err
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 // Stats describe the log.
@@ -251,7 +184,7 @@ type Log struct {
 	unsubmitted  bool   // an append found no leader: fail the next ones until Resync
 	epoch        uint64 // highest epoch BeginGeneration started here: older appends fail at once
 	closing      bool
-	pending      chan *Future
+	pending      chan *pendingAppend
 	complDone    chan struct{}
 
 	popMu      sync.Mutex
@@ -348,7 +281,7 @@ func Open(opts Options) (*Log, error) {
 		opts:       opts,
 		logger:     logger,
 		hlog:       raftlog.New(logger, "raft"), // errors only, rate-limited: elections are routine
-		pending:    make(chan *Future, 8192),
+		pending:    make(chan *pendingAppend, 8192),
 		complDone:  make(chan struct{}),
 		popPending: make(map[kv.Tag]kv.Version),
 		dropped:    make(map[kv.Tag]kv.Version),
@@ -387,7 +320,7 @@ func Open(opts Options) (*Log, error) {
 		l.shutdown()
 		return nil, err
 	}
-	if err := mkdirDurable(opts.FS, opts.Dir); err != nil {
+	if err := fsys.MkdirDurable(opts.FS, opts.Dir); err != nil {
 		return fail(err)
 	}
 	if err := checkMeta(fsys.Or(opts.FS), opts.Dir, opts.Replicas, opts.Network); err != nil {
@@ -531,14 +464,14 @@ func checkMeta(fs fsys.FS, dir string, replicas int, network *NetworkOptions) er
 // complete resolves futures in append order.
 func (l *Log) complete() {
 	defer close(l.complDone)
-	for f := range l.pending {
-		err := awaitFuture(f.af, f.stopped)
+	for p := range l.pending {
+		err := awaitFuture(p.af, p.stopped)
 		if err != nil {
 			err = fmt.Errorf("%w: %w", ErrCommitUnknown, err)
-		} else if re, ok := f.af.Response().(error); ok && re != nil {
+		} else if re, ok := p.af.Response().(error); ok && re != nil {
 			err = re
 		}
-		f.finish(err)
+		p.finish(err)
 	}
 }
 
@@ -567,51 +500,49 @@ func awaitFuture(rf raft.Future, stopped <-chan struct{}) error {
 // called by one goroutine, in increasing Version order, with e.PrevVersion
 // the previous entry's Version (LastVersion after Open or Resync). e is
 // encoded before Append returns and may be reused.
-func (l *Log) Append(e *Entry) *Future {
-	f := newFuture(e.Version)
+func (l *Log) Append(e *logentry.Entry) *logentry.Future {
+	f, finish := logentry.NewFuture(e.Version)
 	l.appendMu.Lock()
 	defer l.appendMu.Unlock()
 	if l.closing {
-		f.finish(ErrClosed)
+		finish(ErrClosed)
 		return f
 	}
 	// Before the order check: a deposed proxy's entry does not chain from
 	// what the new one appends, and must not disturb its chain.
 	if e.Epoch < l.epoch {
-		f.finish(fmt.Errorf("%w: entry %d of epoch %d after generation %d began", ErrStaleEpoch, e.Version, e.Epoch, l.epoch))
+		finish(fmt.Errorf("%w: entry %d of epoch %d after generation %d began", logentry.ErrStaleEpoch, e.Version, e.Epoch, l.epoch))
 		return f
 	}
 	if e.Version <= l.lastAppended || e.PrevVersion != l.lastAppended {
-		f.finish(fmt.Errorf("%w: entry %d with prev %d after %d", ErrOutOfOrder, e.Version, e.PrevVersion, l.lastAppended))
+		finish(fmt.Errorf("%w: entry %d with prev %d after %d", ErrOutOfOrder, e.Version, e.PrevVersion, l.lastAppended))
 		return f
 	}
 	if l.network() {
 		// Never wait for a leader: the caller must find the node that leads.
 		r := l.leader()
 		if r == nil {
-			f.finish(ErrNotLeader)
+			finish(ErrNotLeader)
 			return f
 		}
 		l.lastAppended = e.Version
-		f.af, f.stopped = r.raft.Apply(encodeEntry(e), 0), r.stopped
-		l.pending <- f
+		l.pending <- &pendingAppend{finish: finish, af: r.raft.Apply(encodeEntry(e), 0), stopped: r.stopped}
 		return f
 	}
 	l.lastAppended = e.Version
 	if l.unsubmitted {
 		// It would chain onto an entry that is not in the log.
-		f.finish(fmt.Errorf("%w: an earlier append was not submitted, Resync first", ErrNoLeader))
+		finish(fmt.Errorf("%w: an earlier append was not submitted, Resync first", ErrNoLeader))
 		return f
 	}
 	buf := encodeEntry(e)
 	r := l.waitLeader(l.opts.LeaderTimeout)
 	if r == nil {
 		l.unsubmitted = true
-		f.finish(ErrNoLeader)
+		finish(ErrNoLeader)
 		return f
 	}
-	f.af, f.stopped = r.raft.Apply(buf, 0), r.stopped
-	l.pending <- f
+	l.pending <- &pendingAppend{finish: finish, af: r.raft.Apply(buf, 0), stopped: r.stopped}
 	return f
 }
 
@@ -723,7 +654,7 @@ func leaderErr(ctx context.Context, err error) error {
 // generation may have begun; retry with a higher epoch.
 func (l *Log) BeginGeneration(ctx context.Context, epoch uint64) (kv.Version, error) {
 	if epoch == 0 {
-		return 0, fmt.Errorf("%w: generation epochs start at 1", ErrStaleEpoch)
+		return 0, fmt.Errorf("%w: generation epochs start at 1", logentry.ErrStaleEpoch)
 	}
 	select {
 	case <-l.closed:
@@ -739,7 +670,7 @@ func (l *Log) BeginGeneration(ctx context.Context, epoch uint64) (kv.Version, er
 		return 0, leaderErr(ctx, err)
 	}
 	if cur := r.fsm.currentEpoch(); cur >= epoch {
-		return 0, fmt.Errorf("%w: generation %d, the log is at epoch %d", ErrStaleEpoch, epoch, cur)
+		return 0, fmt.Errorf("%w: generation %d, the log is at epoch %d", logentry.ErrStaleEpoch, epoch, cur)
 	}
 	l.appendMu.Lock()
 	if l.closing {
@@ -1008,7 +939,7 @@ func (l *Log) notify() {
 // (even with no messages). With maxBytes > 0 it stops early after about
 // maxBytes (at least one message); end is then the last message's version.
 // The returned mutations share memory with the log: do not modify them.
-func (l *Log) Peek(ctx context.Context, tag kv.Tag, after kv.Version, maxBytes int) ([]Message, kv.Version, error) {
+func (l *Log) Peek(ctx context.Context, tag kv.Tag, after kv.Version, maxBytes int) ([]logentry.Message, kv.Version, error) {
 	for {
 		ch := l.waitCh()
 		select {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/distash/distash/internal/kv"
+	"github.com/distash/distash/internal/logentry"
 )
 
 // discardLogger drops logs, unless TXLOG_TEST_LOG is set.
@@ -41,8 +42,8 @@ func ctxT(t testing.TB) context.Context {
 }
 
 // mut builds a set mutation of key k tagged with tags.
-func mut(k string, tags ...kv.Tag) TaggedMutation {
-	return TaggedMutation{Mutation: kv.Mutation{Type: kv.MutSet, Key: []byte(k), Param: []byte("v-" + k)}, Tags: tags}
+func mut(k string, tags ...kv.Tag) logentry.TaggedMutation {
+	return logentry.TaggedMutation{Mutation: kv.Mutation{Type: kv.MutSet, Key: []byte(k), Param: []byte("v-" + k)}, Tags: tags}
 }
 
 // appender appends entries chained from the log's last version.
@@ -56,20 +57,20 @@ func newAppender(t testing.TB, l *Log) *appender {
 	return &appender{t: t, l: l, last: l.LastVersion()}
 }
 
-func (a *appender) append(v kv.Version, muts ...TaggedMutation) *Future {
-	f := a.l.Append(&Entry{Version: v, PrevVersion: a.last, Mutations: muts})
+func (a *appender) append(v kv.Version, muts ...logentry.TaggedMutation) *logentry.Future {
+	f := a.l.Append(&logentry.Entry{Version: v, PrevVersion: a.last, Mutations: muts})
 	a.last = v
 	return f
 }
 
-func (a *appender) mustAppend(v kv.Version, muts ...TaggedMutation) {
+func (a *appender) mustAppend(v kv.Version, muts ...logentry.TaggedMutation) {
 	a.t.Helper()
 	if err := a.append(v, muts...).Wait(ctxT(a.t)); err != nil {
 		a.t.Fatalf("append %d: %v", v, err)
 	}
 }
 
-func keysOf(msgs []Message) []string {
+func keysOf(msgs []logentry.Message) []string {
 	var out []string
 	for _, m := range msgs {
 		for _, mu := range m.Mutations {
@@ -79,7 +80,7 @@ func keysOf(msgs []Message) []string {
 	return out
 }
 
-func mustPeek(t testing.TB, l *Log, tag kv.Tag, after kv.Version, maxBytes int) ([]Message, kv.Version) {
+func mustPeek(t testing.TB, l *Log, tag kv.Tag, after kv.Version, maxBytes int) ([]logentry.Message, kv.Version) {
 	t.Helper()
 	msgs, end, err := l.Peek(ctxT(t), tag, after, maxBytes)
 	if err != nil {
@@ -150,10 +151,10 @@ func TestAppendRejectsOutOfOrder(t *testing.T) {
 	l := openLog(t, testOptions(t.TempDir(), 1, 1))
 	defer l.Close()
 	ctx := ctxT(t)
-	if err := l.Append(&Entry{Version: 10, PrevVersion: 0}).Wait(ctx); err != nil {
+	if err := l.Append(&logentry.Entry{Version: 10, PrevVersion: 0}).Wait(ctx); err != nil {
 		t.Fatal(err)
 	}
-	for _, e := range []*Entry{
+	for _, e := range []*logentry.Entry{
 		{Version: 10, PrevVersion: 10}, // not increasing
 		{Version: 5, PrevVersion: 10},  // going back
 		{Version: 20, PrevVersion: 7},  // prev mismatch
@@ -162,7 +163,7 @@ func TestAppendRejectsOutOfOrder(t *testing.T) {
 			t.Errorf("Append(%+v) = %v, want ErrOutOfOrder", e, err)
 		}
 	}
-	if err := l.Append(&Entry{Version: 20, PrevVersion: 10}).Wait(ctx); err != nil {
+	if err := l.Append(&logentry.Entry{Version: 20, PrevVersion: 10}).Wait(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if v := l.LastVersion(); v != 20 {
@@ -177,7 +178,7 @@ func TestPeekBlocksUntilAppend(t *testing.T) {
 	a.mustAppend(10, mut("x", 1))
 
 	type result struct {
-		msgs []Message
+		msgs []logentry.Message
 		end  kv.Version
 		err  error
 		at   time.Time
@@ -254,7 +255,7 @@ func TestConcurrentPeekAndAppend(t *testing.T) {
 		}()
 	}
 	a := newAppender(t, l)
-	var fs []*Future
+	var fs []*logentry.Future
 	for v := kv.Version(1); v <= n; v++ {
 		fs = append(fs, a.append(v, mut(fmt.Sprint(v), kv.Tag(v%3+1))))
 	}
@@ -275,7 +276,7 @@ func TestPopTrimsAtMinimumOverTags(t *testing.T) {
 	defer l.Close()
 	ctx := ctxT(t)
 	a := newAppender(t, l)
-	var fs []*Future
+	var fs []*logentry.Future
 	for v := kv.Version(1); v <= 100; v++ {
 		fs = append(fs, a.append(v, mut(fmt.Sprint(v), 1, 2)))
 	}
@@ -302,7 +303,7 @@ func TestPopTrimsAtMinimumOverTags(t *testing.T) {
 	if l.Popped(1) != 50 || l.Popped(2) != 30 {
 		t.Fatalf("Popped = %d, %d", l.Popped(1), l.Popped(2))
 	}
-	if _, _, err := l.Peek(ctx, 2, 10, 0); !errors.Is(err, ErrTrimmed) {
+	if _, _, err := l.Peek(ctx, 2, 10, 0); !errors.Is(err, logentry.ErrTrimmed) {
 		t.Fatalf("Peek below the trim point: %v", err)
 	}
 	msgs, end := mustPeek(t, l, 2, 30, 0)
@@ -369,7 +370,7 @@ func TestRestartRecovers(t *testing.T) {
 	if err := l.Close(); err != nil { // idempotent
 		t.Fatal(err)
 	}
-	if err := l.Append(&Entry{Version: 2000, PrevVersion: 1000}).Wait(ctxT(t)); !errors.Is(err, ErrClosed) {
+	if err := l.Append(&logentry.Entry{Version: 2000, PrevVersion: 1000}).Wait(ctxT(t)); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Append after Close: %v", err)
 	}
 
@@ -409,7 +410,7 @@ func TestSnapshotBoundsLogAndRestart(t *testing.T) {
 	l := openLog(t, opts)
 	a := newAppender(t, l)
 	const n = 3000
-	var fs []*Future
+	var fs []*logentry.Future
 	for v := kv.Version(1); v <= n; v++ {
 		fs = append(fs, a.append(v*10, mut(fmt.Sprint(v), kv.Tag(v%2+1)), mut(fmt.Sprint("all", v), 1, 2)))
 		if v%500 == 0 {
@@ -481,7 +482,7 @@ func TestHeld(t *testing.T) {
 	defer l.Close()
 	ctx := ctxT(t)
 	a := newAppender(t, l)
-	var fs []*Future
+	var fs []*logentry.Future
 	for v := kv.Version(1); v <= 10; v++ {
 		fs = append(fs, a.append(v, mut(fmt.Sprint(v), 1, 2)))
 	}

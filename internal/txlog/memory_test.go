@@ -10,6 +10,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/distash/distash/internal/kv"
+	"github.com/distash/distash/internal/logentry"
 )
 
 // TestLogCacheBounds stores records past both bounds and checks what the
@@ -79,9 +80,9 @@ func TestPoppedEntriesLeaveMemory(t *testing.T) {
 	before := heap()
 	const entries, perEntry = 24, 1 << 20
 	for i := 1; i <= entries; i++ {
-		var muts []TaggedMutation
+		var muts []logentry.TaggedMutation
 		for j := 0; j < 8; j++ {
-			muts = append(muts, TaggedMutation{Mutation: kv.Mutation{Type: kv.MutSet, Key: fmt.Appendf(nil, "k%d-%d", i, j), Param: make([]byte, perEntry/8)}, Tags: []kv.Tag{1}})
+			muts = append(muts, logentry.TaggedMutation{Mutation: kv.Mutation{Type: kv.MutSet, Key: fmt.Appendf(nil, "k%d-%d", i, j), Param: make([]byte, perEntry/8)}, Tags: []kv.Tag{1}})
 		}
 		a.mustAppend(kv.Version(i), muts...)
 	}
@@ -115,8 +116,8 @@ func TestMemoryBudget(t *testing.T) {
 	l := openLog(t, opts)
 	defer l.Close()
 	a := newAppender(t, l)
-	entry := func(tags func(i int) []kv.Tag) []TaggedMutation {
-		muts := make([]TaggedMutation, 1000)
+	entry := func(tags func(i int) []kv.Tag) []logentry.TaggedMutation {
+		muts := make([]logentry.TaggedMutation, 1000)
 		for i := range muts {
 			muts[i] = mut(fmt.Sprintf("k%04d", i), tags(i)...)
 		}

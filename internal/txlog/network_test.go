@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/distash/distash/internal/kv"
+	"github.com/distash/distash/internal/logentry"
 	"github.com/hashicorp/raft"
 )
 
@@ -201,7 +202,7 @@ func TestNetworkCluster(t *testing.T) {
 
 	// A follower rejects appends at once, and they do not block it.
 	t0 := time.Now()
-	err := c.logs[fol].Append(&Entry{Version: 1, Epoch: 1, Mutations: []TaggedMutation{mut("x", 1)}}).Wait(ctxT(t))
+	err := c.logs[fol].Append(&logentry.Entry{Version: 1, Epoch: 1, Mutations: []logentry.TaggedMutation{mut("x", 1)}}).Wait(ctxT(t))
 	if !errors.Is(err, ErrNotLeader) || time.Since(t0) > 100*time.Millisecond {
 		t.Fatalf("append on a follower: %v after %v", err, time.Since(t0))
 	}
@@ -228,10 +229,10 @@ func TestNetworkCluster(t *testing.T) {
 		t.Fatalf("BeginGeneration(1) = %d, %v", v, err)
 	}
 	a := &appender{t: t, l: ll, last: v}
-	appendN := func(a *appender, epoch uint64, from, to kv.Version) []*Future {
-		var fs []*Future
+	appendN := func(a *appender, epoch uint64, from, to kv.Version) []*logentry.Future {
+		var fs []*logentry.Future
 		for v := from; v <= to; v++ {
-			fs = append(fs, a.l.Append(&Entry{Version: v, PrevVersion: a.last, Epoch: epoch, Mutations: []TaggedMutation{mut(fmt.Sprint(v), 1, 2)}}))
+			fs = append(fs, a.l.Append(&logentry.Entry{Version: v, PrevVersion: a.last, Epoch: epoch, Mutations: []logentry.TaggedMutation{mut(fmt.Sprint(v), 1, 2)}}))
 			a.last = v
 		}
 		return fs
@@ -244,14 +245,14 @@ func TestNetworkCluster(t *testing.T) {
 	}
 
 	// Generation 2 fences the proxy of generation 1.
-	if _, err := ll.BeginGeneration(ctxT(t), 1); !errors.Is(err, ErrStaleEpoch) {
+	if _, err := ll.BeginGeneration(ctxT(t), 1); !errors.Is(err, logentry.ErrStaleEpoch) {
 		t.Fatalf("BeginGeneration(1) again: %v", err)
 	}
 	v, err = ll.BeginGeneration(ctxT(t), 2)
 	if err != nil || v != 20 {
 		t.Fatalf("BeginGeneration(2) = %d, %v", v, err)
 	}
-	if err := appendN(&appender{t: t, l: ll, last: 20}, 1, 21, 21)[0].Wait(ctxT(t)); !errors.Is(err, ErrStaleEpoch) {
+	if err := appendN(&appender{t: t, l: ll, last: 20}, 1, 21, 21)[0].Wait(ctxT(t)); !errors.Is(err, logentry.ErrStaleEpoch) {
 		t.Fatalf("append of epoch 1 after generation 2: %v", err)
 	}
 	a = &appender{t: t, l: ll, last: v}
@@ -324,7 +325,7 @@ func TestNetworkCluster(t *testing.T) {
 	if err != nil || last < acked {
 		t.Fatalf("Resync on the new leader: %d, %v (acknowledged %d)", last, err, acked)
 	}
-	if err := appendN(&appender{t: t, l: ll, last: last}, 1, last+1, last+1)[0].Wait(ctxT(t)); !errors.Is(err, ErrStaleEpoch) {
+	if err := appendN(&appender{t: t, l: ll, last: last}, 1, last+1, last+1)[0].Wait(ctxT(t)); !errors.Is(err, logentry.ErrStaleEpoch) {
 		t.Fatalf("append of epoch 1 on the new leader: %v", err)
 	}
 	v, err = ll.BeginGeneration(ctxT(t), 3)
@@ -460,8 +461,8 @@ func TestHoldBoundDropsTag(t *testing.T) {
 	l := openLog(t, opts)
 	defer l.Close()
 	a := newAppender(t, l)
-	big := func(v kv.Version) TaggedMutation {
-		return TaggedMutation{Mutation: kv.Mutation{Type: kv.MutSet, Key: []byte(fmt.Sprint(v)), Param: make([]byte, 4<<10)}, Tags: []kv.Tag{systemTag, 1, 2}}
+	big := func(v kv.Version) logentry.TaggedMutation {
+		return logentry.TaggedMutation{Mutation: kv.Mutation{Type: kv.MutSet, Key: []byte(fmt.Sprint(v)), Param: make([]byte, 4<<10)}, Tags: []kv.Tag{systemTag, 1, 2}}
 	}
 	// The system tag and tag 1 keep up; tag 2 (a dead stash) never pops.
 	for v := kv.Version(1); v <= 40; v++ {
@@ -476,7 +477,7 @@ func TestHoldBoundDropsTag(t *testing.T) {
 	if s.Memory > opts.HoldBytes || len(s.Dropped) != 1 || s.Dropped[2] == 0 || s.Trimmed != s.Dropped[2] {
 		t.Fatalf("after passing HoldBytes: %+v", s)
 	}
-	if _, _, err := l.Peek(ctxT(t), 2, 0, 0); !errors.Is(err, ErrTrimmed) {
+	if _, _, err := l.Peek(ctxT(t), 2, 0, 0); !errors.Is(err, logentry.ErrTrimmed) {
 		t.Fatalf("dropped tag peeks below the trim point: %v", err)
 	}
 	if msgs, _ := mustPeek(t, l, 2, s.Dropped[2], 0); len(msgs) == 0 || msgs[len(msgs)-1].Version != 40 {
@@ -506,21 +507,21 @@ func TestFSMEpoch(t *testing.T) {
 		defer f.mu.Unlock()
 		return f.applyRecordLocked(b)
 	}
-	if _, err := apply(encodeEntry(&Entry{Version: 1, Mutations: []TaggedMutation{mut("a", 1)}})); err != nil {
+	if _, err := apply(encodeEntry(&logentry.Entry{Version: 1, Mutations: []logentry.TaggedMutation{mut("a", 1)}})); err != nil {
 		t.Fatal(err)
 	}
 	if resp, err := apply(encodeGeneration(2)); err != nil || resp != kv.Version(1) {
 		t.Fatalf("generation 2: %v, %v", resp, err)
 	}
 	for _, epoch := range []uint64{2, 1} {
-		if _, err := apply(encodeGeneration(epoch)); !errors.Is(err, ErrStaleEpoch) {
+		if _, err := apply(encodeGeneration(epoch)); !errors.Is(err, logentry.ErrStaleEpoch) {
 			t.Fatalf("generation %d at epoch 2: %v", epoch, err)
 		}
 	}
-	if _, err := apply(encodeEntry(&Entry{Version: 2, PrevVersion: 1, Epoch: 1})); !errors.Is(err, ErrStaleEpoch) {
+	if _, err := apply(encodeEntry(&logentry.Entry{Version: 2, PrevVersion: 1, Epoch: 1})); !errors.Is(err, logentry.ErrStaleEpoch) {
 		t.Fatalf("entry of epoch 1: %v", err)
 	}
-	if _, err := apply(encodeEntry(&Entry{Version: 2, PrevVersion: 1, Epoch: 2, Mutations: []TaggedMutation{mut("b", 1)}})); err != nil {
+	if _, err := apply(encodeEntry(&logentry.Entry{Version: 2, PrevVersion: 1, Epoch: 2, Mutations: []logentry.TaggedMutation{mut("b", 1)}})); err != nil {
 		t.Fatalf("entry of epoch 2: %v", err)
 	}
 	nf, err := decodeSnapshot(snapshotBytes(t, f), 0, discardLogger(), func() {})

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/distash/distash/internal/fsys"
+	"github.com/distash/distash/internal/raftstore"
 	"github.com/hashicorp/raft"
 )
 
@@ -21,7 +23,7 @@ type replica struct {
 	stopped chan struct{} // closed when the running raft has shut down
 	raft    *raft.Raft
 	fsm     *fsm
-	store   *pebbleStore
+	store   *raftstore.Store
 	logs    raft.LogStore
 	snaps   *raft.FileSnapshotStore
 	trans   raft.Transport
@@ -70,7 +72,7 @@ func (l *Log) startReplicaLocked(i int, bootstrap bool) (err error) {
 	if r.running {
 		return fmt.Errorf("txlog: replica %d is running", i)
 	}
-	if err := mkdirDurable(l.opts.FS, r.dir); err != nil {
+	if err := fsys.MkdirDurable(l.opts.FS, r.dir); err != nil {
 		return err
 	}
 	// raft's log and stable store: Pebble, one fdatasync per stored batch.
@@ -78,7 +80,7 @@ func (l *Log) startReplicaLocked(i int, bootstrap bool) (err error) {
 	if f := l.opts.OnFail; f != nil {
 		onFail = func(err error) { f(fmt.Errorf("txlog: replica %s: %w", r.id, err)) }
 	}
-	store, err := openPebbleStore(l.opts.FS, filepath.Join(r.dir, "raft"), onFail)
+	store, err := raftstore.Open(l.opts.FS, filepath.Join(r.dir, "raft"), onFail)
 	if err != nil {
 		return fmt.Errorf("txlog: replica %d: %w", i, err)
 	}
@@ -172,9 +174,9 @@ func (l *Log) stopReplicaLocked(i int, sf raft.Future) error {
 	if sf == nil {
 		sf = r.raft.Shutdown()
 	}
-	// A raft frozen on its failed store (pebbleStore.waitFrozen) shuts
+	// A raft frozen on its failed store (raftstore.Store.Set) shuts
 	// down only once its blocked write is let go.
-	r.store.release()
+	r.store.Release()
 	err := sf.Error()
 	close(r.stopped) // raft answers no more futures: stop waiting for them
 	if cerr := r.store.Close(); err == nil {

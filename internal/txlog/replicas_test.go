@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/distash/distash/internal/kv"
+	"github.com/distash/distash/internal/logentry"
 )
 
 // replicaVersions returns the entry versions held by replica i and its last
@@ -62,7 +63,7 @@ func waitConverged(t *testing.T, l *Log, want kv.Version) {
 	}
 }
 
-func waitAll(t *testing.T, fs []*Future) {
+func waitAll(t *testing.T, fs []*logentry.Future) {
 	t.Helper()
 	for _, f := range fs {
 		if err := f.Wait(ctxT(t)); err != nil {
@@ -80,8 +81,8 @@ func TestThreeReplicas(t *testing.T) {
 	defer l.Close()
 	a := newAppender(t, l)
 	next := kv.Version(1)
-	appendRange := func(n int) []*Future {
-		var fs []*Future
+	appendRange := func(n int) []*logentry.Future {
+		var fs []*logentry.Future
 		for i := 0; i < n; i++ {
 			fs = append(fs, a.append(next, mut(fmt.Sprint(next), 1), mut(fmt.Sprint("b", next), 2)))
 			next++
@@ -204,7 +205,7 @@ func TestCloseWithoutQuorum(t *testing.T) {
 	}
 	// The leader cannot commit; its futures fail once it steps down or
 	// shuts down, never hang.
-	var fs []*Future
+	var fs []*logentry.Future
 	for v := kv.Version(2); v < 50; v++ {
 		fs = append(fs, a.append(v, mut(fmt.Sprint(v), 1)))
 	}

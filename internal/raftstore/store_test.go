@@ -1,4 +1,4 @@
-package txlog
+package raftstore
 
 import (
 	"bytes"
@@ -72,7 +72,7 @@ func TestDecodeRaftLogRejectsCorrupt(t *testing.T) {
 // errors naming what is wrong, not panics or wrong records.
 func TestPebbleStoreCorruption(t *testing.T) {
 	dir := t.TempDir()
-	s, err := openPebbleStore(nil, dir, nil)
+	s, err := Open(nil, dir, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +111,7 @@ func TestPebbleStoreCorruption(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if s, err := openPebbleStore(nil, dir, nil); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "raft log key 6c0001") {
+	if s, err := Open(nil, dir, nil); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "raft log key 6c0001") {
 		if err == nil {
 			s.Close()
 		}
@@ -123,7 +123,7 @@ func TestPebbleStoreCorruption(t *testing.T) {
 // the replica shut it down; a closed store answers with an error instead of
 // a panic inside Pebble.
 func TestStoreAfterClose(t *testing.T) {
-	s, err := openPebbleStore(nil, t.TempDir(), nil)
+	s, err := Open(nil, t.TempDir(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package txlog
+package raftstore
 
 import (
 	"errors"
@@ -21,7 +21,7 @@ func TestRaftStoreDamage(t *testing.T) {
 	// fill writes records and flushes them to sstables.
 	fill := func(t *testing.T) string {
 		dir := filepath.Join(t.TempDir(), "raft")
-		s, err := openPebbleStore(nil, dir, nil)
+		s, err := Open(nil, dir, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -52,7 +52,7 @@ func TestRaftStoreDamage(t *testing.T) {
 	// check opens the store: it must fail with a DamageError naming want.
 	check := func(t *testing.T, dir, want string) {
 		t.Helper()
-		s, err := openPebbleStore(nil, dir, nil)
+		s, err := Open(nil, dir, nil)
 		if err == nil {
 			s.Close()
 			t.Fatal("a damaged raft store opened")
@@ -89,7 +89,7 @@ func TestRaftStoreDamage(t *testing.T) {
 		path := m[len(m)-1]
 		st, _ := os.Stat(path)
 		os.Truncate(path, st.Size()/2)
-		s, err := openPebbleStore(nil, dir, nil)
+		s, err := Open(nil, dir, nil)
 		if err != nil {
 			check(t, dir, filepath.Base(path))
 			return

@@ -1,4 +1,10 @@
-package txlog
+// Package raftstore is hashicorp/raft's log store and stable store on
+// Pebble, the one durable raft store of the tree: the transaction log's
+// replicas (internal/txlog) and the coordinators (internal/coord) keep
+// their raft logs, terms and votes in it. A failed write or sync fails a
+// store for good (see Open); damage found at open is a *fsys.DamageError
+// naming the file.
+package raftstore
 
 import (
 	"bytes"
@@ -13,17 +19,18 @@ import (
 	"github.com/cockroachdb/pebble"
 	"github.com/hashicorp/raft"
 
+	"github.com/distash/distash/internal/decode"
 	"github.com/distash/distash/internal/engine/pebble/guard"
 	"github.com/distash/distash/internal/fsys"
 )
 
-// pebbleStore is raft's LogStore and StableStore on Pebble. Storing a batch
+// Store is raft's LogStore and StableStore on Pebble. Storing a batch
 // of raft records costs one WAL append and one fdatasync (bolt needs two
 // fsyncs and B-tree page writes per commit), which is what bounds the
 // commit rate of a single-machine log.
 //
 // Keys: 'l' + big-endian index -> encoded raft.Log; 's' + key -> stable value.
-type pebbleStore struct {
+type Store struct {
 	db    *pebble.DB
 	dir   string
 	guard *guard.Guard // a failed write or sync fails the store for good
@@ -44,45 +51,37 @@ type pebbleStore struct {
 
 var errKeyNotFound = errors.New("not found") // raft compares the text
 
-// RaftStore is raft's LogStore and StableStore on durable storage.
-type RaftStore interface {
-	raft.LogStore
-	raft.StableStore
-	Close() error
-}
+// ErrCorrupt is returned (wrapped) when a stored raft record, key or
+// stable value cannot be decoded.
+// (The messages keep the names they had in txlog, where the store began.)
+var ErrCorrupt = errors.New("txlog: corrupt record")
 
-// OpenRaftStore opens the log's raft store in dir for another raft group
-// (the coordinators'): one durable raft store in the tree.
-func OpenRaftStore(dir string) (RaftStore, error) { return openPebbleStore(nil, dir, nil) }
+var (
+	_ raft.LogStore    = (*Store)(nil)
+	_ raft.StableStore = (*Store)(nil)
+)
 
-// OpenRaftStoreFS is OpenRaftStore through the file system fs (nil: the
-// OS's); onFail, if not nil, is called once when the store fails for good
-// (see openPebbleStore).
-func OpenRaftStoreFS(fs fsys.FS, dir string, onFail func(error)) (RaftStore, error) {
-	return openPebbleStore(fs, dir, onFail)
-}
-
-// openPebbleStore opens the store in dir through fs. A failed write or
+// Open opens the store in dir through fs (nil: the OS's). A failed write or
 // sync (a failed fsync, a full disk) fails the store for good: the call
 // returns the error and every later write fails too, nothing is retried,
 // and onFail is called once with the error. raft itself panics when its
 // stable store (term and vote) cannot be written, and must not be told a
 // vote is durable when it is not: after a failure those writes, when a
 // *raft.Raft makes them, block instead, freezing the replica, which its
-// owner then stops (release, Close) or exits. With onFail nil the process
+// owner then stops (Release, Close) or exits. With onFail nil the process
 // exits with a message naming the store (guard.Exit): a log replica that
 // cannot write is a node that must stop.
-func openPebbleStore(fs fsys.FS, dir string, onFail func(error)) (s *pebbleStore, err error) {
+func Open(fs fsys.FS, dir string, onFail func(error)) (s *Store, err error) {
 	if onFail == nil {
 		onFail = func(err error) {
 			guard.Exit(fmt.Sprintf("txlog: raft store %s failed, exiting: %v", dir, err))
 		}
 	}
 	fs = fsys.Or(fs)
-	if err := mkdirDurable(fs, dir); err != nil {
+	if err := fsys.MkdirDurable(fs, dir); err != nil {
 		return nil, fmt.Errorf("txlog: raft store: %w", err)
 	}
-	g := guard.New("txlog raft store "+dir, "github.com/distash/distash/internal/txlog.", onFail)
+	g := guard.New("txlog raft store "+dir, "github.com/distash/distash/internal/raftstore.", onFail)
 	opts := &pebble.Options{
 		Cache:                       pebble.NewCache(8 << 20),
 		MemTableSize:                16 << 20,
@@ -95,7 +94,7 @@ func openPebbleStore(fs fsys.FS, dir string, onFail func(error)) (s *pebbleStore
 	if err != nil {
 		return nil, err
 	}
-	s = &pebbleStore{db: db, dir: dir, guard: g, frozen: make(chan struct{})}
+	s = &Store{db: db, dir: dir, guard: g, frozen: make(chan struct{})}
 	if err := s.verify(); err != nil {
 		db.Close()
 		return nil, err
@@ -110,7 +109,7 @@ func openPebbleStore(fs fsys.FS, dir string, onFail func(error)) (s *pebbleStore
 // when a record it applies cannot be read. raft reads every record after
 // its snapshot at start anyway, and the store holds little more
 // (TrailingLogs before the snapshot).
-func (s *pebbleStore) verify() (err error) {
+func (s *Store) verify() (err error) {
 	defer s.guard.Recover(&err)
 	it, err := s.db.NewIter(nil)
 	if err != nil {
@@ -143,18 +142,6 @@ func (s *pebbleStore) verify() (err error) {
 	return nil
 }
 
-// mkdirDurable makes dir (and its missing parents) and syncs its parent:
-// Pebble syncs its own directory, not the directory's entry in its
-// parent, and without that a crash soon after the log was made can take
-// all of it.
-func mkdirDurable(fs fsys.FS, dir string) error {
-	fs = fsys.Or(fs)
-	if err := fs.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	return fsys.SyncDir(fs, fs.PathDir(dir))
-}
-
 func openDB(dir string, opts *pebble.Options, g *guard.Guard) (db *pebble.DB, err error) {
 	defer g.Recover(&err)
 	db, err = pebble.Open(dir, opts)
@@ -185,7 +172,7 @@ func logKey(i uint64) []byte {
 }
 
 // edge returns the first (or last) stored index, 0 when there is none.
-func (s *pebbleStore) edge(last bool) (uint64, error) {
+func (s *Store) edge(last bool) (uint64, error) {
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{'l'}, UpperBound: []byte{'m'}})
 	if err != nil {
 		return 0, err
@@ -211,13 +198,13 @@ func parseLogKey(k []byte) (uint64, error) {
 	return binary.BigEndian.Uint64(k[1:]), nil
 }
 
-func (s *pebbleStore) FirstIndex() (uint64, error) {
+func (s *Store) FirstIndex() (uint64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.first, nil
 }
 
-func (s *pebbleStore) LastIndex() (uint64, error) {
+func (s *Store) LastIndex() (uint64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.last, nil
@@ -228,7 +215,7 @@ var errStoreClosed = errors.New("txlog: raft store closed")
 
 // enter starts a call that touches db; it fails once the store is closed.
 // The caller runs s.use.RUnlock when done.
-func (s *pebbleStore) enter() error {
+func (s *Store) enter() error {
 	s.use.RLock()
 	if s.closed {
 		s.use.RUnlock()
@@ -243,23 +230,23 @@ func (s *pebbleStore) enter() error {
 
 // fail fails the store for good with err (the first error stays) and
 // returns the recorded error.
-func (s *pebbleStore) fail(err error) error { return s.guard.Fail(storeErr(s.dir, err)) }
+func (s *Store) fail(err error) error { return s.guard.Fail(storeErr(s.dir, err)) }
 
 // waitFrozen blocks raft's stable-store write on a failed store (see
-// openPebbleStore) until the store is released or closed, and then ends
+// Open) until the store is released or closed, and then ends
 // the calling goroutine instead of returning: raft panics on an error
 // (setCurrentTerm) and must not hear of success. raft runs its loops in
 // goroutines whose exit it waits for (Shutdown), so the replica's shutdown
 // completes.
-func (s *pebbleStore) waitFrozen() {
+func (s *Store) waitFrozen() {
 	<-s.frozen
 	runtime.Goexit()
 }
 
-// release lets the stable-store writes a failed store blocks end their
+// Release lets the stable-store writes a failed store blocks end their
 // goroutines: call it once the replica's raft is shutting down, before
 // waiting for its shutdown.
-func (s *pebbleStore) release() { s.frozenOnce.Do(func() { close(s.frozen) }) }
+func (s *Store) Release() { s.frozenOnce.Do(func() { close(s.frozen) }) }
 
 // raftPrefix is the function name prefix of raft's own methods.
 const raftPrefix = "github.com/hashicorp/raft.(*Raft)."
@@ -281,7 +268,7 @@ func calledByRaft() bool {
 	}
 }
 
-func (s *pebbleStore) GetLog(index uint64, l *raft.Log) (err error) {
+func (s *Store) GetLog(index uint64, l *raft.Log) (err error) {
 	if err := s.enter(); err != nil {
 		return err
 	}
@@ -306,9 +293,9 @@ func (s *pebbleStore) GetLog(index uint64, l *raft.Log) (err error) {
 	return nil
 }
 
-func (s *pebbleStore) StoreLog(l *raft.Log) error { return s.StoreLogs([]*raft.Log{l}) }
+func (s *Store) StoreLog(l *raft.Log) error { return s.StoreLogs([]*raft.Log{l}) }
 
-func (s *pebbleStore) StoreLogs(logs []*raft.Log) (err error) {
+func (s *Store) StoreLogs(logs []*raft.Log) (err error) {
 	if len(logs) == 0 {
 		return nil
 	}
@@ -338,7 +325,7 @@ func (s *pebbleStore) StoreLogs(logs []*raft.Log) (err error) {
 	return nil
 }
 
-func (s *pebbleStore) DeleteRange(min, max uint64) (err error) {
+func (s *Store) DeleteRange(min, max uint64) (err error) {
 	if err := s.enter(); err != nil {
 		return err
 	}
@@ -365,7 +352,7 @@ func stableKey(k []byte) []byte { return append([]byte{'s'}, k...) }
 
 // Set writes a stable value (raft's term and vote). On a failed store a
 // call by raft blocks for good: see waitFrozen.
-func (s *pebbleStore) Set(key, val []byte) error {
+func (s *Store) Set(key, val []byte) error {
 	err := s.guard.Err()
 	if err == nil {
 		err = s.set(key, val)
@@ -376,7 +363,7 @@ func (s *pebbleStore) Set(key, val []byte) error {
 	return err
 }
 
-func (s *pebbleStore) set(key, val []byte) (err error) {
+func (s *Store) set(key, val []byte) (err error) {
 	if err := s.enter(); err != nil {
 		return err
 	}
@@ -388,7 +375,7 @@ func (s *pebbleStore) set(key, val []byte) (err error) {
 	return nil
 }
 
-func (s *pebbleStore) Get(key []byte) (_ []byte, err error) {
+func (s *Store) Get(key []byte) (_ []byte, err error) {
 	if err := s.enter(); err != nil {
 		return nil, err
 	}
@@ -405,11 +392,11 @@ func (s *pebbleStore) Get(key []byte) (_ []byte, err error) {
 	return append([]byte(nil), v...), nil
 }
 
-func (s *pebbleStore) SetUint64(key []byte, val uint64) error {
+func (s *Store) SetUint64(key []byte, val uint64) error {
 	return s.Set(key, binary.BigEndian.AppendUint64(nil, val))
 }
 
-func (s *pebbleStore) GetUint64(key []byte) (uint64, error) {
+func (s *Store) GetUint64(key []byte) (uint64, error) {
 	v, err := s.Get(key)
 	if err != nil {
 		return 0, err
@@ -422,8 +409,8 @@ func (s *pebbleStore) GetUint64(key []byte) (uint64, error) {
 
 // Close waits for the calls in progress and closes the store; later calls
 // fail with errStoreClosed. Closing twice is harmless.
-func (s *pebbleStore) Close() (err error) {
-	s.release()
+func (s *Store) Close() (err error) {
+	s.Release()
 	s.use.Lock()
 	defer s.use.Unlock()
 	if s.closed {
@@ -474,25 +461,25 @@ func encodeRaftLog(l *raft.Log) []byte {
 // copies (b is Pebble's buffer, valid only until its closer is closed), nil
 // when empty. Errors wrap ErrCorrupt and name the field that is wrong.
 func decodeRaftLog(b []byte, l *raft.Log) error {
-	r := &reader{b: b}
-	r.what = "raft record index"
-	index := r.uvarint()
-	r.what = "raft record term"
-	term := r.uvarint()
-	r.what = "raft record type"
-	typ := raft.LogType(r.byte())
-	r.what = "raft record appended-at"
-	at := r.varint()
-	r.what = "raft record data"
-	data := r.bytes(r.uvarint())
-	r.what = "raft record extensions"
-	ext := r.bytes(r.uvarint())
-	r.what = "raft record"
-	if r.err == nil && r.remaining() != 0 {
-		r.fail("%d trailing bytes", r.remaining())
+	r := &decode.Reader{B: b, Corrupt: ErrCorrupt}
+	r.What = "raft record index"
+	index := r.Uvarint()
+	r.What = "raft record term"
+	term := r.Uvarint()
+	r.What = "raft record type"
+	typ := raft.LogType(r.Byte())
+	r.What = "raft record appended-at"
+	at := r.Varint()
+	r.What = "raft record data"
+	data := r.Bytes(r.Uvarint())
+	r.What = "raft record extensions"
+	ext := r.Bytes(r.Uvarint())
+	r.What = "raft record"
+	if r.Err() == nil && r.Remaining() != 0 {
+		r.Fail("%d trailing bytes", r.Remaining())
 	}
-	if r.err != nil {
-		return r.err
+	if r.Err() != nil {
+		return r.Err()
 	}
 	l.Index, l.Term, l.Type = index, term, typ
 	l.AppendedAt = time.Time{}
