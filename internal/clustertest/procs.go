@@ -35,6 +35,10 @@ type ProcsOptions struct {
 	Output io.Writer
 	// ReadyTimeout bounds the wait for a node to serve (default 90 s).
 	ReadyTimeout time.Duration
+	// StopTimeout is how long StopAll waits for a node to exit after
+	// SIGTERM before it kills it (default 40 s: a server that cannot stop
+	// exits after its own 30 s, printing its goroutines' stacks).
+	StopTimeout time.Duration
 	// HTTP picks a second free port per node, Proc.HTTPAddr (for --http).
 	HTTP bool
 }
@@ -47,6 +51,7 @@ type Procs struct {
 	Coordinators string // the cluster string
 	Nodes        []*Proc
 	readyTimeout time.Duration
+	stopTimeout  time.Duration
 
 	mu    sync.Mutex
 	conns map[string]*grpc.ClientConn // by address, for Status
@@ -75,9 +80,12 @@ func NewProcs(o ProcsOptions) (*Procs, error) {
 		}
 	}
 	c := &Procs{Binary: o.Binary, Dir: o.Dir, Config: cfg, Coordinators: strings.Join(coords, ","),
-		readyTimeout: o.ReadyTimeout, conns: map[string]*grpc.ClientConn{}}
+		readyTimeout: o.ReadyTimeout, stopTimeout: o.StopTimeout, conns: map[string]*grpc.ClientConn{}}
 	if c.readyTimeout <= 0 {
 		c.readyTimeout = 90 * time.Second
+	}
+	if c.stopTimeout <= 0 {
+		c.stopTimeout = 40 * time.Second
 	}
 	for i, s := range o.Nodes {
 		p := &Proc{Spec: s, Addr: addrs[i], Dir: filepath.Join(o.Dir, s.Name)}
@@ -147,8 +155,8 @@ func (c *Procs) Start(ctx context.Context, nodes ...*Proc) error {
 	return nil
 }
 
-// StopAll stops every running node at once (SIGTERM, SIGKILL after
-// 10 s) and closes the connections of Status. The error joins the nodes'
+// StopAll stops every running node at once (SIGTERM, then SIGKILL after
+// ProcsOptions.StopTimeout) and closes the connections of Status. The error joins the nodes'
 // that did not stop cleanly.
 func (c *Procs) StopAll() error {
 	var wg sync.WaitGroup
@@ -157,7 +165,7 @@ func (c *Procs) StopAll() error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = n.Stop(syscall.SIGTERM, 10*time.Second)
+			errs[i] = n.Stop(syscall.SIGTERM, c.stopTimeout)
 		}()
 	}
 	wg.Wait()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/distash/distash/config"
 	"github.com/distash/distash/internal/clustertest"
@@ -48,7 +49,7 @@ func Processes(po ProcessOptions) func(ctx context.Context, toml string, profile
 			}
 		}
 		procs, err := clustertest.NewProcs(clustertest.ProcsOptions{Binary: bin, Dir: dir, TOML: toml, Nodes: specs,
-			Verbose: po.Verbose, Logs: true, HTTP: profile})
+			Verbose: po.Verbose, Logs: true, HTTP: profile, StopTimeout: 10 * time.Second})
 		if err != nil {
 			cleanup()
 			return nil, err

@@ -115,7 +115,7 @@ type cluster struct {
 // dir/<name>.log. No node is started yet (start).
 func newCluster(o Options, dir, toml string, specs []clustertest.Spec) (*cluster, error) {
 	procs, err := clustertest.NewProcs(clustertest.ProcsOptions{Binary: o.Binary, Dir: dir, TOML: toml, Nodes: specs,
-		Verbose: o.Verbose, Logs: true})
+		Verbose: o.Verbose, Logs: true, StopTimeout: 10 * time.Second})
 	if err != nil {
 		return nil, err
 	}
