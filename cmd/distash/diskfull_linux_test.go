@@ -14,9 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-
 	"github.com/distash/distash"
 	"github.com/distash/distash/internal/clusterstatus"
 	"github.com/distash/distash/internal/clustertest"
@@ -192,37 +189,11 @@ func TestProcessStashDiskFills(t *testing.T) {
 	})
 	t.Logf("healthy and caught up %v after the space was freed (%d restarts); %d writes acknowledged", time.Since(began).Round(time.Millisecond), s.Restarts, len(acked))
 	// Every acknowledged write, read from data1's stash itself.
-	conn, err := grpc.NewClient(addrs[1], grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := c.Conn(addrs[1])
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
-	api := wire.NewDiStashClient(conn)
-	keys := make([][]byte, 0, len(acked))
-	for k := range acked {
-		keys = append(keys, []byte(k))
-	}
-	for i := 0; i < len(keys); i += 500 {
-		batch := keys[i:min(i+500, len(keys))]
-		tr, err := db.CreateTransaction(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		v, err := tr.ReadVersion()
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp, err := api.Read(ctx, &wire.ReadRequest{Stash: s.Id, Version: v, Keys: batch})
-		if err == nil {
-			err = resp.Error.Err()
-		}
-		if err != nil {
-			t.Fatalf("read from data1's stash: %v", err)
-		}
-		for j, k := range batch {
-			if v := resp.Values[j]; !v.Present || string(v.Value) != acked[string(k)] {
-				t.Fatalf("data1's stash: %q = %.20q, want %.20q", k, v.Value, acked[string(k)])
-			}
-		}
+	if err := clustertest.CheckStash(ctx, conn, db, s.Id, acked); err != nil {
+		t.Fatalf("read from data1's stash: %v", err)
 	}
 }

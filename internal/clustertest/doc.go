@@ -9,10 +9,13 @@
 //     in-process network (internal/simnet) that can partition, delay,
 //     pause and kill links; a node's disk may be a fault file system. The
 //     server package's cluster tests use it.
+//
 //   - Procs runs every node as a real `distash server` process of a built
 //     binary on loopback ports; a node is killed with SIGKILL and paused
 //     with SIGSTOP. The command's process tests and `distash bench
 //     failure` and `bench cpu` use it.
+//
+// For example:
 //
 //	c, err := clustertest.NewProcs(clustertest.ProcsOptions{Binary: bin, Dir: dir, TOML: toml,
 //		Nodes: clustertest.Specs("tx1 transaction", "data1 stash data")})

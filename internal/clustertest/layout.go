@@ -71,6 +71,19 @@ func FreeAddrs(n int) ([]string, error) {
 	return out, nil
 }
 
+// DurablePool is the configuration of one durable Pebble pool "data"
+// (prefix "d/", medium ssd) of stashes stashes, each shard on replication
+// of them, under the [cluster] settings given ("key = value" lines).
+func DurablePool(stashes, replication int, cluster ...string) string {
+	var b strings.Builder
+	if len(cluster) > 0 {
+		b.WriteString("[cluster]\n" + strings.Join(cluster, "\n") + "\n\n")
+	}
+	fmt.Fprintf(&b, "[[pool]]\nname = \"data\"\nprefix = \"d/\"\nmedium = \"ssd\"\nmode = \"durable\"\nengine = \"pebble\"\nstashes = %d\nreplication = %d\n",
+		stashes, replication)
+	return b.String()
+}
+
 // WriteConfig writes toml as dir/cluster.toml and returns its path.
 func WriteConfig(dir, toml string) (string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
