@@ -112,6 +112,24 @@ func (c *procCluster) start(names ...string) {
 	}
 }
 
+// openBank opens a client, waiting up to a minute for the cluster, and the
+// bank's 20 accounts in it (bank.ClusterTOML's pools).
+func (c *procCluster) openBank(ctx context.Context) (*distash.DB, *bank.Bank) {
+	c.t.Helper()
+	octx, ocancel := context.WithTimeout(ctx, time.Minute)
+	db, err := distash.Open(octx, c.Coordinators)
+	ocancel()
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	b := &bank.Bank{DB: db, Data: "d/", Cache: "c/", Accounts: 20, Initial: 1000}
+	if err := b.Open(ctx); err != nil {
+		db.Close()
+		c.t.Fatal(err)
+	}
+	return db, b
+}
+
 // kill kills node name with SIGKILL.
 func (c *procCluster) kill(name string) { c.node(name).Kill() }
 
@@ -140,17 +158,8 @@ func TestProcessClusterSurvivesKill9OfEveryNode(t *testing.T) {
 	c.start()
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	octx, ocancel := context.WithTimeout(ctx, time.Minute)
-	db, err := distash.Open(octx, c.Coordinators)
-	ocancel()
-	if err != nil {
-		t.Fatal(err)
-	}
+	db, b := c.openBank(ctx)
 	defer db.Close()
-	b := &bank.Bank{DB: db, Data: "d/", Cache: "c/", Accounts: 20, Initial: 1000}
-	if err := b.Open(ctx); err != nil {
-		t.Fatal(err)
-	}
 	w := &bank.Writer{DB: db, Prefix: "d/"}
 	wctx, wcancel := context.WithCancel(ctx)
 	failures, waitBank := b.Run(wctx, 4, 1)
@@ -221,7 +230,7 @@ func TestProcessClusterSurvivesKill9OfEveryNode(t *testing.T) {
 		n.Kill()
 	}
 	c.start()
-	octx, ocancel = context.WithTimeout(ctx, time.Minute)
+	octx, ocancel := context.WithTimeout(ctx, time.Minute)
 	db2, err := distash.Open(octx, c.Coordinators)
 	ocancel()
 	if err != nil {

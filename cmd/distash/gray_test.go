@@ -227,17 +227,8 @@ func TestProcessClusterSurvivesAFrozenNode(t *testing.T) {
 	c.start()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	octx, ocancel := context.WithTimeout(ctx, time.Minute)
-	db, err := distash.Open(octx, c.Coordinators)
-	ocancel()
-	if err != nil {
-		t.Fatal(err)
-	}
+	db, b := c.openBank(ctx)
 	defer db.Close()
-	b := &bank.Bank{DB: db, Data: "d/", Cache: "c/", Accounts: 20, Initial: 1000}
-	if err := b.Open(ctx); err != nil {
-		t.Fatal(err)
-	}
 	g := newGrayLoad(db, b)
 	lctx, lcancel := context.WithCancel(ctx)
 	wait := g.run(lctx)
@@ -315,7 +306,7 @@ func TestProcessClusterSurvivesAFrozenNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("pausing stash node %s for 5s", stashNode.Name)
-	octx, ocancel = context.WithTimeout(ctx, 30*time.Second)
+	octx, ocancel := context.WithTimeout(ctx, 30*time.Second)
 	db2, err := distash.Open(octx, c.Coordinators)
 	ocancel()
 	if err != nil {
