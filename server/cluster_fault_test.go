@@ -4,13 +4,10 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"io"
-	"log/slog"
 	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -23,13 +20,11 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/distash/distash"
-	"github.com/distash/distash/config"
+	"github.com/distash/distash/internal/clustertest"
 	"github.com/distash/distash/internal/coordrpc"
 	"github.com/distash/distash/internal/frames"
-	"github.com/distash/distash/internal/fsys"
 	"github.com/distash/distash/internal/fsys/faultfs"
 	"github.com/distash/distash/internal/kv"
-	"github.com/distash/distash/internal/simnet"
 	"github.com/distash/distash/internal/testutil/bank"
 	"github.com/distash/distash/internal/testutil/register"
 	"github.com/distash/distash/internal/wire"
@@ -41,171 +36,16 @@ import (
 var faultTxns = flag.Int("distash.fault.txns", 0, "acknowledged transactions TestClusterUnderFaults runs (default $DISTASH_FAULT_TXNS, else 10000)")
 
 // clientNode is the simnet name the test's client dials from.
-const clientNode = "client"
-
-// simNode is one node of an in-process cluster over simnet.
-type simNode struct {
-	name, addr  string
-	class, pool string
-	dir         string
-	fs          fsys.FS        // NodeOptions.FS (nil: the OS's)
-	srv         *server.Server // nil while stopped
-}
-
-// simCluster is a multi-process cluster whose nodes are in this process:
-// each runs server.StartNode on a simnet listener and dials through
-// simnet.
-type simCluster struct {
-	t      *testing.T
-	net    *simnet.Network
-	coords []string
-	nodes  []*simNode
-	logger *slog.Logger
-	// replay is appended to every failure message.
-	replay string
-	// toml is the nodes' configuration; "" is bank.ClusterTOML.
-	toml string
-	// httpAddr is every node's NodeOptions.HTTPAddr ("": none).
-	httpAddr string
-
-	mu sync.Mutex // guards simNode.srv
-}
+const clientNode = clustertest.ClientNode
 
 // newSimCluster lays out 3 transaction nodes (the coordinators, holding
-// the 3 log replicas), 3 stash nodes of pool data and 2 of pool cache.
-func newSimCluster(t *testing.T, replay string) *simCluster {
-	root := t.TempDir()
-	level := slog.Level(100) // nothing
-	var out io.Writer = io.Discard
-	if os.Getenv("DISTASH_FAULT_VERBOSE") != "" {
-		level, out = slog.LevelInfo, os.Stderr
-	}
-	c := &simCluster{t: t, net: simnet.New(), replay: replay,
-		logger: slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: level}))}
-	add := func(name, class, pool string) {
-		n := &simNode{name: name, addr: name + ":4500", class: class, pool: pool, dir: filepath.Join(root, name)}
-		c.nodes = append(c.nodes, n)
-		if class == server.ClassTransaction {
-			c.coords = append(c.coords, n.addr)
-		}
-	}
-	add("tx1", server.ClassTransaction, "")
-	add("tx2", server.ClassTransaction, "")
-	add("tx3", server.ClassTransaction, "")
-	add("data1", server.ClassStash, "data")
-	add("data2", server.ClassStash, "data")
-	add("data3", server.ClassStash, "data")
-	add("cache1", server.ClassStash, "cache")
-	add("cache2", server.ClassStash, "cache")
-	t.Cleanup(c.stopAll)
+// the 3 log replicas), 3 stash nodes of pool data and 2 of pool cache, in
+// this process (clustertest.BankLayout); replay is appended to a failure
+// to start them.
+func newSimCluster(t *testing.T, replay string) *clustertest.Sim {
+	c := clustertest.NewSim(t, bank.ClusterTOML, clustertest.BankLayout()...)
+	c.Replay = replay
 	return c
-}
-
-func (c *simCluster) clusterString() string { return strings.Join(c.coords, ",") }
-
-// open opens a client of the cluster, dialing from the client's simnet
-// node; it is closed when the test ends.
-func (c *simCluster) open(ctx context.Context) *distash.DB {
-	c.t.Helper()
-	db, err := distash.Open(ctx, c.clusterString(), distash.WithDialer(c.net.Dialer(clientNode)))
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	c.t.Cleanup(func() { db.Close() })
-	return db
-}
-
-// startNode starts n (again, after a stop) on its directory; it returns
-// once the node has registered with the controller.
-func (c *simCluster) startNode(ctx context.Context, n *simNode) error {
-	toml := c.toml
-	if toml == "" {
-		toml = bank.ClusterTOML
-	}
-	cfg, err := config.Parse([]byte(toml))
-	if err != nil {
-		return err
-	}
-	ln, err := c.net.Listen(n.addr)
-	if err != nil {
-		return err
-	}
-	srv, err := server.StartNode(ctx, server.NodeOptions{
-		Dir: n.dir, Config: cfg, Listen: n.addr, Listener: ln, Dialer: c.net.Dialer(n.addr),
-		Coordinators: c.coords, Class: n.class, Pool: n.pool, Machine: n.name,
-		Logger: c.logger.With("name", n.name), FlushInterval: 20 * time.Millisecond, HTTPAddr: c.httpAddr, FS: n.fs,
-	})
-	if err != nil {
-		ln.Close()
-		return fmt.Errorf("start %s: %w", n.name, err)
-	}
-	c.mu.Lock()
-	n.srv = srv
-	c.mu.Unlock()
-	return nil
-}
-
-// startAll starts every node together (the first ones wait for a
-// coordinator quorum).
-func (c *simCluster) startAll(ctx context.Context) {
-	c.t.Helper()
-	errs := make(chan error, len(c.nodes))
-	for _, n := range c.nodes {
-		go func() { errs <- c.startNode(ctx, n) }()
-	}
-	for range c.nodes {
-		if err := <-errs; err != nil {
-			c.t.Fatalf("%v (%s)", err, c.replay)
-		}
-	}
-}
-
-// crash stops n as a crash would: its links break at once (it can reach
-// no one while its goroutines wind down), then it stops.
-func (c *simCluster) crash(n *simNode) {
-	c.mu.Lock()
-	srv := n.srv
-	n.srv = nil
-	c.mu.Unlock()
-	if srv == nil {
-		return
-	}
-	c.net.Partition([]string{n.addr}, c.others(n.addr))
-	c.net.Kill(n.addr)
-	srv.Stop()
-	c.net.Heal()
-}
-
-// others is every node's address but except's, and the client's.
-func (c *simCluster) others(except ...string) []string {
-	out := []string{clientNode}
-	for _, n := range c.nodes {
-		if !slices.Contains(except, n.addr) {
-			out = append(out, n.addr)
-		}
-	}
-	return out
-}
-
-func (c *simCluster) stopAll() {
-	c.mu.Lock()
-	var srvs []*server.Server
-	for _, n := range c.nodes {
-		if n.srv != nil {
-			srvs = append(srvs, n.srv)
-			n.srv = nil
-		}
-	}
-	c.mu.Unlock()
-	var wg sync.WaitGroup
-	for _, s := range srvs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			s.Stop()
-		}()
-	}
-	wg.Wait()
 }
 
 // faultSeed is DISTASH_FAULT_SEED, or a new seed from the clock.
@@ -354,23 +194,23 @@ func TestClusterUnderFaults(t *testing.T) {
 	c := newSimCluster(t, replay)
 	// The durable pool's stash nodes run on a fault file system: the
 	// nemesis fills their disks and fails their fsyncs, writes and reads.
-	disks := map[*simNode]*faultfs.FS{}
-	for _, n := range c.nodes {
-		if n.pool == "data" {
-			n.fs = faultfs.New(nil)
-			disks[n] = n.fs.(*faultfs.FS)
+	disks := map[*clustertest.SimNode]*faultfs.FS{}
+	for _, n := range c.Nodes {
+		if n.Pool == "data" {
+			n.FS = faultfs.New(nil)
+			disks[n] = n.FS.(*faultfs.FS)
 		}
 	}
 	// Small shards and a short failure wait: the data distributor splits,
 	// moves and re-replicates shards while the faults happen.
-	c.toml = strings.Replace(bank.ClusterTOML, "[cluster]\n", "[cluster]\nshard_bytes = \"16KiB\"\nfailure_wait = \"3s\"\n", 1)
+	c.TOML = strings.Replace(bank.ClusterTOML, "[cluster]\n", "[cluster]\nshard_bytes = \"16KiB\"\nfailure_wait = \"3s\"\n", 1)
 	ctx, cancel := context.WithTimeout(context.Background(), max(4*time.Minute, time.Duration(target)*25*time.Millisecond))
 	defer cancel()
 	sctx, scancel := context.WithTimeout(ctx, 60*time.Second)
-	c.startAll(sctx)
+	c.StartAll(sctx)
 	scancel()
 	octx, ocancel := context.WithTimeout(ctx, 60*time.Second)
-	db, err := distash.Open(octx, c.clusterString(), distash.WithDialer(c.net.Dialer(clientNode)))
+	db, err := distash.Open(octx, c.ClusterString(), distash.WithDialer(c.Net.Dialer(clientNode)))
 	ocancel()
 	if err != nil {
 		t.Fatalf("open: %v (%s)", err, replay)
@@ -480,16 +320,16 @@ func TestClusterUnderFaults(t *testing.T) {
 	// minority picks one node of each class or pool, or none, and at least
 	// one: each pool keeps a replica of every shard and the log and the
 	// coordinators a quorum.
-	minority := func() []*simNode {
+	minority := func() []*clustertest.SimNode {
 		for {
-			var set []*simNode
+			var set []*clustertest.SimNode
 			for _, group := range []string{"tx", "data", "cache"} {
 				if rng.IntN(2) == 0 {
 					continue
 				}
-				var in []*simNode
-				for _, n := range c.nodes {
-					if strings.HasPrefix(n.name, group) {
+				var in []*clustertest.SimNode
+				for _, n := range c.Nodes {
+					if strings.HasPrefix(n.Name, group) {
 						in = append(in, n)
 					}
 				}
@@ -500,11 +340,11 @@ func TestClusterUnderFaults(t *testing.T) {
 			}
 		}
 	}
-	names := func(ns []*simNode) (addrs []string, desc string) {
+	names := func(ns []*clustertest.SimNode) (addrs []string, desc string) {
 		var d []string
 		for _, n := range ns {
-			addrs = append(addrs, n.addr)
-			d = append(d, n.name)
+			addrs = append(addrs, n.Addr)
+			d = append(d, n.Name)
 		}
 		return addrs, strings.Join(d, "+")
 	}
@@ -516,7 +356,7 @@ func TestClusterUnderFaults(t *testing.T) {
 			return true
 		}
 	}
-	allNames := c.others() // every node and the client
+	allNames := c.Others() // every node and the client
 	counts := map[string]int{}
 	deadline := time.Now().Add(max(150*time.Second, time.Duration(target)*15*time.Millisecond))
 	var restartErr error
@@ -539,13 +379,13 @@ func TestClusterUnderFaults(t *testing.T) {
 			}
 			setFault(fmt.Sprintf("%s %s for %v", kind, desc, d.Round(time.Millisecond)))
 			if k == 0 {
-				c.net.Partition(set, c.others(set...))
+				c.Net.Partition(set, c.Others(set...))
 			} else {
-				c.net.Drop(set, c.others(set...))
+				c.Net.Drop(set, c.Others(set...))
 			}
 			counts[kind]++
 			sleep(d)
-			c.net.Heal()
+			c.Net.Heal()
 		case 2: // delay links
 			d := dur(500*time.Millisecond, 3*time.Second)
 			var links [][2]string
@@ -553,7 +393,7 @@ func TestClusterUnderFaults(t *testing.T) {
 				for _, bn := range allNames[i+1:] {
 					if rng.IntN(2) == 0 {
 						links = append(links, [2]string{a, bn})
-						c.net.SetDelay(a, bn, time.Duration(1+rng.IntN(50))*time.Millisecond)
+						c.Net.SetDelay(a, bn, time.Duration(1+rng.IntN(50))*time.Millisecond)
 					}
 				}
 			}
@@ -561,28 +401,28 @@ func TestClusterUnderFaults(t *testing.T) {
 			counts["delay"]++
 			sleep(d)
 			for _, l := range links {
-				c.net.SetDelay(l[0], l[1], 0)
+				c.Net.SetDelay(l[0], l[1], 0)
 			}
 		case 3: // kill and restart a node
-			n := c.nodes[rng.IntN(len(c.nodes))]
+			n := c.Nodes[rng.IntN(len(c.Nodes))]
 			d := dur(500*time.Millisecond, 3*time.Second)
-			setFault(fmt.Sprintf("kill %s, restart after %v", n.name, d.Round(time.Millisecond)))
+			setFault(fmt.Sprintf("kill %s, restart after %v", n.Name, d.Round(time.Millisecond)))
 			counts["kill"]++
-			c.crash(n)
+			c.Crash(n)
 			time.Sleep(d) // the node comes back even if the run ends meanwhile
 			rctx, rcancel := context.WithTimeout(ctx, 60*time.Second)
-			restartErr = c.startNode(rctx, n)
+			restartErr = c.Start(rctx, n)
 			rcancel()
 		case 4: // pause a node: as SIGSTOP looks from outside
-			n := c.nodes[rng.IntN(len(c.nodes))]
+			n := c.Nodes[rng.IntN(len(c.Nodes))]
 			d := dur(500*time.Millisecond, 4*time.Second)
-			setFault(fmt.Sprintf("pause %s for %v", n.name, d.Round(time.Millisecond)))
+			setFault(fmt.Sprintf("pause %s for %v", n.Name, d.Round(time.Millisecond)))
 			counts["pause"]++
-			c.net.Pause(n.addr)
+			c.Net.Pause(n.Addr)
 			time.Sleep(d) // resumed even if the run ends meanwhile
-			c.net.Resume(n.addr)
+			c.Net.Resume(n.Addr)
 		case 5: // a disk fault on a durable stash's node
-			n := c.nodes[3+rng.IntN(3)] // data1..data3
+			n := c.Nodes[3+rng.IntN(3)] // data1..data3
 			disk := disks[n]
 			d := dur(500*time.Millisecond, 3*time.Second)
 			var what string
@@ -600,14 +440,14 @@ func TestClusterUnderFaults(t *testing.T) {
 				what = "EIO on read"
 				disk.Fail(faultfs.Rule{Ops: faultfs.OpRead, Times: 3})
 			}
-			setFault(fmt.Sprintf("%s on %s for %v", what, n.name, d.Round(time.Millisecond)))
+			setFault(fmt.Sprintf("%s on %s for %v", what, n.Name, d.Round(time.Millisecond)))
 			counts[what]++
 			time.Sleep(d)
 			disk.Heal()
 		}
 		setFault("none (after " + func() string { faultMu.Lock(); defer faultMu.Unlock(); return fault }() + ")")
 	}
-	c.net.Heal()
+	c.Net.Heal()
 	if restartErr != nil {
 		fail("restart: %v", restartErr)
 	}
@@ -679,7 +519,7 @@ func TestClusterUnderFaults(t *testing.T) {
 		fail("porcupine could not decide within 30 s (%v)", res)
 	}
 	var moves int64
-	for pool, d := range c.distribution() {
+	for pool, d := range c.Distribution() {
 		moves += d.MovesDone
 		t.Logf("data distribution of %s: %d shards, %d moves done by the last distributor, %d under-replicated, %d moving", pool, d.Shards, d.MovesDone, d.UnderReplicated, d.Moving)
 	}
@@ -708,9 +548,9 @@ func TestStaleProxyCannotCommit(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	sctx, scancel := context.WithTimeout(ctx, 60*time.Second)
-	c.startAll(sctx)
+	c.StartAll(sctx)
 	scancel()
-	db := c.open(ctx)
+	db := c.Open(ctx)
 	set := func(k, v string) error {
 		tctx, tcancel := context.WithTimeout(ctx, 20*time.Second)
 		defer tcancel()
@@ -721,7 +561,7 @@ func TestStaleProxyCannotCommit(t *testing.T) {
 	}
 
 	// A probe that sees the view from any side.
-	cc, err := coordrpc.NewClient(c.clusterString(), coordrpc.ClientOptions{Dialer: c.net.Dialer("probe")})
+	cc, err := coordrpc.NewClient(c.ClusterString(), coordrpc.ClientOptions{Dialer: c.Net.Dialer("probe")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -742,7 +582,7 @@ func TestStaleProxyCannotCommit(t *testing.T) {
 	old, oldGen := v.StatelessAddress, v.Generation
 	// The old node's client API, reached from a node of its own that the
 	// partition leaves connected.
-	conn, err := grpc.NewClient("passthrough:///"+old, grpc.WithContextDialer(c.net.Dialer("stale-client")),
+	conn, err := grpc.NewClient("passthrough:///"+old, grpc.WithContextDialer(c.Net.Dialer("stale-client")),
 		grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -767,7 +607,7 @@ func TestStaleProxyCannotCommit(t *testing.T) {
 		t.Fatalf("a direct commit to %s before the partition: %v", old, err)
 	}
 
-	c.net.Partition([]string{old}, c.others(old)) // the probe and stale-client are not in others
+	c.Net.Partition([]string{old}, c.Others(old)) // the probe and stale-client are not in others
 	cut := time.Now()
 	t.Logf("stateless node %s (generation %d) cut off", old, oldGen)
 	var attempts []string
@@ -806,7 +646,7 @@ func TestStaleProxyCannotCommit(t *testing.T) {
 	if err := set("d/after", "1"); err != nil {
 		t.Fatalf("the new generation does not commit: %v", err)
 	}
-	c.net.Heal()
+	c.Net.Heal()
 	// Whatever the old proxy was asked after the new generation began must
 	// not be visible; what it acknowledged before is (it was durable).
 	rctx, rcancel := context.WithTimeout(ctx, 20*time.Second)
@@ -841,9 +681,9 @@ func TestRestartedTransactionNodesCanLead(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	sctx, scancel := context.WithTimeout(ctx, 60*time.Second)
-	c.startAll(sctx)
+	c.StartAll(sctx)
 	scancel()
-	db := c.open(ctx)
+	db := c.Open(ctx)
 	set := func(d time.Duration) error {
 		tctx, tcancel := context.WithTimeout(ctx, d)
 		defer tcancel()
@@ -852,33 +692,14 @@ func TestRestartedTransactionNodesCanLead(t *testing.T) {
 	if err := set(20 * time.Second); err != nil {
 		t.Fatal(err)
 	}
-	cc, err := coordrpc.NewClient(c.clusterString(), coordrpc.ClientOptions{Dialer: c.net.Dialer("probe")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
-	v, err := cc.View(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var leader *simNode
-	var others []*simNode
-	for _, n := range c.nodes {
-		switch {
-		case n.class != server.ClassTransaction:
-		case n.addr == v.StatelessAddress:
-			leader = n
-		default:
-			others = append(others, n)
-		}
-	}
+	leader, others := c.RolesNode(c.View(ctx))
 	if leader == nil {
-		t.Fatalf("no transaction node at the stateless address %q", v.StatelessAddress)
+		t.Fatal("no transaction node holds the stateless roles")
 	}
 	for _, n := range others {
-		c.crash(n)
+		c.Crash(n)
 		time.Sleep(3 * time.Second)
-		if err := c.startNode(ctx, n); err != nil {
+		if err := c.Start(ctx, n); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -886,14 +707,14 @@ func TestRestartedTransactionNodesCanLead(t *testing.T) {
 	if err := set(20 * time.Second); err != nil {
 		t.Fatalf("with every node up again: %v", err)
 	}
-	c.crash(leader)
+	c.Crash(leader)
 	start := time.Now()
-	err = set(20 * time.Second)
-	t.Logf("after crashing the stateless node %s: %v after %v", leader.name, err, time.Since(start).Round(time.Millisecond))
+	err := set(20 * time.Second)
+	t.Logf("after crashing the stateless node %s: %v after %v", leader.Name, err, time.Since(start).Round(time.Millisecond))
 	if err != nil {
-		t.Errorf("no commit within 20 s of crashing %s, after the other transaction nodes restarted: %v", leader.name, err)
+		t.Errorf("no commit within 20 s of crashing %s, after the other transaction nodes restarted: %v", leader.Name, err)
 	}
-	if err := c.startNode(ctx, leader); err != nil {
+	if err := c.Start(ctx, leader); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -909,26 +730,12 @@ func TestLostSystemStashIsRebuilt(t *testing.T) {
 	c := newSimCluster(t, "")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	c.startAll(ctx)
-	db := c.open(ctx)
-	cc, err := coordrpc.NewClient(c.clusterString(), coordrpc.ClientOptions{Dialer: c.net.Dialer("probe")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
-	v, err := cc.View(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var follower *simNode
-	for _, n := range c.nodes {
-		if n.class == server.ClassTransaction && n.addr != v.StatelessAddress {
-			follower = n
-			break
-		}
-	}
-	c.crash(follower)
-	if err := os.RemoveAll(filepath.Join(follower.dir, "system")); err != nil {
+	c.StartAll(ctx)
+	db := c.Open(ctx)
+	_, followers := c.RolesNode(c.View(ctx))
+	follower := followers[0]
+	c.Crash(follower)
+	if err := os.RemoveAll(filepath.Join(follower.Dir, "system")); err != nil {
 		t.Fatal(err)
 	}
 	// Commits while it is down, more raft records than a compaction keeps
@@ -942,18 +749,18 @@ func TestLostSystemStashIsRebuilt(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for _, n := range c.nodes {
-		if n.class == server.ClassTransaction && n != follower {
-			if err := n.srv.SnapshotLog(); err != nil {
+	for _, n := range c.Nodes {
+		if n.Class == server.ClassTransaction && n != follower {
+			if err := n.Server().SnapshotLog(); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
-	if err := c.startNode(ctx, follower); err != nil {
+	if err := c.Start(ctx, follower); err != nil {
 		t.Fatal(err)
 	}
 	// The restarted node's system stash serves the shard map again.
-	conn, err := grpc.NewClient("passthrough:///"+follower.addr, grpc.WithContextDialer(c.net.Dialer("probe")),
+	conn, err := grpc.NewClient("passthrough:///"+follower.Addr, grpc.WithContextDialer(c.Net.Dialer("probe")),
 		grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)

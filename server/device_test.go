@@ -120,11 +120,11 @@ func TestStashDevice(t *testing.T) {
 // each reports its own.
 func TestRemoteStashDevice(t *testing.T) {
 	c := newSimCluster(t, "")
-	c.toml = strings.Replace(bank.ClusterTOML, `capacity = "unlimited"`, `capacity = "unlimited"`+deviceTOML, 1)
+	c.TOML = strings.Replace(bank.ClusterTOML, `capacity = "unlimited"`, `capacity = "unlimited"`+deviceTOML, 1)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	c.startAll(ctx)
-	db := c.open(ctx)
+	c.StartAll(ctx)
+	db := c.Open(ctx)
 	if err := db.Transact(ctx, func(tr *distash.Tx) error {
 		for i := 0; i < 50; i++ {
 			tr.Set([]byte(fmt.Sprintf("d/%03d", i)), deviceValue(i))
@@ -133,11 +133,11 @@ func TestRemoteStashDevice(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	for _, n := range c.nodes {
-		if n.class != server.ClassStash {
+	for _, n := range c.Nodes {
+		if n.Class != server.ClassStash {
 			continue
 		}
-		conn, err := grpc.NewClient("passthrough:///"+n.addr, grpc.WithContextDialer(c.net.Dialer("probe")),
+		conn, err := grpc.NewClient("passthrough:///"+n.Addr, grpc.WithContextDialer(c.Net.Dialer("probe")),
 			grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {
 			t.Fatal(err)
@@ -148,29 +148,29 @@ func TestRemoteStashDevice(t *testing.T) {
 		for {
 			st, err := wire.NewDiStashClient(conn).Status(ctx, &wire.StatusRequest{})
 			if err != nil {
-				t.Fatalf("%s: %v", n.name, err)
+				t.Fatalf("%s: %v", n.Name, err)
 			}
 			var d *wire.DeviceStatus
 			for _, s := range st.Stashes {
-				if s.Pool == n.pool {
+				if s.Pool == n.Pool {
 					d = s.Device
 				}
 			}
-			if n.pool == "cache" {
+			if n.Pool == "cache" {
 				if d != nil {
-					t.Errorf("%s: a DRAM stash shows a device: %v", n.name, d)
+					t.Errorf("%s: a DRAM stash shows a device: %v", n.Name, d)
 				}
 				break
 			}
 			if d == nil {
-				t.Fatalf("%s: no device in the status", n.name)
+				t.Fatalf("%s: no device in the status", n.Name)
 			}
 			if d.Profile == "ssd" && d.Writes > 0 && d.Syncs > 0 && d.WrittenBytes > 0 {
-				t.Logf("%s: %v", n.name, d)
+				t.Logf("%s: %v", n.Name, d)
 				break
 			}
 			if ctx.Err() != nil {
-				t.Fatalf("%s: device status %v", n.name, d)
+				t.Fatalf("%s: device status %v", n.Name, d)
 			}
 			time.Sleep(50 * time.Millisecond)
 		}

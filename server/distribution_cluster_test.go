@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -14,97 +13,18 @@ import (
 	"time"
 
 	"github.com/distash/distash"
+	"github.com/distash/distash/internal/clustertest"
 	"github.com/distash/distash/internal/coordrpc"
-	"github.com/distash/distash/internal/dd"
 	"github.com/distash/distash/internal/kv"
-	"github.com/distash/distash/internal/simnet"
 	"github.com/distash/distash/internal/testutil/bank"
 	"github.com/distash/distash/internal/txlog"
 	"github.com/distash/distash/server"
 )
 
-// newLayoutCluster is a simCluster of the given nodes ("name class pool")
-// running toml; the transaction nodes are the coordinators.
-func newLayoutCluster(t *testing.T, toml string, nodes ...string) *simCluster {
-	c := &simCluster{t: t, net: simnet.New(), toml: toml, logger: newSimCluster(t, "").logger}
-	root := t.TempDir()
-	for _, spec := range nodes {
-		c.addNode(root, spec)
-	}
-	t.Cleanup(c.stopAll)
-	return c
-}
-
-// addNode adds a node ("name class pool") that is not started yet.
-func (c *simCluster) addNode(root, spec string) *simNode {
-	f := strings.Fields(spec)
-	n := &simNode{name: f[0], addr: f[0] + ":4500", class: f[1], dir: filepath.Join(root, f[0])}
-	if len(f) > 2 {
-		n.pool = f[2]
-	}
-	c.nodes = append(c.nodes, n)
-	if n.class == server.ClassTransaction {
-		c.coords = append(c.coords, n.addr)
-	}
-	return n
-}
-
-func (c *simCluster) node(name string) *simNode {
-	for _, n := range c.nodes {
-		if n.name == name {
-			return n
-		}
-	}
-	c.t.Fatalf("no node %s", name)
-	return nil
-}
-
-// distribution returns the data distributor's status, from the node that
-// holds the stateless roles (nil if none does now).
-func (c *simCluster) distribution() map[string]dd.PoolStatus {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, n := range c.nodes {
-		if n.srv != nil {
-			if d := n.srv.Distribution(); d != nil {
-				return d
-			}
-		}
-	}
-	return nil
-}
-
-// poolBytes returns the live bytes of each running stash node of pool.
-func (c *simCluster) poolBytes(pool string) map[string]int64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	out := map[string]int64{}
-	for _, n := range c.nodes {
-		if n.srv == nil || n.pool != pool {
-			continue
-		}
-		for _, st := range n.srv.Stashes() {
-			out[n.name] += st.Bytes
-		}
-	}
-	return out
-}
-
-// waitUntil polls cond until it holds or the timeout passes.
-func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) time.Duration {
-	t.Helper()
-	began := time.Now()
-	last := ""
-	for time.Since(began) < timeout {
-		ok, state := cond()
-		last = state
-		if ok {
-			return time.Since(began)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("%s: not after %v (%s)", what, timeout, last)
-	return 0
+// newLayoutCluster is an in-process cluster of the given nodes ("name
+// class pool") running toml; the transaction nodes are the coordinators.
+func newLayoutCluster(t *testing.T, toml string, nodes ...string) *clustertest.Sim {
+	return clustertest.NewSim(t, toml, clustertest.Specs(nodes...)...)
 }
 
 // withinShare reports whether every stash holds within frac of the mean.
@@ -126,21 +46,7 @@ func withinShare(bytes map[string]int64, frac float64) (bool, string) {
 	return ok, fmt.Sprintf("bytes %v, mean %.0f", bytes, mean)
 }
 
-const growTOML = `
-[cluster]
-mvcc_window = "2s"
-shard_bytes = "4KiB"
-failure_wait = "2s"
-
-[[pool]]
-name = "data"
-prefix = "d/"
-medium = "ssd"
-mode = "durable"
-engine = "pebble"
-stashes = 4
-replication = 1
-`
+var growTOML = clustertest.DurablePool(4, 1, `mvcc_window = "2s"`, `shard_bytes = "4KiB"`, `failure_wait = "2s"`)
 
 // TestStashJoinsThenIsExcludedAndIncluded runs a four-stash pool in
 // process over the fault transport: 2,000 skewed keys spread to within
@@ -157,8 +63,8 @@ func TestStashJoinsThenIsExcludedAndIncluded(t *testing.T) {
 	c := newLayoutCluster(t, growTOML, "tx1 transaction", "data1 stash data", "data2 stash data", "data3 stash data", "data4 stash data")
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	c.startAll(ctx)
-	db := c.open(ctx)
+	c.StartAll(ctx)
+	db := c.Open(ctx)
 
 	value := func(i int) string { return fmt.Sprintf("value-%06d-%080d", i, i) }
 	for i := 0; i < 2000; i += 50 {
@@ -172,8 +78,8 @@ func TestStashJoinsThenIsExcludedAndIncluded(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	took := waitUntil(t, time.Minute, "2,000 skewed keys spread over four stashes", func() (bool, string) {
-		b := c.poolBytes("data")
+	took := clustertest.WaitUntil(t, time.Minute, "2,000 skewed keys spread over four stashes", func() (bool, string) {
+		b := c.PoolBytes("data")
 		var total, most int64
 		for _, n := range b {
 			total += n
@@ -181,7 +87,7 @@ func TestStashJoinsThenIsExcludedAndIncluded(t *testing.T) {
 		}
 		return total > 0 && float64(most) <= 0.35*float64(total), fmt.Sprint(b)
 	})
-	t.Logf("spread: %v after %v", c.poolBytes("data"), took.Round(time.Millisecond))
+	t.Logf("spread: %v after %v", c.PoolBytes("data"), took.Round(time.Millisecond))
 
 	// A workload for the rest of the test.
 	wctx, wcancel := context.WithCancel(ctx)
@@ -217,56 +123,56 @@ func TestStashJoinsThenIsExcludedAndIncluded(t *testing.T) {
 	}
 
 	// A fifth stash joins.
-	n5 := c.addNode(filepath.Dir(c.node("data1").dir), "data5 stash data")
-	if err := c.startNode(ctx, n5); err != nil {
+	n5 := c.Add(clustertest.Specs("data5 stash data")[0])
+	if err := c.Start(ctx, n5); err != nil {
 		t.Fatal(err)
 	}
-	took = waitUntil(t, 2*time.Minute, "the fifth stash holds its share", func() (bool, string) {
-		return withinShare(c.poolBytes("data"), 0.2)
+	took = clustertest.WaitUntil(t, 2*time.Minute, "the fifth stash holds its share", func() (bool, string) {
+		return withinShare(c.PoolBytes("data"), 0.2)
 	})
-	t.Logf("fifth stash joined: %v after %v", c.poolBytes("data"), took.Round(time.Millisecond))
+	t.Logf("fifth stash joined: %v after %v", c.PoolBytes("data"), took.Round(time.Millisecond))
 
 	// Exclude drains it; include undoes it.
-	cc, err := coordrpc.NewClient(c.clusterString(), coordrpc.ClientOptions{Dialer: c.net.Dialer(clientNode)})
+	cc, err := coordrpc.NewClient(c.ClusterString(), coordrpc.ClientOptions{Dialer: c.Net.Dialer(clientNode)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cc.Close()
-	if _, err := cc.Exclude(ctx, []string{n5.addr}); err != nil {
+	if _, err := cc.Exclude(ctx, []string{n5.Addr}); err != nil {
 		t.Fatal(err)
 	}
-	took = waitUntil(t, 2*time.Minute, "the excluded stash is drained", func() (bool, string) {
-		b := c.poolBytes("data")
-		d := c.distribution()["data"]
+	took = clustertest.WaitUntil(t, 2*time.Minute, "the excluded stash is drained", func() (bool, string) {
+		b := c.PoolBytes("data")
+		d := c.Distribution()["data"]
 		return b["data5"] == 0 && d.Moving == 0, fmt.Sprintf("%v, moving %d", b, d.Moving)
 	})
-	t.Logf("excluded stash drained after %v: %v", took.Round(time.Millisecond), c.poolBytes("data"))
-	if _, err := cc.Include(ctx, []string{n5.addr}); err != nil {
+	t.Logf("excluded stash drained after %v: %v", took.Round(time.Millisecond), c.PoolBytes("data"))
+	if _, err := cc.Include(ctx, []string{n5.Addr}); err != nil {
 		t.Fatal(err)
 	}
-	took = waitUntil(t, 2*time.Minute, "the included stash gets its share back", func() (bool, string) {
-		return withinShare(c.poolBytes("data"), 0.2)
+	took = clustertest.WaitUntil(t, 2*time.Minute, "the included stash gets its share back", func() (bool, string) {
+		return withinShare(c.PoolBytes("data"), 0.2)
 	})
-	t.Logf("included again: %v after %v", c.poolBytes("data"), took.Round(time.Millisecond))
+	t.Logf("included again: %v after %v", c.PoolBytes("data"), took.Round(time.Millisecond))
 
 	// Replication changes online: 1 -> 2 doubles the pool's bytes.
 	before := int64(0)
-	for _, b := range c.poolBytes("data") {
+	for _, b := range c.PoolBytes("data") {
 		before += b
 	}
 	if err := cc.Configure(ctx, "data", "replication", "2"); err != nil {
 		t.Fatal(err)
 	}
-	took = waitUntil(t, 2*time.Minute, "every shard has two replicas", func() (bool, string) {
-		d := c.distribution()["data"]
+	took = clustertest.WaitUntil(t, 2*time.Minute, "every shard has two replicas", func() (bool, string) {
+		d := c.Distribution()["data"]
 		var after int64
-		for _, b := range c.poolBytes("data") {
+		for _, b := range c.PoolBytes("data") {
 			after += b
 		}
 		return d.Replication == 2 && d.UnderReplicated == 0 && d.Moving == 0 && d.Queued == 0 && after >= 2*before,
 			fmt.Sprintf("%+v; bytes %d, before %d", d, after, before)
 	})
-	t.Logf("replication 2 after %v: %v", took.Round(time.Millisecond), c.poolBytes("data"))
+	t.Logf("replication 2 after %v: %v", took.Round(time.Millisecond), c.PoolBytes("data"))
 
 	wcancel()
 	waitWriter()
@@ -278,7 +184,7 @@ func TestStashJoinsThenIsExcludedAndIncluded(t *testing.T) {
 	if err != nil || missing != 0 {
 		t.Fatalf("%d of %d acknowledged writes missing (%v)", missing, w.Count(), err)
 	}
-	t.Logf("%d acknowledged writes all read back; %d moves done", w.Count(), c.distribution()["data"].MovesDone)
+	t.Logf("%d acknowledged writes all read back; %d moves done", w.Count(), c.Distribution()["data"].MovesDone)
 }
 
 const dramTOML = `
@@ -310,8 +216,8 @@ func TestDramStashRestartRejoinsEmpty(t *testing.T) {
 	c := newLayoutCluster(t, dramTOML, "tx1 transaction", "cache1 stash cache", "cache2 stash cache", "cache3 stash cache")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	c.startAll(ctx)
-	db := c.open(ctx)
+	c.StartAll(ctx)
+	db := c.Open(ctx)
 
 	const keys = 300
 	var counter atomic.Int64
@@ -377,30 +283,28 @@ func TestDramStashRestartRejoinsEmpty(t *testing.T) {
 		}(uint64(10 + g))
 	}
 	twoReplicas := func() (bool, string) {
-		d, ok := c.distribution()["cache"]
+		d, ok := c.Distribution()["cache"]
 		return ok && d.UnderReplicated == 0 && d.Moving == 0 && d.Queued == 0,
 			fmt.Sprintf("%+v", d)
 	}
-	waitUntil(t, time.Minute, "the pool settles", twoReplicas)
+	clustertest.WaitUntil(t, time.Minute, "the pool settles", twoReplicas)
 
-	n := c.node("cache1")
-	c.crash(n)
-	if err := c.startNode(ctx, n); err != nil {
+	n := c.Node("cache1")
+	c.Crash(n)
+	if err := c.Start(ctx, n); err != nil {
 		t.Fatal(err)
 	}
-	took := waitUntil(t, time.Minute, "the restarted stash holds data again and every shard has two live replicas", func() (bool, string) {
-		b := c.poolBytes("cache")
+	took := clustertest.WaitUntil(t, time.Minute, "the restarted stash holds data again and every shard has two live replicas", func() (bool, string) {
+		b := c.PoolBytes("cache")
 		ok, state := twoReplicas()
 		return ok && b["cache1"] > 0, fmt.Sprintf("%v %s", b, state)
 	})
 	t.Logf("restarted dram stash: two replicas per shard again %v after the restart", took.Round(time.Millisecond))
 	// The log keeps entries for the new tag and no longer for the
 	// replaced one: it trims up to within a few seconds of its end.
-	tx := c.node("tx1")
-	waitUntil(t, 30*time.Second, "the log trims past the replaced stash's tag", func() (bool, string) {
-		c.mu.Lock()
-		ls := tx.srv.LogStats()
-		c.mu.Unlock()
+	tx := c.Node("tx1")
+	clustertest.WaitUntil(t, 30*time.Second, "the log trims past the replaced stash's tag", func() (bool, string) {
+		ls := tx.Server().LogStats()
 		behind := float64(ls.LastVersion-ls.Trimmed) / 1e6
 		return behind < 5 && len(ls.Popped) == 4, fmt.Sprintf("trimmed %.1f s behind the end; popped %v", behind, ls.Popped)
 	})
@@ -426,23 +330,10 @@ func TestDramStashRestartRejoinsEmpty(t *testing.T) {
 	if err != nil && !errors.Is(err, context.Canceled) {
 		t.Fatal(err)
 	}
-	t.Logf("pool bytes after: %v", c.poolBytes("cache"))
+	t.Logf("pool bytes after: %v", c.PoolBytes("cache"))
 }
 
-const durableTOML = `
-[cluster]
-mvcc_window = "2s"
-shard_bytes = "4KiB"
-
-[[pool]]
-name = "data"
-prefix = "d/"
-medium = "ssd"
-mode = "durable"
-engine = "pebble"
-stashes = 3
-replication = 2
-`
+var durableTOML = clustertest.DurablePool(3, 2, `mvcc_window = "2s"`, `shard_bytes = "4KiB"`)
 
 // TestEmptyDurableStashOfTrimmedTagJoinsAsNew starts a durable R=2 pool
 // with one of its three stash nodes missing and writes until the log
@@ -466,14 +357,14 @@ func TestEmptyDurableStashOfTrimmedTagJoinsAsNew(t *testing.T) {
 	defer cancel()
 	errs := make(chan error, 3)
 	for _, name := range []string{"tx1", "data1", "data2"} {
-		go func() { errs <- c.startNode(ctx, c.node(name)) }()
+		go func() { errs <- c.Start(ctx, c.Node(name)) }()
 	}
 	for range 3 {
 		if err := <-errs; err != nil {
 			t.Fatal(err)
 		}
 	}
-	db := c.open(ctx)
+	db := c.Open(ctx)
 
 	// Keys spread over the first map's three shards ("d/" + one byte
 	// splits them), so every stash has writes.
@@ -481,16 +372,14 @@ func TestEmptyDurableStashOfTrimmedTagJoinsAsNew(t *testing.T) {
 	key := func(k int) string { return fmt.Sprintf("d/%c-k:%03d", byte(k*256/keys), k) }
 	value := func(k, round int) string { return fmt.Sprintf("%03d-%02d-%0900d", k, round, round) }
 	last := map[string]string{}
-	tx := c.node("tx1")
+	tx := c.Node("tx1")
 	// missing returns the tags the log force-popped that no running
 	// stash has, and the log's stats.
 	missing := func() (map[kv.Tag]kv.Version, txlog.Stats) {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		ls := tx.srv.LogStats()
+		ls := tx.Server().LogStats()
 		out := maps.Clone(ls.Dropped)
 		for _, name := range []string{"data1", "data2"} {
-			for _, st := range c.node(name).srv.Stashes() {
+			for _, st := range c.Node(name).Server().Stashes() {
 				delete(out, kv.Tag(st.Tag))
 			}
 		}
@@ -535,27 +424,25 @@ func TestEmptyDurableStashOfTrimmedTagJoinsAsNew(t *testing.T) {
 	t.Logf("the log force-popped the missing stash's tag: %v, trimmed up to %d", m, ls.Trimmed)
 
 	began := time.Now()
-	if err := c.startNode(ctx, c.node("data3")); err != nil {
+	if err := c.Start(ctx, c.Node("data3")); err != nil {
 		t.Fatal(err)
 	}
 	started := time.Since(began)
-	took := waitUntil(t, time.Minute, "the new stash holds data and every shard has two live replicas", func() (bool, string) {
-		b := c.poolBytes("data")
-		d, ok := c.distribution()["data"]
+	took := clustertest.WaitUntil(t, time.Minute, "the new stash holds data and every shard has two live replicas", func() (bool, string) {
+		b := c.PoolBytes("data")
+		d, ok := c.Distribution()["data"]
 		return ok && d.UnderReplicated == 0 && d.Moving == 0 && d.Queued == 0 && b["data3"] > 0,
 			fmt.Sprintf("%v %+v", b, d)
 	})
 	t.Logf("data3 started in %v; two live replicas per shard %v after: %v",
-		started.Round(time.Millisecond), took.Round(time.Millisecond), c.poolBytes("data"))
-	c.mu.Lock()
+		started.Round(time.Millisecond), took.Round(time.Millisecond), c.PoolBytes("data"))
 	for _, n := range []string{"data1", "data2", "data3"} {
-		for _, st := range c.node(n).srv.Stashes() {
+		for _, st := range c.Node(n).Server().Stashes() {
 			if st.Health != server.HealthHealthy || st.Restarts != 0 {
 				t.Errorf("%s's stash %d: %s after %d restarts (%s)", n, st.Tag, st.Health, st.Restarts, st.LastError)
 			}
 		}
 	}
-	c.mu.Unlock()
 	err := db.ReadTransact(ctx, func(tr *distash.Tx) error {
 		for k, want := range last {
 			v, err := tr.Get([]byte(k))
@@ -589,8 +476,8 @@ func TestRemoteDurableStashesFlushWhenTheLogIsOverBudget(t *testing.T) {
 	c := newLayoutCluster(t, toml, "tx1 transaction", "data1 stash data", "data2 stash data", "data3 stash data")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	c.startAll(ctx)
-	db := c.open(ctx)
+	c.StartAll(ctx)
+	db := c.Open(ctx)
 	const keys = 200
 	key := func(k int) string { return fmt.Sprintf("d/%c-k:%03d", byte(k*256/keys), k) }
 	last := map[string]string{}
@@ -611,16 +498,14 @@ func TestRemoteDurableStashesFlushWhenTheLogIsOverBudget(t *testing.T) {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
-	c.mu.Lock()
-	ls := c.node("tx1").srv.LogStats()
+	ls := c.Node("tx1").Server().LogStats()
 	for _, n := range []string{"data1", "data2", "data3"} {
-		for _, st := range c.node(n).srv.Stashes() {
+		for _, st := range c.Node(n).Server().Stashes() {
 			if st.Health != server.HealthHealthy || st.Restarts != 0 {
 				t.Errorf("%s's stash %d: %s after %d restarts (%s)", n, st.Tag, st.Health, st.Restarts, st.LastError)
 			}
 		}
 	}
-	c.mu.Unlock()
 	if len(ls.Dropped) != 0 {
 		t.Errorf("the log force-popped live stashes' tags: %v", ls.Dropped)
 	}

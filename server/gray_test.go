@@ -29,9 +29,9 @@ func TestSilentLeaderNodeIsLeft(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	sctx, scancel := context.WithTimeout(ctx, 60*time.Second)
-	c.startAll(sctx)
+	c.StartAll(sctx)
 	scancel()
-	db := c.open(ctx)
+	db := c.Open(ctx)
 	// Writes, then reads of them, one after the other, each attempt with a
 	// deadline far beyond the bound: only the cluster's recovery ends a
 	// stall.
@@ -54,7 +54,7 @@ func TestSilentLeaderNodeIsLeft(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	cc, err := coordrpc.NewClient(c.clusterString(), coordrpc.ClientOptions{Dialer: c.net.Dialer("probe")})
+	cc, err := coordrpc.NewClient(c.ClusterString(), coordrpc.ClientOptions{Dialer: c.Net.Dialer("probe")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,10 +66,10 @@ func TestSilentLeaderNodeIsLeft(t *testing.T) {
 		t.Fatalf("no stateless node in the view: %v %v", v, err)
 	}
 	silent := v.StatelessAddress
-	c.net.Drop([]string{silent}, c.others(silent))
+	c.Net.Drop([]string{silent}, c.Others(silent))
 	dropped := time.Now()
 	t.Logf("every link of %s (generation %d) black-holed", silent, v.Generation)
-	defer c.net.Heal()
+	defer c.Net.Heal()
 	var first time.Duration
 	for i := 0; ; i++ {
 		err := writeRead(fmt.Sprintf("d/after:%03d", i))
@@ -98,7 +98,7 @@ func TestSilentLeaderNodeIsLeft(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("the roles are on %s now, generation %d", v2.StatelessAddress, v2.Generation)
-	c.net.Heal()
+	c.Net.Heal()
 
 	// A silent stash node: reads go to the other replicas of its shards
 	// once a read there times out (the client's read deadline), and do
@@ -128,7 +128,7 @@ func TestSilentLeaderNodeIsLeft(t *testing.T) {
 		if s.Pool != "data" || s.Address == "" {
 			continue
 		}
-		c.net.Drop([]string{s.Address}, c.others(s.Address))
+		c.Net.Drop([]string{s.Address}, c.Others(s.Address))
 		var longest time.Duration
 		for end := time.Now().Add(3 * time.Second); time.Now().Before(end); {
 			took, err := read()
@@ -137,7 +137,7 @@ func TestSilentLeaderNodeIsLeft(t *testing.T) {
 			}
 			longest = max(longest, took)
 		}
-		c.net.Heal()
+		c.Net.Heal()
 		t.Logf("stash %d on %s silent: longest read %v", s.Tag, s.Address, longest.Round(time.Millisecond))
 		if longest > readBound {
 			t.Errorf("a read took %v while stash node %s was silent: want < %v", longest.Round(time.Millisecond), s.Address, readBound)

@@ -343,12 +343,12 @@ func TestClusterNodeMetricsAndLogs(t *testing.T) {
 	}
 	c := newLayoutCluster(t, oneCacheTOML, "tx1 transaction", "cache1 stash cache")
 	logs := &syncBuffer{}
-	c.logger = slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	c.httpAddr = "127.0.0.1:0"
+	c.Logger = slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	c.HTTPAddr = "127.0.0.1:0"
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	c.startAll(ctx)
-	db := c.open(ctx)
+	c.StartAll(ctx)
+	db := c.Open(ctx)
 	const n = 30
 	for pass := 0; pass < 2; pass++ {
 		for i := 0; i < n; i++ {
@@ -365,7 +365,7 @@ func TestClusterNodeMetricsAndLogs(t *testing.T) {
 			}
 		}
 	}
-	stashNode, txNode := c.node("cache1").srv, c.node("tx1").srv
+	stashNode, txNode := c.Node("cache1").Server(), c.Node("tx1").Server()
 	// The stash node's figures: its stash, with the workload's reads and
 	// hits; its lag once it reported to the log's node.
 	deadline := time.Now().Add(10 * time.Second)

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,8 +16,8 @@ import (
 
 	"github.com/distash/distash"
 	"github.com/distash/distash/config"
+	"github.com/distash/distash/internal/clustertest"
 	"github.com/distash/distash/internal/fsys/faultfs"
-	"github.com/distash/distash/internal/simnet"
 	"github.com/distash/distash/server"
 )
 
@@ -49,41 +48,13 @@ local_log = %v
 // newLocalLogCluster lays out a transaction node and two stash nodes of
 // the cache pool, each stash node on a fault FS over the real disk (so a
 // kill -9 can be emulated).
-func newLocalLogCluster(t *testing.T, failureWait string, localLog bool) *simCluster {
-	root := t.TempDir()
-	level := slog.Level(100)
-	var out io.Writer = io.Discard
-	if os.Getenv("DISTASH_FAULT_VERBOSE") != "" {
-		level, out = slog.LevelInfo, os.Stderr
+func newLocalLogCluster(t *testing.T, failureWait string, localLog bool) *clustertest.Sim {
+	c := clustertest.NewSim(t, fmt.Sprintf(localLogTOML, failureWait, localLog),
+		clustertest.Specs("tx1 transaction", "cache1 stash cache", "cache2 stash cache")...)
+	for _, n := range c.Nodes[1:] {
+		n.FS = faultfs.New(nil)
 	}
-	c := &simCluster{t: t, net: simnet.New(), toml: fmt.Sprintf(localLogTOML, failureWait, localLog),
-		logger: slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: level}))}
-	add := func(name, class, pool string) {
-		n := &simNode{name: name, addr: name + ":4500", class: class, pool: pool, dir: filepath.Join(root, name)}
-		if class == server.ClassStash {
-			n.fs = faultfs.New(nil)
-		}
-		c.nodes = append(c.nodes, n)
-		if class == server.ClassTransaction {
-			c.coords = append(c.coords, n.addr)
-		}
-	}
-	add("tx1", server.ClassTransaction, "")
-	add("cache1", server.ClassStash, "cache")
-	add("cache2", server.ClassStash, "cache")
-	t.Cleanup(c.stopAll)
 	return c
-}
-
-// kill9 stops n as kill -9 does: what its process wrote stays (the page
-// cache), and from that instant nothing more of it reaches the disk, not
-// even what its shutdown would write; its links break at once.
-func (c *simCluster) kill9(n *simNode) {
-	fs := n.fs.(*faultfs.FS)
-	fs.Kill()
-	fs.Fail(faultfs.Rule{})
-	c.crash(n)
-	n.fs = faultfs.New(nil) // the restarted process's view of the same disk
 }
 
 // cacheHistory checks that no read of a cached key returns a value older
@@ -196,12 +167,10 @@ func (h *cacheHistory) read(ctx context.Context, db *distash.DB, readers int, st
 }
 
 // holder returns the cache node whose stash holds the keys, and its stash.
-func (c *simCluster) holder() (*simNode, server.StashStats) {
-	c.t.Helper()
-	for _, n := range c.nodes[1:] {
-		c.mu.Lock()
-		srv := n.srv
-		c.mu.Unlock()
+func holder(c *clustertest.Sim) (*clustertest.SimNode, server.StashStats) {
+	c.T.Helper()
+	for _, n := range c.Nodes[1:] {
+		srv := n.Server()
 		if srv == nil {
 			continue
 		}
@@ -211,12 +180,12 @@ func (c *simCluster) holder() (*simNode, server.StashStats) {
 			}
 		}
 	}
-	c.t.Fatal("no cache stash holds keys")
+	c.T.Fatal("no cache stash holds keys")
 	return nil, server.StashStats{}
 }
 
-func stashOf(n *simNode) server.StashStats {
-	for _, st := range n.srv.Stashes() {
+func stashOf(n *clustertest.SimNode) server.StashStats {
+	for _, st := range n.Server().Stashes() {
 		return st
 	}
 	return server.StashStats{}
@@ -230,8 +199,8 @@ func runLocalLogKill(t *testing.T, failureWait string, localLog bool, down, wind
 	c := newLocalLogCluster(t, failureWait, localLog)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	c.startAll(ctx)
-	db := c.open(ctx)
+	c.StartAll(ctx)
+	db := c.Open(ctx)
 	const keys = 400
 	h = &cacheHistory{keys: keys, acked: make([]atomic.Int64, keys), seen: make([]int64, keys)}
 	for i := range keys {
@@ -256,11 +225,11 @@ func runLocalLogKill(t *testing.T, failureWait string, localLog bool, down, wind
 	pre := &readStats{}
 	cur.Store(pre)
 	time.Sleep(time.Second)
-	n, old := c.holder()
+	n, old := holder(c)
 	cur.Store(&readStats{}) // reads while it is down are not counted
-	c.kill9(n)
+	c.Kill9(n)
 	time.Sleep(down)
-	if err := c.startNode(ctx, n); err != nil {
+	if err := c.Start(ctx, n); err != nil {
 		t.Fatal(err)
 	}
 	post := &readStats{}

@@ -11,33 +11,10 @@ import (
 	"time"
 
 	"github.com/distash/distash"
-	"github.com/distash/distash/internal/clusterstatus"
+	"github.com/distash/distash/internal/clustertest"
 	"github.com/distash/distash/internal/coordrpc"
-	"github.com/distash/distash/internal/wire"
 	"github.com/distash/distash/server"
 )
-
-// status is the cluster's status as `distash cli status` gathers it.
-func (c *simCluster) status(ctx context.Context) (*wire.StatusResponse, error) {
-	sctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-	defer cancel()
-	return clusterstatus.GatherWith(sctx, c.clusterString(), clusterstatus.Options{Dialer: c.net.Dialer("probe")})
-}
-
-// view is the controller's view.
-func (c *simCluster) view(ctx context.Context) *wire.ViewResponse {
-	c.t.Helper()
-	cc, err := coordrpc.NewClient(c.clusterString(), coordrpc.ClientOptions{Dialer: c.net.Dialer("probe")})
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	defer cc.Close()
-	v, err := cc.View(ctx)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	return v
-}
 
 // TestWipedTransactionNodeRejoinsAsNewMember: a transaction node (a
 // coordinator and a log replica) loses its whole directory and starts
@@ -53,8 +30,8 @@ func TestWipedTransactionNodeRejoinsAsNewMember(t *testing.T) {
 	c := newSimCluster(t, "")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	c.startAll(ctx)
-	db := c.open(ctx)
+	c.StartAll(ctx)
+	db := c.Open(ctx)
 	var acked []string
 	write := func(k string) error {
 		wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
@@ -70,19 +47,14 @@ func TestWipedTransactionNodeRejoinsAsNewMember(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	v := c.view(ctx)
+	v := c.View(ctx)
 	// The victim: a log replica not holding the roles (so commits go on).
-	var victim *simNode
-	for _, n := range c.nodes {
-		if n.class == server.ClassTransaction && n.addr != v.StatelessAddress {
-			victim = n
-			break
-		}
-	}
-	oldNode := victim.srv.NodeID()
+	_, followers := c.RolesNode(v)
+	victim := followers[0]
+	oldNode := victim.Server().NodeID()
 	var oldCoord, oldLog string
 	for _, m := range v.Coordinators {
-		if m.Address == victim.addr {
+		if m.Address == victim.Addr {
 			oldCoord = m.RaftId
 		}
 	}
@@ -90,29 +62,29 @@ func TestWipedTransactionNodeRejoinsAsNewMember(t *testing.T) {
 		oldLog = v.LogIds[i]
 	}
 	if oldCoord == "" || oldLog == "" {
-		t.Fatalf("%s: coordinator raft id %q, log raft id %q in the view %v", victim.name, oldCoord, oldLog, v)
+		t.Fatalf("%s: coordinator raft id %q, log raft id %q in the view %v", victim.Name, oldCoord, oldLog, v)
 	}
-	t.Logf("wiping %s: node %s, coordinator %s, log replica %s", victim.name, oldNode, oldCoord, oldLog)
-	c.crash(victim)
-	if err := os.RemoveAll(victim.dir); err != nil {
+	t.Logf("wiping %s: node %s, coordinator %s, log replica %s", victim.Name, oldNode, oldCoord, oldLog)
+	c.Crash(victim)
+	if err := os.RemoveAll(victim.Dir); err != nil {
 		t.Fatal(err)
 	}
 	for i := 0; i < 10; i++ {
 		if err := write(fmt.Sprint("down-", i)); err != nil {
-			t.Fatalf("with %s down: %v", victim.name, err)
+			t.Fatalf("with %s down: %v", victim.Name, err)
 		}
 	}
-	if err := c.startNode(ctx, victim); err != nil {
+	if err := c.Start(ctx, victim); err != nil {
 		t.Fatal(err)
 	}
-	newNode := victim.srv.NodeID()
+	newNode := victim.Server().NodeID()
 	if newNode == oldNode {
 		t.Fatalf("the wiped node came back as %s, its old id", newNode)
 	}
-	waitUntil(t, 60*time.Second, "a new coordinator and log replica in place of the old", func() (bool, string) {
+	clustertest.WaitUntil(t, 60*time.Second, "a new coordinator and log replica in place of the old", func() (bool, string) {
 		vctx, vcancel := context.WithTimeout(ctx, 5*time.Second)
 		defer vcancel()
-		cc, _ := coordrpc.NewClient(c.clusterString(), coordrpc.ClientOptions{Dialer: c.net.Dialer("probe")})
+		cc, _ := coordrpc.NewClient(c.ClusterString(), coordrpc.ClientOptions{Dialer: c.Net.Dialer("probe")})
 		defer cc.Close()
 		v, err := cc.View(vctx)
 		if err != nil {
@@ -124,7 +96,7 @@ func TestWipedTransactionNodeRejoinsAsNewMember(t *testing.T) {
 			if m.RaftId != "" {
 				coordIDs = append(coordIDs, m.RaftId)
 			}
-			newCoord = newCoord || m.Address == victim.addr && m.RaftId != "" && m.RaftId != oldCoord && m.Voter
+			newCoord = newCoord || m.Address == victim.Addr && m.RaftId != "" && m.RaftId != oldCoord && m.Voter
 		}
 		state := fmt.Sprintf("coordinators %v, log replicas %v ids %v", coordIDs, v.LogReplicas, v.LogIds)
 		return newCoord && len(coordIDs) == 3 && !slices.Contains(coordIDs, oldCoord) &&
@@ -133,8 +105,8 @@ func TestWipedTransactionNodeRejoinsAsNewMember(t *testing.T) {
 	})
 	// The new replica runs, the old node is gone from status, and nothing
 	// is short.
-	waitUntil(t, 30*time.Second, "a status with every member alive and no warning", func() (bool, string) {
-		st, err := c.status(ctx)
+	clustertest.WaitUntil(t, 30*time.Second, "a status with every member alive and no warning", func() (bool, string) {
+		st, err := c.Status(ctx)
 		if err != nil {
 			return false, err.Error()
 		}
@@ -163,12 +135,12 @@ func TestWipedTransactionNodeRejoinsAsNewMember(t *testing.T) {
 	// two replicas (the new one among them) still commit.
 	// The view is taken once: asked again after the crash, while a new
 	// controller may still be in election, it could fail the test.
-	roles := c.view(ctx).StatelessAddress
-	for _, n := range c.nodes {
-		if n.addr == roles {
-			c.crash(n)
+	roles := c.View(ctx).StatelessAddress
+	for _, n := range c.Nodes {
+		if n.Addr == roles {
+			c.Crash(n)
 			defer func() {
-				if err := c.startNode(ctx, n); err != nil {
+				if err := c.Start(ctx, n); err != nil {
 					t.Error(err)
 				}
 			}()
@@ -206,18 +178,18 @@ func TestStatusSaysWhenQuorumIsLost(t *testing.T) {
 	c := newSimCluster(t, "")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	c.startAll(ctx)
-	db := c.open(ctx)
+	c.StartAll(ctx)
+	db := c.Open(ctx)
 	if err := db.Transact(ctx, func(tr *distash.Tx) error { tr.Set([]byte("d/x"), []byte("1")); return nil }); err != nil {
 		t.Fatal(err)
 	}
-	var tx []*simNode
-	for _, n := range c.nodes {
-		if n.class == server.ClassTransaction {
+	var tx []*clustertest.SimNode
+	for _, n := range c.Nodes {
+		if n.Class == server.ClassTransaction {
 			tx = append(tx, n)
 		}
 	}
-	st, err := c.status(ctx)
+	st, err := c.Status(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -226,27 +198,27 @@ func TestStatusSaysWhenQuorumIsLost(t *testing.T) {
 	}
 
 	// One transaction node down: a coordinator and a log replica short.
-	c.crash(tx[2])
-	waitUntil(t, 20*time.Second, "warnings for the coordinator and the log replica down", func() (bool, string) {
-		st, err := c.status(ctx)
+	c.Crash(tx[2])
+	clustertest.WaitUntil(t, 20*time.Second, "warnings for the coordinator and the log replica down", func() (bool, string) {
+		st, err := c.Status(ctx)
 		if err != nil {
 			return false, err.Error()
 		}
 		w := strings.Join(st.Warnings, "\n")
 		return strings.Contains(w, "the coordinators run on 2 of 3") && strings.Contains(w, "the log runs on 2 of 3 replicas") &&
-			strings.Contains(w, tx[2].addr) && !st.ViewStale && st.CoordinatorMembership.GetQuorum() && st.LogMembership.GetQuorum(), w
+			strings.Contains(w, tx[2].Addr) && !st.ViewStale && st.CoordinatorMembership.GetQuorum() && st.LogMembership.GetQuorum(), w
 	})
 
 	// Two down: no quorum anywhere.
-	c.crash(tx[1])
-	waitUntil(t, 30*time.Second, "a status saying quorum is lost", func() (bool, string) {
-		st, err := c.status(ctx)
+	c.Crash(tx[1])
+	clustertest.WaitUntil(t, 30*time.Second, "a status saying quorum is lost", func() (bool, string) {
+		st, err := c.Status(ctx)
 		if err != nil {
 			return false, err.Error()
 		}
 		w := strings.Join(st.Warnings, "\n")
-		return st.ViewStale && st.ViewFrom == tx[0].addr && st.ViewAgeMs != 0 &&
-			strings.Contains(w, "no controller answers: 1 of 3 coordinators answer ("+tx[0].addr+")") &&
+		return st.ViewStale && st.ViewFrom == tx[0].Addr && st.ViewAgeMs != 0 &&
+			strings.Contains(w, "no controller answers: 1 of 3 coordinators answer ("+tx[0].Addr+")") &&
 			strings.Contains(w, "the coordinators have no quorum") &&
 			strings.Contains(w, "the log has no quorum") && strings.Contains(w, "commits cannot be made") &&
 			!st.CoordinatorMembership.GetQuorum() && !st.LogMembership.GetQuorum(), fmt.Sprintf("stale %v from %q age %d: %s", st.ViewStale, st.ViewFrom, st.ViewAgeMs, w)
@@ -265,8 +237,8 @@ func TestLostLogDirectoryRejoinsAsNewReplica(t *testing.T) {
 	c := newSimCluster(t, "")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	c.startAll(ctx)
-	db := c.open(ctx)
+	c.StartAll(ctx)
+	db := c.Open(ctx)
 	set := func(k string) error {
 		wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
 		defer wcancel()
@@ -275,31 +247,26 @@ func TestLostLogDirectoryRejoinsAsNewReplica(t *testing.T) {
 	if err := set("a"); err != nil {
 		t.Fatal(err)
 	}
-	v := c.view(ctx)
-	var victim *simNode
-	for _, n := range c.nodes {
-		if n.class == server.ClassTransaction && n.addr != v.StatelessAddress {
-			victim = n
-			break
-		}
-	}
-	id := victim.srv.NodeID()
+	v := c.View(ctx)
+	_, followers := c.RolesNode(v)
+	victim := followers[0]
+	id := victim.Server().NodeID()
 	old := v.LogIds[slices.Index(v.LogReplicas, id)]
-	c.crash(victim)
-	if err := os.RemoveAll(filepath.Join(victim.dir, "log")); err != nil {
+	c.Crash(victim)
+	if err := os.RemoveAll(filepath.Join(victim.Dir, "log")); err != nil {
 		t.Fatal(err)
 	}
 	if err := set("b"); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.startNode(ctx, victim); err != nil {
+	if err := c.Start(ctx, victim); err != nil {
 		t.Fatal(err)
 	}
-	if got := victim.srv.NodeID(); got != id {
+	if got := victim.Server().NodeID(); got != id {
 		t.Fatalf("node id %s, want %s (only its log directory was lost)", got, id)
 	}
-	waitUntil(t, 60*time.Second, "the node's new log replica in place of its old one", func() (bool, string) {
-		st, err := c.status(ctx)
+	clustertest.WaitUntil(t, 60*time.Second, "the node's new log replica in place of its old one", func() (bool, string) {
+		st, err := c.Status(ctx)
 		if err != nil {
 			return false, err.Error()
 		}

@@ -22,22 +22,22 @@ func TestNodeRefusals(t *testing.T) {
 	c := newSimCluster(t, "")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	c.startAll(ctx)
+	c.StartAll(ctx)
 
 	start := func(name, toml, class, pool string) error {
 		cfg, err := config.Parse([]byte(toml))
 		if err != nil {
 			t.Fatal(err)
 		}
-		ln, err := c.net.Listen(name + ":4500")
+		ln, err := c.Net.Listen(name + ":4500")
 		if err != nil {
 			t.Fatal(err)
 		}
 		sctx, scancel := context.WithTimeout(ctx, 20*time.Second)
 		defer scancel()
 		srv, err := server.StartNode(sctx, server.NodeOptions{
-			Dir: t.TempDir(), Config: cfg, Listen: name + ":4500", Listener: ln, Dialer: c.net.Dialer(name + ":4500"),
-			Coordinators: c.coords, Class: class, Pool: pool, Logger: c.logger,
+			Dir: t.TempDir(), Config: cfg, Listen: name + ":4500", Listener: ln, Dialer: c.Net.Dialer(name + ":4500"),
+			Coordinators: c.Coords, Class: class, Pool: pool, Logger: c.Logger,
 		})
 		if err == nil {
 			srv.Stop()

@@ -19,6 +19,7 @@ import (
 
 	"github.com/distash/distash"
 	"github.com/distash/distash/config"
+	"github.com/distash/distash/internal/clustertest"
 	"github.com/distash/distash/internal/fsys/faultfs"
 	"github.com/distash/distash/internal/kv"
 	"github.com/distash/distash/internal/ratekeeper"
@@ -108,44 +109,7 @@ func readBack(ctx context.Context, db *distash.DB, acked map[string]string) erro
 	return nil
 }
 
-// stashOf returns the status of node n's stash with tag (any tag if 0).
-func (c *simCluster) stashOf(n *simNode, tag uint32) (server.StashStats, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if n.srv == nil {
-		return server.StashStats{}, false
-	}
-	for _, st := range n.srv.Stashes() {
-		if tag == 0 || st.Tag == tag {
-			return st, true
-		}
-	}
-	return server.StashStats{}, false
-}
-
-func (c *simCluster) stop(n *simNode) {
-	c.mu.Lock()
-	srv := n.srv
-	n.srv = nil
-	c.mu.Unlock()
-	if srv != nil {
-		srv.Stop()
-	}
-}
-
-const fullDiskTOML = `
-[cluster]
-mvcc_window = "2s"
-
-[[pool]]
-name = "data"
-prefix = "d/"
-medium = "ssd"
-mode = "durable"
-engine = "pebble"
-stashes = 3
-replication = 3
-`
+var fullDiskTOML = clustertest.DurablePool(3, 3, `mvcc_window = "2s"`)
 
 // TestFullDiskOfOneReplicaDoesNotThrottle fills the disk of one of the
 // three stash nodes of a durable pool with replication 3 while writers
@@ -161,19 +125,19 @@ func TestFullDiskOfOneReplicaDoesNotThrottle(t *testing.T) {
 	}
 	defer server.SetWindowBytes(1 << 20)()
 	c := newLayoutCluster(t, fullDiskTOML, "tx1 transaction", "data1 stash data", "data2 stash data", "data3 stash data")
-	data1 := c.node("data1")
+	data1 := c.Node("data1")
 	disk := faultfs.New(nil) // data1's disk: every file of its node, its engine's included
-	data1.fs = disk
+	data1.FS = disk
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	c.startAll(ctx)
-	db := c.open(ctx)
+	c.StartAll(ctx)
+	db := c.Open(ctx)
 
 	w := startWriter(ctx, db, 8, 1000)
 	base := w.rate(2 * time.Second)
 	disk.SetSpace(0)
-	waitUntil(t, 10*time.Second, "data1's stash reports disk_full", func() (bool, string) {
-		st, _ := c.stashOf(data1, 0)
+	clustertest.WaitUntil(t, 10*time.Second, "data1's stash reports disk_full", func() (bool, string) {
+		st, _ := c.StashOf(data1, 0)
 		return st.Health == server.HealthDiskFull, st.Health
 	})
 	lagOf := func() kv.Version {
@@ -185,16 +149,16 @@ func TestFullDiskOfOneReplicaDoesNotThrottle(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		st, _ := c.stashOf(data1, 0)
+		st, _ := c.StashOf(data1, 0)
 		return kv.Version(rv - st.AppliedVersion)
 	}
-	waitUntil(t, 30*time.Second, "data1's stash falls 2 s behind", func() (bool, string) {
+	clustertest.WaitUntil(t, 30*time.Second, "data1's stash falls 2 s behind", func() (bool, string) {
 		lag := lagOf()
 		return lag > 2*kv.VersionsPerSecond, fmt.Sprintf("%d behind", lag)
 	})
 	// The ratekeeper's limit, on the node holding the roles, sampled while
 	// the writers' rate is measured.
-	conn, err := grpc.NewClient("passthrough:///"+c.node("tx1").addr, grpc.WithContextDialer(c.net.Dialer("probe")),
+	conn, err := grpc.NewClient("passthrough:///"+c.Node("tx1").Addr, grpc.WithContextDialer(c.Net.Dialer("probe")),
 		grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -213,7 +177,7 @@ func TestFullDiskOfOneReplicaDoesNotThrottle(t *testing.T) {
 	}
 	fullRate := <-rateDone
 	lag := lagOf()
-	st, _ := c.stashOf(data1, 0)
+	st, _ := c.StashOf(data1, 0)
 	t.Logf("commits/s: %.0f before, %.0f while data1's disk is full and its stash %.1f s behind (%s: %s); ratekeeper limits: %v",
 		base, fullRate, float64(lag)/kv.VersionsPerSecond, st.Health, st.LastError, limits)
 	if st.Health != server.HealthDiskFull || !strings.Contains(st.LastError, "no space") {
@@ -239,11 +203,11 @@ func TestFullDiskOfOneReplicaDoesNotThrottle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	took := waitUntil(t, 30*time.Second, "data1's stash is healthy and has made every acknowledged write durable", func() (bool, string) {
-		st, _ := c.stashOf(data1, 0)
+	took := clustertest.WaitUntil(t, 30*time.Second, "data1's stash is healthy and has made every acknowledged write durable", func() (bool, string) {
+		st, _ := c.StashOf(data1, 0)
 		return st.Health == server.HealthHealthy && st.DurableVersion >= rv, fmt.Sprintf("%s durable %d, want %d", st.Health, st.DurableVersion, rv)
 	})
-	st, _ = c.stashOf(data1, 0)
+	st, _ = c.StashOf(data1, 0)
 	t.Logf("healthy and durable %v after the disk had room; %d keys acknowledged, data1 holds %d", took.Round(time.Millisecond), len(acked), st.Keys)
 	// Pebble cannot go on after a failed WAL write (its guard fails the
 	// engine for good), so the stash reopens it from its files once the
@@ -251,65 +215,12 @@ func TestFullDiskOfOneReplicaDoesNotThrottle(t *testing.T) {
 	if st.Restarts > 2 {
 		t.Errorf("data1's stash restarted %d times", st.Restarts)
 	}
-	if err := c.readFromStash(ctx, db, data1, st.Tag, acked); err != nil {
+	if err := clustertest.CheckStash(ctx, c.Dial(clustertest.ProbeNode, data1.Addr), db, st.Tag, acked); err != nil {
 		t.Fatalf("data1's stash after the disk had room: %v", err)
 	}
 }
 
-// readFromStash reads every acknowledged write from node n's stash tag
-// (not from another replica), each batch at a fresh read version.
-func (c *simCluster) readFromStash(ctx context.Context, db *distash.DB, n *simNode, tag uint32, acked map[string]string) error {
-	conn, err := grpc.NewClient("passthrough:///"+n.addr, grpc.WithContextDialer(c.net.Dialer("probe")),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	api := wire.NewDiStashClient(conn)
-	keys := make([][]byte, 0, len(acked))
-	for k := range acked {
-		keys = append(keys, []byte(k))
-	}
-	for i := 0; i < len(keys); i += 500 {
-		batch := keys[i:min(i+500, len(keys))]
-		tr, err := db.CreateTransaction(ctx)
-		if err != nil {
-			return err
-		}
-		v, err := tr.ReadVersion()
-		if err != nil {
-			return err
-		}
-		resp, err := api.Read(ctx, &wire.ReadRequest{Stash: tag, Version: v, Keys: batch})
-		if err == nil {
-			err = resp.Error.Err()
-		}
-		if err != nil {
-			return err
-		}
-		for j, k := range batch {
-			if got := resp.Values[j]; !got.Present || string(got.Value) != acked[string(k)] {
-				return fmt.Errorf("%q = %.30q (present %v), want %.30q", k, got.Value, got.Present, acked[string(k)])
-			}
-		}
-	}
-	return nil
-}
-
-const damageTOML = `
-[cluster]
-mvcc_window = "2s"
-shard_bytes = "64KiB"
-
-[[pool]]
-name = "data"
-prefix = "d/"
-medium = "ssd"
-mode = "durable"
-engine = "pebble"
-stashes = 3
-replication = 2
-`
+var damageTOML = clustertest.DurablePool(3, 2, `mvcc_window = "2s"`, `shard_bytes = "64KiB"`)
 
 // TestDamagedStashIsRebuiltFromItsReplicas damages one stash node of a
 // durable pool with replication 2 at a time, each time in another way:
@@ -327,12 +238,12 @@ func TestDamagedStashIsRebuiltFromItsReplicas(t *testing.T) {
 	c := newLayoutCluster(t, damageTOML, "tx1 transaction", "data1 stash data", "data2 stash data", "data3 stash data")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	c.startAll(ctx)
-	db := c.open(ctx)
+	c.StartAll(ctx)
+	db := c.Open(ctx)
 	w := startWriter(ctx, db, 4, 500)
 	time.Sleep(2 * time.Second)
 	acked := w.stop()
-	conn, err := grpc.NewClient("passthrough:///"+c.node("tx1").addr, grpc.WithContextDialer(c.net.Dialer("probe")),
+	conn, err := grpc.NewClient("passthrough:///"+c.Node("tx1").Addr, grpc.WithContextDialer(c.Net.Dialer("probe")),
 		grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -342,8 +253,8 @@ func TestDamagedStashIsRebuiltFromItsReplicas(t *testing.T) {
 	// names the replaced stash gone (0: none) any more.
 	healthy := func(what string, gone uint32) {
 		t.Helper()
-		waitUntil(t, time.Minute, what, func() (bool, string) {
-			d, ok := c.distribution()["data"]
+		clustertest.WaitUntil(t, time.Minute, what, func() (bool, string) {
+			d, ok := c.Distribution()["data"]
 			st, err := wire.NewDiStashClient(conn).Status(ctx, &wire.StatusRequest{})
 			if err != nil {
 				return false, err.Error()
@@ -363,11 +274,11 @@ func TestDamagedStashIsRebuiltFromItsReplicas(t *testing.T) {
 	damage := []struct {
 		node, what string
 		running    bool
-		do         func(n *simNode) error
+		do         func(n *clustertest.SimNode) error
 		wantErr    string
 	}{
-		{"data1", "ownership file flipped", false, func(n *simNode) error {
-			path := filepath.Join(n.dir, "stash", "ownership.json")
+		{"data1", "ownership file flipped", false, func(n *clustertest.SimNode) error {
+			path := filepath.Join(n.Dir, "stash", "ownership.json")
 			b, err := os.ReadFile(path)
 			if err != nil {
 				return err
@@ -375,18 +286,18 @@ func TestDamagedStashIsRebuiltFromItsReplicas(t *testing.T) {
 			b[len(b)-2] ^= 0x01
 			return os.WriteFile(path, b, 0o644)
 		}, "ownership.json: checksum mismatch"},
-		{"data2", "ownership file deleted", false, func(n *simNode) error {
-			return os.Remove(filepath.Join(n.dir, "stash", "ownership.json"))
+		{"data2", "ownership file deleted", false, func(n *clustertest.SimNode) error {
+			return os.Remove(filepath.Join(n.Dir, "stash", "ownership.json"))
 		}, "ownership.json: missing, but the stash's engine holds data"},
-		{"data3", "stash directory removed while it runs", true, func(n *simNode) error {
-			return os.RemoveAll(filepath.Join(n.dir, "stash"))
+		{"data3", "stash directory removed while it runs", true, func(n *clustertest.SimNode) error {
+			return os.RemoveAll(filepath.Join(n.Dir, "stash"))
 		}, "ownership.json: missing while the stash runs"},
 	}
 	for _, d := range damage {
-		n := c.node(d.node)
-		old, _ := c.stashOf(n, 0)
+		n := c.Node(d.node)
+		old, _ := c.StashOf(n, 0)
 		if !d.running {
-			c.stop(n)
+			c.Stop(n)
 		}
 		if err := d.do(n); err != nil {
 			t.Fatal(err)
@@ -398,30 +309,28 @@ func TestDamagedStashIsRebuiltFromItsReplicas(t *testing.T) {
 			for k, v := range w.stop() {
 				acked[k] = v
 			}
-		} else if err := c.startNode(ctx, n); err != nil {
+		} else if err := c.Start(ctx, n); err != nil {
 			t.Fatalf("%s: restart after its %s: %v", d.node, d.what, err)
 		}
-		waitUntil(t, 20*time.Second, d.node+" reports its old stash damaged and serves a new one", func() (bool, string) {
-			st, _ := c.stashOf(n, old.Tag)
+		clustertest.WaitUntil(t, 20*time.Second, d.node+" reports its old stash damaged and serves a new one", func() (bool, string) {
+			st, _ := c.StashOf(n, old.Tag)
 			replaced := false
-			c.mu.Lock()
-			if n.srv != nil {
-				for _, nw := range n.srv.Stashes() {
+			if srv := n.Server(); srv != nil {
+				for _, nw := range srv.Stashes() {
 					replaced = replaced || (nw.Tag != old.Tag && nw.Health == server.HealthHealthy)
 				}
 			}
-			c.mu.Unlock()
 			return st.Health == server.HealthDamaged && strings.Contains(st.LastError, d.wantErr) && replaced,
 				fmt.Sprintf("stash %d: %s (%s); replaced: %v", st.Tag, st.Health, st.LastError, replaced)
 		})
-		st, _ := c.stashOf(n, old.Tag)
+		st, _ := c.StashOf(n, old.Tag)
 		t.Logf("%s (%s): stash %d %s: %s", d.node, d.what, st.Tag, st.Health, st.LastError)
 		healthy(d.node+"'s shards are re-replicated", old.Tag)
 		if err := readBack(ctx, db, acked); err != nil {
 			t.Fatalf("after %s's %s: %v", d.node, d.what, err)
 		}
 	}
-	t.Logf("%d acknowledged writes read back after each damage; bytes per node %v", len(acked), c.poolBytes("data"))
+	t.Logf("%d acknowledged writes read back after each damage; bytes per node %v", len(acked), c.PoolBytes("data"))
 }
 
 const soleReplicaTOML = `

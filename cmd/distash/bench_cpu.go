@@ -2,24 +2,18 @@ package main
 
 import (
 	"context"
-	"fmt"
-	"io"
 	"os"
 	"os/signal"
-	"path/filepath"
-	"strings"
-	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
 
-	"github.com/distash/distash/config"
 	"github.com/distash/distash/internal/bench/cpu"
 )
 
 func benchCPUCmd() *cobra.Command {
 	o := cpu.Options{}
-	nodes := failureOptions{}
+	nodes := cpu.ProcessOptions{}
 	var configPath string
 	cmd := &cobra.Command{
 		Use:   "cpu",
@@ -61,7 +55,7 @@ See docs/benchmarks.md, "CPU per operation".`,
 				}
 				o.ConfigTOML = string(b)
 			}
-			o.Processes = cpuProcesses(nodes)
+			o.Processes = cpu.Processes(nodes)
 			_, err := cpu.Run(ctx, o, cmd.OutOrStdout())
 			return err
 		},
@@ -85,102 +79,4 @@ See docs/benchmarks.md, "CPU per operation".`,
 	f.StringVar(&nodes.Binary, "binary", "", "distash binary to run the nodes (default: this executable)")
 	_ = f.MarkHidden("binary")
 	return cmd
-}
-
-// cpuProcesses starts the processes mode's cluster with bench failure's
-// node launcher: one transaction node per log replica (at least one; the
-// first three are the coordinators) and one stash node per stash of each
-// pool, on loopback, with --http and --pprof when profiling.
-func cpuProcesses(base failureOptions) func(ctx context.Context, toml string, profile bool, out io.Writer) (*cpu.ProcessCluster, error) {
-	return func(ctx context.Context, toml string, profile bool, out io.Writer) (*cpu.ProcessCluster, error) {
-		cfg, err := config.Parse([]byte(toml))
-		if err != nil {
-			return nil, err
-		}
-		o := base
-		dir, cleanup, err := failureBenchDir(&o, out)
-		if err != nil {
-			return nil, err
-		}
-		cfgPath := filepath.Join(dir, "cluster.toml")
-		if err := os.WriteFile(cfgPath, []byte(toml), 0o644); err != nil {
-			cleanup()
-			return nil, err
-		}
-		nTx, nStash := max(1, cfg.Log.Replicas), 0
-		for _, p := range cfg.Pools {
-			nStash += p.Stashes
-		}
-		n := nTx + nStash
-		// One call, so that no address is handed out twice.
-		addrs, err := benchFreeAddrs(2 * n)
-		if err != nil {
-			cleanup()
-			return nil, err
-		}
-		coords := strings.Join(addrs[:min(3, nTx)], ",")
-		var nodes []*failureNode
-		var httpAddrs []string
-		add := func(name, class, pool string) {
-			i := len(nodes)
-			args := []string{"server", "--config", cfgPath, "--dir", filepath.Join(dir, name), "--listen", addrs[i],
-				"--coordinators", coords, "--class", class, "--dc", "dc1", "--zone", "z-" + name}
-			if pool != "" {
-				args = append(args, "--pool", pool)
-			}
-			if profile {
-				args = append(args, "--http", addrs[n+i], "--pprof")
-				httpAddrs = append(httpAddrs, addrs[n+i])
-			}
-			if o.Verbose {
-				args = append(args, "-v")
-			}
-			nodes = append(nodes, &failureNode{name: name, addr: addrs[i], dc: "dc1", stash: pool != "", args: args,
-				logPath: filepath.Join(dir, name+".log")})
-		}
-		for i := range nTx {
-			add(fmt.Sprintf("tx%d", i+1), "transaction", "")
-		}
-		for _, p := range cfg.Pools {
-			for j := range p.Stashes {
-				add(fmt.Sprintf("%s%d", p.Name, j+1), "stash", p.Name)
-			}
-		}
-		stopAll := func() {
-			var wg sync.WaitGroup
-			for _, nd := range nodes {
-				wg.Add(1)
-				go func() { defer wg.Done(); nd.stop() }()
-			}
-			wg.Wait()
-			cleanup()
-		}
-		for _, nd := range nodes {
-			if err := nd.start(o.Binary); err != nil {
-				stopAll()
-				return nil, err
-			}
-		}
-		for _, nd := range nodes {
-			if err := nd.waitReady(ctx, 90*time.Second); err != nil {
-				stopAll()
-				return nil, err
-			}
-		}
-		pc := &cpu.ProcessCluster{Cluster: coords, Stop: stopAll}
-		for i, nd := range nodes {
-			node := cpu.Node{Name: nd.name, CPU: func() (time.Duration, error) {
-				if !nd.running() {
-					return 0, fmt.Errorf("exited (%v); see %s", nd.cmd.ProcessState, nd.logPath)
-				}
-				s, err := processCPUSeconds(nd.cmd.Process.Pid)
-				return time.Duration(s * float64(time.Second)), err
-			}}
-			if profile {
-				node.PprofURL = "http://" + httpAddrs[i] + "/debug/pprof/"
-			}
-			pc.Nodes = append(pc.Nodes, node)
-		}
-		return pc, nil
-	}
 }

@@ -1,15 +1,12 @@
 package main
 
 import (
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/distash/distash/internal/clustertest"
 	"github.com/distash/distash/internal/coord"
-	"github.com/distash/distash/internal/testutil/subprocess"
 	"github.com/distash/distash/internal/wire"
 )
 
@@ -140,25 +137,13 @@ func TestAdminVerbsOnACluster(t *testing.T) {
 		t.Skip("builds the binary and runs a cluster")
 	}
 	clearTLSEnv(t)
-	bin := buildBinary(t)
-	root := t.TempDir()
-	cfg := filepath.Join(root, "cluster.toml")
 	toml := "[log]\nreplicas = 1\n" +
 		"[[pool]]\nname = \"data\"\nprefix = \"d/\"\nmedium = \"ssd\"\nmode = \"durable\"\nengine = \"pebble\"\nstashes = 2\nreplication = 1\n"
-	if err := os.WriteFile(cfg, []byte(toml), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	addrs := freePorts(t, 2)
-	start := func(name, addr string, extra ...string) *subprocess.Process {
-		args := append([]string{"server", "--config", cfg, "--dir", filepath.Join(root, name), "--listen", addr,
-			"--coordinators", addrs[0]}, extra...)
-		p := subprocess.Start(t, exec.Command(bin, args...))
-		p.WaitFor("listening on ", 90*time.Second)
-		return p
-	}
-	tx := start("tx", addrs[0], "--class", "transaction")
-	defer tx.Stop(os.Interrupt)
-	stash := start("s", addrs[1], "--class", "stash", "--pool", "data")
+	c := newProcs(t, clustertest.ProcsOptions{TOML: toml, Nodes: clustertest.Specs("tx transaction", "s stash data")})
+	c.start("tx")
+	c.start("s")
+	stash := c.node("s")
+	addrs := []string{c.node("tx").Addr, stash.Addr}
 
 	cli := func(args ...string) string {
 		t.Helper()
@@ -187,7 +172,7 @@ func TestAdminVerbsOnACluster(t *testing.T) {
 		t.Fatalf("kill: %q", out)
 	}
 	done := make(chan error, 1)
-	go func() { _, err := stash.Wait(); done <- err }()
+	go func() { done <- stash.Wait() }()
 	select {
 	case err := <-done:
 		if err != nil {

@@ -5,13 +5,10 @@ import (
 	"crypto/tls"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -22,9 +19,9 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/distash/distash"
+	"github.com/distash/distash/internal/clustertest"
 	"github.com/distash/distash/internal/raftnet"
 	"github.com/distash/distash/internal/testutil/bank"
-	"github.com/distash/distash/internal/testutil/subprocess"
 	"github.com/distash/distash/internal/tlsconf"
 	"github.com/distash/distash/internal/tlsconf/tlstest"
 	"github.com/distash/distash/internal/wire"
@@ -33,34 +30,42 @@ import (
 // freePorts returns n loopback addresses that were free a moment ago.
 func freePorts(t *testing.T, n int) []string {
 	t.Helper()
-	var out []string
-	var ls []net.Listener
-	for i := 0; i < n; i++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ls = append(ls, l)
-		out = append(out, l.Addr().String())
+	addrs, err := clustertest.FreeAddrs(n)
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, l := range ls {
-		l.Close()
-	}
-	return out
+	return addrs
 }
 
-// procNode is one `distash server` node process of a test cluster.
-type procNode struct {
-	name string
-	args []string
-	p    *subprocess.Process
+// nodeOutput is where the test clusters' nodes write their lines: the
+// test's standard error with -v, else nowhere (a failure shows a node's
+// last lines).
+func nodeOutput() io.Writer {
+	if testing.Verbose() {
+		return os.Stderr
+	}
+	return nil
 }
 
+// procCluster is a cluster of `distash server` processes bound to a test:
+// its errors fail the test, and its nodes stop when the test ends.
 type procCluster struct {
-	t            *testing.T
-	bin          string
-	coordinators string
-	nodes        []*procNode
+	*clustertest.Procs
+	t *testing.T
+}
+
+// newProcs lays out o.Nodes running o.TOML as real processes of the built
+// binary (o.Binary, o.Dir and o.Output are filled in).
+func newProcs(t *testing.T, o clustertest.ProcsOptions) *procCluster {
+	t.Helper()
+	o.Binary, o.Dir, o.Output = buildBinary(t), t.TempDir(), nodeOutput()
+	procs, err := clustertest.NewProcs(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &procCluster{Procs: procs, t: t}
+	t.Cleanup(c.stopAll)
+	return c
 }
 
 // newProcCluster lays out 3 transaction nodes (the coordinators, in two
@@ -69,37 +74,27 @@ func newProcCluster(t *testing.T) *procCluster { return newProcClusterOf(t, bank
 
 // newProcClusterOf is newProcCluster running configuration toml.
 func newProcClusterOf(t *testing.T, toml string) *procCluster {
-	bin := buildBinary(t)
-	root := t.TempDir()
-	cfg := filepath.Join(root, "cluster.toml")
-	if err := os.WriteFile(cfg, []byte(toml), 0o644); err != nil {
-		t.Fatal(err)
+	nodes := clustertest.BankLayout()
+	for i, loc := range [][2]string{{"dc1", "z1"}, {"dc1", "z2"}, {"dc2", "z3"}, {"dc1", "za"}, {"dc1", "zb"}, {"dc2", "zc"}, {"dc1", "za"}, {"dc2", "zc"}} {
+		nodes[i].DC, nodes[i].Zone = loc[0], loc[1]
 	}
-	addrs := freePorts(t, 8)
-	c := &procCluster{t: t, bin: bin, coordinators: strings.Join(addrs[:3], ",")}
-	add := func(name, addr string, extra ...string) {
-		args := append([]string{"server", "--config", cfg, "--dir", filepath.Join(root, name), "--listen", addr,
-			"--coordinators", c.coordinators, "-v"}, extra...)
-		c.nodes = append(c.nodes, &procNode{name: name, args: args})
-	}
-	add("tx1", addrs[0], "--class", "transaction", "--dc", "dc1", "--zone", "z1")
-	add("tx2", addrs[1], "--class", "transaction", "--dc", "dc1", "--zone", "z2")
-	add("tx3", addrs[2], "--class", "transaction", "--dc", "dc2", "--zone", "z3")
-	add("data1", addrs[3], "--class", "stash", "--pool", "data", "--dc", "dc1", "--zone", "za")
-	add("data2", addrs[4], "--class", "stash", "--pool", "data", "--dc", "dc1", "--zone", "zb")
-	add("data3", addrs[5], "--class", "stash", "--pool", "data", "--dc", "dc2", "--zone", "zc")
-	add("cache1", addrs[6], "--class", "stash", "--pool", "cache", "--dc", "dc1", "--zone", "za")
-	add("cache2", addrs[7], "--class", "stash", "--pool", "cache", "--dc", "dc2", "--zone", "zc")
-	return c
+	return newProcs(t, clustertest.ProcsOptions{TOML: toml, Nodes: nodes, Verbose: true})
 }
 
-func (c *procCluster) node(name string) *procNode {
-	for _, n := range c.nodes {
-		if n.name == name {
-			return n
-		}
+func (c *procCluster) node(name string) *clustertest.Proc {
+	if n := c.Node(name); n != nil {
+		return n
 	}
 	c.t.Fatalf("no node %s", name)
+	return nil
+}
+
+// byAddr is the node listening on addr.
+func (c *procCluster) byAddr(addr string) *clustertest.Proc {
+	if n := c.ByAddr(addr); n != nil {
+		return n
+	}
+	c.t.Fatalf("no node at %s", addr)
 	return nil
 }
 
@@ -108,62 +103,42 @@ func (c *procCluster) node(name string) *procNode {
 // quorum.
 func (c *procCluster) start(names ...string) {
 	c.t.Helper()
-	var ns []*procNode
-	if len(names) == 0 {
-		ns = c.nodes
-	}
+	var ns []*clustertest.Proc
 	for _, name := range names {
 		ns = append(ns, c.node(name))
 	}
-	for _, n := range ns {
-		cmd := exec.Command(c.bin, n.args...)
-		cmd.Stderr = &prefixWriter{prefix: n.name + ": ", w: os.Stderr, quiet: !testing.Verbose()}
-		n.p = subprocess.Start(c.t, cmd)
-	}
-	for _, n := range ns {
-		n.p.WaitFor("listening on ", 90*time.Second)
+	if err := c.Start(context.Background(), ns...); err != nil {
+		c.t.Fatal(err)
 	}
 }
 
-func (c *procCluster) kill(name string) {
-	n := c.node(name)
-	n.p.Kill()
-	n.p = nil
+// openBank opens a client, waiting up to a minute for the cluster, and the
+// bank's 20 accounts in it (bank.ClusterTOML's pools).
+func (c *procCluster) openBank(ctx context.Context) (*distash.DB, *bank.Bank) {
+	c.t.Helper()
+	octx, ocancel := context.WithTimeout(ctx, time.Minute)
+	db, err := distash.Open(octx, c.Coordinators)
+	ocancel()
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	b := &bank.Bank{DB: db, Data: "d/", Cache: "c/", Accounts: 20, Initial: 1000}
+	if err := b.Open(ctx); err != nil {
+		db.Close()
+		c.t.Fatal(err)
+	}
+	return db, b
 }
 
+// kill kills node name with SIGKILL.
+func (c *procCluster) kill(name string) { c.node(name).Kill() }
+
+// stopAll stops every node; a node that cannot stop exits after its
+// stopTimeout with its goroutines' stacks: its last lines are logged.
 func (c *procCluster) stopAll() {
-	for _, n := range c.nodes {
-		if n.p != nil {
-			// A node that cannot stop exits after stopTimeout with its
-			// goroutines' stacks: show them.
-			if rest, err := n.p.Stop(syscall.SIGTERM); err != nil {
-				if len(rest) > 400 {
-					rest = rest[len(rest)-400:]
-				}
-				c.t.Logf("node %s did not stop cleanly: %v; its last lines:\n%s", n.name, err, strings.Join(rest, "\n"))
-			}
-			n.p = nil
-		}
+	if err := c.StopAll(); err != nil {
+		c.t.Logf("nodes did not stop cleanly: %v", err)
 	}
-}
-
-// prefixWriter prefixes each write (a child's log lines) with the node's
-// name; quiet drops them.
-type prefixWriter struct {
-	prefix string
-	w      *os.File
-	quiet  bool
-}
-
-func (p *prefixWriter) Write(b []byte) (int, error) {
-	if !p.quiet {
-		for _, line := range strings.SplitAfter(string(b), "\n") {
-			if line != "" {
-				fmt.Fprint(p.w, p.prefix+line)
-			}
-		}
-	}
-	return len(b), nil
 }
 
 // TestProcessClusterSurvivesKill9OfEveryNode runs a multi-process cluster
@@ -183,17 +158,8 @@ func TestProcessClusterSurvivesKill9OfEveryNode(t *testing.T) {
 	c.start()
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	octx, ocancel := context.WithTimeout(ctx, time.Minute)
-	db, err := distash.Open(octx, c.coordinators)
-	ocancel()
-	if err != nil {
-		t.Fatal(err)
-	}
+	db, b := c.openBank(ctx)
 	defer db.Close()
-	b := &bank.Bank{DB: db, Data: "d/", Cache: "c/", Accounts: 20, Initial: 1000}
-	if err := b.Open(ctx); err != nil {
-		t.Fatal(err)
-	}
 	w := &bank.Writer{DB: db, Prefix: "d/"}
 	wctx, wcancel := context.WithCancel(ctx)
 	failures, waitBank := b.Run(wctx, 4, 1)
@@ -260,12 +226,12 @@ func TestProcessClusterSurvivesKill9OfEveryNode(t *testing.T) {
 	db.Close()
 
 	// Every node at once.
-	for _, n := range c.nodes {
-		c.kill(n.name)
+	for _, n := range c.Nodes {
+		n.Kill()
 	}
 	c.start()
-	octx, ocancel = context.WithTimeout(ctx, time.Minute)
-	db2, err := distash.Open(octx, c.coordinators)
+	octx, ocancel := context.WithTimeout(ctx, time.Minute)
+	db2, err := distash.Open(octx, c.Coordinators)
 	ocancel()
 	if err != nil {
 		t.Fatal(err)
@@ -302,37 +268,20 @@ func TestProcessClusterOverMutualTLS(t *testing.T) {
 	}
 	clearTLSEnv(t)
 	pki := tlstest.New(t)
-	bin := buildBinary(t)
-	root := t.TempDir()
-	cfg := filepath.Join(root, "cluster.toml")
 	toml := "[log]\nreplicas = 3\n\n[[pool]]\nname = \"data\"\nprefix = \"d/\"\nmedium = \"ssd\"\nmode = \"durable\"\nengine = \"pebble\"\nstashes = 1\nreplication = 1\n"
-	if err := os.WriteFile(cfg, []byte(toml), 0o644); err != nil {
-		t.Fatal(err)
+	nodes := clustertest.Specs("0 transaction", "1 transaction", "2 transaction", "3 stash data")
+	for i := range nodes {
+		nodes[i].Zone = fmt.Sprint("z", i)
 	}
-	addrs := freePorts(t, 4)
-	coordinators := strings.Join(addrs[:3], ",")
+	c := newProcs(t, clustertest.ProcsOptions{TOML: toml, Nodes: nodes})
 	tlsArgs := []string{"--tls-cert", pki.NodeCert, "--tls-key", pki.NodeKey, "--tls-ca", pki.CA}
-	var procs []*subprocess.Process
-	for i, a := range addrs {
-		args := []string{"server", "--config", cfg, "--dir", filepath.Join(root, fmt.Sprint(i)), "--listen", a,
-			"--coordinators", coordinators, "--zone", fmt.Sprint("z", i)}
-		if i < 3 {
-			args = append(args, "--class", "transaction")
-		} else {
-			args = append(args, "--class", "stash", "--pool", "data")
-		}
-		cmd := exec.Command(bin, append(args, tlsArgs...)...)
-		cmd.Stderr = &prefixWriter{prefix: fmt.Sprint("node", i, ": "), w: os.Stderr, quiet: !testing.Verbose()}
-		procs = append(procs, subprocess.Start(t, cmd))
+	var addrs []string
+	for _, n := range c.Nodes {
+		n.Args = append(n.Args, tlsArgs...)
+		addrs = append(addrs, n.Addr)
 	}
-	defer func() {
-		for _, p := range procs {
-			p.Stop(syscall.SIGTERM)
-		}
-	}()
-	for _, p := range procs {
-		p.WaitFor("listening on ", 90*time.Second)
-	}
+	c.start()
+	coordinators := c.Coordinators
 	out, err := run(cliCmd(), "set", "d/user:1", "Ada", "--cluster", coordinators, "--timeout", "60s",
 		"--tls-cert", pki.ClientCert, "--tls-key", pki.ClientKey, "--tls-ca", pki.CA)
 	if err != nil || !strings.HasPrefix(out, "committed at version") {
@@ -392,7 +341,7 @@ func TestProcessClusterOverMutualTLS(t *testing.T) {
 	// A second server started by mistake on a running node's directory
 	// exits at once, before it touches the directory or the cluster's
 	// record of the node.
-	second := exec.Command(bin, append([]string{"server", "--config", cfg, "--dir", filepath.Join(root, "3"),
+	second := exec.Command(c.Binary, append([]string{"server", "--config", c.Config, "--dir", c.Node("3").Dir,
 		"--listen", freePorts(t, 1)[0], "--coordinators", coordinators, "--class", "stash", "--pool", "data", "--zone", "z3"}, tlsArgs...)...)
 	done := make(chan []byte, 1)
 	go func() { b, _ := second.CombinedOutput(); done <- b }()

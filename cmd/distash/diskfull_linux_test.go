@@ -14,12 +14,9 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-
 	"github.com/distash/distash"
 	"github.com/distash/distash/internal/clusterstatus"
-	"github.com/distash/distash/internal/testutil/subprocess"
+	"github.com/distash/distash/internal/clustertest"
 	"github.com/distash/distash/internal/wire"
 )
 
@@ -56,13 +53,17 @@ func TestProcessStashDiskFills(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs 4 real server processes")
 	}
-	root := t.TempDir()
-	small := filepath.Join(root, "data1")
-	if err := os.MkdirAll(small, 0o755); err != nil {
-		t.Fatal(err)
-	}
 	if os.Geteuid() != 0 {
 		t.Skip("mounting a small tmpfs needs root")
+	}
+	nodes := clustertest.Specs("tx1 transaction", "data1 stash data", "data2 stash data", "data3 stash data")
+	for i := range nodes {
+		nodes[i].Zone = "z" + nodes[i].Name
+	}
+	c := newProcs(t, clustertest.ProcsOptions{TOML: diskFullTOML, Nodes: nodes, Verbose: true})
+	small := c.node("data1").Dir
+	if err := os.MkdirAll(small, 0o755); err != nil {
+		t.Fatal(err)
 	}
 	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=32m", "tmpfs", small).CombinedOutput(); err != nil {
 		t.Skipf("cannot mount a tmpfs (%v: %s): this test needs a small file system to fill", err, strings.TrimSpace(string(out)))
@@ -72,33 +73,12 @@ func TestProcessStashDiskFills(t *testing.T) {
 			t.Logf("umount %s: %v: %s", small, err, out)
 		}
 	})
-	bin := buildBinary(t)
-	cfg := filepath.Join(root, "cluster.toml")
-	if err := os.WriteFile(cfg, []byte(diskFullTOML), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	addrs := freePorts(t, 4)
-	coordinators := addrs[0]
-	var procs []*subprocess.Process
-	for i, name := range []string{"tx1", "data1", "data2", "data3"} {
-		args := []string{"server", "--config", cfg, "--dir", filepath.Join(root, name), "--listen", addrs[i],
-			"--coordinators", coordinators, "--zone", "z" + name, "-v"}
-		if i == 0 {
-			args = append(args, "--class", "transaction")
-		} else {
-			args = append(args, "--class", "stash", "--pool", "data")
-		}
-		cmd := exec.Command(bin, args...)
-		cmd.Stderr = &prefixWriter{prefix: name + ": ", w: os.Stderr, quiet: !testing.Verbose()}
-		procs = append(procs, subprocess.Start(t, cmd))
-	}
-	defer func() {
-		for _, p := range procs {
-			p.Stop(syscall.SIGTERM)
-		}
-	}()
-	for _, p := range procs {
-		p.WaitFor("listening on ", 90*time.Second)
+	defer c.stopAll() // before the umount
+	c.start()
+	coordinators := c.Coordinators
+	var addrs []string
+	for _, n := range c.Nodes {
+		addrs = append(addrs, n.Addr)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -209,37 +189,11 @@ func TestProcessStashDiskFills(t *testing.T) {
 	})
 	t.Logf("healthy and caught up %v after the space was freed (%d restarts); %d writes acknowledged", time.Since(began).Round(time.Millisecond), s.Restarts, len(acked))
 	// Every acknowledged write, read from data1's stash itself.
-	conn, err := grpc.NewClient(addrs[1], grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := c.Conn(addrs[1])
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
-	api := wire.NewDiStashClient(conn)
-	keys := make([][]byte, 0, len(acked))
-	for k := range acked {
-		keys = append(keys, []byte(k))
-	}
-	for i := 0; i < len(keys); i += 500 {
-		batch := keys[i:min(i+500, len(keys))]
-		tr, err := db.CreateTransaction(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		v, err := tr.ReadVersion()
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp, err := api.Read(ctx, &wire.ReadRequest{Stash: s.Id, Version: v, Keys: batch})
-		if err == nil {
-			err = resp.Error.Err()
-		}
-		if err != nil {
-			t.Fatalf("read from data1's stash: %v", err)
-		}
-		for j, k := range batch {
-			if v := resp.Values[j]; !v.Present || string(v.Value) != acked[string(k)] {
-				t.Fatalf("data1's stash: %q = %.20q, want %.20q", k, v.Value, acked[string(k)])
-			}
-		}
+	if err := clustertest.CheckStash(ctx, conn, db, s.Id, acked); err != nil {
+		t.Fatalf("read from data1's stash: %v", err)
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -16,6 +15,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/distash/distash"
+	"github.com/distash/distash/internal/clustertest"
 	"github.com/distash/distash/internal/coordrpc"
 	"github.com/distash/distash/internal/testutil/bank"
 	"github.com/distash/distash/internal/wire"
@@ -227,17 +227,8 @@ func TestProcessClusterSurvivesAFrozenNode(t *testing.T) {
 	c.start()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	octx, ocancel := context.WithTimeout(ctx, time.Minute)
-	db, err := distash.Open(octx, c.coordinators)
-	ocancel()
-	if err != nil {
-		t.Fatal(err)
-	}
+	db, b := c.openBank(ctx)
 	defer db.Close()
-	b := &bank.Bank{DB: db, Data: "d/", Cache: "c/", Accounts: 20, Initial: 1000}
-	if err := b.Open(ctx); err != nil {
-		t.Fatal(err)
-	}
 	g := newGrayLoad(db, b)
 	lctx, lcancel := context.WithCancel(ctx)
 	wait := g.run(lctx)
@@ -245,7 +236,7 @@ func TestProcessClusterSurvivesAFrozenNode(t *testing.T) {
 	time.Sleep(3 * time.Second)
 
 	// The node holding the stateless roles (and so the log's leader).
-	cc, err := coordrpc.NewClient(c.coordinators, coordrpc.ClientOptions{})
+	cc, err := coordrpc.NewClient(c.Coordinators, coordrpc.ClientOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -258,15 +249,15 @@ func TestProcessClusterSurvivesAFrozenNode(t *testing.T) {
 	}
 	// pauseNode stops n for d, lets it run again, and checks that every
 	// kind of transaction went on within grayBound meanwhile and after.
-	pauseNode := func(n *procNode, d time.Duration, what string) {
+	pauseNode := func(n *clustertest.Proc, d time.Duration, what string) {
 		t.Helper()
-		t.Logf("pausing %s (%s) for %v", n.name, what, d)
+		t.Logf("pausing %s (%s) for %v", n.Name, what, d)
 		paused := time.Now()
-		if err := n.p.Cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		if err := n.Pause(); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(d)
-		if err := n.p.Cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		if err := n.Resume(); err != nil {
 			t.Fatal(err)
 		}
 		resumed := time.Now()
@@ -281,10 +272,10 @@ func TestProcessClusterSurvivesAFrozenNode(t *testing.T) {
 				g.mu.Unlock()
 			}
 			if during > grayBound {
-				t.Errorf("%s transactions stopped for %v after %s was paused: want < %v", kind, during.Round(time.Millisecond), n.name, grayBound)
+				t.Errorf("%s transactions stopped for %v after %s was paused: want < %v", kind, during.Round(time.Millisecond), n.Name, grayBound)
 			}
 			if after > grayBound {
-				t.Errorf("%s transactions stopped for %v after %s woke up: want < %v", kind, after.Round(time.Millisecond), n.name, grayBound)
+				t.Errorf("%s transactions stopped for %v after %s woke up: want < %v", kind, after.Round(time.Millisecond), n.Name, grayBound)
 			}
 		}
 		vctx, vcancel := context.WithTimeout(ctx, 10*time.Second)
@@ -311,12 +302,12 @@ func TestProcessClusterSurvivesAFrozenNode(t *testing.T) {
 	// that reads go to the paused replica too (the least expected wait
 	// prefers an unknown one).
 	stashNode := c.accountStash(ctx, cc, b)
-	if err := stashNode.p.Cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+	if err := stashNode.Pause(); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("pausing stash node %s for 5s", stashNode.name)
-	octx, ocancel = context.WithTimeout(ctx, 30*time.Second)
-	db2, err := distash.Open(octx, c.coordinators)
+	t.Logf("pausing stash node %s for 5s", stashNode.Name)
+	octx, ocancel := context.WithTimeout(ctx, 30*time.Second)
+	db2, err := distash.Open(octx, c.Coordinators)
 	ocancel()
 	if err != nil {
 		t.Fatal(err)
@@ -336,7 +327,7 @@ func TestProcessClusterSurvivesAFrozenNode(t *testing.T) {
 				err := b2.Audit(tctx) // reads every account
 				cancel()
 				if err != nil {
-					t.Errorf("audit with %s paused: %v", stashNode.name, err)
+					t.Errorf("audit with %s paused: %v", stashNode.Name, err)
 					return
 				}
 				readMu.Lock()
@@ -347,12 +338,12 @@ func TestProcessClusterSurvivesAFrozenNode(t *testing.T) {
 		})
 	}
 	rwg.Wait()
-	if err := stashNode.p.Cmd.Process.Signal(syscall.SIGCONT); err != nil {
+	if err := stashNode.Resume(); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("%d audits (reads of every account) while %s was paused: the longest took %v", audits, stashNode.name, longestRead.Round(time.Millisecond))
+	t.Logf("%d audits (reads of every account) while %s was paused: the longest took %v", audits, stashNode.Name, longestRead.Round(time.Millisecond))
 	if longestRead > readBound {
-		t.Errorf("a read took %v while stash node %s was paused: want < %v", longestRead.Round(time.Millisecond), stashNode.name, readBound)
+		t.Errorf("a read took %v while stash node %s was paused: want < %v", longestRead.Round(time.Millisecond), stashNode.Name, readBound)
 	}
 
 	lcancel()
@@ -404,7 +395,7 @@ func TestProcessClusterSurvivesAFrozenNode(t *testing.T) {
 
 // accountStash is the node of a stash holding the shard of b's first
 // account.
-func (c *procCluster) accountStash(ctx context.Context, cc *coordrpc.Client, b *bank.Bank) *procNode {
+func (c *procCluster) accountStash(ctx context.Context, cc *coordrpc.Client, b *bank.Bank) *clustertest.Proc {
 	c.t.Helper()
 	vctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -428,16 +419,5 @@ func (c *procCluster) accountStash(ctx context.Context, cc *coordrpc.Client, b *
 		}
 	}
 	c.t.Fatalf("no node serves stash %d", loc.Shards[0].Stashes[0])
-	return nil
-}
-
-// byAddr is the node listening on addr.
-func (c *procCluster) byAddr(addr string) *procNode {
-	for _, n := range c.nodes {
-		if i := slices.Index(n.args, "--listen"); i >= 0 && n.args[i+1] == addr {
-			return n
-		}
-	}
-	c.t.Fatalf("no node at %s", addr)
 	return nil
 }

@@ -68,7 +68,7 @@ func TestProcessClusterReReplicatesAfterFailures(t *testing.T) {
 	c.start()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	db, err := distash.Open(ctx, c.coordinators)
+	db, err := distash.Open(ctx, c.Coordinators)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +102,7 @@ func TestProcessClusterReReplicatesAfterFailures(t *testing.T) {
 		var last string
 		for time.Since(began) < 2*time.Minute {
 			qctx, qcancel := context.WithTimeout(ctx, 3*time.Second)
-			d, _, err := poolDistribution(qctx, c.coordinators, "data")
+			d, _, err := poolDistribution(qctx, c.Coordinators, "data")
 			qcancel()
 			if err == nil && d.UnderReplicated == 0 && d.Moving == 0 && d.Queued == 0 {
 				return time.Since(began)
@@ -115,9 +115,9 @@ func TestProcessClusterReReplicatesAfterFailures(t *testing.T) {
 	}
 	// The 8 MiB are split into shards of at most 256 KiB and spread.
 	for began := time.Now(); ; time.Sleep(100 * time.Millisecond) {
-		d, _, err := poolDistribution(ctx, c.coordinators, "data")
+		d, _, err := poolDistribution(ctx, c.Coordinators, "data")
 		if err == nil && d.Shards >= 24 {
-			_, shares, _ := poolDistribution(ctx, c.coordinators, "data")
+			_, shares, _ := poolDistribution(ctx, c.Coordinators, "data")
 			var b []int64
 			for _, sh := range shares {
 				if sh.Bytes > 0 {
@@ -133,12 +133,12 @@ func TestProcessClusterReReplicatesAfterFailures(t *testing.T) {
 		}
 	}
 	settled("before the failures")
-	_, shares, err := poolDistribution(ctx, c.coordinators, "data")
+	_, shares, err := poolDistribution(ctx, c.Coordinators, "data")
 	if err != nil {
 		t.Fatal(err)
 	}
 	// data1's tag, from the controller's view.
-	cc, err := coordrpc.NewClient(c.coordinators, coordrpc.ClientOptions{})
+	cc, err := coordrpc.NewClient(c.Coordinators, coordrpc.ClientOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +147,7 @@ func TestProcessClusterReReplicatesAfterFailures(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := c.node("data1").args[slices.Index(c.node("data1").args, "--listen")+1]
+	addr := c.node("data1").Addr
 	var lost int64
 	for _, sl := range v.Stashes {
 		if sl.Address == addr {
@@ -158,10 +158,10 @@ func TestProcessClusterReReplicatesAfterFailures(t *testing.T) {
 
 	// `exclude --wait` drains data3 (its shards go to the two others) and
 	// returns once it holds none; `include` gives it shards back.
-	addr3 := c.node("data3").args[slices.Index(c.node("data3").args, "--listen")+1]
+	addr3 := c.node("data3").Addr
 	cli := func(args ...string) string {
 		t.Helper()
-		out, err := exec.CommandContext(ctx, c.bin, append([]string{"cli", "--cluster", c.coordinators}, args...)...).CombinedOutput()
+		out, err := exec.CommandContext(ctx, c.Binary, append([]string{"cli", "--cluster", c.Coordinators}, args...)...).CombinedOutput()
 		if err != nil {
 			t.Fatalf("distash cli %v: %v\n%s", args, err, out)
 		}
@@ -170,7 +170,7 @@ func TestProcessClusterReReplicatesAfterFailures(t *testing.T) {
 	began := time.Now()
 	out := cli("exclude", addr3, "--wait", "--timeout", "2m")
 	t.Logf("exclude --wait of data3 returned after %v: %s", time.Since(began).Round(time.Millisecond), lastLine(out))
-	_, shares3, err := poolDistribution(ctx, c.coordinators, "data")
+	_, shares3, err := poolDistribution(ctx, c.Coordinators, "data")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,7 +181,7 @@ func TestProcessClusterReReplicatesAfterFailures(t *testing.T) {
 	}
 	cli("include", addr3)
 	for began := time.Now(); ; time.Sleep(100 * time.Millisecond) {
-		_, sh, err := poolDistribution(ctx, c.coordinators, "data")
+		_, sh, err := poolDistribution(ctx, c.Coordinators, "data")
 		n := int32(0)
 		for _, sl := range v.Stashes {
 			if sl.Address == addr3 && err == nil {
@@ -198,7 +198,7 @@ func TestProcessClusterReReplicatesAfterFailures(t *testing.T) {
 	}
 	settled("after include")
 	// data1's share now, what its failure makes the others rebuild.
-	if _, shares, err = poolDistribution(ctx, c.coordinators, "data"); err != nil {
+	if _, shares, err = poolDistribution(ctx, c.Coordinators, "data"); err != nil {
 		t.Fatal(err)
 	}
 	for _, sl := range v.Stashes {
@@ -213,7 +213,7 @@ func TestProcessClusterReReplicatesAfterFailures(t *testing.T) {
 	c.kill("data1")
 	time.Sleep(500 * time.Millisecond) // the controller notices (2 s liveness) before settled can hold
 	for {
-		d, _, err := poolDistribution(ctx, c.coordinators, "data")
+		d, _, err := poolDistribution(ctx, c.Coordinators, "data")
 		if err == nil && d.UnderReplicated > 0 {
 			break
 		}

@@ -254,48 +254,86 @@ func forwardFailed(leader string, err error) error {
 	return &errNoController{leader: leader, why: fmt.Sprintf("coordrpc: forward to the controller %s: %v", leader, err)}
 }
 
-// Register registers a node with the controller.
-func (s *Server) Register(ctx context.Context, req *wire.RegisterRequest) (*wire.RegisterResponse, error) {
-	fail := func(err error) (*wire.RegisterResponse, error) {
-		r := &wire.RegisterResponse{Slot: -1}
-		r.Error, r.Leader, r.ConfigField = s.wireErr(err)
-		return r, nil
+// handle is the frame of every Coordinator call but a local View. The
+// request is checked (check: nil or an invalid field), then forwarded to
+// the controller when this coordinator is not it (forward, with the hop
+// count raised), else served here (serve). Every error, of any step, is
+// answered in the response that failed builds (the error, the leader's
+// address when known, the configuration field at fault), never as a gRPC
+// error: the Client reads the leader hint from it and retries there.
+func handle[Resp any](ctx context.Context, s *Server, hops uint32, failed func(e *wire.Error, leader, field string) Resp,
+	check func() error, forward func(wire.CoordinatorClient) (Resp, error), serve func() (Resp, error)) (Resp, error) {
+	fail := func(err error) (Resp, error) {
+		e, leader, field := s.wireErr(err)
+		return failed(e, leader, field), nil
 	}
-	info, cfg, err := checkRegister(req)
-	if err != nil {
+	if err := check(); err != nil {
 		return fail(err)
 	}
-	c, leader, err := s.controllerClient(ctx, req.Hops)
+	c, leader, err := s.controllerClient(ctx, hops)
 	if err != nil {
 		return fail(err)
 	}
 	if c != nil {
-		fwd := proto.Clone(req).(*wire.RegisterRequest)
-		fwd.Hops++
-		resp, err := c.Register(ctx, fwd)
+		resp, err := forward(c)
 		if err != nil {
 			return fail(forwardFailed(leader, err))
 		}
 		return resp, nil
 	}
+	resp, err := serve()
+	if err != nil {
+		return fail(err)
+	}
+	return resp, nil
+}
 
+// apply serves a call that changes the controller's state: cmd is applied
+// through raft, then done answers.
+func apply[Resp any](ctx context.Context, s *Server, cmd coord.Command, done func() Resp) (Resp, error) {
+	if _, err := s.node.Apply(ctx, cmd); err != nil {
+		var zero Resp
+		return zero, err
+	}
+	return done(), nil
+}
+
+// Register registers a node with the controller.
+func (s *Server) Register(ctx context.Context, req *wire.RegisterRequest) (*wire.RegisterResponse, error) {
+	var info coord.NodeInfo
+	var cfg *config.Config
+	return handle(ctx, s, req.GetHops(),
+		func(e *wire.Error, leader, field string) *wire.RegisterResponse {
+			return &wire.RegisterResponse{Slot: -1, Error: e, Leader: leader, ConfigField: field}
+		},
+		func() (err error) { info, cfg, err = checkRegister(req); return err },
+		func(c wire.CoordinatorClient) (*wire.RegisterResponse, error) {
+			fwd := proto.Clone(req).(*wire.RegisterRequest)
+			fwd.Hops++
+			return c.Register(ctx, fwd)
+		},
+		func() (*wire.RegisterResponse, error) { return s.register(ctx, req, info, cfg) })
+}
+
+// register registers a node on the controller.
+func (s *Server) register(ctx context.Context, req *wire.RegisterRequest, info coord.NodeInfo, cfg *config.Config) (*wire.RegisterResponse, error) {
 	// The stored configuration never changes once set (first write wins),
 	// so a node's is checked against it here without a raft write; only
 	// the first node's goes through raft.
 	if st := s.node.State(); st.Config != "" {
 		created, err := st.ParsedConfig()
 		if err != nil {
-			return fail(fmt.Errorf("coordrpc: the cluster's stored configuration: %w", err))
+			return nil, fmt.Errorf("coordrpc: the cluster's stored configuration: %w", err)
 		}
 		if err := cfg.CheckSameCluster(created); err != nil {
-			return fail(fmt.Errorf("node %q: configuration differs from the cluster's: %w", req.Id, err))
+			return nil, fmt.Errorf("node %q: configuration differs from the cluster's: %w", req.Id, err)
 		}
 	} else if _, err := s.node.Apply(ctx, coord.SetConfig(req.Config)); err != nil {
-		return fail(err)
+		return nil, err
 	}
 	res, err := s.node.Apply(ctx, coord.RegisterStash(info, req.Empty))
 	if err != nil {
-		return fail(err)
+		return nil, err
 	}
 	// Registering is a sign of life: the node need not wait for its first
 	// heartbeat to be recruited.
@@ -309,145 +347,117 @@ func (s *Server) Register(ctx context.Context, req *wire.RegisterRequest) (*wire
 	return &wire.RegisterResponse{Slot: int32(res.Slot), Tag: res.Tag, Generation: res.Generation}, nil
 }
 
+// checkID checks a request that names a node by its id.
+func checkID(missing bool, what, id string) error {
+	if missing {
+		return invalid("%s request missing", what)
+	}
+	return checkName("node id", id, true)
+}
+
 // Heartbeat records that a registered node is alive.
 func (s *Server) Heartbeat(ctx context.Context, req *wire.HeartbeatRequest) (*wire.HeartbeatResponse, error) {
-	fail := func(err error) (*wire.HeartbeatResponse, error) {
-		r := &wire.HeartbeatResponse{}
-		r.Error, r.Leader, _ = s.wireErr(err)
-		return r, nil
-	}
-	if req == nil {
-		return fail(invalid("heartbeat request missing"))
-	}
-	if err := checkName("node id", req.Id, true); err != nil {
-		return fail(err)
-	}
-	c, leader, err := s.controllerClient(ctx, req.Hops)
-	if err != nil {
-		return fail(err)
-	}
-	if c != nil {
-		resp, err := c.Heartbeat(ctx, &wire.HeartbeatRequest{Id: req.Id, Hops: req.Hops + 1})
-		if err != nil {
-			return fail(forwardFailed(leader, err))
-		}
-		return resp, nil
-	}
-	st := s.node.State()
-	n, ok := st.Nodes[req.Id]
-	if !ok {
-		// Refused so that a node the cluster forgot registers again,
-		// rather than heartbeating into the void.
-		return fail(invalid("node %q is not registered: register it first", req.Id))
-	}
-	s.node.Heartbeat(req.Id)
-	if n.Class == coord.ClassTransaction && len(st.Roles.LogReplicas) == 0 {
-		// A new controller learns who is alive from heartbeats: the log
-		// may form now.
-		if formed, err := s.node.RecruitLog(ctx); err == nil && formed {
-			st = s.node.State()
-		}
-	}
-	return &wire.HeartbeatResponse{Generation: st.Generation}, nil
+	return handle(ctx, s, req.GetHops(),
+		func(e *wire.Error, leader, _ string) *wire.HeartbeatResponse {
+			return &wire.HeartbeatResponse{Error: e, Leader: leader}
+		},
+		func() error { return checkID(req == nil, "heartbeat", req.GetId()) },
+		func(c wire.CoordinatorClient) (*wire.HeartbeatResponse, error) {
+			return c.Heartbeat(ctx, &wire.HeartbeatRequest{Id: req.Id, Hops: req.Hops + 1})
+		},
+		func() (*wire.HeartbeatResponse, error) {
+			st := s.node.State()
+			n, ok := st.Nodes[req.Id]
+			if !ok {
+				// Refused so that a node the cluster forgot registers again,
+				// rather than heartbeating into the void.
+				return nil, invalid("node %q is not registered: register it first", req.Id)
+			}
+			s.node.Heartbeat(req.Id)
+			if n.Class == coord.ClassTransaction && len(st.Roles.LogReplicas) == 0 {
+				// A new controller learns who is alive from heartbeats: the log
+				// may form now.
+				if formed, err := s.node.RecruitLog(ctx); err == nil && formed {
+					st = s.node.State()
+				}
+			}
+			return &wire.HeartbeatResponse{Generation: st.Generation}, nil
+		})
 }
 
 // Claim gives the stateless roles to a transaction node holding a log
 // replica, in a new generation (coord.Node.Claim).
 func (s *Server) Claim(ctx context.Context, req *wire.ClaimRequest) (*wire.ClaimResponse, error) {
-	fail := func(err error) (*wire.ClaimResponse, error) {
-		r := &wire.ClaimResponse{}
-		r.Error, r.Leader, _ = s.wireErr(err)
-		return r, nil
-	}
-	if req == nil {
-		return fail(invalid("claim request missing"))
-	}
-	if err := checkName("node id", req.Id, true); err != nil {
-		return fail(err)
-	}
-	c, leader, err := s.controllerClient(ctx, req.Hops)
-	if err != nil {
-		return fail(err)
-	}
-	if c != nil {
-		resp, err := c.Claim(ctx, &wire.ClaimRequest{Id: req.Id, Hops: req.Hops + 1})
-		if err != nil {
-			return fail(forwardFailed(leader, err))
-		}
-		return resp, nil
-	}
-	gen, err := s.node.Claim(ctx, req.Id)
-	if err != nil {
-		return fail(err)
-	}
-	s.node.Heartbeat(req.Id) // a sign of life too
-	return &wire.ClaimResponse{Generation: gen}, nil
+	return handle(ctx, s, req.GetHops(),
+		func(e *wire.Error, leader, _ string) *wire.ClaimResponse {
+			return &wire.ClaimResponse{Error: e, Leader: leader}
+		},
+		func() error { return checkID(req == nil, "claim", req.GetId()) },
+		func(c wire.CoordinatorClient) (*wire.ClaimResponse, error) {
+			return c.Claim(ctx, &wire.ClaimRequest{Id: req.Id, Hops: req.Hops + 1})
+		},
+		func() (*wire.ClaimResponse, error) {
+			gen, err := s.node.Claim(ctx, req.Id)
+			if err != nil {
+				return nil, err
+			}
+			s.node.Heartbeat(req.Id) // a sign of life too
+			return &wire.ClaimResponse{Generation: gen}, nil
+		})
 }
 
 // RecoveryDone records how long a claimer's recovery took
 // (coord.Node.RecoveryDone; a stale report is ignored, not refused).
 func (s *Server) RecoveryDone(ctx context.Context, req *wire.RecoveryDoneRequest) (*wire.RecoveryDoneResponse, error) {
-	fail := func(err error) (*wire.RecoveryDoneResponse, error) {
-		r := &wire.RecoveryDoneResponse{}
-		r.Error, r.Leader, _ = s.wireErr(err)
-		return r, nil
-	}
-	if req == nil {
-		return fail(invalid("recovery_done request missing"))
-	}
-	if err := checkName("node id", req.Id, true); err != nil {
-		return fail(err)
-	}
-	if req.Generation == 0 {
-		return fail(invalid("node %q: recovery_done without a generation", req.Id))
-	}
-	if req.Micros < 0 {
-		return fail(invalid("node %q: recovery of %d microseconds", req.Id, req.Micros))
-	}
-	c, leader, err := s.controllerClient(ctx, req.Hops)
-	if err != nil {
-		return fail(err)
-	}
-	if c != nil {
-		fwd := proto.Clone(req).(*wire.RecoveryDoneRequest)
-		fwd.Hops++
-		resp, err := c.RecoveryDone(ctx, fwd)
-		if err != nil {
-			return fail(forwardFailed(leader, err))
-		}
-		return resp, nil
-	}
-	if err := s.node.RecoveryDone(ctx, req.Id, req.Generation, req.Micros); err != nil {
-		return fail(err)
-	}
-	return &wire.RecoveryDoneResponse{}, nil
+	return handle(ctx, s, req.GetHops(),
+		func(e *wire.Error, leader, _ string) *wire.RecoveryDoneResponse {
+			return &wire.RecoveryDoneResponse{Error: e, Leader: leader}
+		},
+		func() error {
+			if err := checkID(req == nil, "recovery_done", req.GetId()); err != nil {
+				return err
+			}
+			if req.Generation == 0 {
+				return invalid("node %q: recovery_done without a generation", req.Id)
+			}
+			if req.Micros < 0 {
+				return invalid("node %q: recovery of %d microseconds", req.Id, req.Micros)
+			}
+			return nil
+		},
+		func(c wire.CoordinatorClient) (*wire.RecoveryDoneResponse, error) {
+			fwd := proto.Clone(req).(*wire.RecoveryDoneRequest)
+			fwd.Hops++
+			return c.RecoveryDone(ctx, fwd)
+		},
+		func() (*wire.RecoveryDoneResponse, error) {
+			if err := s.node.RecoveryDone(ctx, req.Id, req.Generation, req.Micros); err != nil {
+				return nil, err
+			}
+			return &wire.RecoveryDoneResponse{}, nil
+		})
 }
 
-// View returns the controller's view of the cluster.
+// View returns the controller's view of the cluster, or with Local this
+// coordinator's own (never forwarded).
 func (s *Server) View(ctx context.Context, req *wire.ViewRequest) (*wire.ViewResponse, error) {
-	fail := func(err error) (*wire.ViewResponse, error) {
-		r := &wire.ViewResponse{}
-		r.Error, r.Leader, _ = s.wireErr(err)
-		return r, nil
-	}
-	if req == nil {
-		return fail(invalid("view request missing"))
-	}
-	if req.Local {
+	if req.GetLocal() {
 		return s.localView(), nil
 	}
-	c, leader, err := s.controllerClient(ctx, req.Hops)
-	if err != nil {
-		return fail(err)
-	}
-	if c != nil {
-		resp, err := c.View(ctx, &wire.ViewRequest{Hops: req.Hops + 1})
-		if err != nil {
-			return fail(forwardFailed(leader, err))
-		}
-		return resp, nil
-	}
-	return s.view(s.node.State()), nil
+	return handle(ctx, s, req.GetHops(),
+		func(e *wire.Error, leader, _ string) *wire.ViewResponse {
+			return &wire.ViewResponse{Error: e, Leader: leader}
+		},
+		func() error {
+			if req == nil {
+				return invalid("view request missing")
+			}
+			return nil
+		},
+		func(c wire.CoordinatorClient) (*wire.ViewResponse, error) {
+			return c.View(ctx, &wire.ViewRequest{Hops: req.Hops + 1})
+		},
+		func() (*wire.ViewResponse, error) { return s.view(s.node.State()), nil })
 }
 
 // localView is this coordinator's own view, never forwarded: its copy of
@@ -584,180 +594,150 @@ func (s *Server) view(st *coord.State) *wire.ViewResponse {
 	return r
 }
 
-// onController runs a call that changes the controller's state: checked
-// (check), then forwarded to the controller when this coordinator is not
-// it, else applied here as cmd and answered with done. Failures are
-// answered through fail (the error, and the controller's address if
-// known).
-func onController[Resp any](ctx context.Context, s *Server, hops uint32, check error, fail func(error) Resp,
-	forward func(wire.CoordinatorClient) (Resp, error), cmd func() coord.Command, done func() Resp) (Resp, error) {
-	if check != nil {
-		return fail(check), nil
-	}
-	c, leader, err := s.controllerClient(ctx, hops)
-	if err != nil {
-		return fail(err), nil
-	}
-	if c != nil {
-		resp, err := forward(c)
-		if err != nil {
-			return fail(forwardFailed(leader, err)), nil
-		}
-		return resp, nil
-	}
-	if _, err := s.node.Apply(ctx, cmd()); err != nil {
-		return fail(err), nil
-	}
-	return done(), nil
-}
-
 // Exclude excludes addresses (coord.Exclude).
 func (s *Server) Exclude(ctx context.Context, req *wire.ExcludeRequest) (*wire.ExcludeResponse, error) {
-	fail := func(err error) *wire.ExcludeResponse {
-		r := &wire.ExcludeResponse{}
-		r.Error, r.Leader, _ = s.wireErr(err)
-		return r
-	}
-	if req == nil {
-		return fail(invalid("exclude request missing")), nil
-	}
-	return onController(ctx, s, req.Hops, checkAddrs(req.Addresses), fail,
+	return handle(ctx, s, req.GetHops(),
+		func(e *wire.Error, leader, _ string) *wire.ExcludeResponse {
+			return &wire.ExcludeResponse{Error: e, Leader: leader}
+		},
+		func() error { return checkAddrs(req == nil, "exclude", req.GetAddresses()) },
 		func(c wire.CoordinatorClient) (*wire.ExcludeResponse, error) {
 			return c.Exclude(ctx, &wire.ExcludeRequest{Addresses: req.Addresses, Hops: req.Hops + 1})
 		},
-		func() coord.Command { return coord.Exclude(req.Addresses) },
-		func() *wire.ExcludeResponse { return &wire.ExcludeResponse{Excluded: s.node.State().Excluded} })
+		func() (*wire.ExcludeResponse, error) {
+			return apply(ctx, s, coord.Exclude(req.Addresses),
+				func() *wire.ExcludeResponse { return &wire.ExcludeResponse{Excluded: s.node.State().Excluded} })
+		})
 }
 
 // Include includes addresses again (coord.Include).
 func (s *Server) Include(ctx context.Context, req *wire.IncludeRequest) (*wire.IncludeResponse, error) {
-	fail := func(err error) *wire.IncludeResponse {
-		r := &wire.IncludeResponse{}
-		r.Error, r.Leader, _ = s.wireErr(err)
-		return r
-	}
-	if req == nil {
-		return fail(invalid("include request missing")), nil
-	}
-	return onController(ctx, s, req.Hops, checkAddrs(req.Addresses), fail,
+	return handle(ctx, s, req.GetHops(),
+		func(e *wire.Error, leader, _ string) *wire.IncludeResponse {
+			return &wire.IncludeResponse{Error: e, Leader: leader}
+		},
+		func() error { return checkAddrs(req == nil, "include", req.GetAddresses()) },
 		func(c wire.CoordinatorClient) (*wire.IncludeResponse, error) {
 			return c.Include(ctx, &wire.IncludeRequest{Addresses: req.Addresses, Hops: req.Hops + 1})
 		},
-		func() coord.Command { return coord.Include(req.Addresses) },
-		func() *wire.IncludeResponse { return &wire.IncludeResponse{Excluded: s.node.State().Excluded} })
+		func() (*wire.IncludeResponse, error) {
+			return apply(ctx, s, coord.Include(req.Addresses),
+				func() *wire.IncludeResponse { return &wire.IncludeResponse{Excluded: s.node.State().Excluded} })
+		})
 }
 
 // Configure changes a live setting (coord.Configure, coord.ConfigurePool).
 func (s *Server) Configure(ctx context.Context, req *wire.ConfigureRequest) (*wire.ConfigureResponse, error) {
-	fail := func(err error) *wire.ConfigureResponse {
-		r := &wire.ConfigureResponse{}
-		r.Error, r.Leader, _ = s.wireErr(err)
-		return r
-	}
-	if req == nil {
-		return fail(invalid("configure request missing")), nil
-	}
-	var check error
-	for _, f := range []struct{ what, v string }{{"key", req.Key}, {"value", req.Value}, {"pool", req.Pool}} {
-		if err := checkName(f.what, f.v, f.what == "key"); err != nil && check == nil {
-			check = err
-		}
-	}
-	return onController(ctx, s, req.Hops, check, fail,
+	return handle(ctx, s, req.GetHops(),
+		func(e *wire.Error, leader, _ string) *wire.ConfigureResponse {
+			return &wire.ConfigureResponse{Error: e, Leader: leader}
+		},
+		func() error {
+			if req == nil {
+				return invalid("configure request missing")
+			}
+			for _, f := range []struct{ what, v string }{{"key", req.Key}, {"value", req.Value}, {"pool", req.Pool}} {
+				if err := checkName(f.what, f.v, f.what == "key"); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
 		func(c wire.CoordinatorClient) (*wire.ConfigureResponse, error) {
 			return c.Configure(ctx, &wire.ConfigureRequest{Key: req.Key, Value: req.Value, Pool: req.Pool, Hops: req.Hops + 1})
 		},
-		func() coord.Command { return coord.ConfigurePool(req.Pool, req.Key, req.Value) },
-		func() *wire.ConfigureResponse { return &wire.ConfigureResponse{} })
+		func() (*wire.ConfigureResponse, error) {
+			return apply(ctx, s, coord.ConfigurePool(req.Pool, req.Key, req.Value),
+				func() *wire.ConfigureResponse { return &wire.ConfigureResponse{} })
+		})
 }
 
 // Retire retires a tag (coord.Retire): the data distributor's call.
 func (s *Server) Retire(ctx context.Context, req *wire.RetireRequest) (*wire.RetireResponse, error) {
-	fail := func(err error) *wire.RetireResponse {
-		r := &wire.RetireResponse{}
-		r.Error, r.Leader, _ = s.wireErr(err)
-		return r
-	}
-	if req == nil {
-		return fail(invalid("retire request missing")), nil
-	}
-	var check error
-	if req.Tag == 0 {
-		check = invalid("retire: tag missing (tag 0 is the system stash's)")
-	}
-	return onController(ctx, s, req.Hops, check, fail,
+	return handle(ctx, s, req.GetHops(),
+		func(e *wire.Error, leader, _ string) *wire.RetireResponse {
+			return &wire.RetireResponse{Error: e, Leader: leader}
+		},
+		func() error {
+			switch {
+			case req == nil:
+				return invalid("retire request missing")
+			case req.Tag == 0:
+				return invalid("retire: tag missing (tag 0 is the system stash's)")
+			}
+			return nil
+		},
 		func(c wire.CoordinatorClient) (*wire.RetireResponse, error) {
 			return c.Retire(ctx, &wire.RetireRequest{Tag: req.Tag, Hops: req.Hops + 1})
 		},
-		func() coord.Command { return coord.Retire(req.Tag) },
-		func() *wire.RetireResponse { return &wire.RetireResponse{} })
+		func() (*wire.RetireResponse, error) {
+			return apply(ctx, s, coord.Retire(req.Tag), func() *wire.RetireResponse { return &wire.RetireResponse{} })
+		})
 }
 
 // JoinCoordinators makes a coordinator without raft state a member of the
 // coordinators' group under its new raft id (coord.Node.AddMember).
 func (s *Server) JoinCoordinators(ctx context.Context, req *wire.JoinCoordinatorsRequest) (*wire.JoinCoordinatorsResponse, error) {
-	fail := func(err error) (*wire.JoinCoordinatorsResponse, error) {
-		r := &wire.JoinCoordinatorsResponse{}
-		r.Error, r.Leader, _ = s.wireErr(err)
-		return r, nil
-	}
-	if req == nil {
-		return fail(invalid("join_coordinators request missing"))
-	}
-	if err := checkName("address", req.Address, true); err != nil {
-		return fail(err)
-	}
-	if err := checkName("raft id", req.RaftId, true); err != nil {
-		return fail(err)
-	}
-	c, leader, err := s.controllerClient(ctx, req.Hops)
-	if err != nil {
-		return fail(err)
-	}
-	if c != nil {
-		resp, err := c.JoinCoordinators(ctx, &wire.JoinCoordinatorsRequest{Address: req.Address, RaftId: req.RaftId, Hops: req.Hops + 1})
-		if err != nil {
-			return fail(forwardFailed(leader, err))
-		}
-		return resp, nil
-	}
-	if err := s.node.AddMember(ctx, req.Address, req.RaftId); err != nil {
-		return fail(err)
-	}
-	return &wire.JoinCoordinatorsResponse{}, nil
+	return handle(ctx, s, req.GetHops(),
+		func(e *wire.Error, leader, _ string) *wire.JoinCoordinatorsResponse {
+			return &wire.JoinCoordinatorsResponse{Error: e, Leader: leader}
+		},
+		func() error {
+			if req == nil {
+				return invalid("join_coordinators request missing")
+			}
+			if err := checkName("address", req.Address, true); err != nil {
+				return err
+			}
+			return checkName("raft id", req.RaftId, true)
+		},
+		func(c wire.CoordinatorClient) (*wire.JoinCoordinatorsResponse, error) {
+			return c.JoinCoordinators(ctx, &wire.JoinCoordinatorsRequest{Address: req.Address, RaftId: req.RaftId, Hops: req.Hops + 1})
+		},
+		func() (*wire.JoinCoordinatorsResponse, error) {
+			if err := s.node.AddMember(ctx, req.Address, req.RaftId); err != nil {
+				return nil, err
+			}
+			return &wire.JoinCoordinatorsResponse{}, nil
+		})
 }
 
 // SetLogReplicas records the log's raft membership after a change
 // (coord.SetLogReplicas): the call of the node leading the log.
 func (s *Server) SetLogReplicas(ctx context.Context, req *wire.SetLogReplicasRequest) (*wire.SetLogReplicasResponse, error) {
-	fail := func(err error) *wire.SetLogReplicasResponse {
-		r := &wire.SetLogReplicasResponse{}
-		r.Error, r.Leader, _ = s.wireErr(err)
-		return r
-	}
-	if req == nil {
-		return fail(invalid("set_log_replicas request missing")), nil
-	}
-	var check error
-	if len(req.Replicas) > 16 || len(req.Ids) > 16 {
-		check = invalid("set_log_replicas: %d replicas (limit 16)", len(req.Replicas))
-	}
-	for _, v := range append(slices.Clone(req.Replicas), req.Ids...) {
-		if err := checkName("log replica", v, true); err != nil && check == nil {
-			check = err
-		}
-	}
-	return onController(ctx, s, req.Hops, check, fail,
+	return handle(ctx, s, req.GetHops(),
+		func(e *wire.Error, leader, _ string) *wire.SetLogReplicasResponse {
+			return &wire.SetLogReplicasResponse{Error: e, Leader: leader}
+		},
+		func() error {
+			if req == nil {
+				return invalid("set_log_replicas request missing")
+			}
+			if len(req.Replicas) > 16 || len(req.Ids) > 16 {
+				return invalid("set_log_replicas: %d replicas (limit 16)", len(req.Replicas))
+			}
+			for _, v := range append(slices.Clone(req.Replicas), req.Ids...) {
+				if err := checkName("log replica", v, true); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
 		func(c wire.CoordinatorClient) (*wire.SetLogReplicasResponse, error) {
 			return c.SetLogReplicas(ctx, &wire.SetLogReplicasRequest{Replicas: req.Replicas, Ids: req.Ids, Hops: req.Hops + 1})
 		},
-		func() coord.Command { return coord.SetLogReplicas(req.Replicas, req.Ids) },
-		func() *wire.SetLogReplicasResponse { return &wire.SetLogReplicasResponse{} })
+		func() (*wire.SetLogReplicasResponse, error) {
+			return apply(ctx, s, coord.SetLogReplicas(req.Replicas, req.Ids),
+				func() *wire.SetLogReplicasResponse { return &wire.SetLogReplicasResponse{} })
+		})
 }
 
-// checkAddrs bounds the addresses of an exclude or include; the
-// controller checks their form.
-func checkAddrs(addrs []string) error {
+// checkAddrs checks an exclude or include request: it bounds the
+// addresses; the controller checks their form.
+func checkAddrs(missing bool, what string, addrs []string) error {
+	if missing {
+		return invalid("%s request missing", what)
+	}
 	if len(addrs) > coord.MaxExcludeAddrs {
 		return invalid("%d addresses (limit %d)", len(addrs), coord.MaxExcludeAddrs)
 	}

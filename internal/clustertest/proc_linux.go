@@ -1,6 +1,6 @@
 //go:build linux
 
-package main
+package clustertest
 
 import (
 	"bytes"
@@ -10,9 +10,9 @@ import (
 	"syscall"
 )
 
-// failureProcAttr kills a bench node if the benchmark dies, so that no
-// server outlives it.
-func failureProcAttr() *syscall.SysProcAttr {
+// procAttr kills a node if the process that started it dies, so that no
+// server outlives its test or benchmark.
+func procAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 }
 
@@ -20,9 +20,9 @@ func failureProcAttr() *syscall.SysProcAttr {
 // (100 on every Linux port Go supports).
 const clockTicks = 100
 
-// processCPUSeconds returns the user+system CPU time pid has used, from
+// ProcessCPUSeconds returns the user+system CPU time pid has used, from
 // /proc/<pid>/stat.
-func processCPUSeconds(pid int) (float64, error) {
+func ProcessCPUSeconds(pid int) (float64, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return 0, err

@@ -1,4 +1,4 @@
-package main
+package failure
 
 import (
 	"image/color"
@@ -15,7 +15,7 @@ var failureColors = []color.RGBA{{0x1f, 0x77, 0xb4, 255}, {0xff, 0x7f, 0x0e, 255
 // plot draws one line per series over time (a gap where a value is
 // unknown: the node was down), with vertical markers at the kill and the
 // restart.
-func (r *failureResult) plot(path, title, ylabel string, names []string, get func(failureSample) []float64, scale float64) error {
+func (r *Result) plot(path, title, ylabel string, names []string, get func(failureSample) []float64, scale float64) error {
 	xs := make([]float64, len(r.Samples))
 	ys := make([][]float64, len(names))
 	for i := range names {

@@ -1,4 +1,4 @@
-package main
+package failure
 
 // `distash bench failure --layouts 1stash,2stash` (paper §5.2.3, Figures
 // 13-16): what a failed stash costs each layout of a cache-augmented
@@ -25,19 +25,18 @@ import (
 	"time"
 
 	"github.com/HdrHistogram/hdrhistogram-go"
-	"github.com/spf13/pflag"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/distash/distash"
+	"github.com/distash/distash/internal/clustertest"
 	"github.com/distash/distash/internal/coordrpc"
 	"github.com/distash/distash/internal/wire"
 	"github.com/distash/distash/patterns/cacheaug"
 )
 
-// layoutOptions are the flags of the layouts bench; the phases, sizes of
-// the data and the cluster settings come from failureOptions.
-type layoutOptions struct {
+// LayoutOptions are the flags of the layouts bench; the phases, sizes of
+// the data and the cluster settings come from Options.
+type LayoutOptions struct {
 	Layouts            []string
 	LocalLog           bool
 	TxNodes            int
@@ -61,42 +60,6 @@ const (
 	layoutFamily                     = "q"
 	layoutOneStash, layoutTwoStash   = "1stash", "2stash"
 )
-
-// addLayoutFlags registers the flags of the layouts bench on f.
-func addLayoutFlags(f *pflag.FlagSet, lo *layoutOptions) {
-	f.StringSliceVar(&lo.Layouts, "layouts", nil, "run the cache-augmented failure bench (paper Figs. 13-16) on these layouts: 1stash (data and results in the SSD pool), 2stash (results in a DRAM pool)")
-	f.BoolVar(&lo.LocalLog, "local-log", false, "the DRAM pool gets local_log = true; with --layouts, each layout with a DRAM pool runs without and with it")
-	f.IntVar(&lo.TxNodes, "tx-nodes", 3, "--layouts: transaction nodes (the coordinators and log replicas)")
-	f.IntVar(&lo.SSDStashes, "ssd-stashes", 4, "--layouts: stash nodes of the SSD pool (Pebble, durable)")
-	f.IntVar(&lo.DRAMStashes, "dram-stashes", 3, "--layouts: stash nodes of the DRAM pool of 2stash (memory engine, ephemeral)")
-	f.IntVar(&lo.SSDReplication, "ssd-replication", 3, "--layouts: replication of the SSD pool (the paper's R = 3)")
-	f.IntVar(&lo.ResultsReplication, "results-replication", 0, "--layouts: replication of the DRAM results pool (default 1 with --local-log: a cache, so the hit rate shows what the restarted stash kept; else min(3, dram-stashes - 1))")
-	f.StringVar(&lo.DeviceProfile, "device-profile", "none", "--layouts: emulated device of the SSD pool ([pool.device] profile: none, ssd, hdd, nvm)")
-	f.IntVar(&lo.Queries, "queries", 5_000, "--layouts: distinct queries whose results are cached")
-	f.IntVar(&lo.QueryReads, "query-reads", 4, "--layouts: data keys each query reads")
-	f.IntVar(&lo.ResultSize, "result-size", 200, "--layouts: bytes of a cached result")
-	f.Float64Var(&lo.WriteFraction, "write-fraction", 0.01, "--layouts: fraction of operations that update a data key (write-around: its results are deleted)")
-	f.DurationVar(&lo.LookupTimeout, "lookup-timeout", time.Second, "--layouts: a lookup not answered by then counts as failed")
-	f.DurationVar(&lo.HitWindow, "hit-window", 10*time.Second, "--layouts: the window after the restart whose hit rate is reported (the run lasts at least this long after it)")
-}
-
-// layoutDefaults are the bench's defaults that differ from Figure 12's when
-// --layouts or --local-log is given and the flag was not.
-func layoutDefaults(f *pflag.FlagSet, o *failureOptions, lo *layoutOptions) {
-	set := func(name string, apply func()) {
-		if !f.Changed(name) {
-			apply()
-		}
-	}
-	if len(lo.Layouts) > 0 {
-		set("keys", func() { o.Keys = 20_000 })
-	}
-	if lo.LocalLog {
-		// The local log matters only for a restart within failure_wait.
-		set("failure-wait", func() { o.FailureWait = 30 * time.Second })
-		set("down", func() { o.Down = 5 * time.Second })
-	}
-}
 
 // layoutRun is one run: a layout, with or without the local log.
 type layoutRun struct {
@@ -123,7 +86,7 @@ func (r layoutRun) resultsPool() string {
 }
 
 // layoutRuns checks the options and lists the runs.
-func layoutRuns(o failureOptions, lo *layoutOptions) ([]layoutRun, error) {
+func layoutRuns(o Options, lo *LayoutOptions) ([]layoutRun, error) {
 	switch {
 	case o.Clients < 1 || o.Keys < 1 || o.Interval <= 0:
 		return nil, errors.New("--clients, --keys and --interval must be positive")
@@ -175,7 +138,7 @@ func layoutRuns(o failureOptions, lo *layoutOptions) ([]layoutRun, error) {
 }
 
 // layoutConfig is the cluster configuration of a run.
-func layoutConfig(o failureOptions, lo layoutOptions, run layoutRun) string {
+func layoutConfig(o Options, lo LayoutOptions, run layoutRun) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, `[cluster]
 failure_wait = %q
@@ -238,8 +201,8 @@ func (s layoutSample) hitRate() float64 {
 	return float64(s.Hits) / float64(s.Lookups)
 }
 
-// layoutResult is what one run measured.
-type layoutResult struct {
+// LayoutResult is what one run measured.
+type LayoutResult struct {
 	Run             layoutRun
 	Samples         []layoutSample
 	StashNames      []string // ssd1.., dram1..
@@ -263,12 +226,12 @@ type layoutResult struct {
 
 // layoutBench is one run's cluster and load.
 type layoutBench struct {
-	o         failureOptions
-	lo        layoutOptions
+	o         Options
+	lo        LayoutOptions
 	run       layoutRun
 	out       io.Writer
-	tx        []*failureNode
-	stashes   []*failureNode
+	tx        []*node
+	stashes   []*node
 	pools     []string // per stash node
 	coords    string
 	cc        *coordrpc.Client
@@ -288,9 +251,9 @@ type layoutBench struct {
 	lastBusyT []time.Time
 }
 
-// runLayoutBenches runs every layout on a fresh cluster, one after the
+// RunLayouts runs every layout on a fresh cluster, one after the
 // other, and prints the comparison.
-func runLayoutBenches(ctx context.Context, o failureOptions, lo layoutOptions, out io.Writer) ([]*layoutResult, error) {
+func RunLayouts(ctx context.Context, o Options, lo LayoutOptions, out io.Writer) ([]*LayoutResult, error) {
 	runs, err := layoutRuns(o, &lo)
 	if err != nil {
 		return nil, err
@@ -318,7 +281,7 @@ func runLayoutBenches(ctx context.Context, o failureOptions, lo layoutOptions, o
 			fmt.Fprintf(out, "  warning: --down %v is not below failure_wait %v: a restarted stash rejoins empty even with its local log\n", o.Down, o.FailureWait)
 		}
 	}
-	var results []*layoutResult
+	var results []*LayoutResult
 	for _, run := range runs {
 		fmt.Fprintf(out, "\n== %s ==\n", run.name())
 		r, err := runLayout(ctx, o, lo, run, filepath.Join(dir, run.file()), out)
@@ -339,58 +302,43 @@ func runLayoutBenches(ctx context.Context, o failureOptions, lo layoutOptions, o
 
 // runLayout starts one run's cluster, loads it, warms the cache, runs the
 // timeline and writes its CSV and PNGs.
-func runLayout(ctx context.Context, o failureOptions, lo layoutOptions, run layoutRun, dir string, out io.Writer) (*layoutResult, error) {
+func runLayout(ctx context.Context, o Options, lo LayoutOptions, run layoutRun, dir string, out io.Writer) (*LayoutResult, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	cfgPath := filepath.Join(dir, "cluster.toml")
-	if err := os.WriteFile(cfgPath, []byte(layoutConfig(o, lo, run)), 0o644); err != nil {
-		return nil, err
-	}
-	nStash := lo.SSDStashes
-	if run.Layout == layoutTwoStash {
-		nStash += lo.DRAMStashes
-	}
-	addrs, err := benchFreeAddrs(lo.TxNodes + nStash)
-	if err != nil {
-		return nil, err
-	}
-	b := &layoutBench{o: o, lo: lo, run: run, out: out, coords: strings.Join(addrs[:min(3, lo.TxNodes)], ","),
-		lastBusy: make([]float64, nStash), lastBusyT: make([]time.Time, nStash)}
-	add := func(name, addr, class, pool string) *failureNode {
-		args := []string{"server", "--config", cfgPath, "--dir", filepath.Join(dir, name), "--listen", addr,
-			"--coordinators", b.coords, "--class", class, "--dc", "dc1", "--zone", "z-" + name}
-		if pool != "" {
-			args = append(args, "--pool", pool)
-		}
-		if o.Verbose {
-			args = append(args, "-v")
-		}
-		return &failureNode{name: name, addr: addr, dc: "dc1", stash: pool != "", args: args, logPath: filepath.Join(dir, name+".log")}
+	var specs []clustertest.Spec
+	add := func(name, class, pool string) {
+		specs = append(specs, clustertest.Spec{Name: name, Class: class, Pool: pool, DC: "dc1", Zone: "z-" + name})
 	}
 	for i := 0; i < lo.TxNodes; i++ {
-		b.tx = append(b.tx, add(fmt.Sprintf("tx%d", i+1), addrs[i], "transaction", ""))
+		add(fmt.Sprintf("tx%d", i+1), clustertest.Transaction, "")
 	}
-	next := lo.TxNodes
 	for i := 0; i < lo.SSDStashes; i++ {
-		b.stashes = append(b.stashes, add(fmt.Sprintf("ssd%d", i+1), addrs[next], "stash", layoutSSDPool))
-		b.pools = append(b.pools, layoutSSDPool)
-		next++
+		add(fmt.Sprintf("ssd%d", i+1), clustertest.Stash, layoutSSDPool)
 	}
 	if run.Layout == layoutTwoStash {
 		for i := 0; i < lo.DRAMStashes; i++ {
-			b.stashes = append(b.stashes, add(fmt.Sprintf("dram%d", i+1), addrs[next], "stash", layoutDRAMPool))
-			b.pools = append(b.pools, layoutDRAMPool)
-			next++
+			add(fmt.Sprintf("dram%d", i+1), clustertest.Stash, layoutDRAMPool)
 		}
+	}
+	c, err := newCluster(o, dir, layoutConfig(o, lo, run), specs)
+	if err != nil {
+		return nil, err
+	}
+	defer c.close()
+	nStash := len(specs) - lo.TxNodes
+	b := &layoutBench{o: o, lo: lo, run: run, out: out, coords: c.Coordinators, tx: c.nodes[:lo.TxNodes], stashes: c.nodes[lo.TxNodes:],
+		lastBusy: make([]float64, nStash), lastBusyT: make([]time.Time, nStash)}
+	for _, n := range b.stashes {
+		b.pools = append(b.pools, n.Pool)
 	}
 	victimName := run.resultsPool() + "1"
 	if o.Victim != "" && o.Victim != "s1" { // s1 is Figure 12's default
 		victimName = o.Victim
 	}
-	var victim *failureNode
+	var victim *node
 	for i, n := range b.stashes {
-		if n.name == victimName {
+		if n.Name == victimName {
 			if b.pools[i] != run.resultsPool() {
 				return nil, fmt.Errorf("--victim %s: want a stash node of the results' pool %q", victimName, run.resultsPool())
 			}
@@ -400,40 +348,12 @@ func runLayout(ctx context.Context, o failureOptions, lo layoutOptions, run layo
 	if victim == nil {
 		return nil, fmt.Errorf("--victim %s: no such stash node of pool %q", victimName, run.resultsPool())
 	}
-	all := append(slices.Clone(b.tx), b.stashes...)
-	defer func() {
-		var wg sync.WaitGroup
-		for _, n := range all {
-			wg.Add(1)
-			go func(n *failureNode) { defer wg.Done(); n.stop() }(n)
-		}
-		wg.Wait()
-		for _, n := range all {
-			if n.conn != nil {
-				n.conn.Close()
-			}
-		}
-		if b.cc != nil {
-			b.cc.Close()
-		}
-	}()
+	all := c.nodes
 	began := time.Now()
-	for _, n := range all {
-		if err := n.start(o.Binary); err != nil {
-			return nil, err
-		}
-	}
-	for _, n := range all {
-		if err := n.waitReady(ctx, 90*time.Second); err != nil {
-			return nil, err
-		}
-		if n.conn, err = grpc.NewClient(n.addr, grpc.WithTransportCredentials(insecure.NewCredentials())); err != nil {
-			return nil, err
-		}
-	}
-	if b.cc, err = coordrpc.NewClient(b.coords, coordrpc.ClientOptions{}); err != nil {
+	if err := c.start(ctx); err != nil {
 		return nil, err
 	}
+	b.cc = c.cc
 	fmt.Fprintf(out, "%d nodes serving after %v\n", len(all), time.Since(began).Round(100*time.Millisecond))
 	if err := b.load(ctx); err != nil {
 		return nil, err
@@ -459,7 +379,7 @@ func layoutQuery(q int) cacheaug.Query {
 
 // layoutQueryKeys are the data keys query q reads: spread by a hash, so a
 // data key has about queries × query-reads / keys dependent results.
-func (lo layoutOptions) queryKeys(q, keys int) [][]byte {
+func (lo LayoutOptions) queryKeys(q, keys int) [][]byte {
 	out := make([][]byte, lo.QueryReads)
 	for j := range out {
 		h := fnv.New64a()
@@ -471,7 +391,7 @@ func (lo layoutOptions) queryKeys(q, keys int) [][]byte {
 
 // family is the cached query: a ResultSize-byte digest of the data keys
 // it reads (a function of the data and the args only, as cacheaug needs).
-func (lo layoutOptions) family(keys int) cacheaug.Family {
+func (lo LayoutOptions) family(keys int) cacheaug.Family {
 	return cacheaug.Family{Name: layoutFamily, Compute: func(r *cacheaug.Reader, args []byte) ([]byte, error) {
 		if len(args) != 4 {
 			return nil, fmt.Errorf("query args %x: want 4 bytes", args)
@@ -601,7 +521,7 @@ func (b *layoutBench) roles(ctx context.Context) (map[string]*wire.PoolDistribut
 	}
 	var conn *grpc.ClientConn
 	for _, n := range b.tx {
-		if n.addr == b.stateless {
+		if n.Addr == b.stateless {
 			conn = n.conn
 		}
 	}
@@ -631,13 +551,13 @@ func (b *layoutBench) roles(ctx context.Context) (map[string]*wire.PoolDistribut
 }
 
 // nodeStash is a stash node's status of its stash.
-func nodeStash(ctx context.Context, n *failureNode) (*wire.StashStatus, error) {
+func nodeStash(ctx context.Context, n *node) (*wire.StashStatus, error) {
 	st, err := wire.NewDiStashClient(n.conn).Status(ctx, &wire.StatusRequest{})
 	if err != nil {
 		return nil, err
 	}
 	if len(st.Stashes) == 0 {
-		return nil, fmt.Errorf("node %s serves no stash", n.name)
+		return nil, fmt.Errorf("node %s serves no stash", n.Name)
 	}
 	return st.Stashes[0], nil
 }
@@ -661,11 +581,11 @@ func (b *layoutBench) waitSettled(ctx context.Context) error {
 			for _, n := range b.stashes {
 				s, serr := nodeStash(qctx, n)
 				if serr != nil {
-					held = append(held, fmt.Sprintf("%s: %v", n.name, serr))
+					held = append(held, fmt.Sprintf("%s: %v", n.Name, serr))
 					continue
 				}
 				sh := shares[s.Id]
-				held = append(held, fmt.Sprintf("%s: %d shards", n.name, sh.GetShards()))
+				held = append(held, fmt.Sprintf("%s: %d shards", n.Name, sh.GetShards()))
 				if sh.GetShards() > 0 {
 					holding++
 				}
@@ -827,9 +747,9 @@ func (b *layoutBench) sample(ctx context.Context) layoutSample {
 	}()
 	for i, n := range b.stashes {
 		wg.Add(1)
-		go func(i int, n *failureNode) {
+		go func(i int, n *node) {
 			defer wg.Done()
-			if !n.running() {
+			if !n.Running() {
 				n.haveReads, n.haveC = false, false
 				b.lastBusyT[i] = time.Time{}
 				return
@@ -863,7 +783,7 @@ func (b *layoutBench) sample(ctx context.Context) layoutSample {
 		}
 	}
 	for i, n := range b.stashes {
-		if sh, ok := shares[s.Tags[i]]; ok && n.running() {
+		if sh, ok := shares[s.Tags[i]]; ok && n.Running() {
 			s.ShareKB[i] = float64(sh.Bytes) / 1024
 		}
 	}
@@ -871,15 +791,15 @@ func (b *layoutBench) sample(ctx context.Context) layoutSample {
 }
 
 // timeline runs the load: warm-up, kill, restart, recovery, tail.
-func (b *layoutBench) timeline(ctx context.Context, victim *failureNode) (*layoutResult, error) {
+func (b *layoutBench) timeline(ctx context.Context, victim *node) (*LayoutResult, error) {
 	o, lo := b.o, b.lo
-	r := &layoutResult{Run: b.run, Victim: victim.name, KillT: math.NaN(), RestartT: math.NaN()}
+	r := &LayoutResult{Run: b.run, Victim: victim.Name, KillT: math.NaN(), RestartT: math.NaN()}
 	for i, n := range b.stashes {
-		r.StashNames = append(r.StashNames, n.name)
+		r.StashNames = append(r.StashNames, n.Name)
 		r.StashPools = append(r.StashPools, b.pools[i])
 	}
 	for _, n := range b.tx {
-		r.TxNames = append(r.TxNames, n.name)
+		r.TxNames = append(r.TxNames, n.Name)
 	}
 	for i := range b.phaseHits {
 		b.phaseHits[i] = newLatencyHist()
@@ -893,7 +813,7 @@ func (b *layoutBench) timeline(ctx context.Context, victim *failureNode) (*layou
 		return nil, err
 	}
 	fmt.Fprintf(b.out, "%d clients: lookups (read-through) and write-around updates; %s killed after %v, restarted %v later\n",
-		o.Clients, victim.name, o.Warmup, o.Down)
+		o.Clients, victim.Name, o.Warmup, o.Down)
 	select { // the clients' first seconds (connections, shard map) are not measured
 	case <-time.After(2 * time.Second):
 	case <-ctx.Done():
@@ -914,7 +834,7 @@ func (b *layoutBench) timeline(ctx context.Context, victim *failureNode) (*layou
 			return nil, ctx.Err()
 		case err := <-restartErr:
 			if err != nil {
-				return nil, fmt.Errorf("restart of %s: %w", victim.name, err)
+				return nil, fmt.Errorf("restart of %s: %w", victim.Name, err)
 			}
 			continue
 		case <-tick.C:
@@ -926,23 +846,23 @@ func (b *layoutBench) timeline(ctx context.Context, victim *failureNode) (*layou
 		case killed.IsZero():
 			if now.Sub(b.start) >= o.Warmup {
 				r.TagBefore = victim.tag
-				victim.kill()
+				victim.Kill()
 				killed = time.Now()
 				r.KillT = killed.Sub(b.start).Seconds()
 				b.phase.Store(1)
-				fmt.Fprintf(b.out, "  %.1f s: killed %s (tag %d)\n", r.KillT, victim.name, r.TagBefore)
+				fmt.Fprintf(b.out, "  %.1f s: killed %s (tag %d)\n", r.KillT, victim.Name, r.TagBefore)
 			}
 			continue
 		case restarted.IsZero():
 			if now.Sub(killed) >= o.Down {
-				if err := victim.start(o.Binary); err != nil {
+				if err := victim.Start(o.Binary); err != nil {
 					return nil, err
 				}
 				restarted = time.Now()
 				r.RestartT = restarted.Sub(b.start).Seconds()
 				b.phase.Store(2)
-				fmt.Fprintf(b.out, "  %.1f s: restarted %s\n", r.RestartT, victim.name)
-				go func() { restartErr <- victim.waitReady(ctx, 90*time.Second) }()
+				fmt.Fprintf(b.out, "  %.1f s: restarted %s\n", r.RestartT, victim.Name)
+				go func() { restartErr <- victim.WaitReady(ctx, 90*time.Second) }()
 			}
 		}
 		if !killed.IsZero() {
@@ -1034,7 +954,7 @@ func histMs(h *hdrhistogram.Histogram, q float64) string {
 }
 
 // report prints one run's figures.
-func (r *layoutResult) report(out io.Writer, o failureOptions, lo layoutOptions) {
+func (r *LayoutResult) report(out io.Writer, o Options, lo LayoutOptions) {
 	if r.ReReplicated > 0 {
 		fmt.Fprintf(out, "results' pool fully replicated again %.1f s after the kill (failure_wait %v)\n", r.ReReplicated.Seconds(), o.FailureWait)
 	} else {
@@ -1056,7 +976,7 @@ func (r *layoutResult) report(out io.Writer, o failureOptions, lo layoutOptions)
 }
 
 // layoutSummary prints the comparison of the runs.
-func layoutSummary(out io.Writer, o failureOptions, lo layoutOptions, rs []*layoutResult) {
+func layoutSummary(out io.Writer, o Options, lo LayoutOptions, rs []*LayoutResult) {
 	if len(rs) == 0 {
 		return
 	}
@@ -1087,7 +1007,7 @@ func fnum(v float64) string {
 }
 
 // write writes the run's CSV and PNGs into dir.
-func (r *layoutResult) write(dir string, out io.Writer) error {
+func (r *LayoutResult) write(dir string, out io.Writer) error {
 	if dir == "" {
 		return nil
 	}
@@ -1186,7 +1106,7 @@ func (r *layoutResult) write(dir string, out io.Writer) error {
 }
 
 // writeLayoutSummary writes one row per run.
-func writeLayoutSummary(path string, rs []*layoutResult) error {
+func writeLayoutSummary(path string, rs []*LayoutResult) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
@@ -1228,7 +1148,7 @@ func writeLayoutSummary(path string, rs []*layoutResult) error {
 // victimTags describes what the victim of Figure 12's bench came back
 // as: its tag before the kill and at its first answer after the restart,
 // and the bytes it held then (with --local-log it should keep both).
-func (r *failureResult) victimTags(victim string) string {
+func (r *Result) victimTags(victim string) string {
 	vi := slices.Index(r.StashNames, victim)
 	if vi < 0 {
 		return ""
