@@ -2,9 +2,7 @@ package server
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/tls"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -21,11 +19,6 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/peer"
-	"google.golang.org/grpc/status"
 
 	"github.com/distash/distash/config"
 	"github.com/distash/distash/internal/coord"
@@ -39,7 +32,6 @@ import (
 	"github.com/distash/distash/internal/raftnet"
 	"github.com/distash/distash/internal/shardmap"
 	"github.com/distash/distash/internal/stash"
-	"github.com/distash/distash/internal/tlsconf"
 	"github.com/distash/distash/internal/txlog"
 	"github.com/distash/distash/internal/wire"
 )
@@ -246,43 +238,6 @@ func startNode(ctx context.Context, opts NodeOptions) (*Server, error) {
 		return nil, err
 	}
 	return s, nil
-}
-
-// nodeIDFile holds a node's id in its directory.
-const nodeIDFile = "node-id"
-
-// nodeID returns the node's id, kept in its directory across restarts (a
-// restarted stash node gets its slot back by it), checksummed. A damaged
-// file is refused with an error naming it: a node that took a new id
-// would come back as another node (a log replica the cluster no longer
-// knows, a stash in a new slot).
-func nodeID(f fsys.FS, dir string) (string, error) {
-	path := filepath.Join(dir, nodeIDFile)
-	b, _, err := fsys.ReadChecked(f, path)
-	if raw, rerr := fsys.ReadFile(f, path); rerr == nil && len(raw) == 0 {
-		// Written without checksums and cut short as it was created:
-		// the node never registered with it.
-		err = fs.ErrNotExist
-	}
-	if err == nil {
-		id := strings.TrimSpace(string(b))
-		if id != "" && !strings.ContainsAny(id, " \t\n") {
-			return id, nil
-		}
-		err = fsys.Damaged(path, "holds %q, not a node id", b)
-	}
-	if !errors.Is(err, fs.ErrNotExist) && !os.IsNotExist(err) {
-		return "", fmt.Errorf("server: this node's id: %w (restore the file; removing it makes the node join as a new one)", err)
-	}
-	var r [6]byte
-	if _, err := rand.Read(r[:]); err != nil {
-		return "", err
-	}
-	id := "n-" + hex.EncodeToString(r[:])
-	if err := fsys.WriteChecked(f, path, []byte(id+"\n")); err != nil {
-		return "", err
-	}
-	return id, nil
 }
 
 func (s *Server) startNode(ctx context.Context) error {
@@ -515,46 +470,6 @@ func (n *node) stop(logger *slog.Logger) {
 		delete(n.conns, a)
 	}
 	n.connMu.Unlock()
-}
-
-// nodeOnlyMethods are the calls only cluster nodes make: registering,
-// heartbeats, claiming a generation, retiring a tag, pulling and popping a
-// tag, usage reports, the data distributor's shard metrics. Clients may ask
-// for the coordinators' View. (Raft is refused to non-nodes in the mux,
-// before a byte reaches it: raftnet.)
-var nodeOnlyMethods = map[string]bool{
-	wire.Coordinator_Register_FullMethodName:     true,
-	wire.Coordinator_Heartbeat_FullMethodName:    true,
-	wire.Coordinator_Claim_FullMethodName:        true,
-	wire.Coordinator_RecoveryDone_FullMethodName: true,
-	wire.Coordinator_Retire_FullMethodName:       true,
-	wire.Log_Peek_FullMethodName:                 true,
-	wire.Log_Pop_FullMethodName:                  true,
-	wire.Log_Report_FullMethodName:               true,
-	wire.DiStash_ShardMetrics_FullMethodName:     true,
-
-	// Membership changes (membership.go).
-	wire.Coordinator_JoinCoordinators_FullMethodName: true,
-	wire.Coordinator_SetLogReplicas_FullMethodName:   true,
-}
-
-// nodeOnly refuses, on a cluster served over mutual TLS, node-to-node calls
-// from a peer whose certificate is not a node's: a node certificate allows
-// server authentication (a node serves its peers), a client certificate
-// only client authentication (docs/security.md). So a client certificate
-// reads and writes data but cannot register nodes, claim generations or
-// pop a stash's tag.
-func (s *Server) nodeOnly(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	if !nodeOnlyMethods[info.FullMethod] || s.node.opts.ServerTLS == nil {
-		return handler(ctx, req)
-	}
-	p, ok := peer.FromContext(ctx)
-	if ok {
-		if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok && tlsconf.RequireNodePeer(ti.State) == nil {
-			return handler(ctx, req)
-		}
-	}
-	return nil, status.Errorf(codes.PermissionDenied, "%s is for cluster nodes: a node's certificate allows server authentication (extendedKeyUsage serverAuth), a client's does not", info.FullMethod)
 }
 
 // Addr is the address the server serves on.
@@ -901,103 +816,6 @@ func (s *Server) reportLoop(ctx context.Context, logc *logrpc.Client) {
 		}
 		cancel()
 	}
-}
-
-// Conn implements logrpc.Leader: the log leader's node is the one holding
-// the stateless roles (it leads the log), as the controller's view says.
-func (n *node) Conn(ctx context.Context) (grpc.ClientConnInterface, error) {
-	n.leaderMu.Lock()
-	addr := n.leaderAddr
-	n.leaderMu.Unlock()
-	for addr == "" {
-		vctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-		v, err := n.cc.View(vctx)
-		cancel()
-		if err == nil && v.StatelessAddress != "" {
-			addr = v.StatelessAddress
-			n.leaderMu.Lock()
-			n.leaderAddr = addr
-			n.leaderMu.Unlock()
-			break
-		}
-		select {
-		case <-ctx.Done():
-			if err == nil {
-				err = ctx.Err()
-			}
-			return nil, fmt.Errorf("server: find the log leader: %w", err)
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-	return n.connTo(addr)
-}
-
-// Failed implements logrpc.Leader.
-func (n *node) Failed(grpc.ClientConnInterface) {
-	n.leaderMu.Lock()
-	n.leaderAddr = ""
-	n.leaderMu.Unlock()
-}
-
-// Moved implements logrpc.Mover: the channel is closed when the node
-// hears of a newer generation (its heartbeat's answer), which is how it
-// learns that the log's leader, and with it the node serving the log, may
-// have moved. A stash's peek in flight to the old node is then sent again
-// to the node the view names, instead of waiting out PeekTimeout on a
-// node that may have stopped answering.
-func (n *node) Moved() <-chan struct{} {
-	n.leaderMu.Lock()
-	defer n.leaderMu.Unlock()
-	if n.moved == nil {
-		n.moved = make(chan struct{})
-	}
-	return n.moved
-}
-
-// newGeneration notes generation gen from the controller: a newer one than
-// the node's log client knows makes it look the log's leader up again.
-func (n *node) newGeneration(gen uint64) {
-	n.leaderMu.Lock()
-	defer n.leaderMu.Unlock()
-	if gen <= n.leaderGen {
-		return
-	}
-	first := n.leaderGen == 0
-	n.leaderGen = gen
-	if first {
-		return // the generation the node started in
-	}
-	n.leaderAddr = ""
-	if n.moved != nil {
-		close(n.moved)
-		n.moved = nil
-	}
-}
-
-// connTo returns the node's connection to addr.
-func (n *node) connTo(addr string) (*grpc.ClientConn, error) {
-	n.connMu.Lock()
-	defer n.connMu.Unlock()
-	if c, ok := n.conns[addr]; ok {
-		return c, nil
-	}
-	creds := insecure.NewCredentials()
-	if n.opts.ClientTLS != nil {
-		creds = credentials.NewTLS(n.opts.ClientTLS)
-	}
-	dopts := []grpc.DialOption{grpc.WithTransportCredentials(creds),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20))}
-	target := addr
-	if n.opts.Dialer != nil {
-		target = "passthrough:///" + addr
-		dopts = append(dopts, grpc.WithContextDialer(n.opts.Dialer))
-	}
-	c, err := grpc.NewClient(target, dopts...)
-	if err != nil {
-		return nil, err
-	}
-	n.conns[addr] = c
-	return c, nil
 }
 
 // runTransactionNode waits until the controller placed the log replicas;

@@ -110,25 +110,9 @@ func (s *Server) startSystemStash(ctx context.Context) (*stash.Stash, error) {
 // configuration record here, in one transaction. began is when the
 // recovery started (a node's began before it claimed the generation).
 func (s *Server) startRoles(ctx context.Context, gen uint64, recovered kv.Version, sys *stash.Stash, began time.Time) (err error) {
-	shards, fresh, err := s.loadShardMap(ctx, sys, recovered)
+	shards, fresh, hasConfigRecord, err := s.loadAndCheckShardMap(ctx, sys, recovered)
 	if err != nil {
 		return err
-	}
-	hasConfigRecord := false
-	if !fresh {
-		created, err := readConfigRecord(ctx, sys)
-		if err != nil {
-			return err
-		}
-		if created != nil {
-			hasConfigRecord = true
-			if err := s.cfg.CheckSameCluster(created); err != nil {
-				return fmt.Errorf("server: the cluster in %s: %w", s.opts.Dir, err)
-			}
-		}
-	}
-	if err := checkShardsMatchPools(shards, s.cfg); err != nil {
-		return fmt.Errorf("server: the cluster in %s: %w", s.opts.Dir, err)
 	}
 
 	r := &txRoles{generation: gen, recovered: recovered, startedAt: began}
@@ -163,36 +147,8 @@ func (s *Server) startRoles(ctx context.Context, gen uint64, recovered kv.Versio
 		}
 	}()
 
-	// cluster.toml is a copy of the configuration for people and the first
-	// check of the next start. On a new cluster it is written before the
-	// shard map: if the process dies between the two, the next start finds
-	// the file and an empty shard map and bootstraps again with the same
-	// configuration.
-	if err := writeConfig(s.opts.FS, s.opts.Dir, s.cfg); err != nil {
+	if err := s.recordBootstrap(ctx, r, shards, fresh, hasConfigRecord); err != nil {
 		return err
-	}
-	if fresh || !hasConfigRecord {
-		// The shard map and the configuration are recorded in one
-		// transaction, so a cluster with a shard map always knows the
-		// configuration it was made with. (A cluster made before
-		// configurations were recorded gets its record now.)
-		cfgBytes, err := s.cfg.Marshal()
-		if err != nil {
-			return err
-		}
-		txn := proxy.Txn{ReadVersion: r.seq.CommittedVersion()}
-		if fresh {
-			for _, sh := range shards.Shards() {
-				k, v := shardmap.Encode(sh)
-				txn.Mutations = append(txn.Mutations, kv.Mutation{Type: kv.MutSet, Key: k, Param: v})
-				txn.WriteConflicts = append(txn.WriteConflicts, kv.PointRange(k))
-			}
-		}
-		txn.Mutations = append(txn.Mutations, kv.Mutation{Type: kv.MutSet, Key: configKey, Param: cfgBytes})
-		txn.WriteConflicts = append(txn.WriteConflicts, kv.PointRange(configKey))
-		if _, err := r.commit.CommitSystem(ctx, txn); err != nil {
-			return fmt.Errorf("server: record the initial shard map and configuration: %w", err)
-		}
 	}
 	r.recoveryTime = time.Since(began)
 	r.dd, _ = s.newDistributor(r)

@@ -16,16 +16,13 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"log/slog"
 	"net"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -298,41 +295,6 @@ func (s *Server) start(ctx context.Context) error {
 	return nil
 }
 
-// newGRPCServer returns the gRPC server of this process, with its
-// interceptors (panic recovery innermost, around the handlers) and opts.
-func (s *Server) newGRPCServer(opts ...grpc.ServerOption) *grpc.Server {
-	gopts := []grpc.ServerOption{grpc.MaxRecvMsgSize(64 << 20), grpc.MaxSendMsgSize(64 << 20)}
-	gopts = append(gopts, opts...)
-	unary := []grpc.UnaryServerInterceptor{s.recoverUnary}
-	stream := []grpc.StreamServerInterceptor{s.recoverStream}
-	if s.opts.Interceptor != nil {
-		unary = append([]grpc.UnaryServerInterceptor{s.opts.Interceptor}, unary...)
-	}
-	if s.opts.StreamInterceptor != nil {
-		stream = append([]grpc.StreamServerInterceptor{s.opts.StreamInterceptor}, stream...)
-	}
-	gopts = append(gopts, grpc.ChainUnaryInterceptor(unary...), grpc.ChainStreamInterceptor(stream...))
-	return grpc.NewServer(gopts...)
-}
-
-// startFrames serves the data path's streams (ReadStream, CommitStream)
-// over the frames protocol on ln, with the generated handlers behind the
-// same stream interceptors as the gRPC server's (newGRPCServer).
-func (s *Server) startFrames(ln net.Listener) {
-	s.frames = frames.NewServer(frames.ServerOptions{
-		Interceptor: frames.ChainStreamInterceptors(s.opts.StreamInterceptor, s.recoverStream),
-		Logger:      s.logger,
-	})
-	s.frames.Register(&wire.DiStash_ServiceDesc, &service{s: s})
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		if err := s.frames.Serve(ln); err != nil {
-			s.logger.Error("frames serve", "err", err)
-		}
-	}()
-}
-
 // engineTuning returns the engine-specific settings of pool p's stashes
 // (engine.Options.Tuning), nil for the engine's defaults.
 func engineTuning(p config.Pool) any {
@@ -486,44 +448,6 @@ func (s *Server) slots() []*stashSlot {
 	return out
 }
 
-// loadShardMap reads the shard map from the system stash once it has caught
-// up with the recovered log; a new cluster gets the initial map.
-func (s *Server) loadShardMap(ctx context.Context, sys *stash.Stash, recovered kv.Version) (*shardmap.Map, bool, error) {
-	if recovered > 0 {
-		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		defer cancel()
-		for sys.AppliedVersion() < recovered {
-			if err := sys.Failed(); err != nil {
-				return nil, false, fmt.Errorf("server: the system stash failed: %w", err)
-			}
-			select {
-			case <-rctx.Done():
-				return nil, false, fmt.Errorf("server: system stash did not catch up with the log: %w", rctx.Err())
-			case <-time.After(5 * time.Millisecond):
-			}
-		}
-		v := sys.AppliedVersion()
-		kvs, _, err := sys.GetRange(rctx, v, shardmap.KeyServersPrefix, kv.PrefixEnd(shardmap.KeyServersPrefix), 0, 0, false)
-		if err != nil {
-			return nil, false, fmt.Errorf("server: read the shard map: %w", err)
-		}
-		if len(kvs) > 0 {
-			m := shardmap.New(nil)
-			for _, p := range kvs {
-				if _, err := m.Apply(kv.Mutation{Type: kv.MutSet, Key: p.Key, Param: p.Value}); err != nil {
-					return nil, false, err
-				}
-			}
-			return m, false, nil
-		}
-	}
-	var specs []shardmap.PoolSpec
-	for _, p := range s.cfg.Pools {
-		specs = append(specs, shardmap.PoolSpec{Name: p.Name, Prefix: []byte(p.Prefix), Tags: s.poolTags[p.Name], Replication: p.Replication})
-	}
-	return shardmap.Initial(specs), true, nil
-}
-
 // ClusterString is the address clients pass to distash.Open.
 func (s *Server) ClusterString() string {
 	if s.node != nil {
@@ -570,86 +494,6 @@ func (s *Server) Stop() {
 			s.dirLock.Close()
 		}
 	})
-}
-
-const configFile = "cluster.toml"
-
-// configKey is the system key holding the configuration the cluster was
-// created with (TOML), written in the transaction that records the first
-// shard map.
-var configKey = []byte("\xff/conf/cluster")
-
-// checkConfigMatches refuses to start a cluster on a directory whose
-// cluster.toml records different pools, before anything is opened:
-// changing pools is a reconfiguration, not supported yet. The record in
-// the system key space is checked again once the log is recovered. A
-// damaged file (checksum, length) is refused with an error naming it.
-// legacy reports a file written before checksums: the directory was
-// written by an older version.
-func checkConfigMatches(f fsys.FS, dir string, cfg *config.Config) (legacy bool, err error) {
-	path := filepath.Join(dir, configFile)
-	data, legacy, err := fsys.ReadChecked(f, path)
-	if errors.Is(err, fs.ErrNotExist) || os.IsNotExist(err) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("server: %w (it is the copy of the configuration the cluster was created with: restore it, or remove it and start with the same configuration)", err)
-	}
-	old, err := config.Parse(data)
-	if err != nil {
-		return false, fmt.Errorf("server: %s: %w", path, err)
-	}
-	if err := cfg.CheckSameCluster(old); err != nil {
-		return false, fmt.Errorf("server: the cluster in %s: %w", dir, err)
-	}
-	return legacy, nil
-}
-
-// readConfigRecord returns the configuration recorded in the system key
-// space, nil if there is none (a cluster created before it was recorded).
-func readConfigRecord(ctx context.Context, sys *stash.Stash) (*config.Config, error) {
-	vals, present, err := sys.Get(ctx, sys.AppliedVersion(), [][]byte{configKey})
-	if err != nil {
-		return nil, fmt.Errorf("server: read the recorded configuration: %w", err)
-	}
-	if !present[0] {
-		return nil, nil
-	}
-	created, err := config.Parse(vals[0])
-	if err != nil {
-		return nil, fmt.Errorf("server: the recorded configuration (%q) does not parse: %w", configKey, err)
-	}
-	return created, nil
-}
-
-// checkShardsMatchPools checks that the shard map covers each pool's whole
-// prefix with shards of that pool: a mutation the configuration accepts
-// must have a stash to go to.
-func checkShardsMatchPools(m *shardmap.Map, cfg *config.Config) error {
-	for i, p := range cfg.Pools {
-		begin, end := []byte(p.Prefix), kv.PrefixEnd([]byte(p.Prefix))
-		at := begin
-		for _, sh := range m.Intersect(begin, end) {
-			if sh.Pool != p.Name || !bytes.Equal(sh.Begin, at) || len(sh.Team) == 0 {
-				break
-			}
-			at = sh.End
-		}
-		if !bytes.Equal(at, end) {
-			return fmt.Errorf("pool[%d] (%q) with prefix %q is not covered by the shard map from %.40q on: the configuration does not match the one the cluster was created with", i, p.Name, p.Prefix, at)
-		}
-	}
-	return nil
-}
-
-// writeConfig writes cluster.toml durably and checksummed
-// (fsys.WriteChecked).
-func writeConfig(f fsys.FS, dir string, cfg *config.Config) error {
-	data, err := cfg.Marshal()
-	if err != nil {
-		return err
-	}
-	return fsys.WriteChecked(f, filepath.Join(dir, configFile), data)
 }
 
 // StashStats describes one stash of a running cluster.
