@@ -9,10 +9,14 @@ import (
 	"io/fs"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
+	"github.com/distash/distash/config"
 	"github.com/distash/distash/internal/coord"
+	"github.com/distash/distash/internal/coordrpc"
 	"github.com/distash/distash/internal/fsys"
+	"github.com/distash/distash/internal/kv"
 	"github.com/distash/distash/internal/txlog"
 	"github.com/distash/distash/internal/wire"
 )
@@ -298,5 +302,35 @@ func (s *Server) mendLogMembers(ctx context.Context, since map[string]time.Time)
 	s.views.view = nil // the next look sees the new placement
 	s.views.mu.Unlock()
 	s.roleLogger(logRoleLog).Info("recorded the log's membership with the controller", "replicas", replicas, "ids", ids)
+	return nil
+}
+
+// register registers the node with the cluster controller, waiting for
+// it, and takes the slot, tag and generation it gives.
+func (s *Server) register(ctx context.Context, reg coordrpc.NodeRegistration) error {
+	n := s.node
+	coords := strings.Join(n.opts.Coordinators, ",")
+	for {
+		rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
+		slot, tag, gen, err := n.cc.Register(rctx, reg)
+		rcancel()
+		if err == nil {
+			n.slot = slot
+			n.tag = kv.Tag(tag)
+			n.stashTag.Store(tag)
+			n.generation.Store(gen)
+			break
+		}
+		var fe *config.FieldError
+		var ke *kv.Error
+		if errors.As(err, &fe) || errors.As(err, &ke) && !ke.Code.Retryable() {
+			return fmt.Errorf("server: the cluster refused this node: %w", err)
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("server: register with the coordinators %s: %w", coords, err)
+		}
+		s.logger.Info("waiting for the cluster controller", "coordinators", coords, "last_error", err)
+	}
+	s.logger.Info("node registered", "addr", n.opts.Listen, "slot", n.slot)
 	return nil
 }
