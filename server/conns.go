@@ -3,8 +3,10 @@ package server
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
+	"github.com/distash/distash/internal/wire"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
@@ -108,4 +110,30 @@ func (n *node) connTo(addr string) (*grpc.ClientConn, error) {
 	}
 	n.conns[addr] = c
 	return c, nil
+}
+
+// viewCache keeps the controller's last view for a node's lookups (stash
+// addresses for fetches and metrics, the data distributor's stashes and
+// settings); it is refreshed on demand when older than its reader allows.
+type viewCache struct {
+	mu   sync.Mutex
+	view *wire.ViewResponse // Protected by mu.
+	at   time.Time          // Protected by mu.
+}
+
+// viewWithin returns a view at most maxAge old, or the last one if the
+// controller does not answer (nil if none could be had).
+func (n *node) view(maxAge time.Duration) *wire.ViewResponse {
+	c := &n.views
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.view != nil && time.Since(c.at) < maxAge {
+		return c.view
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if v, err := n.cc.View(ctx); err == nil {
+		c.view, c.at = v, time.Now()
+	}
+	return c.view
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -116,7 +115,7 @@ func (e *distEnv) Metrics(ctx context.Context, tag kv.Tag, ranges []kv.KeyRange,
 	if addr == "" {
 		return nil, fmt.Errorf("no address for stash %d", tag)
 	}
-	c, err := e.s.node.connTo(addr)
+	c, err := e.s.link.connTo(addr)
 	if err != nil {
 		return nil, err
 	}
@@ -173,53 +172,20 @@ func (e *distEnv) CommitShards(ctx context.Context, set []shardmap.Shard, clear 
 // controller gives its node a new tag if it ever returns.
 func (e *distEnv) Retire(ctx context.Context, tag kv.Tag) error {
 	e.s.log.Pop(tag, e.s.log.LastVersion())
-	if n := e.s.node; n != nil {
-		cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-		defer cancel()
-		return n.cc.Retire(cctx, uint32(tag))
-	}
-	return nil
-}
-
-// viewCache keeps the controller's last view for a node's lookups (stash
-// addresses for fetches and metrics, the data distributor's stashes and
-// settings); it is refreshed on demand when older than its reader allows.
-type viewCache struct {
-	mu   sync.Mutex
-	view *wire.ViewResponse // Protected by mu.
-	at   time.Time          // Protected by mu.
+	return e.s.link.retire(ctx, tag)
 }
 
 // lastView returns a view at most a second old (nil if none could be had).
 func (s *Server) lastView() *wire.ViewResponse { return s.viewWithin(time.Second) }
 
-// viewWithin returns a view at most maxAge old, or the last one if the
-// controller does not answer (nil if none could be had, and embedded).
-func (s *Server) viewWithin(maxAge time.Duration) *wire.ViewResponse {
-	n := s.node
-	if n == nil {
-		return nil
-	}
-	c := &s.views
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.view != nil && time.Since(c.at) < maxAge {
-		return c.view
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	if v, err := n.cc.View(ctx); err == nil {
-		c.view, c.at = v, time.Now()
-	}
-	return c.view
-}
+// viewWithin returns the controller's view at most maxAge old, or the
+// last one if the controller does not answer (nil if none could be had,
+// and always for an embedded cluster).
+func (s *Server) viewWithin(maxAge time.Duration) *wire.ViewResponse { return s.link.view(maxAge) }
 
 // stashAddress returns the address of the node serving tag, from the
 // latest view (cluster mode).
 func (s *Server) stashAddress(tag kv.Tag) string {
-	if s.node == nil {
-		return ""
-	}
 	v := s.lastView()
 	if v == nil {
 		return ""
@@ -240,22 +206,20 @@ func (f fetcher) FetchRange(ctx context.Context, from []kv.Tag, begin, end []byt
 	var errs []error
 	// Live replicas first: a dead one costs a timeout.
 	order := slices.Clone(from)
-	if f.s.node != nil {
-		if view := f.s.lastView(); view != nil {
-			alive := map[kv.Tag]bool{}
-			for _, sl := range view.Stashes {
-				alive[kv.Tag(sl.Tag)] = sl.Alive
-			}
-			slices.SortStableFunc(order, func(a, b kv.Tag) int {
-				switch {
-				case alive[a] && !alive[b]:
-					return -1
-				case alive[b] && !alive[a]:
-					return 1
-				}
-				return 0
-			})
+	if view := f.s.lastView(); view != nil {
+		alive := map[kv.Tag]bool{}
+		for _, sl := range view.Stashes {
+			alive[kv.Tag(sl.Tag)] = sl.Alive
 		}
+		slices.SortStableFunc(order, func(a, b kv.Tag) int {
+			switch {
+			case alive[a] && !alive[b]:
+				return -1
+			case alive[b] && !alive[a]:
+				return 1
+			}
+			return 0
+		})
 	}
 	for _, t := range order {
 		if sl, ok := f.s.slot(t); ok {
@@ -271,7 +235,7 @@ func (f fetcher) FetchRange(ctx context.Context, from []kv.Tag, begin, end []byt
 			errs = append(errs, fmt.Errorf("no address for stash %d", t))
 			continue
 		}
-		c, err := f.s.node.connTo(addr)
+		c, err := f.s.link.connTo(addr)
 		if err != nil {
 			errs = append(errs, err)
 			continue

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/distash/distash/internal/engine"
 	"github.com/distash/distash/internal/fsys"
 	"github.com/distash/distash/internal/kv"
 	"github.com/distash/distash/internal/raftnet"
@@ -23,6 +24,71 @@ import (
 // cluster runs: each holds an engine (a Pebble stash up to about 20 MiB of
 // cache and memtable), an MVCC window and goroutines.
 const MaxStashesPerProcess = 256
+
+// embedded is the clusterLink of an embedded cluster: every role and
+// every stash runs in this process, on its one log, for one generation
+// (0). There is no controller to ask, no other node to reach or to copy
+// from, and no node-level failure to report.
+type embedded struct {
+	s        *Server
+	listener net.Listener // set once the cluster listens
+}
+
+func (e *embedded) addr() string {
+	if e.listener != nil {
+		return e.listener.Addr().String()
+	}
+	return e.s.opts.ListenAddr
+}
+
+func (e *embedded) clusterString() string { return e.listener.Addr().String() }
+func (e *embedded) nodeID() string        { return "" }
+
+// view is nil: an embedded cluster has no controller; its settings are
+// the configuration's and its stashes are this process's slots.
+func (e *embedded) view(time.Duration) *wire.ViewResponse { return nil }
+
+// connTo is never needed: every stash is in this process (stashAddress
+// finds none without a view).
+func (e *embedded) connTo(addr string) (*grpc.ClientConn, error) {
+	return nil, fmt.Errorf("server: an embedded cluster has no node at %s", addr)
+}
+
+// retire has no controller to tell: the log's pop is all.
+func (e *embedded) retire(context.Context, kv.Tag) error { return nil }
+
+func (e *embedded) status() *wire.NodeStatus                            { return nil }
+func (e *embedded) stashNode() (id, addr string)                        { return "", "" }
+func (e *embedded) reportedLogLast() kv.Version                         { return 0 } // the log is in this process
+func (e *embedded) rolesStarting(*txRoles, func(func(context.Context))) {}
+func (e *embedded) stop()                                               {}
+
+// clusterStatus is the process's own status: it is the whole cluster.
+func (e *embedded) clusterStatus(ctx context.Context, own func(context.Context) (*wire.StatusResponse, error)) (*wire.StatusResponse, error) {
+	return own(ctx)
+}
+
+// systemStashBehind does nothing: the log never force-pops the system
+// tag, whose stash pops only what it made durable, and an embedded cluster
+// has no other copy of the system stash to take one from.
+func (e *embedded) systemStashBehind(context.Context, engine.Engine, kv.Version) error { return nil }
+
+// systemDiskFull does nothing beyond the stash's own report: the process
+// is the whole cluster, and its stashes keep serving reads.
+func (e *embedded) systemDiskFull(error) {}
+
+// stashDamaged leaves the damaged stash serving nothing; the other
+// replicas of its shards serve, and the data distributor re-replicates
+// them, unless it holds the only replica: then its reads are refused.
+func (e *embedded) stashDamaged(_ context.Context, sl *stashSlot, pool, file, reason string, err error) {
+	s := e.s
+	if r := s.poolReplication(pool); r <= 1 {
+		s.refuseDamaged(sl, pool, r, err)
+		return
+	}
+	s.roleLogger(logRoleStash).Error("stash is damaged: it cannot vouch for its data and serves nothing; the other replicas of its shards serve, and the data distributor re-replicates them onto the pool's other stashes",
+		"tag", sl.tag, "pool", pool, "file", file, "reason", reason)
+}
 
 // Start opens or creates the cluster in opts.Dir and serves it.
 func Start(ctx context.Context, opts Options) (*Server, error) {
@@ -66,16 +132,21 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		return nil, err
 	}
 	s := newServer(opts)
+	e := &embedded{s: s}
+	s.link = e
 	s.dirLock = dirLock
 	s.legacyDir.Store(legacy)
-	if err := s.start(ctx); err != nil {
+	if err := e.start(ctx); err != nil {
 		s.Stop()
 		return nil, err
 	}
 	return s, nil
 }
 
-func (s *Server) start(ctx context.Context) error {
+// start opens the log, the system stash and every pool's stashes over it,
+// starts the roles of generation 0 and serves.
+func (e *embedded) start(ctx context.Context) error {
+	s := e.s
 	specs := s.stashSpecs()
 	tags := []kv.Tag{shardmap.SystemTag}
 	for _, sp := range specs {
@@ -93,6 +164,7 @@ func (s *Server) start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("server: open log: %w", err)
 	}
+	s.replica.set(s.log)
 	recovered := s.log.LastVersion()
 	windowVersions := s.windowVersions()
 
@@ -105,7 +177,7 @@ func (s *Server) start(ctx context.Context) error {
 	}
 
 	for _, sp := range specs {
-		st, err := s.openStash(sp, windowVersions, recovered)
+		st, err := e.openStash(sp, windowVersions, recovered)
 		if errors.Is(err, fsys.ErrDamaged) {
 			// Reported and handled by its supervisor (stashDamaged):
 			// the cluster starts, the stash serves nothing.
@@ -116,7 +188,7 @@ func (s *Server) start(ctx context.Context) error {
 		}
 		// A stash that fails is reopened from its files; a dram stash
 		// then starts empty at the log's end.
-		reopen := func() (*stash.Stash, error) { return s.openStash(sp, windowVersions, s.log.LastVersion()) }
+		reopen := func() (*stash.Stash, error) { return e.openStash(sp, windowVersions, s.log.LastVersion()) }
 		s.addStash(runCtx, sp.tag, st, reopen)
 	}
 
@@ -129,34 +201,26 @@ func (s *Server) start(ctx context.Context) error {
 		sl.setOwned(s.tx.Load().commit.Shards().RangesOf(sp.tag))
 	}
 
-	s.listener, err = net.Listen("tcp", s.opts.ListenAddr)
+	lis, err := net.Listen("tcp", s.opts.ListenAddr)
 	if err != nil {
 		return fmt.Errorf("server: listen on %s: %w", s.opts.ListenAddr, err)
 	}
-	s.warnIfExposed()
+	e.listener = lis
+	s.warnIfExposed(lis)
 	// One address for gRPC and the data path's frames protocol: the mux
 	// terminates TLS (if any) and routes each connection by its first byte.
-	s.clientMux = raftnet.ServeClients(s.listener, s.opts.TLS)
-	s.clientMux.OnRejected(s.logRejected)
-	s.grpcServer = s.newGRPCServer(grpc.Creds(raftnet.GRPCCredentials()))
-	wire.RegisterDiStashServer(s.grpcServer, &service{s: s})
-	lis := s.clientMux.GRPCListener()
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		if err := s.grpcServer.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
-			s.logger.Error("grpc serve", "err", err)
-		}
-	}()
-	s.startFrames(s.clientMux.FramesListener())
+	s.gw.open(raftnet.ServeClients(lis, s.opts.TLS))
+	s.gw.serve()
 	if err := s.startHTTP(); err != nil {
 		return err
 	}
-	s.logger.Info("distash cluster started", "addr", s.listener.Addr().String(), "dir", s.opts.Dir, "recovered_version", recovered, "pools", len(s.cfg.Pools))
+	s.logger.Info("distash cluster started", "addr", lis.Addr().String(), "dir", s.opts.Dir, "recovered_version", recovered, "pools", len(s.cfg.Pools))
 	return nil
 }
 
-func (s *Server) openStash(sp stashSpec, windowVersions, recovered kv.Version) (*stash.Stash, error) {
+// openStash opens the stash of sp over the local log.
+func (e *embedded) openStash(sp stashSpec, windowVersions, recovered kv.Version) (*stash.Stash, error) {
+	s := e.s
 	dir := filepath.Join(s.opts.Dir, "stash", fmt.Sprintf("%s-%d", sp.pool.Name, sp.index))
 	if !sp.pool.Volatile() || sp.pool.LocalLog {
 		if err := fsys.Or(s.opts.FS).MkdirAll(dir, 0o755); err != nil {

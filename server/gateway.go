@@ -2,9 +2,11 @@ package server
 
 import (
 	"context"
+	"errors"
 	"net"
 
 	"github.com/distash/distash/internal/frames"
+	"github.com/distash/distash/internal/raftnet"
 	"github.com/distash/distash/internal/tlsconf"
 	"github.com/distash/distash/internal/wire"
 	"google.golang.org/grpc"
@@ -14,9 +16,61 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// The gateway: the gRPC server and the frames server that carry the
-// DiStash service (service.go) and, on a node, the coordinators' and the
-// log's services, with their interceptors and the node-only gate.
+// gateway is the process's service surface: the gRPC server and the
+// frames server that carry the DiStash service (service.go) and, on a
+// node, the coordinators' and the log's services, with their interceptors
+// and the node-only gate, all on one listening address (mux).
+type gateway struct {
+	s      *Server
+	mux    *raftnet.Mux   // routes each connection by its first byte: gRPC, frames, (a node's) raft
+	grpc   *grpc.Server   // nil until open
+	frames *frames.Server // the data path's streams over frames; nil until serve
+}
+
+// open sets the gateway up on mux: a gRPC server, with opts after the
+// mux's credentials, carrying the DiStash service. The caller registers
+// its other services on the returned server before serve.
+func (g *gateway) open(mux *raftnet.Mux, opts ...grpc.ServerOption) *grpc.Server {
+	g.mux = mux
+	mux.OnRejected(g.s.logRejected)
+	// TLS, if any, ends in the mux; its credentials show handlers the
+	// peer's certificate.
+	g.grpc = g.s.newGRPCServer(append([]grpc.ServerOption{grpc.Creds(raftnet.GRPCCredentials())}, opts...)...)
+	wire.RegisterDiStashServer(g.grpc, &service{s: g.s})
+	return g.grpc
+}
+
+// serve serves gRPC and the frames protocol until stop.
+func (g *gateway) serve() {
+	s := g.s
+	g.startFrames(g.mux.FramesListener())
+	lis := g.mux.GRPCListener()
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		if err := g.grpc.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			s.logger.Error("grpc serve", "err", err)
+		}
+	}()
+}
+
+// stop ends the gRPC and frames servers and their connections.
+func (g *gateway) stop() {
+	if g.frames != nil {
+		g.frames.Stop()
+	}
+	if g.grpc != nil {
+		g.grpc.Stop()
+	}
+}
+
+// close closes the listening address, last: on a node the raft groups of
+// the log and the coordinators run over it until they are stopped.
+func (g *gateway) close() {
+	if g.mux != nil {
+		g.mux.Close()
+	}
+}
 
 // newGRPCServer returns the gRPC server of this process, with its
 // interceptors (panic recovery innermost, around the handlers) and opts.
@@ -38,16 +92,17 @@ func (s *Server) newGRPCServer(opts ...grpc.ServerOption) *grpc.Server {
 // startFrames serves the data path's streams (ReadStream, CommitStream)
 // over the frames protocol on ln, with the generated handlers behind the
 // same stream interceptors as the gRPC server's (newGRPCServer).
-func (s *Server) startFrames(ln net.Listener) {
-	s.frames = frames.NewServer(frames.ServerOptions{
+func (g *gateway) startFrames(ln net.Listener) {
+	s := g.s
+	g.frames = frames.NewServer(frames.ServerOptions{
 		Interceptor: frames.ChainStreamInterceptors(s.opts.StreamInterceptor, s.recoverStream),
 		Logger:      s.logger,
 	})
-	s.frames.Register(&wire.DiStash_ServiceDesc, &service{s: s})
+	g.frames.Register(&wire.DiStash_ServiceDesc, &service{s: s})
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		if err := s.frames.Serve(ln); err != nil {
+		if err := g.frames.Serve(ln); err != nil {
 			s.logger.Error("frames serve", "err", err)
 		}
 	}()
@@ -80,8 +135,8 @@ var nodeOnlyMethods = map[string]bool{
 // only client authentication (docs/security.md). So a client certificate
 // reads and writes data but cannot register nodes, claim generations or
 // pop a stash's tag.
-func (s *Server) nodeOnly(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	if !nodeOnlyMethods[info.FullMethod] || s.node.opts.ServerTLS == nil {
+func (n *node) nodeOnly(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if !nodeOnlyMethods[info.FullMethod] || n.opts.ServerTLS == nil {
 		return handler(ctx, req)
 	}
 	p, ok := peer.FromContext(ctx)

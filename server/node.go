@@ -90,27 +90,26 @@ type NodeOptions struct {
 	FS fsys.FS
 }
 
-// node is the multi-process part of a Server.
+// node is the clusterLink of one node of a multi-process cluster: its id
+// and registration, the coordinators (the one it runs, if it is one, and
+// its client of them), its connections to other nodes and the
+// controller's view (conns.go), and the part its class plays, a
+// transactionNode (txnnode.go) or a stashNode (stashnode.go).
 type node struct {
+	s     *Server
 	id    string
-	logID string // a transaction node's log replica's raft id (logReplicaID)
 	opts  NodeOptions
-	mux   *raftnet.Mux
 	coord *coord.Node // nil unless a coordinator
 	csrv  *coordrpc.Server
 	cc    *coordrpc.Client
-	log   lazyLog
+	// Exactly one of txn and stash is set, by the node's class.
+	txn   *transactionNode
+	stash *stashNode
 
-	generation atomic.Uint64 // the latest the controller told us
-	slot       int           // a stash node's tag slot
-	tag        kv.Tag
-	// stashTag is tag, for goroutines other than the one that registers
-	// (a damaged stash rejoins with a new tag while the node runs).
-	stashTag atomic.Uint32
-	reg      coordrpc.NodeRegistration // what the node registered with
-	logc     *logrpc.Client            // a stash node's client of the log leader
-	used     atomic.Int64              // a stash node's live bytes, as its stash last reported them
-	logLast  atomic.Int64              // a stash node: the log's last version, as its last report's answer said
+	generation atomic.Uint64             // the latest the controller told us
+	reg        coordrpc.NodeRegistration // what the node registered with
+	logLast    atomic.Int64              // a stash node: the log's last version, as its last report's answer said
+	views      viewCache                 // the controller's last view (conns.go)
 
 	connMu sync.Mutex
 	conns  map[string]*grpc.ClientConn // to other nodes, by address
@@ -120,34 +119,7 @@ type node struct {
 	leaderGen  uint64        // the generation leaderMoved stands for. Protected by leaderMu.
 	moved      chan struct{} // closed when a newer generation is heard of (Moved). Protected by leaderMu.
 
-	failed chan error // receives the error that stops the node (once)
-
 	dcs *dcdelay.Table // the peers' data centers; nil without a DC delay (dcdelay.go)
-}
-
-// fail reports an error the node cannot go on after (see Failed). A full
-// disk says so, with the directory, rather than as one error among others.
-func (s *Server) fail(err error) {
-	if fsys.IsNoSpace(err) {
-		err = fmt.Errorf("server: the disk holding %s is full: free space and restart this node: %w", s.opts.Dir, err)
-	}
-	s.logger.Error("node failed", "err", err)
-	select {
-	case s.node.failed <- err:
-	default:
-	}
-}
-
-// Failed receives the error that stopped a node of a multi-process cluster
-// after it started (its log replica could not open, say): the process
-// should stop, so that an operator or a supervisor sees it rather than a
-// node that heartbeats and serves nothing. Nil (never ready) for an
-// embedded cluster.
-func (s *Server) Failed() <-chan error {
-	if s.node == nil {
-		return nil
-	}
-	return s.node.failed
 }
 
 // StartNode starts one node of a multi-process cluster (distash server
@@ -216,55 +188,60 @@ func startNode(ctx context.Context, opts NodeOptions) (*Server, error) {
 		dirLock.Close()
 		return nil, err
 	}
-	n := &node{id: id, opts: opts, conns: map[string]*grpc.ClientConn{}, slot: -1, failed: make(chan error, 1)}
+	n := &node{id: id, opts: opts, conns: map[string]*grpc.ClientConn{}}
 	logger := serverLogger(opts.Logger, id, n.generation.Load).With("class", opts.Class)
 	s := newServer(Options{Dir: opts.Dir, Config: opts.Config, ListenAddr: opts.Listen, Logger: logger, FlushInterval: opts.FlushInterval,
 		HTTPAddr: opts.HTTPAddr, Pprof: opts.Pprof, FS: opts.FS})
 	s.dirLock = dirLock
 	s.legacyDir.Store(legacy)
-	n.log.holds = func() bool { return s.tx.Load() != nil }
+	s.failed = make(chan error, 1)
+	n.s, s.link = s, n
+	if opts.Class == ClassStash {
+		n.stash = &stashNode{s: s, n: n, slot: -1}
+	} else {
+		n.txn = &transactionNode{s: s, n: n}
+	}
 	n.setupDCDelay()
-	s.node = n
-	if err := s.startNode(ctx); err != nil {
+	if err := n.start(ctx); err != nil {
 		s.Stop()
 		return nil, err
 	}
 	return s, nil
 }
 
-func (s *Server) startNode(ctx context.Context) error {
-	n := s.node
+// start wires the node: its listening address (raft and clients), the
+// gateway, the coordinators (its own, if it is one, and its client of
+// them), registration and heartbeats; then its class's part runs.
+func (n *node) start(ctx context.Context) error {
+	s := n.s
 	o := n.opts
 	runCtx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
 
+	var mux *raftnet.Mux
 	var err error
 	if o.Listener != nil {
-		n.mux, err = raftnet.New(o.Listener, o.ServerTLS, o.ClientTLS)
+		mux, err = raftnet.New(o.Listener, o.ServerTLS, o.ClientTLS)
 	} else {
-		n.mux, err = raftnet.Listen(o.Listen, o.ServerTLS, o.ClientTLS)
+		mux, err = raftnet.Listen(o.Listen, o.ServerTLS, o.ClientTLS)
 	}
 	if err != nil {
 		return fmt.Errorf("server: listen on %s: %w", o.Listen, err)
 	}
 	if o.Dialer != nil {
-		n.mux.SetDialer(o.Dialer)
+		mux.SetDialer(o.Dialer)
 	}
-	n.mux.OnRejected(s.logRejected)
-	n.mux.OnRefused(func(remote net.Addr, err error) {
+	mux.OnRefused(func(remote net.Addr, err error) {
 		s.logger.Warn("refused a raft connection: the peer is not a cluster node", "remote", remote.String(), "err", err)
 	})
-	// TLS, if any, ends in the mux; its credentials show handlers the
-	// peer's certificate.
-	s.grpcServer = s.newGRPCServer(grpc.Creds(raftnet.GRPCCredentials()), grpc.ChainUnaryInterceptor(s.nodeOnly))
+	gs := s.gw.open(mux, grpc.ChainUnaryInterceptor(n.nodeOnly))
 	if host, _, err := net.SplitHostPort(o.Listen); err == nil {
 		if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
 			s.warnTLS(o.ServerTLS, o.Listen)
 		}
 	}
-	wire.RegisterDiStashServer(s.grpcServer, &service{s: s})
-	registerAdmin(s.grpcServer, func(reason string) { s.fail(&KilledError{Reason: reason}) })
-	logrpc.Register(s.grpcServer, &n.log, s.report)
+	registerAdmin(gs, func(reason string) { s.fail(&KilledError{Reason: reason}) })
+	logrpc.Register(gs, &s.replica, s.report)
 	// An attempt that waits on a coordinator that stopped answering
 	// (paused, with its connection open) is abandoned after 1.5 s for the
 	// next one: a new log leader's claim must not wait out the 3 s
@@ -279,7 +256,7 @@ func (s *Server) startNode(ctx context.Context) error {
 	if slices.Contains(o.Coordinators, o.Listen) {
 		n.coord, err = coord.Start(coord.Options{
 			Addr: o.Listen, Coordinators: o.Coordinators, Dir: filepath.Join(o.Dir, "coord"),
-			StreamLayer: n.mux.StreamLayer(streamCoord, o.Listen), NodeID: n.id,
+			StreamLayer: mux.StreamLayer(streamCoord, o.Listen), NodeID: n.id,
 			LivenessTimeout: o.LivenessTimeout,
 			Logger:          raftlog.New(s.roleLogger(logRoleCoordinator), "coord"),
 			Probe:           n.probeCoordinator, Join: n.cc.JoinCoordinators, FS: o.FS,
@@ -287,17 +264,9 @@ func (s *Server) startNode(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("server: start the coordinator: %w", err)
 		}
-		n.csrv = coordrpc.Register(s.grpcServer, n.coord, coordrpc.ServerOptions{ClientTLS: o.ClientTLS, Dialer: o.Dialer})
+		n.csrv = coordrpc.Register(gs, n.coord, coordrpc.ServerOptions{ClientTLS: o.ClientTLS, Dialer: o.Dialer})
 	}
-	s.startFrames(n.mux.FramesListener())
-	lis := n.mux.GRPCListener()
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		if err := s.grpcServer.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
-			s.logger.Error("grpc serve", "err", err)
-		}
-	}()
+	s.gw.serve()
 	if err := s.startHTTP(); err != nil {
 		return err
 	}
@@ -309,17 +278,18 @@ func (s *Server) startNode(ctx context.Context) error {
 	reg := coordrpc.NodeRegistration{ID: n.id, Addr: o.Listen, Class: o.Class, Pool: o.Pool,
 		DC: o.DC, Zone: o.Zone, Machine: o.Machine, Config: string(cfgText)}
 	if o.Class == ClassStash {
-		reg.Empty = s.stashStartsEmpty()
-	} else if n.logID, err = logReplicaID(o.FS, o.Dir, n.id); err != nil {
+		reg.Empty = n.stash.startsEmpty()
+	} else if n.txn.logID, err = logReplicaID(o.FS, o.Dir, n.id); err != nil {
 		return err
 	} else {
-		reg.LogID = n.logID
+		reg.LogID = n.txn.logID
 	}
 	n.reg = reg
-	if err := s.register(ctx, reg); err != nil {
+	slot, tag, err := n.register(ctx, reg)
+	if err != nil {
 		return err
 	}
-	s.followDCs(runCtx)
+	n.followDCs(runCtx)
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
@@ -332,41 +302,27 @@ func (s *Server) startNode(ctx context.Context) error {
 	}()
 
 	if o.Class == ClassStash {
-		n.logc = logrpc.NewLeaderClient(n, s.roleLogger(logRoleStash))
-		err := s.startStashNode(runCtx)
-		if errors.Is(err, errTagTrimmed) {
-			err = s.rejoinAsNewStash(ctx, runCtx, reg, err)
-		}
-		if err != nil {
-			return err
-		}
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			s.reportLoop(runCtx, n.logc)
-		}()
-		return nil
+		n.stash.assign(slot, tag)
+		return n.stash.start(ctx, runCtx)
 	}
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		s.runTransactionNode(runCtx)
+		n.txn.run(runCtx)
 	}()
 	return nil
 }
 
-// stop ends what the node runs besides the cluster roles (after them).
-func (n *node) stop(logger *slog.Logger) {
+// stop ends what the node runs besides the cluster roles (after them);
+// the gateway closes the listening address after it.
+func (n *node) stop() {
 	if n.coord != nil {
 		if err := n.coord.Stop(); err != nil {
-			logger.Warn("stop the coordinator", "err", err)
+			n.s.logger.Warn("stop the coordinator", "err", err)
 		}
 	}
 	if n.csrv != nil {
 		n.csrv.Close()
-	}
-	if n.mux != nil {
-		n.mux.Close()
 	}
 	if n.cc != nil {
 		n.cc.Close()
@@ -379,32 +335,28 @@ func (n *node) stop(logger *slog.Logger) {
 	n.connMu.Unlock()
 }
 
-// Addr is the address the server serves on.
-func (s *Server) Addr() string {
-	if s.node != nil {
-		return s.node.opts.Listen
-	}
-	if s.listener != nil {
-		return s.listener.Addr().String()
-	}
-	return s.opts.ListenAddr
+func (n *node) addr() string          { return n.opts.Listen }
+func (n *node) clusterString() string { return strings.Join(n.opts.Coordinators, ",") }
+func (n *node) nodeID() string        { return n.id }
+
+// stashNode names this node as the one serving its stashes (status).
+func (n *node) stashNode() (id, addr string) { return n.id, n.opts.Listen }
+
+// reportedLogLast is the log's last version as the stash's last report
+// heard it: a stash node holds no log replica.
+func (n *node) reportedLogLast() kv.Version { return kv.Version(n.logLast.Load()) }
+
+// retire has the controller retire tag: its node gets a new tag if it
+// ever returns.
+func (n *node) retire(ctx context.Context, tag kv.Tag) error {
+	cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	return n.cc.Retire(cctx, uint32(tag))
 }
 
-// NodeID is the node's id in a multi-process cluster, "" for an embedded
-// cluster.
-func (s *Server) NodeID() string {
-	if s.node == nil {
-		return ""
-	}
-	return s.node.id
-}
-
-// nodeStatus describes this node (nil for an embedded cluster).
-func (s *Server) nodeStatus() *wire.NodeStatus {
-	n := s.node
-	if n == nil {
-		return nil
-	}
+// status describes this node.
+func (n *node) status() *wire.NodeStatus {
+	s := n.s
 	o := n.opts
 	ns := &wire.NodeStatus{Id: n.id, Address: o.Listen, Class: o.Class, Pool: o.Pool, Dc: o.DC, Zone: o.Zone,
 		Machine: o.Machine, Generation: n.generation.Load()}
@@ -414,7 +366,7 @@ func (s *Server) nodeStatus() *wire.NodeStatus {
 			ns.Roles = append(ns.Roles, "controller")
 		}
 	}
-	if l := n.log.get(); l != nil {
+	if l := s.logReplica(); l != nil {
 		ns.Roles = append(ns.Roles, "log")
 		if l.IsLeader() {
 			ns.Roles = append(ns.Roles, "log_leader")

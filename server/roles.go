@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/distash/distash/internal/clock"
@@ -19,6 +20,7 @@ import (
 	"github.com/distash/distash/internal/sequencer"
 	"github.com/distash/distash/internal/shardmap"
 	"github.com/distash/distash/internal/stash"
+	"github.com/distash/distash/internal/txlog"
 )
 
 // txRoles are the stateless transaction roles of one generation: the
@@ -70,27 +72,19 @@ func (s *Server) startSystemStash(ctx context.Context) (*stash.Stash, error) {
 		if err != nil {
 			return nil, fmt.Errorf("server: open system stash: %w", err)
 		}
-		if s.node != nil {
-			if gone := s.log.Gone(shardmap.SystemTag); sysEng.Version() < gone {
-				// This node was away while the log dropped system
-				// messages its stash had not made durable.
-				if err := s.rebuildSystemStash(ctx, sysEng, gone); err != nil {
-					sysEng.Close()
-					return nil, err
-				}
+		if gone := s.log.Gone(shardmap.SystemTag); sysEng.Version() < gone {
+			// This process was away while the log dropped system
+			// messages its stash had not made durable.
+			if err := s.link.systemStashBehind(ctx, sysEng, gone); err != nil {
+				sysEng.Close()
+				return nil, err
 			}
 		}
-		opts := stash.Options{
+		return stash.New(stash.Options{
 			Tag: shardmap.SystemTag, Pool: "system", Engine: sysEng, Log: s.log,
 			WindowVersions: s.windowVersions(), FlushInterval: s.opts.FlushInterval, Logger: s.roleLogger(logRoleStash),
-		}
-		if s.node != nil {
-			// The log replica shares the disk: a transaction node whose
-			// disk is full stops, with a message saying so, and the other
-			// log replicas carry on.
-			opts.OnDiskFull = func(err error) { s.fail(err) }
-		}
-		return stash.New(opts), nil
+			OnDiskFull: s.link.systemDiskFull,
+		}), nil
 	}
 	sys, err := open()
 	if err != nil {
@@ -125,11 +119,6 @@ func (s *Server) startRoles(ctx context.Context, gen uint64, recovered kv.Versio
 		Throttle: r.rk, ObserveBatch: func(n int) { s.metrics.batchSize.Observe(float64(n)) },
 	})
 	r.grv = proxy.NewGRVProxy(r.seq, r.rk)
-	if s.node != nil {
-		// A deposed leader must not hand out read versions older than the
-		// new generation's commits.
-		r.grv.WithConfirm(s.log.VerifyLeader)
-	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
 	r.wg.Add(2)
@@ -157,18 +146,15 @@ func (s *Server) startRoles(ctx context.Context, gen uint64, recovered kv.Versio
 		defer r.wg.Done()
 		r.dd.Run(runCtx)
 	}()
-	if s.node != nil {
+	// What the process adds to the roles before they serve (a node:
+	// its loops that run with them).
+	s.link.rolesStarting(r, func(loop func(context.Context)) {
 		r.wg.Add(1)
 		go func() {
 			defer r.wg.Done()
-			s.keepLogTags(runCtx, r)
+			loop(runCtx)
 		}()
-		r.wg.Add(1)
-		go func() {
-			defer r.wg.Done()
-			s.keepLogMembers(runCtx)
-		}()
-	}
+	})
 	s.tx.Store(r)
 	s.metrics.recovered(r.recoveryTime)
 	return nil
@@ -313,4 +299,53 @@ func (s *Server) rateSample(r *txRoles) ratekeeper.Sample {
 		smp.Stashes = append(smp.Stashes, ss)
 	}
 	return smp
+}
+
+// lazyLog is the log service of a node: it serves stashes only while the
+// node holds the stateless roles, i.e. while its log replica leads and its
+// generation has begun (a follower's log may lag the leader's, and pops
+// must reach the leader); other calls are refused with wrong_node and the
+// stash asks the coordinators again.
+type lazyLog struct {
+	p     atomic.Pointer[txlog.Log]
+	holds func() bool
+}
+
+// Serving implements logrpc.Gate.
+func (l *lazyLog) Serving() error {
+	if l.get() == nil || l.holds == nil || !l.holds() {
+		return kv.Errorf(kv.CodeWrongNode, "this node does not lead the log now")
+	}
+	return nil
+}
+
+func (l *lazyLog) set(lg *txlog.Log) { l.p.Store(lg) }
+
+func (l *lazyLog) get() *txlog.Log { return l.p.Load() }
+
+func (l *lazyLog) Peek(ctx context.Context, tag kv.Tag, after kv.Version, maxBytes int) ([]txlog.Message, kv.Version, error) {
+	lg := l.get()
+	if lg == nil {
+		return nil, after, kv.Errorf(kv.CodeWrongNode, "this node holds no log replica")
+	}
+	return lg.Peek(ctx, tag, after, maxBytes)
+}
+
+// OverMemoryBudget implements logrpc.MemoryBudgeted.
+func (l *lazyLog) OverMemoryBudget() bool {
+	lg := l.get()
+	return lg != nil && lg.OverMemoryBudget()
+}
+
+func (l *lazyLog) Pop(tag kv.Tag, upTo kv.Version) {
+	if lg := l.get(); lg != nil {
+		lg.Pop(tag, upTo)
+	}
+}
+
+func (l *lazyLog) LastVersion() kv.Version {
+	if lg := l.get(); lg != nil {
+		return lg.LastVersion()
+	}
+	return 0
 }

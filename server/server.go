@@ -18,10 +18,9 @@ package server
 import (
 	"context"
 	"crypto/tls"
+	"fmt"
 	"io"
 	"log/slog"
-	"net"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,11 +32,9 @@ import (
 	"github.com/distash/distash/internal/engine/flash"
 	pebbleengine "github.com/distash/distash/internal/engine/pebble"
 	"github.com/distash/distash/internal/farmem/ult"
-	"github.com/distash/distash/internal/frames"
 	"github.com/distash/distash/internal/fsys"
 	"github.com/distash/distash/internal/kv"
 	"github.com/distash/distash/internal/proxy"
-	"github.com/distash/distash/internal/raftnet"
 	"github.com/distash/distash/internal/shardmap"
 	"github.com/distash/distash/internal/stash"
 	"github.com/distash/distash/internal/txlog"
@@ -83,13 +80,25 @@ type Options struct {
 	FS fsys.FS
 }
 
-// Server is a running embedded cluster.
+// Server is a running process of a DiStash cluster: an embedded cluster
+// (Start), which runs every role in this process, or one node of a
+// multi-process cluster (StartNode). Both are the same runtime: a gateway
+// (gateway.go), stash slots under supervision (supervise.go), the
+// transaction roles while this process holds them (roles.go) over its log
+// replica, and a clusterLink to the rest of the cluster, which is where
+// they differ (embedded.go; node.go with txnnode.go and stashnode.go).
 type Server struct {
 	opts   Options
 	cfg    *config.Config
 	logger *slog.Logger
+	// link is how this process reaches the rest of its cluster: *embedded
+	// or *node.
+	link clusterLink
 
-	log     *txlog.Log              // nil on a stash node of a multi-process cluster
+	// log is this process's log replica, set by the goroutine that opens
+	// it (nil on a stash node); replica publishes it to the others.
+	log     *txlog.Log
+	replica lazyLog
 	devices devices                 // the stashes' emulated devices ([pool.device])
 	tx      atomic.Pointer[txRoles] // the stateless roles, while this process holds them
 	// stashes and order: the stash slots (the stash in a slot changes on
@@ -99,18 +108,15 @@ type Server struct {
 	stashes  map[kv.Tag]*stashSlot // Protected by stashMu.
 	order    []kv.Tag              // Protected by stashMu: stash tags in pool order, system first.
 	poolTags map[string][]kv.Tag
-	// views caches the controller's view (cluster mode, distribution.go).
-	views   viewCache
-	usage   *proxy.UsageBoard // stashes report their live bytes here; the commit proxy reads it
-	reports *reportBoard      // remote stashes' progress (multi-process cluster), for the ratekeeper
-	node    *node             // the multi-process cluster's node; nil for an embedded cluster
+	usage    *proxy.UsageBoard // stashes report their live bytes here; the commit proxy reads it
+	reports  *reportBoard      // remote stashes' progress (multi-process cluster), for the ratekeeper
 
-	grpcServer *grpc.Server
-	listener   net.Listener
-	clientMux  *raftnet.Mux   // an embedded cluster's: gRPC and frames on listener
-	frames     *frames.Server // the data path's streams over frames
-	metrics    *metrics
-	http       *httpServer // nil when HTTP is off
+	gw      gateway
+	metrics *metrics
+	http    *httpServer // nil when HTTP is off
+	// failed receives the error that stops a node (fail); nil, never
+	// ready, for an embedded cluster.
+	failed chan error
 
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
@@ -126,9 +132,55 @@ type Server struct {
 	legacyDir atomic.Bool
 }
 
+// clusterLink is how a Server reaches the rest of its cluster: all that
+// an embedded cluster (embedded.go), which runs every role in this
+// process, and a node of a multi-process cluster (node.go), which finds
+// the others through the coordinators, do differently. The roles, the
+// stashes, their supervision, bootstrap and the gateway are the same code.
+type clusterLink interface {
+	addr() string          // the address this process serves on
+	clusterString() string // what clients pass to distash.Open
+	nodeID() string        // "" for an embedded cluster
+	// view returns the controller's view at most maxAge old, or the last
+	// one if the controller does not answer; nil if there is none (an
+	// embedded cluster has no controller).
+	view(maxAge time.Duration) *wire.ViewResponse
+	// connTo returns a connection to the node at addr.
+	connTo(addr string) (*grpc.ClientConn, error)
+	// retire has the controller retire a stash's tag (the data
+	// distributor's dd.Env.Retire, after the log popped it).
+	retire(ctx context.Context, tag kv.Tag) error
+	// status describes this node in status; nil for an embedded cluster.
+	status() *wire.NodeStatus
+	// stashNode names the node serving this process's stashes in status
+	// ("", "": not shown).
+	stashNode() (id, addr string)
+	// reportedLogLast is the log's last version for a process that holds
+	// no log replica (the stashes' lag in metrics).
+	reportedLogLast() kv.Version
+	// clusterStatus is the whole cluster's status (the web console); own
+	// answers for this process.
+	clusterStatus(ctx context.Context, own func(context.Context) (*wire.StatusResponse, error)) (*wire.StatusResponse, error)
+	// stashDamaged handles a damaged stash other than the system stash,
+	// once it is marked damaged (supervise.go).
+	stashDamaged(ctx context.Context, sl *stashSlot, pool, file, reason string, err error)
+	// systemStashBehind brings the system stash's engine up to gone, the
+	// version up to which the log dropped the system tag's messages.
+	systemStashBehind(ctx context.Context, eng engine.Engine, gone kv.Version) error
+	// systemDiskFull is the system stash's stash.Options.OnDiskFull.
+	systemDiskFull(err error)
+	// rolesStarting readies the roles r of a generation before they
+	// serve; run runs a loop with them until they stop.
+	rolesStarting(r *txRoles, run func(loop func(context.Context)))
+	// stop ends what the link runs, after the roles and stashes stopped.
+	stop()
+}
+
 func newServer(opts Options) *Server {
 	s := &Server{opts: opts, cfg: opts.Config, logger: opts.Logger, stashes: map[kv.Tag]*stashSlot{},
 		usage: proxy.NewUsageBoard(), reports: newReportBoard(), poolTags: shardmap.StashTags(opts.Config)}
+	s.replica.holds = func() bool { return s.tx.Load() != nil }
+	s.gw.s = s
 	s.metrics = newMetrics(s)
 	return s
 }
@@ -264,12 +316,34 @@ func (s *Server) slots() []*stashSlot {
 }
 
 // ClusterString is the address clients pass to distash.Open.
-func (s *Server) ClusterString() string {
-	if s.node != nil {
-		return strings.Join(s.node.opts.Coordinators, ",")
+func (s *Server) ClusterString() string { return s.link.clusterString() }
+
+// Addr is the address the server serves on.
+func (s *Server) Addr() string { return s.link.addr() }
+
+// NodeID is the node's id in a multi-process cluster, "" for an embedded
+// cluster.
+func (s *Server) NodeID() string { return s.link.nodeID() }
+
+// fail reports an error the node cannot go on after (see Failed). A full
+// disk says so, with the directory, rather than as one error among others.
+func (s *Server) fail(err error) {
+	if fsys.IsNoSpace(err) {
+		err = fmt.Errorf("server: the disk holding %s is full: free space and restart this node: %w", s.opts.Dir, err)
 	}
-	return s.listener.Addr().String()
+	s.logger.Error("node failed", "err", err)
+	select {
+	case s.failed <- err:
+	default:
+	}
 }
+
+// Failed receives the error that stopped a node of a multi-process cluster
+// after it started (its log replica could not open, say): the process
+// should stop, so that an operator or a supervisor sees it rather than a
+// node that heartbeats and serves nothing. Nil (never ready) for an
+// embedded cluster.
+func (s *Server) Failed() <-chan error { return s.failed }
 
 // Config returns the cluster's configuration.
 func (s *Server) Config() *config.Config { return s.cfg }
@@ -278,15 +352,7 @@ func (s *Server) Config() *config.Config { return s.cfg }
 func (s *Server) Stop() {
 	s.stopOnce.Do(func() {
 		s.stopHTTP()
-		if s.frames != nil {
-			s.frames.Stop()
-		}
-		if s.grpcServer != nil {
-			s.grpcServer.Stop()
-		}
-		if s.clientMux != nil {
-			s.clientMux.Close()
-		}
+		s.gw.stop()
 		s.stopRoles()
 		if s.cancel != nil {
 			s.cancel()
@@ -302,9 +368,8 @@ func (s *Server) Stop() {
 				s.logger.Warn("close log", "err", err)
 			}
 		}
-		if s.node != nil {
-			s.node.stop(s.logger)
-		}
+		s.link.stop()
+		s.gw.close()
 		if s.dirLock != nil {
 			s.dirLock.Close()
 		}
@@ -366,15 +431,10 @@ func (s *Server) SnapshotLog() error {
 }
 
 // logReplica returns this process's log, nil on a node without a log
-// replica (or before it opened). Safe from any goroutine: a node sets
-// s.log in its own goroutine once the replicas are placed, and publishes
-// it through node.log.
-func (s *Server) logReplica() *txlog.Log {
-	if s.node != nil {
-		return s.node.log.get()
-	}
-	return s.log
-}
+// replica (or before it opened). Safe from any goroutine: a transaction
+// node sets s.log in its own goroutine once the replicas are placed, and
+// publishes it through s.replica.
+func (s *Server) logReplica() *txlog.Log { return s.replica.get() }
 
 // LogStats describes the transaction log.
 func (s *Server) LogStats() txlog.Stats {

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/distash/distash/config"
@@ -24,20 +25,72 @@ import (
 	"github.com/distash/distash/internal/wire"
 )
 
-// startStashNode opens the node's stash: its tag follows from its pool and
+// stashNode is the part a stash node plays in a multi-process cluster:
+// one stash of its pool, in the slot the controller gave it, pulling its
+// tag from the log leader's node (openRemoteStash) and reporting its
+// progress there (reportLoop). A stash that cannot catch up, or whose
+// files are damaged, retires its tag and rejoins as a new, empty stash.
+type stashNode struct {
+	s    *Server
+	n    *node
+	slot int    // the tag slot the controller gave
+	tag  kv.Tag // the tag it gave (a rejoin changes both)
+	// stashTag is tag, for goroutines other than the one that registers
+	// (a damaged stash rejoins with a new tag while the node runs).
+	stashTag atomic.Uint32
+	logc     *logrpc.Client // the client of the log leader
+	used     atomic.Int64   // live bytes, as the stash last reported them
+}
+
+// assign takes the slot and tag the controller gave at registration.
+func (sn *stashNode) assign(slot int, tag kv.Tag) {
+	sn.slot, sn.tag = slot, tag
+	sn.stashTag.Store(uint32(tag))
+}
+
+// start opens the stash, or rejoins as a new one if it cannot catch up,
+// and reports its progress until runCtx ends.
+func (sn *stashNode) start(ctx, runCtx context.Context) error {
+	s, n := sn.s, sn.n
+	sn.logc = logrpc.NewLeaderClient(n, s.roleLogger(logRoleStash))
+	err := sn.startStash(runCtx)
+	if errors.Is(err, errTagTrimmed) {
+		err = sn.rejoinAsNewStash(ctx, runCtx, n.reg, err)
+	}
+	if err != nil {
+		return err
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		sn.reportLoop(runCtx, sn.logc)
+	}()
+	return nil
+}
+
+// stashDamaged reports the damaged stash and has it replaced
+// (rejoinDamaged): only a stash node holds stashes other than the system
+// stash.
+func (n *node) stashDamaged(ctx context.Context, sl *stashSlot, pool, file, reason string, err error) {
+	n.s.roleLogger(logRoleStash).Error("stash is damaged: it cannot vouch for its data and serves nothing",
+		"tag", sl.tag, "pool", pool, "file", file, "reason", reason)
+	n.stash.rejoinDamaged(ctx, sl, err)
+}
+
+// startStash opens the node's stash: its tag follows from its pool and
 // the slot the controller gave it; it pulls its tag from the log leader's
 // node and serves reads. A stash whose files are damaged is set up failed
 // (stash.NewFailed): its supervisor reports it and has it rebuilt.
-func (s *Server) startStashNode(ctx context.Context) error {
-	n := s.node
-	slot, tag := n.slot, n.tag // a damaged stash's rejoin changes them from its supervisor
+func (sn *stashNode) startStash(ctx context.Context) error {
+	s, n := sn.s, sn.n
+	slot, tag := sn.slot, sn.tag // a damaged stash's rejoin changes them from its supervisor
 	if slot < 0 || tag == 0 {
 		return fmt.Errorf("server: the controller gave slot %d, tag %d of pool %q", slot, tag, n.opts.Pool)
 	}
 	p, _ := s.cfg.PoolByName(n.opts.Pool)
 	pool := *p
 	sp := stashSpec{tag: tag, pool: pool, index: slot}
-	legacy, err := s.adoptStashTag(pool, tag)
+	legacy, err := sn.adoptStashTag(pool, tag)
 	if err != nil && !errors.Is(err, fsys.ErrDamaged) {
 		return err
 	}
@@ -46,7 +99,7 @@ func (s *Server) startStashNode(ctx context.Context) error {
 	adopt := legacy || s.legacyDir.Swap(false)
 	atStart := true
 	open := func() (*stash.Stash, error) {
-		st, err := s.openRemoteStash(ctx, sp, n.logc, adopt, atStart)
+		st, err := sn.openRemoteStash(ctx, sp, sn.logc, adopt, atStart)
 		adopt, atStart = false, false
 		return st, err
 	}
@@ -59,7 +112,7 @@ func (s *Server) startStashNode(ctx context.Context) error {
 		return err
 	} else if legacy {
 		// Written before checksums: from now on with one.
-		if err := s.writeStashTag(tag); err != nil {
+		if err := sn.writeStashTag(tag); err != nil {
 			st.Close()
 			return err
 		}
@@ -88,18 +141,18 @@ func (s *Server) startStashNode(ctx context.Context) error {
 // it. (A durable stash that has data and finds its tag trimmed lost
 // writes: it keeps failing, for an operator.) A damaged stash rejoins the
 // same way (rejoinDamaged), its data dropped.
-func (s *Server) rejoinAsNewStash(ctx, runCtx context.Context, reg coordrpc.NodeRegistration, cause error) error {
-	n := s.node
-	old := n.tag
+func (sn *stashNode) rejoinAsNewStash(ctx, runCtx context.Context, reg coordrpc.NodeRegistration, cause error) error {
+	s, n := sn.s, sn.n
+	old := sn.tag
 	if p, ok := s.cfg.PoolByName(n.opts.Pool); ok && p.LocalLog && !errors.Is(cause, fsys.ErrDamaged) {
 		s.logger.Warn("this dram stash cannot use its local log: it retires its tag and joins as a new, empty stash, as a dram stash without one does; the data distributor re-replicates the tag's shards",
-			"tag", old, "slot", n.slot, "pool", n.opts.Pool, "err", cause)
+			"tag", old, "slot", sn.slot, "pool", n.opts.Pool, "err", cause)
 	} else if errors.Is(cause, fsys.ErrDamaged) {
 		s.logger.Warn("this stash cannot vouch for its data: it retires its tag, drops the data and joins as a new stash; the data distributor re-replicates the tag's shards from their healthy replicas",
-			"tag", old, "slot", n.slot, "pool", n.opts.Pool, "err", cause)
+			"tag", old, "slot", sn.slot, "pool", n.opts.Pool, "err", cause)
 	} else {
 		s.logger.Warn("this durable stash is empty and the log dropped entries of its tag, so it cannot catch up: it retires the tag and joins as a new stash; the data distributor re-replicates the tag's shards",
-			"tag", old, "slot", n.slot, "pool", n.opts.Pool, "err", cause)
+			"tag", old, "slot", sn.slot, "pool", n.opts.Pool, "err", cause)
 	}
 	for {
 		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -126,11 +179,13 @@ func (s *Server) rejoinAsNewStash(ctx, runCtx context.Context, reg coordrpc.Node
 		return err
 	}
 	reg.Empty = true
-	if err := s.register(ctx, reg); err != nil {
+	slot, tag, err := n.register(ctx, reg)
+	if err != nil {
 		return err
 	}
-	s.logger.Info("joining as a new stash", "old_tag", old, "tag", n.tag, "slot", n.slot)
-	return s.startStashNode(runCtx)
+	sn.assign(slot, tag)
+	s.logger.Info("joining as a new stash", "old_tag", old, "tag", sn.tag, "slot", sn.slot)
+	return sn.startStash(runCtx)
 }
 
 // rejoinDamaged replaces a stash node's damaged stash (sl) with a new,
@@ -141,8 +196,8 @@ func (s *Server) rejoinAsNewStash(ctx, runCtx context.Context, reg coordrpc.Node
 // replicas); with replication 1 it refuses its shards' reads instead
 // (refuseDamaged). The old stash stays in status, damaged, for
 // replacedKeep after the new one started.
-func (s *Server) rejoinDamaged(ctx context.Context, sl *stashSlot, cause error) {
-	n := s.node
+func (sn *stashNode) rejoinDamaged(ctx context.Context, sl *stashSlot, cause error) {
+	s, n := sn.s, sn.n
 	pool := n.opts.Pool
 	lastWhy := ""
 	for {
@@ -152,7 +207,7 @@ func (s *Server) rejoinDamaged(ctx context.Context, sl *stashSlot, cause error) 
 		} else if r := s.poolReplication(pool); r <= 1 {
 			s.refuseDamaged(sl, pool, r, cause)
 			return
-		} else if m, err := s.remoteShardMap(ctx); err != nil {
+		} else if m, err := sn.remoteShardMap(ctx); err != nil {
 			why = fmt.Sprintf("the shard map cannot be read (%v)", err)
 		} else {
 			live := map[kv.Tag]bool{}
@@ -185,14 +240,14 @@ func (s *Server) rejoinDamaged(ctx context.Context, sl *stashSlot, cause error) 
 		case <-time.After(time.Second):
 		}
 	}
-	if err := s.rejoinAsNewStash(ctx, ctx, n.reg, cause); err != nil {
+	if err := sn.rejoinAsNewStash(ctx, ctx, n.reg, cause); err != nil {
 		if ctx.Err() == nil {
 			s.fail(fmt.Errorf("server: replace the damaged stash %d: %w", sl.tag, err))
 		}
 		return
 	}
 	sl.mu.Lock()
-	sl.lastErr = fmt.Sprintf("%v (replaced by stash %d, rebuilt from the healthy replicas)", cause, n.stashTag.Load())
+	sl.lastErr = fmt.Sprintf("%v (replaced by stash %d, rebuilt from the healthy replicas)", cause, sn.stashTag.Load())
 	sl.mu.Unlock()
 	s.wg.Add(1)
 	go func() {
@@ -207,14 +262,15 @@ func (s *Server) rejoinDamaged(ctx context.Context, sl *stashSlot, cause error) 
 
 // remoteShardMap reads the shard map from the system stash of the node
 // holding the stateless roles, at a read version it gives.
-func (s *Server) remoteShardMap(ctx context.Context) (*shardmap.Map, error) {
+func (sn *stashNode) remoteShardMap(ctx context.Context) (*shardmap.Map, error) {
+	s := sn.s
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	v := s.viewWithin(time.Second)
 	if v == nil || v.StatelessAddress == "" {
 		return nil, errors.New("no node holds the stateless roles")
 	}
-	conn, err := s.node.connTo(v.StatelessAddress)
+	conn, err := sn.n.connTo(v.StatelessAddress)
 	if err != nil {
 		return nil, err
 	}
@@ -265,7 +321,8 @@ var errTagTrimmed = errors.New("server: an empty durable stash cannot catch up: 
 // the node starts (atStart) by rejoining as a new stash (errTagTrimmed),
 // as a dram stash without a local log does, and on a restart by its
 // supervisor on the same tag.
-func (s *Server) openRemoteStash(ctx context.Context, sp stashSpec, logc *logrpc.Client, adoptOwnership, atStart bool) (*stash.Stash, error) {
+func (sn *stashNode) openRemoteStash(ctx context.Context, sp stashSpec, logc *logrpc.Client, adoptOwnership, atStart bool) (*stash.Stash, error) {
+	s := sn.s
 	dir := filepath.Join(s.opts.Dir, "stash")
 	if !sp.pool.Volatile() || sp.pool.LocalLog {
 		if err := fsys.Or(s.opts.FS).MkdirAll(dir, 0o755); err != nil {
@@ -274,7 +331,7 @@ func (s *Server) openRemoteStash(ctx context.Context, sp stashSpec, logc *logrpc
 	}
 	var start kv.Version
 	if sp.pool.Volatile() {
-		err := s.untilLogAnswers(ctx, "where a dram stash starts", func(ctx context.Context) (err error) {
+		err := sn.untilLogAnswers(ctx, "where a dram stash starts", func(ctx context.Context) (err error) {
 			start, err = logc.Report(ctx, logrpc.StashReport{Tag: sp.tag})
 			return err
 		})
@@ -294,7 +351,7 @@ func (s *Server) openRemoteStash(ctx context.Context, sp stashSpec, logc *logrpc
 	if sp.pool.LocalLog {
 		var why string
 		eng, volatile, why, err = s.startLocalLog(sp, dir, eng, func(v kv.Version) (bool, error) {
-			err := s.untilLogAnswers(ctx, "whether a dram stash's local log can catch up", func(ctx context.Context) error {
+			err := sn.untilLogAnswers(ctx, "whether a dram stash's local log can catch up", func(ctx context.Context) error {
 				last, err := logc.Report(ctx, logrpc.StashReport{Tag: sp.tag})
 				if err == nil && last > v {
 					_, _, err = logc.Peek(ctx, sp.tag, v, 1)
@@ -317,7 +374,7 @@ func (s *Server) openRemoteStash(ctx context.Context, sp stashSpec, logc *logrpc
 	if !sp.pool.Volatile() && eng.Version() == 0 && eng.Stats().Keys == 0 {
 		// Asked now, while the stash has nothing to lose, rather than
 		// found by its pull loop, which fails the stash for good.
-		if err := s.peekFromStart(ctx, sp.tag, logc); err != nil {
+		if err := sn.peekFromStart(ctx, sp.tag, logc); err != nil {
 			eng.Close()
 			if errors.Is(err, txlog.ErrTrimmed) {
 				return nil, fmt.Errorf("%w: %w", errTagTrimmed, err)
@@ -331,15 +388,15 @@ func (s *Server) openRemoteStash(ctx context.Context, sp stashSpec, logc *logrpc
 		Ephemeral: sp.pool.Ephemeral(), TrackBytes: !sp.pool.Ephemeral(), CapacityBytes: int64(sp.pool.Capacity),
 		TrackRecency:   sp.pool.Recency,
 		WindowVersions: s.windowVersions(), WindowBytes: windowBudget(sp.pool), FlushInterval: s.opts.FlushInterval, Logger: s.roleLogger(logRoleStash),
-		ReportUsage: func(_ kv.Tag, used int64, _ kv.Version) { s.node.used.Store(used) },
+		ReportUsage: func(_ kv.Tag, used int64, _ kv.Version) { sn.used.Store(used) },
 		Dir:         dir, FS: stashFS, AdoptOwnership: adoptOwnership, Fetcher: fetcher{s}, SampleUnit: sampleUnit(s.cfg),
 	}), nil
 }
 
 // peekFromStart asks the log for tag's entries from its start: nil if it
 // has them all, an error wrapping txlog.ErrTrimmed if it dropped some.
-func (s *Server) peekFromStart(ctx context.Context, tag kv.Tag, logc *logrpc.Client) error {
-	return s.untilLogAnswers(ctx, "whether a new durable stash can catch up", func(ctx context.Context) error {
+func (sn *stashNode) peekFromStart(ctx context.Context, tag kv.Tag, logc *logrpc.Client) error {
+	return sn.untilLogAnswers(ctx, "whether a new durable stash can catch up", func(ctx context.Context) error {
 		last, err := logc.Report(ctx, logrpc.StashReport{Tag: tag})
 		if err == nil && last > 0 {
 			// A log with versions answers at once (a Peek after its
@@ -354,7 +411,8 @@ func (s *Server) peekFromStart(ctx context.Context, tag kv.Tag, logc *logrpc.Cli
 // txlog.ErrTrimmed, which it returns; other errors (the log's node not
 // there yet, or elsewhere) are waited out until ctx ends. what names the
 // wait in the log line.
-func (s *Server) untilLogAnswers(ctx context.Context, what string, ask func(ctx context.Context) error) error {
+func (sn *stashNode) untilLogAnswers(ctx context.Context, what string, ask func(ctx context.Context) error) error {
+	s := sn.s
 	for {
 		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		err := ask(rctx)
@@ -372,7 +430,8 @@ func (s *Server) untilLogAnswers(ctx context.Context, what string, ask func(ctx 
 
 // reportLoop pushes the stash's usage and progress to the log leader's
 // node, where the commit proxy and the ratekeeper use them.
-func (s *Server) reportLoop(ctx context.Context, logc *logrpc.Client) {
+func (sn *stashNode) reportLoop(ctx context.Context, logc *logrpc.Client) {
+	s := sn.s
 	t := time.NewTicker(200 * time.Millisecond)
 	defer t.Stop()
 	for {
@@ -381,7 +440,7 @@ func (s *Server) reportLoop(ctx context.Context, logc *logrpc.Client) {
 			return
 		case <-t.C:
 		}
-		tag := kv.Tag(s.node.stashTag.Load())
+		tag := kv.Tag(sn.stashTag.Load())
 		sl, ok := s.slot(tag)
 		if !ok || !sl.healthNow().running() {
 			// A stash that does not apply the log (failed, damaged,
@@ -390,10 +449,10 @@ func (s *Server) reportLoop(ctx context.Context, logc *logrpc.Client) {
 			continue
 		}
 		applied, wb, wl := sl.get().Pressure()
-		used := s.node.used.Load()
+		used := sn.used.Load()
 		rctx, cancel := context.WithTimeout(ctx, time.Second)
 		if last, err := logc.Report(rctx, logrpc.StashReport{Tag: tag, UsedBytes: used, Applied: applied, WindowBytes: wb, WindowLimitBytes: wl}); err == nil {
-			s.node.logLast.Store(int64(last)) // the stash's lag behind the log (metrics)
+			sn.n.logLast.Store(int64(last)) // the stash's lag behind the log (metrics)
 		}
 		cancel()
 	}
@@ -403,13 +462,14 @@ func (s *Server) reportLoop(ctx context.Context, logc *logrpc.Client) {
 // belongs to.
 const stashTagFile = "stash-tag"
 
-// stashStartsEmpty reports whether this stash node's stash has no data: a
+// startsEmpty reports whether this stash node's stash has no data: a
 // dram stash (with a local log: one that has no local log files), or a
 // durable one whose directory has no stash-tag file (a new directory, or
 // one whose data was dropped). A damaged tag file counts as data: the
 // stash finds the damage as it opens (adoptStashTag).
-func (s *Server) stashStartsEmpty() bool {
-	p, ok := s.cfg.PoolByName(s.node.opts.Pool)
+func (sn *stashNode) startsEmpty() bool {
+	s := sn.s
+	p, ok := s.cfg.PoolByName(sn.n.opts.Pool)
 	if !ok || p.Volatile() && !p.LocalLog {
 		return true
 	}
@@ -426,7 +486,8 @@ func (s *Server) stashStartsEmpty() bool {
 // damaged tag file returns a *fsys.DamageError and changes nothing: whose
 // data the directory holds is unknown. legacy reports a tag file written
 // before checksums (the caller rewrites it once the stash opened).
-func (s *Server) adoptStashTag(pool config.Pool, tag kv.Tag) (legacy bool, err error) {
+func (sn *stashNode) adoptStashTag(pool config.Pool, tag kv.Tag) (legacy bool, err error) {
+	s := sn.s
 	if pool.Volatile() && !pool.LocalLog {
 		return false, nil
 	}
@@ -452,11 +513,12 @@ func (s *Server) adoptStashTag(pool config.Pool, tag kv.Tag) (legacy bool, err e
 	if err := f.RemoveAll(filepath.Join(s.opts.Dir, "stash")); err != nil {
 		return false, fmt.Errorf("server: drop a replaced stash's data: %w", err)
 	}
-	return false, s.writeStashTag(tag)
+	return false, sn.writeStashTag(tag)
 }
 
 // writeStashTag records, checksummed, that the stash directory's data
 // belongs to tag.
-func (s *Server) writeStashTag(tag kv.Tag) error {
+func (sn *stashNode) writeStashTag(tag kv.Tag) error {
+	s := sn.s
 	return fsys.WriteChecked(s.opts.FS, filepath.Join(s.opts.Dir, stashTagFile), []byte(strconv.FormatUint(uint64(tag), 10)+"\n"))
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
-	"sync/atomic"
 	"time"
 
 	"github.com/distash/distash/internal/engine"
@@ -17,18 +16,30 @@ import (
 	"github.com/hashicorp/raft"
 )
 
-// runTransactionNode waits until the controller placed the log replicas;
-// on one of them it opens the local replica and the system stash, then
-// follows the log's leadership: the leader's node claims a new generation
-// and runs the stateless roles.
-func (s *Server) runTransactionNode(ctx context.Context) {
-	n := s.node
-	peers, join, err := s.logPlacement(ctx)
+// transactionNode is the part a transaction node plays in a multi-process
+// cluster: a log replica where the controller placed one, the system stash
+// over it, and, while its replica leads the log, the stateless roles of a
+// generation it claims (the same roles an embedded cluster runs for its
+// one generation: roles.go), with the loops that keep the log's tag set
+// and raft membership in step with the cluster (membership.go).
+type transactionNode struct {
+	s     *Server
+	n     *node
+	logID string // its log replica's raft id (logReplicaID)
+}
+
+// run waits until the controller placed the log replicas; on one of them
+// it opens the local replica and the system stash, then follows the log's
+// leadership: the leader's node claims a new generation and runs the
+// stateless roles.
+func (tn *transactionNode) run(ctx context.Context) {
+	s, n := tn.s, tn.n
+	peers, join, err := tn.logPlacement(ctx)
 	if err != nil {
 		return
 	}
 	trans := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
-		Stream: n.mux.StreamLayer(streamLog, n.opts.Listen), MaxPool: 4, Timeout: 5 * time.Second,
+		Stream: s.gw.mux.StreamLayer(streamLog, n.opts.Listen), MaxPool: 4, Timeout: 5 * time.Second,
 		Logger: hclog.NewNullLogger(),
 	})
 	// No fixed tag set: stash tags are given out as stashes join, so the
@@ -37,7 +48,7 @@ func (s *Server) runTransactionNode(ctx context.Context) {
 	// dropped) holds.
 	l, err := txlog.Open(txlog.Options{
 		Dir: filepath.Join(s.opts.Dir, "log"), FS: s.opts.FS, Logger: s.roleLogger(logRoleLog), MemoryBytes: logMemoryBytes.Load(),
-		Network: &txlog.NetworkOptions{LocalID: n.logID, Peers: peers, Transport: trans, Join: join},
+		Network: &txlog.NetworkOptions{LocalID: tn.logID, Peers: peers, Transport: trans, Join: join},
 	})
 	if err != nil {
 		trans.Close()
@@ -45,7 +56,7 @@ func (s *Server) runTransactionNode(ctx context.Context) {
 		return
 	}
 	s.log = l
-	n.log.set(l)
+	s.replica.set(l)
 	for {
 		_, err := s.startSystemStash(ctx)
 		if err == nil {
@@ -78,7 +89,7 @@ func (s *Server) runTransactionNode(ctx context.Context) {
 			if held != nil {
 				s.stopRoles()
 			}
-			if err := s.recoverAsLeader(ctx); err != nil && ctx.Err() == nil {
+			if err := tn.recoverAsLeader(ctx); err != nil && ctx.Err() == nil {
 				s.roleLogger(logRoleSequencer).Warn("recovery failed; retrying", "err", err)
 			}
 		}
@@ -89,8 +100,8 @@ func (s *Server) runTransactionNode(ctx context.Context) {
 // leads: the controller records it (its number is the epoch the log
 // fences older proxies with), the log begins it and reports the highest
 // durable version, and the stateless roles start above that.
-func (s *Server) recoverAsLeader(ctx context.Context) error {
-	n := s.node
+func (tn *transactionNode) recoverAsLeader(ctx context.Context) error {
+	s, n := tn.s, tn.n
 	began := time.Now()
 	sys, _ := s.stash(shardmap.SystemTag)
 	if err := sys.Failed(); err != nil {
@@ -138,8 +149,8 @@ func (s *Server) recoverAsLeader(ctx context.Context) error {
 // away), so the stash could not catch up from it. The copy replaces the
 // engine's system keys in one batch at that version, and the stash then
 // follows the local log from there.
-func (s *Server) rebuildSystemStash(ctx context.Context, eng engine.Engine, gone kv.Version) error {
-	n := s.node
+func (tn *transactionNode) rebuildSystemStash(ctx context.Context, eng engine.Engine, gone kv.Version) error {
+	s, n := tn.s, tn.n
 	was := eng.Version()
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -194,55 +205,6 @@ func (s *Server) rebuildSystemStash(ctx context.Context, eng engine.Engine, gone
 	return nil
 }
 
-// lazyLog is the log service of a node: it serves stashes only while the
-// node holds the stateless roles, i.e. while its log replica leads and its
-// generation has begun (a follower's log may lag the leader's, and pops
-// must reach the leader); other calls are refused with wrong_node and the
-// stash asks the coordinators again.
-type lazyLog struct {
-	p     atomic.Pointer[txlog.Log]
-	holds func() bool
-}
-
-// Serving implements logrpc.Gate.
-func (l *lazyLog) Serving() error {
-	if l.get() == nil || l.holds == nil || !l.holds() {
-		return kv.Errorf(kv.CodeWrongNode, "this node does not lead the log now")
-	}
-	return nil
-}
-
-func (l *lazyLog) set(lg *txlog.Log) { l.p.Store(lg) }
-
-func (l *lazyLog) get() *txlog.Log { return l.p.Load() }
-
-func (l *lazyLog) Peek(ctx context.Context, tag kv.Tag, after kv.Version, maxBytes int) ([]txlog.Message, kv.Version, error) {
-	lg := l.get()
-	if lg == nil {
-		return nil, after, kv.Errorf(kv.CodeWrongNode, "this node holds no log replica")
-	}
-	return lg.Peek(ctx, tag, after, maxBytes)
-}
-
-// OverMemoryBudget implements logrpc.MemoryBudgeted.
-func (l *lazyLog) OverMemoryBudget() bool {
-	lg := l.get()
-	return lg != nil && lg.OverMemoryBudget()
-}
-
-func (l *lazyLog) Pop(tag kv.Tag, upTo kv.Version) {
-	if lg := l.get(); lg != nil {
-		lg.Pop(tag, upTo)
-	}
-}
-
-func (l *lazyLog) LastVersion() kv.Version {
-	if lg := l.get(); lg != nil {
-		return lg.LastVersion()
-	}
-	return 0
-}
-
 // keepLogTags keeps the log's tag set (the tags that must pop an entry
 // before it is dropped) equal to the stashes that may still need entries:
 // the system stash, every stash the controller lists that is not retired
@@ -252,7 +214,8 @@ func (l *lazyLog) LastVersion() kv.Version {
 // stash's entries are kept until it pops them, and a retired one no longer
 // holds the log back. Cluster mode only (an embedded cluster's tags are
 // fixed).
-func (s *Server) keepLogTags(ctx context.Context, r *txRoles) {
+func (tn *transactionNode) keepLogTags(ctx context.Context, r *txRoles) {
+	s := tn.s
 	t := time.NewTicker(ddInterval())
 	defer t.Stop()
 	var last []kv.Tag
@@ -296,4 +259,26 @@ func (s *Server) keepLogTags(ctx context.Context, r *txRoles) {
 			last = tags
 		}
 	}
+}
+
+// systemStashBehind rebuilds the system stash from the node holding the
+// roles (rebuildSystemStash): only a transaction node has one.
+func (n *node) systemStashBehind(ctx context.Context, eng engine.Engine, gone kv.Version) error {
+	return n.txn.rebuildSystemStash(ctx, eng, gone)
+}
+
+// systemDiskFull stops the node: its log replica shares the disk, so a
+// transaction node whose disk is full stops, with a message saying so,
+// and the other log replicas carry on.
+func (n *node) systemDiskFull(err error) { n.s.fail(err) }
+
+// rolesStarting readies the roles of a generation this node claimed: a
+// deposed leader must not hand out read versions older than the new
+// generation's commits, and the log's tag set and membership follow the
+// cluster while the node holds them.
+func (n *node) rolesStarting(r *txRoles, run func(func(context.Context))) {
+	tn := n.txn
+	r.grv.WithConfirm(tn.s.log.VerifyLeader)
+	run(func(ctx context.Context) { tn.keepLogTags(ctx, r) })
+	run(tn.keepLogMembers)
 }
