@@ -13,6 +13,21 @@
 // configuration the cluster was created with. Restarting on the same
 // directory recovers the cluster: durable stashes come back with their data
 // and catch up from the log; dram stashes come back empty.
+//
+// StartNode starts one node of a multi-process cluster instead, with the
+// same runtime. Where to look:
+//
+//	server.go      Server: the runtime, its stash slots, Stop; clusterLink
+//	embedded.go    the embedded cluster (Start): every role in this process
+//	node.go        a node (StartNode): wiring, status, its clusterLink
+//	txnnode.go     a transaction node: log replica, leadership, recovery
+//	stashnode.go   a stash node: its stash over the remote log, rejoins
+//	membership.go  registration, the log's placement and raft membership
+//	roles.go       the stateless roles of a generation (both runtimes)
+//	bootstrap.go   the shard map load and the recorded-config checks
+//	gateway.go     the gRPC and frames servers, the node-only gate
+//	service.go     the DiStash gRPC service
+//	conns.go       a node's connections and controller view
 package server
 
 import (
