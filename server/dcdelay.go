@@ -48,8 +48,8 @@ func (n *node) setupDCDelay() {
 
 // followDCs keeps the node's data-center table up to date from the
 // coordinators' View until ctx ends (nothing without a delay).
-func (s *Server) followDCs(ctx context.Context) {
-	n := s.node
+func (n *node) followDCs(ctx context.Context) {
+	s := n.s
 	if n.dcs == nil {
 		return
 	}

@@ -116,7 +116,7 @@ func TestNodesDelayOtherDCs(t *testing.T) {
 	for i, s := range srvs {
 		for _, o := range specs {
 			for {
-				dc, ok := s.node.dcs.DC(o.name + ":4500")
+				dc, ok := s.link.(*node).dcs.DC(o.name + ":4500")
 				if ok && dc == o.dc {
 					break
 				}
@@ -129,7 +129,7 @@ func TestNodesDelayOtherDCs(t *testing.T) {
 			if specs[i].dc != o.dc {
 				want = d
 			}
-			if got := s.node.dcs.DelayFor(o.name + ":4500"); got != want {
+			if got := s.link.(*node).dcs.DelayFor(o.name + ":4500"); got != want {
 				t.Fatalf("%s's delay to %s: %v, want %v", specs[i].name, o.name, got, want)
 			}
 		}
@@ -138,7 +138,7 @@ func TestNodesDelayOtherDCs(t *testing.T) {
 	// Round trips of the nodes' own connections: a coordinator's View.
 	rtt := func(from *Server, to string) time.Duration {
 		t.Helper()
-		conn, err := from.node.connTo(to)
+		conn, err := from.link.(*node).connTo(to)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -153,7 +153,7 @@ func TestNodesDelayOtherDCs(t *testing.T) {
 				best = took
 			}
 		}
-		t.Logf("round trip %s -> %s: %v", from.node.opts.Listen, to, best)
+		t.Logf("round trip %s -> %s: %v", from.link.(*node).opts.Listen, to, best)
 		return best
 	}
 	// tx1 to tx2 and the controller: all in dc3.

@@ -4,20 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
-	"os"
-	"path/filepath"
 	"slices"
-	"strconv"
-	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/distash/distash/config"
 	"github.com/distash/distash/internal/dd"
-	"github.com/distash/distash/internal/engine/locallog"
-	"github.com/distash/distash/internal/fsys"
 	"github.com/distash/distash/internal/kv"
 	"github.com/distash/distash/internal/proxy"
 	"github.com/distash/distash/internal/shardmap"
@@ -126,7 +117,7 @@ func (e *distEnv) Metrics(ctx context.Context, tag kv.Tag, ranges []kv.KeyRange,
 	if addr == "" {
 		return nil, fmt.Errorf("no address for stash %d", tag)
 	}
-	c, err := e.s.node.connTo(addr)
+	c, err := e.s.link.connTo(addr)
 	if err != nil {
 		return nil, err
 	}
@@ -183,53 +174,20 @@ func (e *distEnv) CommitShards(ctx context.Context, set []shardmap.Shard, clear 
 // controller gives its node a new tag if it ever returns.
 func (e *distEnv) Retire(ctx context.Context, tag kv.Tag) error {
 	e.s.log.Pop(tag, e.s.log.LastVersion())
-	if n := e.s.node; n != nil {
-		cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-		defer cancel()
-		return n.cc.Retire(cctx, uint32(tag))
-	}
-	return nil
-}
-
-// viewCache keeps the controller's last view for a node's lookups (stash
-// addresses for fetches and metrics, the data distributor's stashes and
-// settings); it is refreshed on demand when older than its reader allows.
-type viewCache struct {
-	mu   sync.Mutex
-	view *wire.ViewResponse // Protected by mu.
-	at   time.Time          // Protected by mu.
+	return e.s.link.retire(ctx, tag)
 }
 
 // lastView returns a view at most a second old (nil if none could be had).
 func (s *Server) lastView() *wire.ViewResponse { return s.viewWithin(time.Second) }
 
-// viewWithin returns a view at most maxAge old, or the last one if the
-// controller does not answer (nil if none could be had, and embedded).
-func (s *Server) viewWithin(maxAge time.Duration) *wire.ViewResponse {
-	n := s.node
-	if n == nil {
-		return nil
-	}
-	c := &s.views
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.view != nil && time.Since(c.at) < maxAge {
-		return c.view
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	if v, err := n.cc.View(ctx); err == nil {
-		c.view, c.at = v, time.Now()
-	}
-	return c.view
-}
+// viewWithin returns the controller's view at most maxAge old, or the
+// last one if the controller does not answer (nil if none could be had,
+// and always for an embedded cluster).
+func (s *Server) viewWithin(maxAge time.Duration) *wire.ViewResponse { return s.link.view(maxAge) }
 
 // stashAddress returns the address of the node serving tag, from the
 // latest view (cluster mode).
 func (s *Server) stashAddress(tag kv.Tag) string {
-	if s.node == nil {
-		return ""
-	}
 	v := s.lastView()
 	if v == nil {
 		return ""
@@ -250,22 +208,20 @@ func (f fetcher) FetchRange(ctx context.Context, from []kv.Tag, begin, end []byt
 	var errs []error
 	// Live replicas first: a dead one costs a timeout.
 	order := slices.Clone(from)
-	if f.s.node != nil {
-		if view := f.s.lastView(); view != nil {
-			alive := map[kv.Tag]bool{}
-			for _, sl := range view.Stashes {
-				alive[kv.Tag(sl.Tag)] = sl.Alive
-			}
-			slices.SortStableFunc(order, func(a, b kv.Tag) int {
-				switch {
-				case alive[a] && !alive[b]:
-					return -1
-				case alive[b] && !alive[a]:
-					return 1
-				}
-				return 0
-			})
+	if view := f.s.lastView(); view != nil {
+		alive := map[kv.Tag]bool{}
+		for _, sl := range view.Stashes {
+			alive[kv.Tag(sl.Tag)] = sl.Alive
 		}
+		slices.SortStableFunc(order, func(a, b kv.Tag) int {
+			switch {
+			case alive[a] && !alive[b]:
+				return -1
+			case alive[b] && !alive[a]:
+				return 1
+			}
+			return 0
+		})
 	}
 	for _, t := range order {
 		if sl, ok := f.s.slot(t); ok {
@@ -281,7 +237,7 @@ func (f fetcher) FetchRange(ctx context.Context, from []kv.Tag, begin, end []byt
 			errs = append(errs, fmt.Errorf("no address for stash %d", t))
 			continue
 		}
-		c, err := f.s.node.connTo(addr)
+		c, err := f.s.link.connTo(addr)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -315,68 +271,6 @@ func (f fetcher) FetchRange(ctx context.Context, from []kv.Tag, begin, end []byt
 	return nil, false, kv.Errorf(kv.CodeStashUnavailable, "fetch from %v: %v", from, errors.Join(errs...))
 }
 
-// stashTagFile records, in a stash node's --dir, the tag its stash's data
-// belongs to.
-const stashTagFile = "stash-tag"
-
-// stashStartsEmpty reports whether this stash node's stash has no data: a
-// dram stash (with a local log: one that has no local log files), or a
-// durable one whose directory has no stash-tag file (a new directory, or
-// one whose data was dropped). A damaged tag file counts as data: the
-// stash finds the damage as it opens (adoptStashTag).
-func (s *Server) stashStartsEmpty() bool {
-	p, ok := s.cfg.PoolByName(s.node.opts.Pool)
-	if !ok || p.Volatile() && !p.LocalLog {
-		return true
-	}
-	if p.LocalLog && !locallog.Exists(s.opts.FS, filepath.Join(s.opts.Dir, "stash")) {
-		return true
-	}
-	exists, err := fsys.Exists(s.opts.FS, filepath.Join(s.opts.Dir, stashTagFile))
-	return err == nil && !exists
-}
-
-// adoptStashTag makes the stash directory belong to tag, the one the
-// controller gave: data of another tag (one that was replaced while this
-// node was away, so its shards live elsewhere now) is removed first. A
-// damaged tag file returns a *fsys.DamageError and changes nothing: whose
-// data the directory holds is unknown. legacy reports a tag file written
-// before checksums (the caller rewrites it once the stash opened).
-func (s *Server) adoptStashTag(pool config.Pool, tag kv.Tag) (legacy bool, err error) {
-	if pool.Volatile() && !pool.LocalLog {
-		return false, nil
-	}
-	f := fsys.Or(s.opts.FS)
-	path := filepath.Join(s.opts.Dir, stashTagFile)
-	want := strconv.FormatUint(uint64(tag), 10)
-	b, legacy, err := fsys.ReadChecked(f, path)
-	switch {
-	case err == nil:
-		got := strings.TrimSpace(string(b))
-		if _, perr := strconv.ParseUint(got, 10, 32); perr != nil {
-			return false, fsys.Damaged(path, "holds %q, not a stash tag", b)
-		}
-		if got == want {
-			return legacy, nil
-		}
-		s.logger.Warn("this stash was replaced while it was away: its data is dropped and it joins as a new stash",
-			"old_tag", got, "tag", tag)
-	case errors.Is(err, fs.ErrNotExist) || os.IsNotExist(err):
-	default:
-		return false, err
-	}
-	if err := f.RemoveAll(filepath.Join(s.opts.Dir, "stash")); err != nil {
-		return false, fmt.Errorf("server: drop a replaced stash's data: %w", err)
-	}
-	return false, s.writeStashTag(tag)
-}
-
-// writeStashTag records, checksummed, that the stash directory's data
-// belongs to tag.
-func (s *Server) writeStashTag(tag kv.Tag) error {
-	return fsys.WriteChecked(s.opts.FS, filepath.Join(s.opts.Dir, stashTagFile), []byte(strconv.FormatUint(uint64(tag), 10)+"\n"))
-}
-
 // Distribution returns the data distributor's status of every pool, nil on
 // a node that does not hold the stateless roles.
 func (s *Server) Distribution() map[string]dd.PoolStatus {
@@ -386,59 +280,4 @@ func (s *Server) Distribution() map[string]dd.PoolStatus {
 	}
 	pools, _ := r.dd.Status()
 	return pools
-}
-
-// keepLogTags keeps the log's tag set (the tags that must pop an entry
-// before it is dropped) equal to the stashes that may still need entries:
-// the system stash, every stash the controller lists that is not retired
-// (a stash that is down may return within failure_wait and catch up), and
-// every such stash the shard map names. Tags are given out as stashes join
-// and replaced ones are retired, so the set follows the cluster: a new
-// stash's entries are kept until it pops them, and a retired one no longer
-// holds the log back. Cluster mode only (an embedded cluster's tags are
-// fixed).
-func (s *Server) keepLogTags(ctx context.Context, r *txRoles) {
-	t := time.NewTicker(ddInterval())
-	defer t.Stop()
-	var last []kv.Tag
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		v := s.lastView()
-		if v == nil || len(v.Stashes) == 0 {
-			continue
-		}
-		retired := map[kv.Tag]bool{}
-		set := map[kv.Tag]bool{shardmap.SystemTag: true}
-		for _, sl := range v.Stashes {
-			if sl.Retired {
-				retired[kv.Tag(sl.Tag)] = true
-			} else if sl.Node != "" {
-				set[kv.Tag(sl.Tag)] = true
-			}
-		}
-		for _, sh := range r.commit.Shards().Shards() {
-			for _, t := range sh.Tags() {
-				if !retired[t] {
-					set[t] = true
-				}
-			}
-		}
-		tags := make([]kv.Tag, 0, len(set))
-		for t := range set {
-			tags = append(tags, t)
-		}
-		slices.Sort(tags)
-		if slices.Equal(tags, last) {
-			continue
-		}
-		if l := s.logReplica(); l != nil {
-			l.SetTags(tags)
-			s.logger.Info("log tag set", "tags", tags)
-			last = tags
-		}
-	}
 }

@@ -166,21 +166,24 @@ func (s *Server) clusterStatus(ctx context.Context) (*wire.StatusResponse, error
 	own := func(ctx context.Context) (*wire.StatusResponse, error) {
 		return (&service{s: s}).Status(ctx, &wire.StatusRequest{})
 	}
-	if s.node == nil {
-		return own(ctx)
-	}
-	view := s.lastView()
+	return s.link.clusterStatus(ctx, own)
+}
+
+// clusterStatus puts a node's cluster status together (Server.clusterStatus);
+// own answers for this node.
+func (n *node) clusterStatus(ctx context.Context, own func(context.Context) (*wire.StatusResponse, error)) (*wire.StatusResponse, error) {
+	view := n.view(time.Second)
 	if view == nil {
 		return nil, errors.New("no view of the cluster from the coordinators yet")
 	}
-	s.views.mu.Lock()
-	age := time.Since(s.views.at)
-	s.views.mu.Unlock()
+	n.views.mu.Lock()
+	age := time.Since(n.views.at)
+	n.views.mu.Unlock()
 	st, err := clusterstatus.FromView(ctx, view, func(ctx context.Context, addr string) (*wire.StatusResponse, error) {
-		if addr == s.Addr() {
+		if addr == n.addr() {
 			return own(ctx)
 		}
-		c, err := s.node.connTo(addr)
+		c, err := n.connTo(addr)
 		if err != nil {
 			return nil, err
 		}

@@ -9,10 +9,14 @@ import (
 	"io/fs"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
+	"github.com/distash/distash/config"
 	"github.com/distash/distash/internal/coord"
+	"github.com/distash/distash/internal/coordrpc"
 	"github.com/distash/distash/internal/fsys"
+	"github.com/distash/distash/internal/kv"
 	"github.com/distash/distash/internal/txlog"
 	"github.com/distash/distash/internal/wire"
 )
@@ -90,8 +94,8 @@ func logReplicaID(fsy fsys.FS, dir, nodeID string) (string, error) {
 // transaction node waits here until the log's leader adds it in place of
 // a lost replica; a node whose replica lost its state waits until the
 // leader replaced its old member by its new id.
-func (s *Server) logPlacement(ctx context.Context) (peers []txlog.Peer, join bool, err error) {
-	n := s.node
+func (tn *transactionNode) logPlacement(ctx context.Context) (peers []txlog.Peer, join bool, err error) {
+	s, n := tn.s, tn.n
 	said := ""
 	for {
 		vctx, cancel := context.WithTimeout(ctx, 3*time.Second)
@@ -104,7 +108,7 @@ func (s *Server) logPlacement(ctx context.Context) (peers []txlog.Peer, join boo
 				ids = v.LogReplicas // an older controller: the node ids
 			}
 			i := slices.Index(v.LogReplicas, n.id)
-			if i >= 0 && ids[i] == n.logID {
+			if i >= 0 && ids[i] == tn.logID {
 				addrOf := map[string]string{}
 				for _, cn := range v.Nodes {
 					addrOf[cn.Id] = cn.Address
@@ -112,7 +116,7 @@ func (s *Server) logPlacement(ctx context.Context) (peers []txlog.Peer, join boo
 				for j, id := range v.LogReplicas {
 					peers = append(peers, txlog.Peer{ID: ids[j], Addr: addrOf[id]})
 				}
-				join = len(v.LogBootstrapIds) > 0 && !slices.Contains(v.LogBootstrapIds, n.logID)
+				join = len(v.LogBootstrapIds) > 0 && !slices.Contains(v.LogBootstrapIds, tn.logID)
 				return peers, join, nil
 			}
 			wait = time.Second
@@ -124,7 +128,7 @@ func (s *Server) logPlacement(ctx context.Context) (peers []txlog.Peer, join boo
 		}
 		if why != said {
 			said = why
-			s.logger.Info(why, "log_id", n.logID, "want", s.cfg.Log.Replicas, "err", err)
+			s.logger.Info(why, "log_id", tn.logID, "want", s.cfg.Log.Replicas, "err", err)
 		}
 		select {
 		case <-ctx.Done():
@@ -154,7 +158,8 @@ func (s *Server) logPlacement(ctx context.Context) (peers []txlog.Peer, join boo
 // A member is removed only once it has looked lost for lostFor, in
 // every view since: a new controller, say, counts every node dead until
 // it hears from it.
-func (s *Server) keepLogMembers(ctx context.Context) {
+func (tn *transactionNode) keepLogMembers(ctx context.Context) {
+	s := tn.s
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	since := map[string]time.Time{} // members that look lost, since when
@@ -164,7 +169,7 @@ func (s *Server) keepLogMembers(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		if err := s.mendLogMembers(ctx, since); err != nil && ctx.Err() == nil {
+		if err := tn.mendLogMembers(ctx, since); err != nil && ctx.Err() == nil {
 			s.roleLogger(logRoleLog).Warn("keeping the log's membership whole", "err", err)
 		}
 	}
@@ -173,12 +178,12 @@ func (s *Server) keepLogMembers(ctx context.Context) {
 // lostFor is how long a log member must look lost before it is removed.
 const lostFor = 3 * time.Second
 
-func (s *Server) mendLogMembers(ctx context.Context, since map[string]time.Time) error {
-	n, l := s.node, s.log
+func (tn *transactionNode) mendLogMembers(ctx context.Context, since map[string]time.Time) error {
+	s, n, l := tn.s, tn.n, tn.s.log
 	v := s.lastView()
-	s.views.mu.Lock()
-	age := time.Since(s.views.at)
-	s.views.mu.Unlock()
+	n.views.mu.Lock()
+	age := time.Since(n.views.at)
+	n.views.mu.Unlock()
 	if v == nil || age > 3*time.Second || l == nil || !l.IsLeader() || len(v.LogIds) != len(v.LogReplicas) {
 		// No live view (no controller), or one from a controller that
 		// does not know the replicas' raft ids: no change.
@@ -203,7 +208,7 @@ func (s *Server) mendLogMembers(ctx context.Context, since map[string]time.Time)
 	}
 	ownerOf := func(m txlog.Member) *wire.ClusterNode { return byLogID[m.ID] }
 	lost := func(m txlog.Member) string {
-		if m.ID == n.logID {
+		if m.ID == tn.logID {
 			return ""
 		}
 		o := ownerOf(m)
@@ -294,9 +299,38 @@ func (s *Server) mendLogMembers(ctx context.Context, since map[string]time.Time)
 	if err := n.cc.SetLogReplicas(tctx, replicas, ids); err != nil {
 		return fmt.Errorf("record the log's membership with the controller: %w", err)
 	}
-	s.views.mu.Lock()
-	s.views.view = nil // the next look sees the new placement
-	s.views.mu.Unlock()
+	n.views.mu.Lock()
+	n.views.view = nil // the next look sees the new placement
+	n.views.mu.Unlock()
 	s.roleLogger(logRoleLog).Info("recorded the log's membership with the controller", "replicas", replicas, "ids", ids)
 	return nil
+}
+
+// register registers the node with the cluster controller, waiting for
+// it, takes the generation it gives and returns the slot and tag it gives
+// (a stash node's).
+func (n *node) register(ctx context.Context, reg coordrpc.NodeRegistration) (slot int, tag kv.Tag, err error) {
+	s := n.s
+	coords := strings.Join(n.opts.Coordinators, ",")
+	for {
+		rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
+		sl, t, gen, err := n.cc.Register(rctx, reg)
+		rcancel()
+		if err == nil {
+			slot, tag = sl, kv.Tag(t)
+			n.generation.Store(gen)
+			break
+		}
+		var fe *config.FieldError
+		var ke *kv.Error
+		if errors.As(err, &fe) || errors.As(err, &ke) && !ke.Code.Retryable() {
+			return 0, 0, fmt.Errorf("server: the cluster refused this node: %w", err)
+		}
+		if ctx.Err() != nil {
+			return 0, 0, fmt.Errorf("server: register with the coordinators %s: %w", coords, err)
+		}
+		s.logger.Info("waiting for the cluster controller", "coordinators", coords, "last_error", err)
+	}
+	s.logger.Info("node registered", "addr", n.opts.Listen, "slot", slot)
+	return slot, tag, nil
 }

@@ -337,8 +337,8 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	if l := s.logReplica(); l != nil {
 		c.collectLog(ch)
 		logLast = l.LastVersion()
-	} else if s.node != nil {
-		logLast = kv.Version(s.node.logLast.Load())
+	} else {
+		logLast = s.link.reportedLogLast()
 	}
 	c.collectStashes(ch, logLast)
 	if r := s.tx.Load(); r != nil {
@@ -348,7 +348,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 
 func (c collector) collectNode(ch chan<- prometheus.Metric) {
 	s := c.s
-	ns := s.nodeStatus()
+	ns := s.link.status()
 	if ns == nil {
 		// An embedded cluster holds every role, for its one generation.
 		gauge(ch, descNodeInfo, 1, embeddedNode, "embedded", "", "", "")

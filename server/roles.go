@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/distash/distash/config"
@@ -13,6 +14,7 @@ import (
 	"github.com/distash/distash/internal/engine"
 	"github.com/distash/distash/internal/engine/engines"
 	"github.com/distash/distash/internal/kv"
+	"github.com/distash/distash/internal/logentry"
 	"github.com/distash/distash/internal/logrpc"
 	"github.com/distash/distash/internal/proxy"
 	"github.com/distash/distash/internal/ratekeeper"
@@ -20,6 +22,7 @@ import (
 	"github.com/distash/distash/internal/sequencer"
 	"github.com/distash/distash/internal/shardmap"
 	"github.com/distash/distash/internal/stash"
+	"github.com/distash/distash/internal/txlog"
 )
 
 // txRoles are the stateless transaction roles of one generation: the
@@ -71,27 +74,19 @@ func (s *Server) startSystemStash(ctx context.Context) (*stash.Stash, error) {
 		if err != nil {
 			return nil, fmt.Errorf("server: open system stash: %w", err)
 		}
-		if s.node != nil {
-			if gone := s.log.Gone(shardmap.SystemTag); sysEng.Version() < gone {
-				// This node was away while the log dropped system
-				// messages its stash had not made durable.
-				if err := s.rebuildSystemStash(ctx, sysEng, gone); err != nil {
-					sysEng.Close()
-					return nil, err
-				}
+		if gone := s.log.Gone(shardmap.SystemTag); sysEng.Version() < gone {
+			// This process was away while the log dropped system
+			// messages its stash had not made durable.
+			if err := s.link.systemStashBehind(ctx, sysEng, gone); err != nil {
+				sysEng.Close()
+				return nil, err
 			}
 		}
-		opts := stash.Options{
+		return stash.New(stash.Options{
 			Tag: shardmap.SystemTag, Pool: "system", Engine: sysEng, Log: s.log,
 			WindowVersions: s.windowVersions(), FlushInterval: s.opts.FlushInterval, Logger: s.roleLogger(logRoleStash),
-		}
-		if s.node != nil {
-			// The log replica shares the disk: a transaction node whose
-			// disk is full stops, with a message saying so, and the other
-			// log replicas carry on.
-			opts.OnDiskFull = func(err error) { s.fail(err) }
-		}
-		return stash.New(opts), nil
+			OnDiskFull: s.link.systemDiskFull,
+		}), nil
 	}
 	sys, err := open()
 	if err != nil {
@@ -111,25 +106,9 @@ func (s *Server) startSystemStash(ctx context.Context) (*stash.Stash, error) {
 // configuration record here, in one transaction. began is when the
 // recovery started (a node's began before it claimed the generation).
 func (s *Server) startRoles(ctx context.Context, gen uint64, recovered kv.Version, sys *stash.Stash, began time.Time) (err error) {
-	shards, fresh, err := s.loadShardMap(ctx, sys, recovered)
+	shards, fresh, hasConfigRecord, err := s.loadAndCheckShardMap(ctx, sys, recovered)
 	if err != nil {
 		return err
-	}
-	hasConfigRecord := false
-	if !fresh {
-		created, err := readConfigRecord(ctx, sys)
-		if err != nil {
-			return err
-		}
-		if created != nil {
-			hasConfigRecord = true
-			if err := s.cfg.CheckSameCluster(created); err != nil {
-				return fmt.Errorf("server: the cluster in %s: %w", s.opts.Dir, err)
-			}
-		}
-	}
-	if err := checkShardsMatchPools(shards, s.cfg); err != nil {
-		return fmt.Errorf("server: the cluster in %s: %w", s.opts.Dir, err)
 	}
 
 	r := &txRoles{generation: gen, recovered: recovered, startedAt: began}
@@ -142,11 +121,6 @@ func (s *Server) startRoles(ctx context.Context, gen uint64, recovered kv.Versio
 		Throttle: r.rk, ObserveBatch: func(n int) { s.metrics.batchSize.Observe(float64(n)) },
 	})
 	r.grv = proxy.NewGRVProxy(r.seq, r.rk)
-	if s.node != nil {
-		// A deposed leader must not hand out read versions older than the
-		// new generation's commits.
-		r.grv.WithConfirm(s.log.VerifyLeader)
-	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
 	r.wg.Add(2)
@@ -164,36 +138,8 @@ func (s *Server) startRoles(ctx context.Context, gen uint64, recovered kv.Versio
 		}
 	}()
 
-	// cluster.toml is a copy of the configuration for people and the first
-	// check of the next start. On a new cluster it is written before the
-	// shard map: if the process dies between the two, the next start finds
-	// the file and an empty shard map and bootstraps again with the same
-	// configuration.
-	if err := writeConfig(s.opts.FS, s.opts.Dir, s.cfg); err != nil {
+	if err := s.recordBootstrap(ctx, r, shards, fresh, hasConfigRecord); err != nil {
 		return err
-	}
-	if fresh || !hasConfigRecord {
-		// The shard map and the configuration are recorded in one
-		// transaction, so a cluster with a shard map always knows the
-		// configuration it was made with. (A cluster made before
-		// configurations were recorded gets its record now.)
-		cfgBytes, err := s.cfg.Marshal()
-		if err != nil {
-			return err
-		}
-		txn := proxy.Txn{ReadVersion: r.seq.CommittedVersion()}
-		if fresh {
-			for _, sh := range shards.Shards() {
-				k, v := shardmap.Encode(sh)
-				txn.Mutations = append(txn.Mutations, kv.Mutation{Type: kv.MutSet, Key: k, Param: v})
-				txn.WriteConflicts = append(txn.WriteConflicts, kv.PointRange(k))
-			}
-		}
-		txn.Mutations = append(txn.Mutations, kv.Mutation{Type: kv.MutSet, Key: configKey, Param: cfgBytes})
-		txn.WriteConflicts = append(txn.WriteConflicts, kv.PointRange(configKey))
-		if _, err := r.commit.CommitSystem(ctx, txn); err != nil {
-			return fmt.Errorf("server: record the initial shard map and configuration: %w", err)
-		}
 	}
 	r.recoveryTime = time.Since(began)
 	r.dd, _ = s.newDistributor(r)
@@ -202,18 +148,15 @@ func (s *Server) startRoles(ctx context.Context, gen uint64, recovered kv.Versio
 		defer r.wg.Done()
 		r.dd.Run(runCtx)
 	}()
-	if s.node != nil {
+	// What the process adds to the roles before they serve (a node:
+	// its loops that run with them).
+	s.link.rolesStarting(r, func(loop func(context.Context)) {
 		r.wg.Add(1)
 		go func() {
 			defer r.wg.Done()
-			s.keepLogTags(runCtx, r)
+			loop(runCtx)
 		}()
-		r.wg.Add(1)
-		go func() {
-			defer r.wg.Done()
-			s.keepLogMembers(runCtx)
-		}()
-	}
+	})
 	s.tx.Store(r)
 	s.metrics.recovered(r.recoveryTime)
 	return nil
@@ -371,4 +314,53 @@ func proxyPools(cfg *config.Config) []proxy.Pool {
 		}
 	}
 	return pools
+}
+
+// lazyLog is the log service of a node: it serves stashes only while the
+// node holds the stateless roles, i.e. while its log replica leads and its
+// generation has begun (a follower's log may lag the leader's, and pops
+// must reach the leader); other calls are refused with wrong_node and the
+// stash asks the coordinators again.
+type lazyLog struct {
+	p     atomic.Pointer[txlog.Log]
+	holds func() bool
+}
+
+// Serving implements logrpc.Gate.
+func (l *lazyLog) Serving() error {
+	if l.get() == nil || l.holds == nil || !l.holds() {
+		return kv.Errorf(kv.CodeWrongNode, "this node does not lead the log now")
+	}
+	return nil
+}
+
+func (l *lazyLog) set(lg *txlog.Log) { l.p.Store(lg) }
+
+func (l *lazyLog) get() *txlog.Log { return l.p.Load() }
+
+func (l *lazyLog) Peek(ctx context.Context, tag kv.Tag, after kv.Version, maxBytes int) ([]logentry.Message, kv.Version, error) {
+	lg := l.get()
+	if lg == nil {
+		return nil, after, kv.Errorf(kv.CodeWrongNode, "this node holds no log replica")
+	}
+	return lg.Peek(ctx, tag, after, maxBytes)
+}
+
+// OverMemoryBudget implements logrpc.MemoryBudgeted.
+func (l *lazyLog) OverMemoryBudget() bool {
+	lg := l.get()
+	return lg != nil && lg.OverMemoryBudget()
+}
+
+func (l *lazyLog) Pop(tag kv.Tag, upTo kv.Version) {
+	if lg := l.get(); lg != nil {
+		lg.Pop(tag, upTo)
+	}
+}
+
+func (l *lazyLog) LastVersion() kv.Version {
+	if lg := l.get(); lg != nil {
+		return lg.LastVersion()
+	}
+	return 0
 }

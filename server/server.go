@@ -13,21 +13,29 @@
 // configuration the cluster was created with. Restarting on the same
 // directory recovers the cluster: durable stashes come back with their data
 // and catch up from the log; dram stashes come back empty.
+//
+// StartNode starts one node of a multi-process cluster instead, with the
+// same runtime. Where to look:
+//
+//	server.go      Server: the runtime, its stash slots, Stop; clusterLink
+//	embedded.go    the embedded cluster (Start): every role in this process
+//	node.go        a node (StartNode): wiring, status, its clusterLink
+//	txnnode.go     a transaction node: log replica, leadership, recovery
+//	stashnode.go   a stash node: its stash over the remote log, rejoins
+//	membership.go  registration, the log's placement and raft membership
+//	roles.go       the stateless roles of a generation (both runtimes)
+//	bootstrap.go   the shard map load and the recorded-config checks
+//	gateway.go     the gRPC and frames servers, the node-only gate
+//	service.go     the DiStash gRPC service
+//	conns.go       a node's connections and controller view
 package server
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"log/slog"
-	"net"
-	"os"
-	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -40,21 +48,13 @@ import (
 	"github.com/distash/distash/internal/engine/flash"
 	pebbleengine "github.com/distash/distash/internal/engine/pebble"
 	"github.com/distash/distash/internal/farmem/ult"
-	"github.com/distash/distash/internal/frames"
 	"github.com/distash/distash/internal/fsys"
 	"github.com/distash/distash/internal/kv"
 	"github.com/distash/distash/internal/proxy"
-	"github.com/distash/distash/internal/raftnet"
-	"github.com/distash/distash/internal/shardmap"
 	"github.com/distash/distash/internal/stash"
 	"github.com/distash/distash/internal/txlog"
 	"github.com/distash/distash/internal/wire"
 )
-
-// MaxStashesPerProcess bounds the stashes of all pools that one embedded
-// cluster runs: each holds an engine (a Pebble stash up to about 20 MiB of
-// cache and memtable), an MVCC window and goroutines.
-const MaxStashesPerProcess = 256
 
 // Options configure an embedded cluster.
 type Options struct {
@@ -95,13 +95,25 @@ type Options struct {
 	FS fsys.FS
 }
 
-// Server is a running embedded cluster.
+// Server is a running process of a DiStash cluster: an embedded cluster
+// (Start), which runs every role in this process, or one node of a
+// multi-process cluster (StartNode). Both are the same runtime: a gateway
+// (gateway.go), stash slots under supervision (supervise.go), the
+// transaction roles while this process holds them (roles.go) over its log
+// replica, and a clusterLink to the rest of the cluster, which is where
+// they differ (embedded.go; node.go with txnnode.go and stashnode.go).
 type Server struct {
 	opts   Options
 	cfg    *config.Config
 	logger *slog.Logger
+	// link is how this process reaches the rest of its cluster: *embedded
+	// or *node.
+	link clusterLink
 
-	log     *txlog.Log              // nil on a stash node of a multi-process cluster
+	// log is this process's log replica, set by the goroutine that opens
+	// it (nil on a stash node); replica publishes it to the others.
+	log     *txlog.Log
+	replica lazyLog
 	devices devices                 // the stashes' emulated devices ([pool.device])
 	tx      atomic.Pointer[txRoles] // the stateless roles, while this process holds them
 	// stashes and order: the stash slots (the stash in a slot changes on
@@ -111,18 +123,15 @@ type Server struct {
 	stashes  map[kv.Tag]*stashSlot // Protected by stashMu.
 	order    []kv.Tag              // Protected by stashMu: stash tags in pool order, system first.
 	poolTags map[string][]kv.Tag
-	// views caches the controller's view (cluster mode, distribution.go).
-	views   viewCache
-	usage   *proxy.UsageBoard // stashes report their live bytes here; the commit proxy reads it
-	reports *reportBoard      // remote stashes' progress (multi-process cluster), for the ratekeeper
-	node    *node             // the multi-process cluster's node; nil for an embedded cluster
+	usage    *proxy.UsageBoard // stashes report their live bytes here; the commit proxy reads it
+	reports  *reportBoard      // remote stashes' progress (multi-process cluster), for the ratekeeper
 
-	grpcServer *grpc.Server
-	listener   net.Listener
-	clientMux  *raftnet.Mux   // an embedded cluster's: gRPC and frames on listener
-	frames     *frames.Server // the data path's streams over frames
-	metrics    *metrics
-	http       *httpServer // nil when HTTP is off
+	gw      gateway
+	metrics *metrics
+	http    *httpServer // nil when HTTP is off
+	// failed receives the error that stops a node (fail); nil, never
+	// ready, for an embedded cluster.
+	failed chan error
 
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
@@ -138,60 +147,55 @@ type Server struct {
 	legacyDir atomic.Bool
 }
 
-// Start opens or creates the cluster in opts.Dir and serves it.
-func Start(ctx context.Context, opts Options) (*Server, error) {
-	if opts.Dir == "" {
-		return nil, errors.New("server: Options.Dir is required")
-	}
-	if opts.Config == nil {
-		return nil, errors.New("server: Options.Config is required")
-	}
-	if err := opts.Config.Validate(); err != nil {
-		return nil, err
-	}
-	if opts.ListenAddr == "" {
-		opts.ListenAddr = "127.0.0.1:0"
-	}
-	if opts.Logger == nil {
-		opts.Logger = slog.Default()
-	}
-	// An embedded cluster has one generation, 0, for its life.
-	opts.Logger = serverLogger(opts.Logger, embeddedNode, func() uint64 { return 0 })
-	total := 0
-	for _, p := range opts.Config.Pools {
-		total += p.Stashes
-	}
-	if total > MaxStashesPerProcess {
-		return nil, fmt.Errorf("server: the configuration has %d stashes in all, more than the %d one process runs (each has its own engine, MVCC window and goroutines); use fewer stashes per pool", total, MaxStashesPerProcess)
-	}
-	for _, w := range opts.Config.Warnings() {
-		opts.Logger.Warn("configuration: " + w)
-	}
-	opts.FS = fsys.Or(opts.FS)
-	// The lock comes before anything else touches the directory: a second
-	// process started on it by mistake must change nothing.
-	dirLock, err := fsys.LockDir(opts.FS, opts.Dir)
-	if err != nil {
-		return nil, fmt.Errorf("server: %w", err)
-	}
-	legacy, err := checkConfigMatches(opts.FS, opts.Dir, opts.Config)
-	if err != nil {
-		dirLock.Close()
-		return nil, err
-	}
-	s := newServer(opts)
-	s.dirLock = dirLock
-	s.legacyDir.Store(legacy)
-	if err := s.start(ctx); err != nil {
-		s.Stop()
-		return nil, err
-	}
-	return s, nil
+// clusterLink is how a Server reaches the rest of its cluster: all that
+// an embedded cluster (embedded.go), which runs every role in this
+// process, and a node of a multi-process cluster (node.go), which finds
+// the others through the coordinators, do differently. The roles, the
+// stashes, their supervision, bootstrap and the gateway are the same code.
+type clusterLink interface {
+	addr() string          // the address this process serves on
+	clusterString() string // what clients pass to distash.Open
+	nodeID() string        // "" for an embedded cluster
+	// view returns the controller's view at most maxAge old, or the last
+	// one if the controller does not answer; nil if there is none (an
+	// embedded cluster has no controller).
+	view(maxAge time.Duration) *wire.ViewResponse
+	// connTo returns a connection to the node at addr.
+	connTo(addr string) (*grpc.ClientConn, error)
+	// retire has the controller retire a stash's tag (the data
+	// distributor's dd.Env.Retire, after the log popped it).
+	retire(ctx context.Context, tag kv.Tag) error
+	// status describes this node in status; nil for an embedded cluster.
+	status() *wire.NodeStatus
+	// stashNode names the node serving this process's stashes in status
+	// ("", "": not shown).
+	stashNode() (id, addr string)
+	// reportedLogLast is the log's last version for a process that holds
+	// no log replica (the stashes' lag in metrics).
+	reportedLogLast() kv.Version
+	// clusterStatus is the whole cluster's status (the web console); own
+	// answers for this process.
+	clusterStatus(ctx context.Context, own func(context.Context) (*wire.StatusResponse, error)) (*wire.StatusResponse, error)
+	// stashDamaged handles a damaged stash other than the system stash,
+	// once it is marked damaged (supervise.go).
+	stashDamaged(ctx context.Context, sl *stashSlot, pool, file, reason string, err error)
+	// systemStashBehind brings the system stash's engine up to gone, the
+	// version up to which the log dropped the system tag's messages.
+	systemStashBehind(ctx context.Context, eng engine.Engine, gone kv.Version) error
+	// systemDiskFull is the system stash's stash.Options.OnDiskFull.
+	systemDiskFull(err error)
+	// rolesStarting readies the roles r of a generation before they
+	// serve; run runs a loop with them until they stop.
+	rolesStarting(r *txRoles, run func(loop func(context.Context)))
+	// stop ends what the link runs, after the roles and stashes stopped.
+	stop()
 }
 
 func newServer(opts Options) *Server {
 	s := &Server{opts: opts, cfg: opts.Config, logger: opts.Logger, stashes: map[kv.Tag]*stashSlot{},
 		usage: proxy.NewUsageBoard(), reports: newReportBoard(), poolTags: coord.StashTags(opts.Config)}
+	s.replica.holds = func() bool { return s.tx.Load() != nil }
+	s.gw.s = s
 	s.metrics = newMetrics(s)
 	return s
 }
@@ -217,122 +221,6 @@ func (s *Server) stashSpecs() []stashSpec {
 // opens (0: the log's default); tests shrink it to make the log force-pop
 // a tag that does not pop (its HoldBytes follow from it).
 var logMemoryBytes atomic.Int64
-
-func (s *Server) start(ctx context.Context) error {
-	specs := s.stashSpecs()
-	tags := []kv.Tag{shardmap.SystemTag}
-	for _, sp := range specs {
-		tags = append(tags, sp.tag)
-	}
-	var err error
-	s.log, err = txlog.Open(txlog.Options{
-		Dir:         filepath.Join(s.opts.Dir, "log"),
-		FS:          s.opts.FS,
-		Replicas:    s.cfg.Log.Replicas,
-		Tags:        tags,
-		MemoryBytes: logMemoryBytes.Load(),
-		Logger:      s.roleLogger(logRoleLog),
-	})
-	if err != nil {
-		return fmt.Errorf("server: open log: %w", err)
-	}
-	recovered := s.log.LastVersion()
-	windowVersions := s.windowVersions()
-
-	runCtx, cancel := context.WithCancel(context.Background())
-	s.cancel = cancel
-
-	sys, err := s.startSystemStash(runCtx)
-	if err != nil {
-		return err
-	}
-
-	for _, sp := range specs {
-		st, err := s.openStash(sp, windowVersions, recovered)
-		if errors.Is(err, fsys.ErrDamaged) {
-			// Reported and handled by its supervisor (stashDamaged):
-			// the cluster starts, the stash serves nothing.
-			st, err = s.failedStash(sp, err), nil
-		}
-		if err != nil {
-			return err
-		}
-		// A stash that fails is reopened from its files; a dram stash
-		// then starts empty at the log's end.
-		reopen := func() (*stash.Stash, error) { return s.openStash(sp, windowVersions, s.log.LastVersion()) }
-		s.addStash(runCtx, sp.tag, st, reopen)
-	}
-
-	s.legacyDir.Store(false) // every stash has its ownership file now
-	if err := s.startRoles(ctx, 0, recovered, sys, time.Now()); err != nil {
-		return err
-	}
-	for _, sp := range specs {
-		sl, _ := s.slot(sp.tag)
-		sl.setOwned(s.tx.Load().commit.Shards().RangesOf(sp.tag))
-	}
-
-	s.listener, err = net.Listen("tcp", s.opts.ListenAddr)
-	if err != nil {
-		return fmt.Errorf("server: listen on %s: %w", s.opts.ListenAddr, err)
-	}
-	s.warnIfExposed()
-	// One address for gRPC and the data path's frames protocol: the mux
-	// terminates TLS (if any) and routes each connection by its first byte.
-	s.clientMux = raftnet.ServeClients(s.listener, s.opts.TLS)
-	s.clientMux.OnRejected(s.logRejected)
-	s.grpcServer = s.newGRPCServer(grpc.Creds(raftnet.GRPCCredentials()))
-	wire.RegisterDiStashServer(s.grpcServer, &service{s: s})
-	lis := s.clientMux.GRPCListener()
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		if err := s.grpcServer.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
-			s.logger.Error("grpc serve", "err", err)
-		}
-	}()
-	s.startFrames(s.clientMux.FramesListener())
-	if err := s.startHTTP(); err != nil {
-		return err
-	}
-	s.logger.Info("distash cluster started", "addr", s.listener.Addr().String(), "dir", s.opts.Dir, "recovered_version", recovered, "pools", len(s.cfg.Pools))
-	return nil
-}
-
-// newGRPCServer returns the gRPC server of this process, with its
-// interceptors (panic recovery innermost, around the handlers) and opts.
-func (s *Server) newGRPCServer(opts ...grpc.ServerOption) *grpc.Server {
-	gopts := []grpc.ServerOption{grpc.MaxRecvMsgSize(64 << 20), grpc.MaxSendMsgSize(64 << 20)}
-	gopts = append(gopts, opts...)
-	unary := []grpc.UnaryServerInterceptor{s.recoverUnary}
-	stream := []grpc.StreamServerInterceptor{s.recoverStream}
-	if s.opts.Interceptor != nil {
-		unary = append([]grpc.UnaryServerInterceptor{s.opts.Interceptor}, unary...)
-	}
-	if s.opts.StreamInterceptor != nil {
-		stream = append([]grpc.StreamServerInterceptor{s.opts.StreamInterceptor}, stream...)
-	}
-	gopts = append(gopts, grpc.ChainUnaryInterceptor(unary...), grpc.ChainStreamInterceptor(stream...))
-	return grpc.NewServer(gopts...)
-}
-
-// startFrames serves the data path's streams (ReadStream, CommitStream)
-// over the frames protocol on ln, with the generated handlers behind the
-// same stream interceptors as the gRPC server's (newGRPCServer).
-func (s *Server) startFrames(ln net.Listener) {
-	s.frames = frames.NewServer(frames.ServerOptions{
-		Interceptor: frames.ChainStreamInterceptors(s.opts.StreamInterceptor, s.recoverStream),
-		Logger:      s.logger,
-	})
-	s.frames.Register(&wire.DiStash_ServiceDesc, &service{s: s})
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		if err := s.frames.Serve(ln); err != nil {
-			s.logger.Error("frames serve", "err", err)
-		}
-	}()
-}
 
 // engineTuning returns the engine-specific settings of pool p's stashes
 // (engine.Options.Tuning), nil for the engine's defaults.
@@ -379,51 +267,6 @@ func engineTuning(p config.Pool) any {
 // wrapEngine, if set (by tests of this package), wraps every stash engine
 // opened, to inject failures.
 var wrapEngine func(pool string, index int, e engine.Engine) engine.Engine
-
-func (s *Server) openStash(sp stashSpec, windowVersions, recovered kv.Version) (*stash.Stash, error) {
-	dir := filepath.Join(s.opts.Dir, "stash", fmt.Sprintf("%s-%d", sp.pool.Name, sp.index))
-	if !sp.pool.Volatile() || sp.pool.LocalLog {
-		if err := fsys.Or(s.opts.FS).MkdirAll(dir, 0o755); err != nil {
-			return nil, err
-		}
-	}
-	stashFS := s.stashFS(sp)
-	eng, err := s.openEngine(sp.pool, dir, stashFS)
-	if err != nil {
-		return nil, fmt.Errorf("server: open stash %s-%d: %w", sp.pool.Name, sp.index, err)
-	}
-	if wrapEngine != nil {
-		eng = wrapEngine(sp.pool.Name, sp.index, eng)
-	}
-	volatile := sp.pool.Volatile()
-	if sp.pool.LocalLog {
-		// It catches up from what its local log holds if the log still
-		// has every entry of its tag after it (a Peek after a version
-		// below Gone fails), else it starts empty.
-		eng, volatile, _, err = s.startLocalLog(sp, dir, eng, func(v kv.Version) (bool, error) { return v >= s.log.Gone(sp.tag), nil })
-		if err != nil {
-			return nil, err
-		}
-	} else if popped := s.log.Popped(sp.tag); eng.Version() < popped {
-		// The engine came back older than what the log still holds for it:
-		// it lost data (an ephemeral flash engine starts empty, for one).
-		if !sp.pool.Ephemeral() {
-			eng.Close()
-			return nil, fmt.Errorf("server: stash %s-%d of durable pool %q is at version %d but the log dropped its versions up to %d: its data is lost (its files are in %s; restore them, or start from an empty data directory)",
-				sp.pool.Name, sp.index, sp.pool.Name, eng.Version(), popped, dir)
-		}
-		volatile = true // an ephemeral pool may restart empty
-	}
-	return stash.New(stash.Options{
-		Tag: sp.tag, Pool: sp.pool.Name, Index: sp.index, Engine: eng, Log: s.log,
-		Volatile: volatile, StartVersion: recovered, LocalLog: sp.pool.LocalLog,
-		Ephemeral: sp.pool.Ephemeral(), TrackBytes: !sp.pool.Ephemeral(), CapacityBytes: int64(sp.pool.Capacity),
-		TrackRecency:   sp.pool.Recency,
-		WindowVersions: windowVersions, WindowBytes: windowBudget(sp.pool), FlushInterval: s.opts.FlushInterval, Logger: s.roleLogger(logRoleStash),
-		ReportUsage: s.usage.Report,
-		Dir:         dir, FS: stashFS, AdoptOwnership: s.legacyDir.Load(), Fetcher: fetcher{s}, SampleUnit: sampleUnit(s.cfg),
-	}), nil
-}
 
 // sampleUnit is the stashes' byte sample unit: fine enough that a shard
 // at the split size holds a few hundred samples.
@@ -487,51 +330,35 @@ func (s *Server) slots() []*stashSlot {
 	return out
 }
 
-// loadShardMap reads the shard map from the system stash once it has caught
-// up with the recovered log; a new cluster gets the initial map.
-func (s *Server) loadShardMap(ctx context.Context, sys *stash.Stash, recovered kv.Version) (*shardmap.Map, bool, error) {
-	if recovered > 0 {
-		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		defer cancel()
-		for sys.AppliedVersion() < recovered {
-			if err := sys.Failed(); err != nil {
-				return nil, false, fmt.Errorf("server: the system stash failed: %w", err)
-			}
-			select {
-			case <-rctx.Done():
-				return nil, false, fmt.Errorf("server: system stash did not catch up with the log: %w", rctx.Err())
-			case <-time.After(5 * time.Millisecond):
-			}
-		}
-		v := sys.AppliedVersion()
-		kvs, _, err := sys.GetRange(rctx, v, shardmap.KeyServersPrefix, kv.PrefixEnd(shardmap.KeyServersPrefix), 0, 0, false)
-		if err != nil {
-			return nil, false, fmt.Errorf("server: read the shard map: %w", err)
-		}
-		if len(kvs) > 0 {
-			m := shardmap.New(nil)
-			for _, p := range kvs {
-				if _, err := m.Apply(kv.Mutation{Type: kv.MutSet, Key: p.Key, Param: p.Value}); err != nil {
-					return nil, false, err
-				}
-			}
-			return m, false, nil
-		}
+// ClusterString is the address clients pass to distash.Open.
+func (s *Server) ClusterString() string { return s.link.clusterString() }
+
+// Addr is the address the server serves on.
+func (s *Server) Addr() string { return s.link.addr() }
+
+// NodeID is the node's id in a multi-process cluster, "" for an embedded
+// cluster.
+func (s *Server) NodeID() string { return s.link.nodeID() }
+
+// fail reports an error the node cannot go on after (see Failed). A full
+// disk says so, with the directory, rather than as one error among others.
+func (s *Server) fail(err error) {
+	if fsys.IsNoSpace(err) {
+		err = fmt.Errorf("server: the disk holding %s is full: free space and restart this node: %w", s.opts.Dir, err)
 	}
-	var specs []shardmap.PoolSpec
-	for _, p := range s.cfg.Pools {
-		specs = append(specs, shardmap.PoolSpec{Name: p.Name, Prefix: []byte(p.Prefix), Tags: s.poolTags[p.Name], Replication: p.Replication})
+	s.logger.Error("node failed", "err", err)
+	select {
+	case s.failed <- err:
+	default:
 	}
-	return shardmap.Initial(specs), true, nil
 }
 
-// ClusterString is the address clients pass to distash.Open.
-func (s *Server) ClusterString() string {
-	if s.node != nil {
-		return strings.Join(s.node.opts.Coordinators, ",")
-	}
-	return s.listener.Addr().String()
-}
+// Failed receives the error that stopped a node of a multi-process cluster
+// after it started (its log replica could not open, say): the process
+// should stop, so that an operator or a supervisor sees it rather than a
+// node that heartbeats and serves nothing. Nil (never ready) for an
+// embedded cluster.
+func (s *Server) Failed() <-chan error { return s.failed }
 
 // Config returns the cluster's configuration.
 func (s *Server) Config() *config.Config { return s.cfg }
@@ -540,15 +367,7 @@ func (s *Server) Config() *config.Config { return s.cfg }
 func (s *Server) Stop() {
 	s.stopOnce.Do(func() {
 		s.stopHTTP()
-		if s.frames != nil {
-			s.frames.Stop()
-		}
-		if s.grpcServer != nil {
-			s.grpcServer.Stop()
-		}
-		if s.clientMux != nil {
-			s.clientMux.Close()
-		}
+		s.gw.stop()
 		s.stopRoles()
 		if s.cancel != nil {
 			s.cancel()
@@ -564,93 +383,12 @@ func (s *Server) Stop() {
 				s.logger.Warn("close log", "err", err)
 			}
 		}
-		if s.node != nil {
-			s.node.stop(s.logger)
-		}
+		s.link.stop()
+		s.gw.close()
 		if s.dirLock != nil {
 			s.dirLock.Close()
 		}
 	})
-}
-
-const configFile = "cluster.toml"
-
-// configKey is the system key holding the configuration the cluster was
-// created with (TOML), written in the transaction that records the first
-// shard map.
-var configKey = []byte("\xff/conf/cluster")
-
-// checkConfigMatches refuses to start a cluster on a directory whose
-// cluster.toml records different pools, before anything is opened:
-// changing pools is a reconfiguration, not supported yet. The record in
-// the system key space is checked again once the log is recovered. A
-// damaged file (checksum, length) is refused with an error naming it.
-// legacy reports a file written before checksums: the directory was
-// written by an older version.
-func checkConfigMatches(f fsys.FS, dir string, cfg *config.Config) (legacy bool, err error) {
-	path := filepath.Join(dir, configFile)
-	data, legacy, err := fsys.ReadChecked(f, path)
-	if errors.Is(err, fs.ErrNotExist) || os.IsNotExist(err) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("server: %w (it is the copy of the configuration the cluster was created with: restore it, or remove it and start with the same configuration)", err)
-	}
-	old, err := config.Parse(data)
-	if err != nil {
-		return false, fmt.Errorf("server: %s: %w", path, err)
-	}
-	if err := cfg.CheckSameCluster(old); err != nil {
-		return false, fmt.Errorf("server: the cluster in %s: %w", dir, err)
-	}
-	return legacy, nil
-}
-
-// readConfigRecord returns the configuration recorded in the system key
-// space, nil if there is none (a cluster created before it was recorded).
-func readConfigRecord(ctx context.Context, sys *stash.Stash) (*config.Config, error) {
-	vals, present, err := sys.Get(ctx, sys.AppliedVersion(), [][]byte{configKey})
-	if err != nil {
-		return nil, fmt.Errorf("server: read the recorded configuration: %w", err)
-	}
-	if !present[0] {
-		return nil, nil
-	}
-	created, err := config.Parse(vals[0])
-	if err != nil {
-		return nil, fmt.Errorf("server: the recorded configuration (%q) does not parse: %w", configKey, err)
-	}
-	return created, nil
-}
-
-// checkShardsMatchPools checks that the shard map covers each pool's whole
-// prefix with shards of that pool: a mutation the configuration accepts
-// must have a stash to go to.
-func checkShardsMatchPools(m *shardmap.Map, cfg *config.Config) error {
-	for i, p := range cfg.Pools {
-		begin, end := []byte(p.Prefix), kv.PrefixEnd([]byte(p.Prefix))
-		at := begin
-		for _, sh := range m.Intersect(begin, end) {
-			if sh.Pool != p.Name || !bytes.Equal(sh.Begin, at) || len(sh.Team) == 0 {
-				break
-			}
-			at = sh.End
-		}
-		if !bytes.Equal(at, end) {
-			return fmt.Errorf("pool[%d] (%q) with prefix %q is not covered by the shard map from %.40q on: the configuration does not match the one the cluster was created with", i, p.Name, p.Prefix, at)
-		}
-	}
-	return nil
-}
-
-// writeConfig writes cluster.toml durably and checksummed
-// (fsys.WriteChecked).
-func writeConfig(f fsys.FS, dir string, cfg *config.Config) error {
-	data, err := cfg.Marshal()
-	if err != nil {
-		return err
-	}
-	return fsys.WriteChecked(f, filepath.Join(dir, configFile), data)
 }
 
 // StashStats describes one stash of a running cluster.
@@ -708,15 +446,10 @@ func (s *Server) SnapshotLog() error {
 }
 
 // logReplica returns this process's log, nil on a node without a log
-// replica (or before it opened). Safe from any goroutine: a node sets
-// s.log in its own goroutine once the replicas are placed, and publishes
-// it through node.log.
-func (s *Server) logReplica() *txlog.Log {
-	if s.node != nil {
-		return s.node.log.get()
-	}
-	return s.log
-}
+// replica (or before it opened). Safe from any goroutine: a transaction
+// node sets s.log in its own goroutine once the replicas are placed, and
+// publishes it through s.replica.
+func (s *Server) logReplica() *txlog.Log { return s.replica.get() }
 
 // LogStats describes the transaction log.
 func (s *Server) LogStats() txlog.Stats {
@@ -724,4 +457,10 @@ func (s *Server) LogStats() txlog.Stats {
 		return l.Stats()
 	}
 	return txlog.Stats{}
+}
+
+// failedStash is the stash of sp that failed as it opened with err.
+func (s *Server) failedStash(sp stashSpec, err error) *stash.Stash {
+	return stash.NewFailed(stash.Options{Tag: sp.tag, Pool: sp.pool.Name, Index: sp.index, CapacityBytes: int64(sp.pool.Capacity),
+		TrackBytes: !sp.pool.Ephemeral(), Logger: s.roleLogger(logRoleStash)}, err)
 }

@@ -192,7 +192,7 @@ func (v *service) ClusterInfo(ctx context.Context, _ *wire.ClusterInfoRequest) (
 }
 
 func (v *service) Status(ctx context.Context, _ *wire.StatusRequest) (*wire.StatusResponse, error) {
-	resp := &wire.StatusResponse{Pools: v.poolInfos(), Node: v.s.nodeStatus()}
+	resp := &wire.StatusResponse{Pools: v.poolInfos(), Node: v.s.link.status()}
 	// Recent latency percentiles (metrics.go): commits and read versions
 	// where the roles run, reads over this process's stashes.
 	now, m := time.Now(), v.s.metrics
@@ -243,9 +243,7 @@ func (v *service) Status(ctx context.Context, _ *wire.StatusRequest) (*wire.Stat
 		}
 		h := sl.healthNow()
 		ws.Health, ws.LastError, ws.Restarts, ws.HealthSinceUnixMs = h.Health, h.LastErr, h.Restarts, h.Since.UnixMilli()
-		if v.s.node != nil {
-			ws.Node, ws.Address = v.s.node.id, v.s.Addr()
-		}
+		ws.Node, ws.Address = v.s.link.stashNode()
 		for _, c := range st.Engine {
 			ws.EngineCounters = append(ws.EngineCounters, &wire.EngineCounter{Name: c.Name, Value: c.Value})
 		}

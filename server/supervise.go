@@ -238,7 +238,8 @@ func (s *Server) reopen(ctx context.Context, sl *stashSlot, failures *int, diskF
 // the data distributor fills from the healthy replicas; a stash holding
 // the only replica of its shards refuses their reads with stash_damaged
 // and keeps its files for an operator. In an embedded cluster the other
-// replicas serve, and the data distributor counts the stash as down.
+// replicas serve, and the data distributor counts the stash as down. (The
+// process's clusterLink decides which.)
 func (s *Server) stashDamaged(ctx context.Context, sl *stashSlot, err error) {
 	log := s.roleLogger(logRoleStash)
 	pool := sl.get().Pool()
@@ -253,18 +254,7 @@ func (s *Server) stashDamaged(ctx context.Context, sl *stashSlot, err error) {
 		log.Error("the system stash is damaged: it does not serve", "file", file, "reason", reason)
 		return
 	}
-	if s.node != nil {
-		log.Error("stash is damaged: it cannot vouch for its data and serves nothing",
-			"tag", sl.tag, "pool", pool, "file", file, "reason", reason)
-		s.rejoinDamaged(ctx, sl, err)
-		return
-	}
-	if r := s.poolReplication(pool); r <= 1 {
-		s.refuseDamaged(sl, pool, r, err)
-		return
-	}
-	log.Error("stash is damaged: it cannot vouch for its data and serves nothing; the other replicas of its shards serve, and the data distributor re-replicates them onto the pool's other stashes",
-		"tag", sl.tag, "pool", pool, "file", file, "reason", reason)
+	s.link.stashDamaged(ctx, sl, pool, file, reason, err)
 }
 
 // refuseDamaged makes the reads of a damaged stash that holds the only
@@ -288,12 +278,10 @@ func (s *Server) poolReplication(pool string) int {
 	if p, ok := s.cfg.PoolByName(pool); ok {
 		r = p.Replication
 	}
-	if s.node != nil {
-		if v := s.viewWithin(time.Second); v != nil {
-			for _, pr := range v.Replication {
-				if pr.Pool == pool && pr.Replication > 0 {
-					r = int(pr.Replication)
-				}
+	if v := s.viewWithin(time.Second); v != nil {
+		for _, pr := range v.Replication {
+			if pr.Pool == pool && pr.Replication > 0 {
+				r = int(pr.Replication)
 			}
 		}
 	}

@@ -41,12 +41,12 @@ func (s *Server) logRejected(remote net.Addr, err error) {
 // interface without mutual TLS: every connected client may read, write and
 // clear every key of every pool (there is no per-user authorization), so
 // the port itself is the only protection.
-func (s *Server) warnIfExposed() {
-	addr, _ := s.listener.Addr().(*net.TCPAddr)
+func (s *Server) warnIfExposed(lis net.Listener) {
+	addr, _ := lis.Addr().(*net.TCPAddr)
 	if addr != nil && addr.IP.IsLoopback() {
 		return
 	}
-	s.warnTLS(s.opts.TLS, s.listener.Addr().String())
+	s.warnTLS(s.opts.TLS, lis.Addr().String())
 }
 
 // warnTLS is warnIfExposed's warning for a node listening on addr with

@@ -42,7 +42,7 @@
 // Exclude, Include and Configure are admin calls any client may make (on a
 // cluster served over mutual TLS, any client with a certificate the CA
 // signed); Retire, like Register, Heartbeat, Claim and RecoveryDone, is for
-// cluster nodes (the node restricts it, see server/node.go).
+// cluster nodes (the node restricts it, see server/gateway.go).
 //
 // The gRPC service is reached at the coordinator's address in the
 // coordinators list: a node serves gRPC and the coordinators' raft on one

@@ -1,0 +1,266 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"time"
+
+	"github.com/distash/distash/internal/engine"
+	"github.com/distash/distash/internal/fsys"
+	"github.com/distash/distash/internal/kv"
+	"github.com/distash/distash/internal/raftnet"
+	"github.com/distash/distash/internal/shardmap"
+	"github.com/distash/distash/internal/stash"
+	"github.com/distash/distash/internal/txlog"
+	"github.com/distash/distash/internal/wire"
+	"google.golang.org/grpc"
+)
+
+// MaxStashesPerProcess bounds the stashes of all pools that one embedded
+// cluster runs: each holds an engine (a Pebble stash up to about 20 MiB of
+// cache and memtable), an MVCC window and goroutines.
+const MaxStashesPerProcess = 256
+
+// embedded is the clusterLink of an embedded cluster: every role and
+// every stash runs in this process, on its one log, for one generation
+// (0). There is no controller to ask, no other node to reach or to copy
+// from, and no node-level failure to report.
+type embedded struct {
+	s        *Server
+	listener net.Listener // set once the cluster listens
+}
+
+func (e *embedded) addr() string {
+	if e.listener != nil {
+		return e.listener.Addr().String()
+	}
+	return e.s.opts.ListenAddr
+}
+
+func (e *embedded) clusterString() string { return e.listener.Addr().String() }
+func (e *embedded) nodeID() string        { return "" }
+
+// view is nil: an embedded cluster has no controller; its settings are
+// the configuration's and its stashes are this process's slots.
+func (e *embedded) view(time.Duration) *wire.ViewResponse { return nil }
+
+// connTo is never needed: every stash is in this process (stashAddress
+// finds none without a view).
+func (e *embedded) connTo(addr string) (*grpc.ClientConn, error) {
+	return nil, fmt.Errorf("server: an embedded cluster has no node at %s", addr)
+}
+
+// retire has no controller to tell: the log's pop is all.
+func (e *embedded) retire(context.Context, kv.Tag) error { return nil }
+
+func (e *embedded) status() *wire.NodeStatus                            { return nil }
+func (e *embedded) stashNode() (id, addr string)                        { return "", "" }
+func (e *embedded) reportedLogLast() kv.Version                         { return 0 } // the log is in this process
+func (e *embedded) rolesStarting(*txRoles, func(func(context.Context))) {}
+func (e *embedded) stop()                                               {}
+
+// clusterStatus is the process's own status: it is the whole cluster.
+func (e *embedded) clusterStatus(ctx context.Context, own func(context.Context) (*wire.StatusResponse, error)) (*wire.StatusResponse, error) {
+	return own(ctx)
+}
+
+// systemStashBehind does nothing: the log never force-pops the system
+// tag, whose stash pops only what it made durable, and an embedded cluster
+// has no other copy of the system stash to take one from.
+func (e *embedded) systemStashBehind(context.Context, engine.Engine, kv.Version) error { return nil }
+
+// systemDiskFull does nothing beyond the stash's own report: the process
+// is the whole cluster, and its stashes keep serving reads.
+func (e *embedded) systemDiskFull(error) {}
+
+// stashDamaged leaves the damaged stash serving nothing; the other
+// replicas of its shards serve, and the data distributor re-replicates
+// them, unless it holds the only replica: then its reads are refused.
+func (e *embedded) stashDamaged(_ context.Context, sl *stashSlot, pool, file, reason string, err error) {
+	s := e.s
+	if r := s.poolReplication(pool); r <= 1 {
+		s.refuseDamaged(sl, pool, r, err)
+		return
+	}
+	s.roleLogger(logRoleStash).Error("stash is damaged: it cannot vouch for its data and serves nothing; the other replicas of its shards serve, and the data distributor re-replicates them onto the pool's other stashes",
+		"tag", sl.tag, "pool", pool, "file", file, "reason", reason)
+}
+
+// Start opens or creates the cluster in opts.Dir and serves it.
+func Start(ctx context.Context, opts Options) (*Server, error) {
+	if opts.Dir == "" {
+		return nil, errors.New("server: Options.Dir is required")
+	}
+	if opts.Config == nil {
+		return nil, errors.New("server: Options.Config is required")
+	}
+	if err := opts.Config.Validate(); err != nil {
+		return nil, err
+	}
+	if opts.ListenAddr == "" {
+		opts.ListenAddr = "127.0.0.1:0"
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	// An embedded cluster has one generation, 0, for its life.
+	opts.Logger = serverLogger(opts.Logger, embeddedNode, func() uint64 { return 0 })
+	total := 0
+	for _, p := range opts.Config.Pools {
+		total += p.Stashes
+	}
+	if total > MaxStashesPerProcess {
+		return nil, fmt.Errorf("server: the configuration has %d stashes in all, more than the %d one process runs (each has its own engine, MVCC window and goroutines); use fewer stashes per pool", total, MaxStashesPerProcess)
+	}
+	for _, w := range opts.Config.Warnings() {
+		opts.Logger.Warn("configuration: " + w)
+	}
+	opts.FS = fsys.Or(opts.FS)
+	// The lock comes before anything else touches the directory: a second
+	// process started on it by mistake must change nothing.
+	dirLock, err := fsys.LockDir(opts.FS, opts.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("server: %w", err)
+	}
+	legacy, err := checkConfigMatches(opts.FS, opts.Dir, opts.Config)
+	if err != nil {
+		dirLock.Close()
+		return nil, err
+	}
+	s := newServer(opts)
+	e := &embedded{s: s}
+	s.link = e
+	s.dirLock = dirLock
+	s.legacyDir.Store(legacy)
+	if err := e.start(ctx); err != nil {
+		s.Stop()
+		return nil, err
+	}
+	return s, nil
+}
+
+// start opens the log, the system stash and every pool's stashes over it,
+// starts the roles of generation 0 and serves.
+func (e *embedded) start(ctx context.Context) error {
+	s := e.s
+	specs := s.stashSpecs()
+	tags := []kv.Tag{shardmap.SystemTag}
+	for _, sp := range specs {
+		tags = append(tags, sp.tag)
+	}
+	var err error
+	s.log, err = txlog.Open(txlog.Options{
+		Dir:         filepath.Join(s.opts.Dir, "log"),
+		FS:          s.opts.FS,
+		Replicas:    s.cfg.Log.Replicas,
+		Tags:        tags,
+		MemoryBytes: logMemoryBytes.Load(),
+		Logger:      s.roleLogger(logRoleLog),
+	})
+	if err != nil {
+		return fmt.Errorf("server: open log: %w", err)
+	}
+	s.replica.set(s.log)
+	recovered := s.log.LastVersion()
+	windowVersions := s.windowVersions()
+
+	runCtx, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
+
+	sys, err := s.startSystemStash(runCtx)
+	if err != nil {
+		return err
+	}
+
+	for _, sp := range specs {
+		st, err := e.openStash(sp, windowVersions, recovered)
+		if errors.Is(err, fsys.ErrDamaged) {
+			// Reported and handled by its supervisor (stashDamaged):
+			// the cluster starts, the stash serves nothing.
+			st, err = s.failedStash(sp, err), nil
+		}
+		if err != nil {
+			return err
+		}
+		// A stash that fails is reopened from its files; a dram stash
+		// then starts empty at the log's end.
+		reopen := func() (*stash.Stash, error) { return e.openStash(sp, windowVersions, s.log.LastVersion()) }
+		s.addStash(runCtx, sp.tag, st, reopen)
+	}
+
+	s.legacyDir.Store(false) // every stash has its ownership file now
+	if err := s.startRoles(ctx, 0, recovered, sys, time.Now()); err != nil {
+		return err
+	}
+	for _, sp := range specs {
+		sl, _ := s.slot(sp.tag)
+		sl.setOwned(s.tx.Load().commit.Shards().RangesOf(sp.tag))
+	}
+
+	lis, err := net.Listen("tcp", s.opts.ListenAddr)
+	if err != nil {
+		return fmt.Errorf("server: listen on %s: %w", s.opts.ListenAddr, err)
+	}
+	e.listener = lis
+	s.warnIfExposed(lis)
+	// One address for gRPC and the data path's frames protocol: the mux
+	// terminates TLS (if any) and routes each connection by its first byte.
+	s.gw.open(raftnet.ServeClients(lis, s.opts.TLS))
+	s.gw.serve()
+	if err := s.startHTTP(); err != nil {
+		return err
+	}
+	s.logger.Info("distash cluster started", "addr", lis.Addr().String(), "dir", s.opts.Dir, "recovered_version", recovered, "pools", len(s.cfg.Pools))
+	return nil
+}
+
+// openStash opens the stash of sp over the local log.
+func (e *embedded) openStash(sp stashSpec, windowVersions, recovered kv.Version) (*stash.Stash, error) {
+	s := e.s
+	dir := filepath.Join(s.opts.Dir, "stash", fmt.Sprintf("%s-%d", sp.pool.Name, sp.index))
+	if !sp.pool.Volatile() || sp.pool.LocalLog {
+		if err := fsys.Or(s.opts.FS).MkdirAll(dir, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	stashFS := s.stashFS(sp)
+	eng, err := s.openEngine(sp.pool, dir, stashFS)
+	if err != nil {
+		return nil, fmt.Errorf("server: open stash %s-%d: %w", sp.pool.Name, sp.index, err)
+	}
+	if wrapEngine != nil {
+		eng = wrapEngine(sp.pool.Name, sp.index, eng)
+	}
+	volatile := sp.pool.Volatile()
+	if sp.pool.LocalLog {
+		// It catches up from what its local log holds if the log still
+		// has every entry of its tag after it (a Peek after a version
+		// below Gone fails), else it starts empty.
+		eng, volatile, _, err = s.startLocalLog(sp, dir, eng, func(v kv.Version) (bool, error) { return v >= s.log.Gone(sp.tag), nil })
+		if err != nil {
+			return nil, err
+		}
+	} else if popped := s.log.Popped(sp.tag); eng.Version() < popped {
+		// The engine came back older than what the log still holds for it:
+		// it lost data (an ephemeral flash engine starts empty, for one).
+		if !sp.pool.Ephemeral() {
+			eng.Close()
+			return nil, fmt.Errorf("server: stash %s-%d of durable pool %q is at version %d but the log dropped its versions up to %d: its data is lost (its files are in %s; restore them, or start from an empty data directory)",
+				sp.pool.Name, sp.index, sp.pool.Name, eng.Version(), popped, dir)
+		}
+		volatile = true // an ephemeral pool may restart empty
+	}
+	return stash.New(stash.Options{
+		Tag: sp.tag, Pool: sp.pool.Name, Index: sp.index, Engine: eng, Log: s.log,
+		Volatile: volatile, StartVersion: recovered, LocalLog: sp.pool.LocalLog,
+		Ephemeral: sp.pool.Ephemeral(), TrackBytes: !sp.pool.Ephemeral(), CapacityBytes: int64(sp.pool.Capacity),
+		TrackRecency:   sp.pool.Recency,
+		WindowVersions: windowVersions, WindowBytes: windowBudget(sp.pool), FlushInterval: s.opts.FlushInterval, Logger: s.roleLogger(logRoleStash),
+		ReportUsage: s.usage.Report,
+		Dir:         dir, FS: stashFS, AdoptOwnership: s.legacyDir.Load(), Fetcher: fetcher{s}, SampleUnit: sampleUnit(s.cfg),
+	}), nil
+}
