@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/distash/distash/config"
+	"github.com/distash/distash/internal/backup/blog"
 	"github.com/distash/distash/internal/budget"
 	"github.com/distash/distash/internal/kv"
 	"github.com/distash/distash/internal/resolver"
@@ -157,6 +158,9 @@ type CommitOptions struct {
 	// ObserveBatch, if set, is told the number of transactions of every
 	// batch that carries any (metrics: the commit batch size histogram).
 	ObserveBatch func(txns int)
+	// Backup is the backup running when the proxy starts (read from the
+	// system stash at recovery; nil: none). Backup hook (issue 23).
+	Backup *blog.Config
 }
 
 type commitReq struct {
@@ -227,6 +231,7 @@ type CommitProxy struct {
 
 	mu     sync.Mutex
 	shards *shardmap.Map // Protected by mu.
+	backup *blog.Capture // the running backup's capture, nil if none. Protected by mu.
 	// pending holds bytes committed to each durable stash that the stash
 	// has not applied yet, oldest first. Only the batching loop touches it.
 	pending map[kv.Tag][]pendingBytes
@@ -269,6 +274,7 @@ func NewCommitProxy(opts CommitOptions) *CommitProxy {
 		reqs:    make(chan *commitReq, 4096),
 		waits:   make(chan *inflight, 256),
 		shards:  opts.Shards,
+		backup:  blog.NewCapture(opts.Backup),
 		pending: make(map[kv.Tag][]pendingBytes),
 	}
 }
@@ -539,6 +545,7 @@ func (p *CommitProxy) commitBatch(batch []*commitReq) *inflight {
 	outcomes := p.opts.Resolver.Resolve(version, toResolve)
 
 	entry := &txlog.Entry{Version: version, PrevVersion: prev, Epoch: p.opts.Epoch}
+	capture, captured := p.backup, []kv.Mutation(nil) // backup hook (issue 23)
 	for j, o := range outcomes {
 		i := idx[j]
 		switch o {
@@ -563,6 +570,18 @@ func (p *CommitProxy) commitBatch(batch []*commitReq) *inflight {
 		entry.Mutations = append(entry.Mutations, tagged...)
 		if batch[i].system {
 			entry.Mutations = append(entry.Mutations, p.applyShardChanges(batch[i].txn.Mutations)...)
+			p.watchBackup(batch[i].txn.Mutations) // backup hook (issue 23)
+		} else if capture != nil {
+			captured = append(captured, batch[i].txn.Mutations...)
+		}
+	}
+	// Backup hook (issue 23): a copy of the batch's user mutations in the
+	// backed-up ranges goes to the system stash in the same log entry.
+	if blogMuts := capture.LogMutations(version, captured); blogMuts != nil {
+		if tagged, err := p.tagAll(blogMuts); err == nil {
+			entry.Mutations = append(entry.Mutations, tagged...)
+		} else {
+			p.opts.Logger.Error("commit proxy: backup mutation log", "err", err)
 		}
 	}
 	for tag, n := range inf.pending {
@@ -612,6 +631,17 @@ func (p *CommitProxy) applyShardChanges(muts []kv.Mutation) []txlog.TaggedMutati
 		out = append(out, txlog.TaggedMutation{Mutation: shardmap.AssignMutation(*announce), Tags: tags})
 	}
 	return out
+}
+
+// watchBackup starts or stops copying mutations for a backup when a system
+// transaction sets or clears its configuration; it takes effect from the
+// next batch. Backup hook (issue 23). Called with mu held.
+func (p *CommitProxy) watchBackup(muts []kv.Mutation) {
+	c, err := blog.WatchConfig(p.backup, muts)
+	if err != nil {
+		p.opts.Logger.Error("commit proxy: bad backup configuration", "err", err)
+	}
+	p.backup = c
 }
 
 // checkTaggable returns an error naming the first mutation of txn that no
