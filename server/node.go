@@ -316,6 +316,7 @@ func (s *Server) startNode(ctx context.Context) error {
 		}
 	}
 	wire.RegisterDiStashServer(s.grpcServer, &service{s: s})
+	registerBackup(s.grpcServer, s) // backup hook (issue 23)
 	registerAdmin(s.grpcServer, func(reason string) { s.fail(&KilledError{Reason: reason}) })
 	logrpc.Register(s.grpcServer, &n.log, s.report)
 	// An attempt that waits on a coordinator that stopped answering

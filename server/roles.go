@@ -34,6 +34,7 @@ type txRoles struct {
 	grv        *proxy.GRVProxy
 	rk         *ratekeeper.Ratekeeper
 	dd         *dd.Distributor // the data distributor
+	backup     *backupRole     // the backup worker (issue 23)
 
 	recovered    kv.Version    // the log's end when they started: versions restart above it
 	startedAt    time.Time     // when this node began the recovery that started them
@@ -131,6 +132,11 @@ func (s *Server) startRoles(ctx context.Context, gen uint64, recovered kv.Versio
 		return fmt.Errorf("server: the cluster in %s: %w", s.opts.Dir, err)
 	}
 
+	backupCfg, err := recoveredBackup(ctx, sys) // backup hook (issue 23)
+	if err != nil {
+		return err
+	}
+
 	r := &txRoles{generation: gen, recovered: recovered, startedAt: began}
 	r.seq = sequencer.New(clock.Real{}, recovered)
 	r.res = resolver.NewAt(s.windowVersions(), recovered)
@@ -139,6 +145,7 @@ func (s *Server) startRoles(ctx context.Context, gen uint64, recovered kv.Versio
 		Config: s.cfg, Sequencer: r.seq, Resolver: r.res, Log: s.log, Epoch: gen,
 		Shards: shards, Usage: s.usage, PoolTags: s.poolTags, Logger: s.roleLogger(logRoleProxy),
 		Throttle: r.rk, ObserveBatch: func(n int) { s.metrics.batchSize.Observe(float64(n)) },
+		Backup: backupCfg,
 	})
 	r.grv = proxy.NewGRVProxy(r.seq, r.rk)
 	if s.node != nil {
@@ -195,6 +202,7 @@ func (s *Server) startRoles(ctx context.Context, gen uint64, recovered kv.Versio
 		}
 	}
 	r.recoveryTime = time.Since(began)
+	r.backup = s.startBackup(runCtx, r) // backup hook (issue 23)
 	r.dd, _ = s.newDistributor(r)
 	r.wg.Add(1)
 	go func() {

@@ -282,6 +282,7 @@ func (s *Server) start(ctx context.Context) error {
 	s.clientMux.OnRejected(s.logRejected)
 	s.grpcServer = s.newGRPCServer(grpc.Creds(raftnet.GRPCCredentials()))
 	wire.RegisterDiStashServer(s.grpcServer, &service{s: s})
+	registerBackup(s.grpcServer, s) // backup hook (issue 23)
 	lis := s.clientMux.GRPCListener()
 	s.wg.Add(1)
 	go func() {
