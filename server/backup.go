@@ -60,6 +60,14 @@ func (s *Server) startBackup(ctx context.Context, r *txRoles) *backupRole {
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
+		// An embedded server starts its roles before it serves: wait.
+		for s.node == nil && s.backupAddr.Load() == nil {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
 		b.worker.Run(ctx)
 		b.mu.Lock()
 		defer b.mu.Unlock()
@@ -79,13 +87,20 @@ func (b *backupRole) client(s *Server) func(ctx context.Context) (*distash.DB, e
 		if b.db != nil {
 			return b.db, nil
 		}
-		cluster, opts := s.Addr(), []distash.Option{distash.WithTLS(clientTLSOf(s.opts.TLS))}
+		var cluster string
+		opts := []distash.Option{distash.WithTLS(clientTLSOf(s.opts.TLS))}
+		if addr := s.backupAddr.Load(); addr != nil {
+			cluster = *addr
+		}
 		if s.node != nil {
-			cluster = strings.Join(s.node.opts.Coordinators, ",")
+			cluster = s.ClusterString()
 			opts = []distash.Option{distash.WithTLS(s.node.opts.ClientTLS)}
 			if s.node.opts.Dialer != nil {
 				opts = append(opts, distash.WithDialer(s.node.opts.Dialer))
 			}
+		}
+		if cluster == "" {
+			return nil, errNotServing
 		}
 		octx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
@@ -97,6 +112,9 @@ func (b *backupRole) client(s *Server) func(ctx context.Context) (*distash.DB, e
 		return db, nil
 	}
 }
+
+// errNotServing: the embedded server does not serve yet.
+var errNotServing = kv.Errorf(kv.CodeWrongNode, "backup: the server is still starting")
 
 // clientTLSOf returns a client configuration for an embedded server's own
 // TLS configuration: its certificate, trusting the CA it trusts clients

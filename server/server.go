@@ -118,8 +118,9 @@ type Server struct {
 
 	grpcServer *grpc.Server
 	listener   net.Listener
-	clientMux  *raftnet.Mux   // an embedded cluster's: gRPC and frames on listener
-	frames     *frames.Server // the data path's streams over frames
+	backupAddr atomic.Pointer[string] // the embedded server's address once it serves (backup hook, issue 23)
+	clientMux  *raftnet.Mux           // an embedded cluster's: gRPC and frames on listener
+	frames     *frames.Server         // the data path's streams over frames
 	metrics    *metrics
 	http       *httpServer // nil when HTTP is off
 
@@ -295,6 +296,7 @@ func (s *Server) start(ctx context.Context) error {
 	if err := s.startHTTP(); err != nil {
 		return err
 	}
+	s.backupAddr.Store(new(s.listener.Addr().String())) // backup hook (issue 23)
 	s.logger.Info("distash cluster started", "addr", s.listener.Addr().String(), "dir", s.opts.Dir, "recovered_version", recovered, "pools", len(s.cfg.Pools))
 	return nil
 }
