@@ -408,12 +408,19 @@ func (w *Worker) copyLog(ctx context.Context, db *distash.DB, cfg *blog.Config, 
 	next := *prog
 	next.LogTo = to
 	if len(entries) > 0 {
+		// The file begins where the previous one ended: the versions
+		// between that and LogTo were copied without a file, as they hold
+		// no backed-up mutation, so the files chain without gaps.
+		fileFrom := cfg.Version
+		if n := len(w.manifest.LogFiles); n > 0 {
+			fileFrom = w.manifest.LogFiles[n-1].To
+		}
 		name := fmt.Sprintf("logs/%08d.log", prog.LogFiles)
-		data := encodeLog(prog.LogTo, to, entries)
+		data := encodeLog(fileFrom, to, entries)
 		if err := w.dest.Put(ctx, name, data); err != nil {
 			return false, err
 		}
-		w.manifest.LogFiles = append(w.manifest.LogFiles, LogFile{FileInfo: fileInfo(name, data), From: prog.LogTo, To: to})
+		w.manifest.LogFiles = append(w.manifest.LogFiles, LogFile{FileInfo: fileInfo(name, data), From: fileFrom, To: to})
 		next.LogFiles++
 	} else if to-prog.LogTo < kv.VersionsPerSecond {
 		// Nothing was committed in the ranges: advance the restorable
