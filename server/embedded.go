@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/distash/distash"
 	"github.com/distash/distash/internal/engine"
 	"github.com/distash/distash/internal/fsys"
 	"github.com/distash/distash/internal/kv"
@@ -42,7 +43,17 @@ func (e *embedded) addr() string {
 }
 
 func (e *embedded) clusterString() string { return e.listener.Addr().String() }
-func (e *embedded) nodeID() string        { return "" }
+
+// asClient implements clusterLink: the cluster's own address, once it
+// listens (its roles start before).
+func (e *embedded) asClient() (string, []distash.Option) {
+	addr := e.s.backupAddr.Load()
+	if addr == nil {
+		return "", nil
+	}
+	return *addr, []distash.Option{distash.WithTLS(clientTLSOf(e.s.opts.TLS))}
+}
+func (e *embedded) nodeID() string { return "" }
 
 // view is nil: an embedded cluster has no controller; its settings are
 // the configuration's and its stashes are this process's slots.
@@ -206,6 +217,7 @@ func (e *embedded) start(ctx context.Context) error {
 		return fmt.Errorf("server: listen on %s: %w", s.opts.ListenAddr, err)
 	}
 	e.listener = lis
+	s.backupAddr.Store(new(lis.Addr().String())) // backup hook (issue 23)
 	s.warnIfExposed(lis)
 	// One address for gRPC and the data path's frames protocol: the mux
 	// terminates TLS (if any) and routes each connection by its first byte.

@@ -37,6 +37,7 @@ func (g *gateway) open(mux *raftnet.Mux, opts ...grpc.ServerOption) *grpc.Server
 	// peer's certificate.
 	g.grpc = g.s.newGRPCServer(append([]grpc.ServerOption{grpc.Creds(raftnet.GRPCCredentials())}, opts...)...)
 	wire.RegisterDiStashServer(g.grpc, &service{s: g.s})
+	registerBackup(g.grpc, g.s) // backup hook (issue 23)
 	return g.grpc
 }
 

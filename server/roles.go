@@ -38,6 +38,7 @@ type txRoles struct {
 	grv        *proxy.GRVProxy
 	rk         *ratekeeper.Ratekeeper
 	dd         *dd.Distributor // the data distributor
+	backup     *backupRole     // the backup worker (issue 23)
 
 	recovered    kv.Version    // the log's end when they started: versions restart above it
 	startedAt    time.Time     // when this node began the recovery that started them
@@ -111,6 +112,11 @@ func (s *Server) startRoles(ctx context.Context, gen uint64, recovered kv.Versio
 		return err
 	}
 
+	backupCfg, err := recoveredBackup(ctx, sys) // backup hook (issue 23)
+	if err != nil {
+		return err
+	}
+
 	r := &txRoles{generation: gen, recovered: recovered, startedAt: began}
 	r.seq = sequencer.New(clock.Real{}, recovered)
 	r.res = resolver.NewAt(s.windowVersions(), recovered)
@@ -119,6 +125,7 @@ func (s *Server) startRoles(ctx context.Context, gen uint64, recovered kv.Versio
 		Pools: proxyPools(s.cfg), Sequencer: r.seq, Resolver: r.res, Log: s.log, Epoch: gen,
 		Shards: shards, ShardsAt: recovered, Usage: s.usage, Logger: s.roleLogger(logRoleProxy),
 		Throttle: r.rk, ObserveBatch: func(n int) { s.metrics.batchSize.Observe(float64(n)) },
+		Backup: backupCfg,
 	})
 	r.grv = proxy.NewGRVProxy(r.seq, r.rk)
 	runCtx, cancel := context.WithCancel(context.Background())
@@ -142,6 +149,7 @@ func (s *Server) startRoles(ctx context.Context, gen uint64, recovered kv.Versio
 		return err
 	}
 	r.recoveryTime = time.Since(began)
+	r.backup = s.startBackup(runCtx, r) // backup hook (issue 23)
 	r.dd, _ = s.newDistributor(r)
 	r.wg.Add(1)
 	go func() {

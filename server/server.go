@@ -42,6 +42,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/distash/distash"
 	"github.com/distash/distash/config"
 	"github.com/distash/distash/internal/coord"
 	"github.com/distash/distash/internal/engine"
@@ -132,6 +133,9 @@ type Server struct {
 	// failed receives the error that stops a node (fail); nil, never
 	// ready, for an embedded cluster.
 	failed chan error
+	// backupAddr is the embedded cluster's address once it serves (backup
+	// hook, issue 23).
+	backupAddr atomic.Pointer[string]
 
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
@@ -155,7 +159,10 @@ type Server struct {
 type clusterLink interface {
 	addr() string          // the address this process serves on
 	clusterString() string // what clients pass to distash.Open
-	nodeID() string        // "" for an embedded cluster
+	// asClient is how a role of this process (the backup worker) opens a
+	// client of its cluster: "" until the process serves.
+	asClient() (cluster string, opts []distash.Option)
+	nodeID() string // "" for an embedded cluster
 	// view returns the controller's view at most maxAge old, or the last
 	// one if the controller does not answer; nil if there is none (an
 	// embedded cluster has no controller).

@@ -20,6 +20,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/distash/distash/internal/backup/blog"
 	"github.com/distash/distash/internal/budget"
 	"github.com/distash/distash/internal/kv"
 	"github.com/distash/distash/internal/logentry"
@@ -179,6 +180,9 @@ type CommitOptions struct {
 	// ObserveBatch, if set, is told the number of transactions of every
 	// batch that carries any (metrics: the commit batch size histogram).
 	ObserveBatch func(txns int)
+	// Backup is the backup running when the proxy starts (read from the
+	// system stash at recovery; nil: none). Backup hook (issue 23).
+	Backup *blog.Config
 }
 
 type commitReq struct {
@@ -250,6 +254,7 @@ type CommitProxy struct {
 	mu       sync.Mutex
 	shards   *shardmap.Map // Protected by mu.
 	shardsAt kv.Version    // the version of shards' last change. Protected by mu.
+	backup   *blog.Capture // the running backup's capture, nil if none. Protected by mu.
 	// pending holds bytes committed to each durable stash that the stash
 	// has not applied yet, oldest first. Only the batching loop touches it.
 	pending map[kv.Tag][]pendingBytes
@@ -293,6 +298,7 @@ func NewCommitProxy(opts CommitOptions) *CommitProxy {
 		waits:    make(chan *inflight, 256),
 		shards:   opts.Shards,
 		shardsAt: opts.ShardsAt,
+		backup:   blog.NewCapture(opts.Backup),
 		pending:  make(map[kv.Tag][]pendingBytes),
 	}
 }
@@ -571,6 +577,7 @@ func (p *CommitProxy) commitBatch(batch []*commitReq) *inflight {
 	outcomes := p.opts.Resolver.Resolve(version, toResolve)
 
 	entry := &logentry.Entry{Version: version, PrevVersion: prev, Epoch: p.opts.Epoch}
+	capture, captured := p.backup, []kv.Mutation(nil) // backup hook (issue 23)
 	for j, o := range outcomes {
 		i := idx[j]
 		switch o {
@@ -596,6 +603,18 @@ func (p *CommitProxy) commitBatch(batch []*commitReq) *inflight {
 		if batch[i].system {
 			entry.Mutations = append(entry.Mutations, p.applyShardChanges(batch[i].txn.Mutations)...)
 			p.shardsAt = version
+			p.watchBackup(batch[i].txn.Mutations) // backup hook (issue 23)
+		} else if capture != nil {
+			captured = append(captured, batch[i].txn.Mutations...)
+		}
+	}
+	// Backup hook (issue 23): a copy of the batch's user mutations in the
+	// backed-up ranges goes to the system stash in the same log entry.
+	if blogMuts := capture.LogMutations(version, captured); blogMuts != nil {
+		if tagged, err := p.tagAll(blogMuts); err == nil {
+			entry.Mutations = append(entry.Mutations, tagged...)
+		} else {
+			p.opts.Logger.Error("commit proxy: backup mutation log", "err", err)
 		}
 	}
 	for tag, n := range inf.pending {
@@ -645,6 +664,17 @@ func (p *CommitProxy) applyShardChanges(muts []kv.Mutation) []logentry.TaggedMut
 		out = append(out, logentry.TaggedMutation{Mutation: shardmap.AssignMutation(*announce), Tags: tags})
 	}
 	return out
+}
+
+// watchBackup starts or stops copying mutations for a backup when a system
+// transaction sets or clears its configuration; it takes effect from the
+// next batch. Backup hook (issue 23). Called with mu held.
+func (p *CommitProxy) watchBackup(muts []kv.Mutation) {
+	c, err := blog.WatchConfig(p.backup, muts)
+	if err != nil {
+		p.opts.Logger.Error("commit proxy: bad backup configuration", "err", err)
+	}
+	p.backup = c
 }
 
 // checkTaggable returns an error naming the first mutation of txn that no

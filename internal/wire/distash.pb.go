@@ -6068,6 +6068,305 @@ func (x *DeviceStatus) GetSyncP99Us() float64 {
 	return 0
 }
 
+// Backup: continuous backup (docs/backup.md), served by the node holding
+// the commit proxy (an embedded server; in a multi-process cluster the
+// node at ViewResponse.stateless_address; others answer wrong_node).
+type BackupStartRequest struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	Url              string                 `protobuf:"bytes,1,opt,name=url,proto3" json:"url,omitempty"`                                                    // file:///dir or s3://bucket/prefix?endpoint=...
+	Pools            []string               `protobuf:"bytes,2,rep,name=pools,proto3" json:"pools,omitempty"`                                                // empty: every durable pool
+	IncludeEphemeral bool                   `protobuf:"varint,3,opt,name=include_ephemeral,json=includeEphemeral,proto3" json:"include_ephemeral,omitempty"` // with pools empty: ephemeral pools too
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *BackupStartRequest) Reset() {
+	*x = BackupStartRequest{}
+	mi := &file_distash_proto_msgTypes[79]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BackupStartRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BackupStartRequest) ProtoMessage() {}
+
+func (x *BackupStartRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_distash_proto_msgTypes[79]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BackupStartRequest.ProtoReflect.Descriptor instead.
+func (*BackupStartRequest) Descriptor() ([]byte, []int) {
+	return file_distash_proto_rawDescGZIP(), []int{79}
+}
+
+func (x *BackupStartRequest) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *BackupStartRequest) GetPools() []string {
+	if x != nil {
+		return x.Pools
+	}
+	return nil
+}
+
+func (x *BackupStartRequest) GetIncludeEphemeral() bool {
+	if x != nil {
+		return x.IncludeEphemeral
+	}
+	return false
+}
+
+type BackupStartResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Error         *Error                 `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
+	Id            string                 `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`            // the backup's id
+	Version       int64                  `protobuf:"varint,3,opt,name=version,proto3" json:"version,omitempty"` // its start version: the log holds every commit after it
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BackupStartResponse) Reset() {
+	*x = BackupStartResponse{}
+	mi := &file_distash_proto_msgTypes[80]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BackupStartResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BackupStartResponse) ProtoMessage() {}
+
+func (x *BackupStartResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_distash_proto_msgTypes[80]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BackupStartResponse.ProtoReflect.Descriptor instead.
+func (*BackupStartResponse) Descriptor() ([]byte, []int) {
+	return file_distash_proto_rawDescGZIP(), []int{80}
+}
+
+func (x *BackupStartResponse) GetError() *Error {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+func (x *BackupStartResponse) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *BackupStartResponse) GetVersion() int64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+type BackupStatusRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BackupStatusRequest) Reset() {
+	*x = BackupStatusRequest{}
+	mi := &file_distash_proto_msgTypes[81]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BackupStatusRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BackupStatusRequest) ProtoMessage() {}
+
+func (x *BackupStatusRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_distash_proto_msgTypes[81]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BackupStatusRequest.ProtoReflect.Descriptor instead.
+func (*BackupStatusRequest) Descriptor() ([]byte, []int) {
+	return file_distash_proto_rawDescGZIP(), []int{81}
+}
+
+type BackupStatusResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Error         *Error                 `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
+	StatusJson    string                 `protobuf:"bytes,2,opt,name=status_json,json=statusJson,proto3" json:"status_json,omitempty"` // backup.Status as JSON (docs/backup.md)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BackupStatusResponse) Reset() {
+	*x = BackupStatusResponse{}
+	mi := &file_distash_proto_msgTypes[82]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BackupStatusResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BackupStatusResponse) ProtoMessage() {}
+
+func (x *BackupStatusResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_distash_proto_msgTypes[82]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BackupStatusResponse.ProtoReflect.Descriptor instead.
+func (*BackupStatusResponse) Descriptor() ([]byte, []int) {
+	return file_distash_proto_rawDescGZIP(), []int{82}
+}
+
+func (x *BackupStatusResponse) GetError() *Error {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+func (x *BackupStatusResponse) GetStatusJson() string {
+	if x != nil {
+		return x.StatusJson
+	}
+	return ""
+}
+
+type BackupStopRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BackupStopRequest) Reset() {
+	*x = BackupStopRequest{}
+	mi := &file_distash_proto_msgTypes[83]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BackupStopRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BackupStopRequest) ProtoMessage() {}
+
+func (x *BackupStopRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_distash_proto_msgTypes[83]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BackupStopRequest.ProtoReflect.Descriptor instead.
+func (*BackupStopRequest) Descriptor() ([]byte, []int) {
+	return file_distash_proto_rawDescGZIP(), []int{83}
+}
+
+type BackupStopResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Error         *Error                 `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
+	StatusJson    string                 `protobuf:"bytes,2,opt,name=status_json,json=statusJson,proto3" json:"status_json,omitempty"` // the backup's status when it stopped
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BackupStopResponse) Reset() {
+	*x = BackupStopResponse{}
+	mi := &file_distash_proto_msgTypes[84]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BackupStopResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BackupStopResponse) ProtoMessage() {}
+
+func (x *BackupStopResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_distash_proto_msgTypes[84]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BackupStopResponse.ProtoReflect.Descriptor instead.
+func (*BackupStopResponse) Descriptor() ([]byte, []int) {
+	return file_distash_proto_rawDescGZIP(), []int{84}
+}
+
+func (x *BackupStopResponse) GetError() *Error {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+func (x *BackupStopResponse) GetStatusJson() string {
+	if x != nil {
+		return x.StatusJson
+	}
+	return ""
+}
+
 var File_distash_proto protoreflect.FileDescriptor
 
 const file_distash_proto_rawDesc = "" +
@@ -6604,7 +6903,25 @@ const file_distash_proto_rawDesc = "" +
 	"\vread_p99_us\x18\f \x01(\x01R\treadP99Us\x12 \n" +
 	"\fwrite_p99_us\x18\r \x01(\x01R\n" +
 	"writeP99Us\x12\x1e\n" +
-	"\vsync_p99_us\x18\x0e \x01(\x01R\tsyncP99Us2\xc2\x06\n" +
+	"\vsync_p99_us\x18\x0e \x01(\x01R\tsyncP99Us\"i\n" +
+	"\x12BackupStartRequest\x12\x10\n" +
+	"\x03url\x18\x01 \x01(\tR\x03url\x12\x14\n" +
+	"\x05pools\x18\x02 \x03(\tR\x05pools\x12+\n" +
+	"\x11include_ephemeral\x18\x03 \x01(\bR\x10includeEphemeral\"h\n" +
+	"\x13BackupStartResponse\x12'\n" +
+	"\x05error\x18\x01 \x01(\v2\x11.distash.v1.ErrorR\x05error\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\tR\x02id\x12\x18\n" +
+	"\aversion\x18\x03 \x01(\x03R\aversion\"\x15\n" +
+	"\x13BackupStatusRequest\"`\n" +
+	"\x14BackupStatusResponse\x12'\n" +
+	"\x05error\x18\x01 \x01(\v2\x11.distash.v1.ErrorR\x05error\x12\x1f\n" +
+	"\vstatus_json\x18\x02 \x01(\tR\n" +
+	"statusJson\"\x13\n" +
+	"\x11BackupStopRequest\"^\n" +
+	"\x12BackupStopResponse\x12'\n" +
+	"\x05error\x18\x01 \x01(\v2\x11.distash.v1.ErrorR\x05error\x12\x1f\n" +
+	"\vstatus_json\x18\x02 \x01(\tR\n" +
+	"statusJson2\xc2\x06\n" +
 	"\aDiStash\x12W\n" +
 	"\x0eGetReadVersion\x12!.distash.v1.GetReadVersionRequest\x1a\".distash.v1.GetReadVersionResponse\x12?\n" +
 	"\x06Commit\x12\x19.distash.v1.CommitRequest\x1a\x1a.distash.v1.CommitResponse\x12U\n" +
@@ -6635,7 +6952,11 @@ const file_distash_proto_rawDesc = "" +
 	"\x10JoinCoordinators\x12#.distash.v1.JoinCoordinatorsRequest\x1a$.distash.v1.JoinCoordinatorsResponse\x12W\n" +
 	"\x0eSetLogReplicas\x12!.distash.v1.SetLogReplicasRequest\x1a\".distash.v1.SetLogReplicasResponse2B\n" +
 	"\x05Admin\x129\n" +
-	"\x04Kill\x12\x17.distash.v1.KillRequest\x1a\x18.distash.v1.KillResponseB*Z(github.com/distash/distash/internal/wireb\x06proto3"
+	"\x04Kill\x12\x17.distash.v1.KillRequest\x1a\x18.distash.v1.KillResponse2\xe6\x01\n" +
+	"\x06Backup\x12H\n" +
+	"\x05Start\x12\x1e.distash.v1.BackupStartRequest\x1a\x1f.distash.v1.BackupStartResponse\x12K\n" +
+	"\x06Status\x12\x1f.distash.v1.BackupStatusRequest\x1a .distash.v1.BackupStatusResponse\x12E\n" +
+	"\x04Stop\x12\x1d.distash.v1.BackupStopRequest\x1a\x1e.distash.v1.BackupStopResponseB*Z(github.com/distash/distash/internal/wireb\x06proto3"
 
 var (
 	file_distash_proto_rawDescOnce sync.Once
@@ -6649,7 +6970,7 @@ func file_distash_proto_rawDescGZIP() []byte {
 	return file_distash_proto_rawDescData
 }
 
-var file_distash_proto_msgTypes = make([]protoimpl.MessageInfo, 79)
+var file_distash_proto_msgTypes = make([]protoimpl.MessageInfo, 85)
 var file_distash_proto_goTypes = []any{
 	(*Error)(nil),                    // 0: distash.v1.Error
 	(*Mutation)(nil),                 // 1: distash.v1.Mutation
@@ -6730,6 +7051,12 @@ var file_distash_proto_goTypes = []any{
 	(*KillRequest)(nil),              // 76: distash.v1.KillRequest
 	(*KillResponse)(nil),             // 77: distash.v1.KillResponse
 	(*DeviceStatus)(nil),             // 78: distash.v1.DeviceStatus
+	(*BackupStartRequest)(nil),       // 79: distash.v1.BackupStartRequest
+	(*BackupStartResponse)(nil),      // 80: distash.v1.BackupStartResponse
+	(*BackupStatusRequest)(nil),      // 81: distash.v1.BackupStatusRequest
+	(*BackupStatusResponse)(nil),     // 82: distash.v1.BackupStatusResponse
+	(*BackupStopRequest)(nil),        // 83: distash.v1.BackupStopRequest
+	(*BackupStopResponse)(nil),       // 84: distash.v1.BackupStopResponse
 }
 var file_distash_proto_depIdxs = []int32{
 	0,  // 0: distash.v1.GetReadVersionResponse.error:type_name -> distash.v1.Error
@@ -6791,63 +7118,72 @@ var file_distash_proto_depIdxs = []int32{
 	0,  // 56: distash.v1.JoinCoordinatorsResponse.error:type_name -> distash.v1.Error
 	0,  // 57: distash.v1.SetLogReplicasResponse.error:type_name -> distash.v1.Error
 	0,  // 58: distash.v1.KillResponse.error:type_name -> distash.v1.Error
-	5,  // 59: distash.v1.DiStash.GetReadVersion:input_type -> distash.v1.GetReadVersionRequest
-	7,  // 60: distash.v1.DiStash.Commit:input_type -> distash.v1.CommitRequest
-	38, // 61: distash.v1.DiStash.CommitStream:input_type -> distash.v1.CommitStreamRequest
-	40, // 62: distash.v1.DiStash.ReadStream:input_type -> distash.v1.ReadStreamRequest
-	9,  // 63: distash.v1.DiStash.Read:input_type -> distash.v1.ReadRequest
-	11, // 64: distash.v1.DiStash.ReadRange:input_type -> distash.v1.ReadRangeRequest
-	13, // 65: distash.v1.DiStash.Locations:input_type -> distash.v1.LocationsRequest
-	17, // 66: distash.v1.DiStash.ClusterInfo:input_type -> distash.v1.ClusterInfoRequest
-	28, // 67: distash.v1.DiStash.Status:input_type -> distash.v1.StatusRequest
-	36, // 68: distash.v1.DiStash.Coldest:input_type -> distash.v1.ColdestRequest
-	24, // 69: distash.v1.DiStash.ShardMetrics:input_type -> distash.v1.ShardMetricsRequest
-	42, // 70: distash.v1.Log.Peek:input_type -> distash.v1.PeekRequest
-	45, // 71: distash.v1.Log.Pop:input_type -> distash.v1.PopRequest
-	47, // 72: distash.v1.Log.Report:input_type -> distash.v1.ReportRequest
-	49, // 73: distash.v1.Coordinator.Register:input_type -> distash.v1.RegisterRequest
-	51, // 74: distash.v1.Coordinator.Heartbeat:input_type -> distash.v1.HeartbeatRequest
-	53, // 75: distash.v1.Coordinator.View:input_type -> distash.v1.ViewRequest
-	60, // 76: distash.v1.Coordinator.Claim:input_type -> distash.v1.ClaimRequest
-	62, // 77: distash.v1.Coordinator.RecoveryDone:input_type -> distash.v1.RecoveryDoneRequest
-	64, // 78: distash.v1.Coordinator.Exclude:input_type -> distash.v1.ExcludeRequest
-	66, // 79: distash.v1.Coordinator.Include:input_type -> distash.v1.IncludeRequest
-	68, // 80: distash.v1.Coordinator.Configure:input_type -> distash.v1.ConfigureRequest
-	70, // 81: distash.v1.Coordinator.Retire:input_type -> distash.v1.RetireRequest
-	72, // 82: distash.v1.Coordinator.JoinCoordinators:input_type -> distash.v1.JoinCoordinatorsRequest
-	74, // 83: distash.v1.Coordinator.SetLogReplicas:input_type -> distash.v1.SetLogReplicasRequest
-	76, // 84: distash.v1.Admin.Kill:input_type -> distash.v1.KillRequest
-	6,  // 85: distash.v1.DiStash.GetReadVersion:output_type -> distash.v1.GetReadVersionResponse
-	8,  // 86: distash.v1.DiStash.Commit:output_type -> distash.v1.CommitResponse
-	39, // 87: distash.v1.DiStash.CommitStream:output_type -> distash.v1.CommitStreamResponse
-	41, // 88: distash.v1.DiStash.ReadStream:output_type -> distash.v1.ReadStreamResponse
-	10, // 89: distash.v1.DiStash.Read:output_type -> distash.v1.ReadResponse
-	12, // 90: distash.v1.DiStash.ReadRange:output_type -> distash.v1.ReadRangeResponse
-	15, // 91: distash.v1.DiStash.Locations:output_type -> distash.v1.LocationsResponse
-	18, // 92: distash.v1.DiStash.ClusterInfo:output_type -> distash.v1.ClusterInfoResponse
-	29, // 93: distash.v1.DiStash.Status:output_type -> distash.v1.StatusResponse
-	37, // 94: distash.v1.DiStash.Coldest:output_type -> distash.v1.ColdestResponse
-	27, // 95: distash.v1.DiStash.ShardMetrics:output_type -> distash.v1.ShardMetricsResponse
-	44, // 96: distash.v1.Log.Peek:output_type -> distash.v1.PeekResponse
-	46, // 97: distash.v1.Log.Pop:output_type -> distash.v1.PopResponse
-	48, // 98: distash.v1.Log.Report:output_type -> distash.v1.ReportResponse
-	50, // 99: distash.v1.Coordinator.Register:output_type -> distash.v1.RegisterResponse
-	52, // 100: distash.v1.Coordinator.Heartbeat:output_type -> distash.v1.HeartbeatResponse
-	57, // 101: distash.v1.Coordinator.View:output_type -> distash.v1.ViewResponse
-	61, // 102: distash.v1.Coordinator.Claim:output_type -> distash.v1.ClaimResponse
-	63, // 103: distash.v1.Coordinator.RecoveryDone:output_type -> distash.v1.RecoveryDoneResponse
-	65, // 104: distash.v1.Coordinator.Exclude:output_type -> distash.v1.ExcludeResponse
-	67, // 105: distash.v1.Coordinator.Include:output_type -> distash.v1.IncludeResponse
-	69, // 106: distash.v1.Coordinator.Configure:output_type -> distash.v1.ConfigureResponse
-	71, // 107: distash.v1.Coordinator.Retire:output_type -> distash.v1.RetireResponse
-	73, // 108: distash.v1.Coordinator.JoinCoordinators:output_type -> distash.v1.JoinCoordinatorsResponse
-	75, // 109: distash.v1.Coordinator.SetLogReplicas:output_type -> distash.v1.SetLogReplicasResponse
-	77, // 110: distash.v1.Admin.Kill:output_type -> distash.v1.KillResponse
-	85, // [85:111] is the sub-list for method output_type
-	59, // [59:85] is the sub-list for method input_type
-	59, // [59:59] is the sub-list for extension type_name
-	59, // [59:59] is the sub-list for extension extendee
-	0,  // [0:59] is the sub-list for field type_name
+	0,  // 59: distash.v1.BackupStartResponse.error:type_name -> distash.v1.Error
+	0,  // 60: distash.v1.BackupStatusResponse.error:type_name -> distash.v1.Error
+	0,  // 61: distash.v1.BackupStopResponse.error:type_name -> distash.v1.Error
+	5,  // 62: distash.v1.DiStash.GetReadVersion:input_type -> distash.v1.GetReadVersionRequest
+	7,  // 63: distash.v1.DiStash.Commit:input_type -> distash.v1.CommitRequest
+	38, // 64: distash.v1.DiStash.CommitStream:input_type -> distash.v1.CommitStreamRequest
+	40, // 65: distash.v1.DiStash.ReadStream:input_type -> distash.v1.ReadStreamRequest
+	9,  // 66: distash.v1.DiStash.Read:input_type -> distash.v1.ReadRequest
+	11, // 67: distash.v1.DiStash.ReadRange:input_type -> distash.v1.ReadRangeRequest
+	13, // 68: distash.v1.DiStash.Locations:input_type -> distash.v1.LocationsRequest
+	17, // 69: distash.v1.DiStash.ClusterInfo:input_type -> distash.v1.ClusterInfoRequest
+	28, // 70: distash.v1.DiStash.Status:input_type -> distash.v1.StatusRequest
+	36, // 71: distash.v1.DiStash.Coldest:input_type -> distash.v1.ColdestRequest
+	24, // 72: distash.v1.DiStash.ShardMetrics:input_type -> distash.v1.ShardMetricsRequest
+	42, // 73: distash.v1.Log.Peek:input_type -> distash.v1.PeekRequest
+	45, // 74: distash.v1.Log.Pop:input_type -> distash.v1.PopRequest
+	47, // 75: distash.v1.Log.Report:input_type -> distash.v1.ReportRequest
+	49, // 76: distash.v1.Coordinator.Register:input_type -> distash.v1.RegisterRequest
+	51, // 77: distash.v1.Coordinator.Heartbeat:input_type -> distash.v1.HeartbeatRequest
+	53, // 78: distash.v1.Coordinator.View:input_type -> distash.v1.ViewRequest
+	60, // 79: distash.v1.Coordinator.Claim:input_type -> distash.v1.ClaimRequest
+	62, // 80: distash.v1.Coordinator.RecoveryDone:input_type -> distash.v1.RecoveryDoneRequest
+	64, // 81: distash.v1.Coordinator.Exclude:input_type -> distash.v1.ExcludeRequest
+	66, // 82: distash.v1.Coordinator.Include:input_type -> distash.v1.IncludeRequest
+	68, // 83: distash.v1.Coordinator.Configure:input_type -> distash.v1.ConfigureRequest
+	70, // 84: distash.v1.Coordinator.Retire:input_type -> distash.v1.RetireRequest
+	72, // 85: distash.v1.Coordinator.JoinCoordinators:input_type -> distash.v1.JoinCoordinatorsRequest
+	74, // 86: distash.v1.Coordinator.SetLogReplicas:input_type -> distash.v1.SetLogReplicasRequest
+	76, // 87: distash.v1.Admin.Kill:input_type -> distash.v1.KillRequest
+	79, // 88: distash.v1.Backup.Start:input_type -> distash.v1.BackupStartRequest
+	81, // 89: distash.v1.Backup.Status:input_type -> distash.v1.BackupStatusRequest
+	83, // 90: distash.v1.Backup.Stop:input_type -> distash.v1.BackupStopRequest
+	6,  // 91: distash.v1.DiStash.GetReadVersion:output_type -> distash.v1.GetReadVersionResponse
+	8,  // 92: distash.v1.DiStash.Commit:output_type -> distash.v1.CommitResponse
+	39, // 93: distash.v1.DiStash.CommitStream:output_type -> distash.v1.CommitStreamResponse
+	41, // 94: distash.v1.DiStash.ReadStream:output_type -> distash.v1.ReadStreamResponse
+	10, // 95: distash.v1.DiStash.Read:output_type -> distash.v1.ReadResponse
+	12, // 96: distash.v1.DiStash.ReadRange:output_type -> distash.v1.ReadRangeResponse
+	15, // 97: distash.v1.DiStash.Locations:output_type -> distash.v1.LocationsResponse
+	18, // 98: distash.v1.DiStash.ClusterInfo:output_type -> distash.v1.ClusterInfoResponse
+	29, // 99: distash.v1.DiStash.Status:output_type -> distash.v1.StatusResponse
+	37, // 100: distash.v1.DiStash.Coldest:output_type -> distash.v1.ColdestResponse
+	27, // 101: distash.v1.DiStash.ShardMetrics:output_type -> distash.v1.ShardMetricsResponse
+	44, // 102: distash.v1.Log.Peek:output_type -> distash.v1.PeekResponse
+	46, // 103: distash.v1.Log.Pop:output_type -> distash.v1.PopResponse
+	48, // 104: distash.v1.Log.Report:output_type -> distash.v1.ReportResponse
+	50, // 105: distash.v1.Coordinator.Register:output_type -> distash.v1.RegisterResponse
+	52, // 106: distash.v1.Coordinator.Heartbeat:output_type -> distash.v1.HeartbeatResponse
+	57, // 107: distash.v1.Coordinator.View:output_type -> distash.v1.ViewResponse
+	61, // 108: distash.v1.Coordinator.Claim:output_type -> distash.v1.ClaimResponse
+	63, // 109: distash.v1.Coordinator.RecoveryDone:output_type -> distash.v1.RecoveryDoneResponse
+	65, // 110: distash.v1.Coordinator.Exclude:output_type -> distash.v1.ExcludeResponse
+	67, // 111: distash.v1.Coordinator.Include:output_type -> distash.v1.IncludeResponse
+	69, // 112: distash.v1.Coordinator.Configure:output_type -> distash.v1.ConfigureResponse
+	71, // 113: distash.v1.Coordinator.Retire:output_type -> distash.v1.RetireResponse
+	73, // 114: distash.v1.Coordinator.JoinCoordinators:output_type -> distash.v1.JoinCoordinatorsResponse
+	75, // 115: distash.v1.Coordinator.SetLogReplicas:output_type -> distash.v1.SetLogReplicasResponse
+	77, // 116: distash.v1.Admin.Kill:output_type -> distash.v1.KillResponse
+	80, // 117: distash.v1.Backup.Start:output_type -> distash.v1.BackupStartResponse
+	82, // 118: distash.v1.Backup.Status:output_type -> distash.v1.BackupStatusResponse
+	84, // 119: distash.v1.Backup.Stop:output_type -> distash.v1.BackupStopResponse
+	91, // [91:120] is the sub-list for method output_type
+	62, // [62:91] is the sub-list for method input_type
+	62, // [62:62] is the sub-list for extension type_name
+	62, // [62:62] is the sub-list for extension extendee
+	0,  // [0:62] is the sub-list for field type_name
 }
 
 func init() { file_distash_proto_init() }
@@ -6861,9 +7197,9 @@ func file_distash_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_distash_proto_rawDesc), len(file_distash_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   79,
+			NumMessages:   85,
 			NumExtensions: 0,
-			NumServices:   4,
+			NumServices:   5,
 		},
 		GoTypes:           file_distash_proto_goTypes,
 		DependencyIndexes: file_distash_proto_depIdxs,

@@ -1258,3 +1258,181 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 	Streams:  []grpc.StreamDesc{},
 	Metadata: "distash.proto",
 }
+
+const (
+	Backup_Start_FullMethodName  = "/distash.v1.Backup/Start"
+	Backup_Status_FullMethodName = "/distash.v1.Backup/Status"
+	Backup_Stop_FullMethodName   = "/distash.v1.Backup/Stop"
+)
+
+// BackupClient is the client API for Backup service.
+//
+// For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
+type BackupClient interface {
+	Start(ctx context.Context, in *BackupStartRequest, opts ...grpc.CallOption) (*BackupStartResponse, error)
+	Status(ctx context.Context, in *BackupStatusRequest, opts ...grpc.CallOption) (*BackupStatusResponse, error)
+	Stop(ctx context.Context, in *BackupStopRequest, opts ...grpc.CallOption) (*BackupStopResponse, error)
+}
+
+type backupClient struct {
+	cc grpc.ClientConnInterface
+}
+
+func NewBackupClient(cc grpc.ClientConnInterface) BackupClient {
+	return &backupClient{cc}
+}
+
+func (c *backupClient) Start(ctx context.Context, in *BackupStartRequest, opts ...grpc.CallOption) (*BackupStartResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(BackupStartResponse)
+	err := c.cc.Invoke(ctx, Backup_Start_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *backupClient) Status(ctx context.Context, in *BackupStatusRequest, opts ...grpc.CallOption) (*BackupStatusResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(BackupStatusResponse)
+	err := c.cc.Invoke(ctx, Backup_Status_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *backupClient) Stop(ctx context.Context, in *BackupStopRequest, opts ...grpc.CallOption) (*BackupStopResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(BackupStopResponse)
+	err := c.cc.Invoke(ctx, Backup_Stop_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// BackupServer is the server API for Backup service.
+// All implementations must embed UnimplementedBackupServer
+// for forward compatibility.
+type BackupServer interface {
+	Start(context.Context, *BackupStartRequest) (*BackupStartResponse, error)
+	Status(context.Context, *BackupStatusRequest) (*BackupStatusResponse, error)
+	Stop(context.Context, *BackupStopRequest) (*BackupStopResponse, error)
+	mustEmbedUnimplementedBackupServer()
+}
+
+// UnimplementedBackupServer must be embedded to have
+// forward compatible implementations.
+//
+// NOTE: this should be embedded by value instead of pointer to avoid a nil
+// pointer dereference when methods are called.
+type UnimplementedBackupServer struct{}
+
+func (UnimplementedBackupServer) Start(context.Context, *BackupStartRequest) (*BackupStartResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Start not implemented")
+}
+func (UnimplementedBackupServer) Status(context.Context, *BackupStatusRequest) (*BackupStatusResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Status not implemented")
+}
+func (UnimplementedBackupServer) Stop(context.Context, *BackupStopRequest) (*BackupStopResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Stop not implemented")
+}
+func (UnimplementedBackupServer) mustEmbedUnimplementedBackupServer() {}
+func (UnimplementedBackupServer) testEmbeddedByValue()                {}
+
+// UnsafeBackupServer may be embedded to opt out of forward compatibility for this service.
+// Use of this interface is not recommended, as added methods to BackupServer will
+// result in compilation errors.
+type UnsafeBackupServer interface {
+	mustEmbedUnimplementedBackupServer()
+}
+
+func RegisterBackupServer(s grpc.ServiceRegistrar, srv BackupServer) {
+	// If the following call panics, it indicates UnimplementedBackupServer was
+	// embedded by pointer and is nil.  This will cause panics if an
+	// unimplemented method is ever invoked, so we test this at initialization
+	// time to prevent it from happening at runtime later due to I/O.
+	if t, ok := srv.(interface{ testEmbeddedByValue() }); ok {
+		t.testEmbeddedByValue()
+	}
+	s.RegisterService(&Backup_ServiceDesc, srv)
+}
+
+func _Backup_Start_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(BackupStartRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BackupServer).Start(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Backup_Start_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BackupServer).Start(ctx, req.(*BackupStartRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Backup_Status_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(BackupStatusRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BackupServer).Status(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Backup_Status_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BackupServer).Status(ctx, req.(*BackupStatusRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Backup_Stop_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(BackupStopRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BackupServer).Stop(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Backup_Stop_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BackupServer).Stop(ctx, req.(*BackupStopRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+// Backup_ServiceDesc is the grpc.ServiceDesc for Backup service.
+// It's only intended for direct use with grpc.RegisterService,
+// and not to be introspected or modified (even as a copy)
+var Backup_ServiceDesc = grpc.ServiceDesc{
+	ServiceName: "distash.v1.Backup",
+	HandlerType: (*BackupServer)(nil),
+	Methods: []grpc.MethodDesc{
+		{
+			MethodName: "Start",
+			Handler:    _Backup_Start_Handler,
+		},
+		{
+			MethodName: "Status",
+			Handler:    _Backup_Status_Handler,
+		},
+		{
+			MethodName: "Stop",
+			Handler:    _Backup_Stop_Handler,
+		},
+	},
+	Streams:  []grpc.StreamDesc{},
+	Metadata: "distash.proto",
+}
