@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -293,6 +294,40 @@ func TestManualBlockUntil(t *testing.T) {
 	if steps != 5 {
 		t.Fatalf("steps = %d, want 5", steps)
 	}
+
+	// A loop on a ticker: BlockUntil after an Advance returns once the
+	// loop took its tick, so the work of every earlier tick is done.
+	tk := m.NewTicker(time.Second)
+	var ticks atomic.Int32
+	stop := make(chan struct{})
+	looped := make(chan struct{})
+	go func() {
+		defer close(looped)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tk.C():
+				ticks.Add(1)
+			}
+		}
+	}()
+	for i := int32(1); i <= 20; i++ {
+		m.Advance(time.Second)
+		if m.Waiters() == 1 && ticks.Load() < i-1 {
+			t.Fatalf("tick %d: waiting with %d ticks taken", i, ticks.Load())
+		}
+		if err := m.BlockUntil(ctx, 1); err != nil {
+			t.Fatal(err)
+		}
+		if got := ticks.Load(); got < i-1 {
+			t.Fatalf("after tick %d was taken, %d ticks counted", i, got)
+		}
+	}
+	close(stop)
+	<-looped
+	tk.Stop()
+
 	short, cancel2 := context.WithTimeout(context.Background(), 10*time.Millisecond)
 	defer cancel2()
 	if err := m.BlockUntil(short, 1); err == nil {

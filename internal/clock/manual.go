@@ -15,9 +15,13 @@ import (
 // concurrent use.
 //
 // A test drives a role on a Manual clock in steps: BlockUntil(ctx, n)
-// waits until n timers and tickers are armed (the role is waiting on the
+// waits until n timers and tickers are waiting (the role is waiting on the
 // clock), Advance fires them, and BlockUntil again waits until the role
-// has done its work and armed its next timer.
+// has taken what fired and is waiting again. A timer waits from when it
+// is armed until it fires or is stopped; a ticker waits while it runs and
+// its last tick has been received, so BlockUntil after an Advance also
+// waits for a loop on a ticker to take its tick (when it returns, the
+// loop has finished the work of every earlier tick).
 //
 // Firing: Advance moves the clock to its end first, then delivers every
 // timer and ticker that fell due, in order of their time (ties in order of
@@ -110,21 +114,40 @@ func (m *Manual) Advance(d time.Duration) {
 	}
 }
 
-// Waiters returns the number of timers and tickers armed: made, not
-// stopped, and (timers) not fired.
+// Waiters returns the number of timers and tickers waiting: timers armed
+// (made, not stopped, not fired) and tickers running whose last tick has
+// been received.
 func (m *Manual) Waiters() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return len(m.armed)
+	n, _ := m.waiters()
+	return n
 }
 
-// BlockUntil waits until at least n timers and tickers are armed
+// waiters returns Waiters() and whether a ticker has a tick pending.
+// Called with mu held.
+func (m *Manual) waiters() (n int, pending bool) {
+	for _, t := range m.armed {
+		if t.period > 0 && len(t.c) > 0 {
+			pending = true
+			continue
+		}
+		n++
+	}
+	return n, pending
+}
+
+// tickPoll is how often BlockUntil looks again while a tick is pending:
+// receiving it does not go through the clock.
+const tickPoll = 200 * time.Microsecond
+
+// BlockUntil waits until at least n timers and tickers are waiting
 // (Waiters() >= n), or ctx ends (then it returns an error that says how
 // many there were).
 func (m *Manual) BlockUntil(ctx context.Context, n int) error {
 	for {
 		m.mu.Lock()
-		have := len(m.armed)
+		have, pending := m.waiters()
 		if have >= n {
 			m.mu.Unlock()
 			return nil
@@ -134,10 +157,20 @@ func (m *Manual) BlockUntil(ctx context.Context, n int) error {
 		}
 		ch := m.changed
 		m.mu.Unlock()
+		var poll *time.Timer
+		var polled <-chan time.Time
+		if pending {
+			poll = time.NewTimer(tickPoll)
+			polled = poll.C
+		}
 		select {
 		case <-ch:
+		case <-polled:
 		case <-ctx.Done():
 			return fmt.Errorf("clock: %d of %d waiters: %w", have, n, ctx.Err())
+		}
+		if poll != nil {
+			poll.Stop()
 		}
 	}
 }
