@@ -25,6 +25,20 @@ func Within(t testing.TB, d time.Duration, what string, cond func() bool) {
 	}
 }
 
+// Every polls cond every interval (a condition that does work each poll,
+// e.g. writes while it waits, at a steady rate) until it holds, and fails
+// t if it does not within d.
+func Every(t testing.TB, interval, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v", what, d)
+		}
+		time.Sleep(interval)
+	}
+}
+
 // Until polls cond until it holds or d has passed; it reports whether cond
 // held. Polls start 1 ms apart and back off to 10 ms, so a condition that
 // holds soon is seen soon and a slow one costs little CPU.
