@@ -22,6 +22,7 @@ import (
 
 	"github.com/distash/distash/config"
 	"github.com/distash/distash/internal/budget"
+	"github.com/distash/distash/internal/clock"
 	"github.com/distash/distash/internal/kv"
 	"github.com/distash/distash/internal/resolver"
 	"github.com/distash/distash/internal/sequencer"
@@ -157,6 +158,8 @@ type CommitOptions struct {
 	// ObserveBatch, if set, is told the number of transactions of every
 	// batch that carries any (metrics: the commit batch size histogram).
 	ObserveBatch func(txns int)
+	// Clock times the idle commits (nil: the real clock).
+	Clock clock.Clock
 }
 
 type commitReq struct {
@@ -253,6 +256,7 @@ func NewCommitProxy(opts CommitOptions) *CommitProxy {
 	if opts.IdleCommitInterval <= 0 {
 		opts.IdleCommitInterval = 250 * time.Millisecond
 	}
+	opts.Clock = clock.Or(opts.Clock)
 	if opts.MaxInflightBatches <= 0 {
 		opts.MaxInflightBatches = 1
 	}
@@ -422,14 +426,14 @@ func (p *CommitProxy) Run(ctx context.Context) error {
 		if next != nil {
 			batch, batchBytes, next = append(batch, next), next.mem, nil
 		} else {
-			idle := time.NewTimer(p.opts.IdleCommitInterval)
+			idle := p.opts.Clock.NewTimer(p.opts.IdleCommitInterval)
 			select {
 			case <-ctx.Done():
 				idle.Stop()
 				return nil
 			case r := <-p.reqs:
 				batch, batchBytes = append(batch, r), r.mem
-			case <-idle.C:
+			case <-idle.C():
 				// Nothing to commit: commit an empty batch so versions keep
 				// advancing at the stashes and they can flush and pop the log.
 			}
