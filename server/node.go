@@ -28,6 +28,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/distash/distash/config"
+	"github.com/distash/distash/internal/clock"
 	"github.com/distash/distash/internal/coord"
 	"github.com/distash/distash/internal/coordrpc"
 	"github.com/distash/distash/internal/dcdelay"
@@ -104,6 +105,8 @@ type NodeOptions struct {
 	// FS is the file system every file under Dir goes through (package
 	// internal/fsys); nil: the operating system's.
 	FS fsys.FS
+	// Clock is the roles' clock (Options.Clock); nil: the real one.
+	Clock clock.Clock
 }
 
 // node is the multi-process part of a Server.
@@ -235,7 +238,7 @@ func startNode(ctx context.Context, opts NodeOptions) (*Server, error) {
 	n := &node{id: id, opts: opts, conns: map[string]*grpc.ClientConn{}, slot: -1, failed: make(chan error, 1)}
 	logger := serverLogger(opts.Logger, id, n.generation.Load).With("class", opts.Class)
 	s := newServer(Options{Dir: opts.Dir, Config: opts.Config, ListenAddr: opts.Listen, Logger: logger, FlushInterval: opts.FlushInterval,
-		HTTPAddr: opts.HTTPAddr, Pprof: opts.Pprof, FS: opts.FS})
+		HTTPAddr: opts.HTTPAddr, Pprof: opts.Pprof, FS: opts.FS, Clock: opts.Clock})
 	s.dirLock = dirLock
 	s.legacyDir.Store(legacy)
 	n.log.holds = func() bool { return s.tx.Load() != nil }
@@ -333,9 +336,9 @@ func (s *Server) startNode(ctx context.Context) error {
 		n.coord, err = coord.Start(coord.Options{
 			Addr: o.Listen, Coordinators: o.Coordinators, Dir: filepath.Join(o.Dir, "coord"),
 			StreamLayer: n.mux.StreamLayer(streamCoord, o.Listen), NodeID: n.id,
-			LivenessTimeout: o.LivenessTimeout,
-			Logger:          raftlog.New(s.roleLogger(logRoleCoordinator), "coord"),
-			Probe:           n.probeCoordinator, Join: n.cc.JoinCoordinators, FS: o.FS,
+			LivenessTimeout: o.LivenessTimeout, Clock: s.opts.Clock,
+			Logger: raftlog.New(s.roleLogger(logRoleCoordinator), "coord"),
+			Probe:  n.probeCoordinator, Join: n.cc.JoinCoordinators, FS: o.FS,
 		})
 		if err != nil {
 			return fmt.Errorf("server: start the coordinator: %w", err)
@@ -634,7 +637,7 @@ func (s *Server) startStashNode(ctx context.Context) error {
 // failedStash is the stash of sp that failed as it opened with err.
 func (s *Server) failedStash(sp stashSpec, err error) *stash.Stash {
 	return stash.NewFailed(stash.Options{Tag: sp.tag, Pool: sp.pool.Name, Index: sp.index, CapacityBytes: int64(sp.pool.Capacity),
-		TrackBytes: !sp.pool.Ephemeral(), Logger: s.roleLogger(logRoleStash)}, err)
+		TrackBytes: !sp.pool.Ephemeral(), Logger: s.roleLogger(logRoleStash), Clock: s.opts.Clock}, err)
 }
 
 // rejoinDamaged replaces a stash node's damaged stash (sl) with a new,
@@ -830,7 +833,7 @@ func (s *Server) openRemoteStash(ctx context.Context, sp stashSpec, logc *logrpc
 		}
 	}
 	return stash.New(stash.Options{
-		Tag: sp.tag, Pool: sp.pool.Name, Index: sp.index, Engine: eng, Log: logc,
+		Tag: sp.tag, Pool: sp.pool.Name, Index: sp.index, Engine: eng, Log: logc, Clock: s.opts.Clock,
 		Volatile: volatile, StartVersion: start, LocalLog: sp.pool.LocalLog,
 		Ephemeral: sp.pool.Ephemeral(), TrackBytes: !sp.pool.Ephemeral(), CapacityBytes: int64(sp.pool.Capacity),
 		TrackRecency:   sp.pool.Recency,
@@ -1019,7 +1022,7 @@ func (s *Server) runTransactionNode(ctx context.Context) {
 	// replicated in the log (or, on a new cluster, none: nothing is
 	// dropped) holds.
 	l, err := txlog.Open(txlog.Options{
-		Dir: filepath.Join(s.opts.Dir, "log"), FS: s.opts.FS, Logger: s.roleLogger(logRoleLog), MemoryBytes: logMemoryBytes.Load(),
+		Dir: filepath.Join(s.opts.Dir, "log"), FS: s.opts.FS, Clock: s.opts.Clock, Logger: s.roleLogger(logRoleLog), MemoryBytes: logMemoryBytes.Load(),
 		Network: &txlog.NetworkOptions{LocalID: n.logID, Peers: peers, Transport: trans, Join: join},
 	})
 	if err != nil {

@@ -35,6 +35,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/distash/distash/config"
+	"github.com/distash/distash/internal/clock"
 	"github.com/distash/distash/internal/engine"
 	"github.com/distash/distash/internal/engine/flash"
 	pebbleengine "github.com/distash/distash/internal/engine/pebble"
@@ -92,6 +93,9 @@ type Options struct {
 	// internal/fsys); nil: the operating system's. Tests inject disk
 	// faults with it.
 	FS fsys.FS
+	// Clock is the roles' clock (package internal/clock); nil: the real
+	// one. Tests drive it by hand.
+	Clock clock.Clock
 }
 
 // Server is a running embedded cluster.
@@ -189,6 +193,7 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 }
 
 func newServer(opts Options) *Server {
+	opts.Clock = clock.Or(opts.Clock)
 	s := &Server{opts: opts, cfg: opts.Config, logger: opts.Logger, stashes: map[kv.Tag]*stashSlot{},
 		usage: proxy.NewUsageBoard(), reports: newReportBoard(), poolTags: shardmap.StashTags(opts.Config)}
 	s.metrics = newMetrics(s)
@@ -227,6 +232,7 @@ func (s *Server) start(ctx context.Context) error {
 	s.log, err = txlog.Open(txlog.Options{
 		Dir:         filepath.Join(s.opts.Dir, "log"),
 		FS:          s.opts.FS,
+		Clock:       s.opts.Clock,
 		Replicas:    s.cfg.Log.Replicas,
 		Tags:        tags,
 		MemoryBytes: logMemoryBytes.Load(),
@@ -414,7 +420,7 @@ func (s *Server) openStash(sp stashSpec, windowVersions, recovered kv.Version) (
 		volatile = true // an ephemeral pool may restart empty
 	}
 	return stash.New(stash.Options{
-		Tag: sp.tag, Pool: sp.pool.Name, Index: sp.index, Engine: eng, Log: s.log,
+		Tag: sp.tag, Pool: sp.pool.Name, Index: sp.index, Engine: eng, Log: s.log, Clock: s.opts.Clock,
 		Volatile: volatile, StartVersion: recovered, LocalLog: sp.pool.LocalLog,
 		Ephemeral: sp.pool.Ephemeral(), TrackBytes: !sp.pool.Ephemeral(), CapacityBytes: int64(sp.pool.Capacity),
 		TrackRecency:   sp.pool.Recency,
