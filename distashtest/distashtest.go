@@ -16,6 +16,7 @@ import (
 	"github.com/distash/distash"
 	"github.com/distash/distash/config"
 	"github.com/distash/distash/internal/embedded"
+	"github.com/distash/distash/internal/testutil/wait"
 	"github.com/distash/distash/server"
 )
 
@@ -79,6 +80,23 @@ func (c *Cluster) Restart(t testing.TB) {
 func (c *Cluster) Stop() {
 	c.c.Stop()
 	c.Server, c.DB = nil, nil
+}
+
+// WaitFlushed waits until every stash has made durable in its engine
+// every version the log held when it was called: what was committed before
+// has left the MVCC window and reached the engines. The test fails if
+// that takes more than 30 s.
+func (c *Cluster) WaitFlushed(t testing.TB) {
+	t.Helper()
+	last := int64(c.Server.LogStats().LastVersion)
+	wait.Within(t, 30*time.Second, "every stash durable to the log's last version", func() bool {
+		for _, st := range c.Server.Stashes() {
+			if st.DurableVersion < last {
+				return false
+			}
+		}
+		return true
+	})
 }
 
 // Context returns a context that ends after d or with the test.
