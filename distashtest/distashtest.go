@@ -8,6 +8,7 @@ package distashtest
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -88,11 +89,23 @@ func (c *Cluster) Stop() {
 // that takes more than 30 s.
 func (c *Cluster) WaitFlushed(t testing.TB) {
 	t.Helper()
-	last := int64(c.Server.LogStats().LastVersion)
-	wait.Within(t, 30*time.Second, "every stash durable to the log's last version", func() bool {
-		for _, st := range c.Server.Stashes() {
-			if st.DurableVersion < last {
-				return false
+	WaitFlushed(t, c.Server)
+}
+
+// WaitFlushed is Cluster.WaitFlushed for the stashes of servers (the nodes
+// of a cluster; the log's last version is the newest any of them holds).
+func WaitFlushed(t testing.TB, servers ...*server.Server) {
+	t.Helper()
+	var last int64
+	for _, s := range servers {
+		last = max(last, int64(s.LogStats().LastVersion))
+	}
+	wait.Within(t, 30*time.Second, fmt.Sprintf("every stash durable to version %d", last), func() bool {
+		for _, s := range servers {
+			for _, st := range s.Stashes() {
+				if st.DurableVersion < last {
+					return false
+				}
 			}
 		}
 		return true

@@ -17,6 +17,7 @@ import (
 
 	"github.com/distash/distash"
 	"github.com/distash/distash/config"
+	"github.com/distash/distash/distashtest"
 	"github.com/distash/distash/internal/fsys/faultfs"
 	"github.com/distash/distash/internal/simnet"
 	"github.com/distash/distash/server"
@@ -377,7 +378,7 @@ func TestEmbeddedLocalLogStashRestartsWithData(t *testing.T) {
 	for i := range 200 {
 		set(i, "a")
 	}
-	time.Sleep(1500 * time.Millisecond) // out of the 1 s window: in the engine, logged
+	distashtest.WaitFlushed(t, srv) // out of the 1 s window: in the engine, logged
 	fs.Fail(faultfs.Rule{Ops: faultfs.OpWrite, Path: "log-*", Times: 1})
 	for i := range 50 {
 		set(i, "b") // flushed a second later: the local log's write fails

@@ -15,6 +15,7 @@ import (
 
 	"github.com/distash/distash"
 	"github.com/distash/distash/config"
+	"github.com/distash/distash/distashtest"
 	"github.com/distash/distash/internal/wire"
 	"github.com/distash/distash/server"
 	"google.golang.org/grpc"
@@ -246,7 +247,7 @@ write_buffer = "0"
 		time.Sleep(50 * time.Millisecond)
 	}
 	// Past the MVCC window the reads come from the engine.
-	time.Sleep(time.Second)
+	distashtest.WaitFlushed(t, srv)
 	if err := db.ReadTransact(ctx, func(tx *distash.Tx) error {
 		for i := 0; i < n; i++ {
 			v, err := tx.Get([]byte(fmt.Sprintf("d/%04d", i)))

@@ -19,6 +19,7 @@ import (
 
 	"github.com/distash/distash"
 	"github.com/distash/distash/config"
+	"github.com/distash/distash/distashtest"
 	"github.com/distash/distash/internal/fsys/faultfs"
 	"github.com/distash/distash/internal/kv"
 	"github.com/distash/distash/internal/ratekeeper"
@@ -471,7 +472,7 @@ func TestDamagedSoleReplicaRefusesItsReads(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(1500 * time.Millisecond) // past the MVCC window: flushed
+	distashtest.WaitFlushed(t, srv) // past the MVCC window: flushed
 	db.Close()
 	srv.Stop()
 
@@ -563,7 +564,7 @@ func TestOlderDirectoryIsAdopted(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(1500 * time.Millisecond)
+	distashtest.WaitFlushed(t, srv)
 	db.Close()
 	srv.Stop()
 
