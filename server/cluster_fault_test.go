@@ -32,6 +32,8 @@ import (
 	"github.com/distash/distash/internal/simnet"
 	"github.com/distash/distash/internal/testutil/bank"
 	"github.com/distash/distash/internal/testutil/register"
+	"github.com/distash/distash/internal/testutil/wait"
+	"github.com/distash/distash/internal/txlog"
 	"github.com/distash/distash/internal/wire"
 	"github.com/distash/distash/server"
 )
@@ -875,14 +877,29 @@ func TestRestartedTransactionNodesCanLead(t *testing.T) {
 	if leader == nil {
 		t.Fatalf("no transaction node at the stateless address %q", v.StatelessAddress)
 	}
+	logOf := func(n *simNode) txlog.Stats {
+		c.mu.Lock()
+		srv := n.srv
+		c.mu.Unlock()
+		if srv == nil {
+			return txlog.Stats{}
+		}
+		return srv.LogStats()
+	}
 	for _, n := range others {
+		trimmed := logOf(leader).Trimmed
 		c.crash(n)
-		time.Sleep(3 * time.Second)
+		// Down while the log trims what the node's replica holds.
+		wait.Within(t, 30*time.Second, "the log trims while "+n.name+" is down", func() bool { return logOf(leader).Trimmed > trimmed })
 		if err := c.startNode(ctx, n); err != nil {
 			t.Fatal(err)
 		}
 	}
-	time.Sleep(6 * time.Second)
+	// The restarted nodes' log replicas catch up with the leader's.
+	last := logOf(leader).LastVersion
+	for _, n := range others {
+		wait.Within(t, 30*time.Second, n.name+"'s log replica catching up", func() bool { return logOf(n).LastVersion >= last })
+	}
 	if err := set(20 * time.Second); err != nil {
 		t.Fatalf("with every node up again: %v", err)
 	}

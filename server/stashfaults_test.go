@@ -23,6 +23,7 @@ import (
 	"github.com/distash/distash/internal/fsys/faultfs"
 	"github.com/distash/distash/internal/kv"
 	"github.com/distash/distash/internal/ratekeeper"
+	"github.com/distash/distash/internal/testutil/wait"
 	"github.com/distash/distash/internal/wire"
 	"github.com/distash/distash/server"
 )
@@ -331,7 +332,7 @@ func TestDamagedStashIsRebuiltFromItsReplicas(t *testing.T) {
 	c.startAll(ctx)
 	db := c.open(ctx)
 	w := startWriter(ctx, db, 4, 500)
-	time.Sleep(2 * time.Second)
+	wait.Within(t, time.Minute, "300 writes acknowledged", func() bool { return w.n.Load() >= 300 })
 	acked := w.stop()
 	conn, err := grpc.NewClient("passthrough:///"+c.node("tx1").addr, grpc.WithContextDialer(c.net.Dialer("probe")),
 		grpc.WithTransportCredentials(insecure.NewCredentials()))
