@@ -253,7 +253,16 @@ func runLocalLogKill(t *testing.T, failureWait string, localLog bool, down, wind
 		stop()
 		wg.Wait()
 	}()
-	time.Sleep(2500 * time.Millisecond) // the writes of the load leave the 1 s window: logged
+	// The writes of the load so far leave the 1 s window: logged.
+	var srvs []*server.Server
+	c.mu.Lock()
+	for _, n := range c.nodes {
+		if n.srv != nil {
+			srvs = append(srvs, n.srv)
+		}
+	}
+	c.mu.Unlock()
+	distashtest.WaitFlushed(t, srvs...)
 	pre := &readStats{}
 	cur.Store(pre)
 	time.Sleep(time.Second)
