@@ -19,6 +19,7 @@ import (
 	"github.com/distash/distash/internal/kv"
 	"github.com/distash/distash/internal/simnet"
 	"github.com/distash/distash/internal/testutil/bank"
+	"github.com/distash/distash/internal/testutil/wait"
 	"github.com/distash/distash/internal/txlog"
 	"github.com/distash/distash/server"
 )
@@ -95,16 +96,14 @@ func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() (bo
 	t.Helper()
 	began := time.Now()
 	last := ""
-	for time.Since(began) < timeout {
+	if !wait.Until(timeout, func() bool {
 		ok, state := cond()
 		last = state
-		if ok {
-			return time.Since(began)
-		}
-		time.Sleep(50 * time.Millisecond)
+		return ok
+	}) {
+		t.Fatalf("%s: not after %v (%s)", what, timeout, last)
 	}
-	t.Fatalf("%s: not after %v (%s)", what, timeout, last)
-	return 0
+	return time.Since(began)
 }
 
 // withinShare reports whether every stash holds within frac of the mean.
