@@ -368,7 +368,7 @@ type Ratekeeper struct {
 // New returns a ratekeeper that calls sample every interval of the real
 // clock.
 func New(sample func() Sample, interval time.Duration) *Ratekeeper {
-	return &Ratekeeper{sample: sample, every: interval, clock: clock.Real{}, ctl: NewController(), refill: time.Now()}
+	return &Ratekeeper{sample: sample, every: interval, clock: clock.Real{}, ctl: NewController(), refill: clock.Real{}.Now()}
 }
 
 // WithClock makes r sample and pace transactions on c (nil: the real
