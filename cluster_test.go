@@ -16,6 +16,7 @@ import (
 
 	"github.com/distash/distash"
 	"github.com/distash/distash/internal/kv"
+	"github.com/distash/distash/internal/testutil/wait"
 	"github.com/distash/distash/internal/wire"
 )
 
@@ -486,8 +487,7 @@ func TestClusterReadsAvoidDeadStashNode(t *testing.T) {
 	b.wrongNode.Store(true)
 	// Well within stashDownFor (2s): retries rotate among replicas that
 	// are all marked down instead of waiting for one to come back.
-	deadline := time.Now().Add(1500 * time.Millisecond)
-	for {
+	wait.Every(t, 10*time.Millisecond, 1500*time.Millisecond, "reads served by c after the view moved stash 2 to it", func() bool {
 		var got string
 		err := db.ReadTransact(ctx, func(tr *distash.Tx) error {
 			var err error
@@ -497,14 +497,8 @@ func TestClusterReadsAvoidDeadStashNode(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got == "c" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("reads still served by %q after the view moved stash 2 to c", got)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return got == "c"
+	})
 	if c.reads.Load() == 0 {
 		t.Fatal("c served no read")
 	}

@@ -53,8 +53,10 @@ func TestLargeCommitsKeepEveryKey(t *testing.T) {
 	}
 	// Read fresh (from the stashes' MVCC windows) and at rest (from their
 	// engines, once the writes left the 1 s window).
-	for _, wait := range []time.Duration{0, 2500 * time.Millisecond} {
-		time.Sleep(wait)
+	for _, atRest := range []bool{false, true} {
+		if atRest {
+			c.WaitFlushed(t)
+		}
 		for _, prefix := range []string{"c", "d"} {
 			for lo := 0; lo < records; lo += batch {
 				keys := make([][]byte, batch)

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/distash/distash"
+	"github.com/distash/distash/internal/testutil/wait"
 )
 
 // TestFigure7RaceAbortsTheStaleFill orchestrates the race of the paper's
@@ -475,15 +476,11 @@ func TestDurablePoolFullRefusesWholeTransaction(t *testing.T) {
 	if err := c.DB.Transact(ctx, func(tr *distash.Tx) error { tr.ClearRange([]byte("d/k0000"), []byte("d/k0030")); return nil }); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	wait.Every(t, 20*time.Millisecond, 10*time.Second, "a write after the clear", func() bool {
 		err := c.DB.Transact(ctx, func(tr *distash.Tx) error { tr.Set([]byte("d/again"), value); return nil })
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, distash.ErrPoolFull) || time.Now().After(deadline) {
+		if err != nil && !errors.Is(err, distash.ErrPoolFull) {
 			t.Fatalf("write after clear: %v", err)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return err == nil
+	})
 }

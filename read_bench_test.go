@@ -68,7 +68,7 @@ func BenchmarkReadTransactions(b *testing.B) {
 	}
 	// Let the load leave the stashes' MVCC windows (5 s) and their engines
 	// absorb it, so the first case does not pay for the others' flushes.
-	time.Sleep(6 * time.Second)
+	c.WaitFlushed(b)
 	// get: one Get; range: one GetRange of [k, k\x01) (a record of the
 	// go-ycsb driver: its base key and any field overrides, here none);
 	// fields: the same range read of a record with ten overrides (eleven

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/distash/distash"
+	"github.com/distash/distash/internal/testutil/wait"
 )
 
 func TestSetGetAcrossPools(t *testing.T) {
@@ -329,7 +330,7 @@ engine = "sqlite"
 	}); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(1500 * time.Millisecond) // past the window: now in the engines
+	c.WaitFlushed(t) // past the window: now in the engines
 	c.DB.ReadTransact(ctx, func(tr *distash.Tx) error {
 		vals, err := tr.GetMulti([][]byte{[]byte("d/empty"), []byte("c/empty")})
 		if err != nil {
@@ -422,10 +423,13 @@ engine = "pebble"
 	if _, err := old.Get([]byte("d/k")); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(1500 * time.Millisecond)
-	if _, err := old.Get([]byte("d/other")); !errors.Is(err, distash.ErrTransactionTooOld) {
-		t.Fatalf("read at an expired version = %v", err)
-	}
+	wait.For(t, "the read version expires", func() bool {
+		_, err := old.Get([]byte("d/other"))
+		if err != nil && !errors.Is(err, distash.ErrTransactionTooOld) {
+			t.Fatalf("read at an expiring version = %v", err)
+		}
+		return err != nil
+	})
 	old.Set([]byte("d/k"), []byte("late"))
 	if err := old.Commit(); !errors.Is(err, distash.ErrTransactionTooOld) {
 		t.Fatalf("commit at an expired version = %v", err)
@@ -479,7 +483,7 @@ recency = true
 	if got := fmt.Sprintf("%s", keys); got != "[d/a d/c d/b]" {
 		t.Fatalf("coldest = %s, want [d/a d/c d/b]", got)
 	}
-	time.Sleep(1500 * time.Millisecond) // past the window: the engine holds every key
+	c.WaitFlushed(t) // past the window: the engine holds every key
 	c.Stop()
 	c.Restart(t)
 	if keys, err = c.DB.ColdestKeys(ctx, data, 10); err != nil {

@@ -8,6 +8,7 @@ package distashtest
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"github.com/distash/distash"
 	"github.com/distash/distash/config"
 	"github.com/distash/distash/internal/embedded"
+	"github.com/distash/distash/internal/testutil/wait"
 	"github.com/distash/distash/server"
 )
 
@@ -79,6 +81,35 @@ func (c *Cluster) Restart(t testing.TB) {
 func (c *Cluster) Stop() {
 	c.c.Stop()
 	c.Server, c.DB = nil, nil
+}
+
+// WaitFlushed waits until every stash has made durable in its engine
+// every version the log held when it was called: what was committed before
+// has left the MVCC window and reached the engines. The test fails if
+// that takes more than 30 s.
+func (c *Cluster) WaitFlushed(t testing.TB) {
+	t.Helper()
+	WaitFlushed(t, c.Server)
+}
+
+// WaitFlushed is Cluster.WaitFlushed for the stashes of servers (the nodes
+// of a cluster; the log's last version is the newest any of them holds).
+func WaitFlushed(t testing.TB, servers ...*server.Server) {
+	t.Helper()
+	var last int64
+	for _, s := range servers {
+		last = max(last, int64(s.LogStats().LastVersion))
+	}
+	wait.Within(t, 30*time.Second, fmt.Sprintf("every stash durable to version %d", last), func() bool {
+		for _, s := range servers {
+			for _, st := range s.Stashes() {
+				if st.DurableVersion < last {
+					return false
+				}
+			}
+		}
+		return true
+	})
 }
 
 // Context returns a context that ends after d or with the test.

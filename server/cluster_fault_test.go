@@ -27,6 +27,8 @@ import (
 	"github.com/distash/distash/internal/kv"
 	"github.com/distash/distash/internal/testutil/bank"
 	"github.com/distash/distash/internal/testutil/register"
+	"github.com/distash/distash/internal/testutil/wait"
+	"github.com/distash/distash/internal/txlog"
 	"github.com/distash/distash/internal/wire"
 	"github.com/distash/distash/server"
 )
@@ -696,14 +698,27 @@ func TestRestartedTransactionNodesCanLead(t *testing.T) {
 	if leader == nil {
 		t.Fatal("no transaction node holds the stateless roles")
 	}
+	logOf := func(n *clustertest.SimNode) txlog.Stats {
+		srv := n.Server()
+		if srv == nil {
+			return txlog.Stats{}
+		}
+		return srv.LogStats()
+	}
 	for _, n := range others {
+		trimmed := logOf(leader).Trimmed
 		c.Crash(n)
-		time.Sleep(3 * time.Second)
+		// Down while the log trims what the node's replica holds.
+		wait.Within(t, 30*time.Second, "the log trims while "+n.Name+" is down", func() bool { return logOf(leader).Trimmed > trimmed })
 		if err := c.Start(ctx, n); err != nil {
 			t.Fatal(err)
 		}
 	}
-	time.Sleep(6 * time.Second)
+	// The restarted nodes' log replicas catch up with the leader's.
+	last := logOf(leader).LastVersion
+	for _, n := range others {
+		wait.Within(t, 30*time.Second, n.Name+"'s log replica catching up", func() bool { return logOf(n).LastVersion >= last })
+	}
 	if err := set(20 * time.Second); err != nil {
 		t.Fatalf("with every node up again: %v", err)
 	}

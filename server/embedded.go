@@ -167,6 +167,7 @@ func (e *embedded) start(ctx context.Context) error {
 	s.log, err = txlog.Open(txlog.Options{
 		Dir:         filepath.Join(s.opts.Dir, "log"),
 		FS:          s.opts.FS,
+		Clock:       s.opts.Clock,
 		Replicas:    s.cfg.Log.Replicas,
 		Tags:        tags,
 		MemoryBytes: logMemoryBytes.Load(),
@@ -267,7 +268,7 @@ func (e *embedded) openStash(sp stashSpec, windowVersions, recovered kv.Version)
 		volatile = true // an ephemeral pool may restart empty
 	}
 	return stash.New(stash.Options{
-		Tag: sp.tag, Pool: sp.pool.Name, Index: sp.index, Engine: eng, Log: s.log,
+		Tag: sp.tag, Pool: sp.pool.Name, Index: sp.index, Engine: eng, Log: s.log, Clock: s.opts.Clock,
 		Volatile: volatile, StartVersion: recovered, LocalLog: sp.pool.LocalLog,
 		Ephemeral: sp.pool.Ephemeral(), TrackBytes: !sp.pool.Ephemeral(), CapacityBytes: int64(sp.pool.Capacity),
 		TrackRecency:   sp.pool.Recency,

@@ -13,6 +13,7 @@ import (
 	"github.com/distash/distash"
 	"github.com/distash/distash/config"
 	"github.com/distash/distash/internal/frames"
+	"github.com/distash/distash/internal/testutil/wait"
 	"github.com/distash/distash/internal/wire"
 	"github.com/distash/distash/server"
 )
@@ -102,10 +103,8 @@ func TestMalformedFramesDoNotStopTheServer(t *testing.T) {
 		c.Close()
 		readOnGood()
 	}
-	for deadline := time.Now().Add(5 * time.Second); strings.Count(logs.String(), "closed a frames connection") < 4; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the server logged %d of 4 malformed frames:\n%s", strings.Count(logs.String(), "closed a frames connection"), logs.String())
-		}
+	if !wait.Until(5*time.Second, func() bool { return strings.Count(logs.String(), "closed a frames connection") >= 4 }) {
+		t.Fatalf("the server logged %d of 4 malformed frames:\n%s", strings.Count(logs.String(), "closed a frames connection"), logs.String())
 	}
 	db, err := distash.Open(ctx, addr)
 	if err != nil {

@@ -21,6 +21,7 @@ import (
 
 	"github.com/distash/distash"
 	"github.com/distash/distash/config"
+	"github.com/distash/distash/internal/testutil/wait"
 	"github.com/distash/distash/internal/wire"
 	"github.com/distash/distash/server"
 	"google.golang.org/grpc"
@@ -138,11 +139,11 @@ func TestHTTPMetrics(t *testing.T) {
 		}
 	}
 	// The data distributor's figures come with its first round.
-	after := scrape(t, addr)
-	for deadline := time.Now().Add(10 * time.Second); sum(after, "distash_pool_shards") < 0 && time.Now().Before(deadline); {
-		time.Sleep(50 * time.Millisecond)
+	var after map[string]*dto.MetricFamily
+	wait.Until(10*time.Second, func() bool {
 		after = scrape(t, addr)
-	}
+		return sum(after, "distash_pool_shards") >= 0
+	})
 	for _, c := range []struct {
 		name  string
 		match []string
@@ -397,11 +398,11 @@ func TestClusterNodeMetricsAndLogs(t *testing.T) {
 	}
 	// The log's tag set comes from the roles' node once the stashes
 	// joined (keepLogTags): until then it holds for no tag.
-	fams := scrape(t, txNode.HTTPAddr())
-	for deadline := time.Now().Add(10 * time.Second); sum(fams, "distash_log_held_entries") < 0 && time.Now().Before(deadline); {
-		time.Sleep(50 * time.Millisecond)
+	var fams map[string]*dto.MetricFamily
+	wait.Until(10*time.Second, func() bool {
 		fams = scrape(t, txNode.HTTPAddr())
-	}
+		return sum(fams, "distash_log_held_entries") >= 0
+	})
 	if got := sum(fams, "distash_commits_total"); got < 2*n {
 		t.Errorf("roles' node: distash_commits_total = %v, want >= %d", got, 2*n)
 	}

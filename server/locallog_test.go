@@ -16,6 +16,7 @@ import (
 
 	"github.com/distash/distash"
 	"github.com/distash/distash/config"
+	"github.com/distash/distash/distashtest"
 	"github.com/distash/distash/internal/clustertest"
 	"github.com/distash/distash/internal/fsys/faultfs"
 	"github.com/distash/distash/server"
@@ -221,7 +222,14 @@ func runLocalLogKill(t *testing.T, failureWait string, localLog bool, down, wind
 		stop()
 		wg.Wait()
 	}()
-	time.Sleep(2500 * time.Millisecond) // the writes of the load leave the 1 s window: logged
+	// The writes of the load so far leave the 1 s window: logged.
+	var srvs []*server.Server
+	for _, n := range c.Nodes {
+		if srv := n.Server(); srv != nil {
+			srvs = append(srvs, srv)
+		}
+	}
+	distashtest.WaitFlushed(t, srvs...)
 	pre := &readStats{}
 	cur.Store(pre)
 	time.Sleep(time.Second)
@@ -346,7 +354,7 @@ func TestEmbeddedLocalLogStashRestartsWithData(t *testing.T) {
 	for i := range 200 {
 		set(i, "a")
 	}
-	time.Sleep(1500 * time.Millisecond) // out of the 1 s window: in the engine, logged
+	distashtest.WaitFlushed(t, srv) // out of the 1 s window: in the engine, logged
 	fs.Fail(faultfs.Rule{Ops: faultfs.OpWrite, Path: "log-*", Times: 1})
 	for i := range 50 {
 		set(i, "b") // flushed a second later: the local log's write fails

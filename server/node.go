@@ -18,6 +18,7 @@ import (
 
 	"github.com/distash/distash"
 	"github.com/distash/distash/config"
+	"github.com/distash/distash/internal/clock"
 	"github.com/distash/distash/internal/coord"
 	"github.com/distash/distash/internal/coordrpc"
 	"github.com/distash/distash/internal/dcdelay"
@@ -89,6 +90,8 @@ type NodeOptions struct {
 	// FS is the file system every file under Dir goes through (package
 	// internal/fsys); nil: the operating system's.
 	FS fsys.FS
+	// Clock is the roles' clock (Options.Clock); nil: the real one.
+	Clock clock.Clock
 }
 
 // node is the clusterLink of one node of a multi-process cluster: its id
@@ -192,7 +195,7 @@ func startNode(ctx context.Context, opts NodeOptions) (*Server, error) {
 	n := &node{id: id, opts: opts, conns: map[string]*grpc.ClientConn{}}
 	logger := serverLogger(opts.Logger, id, n.generation.Load).With("class", opts.Class)
 	s := newServer(Options{Dir: opts.Dir, Config: opts.Config, ListenAddr: opts.Listen, Logger: logger, FlushInterval: opts.FlushInterval,
-		HTTPAddr: opts.HTTPAddr, Pprof: opts.Pprof, FS: opts.FS})
+		HTTPAddr: opts.HTTPAddr, Pprof: opts.Pprof, FS: opts.FS, Clock: opts.Clock})
 	s.dirLock = dirLock
 	s.legacyDir.Store(legacy)
 	s.failed = make(chan error, 1)
@@ -258,9 +261,9 @@ func (n *node) start(ctx context.Context) error {
 		n.coord, err = coord.Start(coord.Options{
 			Addr: o.Listen, Coordinators: o.Coordinators, Dir: filepath.Join(o.Dir, "coord"),
 			StreamLayer: mux.StreamLayer(streamCoord, o.Listen), NodeID: n.id,
-			LivenessTimeout: o.LivenessTimeout,
-			Logger:          raftlog.New(s.roleLogger(logRoleCoordinator), "coord"),
-			Probe:           n.probeCoordinator, Join: n.cc.JoinCoordinators, FS: o.FS,
+			LivenessTimeout: o.LivenessTimeout, Clock: s.opts.Clock,
+			Logger: raftlog.New(s.roleLogger(logRoleCoordinator), "coord"),
+			Probe:  n.probeCoordinator, Join: n.cc.JoinCoordinators, FS: o.FS,
 		})
 		if err != nil {
 			return fmt.Errorf("server: start the coordinator: %w", err)

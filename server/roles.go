@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/distash/distash/config"
-	"github.com/distash/distash/internal/clock"
 	"github.com/distash/distash/internal/dd"
 	"github.com/distash/distash/internal/engine"
 	"github.com/distash/distash/internal/engine/engines"
@@ -85,7 +84,7 @@ func (s *Server) startSystemStash(ctx context.Context) (*stash.Stash, error) {
 		}
 		return stash.New(stash.Options{
 			Tag: shardmap.SystemTag, Pool: "system", Engine: sysEng, Log: s.log,
-			WindowVersions: s.windowVersions(), FlushInterval: s.opts.FlushInterval, Logger: s.roleLogger(logRoleStash),
+			WindowVersions: s.windowVersions(), FlushInterval: s.opts.FlushInterval, Logger: s.roleLogger(logRoleStash), Clock: s.opts.Clock,
 			OnDiskFull: s.link.systemDiskFull,
 		}), nil
 	}
@@ -118,14 +117,14 @@ func (s *Server) startRoles(ctx context.Context, gen uint64, recovered kv.Versio
 	}
 
 	r := &txRoles{generation: gen, recovered: recovered, startedAt: began}
-	r.seq = sequencer.New(clock.Real{}, recovered)
+	r.seq = sequencer.New(s.opts.Clock, recovered)
 	r.res = resolver.NewAt(s.windowVersions(), recovered)
-	r.rk = ratekeeper.New(func() ratekeeper.Sample { return s.rateSample(r) }, 100*time.Millisecond)
+	r.rk = ratekeeper.New(func() ratekeeper.Sample { return s.rateSample(r) }, 100*time.Millisecond).WithClock(s.opts.Clock)
 	r.commit = proxy.NewCommitProxy(proxy.CommitOptions{
 		Pools: proxyPools(s.cfg), Sequencer: r.seq, Resolver: r.res, Log: s.log, Epoch: gen,
 		Shards: shards, ShardsAt: recovered, Usage: s.usage, Logger: s.roleLogger(logRoleProxy),
 		Throttle: r.rk, ObserveBatch: func(n int) { s.metrics.batchSize.Observe(float64(n)) },
-		Backup: backupCfg,
+		Backup: backupCfg, Clock: s.opts.Clock,
 	})
 	r.grv = proxy.NewGRVProxy(r.seq, r.rk)
 	runCtx, cancel := context.WithCancel(context.Background())

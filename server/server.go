@@ -44,6 +44,7 @@ import (
 
 	"github.com/distash/distash"
 	"github.com/distash/distash/config"
+	"github.com/distash/distash/internal/clock"
 	"github.com/distash/distash/internal/coord"
 	"github.com/distash/distash/internal/engine"
 	"github.com/distash/distash/internal/engine/flash"
@@ -94,6 +95,9 @@ type Options struct {
 	// internal/fsys); nil: the operating system's. Tests inject disk
 	// faults with it.
 	FS fsys.FS
+	// Clock is the roles' clock (package internal/clock); nil: the real
+	// one. Tests drive it by hand.
+	Clock clock.Clock
 }
 
 // Server is a running process of a DiStash cluster: an embedded cluster
@@ -199,6 +203,7 @@ type clusterLink interface {
 }
 
 func newServer(opts Options) *Server {
+	opts.Clock = clock.Or(opts.Clock)
 	s := &Server{opts: opts, cfg: opts.Config, logger: opts.Logger, stashes: map[kv.Tag]*stashSlot{},
 		usage: proxy.NewUsageBoard(), reports: newReportBoard(), poolTags: coord.StashTags(opts.Config)}
 	s.replica.holds = func() bool { return s.tx.Load() != nil }
@@ -469,5 +474,5 @@ func (s *Server) LogStats() txlog.Stats {
 // failedStash is the stash of sp that failed as it opened with err.
 func (s *Server) failedStash(sp stashSpec, err error) *stash.Stash {
 	return stash.NewFailed(stash.Options{Tag: sp.tag, Pool: sp.pool.Name, Index: sp.index, CapacityBytes: int64(sp.pool.Capacity),
-		TrackBytes: !sp.pool.Ephemeral(), Logger: s.roleLogger(logRoleStash)}, err)
+		TrackBytes: !sp.pool.Ephemeral(), Logger: s.roleLogger(logRoleStash), Clock: s.opts.Clock}, err)
 }

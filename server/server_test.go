@@ -15,6 +15,8 @@ import (
 
 	"github.com/distash/distash"
 	"github.com/distash/distash/config"
+	"github.com/distash/distash/distashtest"
+	"github.com/distash/distash/internal/testutil/wait"
 	"github.com/distash/distash/internal/wire"
 	"github.com/distash/distash/server"
 	"google.golang.org/grpc"
@@ -68,16 +70,9 @@ func start(t *testing.T, dir string, cfg *config.Config) (*server.Server, *dista
 // MVCC window (1 s in these tests) durable and the log has dropped it.
 func waitForPops(t *testing.T, srv *server.Server) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		n := srv.LogStats().Entries
-		if n <= 8 { // the empty commits of the last window (1 s / 250 ms)
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("log still holds %d entries after the window passed", n)
-		}
-		time.Sleep(50 * time.Millisecond)
+	// At most the empty commits of the last window (1 s / 250 ms).
+	if !wait.Until(10*time.Second, func() bool { return srv.LogStats().Entries <= 8 }) {
+		t.Fatalf("log still holds %d entries after the window passed", srv.LogStats().Entries)
 	}
 }
 
@@ -246,7 +241,7 @@ write_buffer = "0"
 		time.Sleep(50 * time.Millisecond)
 	}
 	// Past the MVCC window the reads come from the engine.
-	time.Sleep(time.Second)
+	distashtest.WaitFlushed(t, srv)
 	if err := db.ReadTransact(ctx, func(tx *distash.Tx) error {
 		for i := 0; i < n; i++ {
 			v, err := tx.Get([]byte(fmt.Sprintf("d/%04d", i)))

@@ -19,10 +19,12 @@ import (
 
 	"github.com/distash/distash"
 	"github.com/distash/distash/config"
+	"github.com/distash/distash/distashtest"
 	"github.com/distash/distash/internal/clustertest"
 	"github.com/distash/distash/internal/fsys/faultfs"
 	"github.com/distash/distash/internal/kv"
 	"github.com/distash/distash/internal/ratekeeper"
+	"github.com/distash/distash/internal/testutil/wait"
 	"github.com/distash/distash/internal/wire"
 	"github.com/distash/distash/server"
 )
@@ -241,7 +243,7 @@ func TestDamagedStashIsRebuiltFromItsReplicas(t *testing.T) {
 	c.StartAll(ctx)
 	db := c.Open(ctx)
 	w := startWriter(ctx, db, 4, 500)
-	time.Sleep(2 * time.Second)
+	wait.Within(t, time.Minute, "300 writes acknowledged", func() bool { return w.n.Load() >= 300 })
 	acked := w.stop()
 	conn, err := grpc.NewClient("passthrough:///"+c.Node("tx1").Addr, grpc.WithContextDialer(c.Net.Dialer("probe")),
 		grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -380,7 +382,7 @@ func TestDamagedSoleReplicaRefusesItsReads(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(1500 * time.Millisecond) // past the MVCC window: flushed
+	distashtest.WaitFlushed(t, srv) // past the MVCC window: flushed
 	db.Close()
 	srv.Stop()
 
@@ -472,7 +474,7 @@ func TestOlderDirectoryIsAdopted(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(1500 * time.Millisecond)
+	distashtest.WaitFlushed(t, srv)
 	db.Close()
 	srv.Stop()
 

@@ -383,7 +383,7 @@ func (sn *stashNode) openRemoteStash(ctx context.Context, sp stashSpec, logc *lo
 		}
 	}
 	return stash.New(stash.Options{
-		Tag: sp.tag, Pool: sp.pool.Name, Index: sp.index, Engine: eng, Log: logc,
+		Tag: sp.tag, Pool: sp.pool.Name, Index: sp.index, Engine: eng, Log: logc, Clock: s.opts.Clock,
 		Volatile: volatile, StartVersion: start, LocalLog: sp.pool.LocalLog,
 		Ephemeral: sp.pool.Ephemeral(), TrackBytes: !sp.pool.Ephemeral(), CapacityBytes: int64(sp.pool.Capacity),
 		TrackRecency:   sp.pool.Recency,

@@ -21,6 +21,7 @@ import (
 
 	"github.com/distash/distash"
 	"github.com/distash/distash/config"
+	"github.com/distash/distash/internal/testutil/wait"
 	"github.com/distash/distash/internal/tlsconf/tlstest"
 	"github.com/distash/distash/internal/wire"
 	"github.com/distash/distash/server"
@@ -116,10 +117,8 @@ func TestMutualTLS(t *testing.T) {
 		// does not list its CA, so the server refuses it for its CA, and
 		// logs why (the client may only see its connection closed).
 		want := "certificate signed by unknown authority"
-		for deadline := time.Now().Add(5 * time.Second); !strings.Contains(logs.String(), want); time.Sleep(10 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("the server logged no refused handshake with %q:\n%s", want, logs.String())
-			}
+		if !wait.Until(5*time.Second, func() bool { return strings.Contains(logs.String(), want) }) {
+			t.Fatalf("the server logged no refused handshake with %q:\n%s", want, logs.String())
 		}
 	})
 	t.Run("client without certificate refused", func(t *testing.T) {

@@ -47,7 +47,7 @@ func (tn *transactionNode) run(ctx context.Context) {
 	// replicated in the log (or, on a new cluster, none: nothing is
 	// dropped) holds.
 	l, err := txlog.Open(txlog.Options{
-		Dir: filepath.Join(s.opts.Dir, "log"), FS: s.opts.FS, Logger: s.roleLogger(logRoleLog), MemoryBytes: logMemoryBytes.Load(),
+		Dir: filepath.Join(s.opts.Dir, "log"), FS: s.opts.FS, Clock: s.opts.Clock, Logger: s.roleLogger(logRoleLog), MemoryBytes: logMemoryBytes.Load(),
 		Network: &txlog.NetworkOptions{LocalID: tn.logID, Peers: peers, Transport: trans, Join: join},
 	})
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/distash/distash/internal/clustertest"
 	"github.com/distash/distash/internal/coordrpc"
 	"github.com/distash/distash/internal/testutil/bank"
+	"github.com/distash/distash/internal/testutil/wait"
 	"github.com/distash/distash/internal/wire"
 )
 
@@ -231,9 +232,18 @@ func TestProcessClusterSurvivesAFrozenNode(t *testing.T) {
 	defer db.Close()
 	g := newGrayLoad(db, b)
 	lctx, lcancel := context.WithCancel(ctx)
-	wait := g.run(lctx)
-	defer func() { lcancel(); wait() }()
-	time.Sleep(3 * time.Second)
+	loadDone := g.run(lctx)
+	defer func() { lcancel(); loadDone() }()
+	wait.Within(t, time.Minute, "100 successes of every kind of transaction", func() bool {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		for _, kind := range []string{"rmw", "blind", "probe"} {
+			if len(g.acks[kind]) < 100 {
+				return false
+			}
+		}
+		return true
+	})
 
 	// The node holding the stateless roles (and so the log's leader).
 	cc, err := coordrpc.NewClient(c.Coordinators, coordrpc.ClientOptions{})
@@ -347,7 +357,7 @@ func TestProcessClusterSurvivesAFrozenNode(t *testing.T) {
 	}
 
 	lcancel()
-	wait()
+	loadDone()
 	for _, f := range g.fatalErrors() {
 		t.Errorf("non-retryable error: %s", f)
 	}

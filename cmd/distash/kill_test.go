@@ -14,6 +14,7 @@ import (
 
 	"github.com/distash/distash"
 	"github.com/distash/distash/internal/testutil/subprocess"
+	"github.com/distash/distash/internal/testutil/wait"
 )
 
 var (
@@ -97,7 +98,12 @@ func TestKill9KeepsAcknowledgedDurableWrites(t *testing.T) {
 			}
 		}(w)
 	}
-	time.Sleep(1500 * time.Millisecond)
+	// Kill it mid-load, once writes have been acknowledged.
+	wait.Within(t, time.Minute, "3,000 acknowledged writes", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(acked) >= 3000
+	})
 	proc.Kill()
 	close(stop)
 	wg.Wait()

@@ -15,6 +15,7 @@ import (
 	"github.com/distash/distash"
 	"github.com/distash/distash/internal/coordrpc"
 	"github.com/distash/distash/internal/testutil/bank"
+	"github.com/distash/distash/internal/testutil/wait"
 	"github.com/distash/distash/internal/wire"
 )
 
@@ -211,17 +212,11 @@ func TestProcessClusterReReplicatesAfterFailures(t *testing.T) {
 	// failure_wait.
 	killed := time.Now()
 	c.kill("data1")
-	time.Sleep(500 * time.Millisecond) // the controller notices (2 s liveness) before settled can hold
-	for {
+	// The controller notices (2 s liveness) before settled can hold.
+	wait.Every(t, 50*time.Millisecond, 30*time.Second, "the data distributor sees the pool under-replicated", func() bool {
 		d, _, err := poolDistribution(ctx, c.Coordinators, "data")
-		if err == nil && d.UnderReplicated > 0 {
-			break
-		}
-		if time.Since(killed) > 30*time.Second {
-			t.Fatal("the data distributor never saw the pool under-replicated")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return err == nil && d.UnderReplicated > 0
+	})
 	settled("after kill -9 of data1")
 	total := time.Since(killed)
 	// The controller marks a node dead after 2 s without heartbeats, then
@@ -237,7 +232,8 @@ func TestProcessClusterReReplicatesAfterFailures(t *testing.T) {
 
 	// The second failure: every shard still has a live replica.
 	c.kill("data2")
-	time.Sleep(3 * time.Second)
+	before := b.Commits.Load()
+	wait.Within(t, time.Minute, "200 transfers with data2 down", func() bool { return b.Commits.Load() >= before+200 })
 	wcancel()
 	waitBank()
 	waitWriter()

@@ -3,16 +3,31 @@ package budget
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/distash/distash/internal/testutil/wait"
 )
 
-// acquired reports whether an Acquire of n completes within a short wait.
+// acquired reports whether an Acquire of n completes at once: with a
+// context already done, Acquire takes the bytes only if they are free and
+// no one waits before it.
 func acquired(b *Budget, n int64) bool {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
-	defer cancel()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
 	return b.Acquire(ctx, n) == nil
+}
+
+// waitQueued waits until n Acquires wait on b.
+func waitQueued(t *testing.T, b *Budget, n int) {
+	t.Helper()
+	wait.For(t, fmt.Sprintf("%d acquires waiting", n), func() bool {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return len(b.waiters) == n
+	})
 }
 
 func TestWaitsWhileSpent(t *testing.T) {
@@ -28,7 +43,7 @@ func TestWaitsWhileSpent(t *testing.T) {
 	}
 	got := make(chan error, 1)
 	go func() { got <- b.Acquire(context.Background(), 50) }()
-	time.Sleep(10 * time.Millisecond)
+	waitQueued(t, b, 1)
 	select {
 	case <-got:
 		t.Fatal("acquired before anything was released")
@@ -71,7 +86,7 @@ func TestArrivalOrder(t *testing.T) {
 	b.Acquire(context.Background(), 90)
 	large := make(chan error, 1)
 	go func() { large <- b.Acquire(context.Background(), 50) }()
-	time.Sleep(10 * time.Millisecond)
+	waitQueued(t, b, 1)
 	if acquired(b, 5) {
 		t.Fatal("a small request overtook a waiting large one")
 	}
@@ -85,10 +100,10 @@ func TestArrivalOrder(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	head := make(chan error, 1)
 	go func() { head <- b2.Acquire(ctx, 10) }()
-	time.Sleep(10 * time.Millisecond)
+	waitQueued(t, b2, 1)
 	behind := make(chan error, 1)
 	go func() { behind <- b2.Acquire(context.Background(), 5) }()
-	time.Sleep(10 * time.Millisecond)
+	waitQueued(t, b2, 2)
 	cancel()
 	if err := <-head; !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled acquire returned %v", err)

@@ -128,7 +128,7 @@ func (n *Node) LastContact() time.Time {
 	case r == nil:
 		return time.Time{}
 	case r.State() == raft.Leader:
-		return n.opts.Clock()
+		return n.opts.Clock.Now()
 	}
 	return r.LastContact()
 }

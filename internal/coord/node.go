@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 
+	"github.com/distash/distash/internal/clock"
 	"github.com/distash/distash/internal/fsys"
 	"github.com/distash/distash/internal/raftstore"
 )
@@ -42,8 +43,11 @@ type Options struct {
 	ElectionTimeout  time.Duration // raft; default 1s
 	RPCTimeout       time.Duration // raft RPC I/O; default 5s
 	LivenessTimeout  time.Duration // a node unheard of for this long is dead; default 5s
-	Clock            func() time.Time
-	Logger           hclog.Logger // default: none
+	// Clock is what the coordinators decide by: liveness, the claims'
+	// times, the leader's last contact (nil: the real clock). Raft keeps
+	// real time, and so do the retries paced against it and the peers.
+	Clock  clock.Clock
+	Logger hclog.Logger // default: none
 
 	// Probe asks the coordinator at addr what it tells of itself (its
 	// raft id and configuration, coordrpc's local View); Join asks the
@@ -150,9 +154,7 @@ func Start(opts Options) (n *Node, err error) {
 	def(&opts.ElectionTimeout, time.Second)
 	def(&opts.RPCTimeout, 5*time.Second)
 	def(&opts.LivenessTimeout, 5*time.Second)
-	if opts.Clock == nil {
-		opts.Clock = time.Now
-	}
+	opts.Clock = clock.Or(opts.Clock)
 	if opts.Logger == nil {
 		opts.Logger = hclog.NewNullLogger()
 	}
@@ -467,7 +469,7 @@ func (n *Node) Claim(ctx context.Context, id string) (uint64, error) {
 	if err := st.claimable(id); err != nil { // checked before a raft write
 		return 0, err
 	}
-	return n.commitGeneration(ctx, t, Claim(st.Generation, n.opts.Addr, id, n.opts.Clock().UnixMilli()))
+	return n.commitGeneration(ctx, t, Claim(st.Generation, n.opts.Addr, id, n.opts.Clock.Now().UnixMilli()))
 }
 
 // RecoveryDone records, on the controller (a *NotLeaderError elsewhere),

@@ -15,7 +15,9 @@ import (
 	"time"
 
 	"github.com/distash/distash/config"
+	"github.com/distash/distash/internal/clock"
 	"github.com/distash/distash/internal/raftnet"
+	"github.com/distash/distash/internal/testutil/wait"
 	"github.com/distash/distash/internal/tlsconf"
 	"github.com/distash/distash/internal/tlsconf/tlstest"
 )
@@ -138,11 +140,7 @@ func follower2(c *cluster, i int) *Node {
 
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(timeout); !cond(); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("no %s within %v", what, timeout)
-		}
-	}
+	wait.Within(t, timeout, what, cond)
 }
 
 func apply(t *testing.T, n *Node, c Command) Result {
@@ -309,14 +307,19 @@ func TestClusterTLSRefusesForeignCA(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rogue.Stop()
-	waitFor(t, 5*time.Second, "a refused handshake", func() bool {
+	refused := func() int64 {
 		var n int64
 		for _, m := range c.muxes {
 			n += m.RejectedConns()
 		}
-		return n >= 3
-	})
-	time.Sleep(time.Second) // several election timeouts of the rogue
+		return n
+	}
+	waitFor(t, 5*time.Second, "a refused handshake", func() bool { return refused() >= 3 })
+	// Several election timeouts of the rogue: each campaign dials every
+	// member, and each refuses the handshake.
+	first := refused()
+	waitFor(t, 10*time.Second, "the rogue's campaigns refused", func() bool { return refused() >= first+9 })
+	t.Logf("rogue at term %s; %d handshakes refused", rogue.rf().Stats()["term"], refused())
 
 	// Its votes never arrived: same leader, same term, same generation,
 	// and the rogue learnt nothing. On a starved machine the members may
@@ -355,17 +358,17 @@ func TestClusterTLSRefusesForeignCA(t *testing.T) {
 }
 
 func TestLivenessClock(t *testing.T) {
-	now := time.Unix(1000, 0)
-	l := newLiveness(func() time.Time { return now }, 5*time.Second)
+	clk := clock.NewManual(time.Unix(1000, 0))
+	l := newLiveness(clk, 5*time.Second)
 	if l.alive("a") {
 		t.Fatal("never seen, yet alive")
 	}
 	l.heartbeat("a")
-	now = now.Add(4 * time.Second)
+	clk.Advance(4 * time.Second)
 	if !l.alive("a") {
 		t.Fatal("dead 4s after a heartbeat, timeout 5s")
 	}
-	now = now.Add(time.Second)
+	clk.Advance(time.Second)
 	if l.alive("a") {
 		t.Fatal("alive 5s after a heartbeat, timeout 5s")
 	}

@@ -6,11 +6,11 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/distash/distash/config"
 	"github.com/distash/distash/internal/coord"
 	"github.com/distash/distash/internal/kv"
+	"github.com/distash/distash/internal/testutil/wait"
 	"github.com/distash/distash/internal/wire"
 )
 
@@ -151,12 +151,10 @@ func TestTagsExcludeConfigureRetire(t *testing.T) {
 	}
 	// The state replicated to every coordinator.
 	for i, n := range c.nodes {
-		for st := n.State(); st.FailureWaitMs != nil || !st.TagRetired(5); st = n.State() {
-			if ctx.Err() != nil {
-				t.Fatalf("coordinator %d: %+v", i, st)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+		wait.For(t, fmt.Sprintf("coordinator %d has the state", i), func() bool {
+			st := n.State()
+			return st.FailureWaitMs == nil && st.TagRetired(5)
+		})
 	}
 }
 

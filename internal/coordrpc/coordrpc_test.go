@@ -9,39 +9,21 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
 
 	"github.com/distash/distash/config"
+	"github.com/distash/distash/internal/clock"
 	"github.com/distash/distash/internal/coord"
 	"github.com/distash/distash/internal/kv"
 	"github.com/distash/distash/internal/raftnet"
+	"github.com/distash/distash/internal/testutil/wait"
 	"github.com/distash/distash/internal/tlsconf"
 	"github.com/distash/distash/internal/tlsconf/tlstest"
 	"github.com/distash/distash/internal/wire"
 )
-
-// fakeClock is the coordinators' liveness clock: tests move it instead of
-// sleeping through liveness timeouts.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
 
 const livenessTimeout = 5 * time.Second
 
@@ -54,13 +36,13 @@ type cluster struct {
 	nodes     []*coord.Node
 	servers   []*grpc.Server
 	services  []*Server
-	clock     *fakeClock
+	clock     *clock.Manual // the coordinators' clock: tests move it instead of sleeping through liveness timeouts
 	clientTLS *tls.Config
 }
 
 func newCluster(t *testing.T, pki *tlstest.PKI) *cluster {
 	const n = 3
-	c := &cluster{t: t, clock: &fakeClock{t: time.Unix(1_000_000, 0)},
+	c := &cluster{t: t, clock: clock.NewManual(time.Unix(1_000_000, 0)),
 		nodes: make([]*coord.Node, n), servers: make([]*grpc.Server, n), services: make([]*Server, n)}
 	var serverTLS *tls.Config
 	if pki != nil {
@@ -89,7 +71,7 @@ func newCluster(t *testing.T, pki *tlstest.PKI) *cluster {
 			Addr: c.grpc[i], Coordinators: c.grpc, Dir: filepath.Join(t.TempDir(), fmt.Sprint("c", i)),
 			StreamLayer: c.muxes[i].StreamLayer(raftnet.KindCoord, c.grpc[i]), NodeID: fmt.Sprint("t", i),
 			HeartbeatTimeout: 150 * time.Millisecond, ElectionTimeout: 150 * time.Millisecond,
-			RPCTimeout: time.Second, LivenessTimeout: livenessTimeout, Clock: c.clock.Now,
+			RPCTimeout: time.Second, LivenessTimeout: livenessTimeout, Clock: c.clock,
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -124,15 +106,17 @@ func (c *cluster) stop(i int) {
 // controller waits for a committed controller and returns its index.
 func (c *cluster) controller() int {
 	c.t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+	li := -1
+	wait.Within(c.t, 5*time.Second, "a controller", func() bool {
 		for i, n := range c.nodes {
 			if n != nil && n.Controller() != 0 {
-				return i
+				li = i
+				return true
 			}
 		}
-	}
-	c.t.Fatal("no controller within 5s")
-	return -1
+		return false
+	})
+	return li
 }
 
 func (c *cluster) client(addrs ...string) *Client {
@@ -249,7 +233,7 @@ func TestRegisterHeartbeatViewAndFailover(t *testing.T) {
 	}
 
 	// Liveness follows heartbeats.
-	c.clock.Add(livenessTimeout + time.Second)
+	c.clock.Advance(livenessTimeout + time.Second)
 	if _, err := viaFollower.Heartbeat(ctx, "s0"); err != nil {
 		t.Fatal(err)
 	}
@@ -293,7 +277,7 @@ func TestRegisterHeartbeatViewAndFailover(t *testing.T) {
 		}
 	}
 	wait()
-	c.clock.Add(livenessTimeout + time.Second)
+	c.clock.Advance(livenessTimeout + time.Second)
 	for len(reports) > 0 { // reports of heartbeats before the clock moved
 		wait()
 	}
@@ -433,7 +417,7 @@ func TestRecruitLogAndClaim(t *testing.T) {
 		t.Fatal(err)
 	}
 	// a and b die; c comes, and a comes back: 2 alive.
-	c.clock.Add(livenessTimeout + time.Second)
+	c.clock.Advance(livenessTimeout + time.Second)
 	reg("c", "z2")
 	if _, err := cl.Heartbeat(ctx, "a"); err != nil {
 		t.Fatal(err)
@@ -495,11 +479,7 @@ func TestHopLimit(t *testing.T) {
 	api := wire.NewCoordinatorClient(cc)
 	ctx := ctxT(t)
 	// The follower may not know the new leader yet: wait until it does.
-	for deadline := time.Now().Add(5 * time.Second); c.nodes[fi].Leader() == ""; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the follower knows no leader")
-		}
-	}
+	wait.Within(t, 5*time.Second, "the follower knows a leader", func() bool { return c.nodes[fi].Leader() != "" })
 	resp, err := api.View(ctx, &wire.ViewRequest{Hops: MaxHops})
 	if err != nil {
 		t.Fatal(err)

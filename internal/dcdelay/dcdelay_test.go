@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	waitpkg "github.com/distash/distash/internal/testutil/wait"
 )
 
 // echoServer echoes every connection back; arrivals receives the time each
@@ -264,12 +266,8 @@ func TestCloseIsPromptAndLeaksNothing(t *testing.T) {
 		}
 	}
 	// Give the echo server's handlers time to see the closes too.
-	deadline := time.Now().Add(3 * time.Second)
-	for runtime.NumGoroutine() > before {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d goroutines, %d before the connections", runtime.NumGoroutine(), before)
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !waitpkg.Until(3*time.Second, func() bool { return runtime.NumGoroutine() <= before }) {
+		t.Fatalf("%d goroutines, %d before the connections", runtime.NumGoroutine(), before)
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
+	"github.com/distash/distash/internal/testutil/wait"
 	"github.com/distash/distash/internal/wire"
 )
 
@@ -216,10 +217,7 @@ func TestMalformedClosesOnlyItsConnection(t *testing.T) {
 		}
 		c.Close()
 		want++
-		deadline := time.Now().Add(5 * time.Second)
-		for srv.MalformedConns() < want && time.Now().Before(deadline) {
-			time.Sleep(time.Millisecond)
-		}
+		wait.Until(5*time.Second, func() bool { return srv.MalformedConns() >= want })
 		if got := srv.MalformedConns(); got != want {
 			t.Fatalf("%s: %d malformed connections counted, want %d", name, got, want)
 		}

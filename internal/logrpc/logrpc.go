@@ -92,13 +92,21 @@ func (v *service) closed() error {
 // Register serves l's Peek and Pop on s, and hands stashes' reports to
 // report (nil: reports are acknowledged and dropped).
 func Register(s *grpc.Server, l Log, report func(StashReport)) {
-	wire.RegisterLogServer(s, &service{log: l, report: report})
+	wire.RegisterLogServer(s, newService(l, report, MaxPeekWait))
+}
+
+func newService(l Log, report func(StashReport), peekWait time.Duration) *service {
+	return &service{log: l, report: report, peekWait: peekWait}
 }
 
 type service struct {
 	wire.UnimplementedLogServer
-	log    Log
-	report func(StashReport)
+	log      Log
+	report   func(StashReport)
+	peekWait time.Duration // MaxPeekWait; tests shorten it
+	// emptyPeeks counts the peeks answered with nothing new after
+	// peekWait (tests wait for one).
+	emptyPeeks atomic.Int64
 }
 
 // Report records a stash's report and answers the log's last version.
@@ -127,13 +135,14 @@ func (v *service) Peek(ctx context.Context, req *wire.PeekRequest) (*wire.PeekRe
 	if maxBytes == 0 {
 		maxBytes = MaxPeekBytes
 	}
-	wctx, cancel := context.WithTimeout(ctx, MaxPeekWait)
+	wctx, cancel := context.WithTimeout(ctx, v.peekWait)
 	defer cancel()
 	after := kv.Version(req.After)
 	msgs, end, err := v.log.Peek(wctx, kv.Tag(req.Tag), after, maxBytes)
 	if err != nil {
 		if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
 			// Nothing new within MaxPeekWait: the caller asks again.
+			v.emptyPeeks.Add(1)
 			return &wire.PeekResponse{End: req.After, OverMemoryBudget: v.overMemoryBudget()}, nil
 		}
 		if errors.Is(err, logentry.ErrTrimmed) {

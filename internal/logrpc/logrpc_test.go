@@ -18,6 +18,7 @@ import (
 	"github.com/distash/distash/internal/kv"
 	"github.com/distash/distash/internal/logentry"
 	"github.com/distash/distash/internal/stash"
+	"github.com/distash/distash/internal/testutil/wait"
 	"github.com/distash/distash/internal/txlog"
 	"github.com/distash/distash/internal/wire"
 )
@@ -26,6 +27,13 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 // serve opens a log with tags 1 and 2 and serves it on loopback.
 func serve(t *testing.T) (*txlog.Log, *grpc.ClientConn) {
+	t.Helper()
+	l, conn, _ := serveWith(t, MaxPeekWait)
+	return l, conn
+}
+
+// serveWith is serve with the server's peek wait, and its service.
+func serveWith(t *testing.T, peekWait time.Duration) (*txlog.Log, *grpc.ClientConn, *service) {
 	t.Helper()
 	l, err := txlog.Open(txlog.Options{Dir: t.TempDir(), Tags: []kv.Tag{1, 2}, Logger: quiet, PopInterval: 10 * time.Millisecond})
 	if err != nil {
@@ -37,7 +45,8 @@ func serve(t *testing.T) (*txlog.Log, *grpc.ClientConn) {
 		t.Fatal(err)
 	}
 	s := grpc.NewServer()
-	Register(s, l, nil)
+	svc := newService(l, nil, peekWait)
+	wire.RegisterLogServer(s, svc)
 	go s.Serve(lis)
 	t.Cleanup(s.Stop)
 	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -45,7 +54,7 @@ func serve(t *testing.T) (*txlog.Log, *grpc.ClientConn) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return l, conn
+	return l, conn, svc
 }
 
 // appendSets appends one entry per key, each set tagged 1, and every
@@ -99,7 +108,7 @@ func TestRemotePeekMatchesLocal(t *testing.T) {
 // waits for new versions across the server's peek timeout, serves reads,
 // and its pops reach the log.
 func TestStashPullsOverTheNetwork(t *testing.T) {
-	l, conn := serve(t)
+	l, conn, svc := serveWith(t, 50*time.Millisecond)
 	last := appendSets(t, l, "a", "b", "c")
 	eng, _ := memory.Open(engine.Options{})
 	st := stash.New(stash.Options{Tag: 1, Engine: eng, Log: NewClient(conn, quiet), WindowVersions: 5, FlushInterval: 5 * time.Millisecond, Logger: quiet})
@@ -111,21 +120,15 @@ func TestStashPullsOverTheNetwork(t *testing.T) {
 	if err != nil || !present[0] || !present[1] || present[2] || string(vals[0]) != "v-a" || string(vals[1]) != "v-c" {
 		t.Fatalf("read through the remote log: %q %v %v", vals, present, err)
 	}
-	// A write after a pause longer than the server's peek wait arrives.
-	time.Sleep(MaxPeekWait + 200*time.Millisecond)
+	// A write after the server answered a peek with nothing new arrives.
+	wait.For(t, "a peek answered empty", func() bool { return svc.emptyPeeks.Load() > 0 })
 	last = appendSets(t, l, "d")
 	vals, present, err = st.Get(ctx, last, [][]byte{[]byte("d")})
 	if err != nil || !present[0] || string(vals[0]) != "v-d" {
 		t.Fatalf("read of a later write: %q %v %v", vals, present, err)
 	}
 	// The stash flushed and popped through the network.
-	deadline := time.Now().Add(5 * time.Second)
-	for l.Popped(1) < last-5 {
-		if time.Now().After(deadline) {
-			t.Fatalf("log popped tag 1 to %d, want about %d", l.Popped(1), last)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	wait.For(t, "the log popped tag 1 to about the last write", func() bool { return l.Popped(1) >= last-5 })
 }
 
 // TestPopBeyondTheLogIsRefused: a pop past the log's end would let it drop

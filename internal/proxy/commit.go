@@ -22,6 +22,7 @@ import (
 
 	"github.com/distash/distash/internal/backup/blog"
 	"github.com/distash/distash/internal/budget"
+	"github.com/distash/distash/internal/clock"
 	"github.com/distash/distash/internal/kv"
 	"github.com/distash/distash/internal/logentry"
 	"github.com/distash/distash/internal/resolver"
@@ -183,6 +184,8 @@ type CommitOptions struct {
 	// Backup is the backup running when the proxy starts (read from the
 	// system stash at recovery; nil: none). Backup hook (issue 23).
 	Backup *blog.Config
+	// Clock times the idle commits (nil: the real clock).
+	Clock clock.Clock
 }
 
 type commitReq struct {
@@ -281,6 +284,7 @@ func NewCommitProxy(opts CommitOptions) *CommitProxy {
 	if opts.IdleCommitInterval <= 0 {
 		opts.IdleCommitInterval = 250 * time.Millisecond
 	}
+	opts.Clock = clock.Or(opts.Clock)
 	if opts.MaxInflightBatches <= 0 {
 		opts.MaxInflightBatches = 1
 	}
@@ -460,14 +464,14 @@ func (p *CommitProxy) Run(ctx context.Context) error {
 		if next != nil {
 			batch, batchBytes, next = append(batch, next), next.mem, nil
 		} else {
-			idle := time.NewTimer(p.opts.IdleCommitInterval)
+			idle := p.opts.Clock.NewTimer(p.opts.IdleCommitInterval)
 			select {
 			case <-ctx.Done():
 				idle.Stop()
 				return nil
 			case r := <-p.reqs:
 				batch, batchBytes = append(batch, r), r.mem
-			case <-idle.C:
+			case <-idle.C():
 				// Nothing to commit: commit an empty batch so versions keep
 				// advancing at the stashes and they can flush and pop the log.
 			}

@@ -20,6 +20,7 @@ import (
 	"github.com/distash/distash/internal/resolver"
 	"github.com/distash/distash/internal/sequencer"
 	"github.com/distash/distash/internal/shardmap"
+	"github.com/distash/distash/internal/testutil/wait"
 )
 
 // testPools: an ephemeral pool and a durable one whose stashes hold at
@@ -159,7 +160,6 @@ func TestConflictsAndTooOld(t *testing.T) {
 	if kv.CodeOf(err) != kv.CodeNotCommitted {
 		t.Fatalf("stale read committed: %v", err)
 	}
-	time.Sleep(10 * time.Millisecond)
 	_, err = p.Commit(ctx, Txn{ReadVersion: seq.CommittedVersion() - 6_000_000, ReadConflicts: []kv.KeyRange{kv.PointRange(k)}, Mutations: []kv.Mutation{set("d/j", "2")}})
 	if kv.CodeOf(err) != kv.CodeTransactionTooOld {
 		t.Fatalf("read version older than the window: %v", err)
@@ -428,11 +428,7 @@ func TestQueuedBytesBound(t *testing.T) {
 			errs <- err
 		}()
 	}
-	for deadline := time.Now().Add(5 * time.Second); len(p.reqs) < 2; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of 2 commits queued", len(p.reqs))
-		}
-	}
+	wait.For(t, "2 commits queued", func() bool { return len(p.reqs) >= 2 })
 	if n := p.QueuedBytes(); n != limit {
 		t.Fatalf("QueuedBytes = %d; want %d", n, limit)
 	}
@@ -516,5 +512,29 @@ func TestThrottleWaitedByTransactionsThatSkippedTheGRVProxy(t *testing.T) {
 		if got := th.waits.Load() - before; got != tc.want {
 			t.Errorf("%s: waited on the throttle %d times, want %d", tc.name, got, tc.want)
 		}
+	}
+}
+
+// TestIdleCommitsAdvanceVersions: a proxy without transactions commits an
+// empty batch every IdleCommitInterval of its clock (here a manual one),
+// so versions advance at the stashes; and none before.
+func TestIdleCommitsAdvanceVersions(t *testing.T) {
+	clk := clock.NewManual(time.Unix(0, 0))
+	p, _, seq := newStoppedProxy(t, fixedUsage{}, func(o *CommitOptions) { o.Clock = clk })
+	run(t, p)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	const idle = 250 * time.Millisecond // the default
+	for i := 0; i < 3; i++ {
+		if err := clk.BlockUntil(ctx, 1); err != nil { // the idle timer
+			t.Fatal(err)
+		}
+		v := seq.CommittedVersion()
+		clk.Advance(idle - time.Nanosecond)
+		if got := seq.CommittedVersion(); got != v {
+			t.Fatalf("committed version moved from %d to %d before the idle interval", v, got)
+		}
+		clk.Advance(time.Nanosecond)
+		wait.For(t, "an idle commit", func() bool { return seq.CommittedVersion() > v })
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/distash/distash/internal/clock"
 	"github.com/hashicorp/go-hclog"
 )
 
@@ -23,13 +24,13 @@ const Every = 10 * time.Second
 // warning level, at most one per kind of message per Every, with the
 // count of the ones held back.
 func New(logger *slog.Logger, name string) hclog.Logger {
-	w := &limiter{logger: logger, last: map[string]time.Time{}, held: map[string]int{}, now: time.Now}
+	w := &limiter{logger: logger, last: map[string]time.Time{}, held: map[string]int{}, clock: clock.Real{}}
 	return hclog.FromStandardLogger(log.New(w, "", 0), &hclog.LoggerOptions{Name: name, Level: hclog.Error})
 }
 
 type limiter struct {
 	logger *slog.Logger
-	now    func() time.Time
+	clock  clock.Clock
 
 	mu   sync.Mutex
 	last map[string]time.Time // Protected by mu: when each kind was last logged.
@@ -48,7 +49,7 @@ func kind(msg string) string {
 func (l *limiter) Write(p []byte) (int, error) {
 	msg := strings.TrimRight(string(p), "\n")
 	k := kind(msg)
-	now := l.now()
+	now := l.clock.Now()
 	l.mu.Lock()
 	if t, ok := l.last[k]; ok && now.Sub(t) < Every {
 		l.held[k]++

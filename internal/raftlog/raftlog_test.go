@@ -6,14 +6,16 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/distash/distash/internal/clock"
 )
 
 func TestRateLimitsRepeatedMessages(t *testing.T) {
 	var buf bytes.Buffer
 	logger := slog.New(slog.NewTextHandler(&buf, nil))
-	at := time.Unix(1000, 0)
+	clk := clock.NewManual(time.Unix(1000, 0))
 	h := New(logger, "raft")
-	w := &limiter{logger: logger, last: map[string]time.Time{}, held: map[string]int{}, now: func() time.Time { return at }}
+	w := &limiter{logger: logger, last: map[string]time.Time{}, held: map[string]int{}, clock: clk}
 	for i := 0; i < 5; i++ {
 		w.Write([]byte("[ERROR] failed to heartbeat to: peer=127.0.0.1:1 error=\"dial " + strings.Repeat("x", i) + "\"\n"))
 	}
@@ -24,7 +26,7 @@ func TestRateLimitsRepeatedMessages(t *testing.T) {
 	if !strings.Contains(buf.String(), "appendEntries") {
 		t.Fatalf("another kind of message was held back:\n%s", buf.String())
 	}
-	at = at.Add(Every)
+	clk.Advance(Every)
 	w.Write([]byte("[ERROR] failed to heartbeat to: peer=127.0.0.1:1 error=\"dial\"\n"))
 	if !strings.Contains(buf.String(), "similar_held_back=4") {
 		t.Fatalf("the next report does not count the 4 held back:\n%s", buf.String())

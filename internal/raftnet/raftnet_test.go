@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/distash/distash/internal/testutil/wait"
 	"github.com/distash/distash/internal/tlsconf"
 	"github.com/distash/distash/internal/tlsconf/tlstest"
 )
@@ -416,11 +417,7 @@ func TestCloseAndReuse(t *testing.T) {
 
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("no %s within 5s", what)
-		}
-	}
+	wait.Within(t, 5*time.Second, what, cond)
 }
 
 // TestSetDialer: stream layers dial through the mux's custom dial

@@ -40,6 +40,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/distash/distash/internal/clock"
 	"github.com/distash/distash/internal/kv"
 )
 
@@ -356,6 +357,7 @@ func formatIn(n, unit int64, name string) string {
 type Ratekeeper struct {
 	sample func() Sample
 	every  time.Duration
+	clock  clock.Clock
 
 	mu     sync.Mutex
 	ctl    *Controller // Protected by mu.
@@ -363,20 +365,29 @@ type Ratekeeper struct {
 	refill time.Time   // Protected by mu.
 }
 
-// New returns a ratekeeper that calls sample every interval.
+// New returns a ratekeeper that calls sample every interval of the real
+// clock.
 func New(sample func() Sample, interval time.Duration) *Ratekeeper {
-	return &Ratekeeper{sample: sample, every: interval, ctl: NewController(), refill: time.Now()}
+	return &Ratekeeper{sample: sample, every: interval, clock: clock.Real{}, ctl: NewController(), refill: clock.Real{}.Now()}
+}
+
+// WithClock makes r sample and pace transactions on c (nil: the real
+// clock); call it before Run and Wait.
+func (r *Ratekeeper) WithClock(c clock.Clock) *Ratekeeper {
+	r.clock = clock.Or(c)
+	r.refill = r.clock.Now()
+	return r
 }
 
 // Run samples until ctx is done.
 func (r *Ratekeeper) Run(ctx context.Context) {
-	t := time.NewTicker(r.every)
+	t := r.clock.NewTicker(r.every)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case now := <-t.C:
+		case now := <-t.C():
 			s := r.sample()
 			r.mu.Lock()
 			r.ctl.Observe(now, s)
@@ -441,7 +452,7 @@ func (r *Ratekeeper) Wait(ctx context.Context) error {
 			r.mu.Unlock()
 			return nil
 		}
-		now := time.Now()
+		now := r.clock.Now()
 		r.tokens = math.Min(r.tokens+now.Sub(r.refill).Seconds()*rate, math.Max(1, rate/10))
 		r.refill = now
 		if r.tokens >= 1 {
@@ -454,7 +465,7 @@ func (r *Ratekeeper) Wait(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(wait):
+		case <-r.clock.After(wait):
 		}
 	}
 }

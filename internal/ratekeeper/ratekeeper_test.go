@@ -5,6 +5,8 @@ import (
 	"math"
 	"testing"
 	"time"
+
+	"github.com/distash/distash/internal/clock"
 )
 
 func TestControllerThrottlesAndRecovers(t *testing.T) {
@@ -50,18 +52,36 @@ func TestControllerThrottlesAndRecovers(t *testing.T) {
 	}
 }
 
+// TestWaitHonoursRate: 40 transactions at 200/s take 200 ms of the
+// ratekeeper's clock (a manual one, advanced 1 ms at a time whenever a
+// transaction waits; the bucket starts empty).
 func TestWaitHonoursRate(t *testing.T) {
-	r := New(func() Sample { return Sample{} }, time.Hour)
+	start := time.Unix(0, 0)
+	clk := clock.NewManual(start)
+	r := New(func() Sample { return Sample{} }, time.Hour).WithClock(clk)
 	r.ctl.rate = 200 // transactions/s
-	start := time.Now()
 	ctx := context.Background()
-	for i := 0; i < 40; i++ {
-		if err := r.Wait(ctx); err != nil {
-			t.Fatal(err)
+	waiting, done := context.WithCancel(ctx)
+	errc := make(chan error, 1)
+	go func() {
+		defer done()
+		for i := 0; i < 40; i++ {
+			if err := r.Wait(ctx); err != nil {
+				errc <- err
+				return
+			}
 		}
+		errc <- nil
+	}()
+	for clk.BlockUntil(waiting, 1) == nil {
+		clk.Advance(time.Millisecond)
 	}
-	if d := time.Since(start); d < 150*time.Millisecond {
-		t.Fatalf("40 waits at 200/s took %v", d)
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("40 waits at 200/s: %v of the clock", clk.Since(start))
+	if d := clk.Since(start); d < 195*time.Millisecond || d > 205*time.Millisecond {
+		t.Fatalf("40 waits at 200/s took %v, want 200 ms", d)
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()

@@ -26,9 +26,10 @@ type Sequencer struct {
 }
 
 // New returns a sequencer whose versions follow recovered, the last version
-// known to be in the log (0 for a new cluster).
+// known to be in the log (0 for a new cluster), on clock c (nil: the real
+// clock).
 func New(c clock.Clock, recovered kv.Version) *Sequencer {
-	return &Sequencer{clock: c, last: recovered, chain: recovered, committed: recovered}
+	return &Sequencer{clock: clock.Or(c), last: recovered, chain: recovered, committed: recovered}
 }
 
 // NextCommitVersion returns the previous version handed out and a new,

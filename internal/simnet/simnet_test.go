@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/distash/distash/internal/testutil/wait"
 	"github.com/hashicorp/raft"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -51,12 +52,8 @@ func TestGRPCAcrossFaults(t *testing.T) {
 	// waitOK retries: gRPC reconnects with backoff after a broken link.
 	waitOK := func(what string) {
 		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for check() != nil {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: %v", what, check())
-			}
-			time.Sleep(20 * time.Millisecond)
+		if !wait.Until(wait.Timeout, func() bool { return check() == nil }) {
+			t.Fatalf("%s: %v", what, check())
 		}
 	}
 	waitOK("healthy network")
@@ -116,17 +113,17 @@ func TestRaftElectsAcrossAPartition(t *testing.T) {
 		t.Cleanup(func() { r.Shutdown().Error() })
 	}
 	leader := func(among []string) string {
-		deadline := time.Now().Add(10 * time.Second)
-		for time.Now().Before(deadline) {
+		var found string
+		wait.For(t, fmt.Sprintf("a leader among %v", among), func() bool {
 			for _, name := range among {
 				if nodes[name].State() == raft.Leader {
-					return name
+					found = name
+					return true
 				}
 			}
-			time.Sleep(10 * time.Millisecond)
-		}
-		t.Fatalf("no leader among %v", among)
-		return ""
+			return false
+		})
+		return found
 	}
 	first := leader(names)
 	var others []string
@@ -144,22 +141,15 @@ func TestRaftElectsAcrossAPartition(t *testing.T) {
 		t.Fatalf("the isolated old leader %s committed", first)
 	}
 	n.Heal()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	wait.For(t, "one leader after Heal, the old one a follower", func() bool {
 		leaders := 0
 		for _, r := range nodes {
 			if r.State() == raft.Leader {
 				leaders++
 			}
 		}
-		if leaders == 1 && nodes[first].State() == raft.Follower {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after Heal: %d leaders, old leader %s", leaders, nodes[first].State())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return leaders == 1 && nodes[first].State() == raft.Follower
+	})
 	t.Logf("leader %s, then %s across the partition", first, second)
 }
 

@@ -85,7 +85,7 @@ func (s *Stash) DiskFull() (since time.Time, cause error, full bool) {
 func (s *Stash) diskFullWait() error {
 	s.disk.mu.Lock()
 	defer s.disk.mu.Unlock()
-	if s.disk.since.IsZero() || !time.Now().Before(s.disk.nextTry) {
+	if s.disk.since.IsZero() || !s.clock.Now().Before(s.disk.nextTry) {
 		return nil
 	}
 	return &diskFullError{tag: s.opts.Tag, err: s.disk.cause}
@@ -99,10 +99,10 @@ func (s *Stash) noteDiskFull(err error) error {
 	s.disk.mu.Lock()
 	first := s.disk.since.IsZero()
 	if first {
-		s.disk.since = time.Now()
+		s.disk.since = s.clock.Now()
 	}
 	s.disk.cause = err
-	s.disk.nextTry = time.Now().Add(diskFullRetry)
+	s.disk.nextTry = s.clock.Now().Add(diskFullRetry)
 	s.disk.mu.Unlock()
 	if first {
 		s.opts.Logger.Error("stash's disk is full: it stops applying the log and serves the reads it can; it retries the write until there is room",
@@ -122,7 +122,7 @@ func (s *Stash) diskRoomAgain() {
 	s.disk.mu.Unlock()
 	if !since.IsZero() {
 		s.opts.Logger.Warn("stash's disk has room again: it applies the log again", "tag", s.opts.Tag, "pool", s.opts.Pool,
-			"full_for", time.Since(since).Round(time.Millisecond))
+			"full_for", s.clock.Since(since).Round(time.Millisecond))
 	}
 }
 

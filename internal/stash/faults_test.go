@@ -20,6 +20,7 @@ import (
 	"github.com/distash/distash/internal/kv"
 	"github.com/distash/distash/internal/logentry"
 	"github.com/distash/distash/internal/shardmap"
+	"github.com/distash/distash/internal/testutil/wait"
 )
 
 // fullDisk is a disk that fills and empties on command: files created
@@ -85,17 +86,6 @@ func setKeys(l *fakeLog, from, to kv.Version) {
 	}
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not after 10s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // TestDamagedOwnershipFailsTheStash: a durable stash whose ownership file
 // is flipped, truncated or missing while its engine holds data fails as
 // it opens with a *fsys.DamageError naming the file, instead of serving
@@ -113,7 +103,7 @@ func TestDamagedOwnershipFailsTheStash(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx) }()
 	setKeys(log, 1, 50)
-	waitFor(t, "flushed", func() bool { return s.Stats().Durable >= 40 })
+	wait.For(t, "flushed", func() bool { return s.Stats().Durable >= 40 })
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
@@ -186,13 +176,13 @@ func TestFullDiskIsWaitedOut(t *testing.T) {
 	go func() { done <- s.Run(ctx) }()
 	defer func() { cancel(); <-done; s.Close() }()
 	setKeys(log, 1, 20)
-	waitFor(t, "flushed", func() bool { return s.Stats().Durable >= 10 })
+	wait.For(t, "flushed", func() bool { return s.Stats().Durable >= 10 })
 
 	d.full.Store(true)
 	setKeys(log, 21, 2000)
 	// Full, and past k0021's version: the flush that found the disk full
 	// may have started before version 21 was applied.
-	waitFor(t, "disk full", func() bool { _, _, full := s.DiskFull(); return full && s.AppliedVersion() >= 21 })
+	wait.For(t, "disk full", func() bool { _, _, full := s.DiskFull(); return full && s.AppliedVersion() >= 21 })
 	applied := s.AppliedVersion()
 	if err := s.Failed(); err != nil {
 		t.Fatalf("the stash failed on a full disk: %v", err)
@@ -215,7 +205,7 @@ func TestFullDiskIsWaitedOut(t *testing.T) {
 	d.full.Store(false)
 	// The assignment's ownership snapshot is written by the retry that
 	// finds room, which may come a moment after the flushes.
-	waitFor(t, "room again, everything durable, the assignment saved", func() bool {
+	wait.For(t, "room again, everything durable, the assignment saved", func() bool {
 		_, _, full := s.DiskFull()
 		snaps, _, _, found, err := loadOwnership(nil, dir, s.Stats().Durable)
 		return !full && s.Stats().Durable >= 1990 && err == nil && found && snaps[len(snaps)-1].Version == 2001
@@ -254,7 +244,7 @@ func TestEngineStuckAfterFullDiskFailsTheStash(t *testing.T) {
 	d.full.Store(true)
 	stuck.Store(true)
 	setKeys(log, 1, 100)
-	waitFor(t, "disk full", func() bool { _, _, full := s.DiskFull(); return full })
+	wait.For(t, "disk full", func() bool { _, _, full := s.DiskFull(); return full })
 	d.full.Store(false)
 	select {
 	case err := <-done:
@@ -280,7 +270,7 @@ func TestRemovedDirectoryFailsTheStash(t *testing.T) {
 	go func() { done <- s.Run(context.Background()) }()
 	defer s.Close()
 	setKeys(log, 1, 20)
-	waitFor(t, "flushed", func() bool { return s.Stats().Durable >= 10 })
+	wait.For(t, "flushed", func() bool { return s.Stats().Durable >= 10 })
 	if err := os.RemoveAll(dir); err != nil {
 		t.Fatal(err)
 	}

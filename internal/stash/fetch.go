@@ -173,7 +173,7 @@ func (s *Stash) fetchLoop(ctx context.Context) error {
 				select {
 				case <-ctx.Done():
 					return nil
-				case <-time.After(100 * time.Millisecond):
+				case <-s.clock.After(100 * time.Millisecond):
 				}
 			}
 			continue
@@ -182,7 +182,7 @@ func (s *Stash) fetchLoop(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-s.fetchWake:
-		case <-time.After(time.Second):
+		case <-s.clock.After(time.Second):
 		}
 	}
 }
@@ -557,7 +557,7 @@ func (s *Stash) Metrics(ranges []kv.KeyRange, splitKeys bool) []RangeMetrics {
 	// The write rate's decay changes it: the write lock.
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := time.Now()
+	now := s.clock.Now()
 	out := make([]RangeMetrics, len(ranges))
 	for i, r := range ranges {
 		m := &out[i]

@@ -15,6 +15,7 @@ import (
 	"github.com/distash/distash/internal/kv"
 	"github.com/distash/distash/internal/logentry"
 	"github.com/distash/distash/internal/shardmap"
+	"github.com/distash/distash/internal/testutil/wait"
 )
 
 // stashFetcher reads from stashes of this test by tag, slowly, so that
@@ -105,17 +106,10 @@ func TestMoveUnderWrites(t *testing.T) {
 			moving.Team, moving.Dest = []kv.Tag{1}, []kv.Tag{2}
 			push([]kv.Tag{1, 2}, shardmap.AssignMutation(moving))
 			// Writes while the copy runs.
-			deadline := time.Now().Add(20 * time.Second)
-			for {
+			wait.Every(t, time.Millisecond, 20*time.Second, "the destination finished fetching", func() bool {
 				write([]kv.Tag{1, 2}, 5)
-				time.Sleep(time.Millisecond)
-				if dst.Metrics([]kv.KeyRange{{Begin: shard.Begin, End: shard.End}}, false)[0].State == "serving" {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatal("the destination never finished fetching")
-				}
-			}
+				return dst.Metrics([]kv.KeyRange{{Begin: shard.Begin, End: shard.End}}, false)[0].State == "serving"
+			})
 			write([]kv.Tag{1, 2}, 50)
 			moved := shard
 			moved.Team = []kv.Tag{2}
@@ -246,14 +240,13 @@ func TestFetchSurvivesRestart(t *testing.T) {
 	push([]kv.Tag{1, 2}, shardmap.AssignMutation(shard))
 	// Let it copy some chunks, then stop it as a crash would (its window
 	// is lost; its engine and ownership file stay).
-	deadline := time.Now().Add(10 * time.Second)
-	for dst.Metrics([]kv.KeyRange{{Begin: shard.Begin, End: shard.End}}, false)[0].FetchedBytes == 0 {
-		push([]kv.Tag{1, 2}, randomMutation(rng))
-		time.Sleep(time.Millisecond)
-		if time.Now().After(deadline) {
-			t.Fatal("the copy never began")
+	wait.Every(t, time.Millisecond, 10*time.Second, "the copy began", func() bool {
+		if dst.Metrics([]kv.KeyRange{{Begin: shard.Begin, End: shard.End}}, false)[0].FetchedBytes > 0 {
+			return true
 		}
-	}
+		push([]kv.Tag{1, 2}, randomMutation(rng))
+		return false
+	})
 	stopDst()
 	<-dstDone
 	dst.Close()
@@ -265,14 +258,13 @@ func TestFetchSurvivesRestart(t *testing.T) {
 	if st := dst.Metrics([]kv.KeyRange{{Begin: shard.Begin, End: shard.End}}, false)[0].State; st != "fetching" {
 		t.Fatalf("after the restart the range is %q, want fetching", st)
 	}
-	deadline = time.Now().Add(20 * time.Second)
-	for dst.Metrics([]kv.KeyRange{{Begin: shard.Begin, End: shard.End}}, false)[0].State != "serving" {
-		push([]kv.Tag{1, 2}, randomMutation(rng))
-		time.Sleep(time.Millisecond)
-		if time.Now().After(deadline) {
-			t.Fatal("the copy never finished after the restart")
+	wait.Every(t, time.Millisecond, 20*time.Second, "the copy finished after the restart", func() bool {
+		if dst.Metrics([]kv.KeyRange{{Begin: shard.Begin, End: shard.End}}, false)[0].State == "serving" {
+			return true
 		}
-	}
+		push([]kv.Tag{1, 2}, randomMutation(rng))
+		return false
+	})
 	moved := shard
 	moved.Team, moved.Dest = []kv.Tag{2}, nil
 	push([]kv.Tag{1, 2}, shardmap.AssignMutation(moved))

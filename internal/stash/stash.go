@@ -34,6 +34,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/distash/distash/internal/clock"
 	"github.com/distash/distash/internal/engine"
 	"github.com/distash/distash/internal/fsys"
 	"github.com/distash/distash/internal/kv"
@@ -121,6 +122,9 @@ type Options struct {
 	Fetcher Fetcher
 	// SampleUnit is the byte sample's unit (loadsample.ByteSample); 0: default.
 	SampleUnit int64
+	// Clock times the stash's loops, retries and read waits (nil: the
+	// real clock).
+	Clock clock.Clock
 }
 
 // DefaultWindowBytes is the default of Options.WindowBytes.
@@ -128,8 +132,9 @@ const DefaultWindowBytes = 64 << 20
 
 // Stash is one storage server. Create it with New, then Run it.
 type Stash struct {
-	opts Options
-	eng  engine.Engine
+	opts  Options
+	eng   engine.Engine
+	clock clock.Clock
 
 	// pin is held shared by every read for its whole duration and exclusively
 	// by a flush while it raises minReadable (invariant 2).
@@ -224,7 +229,7 @@ func New(opts Options) *Stash {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	s := &Stash{opts: opts, eng: opts.Engine, win: newWindow(), appliedCh: make(chan struct{}), failedC: make(chan struct{}),
+	s := &Stash{opts: opts, eng: opts.Engine, clock: clock.Or(opts.Clock), win: newWindow(), appliedCh: make(chan struct{}), failedC: make(chan struct{}),
 		jobs: map[uint64]*fetchJob{}, sample: loadsample.NewByteSample(opts.SampleUnit),
 		writes: loadsample.NewWriteRate(opts.SampleUnit, 0), fetchWake: make(chan struct{}, 1)}
 	v := opts.Engine.Version()
@@ -441,7 +446,7 @@ func (s *Stash) pullLoop(ctx context.Context) error {
 			select {
 			case <-ctx.Done():
 				return nil
-			case <-time.After(50 * time.Millisecond):
+			case <-s.clock.After(50 * time.Millisecond):
 			}
 			continue
 		}
@@ -476,7 +481,7 @@ func (s *Stash) flushOrWait(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-time.After(s.opts.FlushInterval):
+		case <-s.clock.After(s.opts.FlushInterval):
 		}
 	}
 }
@@ -487,7 +492,7 @@ func (s *Stash) apply(msgs []logentry.Message, end kv.Version) (over bool, err e
 	pre := s.prefetchOld(msgs)
 	s.mu.Lock()
 	s.pre = pre
-	s.applyNow = time.Now()
+	s.applyNow = s.clock.Now()
 	for _, m := range msgs {
 		if m.Version <= s.applied {
 			continue // already durable in the engine (restart) or applied
@@ -666,18 +671,18 @@ func (s *Stash) accountRange(begin, end []byte) error {
 }
 
 func (s *Stash) flushLoop(ctx context.Context) error {
-	t := time.NewTicker(s.opts.FlushInterval)
+	t := s.clock.NewTicker(s.opts.FlushInterval)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-t.C:
+		case <-t.C():
 		}
 		err := s.flush()
-		if err == nil && time.Since(s.filesChecked) >= time.Second {
+		if err == nil && s.clock.Since(s.filesChecked) >= time.Second {
 			// Noticed even while nothing is written.
-			s.filesChecked = time.Now()
+			s.filesChecked = s.clock.Now()
 			err = s.checkFiles()
 		}
 		if isDiskFull(err) {
@@ -800,7 +805,7 @@ func (s *Stash) flushTo(min kv.Version) error {
 // waitFor waits until applied >= v, and checks v is still readable. It
 // returns with pin held shared; the caller releases it.
 func (s *Stash) waitFor(ctx context.Context, v kv.Version) error {
-	deadline := time.NewTimer(s.opts.FutureWait)
+	deadline := s.clock.NewTimer(s.opts.FutureWait)
 	defer deadline.Stop()
 	for {
 		if err := s.unavailable(); err != nil {
@@ -827,7 +832,7 @@ func (s *Stash) waitFor(ctx context.Context, v kv.Version) error {
 		select {
 		case <-ch:
 		case <-s.failedCh():
-		case <-deadline.C:
+		case <-deadline.C():
 			return kv.Errorf(kv.CodeFutureVersion, "stash %d has reached version %d, not %d", s.opts.Tag, applied, v)
 		case <-ctx.Done():
 			return ctx.Err()

@@ -13,22 +13,26 @@ import (
 	"testing"
 	"time"
 
+	"github.com/distash/distash/internal/clock"
 	"github.com/distash/distash/internal/engine"
 	"github.com/distash/distash/internal/engine/memory"
 	pebbleengine "github.com/distash/distash/internal/engine/pebble"
 	"github.com/distash/distash/internal/kv"
 	"github.com/distash/distash/internal/logentry"
+	"github.com/distash/distash/internal/testutil/wait"
 )
 
 // fakeLog is an in-memory log for one tag that injects faults: Peek fails
-// now and then and returns at most a few messages at a time.
+// now and then (unless noFaults) and returns at most a few messages at a
+// time.
 type fakeLog struct {
-	mu      sync.Mutex
-	msgs    []logentry.Message
-	end     kv.Version
-	popped  kv.Version
-	changed chan struct{}
-	rng     *rand.Rand
+	mu       sync.Mutex
+	msgs     []logentry.Message
+	end      kv.Version
+	popped   kv.Version
+	changed  chan struct{}
+	rng      *rand.Rand
+	noFaults bool // set before use: a stash on a manual clock waits for it after a failed Peek
 }
 
 func newFakeLog(seed uint64) *fakeLog {
@@ -51,7 +55,7 @@ var errInjected = errors.New("injected peek failure")
 func (l *fakeLog) Peek(ctx context.Context, tag kv.Tag, after kv.Version, maxBytes int) ([]logentry.Message, kv.Version, error) {
 	for {
 		l.mu.Lock()
-		if l.rng.IntN(20) == 0 {
+		if l.rng.IntN(20) == 0 && !l.noFaults {
 			l.mu.Unlock()
 			return nil, 0, errInjected
 		}
@@ -239,10 +243,7 @@ func TestDifferentialAgainstModel(t *testing.T) {
 			}
 			wg.Wait()
 			// Byte accounting matches the final state.
-			deadline := time.Now().Add(5 * time.Second)
-			for s.AppliedVersion() < 400 && time.Now().Before(deadline) {
-				time.Sleep(time.Millisecond)
-			}
+			wait.For(t, "applied 400", func() bool { return s.AppliedVersion() >= 400 })
 			final := m.stateAt(400)
 			var bytesWant int64
 			for k, v := range final {
@@ -261,26 +262,52 @@ func TestDifferentialAgainstModel(t *testing.T) {
 }
 
 // TestReadsBeyondAppliedWaitThenFail: a read at a version the stash has not
-// reached waits, and fails with future_version after FutureWait.
+// reached waits, and fails with future_version after FutureWait (of the
+// stash's clock, here a manual one).
 func TestReadsBeyondAppliedWaitThenFail(t *testing.T) {
 	eng, _ := memory.Open(engine.Options{})
 	log := newFakeLog(1)
-	s := New(Options{Tag: 1, Engine: eng, Log: log, FutureWait: 50 * time.Millisecond, Logger: quiet})
+	log.noFaults = true
+	clk := clock.NewManual(time.Unix(0, 0))
+	const futureWait = 50 * time.Millisecond
+	s := New(Options{Tag: 1, Engine: eng, Log: log, FutureWait: futureWait, Logger: quiet, Clock: clk})
 	s.SetOwned([]kv.KeyRange{{Begin: []byte("a"), End: []byte("z")}})
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	go s.Run(ctx)
+	// At rest the stash waits on its flush ticker and its fetch loop's
+	// timer; a read that waits adds its deadline.
+	const atRest = 2
 	log.push(logentry.Message{Version: 5, Mutations: []kv.Mutation{{Type: kv.MutSet, Key: []byte("k"), Param: []byte("v")}}})
-	if _, _, err := s.Get(ctx, 10, [][]byte{[]byte("k")}); !errors.Is(err, kv.Errorf(kv.CodeFutureVersion, "")) {
+	read := func() chan error {
+		errc := make(chan error, 1)
+		go func() {
+			vals, present, err := s.Get(ctx, 10, [][]byte{[]byte("k")})
+			if err == nil && (!present[0] || string(vals[0]) != "v") {
+				err = fmt.Errorf("read %q %v", vals, present)
+			}
+			errc <- err
+		}()
+		if err := clk.BlockUntil(ctx, atRest+1); err != nil {
+			t.Fatal(err)
+		}
+		return errc
+	}
+	errc := read()
+	clk.Advance(futureWait - time.Nanosecond)
+	select {
+	case err := <-errc:
+		t.Fatalf("read ahead returned before FutureWait: %v", err)
+	default:
+	}
+	clk.Advance(time.Nanosecond)
+	if err := <-errc; !errors.Is(err, kv.Errorf(kv.CodeFutureVersion, "")) {
 		t.Fatalf("read ahead = %v", err)
 	}
-	go func() {
-		time.Sleep(10 * time.Millisecond)
-		log.push(logentry.Message{Version: 10})
-	}()
-	vals, present, err := s.Get(ctx, 10, [][]byte{[]byte("k")})
-	if err != nil || !present[0] || string(vals[0]) != "v" {
-		t.Fatalf("read after catch-up = %q %v %v", vals, present, err)
+	errc = read() // waiting
+	log.push(logentry.Message{Version: 10})
+	if err := <-errc; err != nil {
+		t.Fatalf("read after catch-up: %v", err)
 	}
 	if _, _, err := s.Get(ctx, 10, [][]byte{[]byte("zz")}); !errors.Is(err, kv.Errorf(kv.CodeWrongShardServer, "")) {
 		t.Fatalf("read outside owned ranges = %v", err)
@@ -305,18 +332,10 @@ func TestStatsDoNotReorderEviction(t *testing.T) {
 	set(2, "c")
 	set(3, "d")
 	log.push(logentry.Message{Version: 100}) // b, c, d leave the window for the engine
-	deadline := time.Now().Add(5 * time.Second)
-	for eng.Stats().Keys < 3 {
-		if time.Now().After(deadline) {
-			t.Fatal("not flushed")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	wait.For(t, "flushed", func() bool { return eng.Stats().Keys >= 3 })
 	// b is written again: in the window, and the oldest in the engine.
 	set(101, "b")
-	for s.AppliedVersion() < 101 {
-		time.Sleep(time.Millisecond)
-	}
+	wait.For(t, "applied 101", func() bool { return s.AppliedVersion() >= 101 })
 	for i := 0; i < 3; i++ {
 		if st := s.Stats(); st.Keys != 3 {
 			t.Fatalf("Stats().Keys = %d, want 3", st.Keys)

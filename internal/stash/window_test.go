@@ -8,8 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/distash/distash/internal/clock"
 	"github.com/distash/distash/internal/logentry"
 	"github.com/distash/distash/internal/ratekeeper"
+	"github.com/distash/distash/internal/testutil/wait"
 
 	"github.com/distash/distash/internal/engine"
 	"github.com/distash/distash/internal/engine/memory"
@@ -162,16 +164,12 @@ func TestWindowStaysWithinBudget(t *testing.T) {
 	done := make(chan struct{})
 	go func() { s.Run(ctx); close(done) }()
 	defer func() { cancel(); <-done; s.Close() }()
-	deadline := time.Now().Add(20 * time.Second)
 	var peak int64
-	for s.AppliedVersion() < last {
-		if time.Now().After(deadline) {
-			t.Fatalf("applied %d of %d", s.AppliedVersion(), last)
-		}
+	wait.Every(t, 100*time.Microsecond, 20*time.Second, "applied everything", func() bool {
 		_, wb, _ := s.Pressure()
 		peak = max(peak, wb)
-		time.Sleep(100 * time.Microsecond)
-	}
+		return s.AppliedVersion() >= last
+	})
 	peak = max(peak, eng.maxBytes.Load())
 	t.Logf("window peak %d bytes for a budget of %d (one Peek: up to %d)", peak, budget, maxMsg)
 	if peak > budget+maxMsg {
@@ -193,7 +191,9 @@ func (l *budgetLog) OverMemoryBudget() bool { return l.over.Load() }
 func TestLogOverBudgetFlushes(t *testing.T) {
 	eng, _ := memory.Open(engine.Options{})
 	log := &budgetLog{fakeLog: newFakeLog(5)}
-	s := New(Options{Tag: 1, Engine: eng, Log: log, WindowVersions: 1 << 40, FlushInterval: time.Millisecond, Logger: quiet})
+	log.noFaults = true
+	clk := clock.NewManual(time.Unix(0, 0))
+	s := New(Options{Tag: 1, Engine: eng, Log: log, WindowVersions: 1 << 40, FlushInterval: time.Millisecond, Logger: quiet, Clock: clk})
 	s.SetOwned([]kv.KeyRange{{Begin: []byte("k"), End: []byte("l")}})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -202,21 +202,14 @@ func TestLogOverBudgetFlushes(t *testing.T) {
 	for v := kv.Version(1); v <= 20; v++ {
 		log.push(logentry.Message{Version: v, Mutations: []kv.Mutation{{Type: kv.MutSet, Key: fmt.Appendf(nil, "k%02d", v), Param: []byte("v")}}})
 	}
-	wait := func(what string, cond func() bool) {
-		t.Helper()
-		for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting until %s", what)
-			}
-		}
-	}
-	wait("applied 20", func() bool { return s.AppliedVersion() == 20 })
-	time.Sleep(20 * time.Millisecond) // twenty flush ticks
+	wait.For(t, "applied 20", func() bool { return s.AppliedVersion() == 20 })
+	flushTicks(t, ctx, clk, 20)
 	if st := s.Stats(); st.Durable != 0 || st.WindowBytes == 0 {
 		t.Fatalf("flushed to %d within the MVCC window with the log under budget", st.Durable)
 	}
 	log.over.Store(true)
-	wait("durable 20", func() bool { return s.Stats().Durable == 20 })
+	flushTicks(t, ctx, clk, 1)
+	wait.For(t, "durable 20", func() bool { return s.Stats().Durable == 20 })
 	log.mu.Lock()
 	popped := log.popped
 	log.mu.Unlock()
@@ -235,8 +228,10 @@ func TestLogOverBudgetFlushes(t *testing.T) {
 func TestWindowFlushesEarlyBelowThePressurePoint(t *testing.T) {
 	eng, _ := memory.Open(engine.Options{})
 	log := newFakeLog(1)
+	log.noFaults = true
+	clk := clock.NewManual(time.Unix(0, 0))
 	const budget = 256 << 10
-	s := New(Options{Tag: 1, Engine: eng, Log: log, WindowBytes: budget, WindowVersions: 1 << 40, FlushInterval: time.Millisecond, Logger: quiet})
+	s := New(Options{Tag: 1, Engine: eng, Log: log, WindowBytes: budget, WindowVersions: 1 << 40, FlushInterval: time.Millisecond, Logger: quiet, Clock: clk})
 	s.SetOwned([]kv.KeyRange{{Begin: []byte("k"), End: []byte("l")}})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -250,11 +245,9 @@ func TestWindowFlushesEarlyBelowThePressurePoint(t *testing.T) {
 		w.put(v, msg.Mutations[0].Key, msg.Mutations[0].Param, true, 0)
 		msgBytes = w.bytes
 		log.push(msg)
-		for s.AppliedVersion() < v {
-			time.Sleep(50 * time.Microsecond)
-		}
+		wait.Every(t, 50*time.Microsecond, 10*time.Second, "applied", func() bool { return s.AppliedVersion() >= v })
 		if v%10 == 0 {
-			time.Sleep(2 * time.Millisecond) // a flush interval or two
+			flushTicks(t, ctx, clk, 2)
 		}
 		_, wb, _ := s.Pressure()
 		peak = max(peak, wb)
@@ -266,5 +259,21 @@ func TestWindowFlushesEarlyBelowThePressurePoint(t *testing.T) {
 	}
 	if st := s.Stats(); st.Durable == 0 {
 		t.Fatal("nothing was flushed")
+	}
+}
+
+// flushTicks advances a stash's manual clock by n flush intervals (of 1 ms)
+// one at a time, and returns once the stash has flushed on every one. At
+// rest the stash waits on two: its flush ticker and its fetch loop's timer
+// (a fakeLog with noFaults, so no Peek retry waits).
+func flushTicks(t *testing.T, ctx context.Context, clk *clock.Manual, n int) {
+	t.Helper()
+	// The ticker is taken once its loop finished the previous tick: one
+	// more tick than asked for.
+	for i := 0; i <= n; i++ {
+		clk.Advance(time.Millisecond)
+		if err := clk.BlockUntil(ctx, 2); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

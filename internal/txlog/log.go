@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/distash/distash/internal/clock"
 	"github.com/distash/distash/internal/fsys"
 	"github.com/distash/distash/internal/kv"
 	"github.com/distash/distash/internal/logentry"
@@ -104,6 +105,10 @@ type Options struct {
 	// leader force-pops the tag furthest behind (never kv.SystemTag) down to
 	// MemoryBytes (Stats.Dropped). Default 4 × MemoryBytes.
 	HoldBytes int64
+	// Clock times the log's own loop, the pop flushes (nil: the real
+	// clock). Raft keeps real time, and so do the waits on it (a leader,
+	// appends in flight at Close, a context's deadline).
+	Clock clock.Clock
 }
 
 const maxReplicas = 7
@@ -251,6 +256,7 @@ func Open(opts Options) (*Log, error) {
 	if opts.SnapshotInterval == 0 {
 		opts.SnapshotInterval = 5 * time.Second
 	}
+	opts.Clock = clock.Or(opts.Clock)
 	if opts.PopInterval == 0 {
 		opts.PopInterval = 200 * time.Millisecond
 	}
@@ -885,6 +891,7 @@ func (l *Log) waitLeaderCtx(ctx context.Context) *replicaRef {
 	if r := l.leader(); r != nil {
 		return r
 	}
+	// Raft's leadership changes in real time: poll it on the real clock.
 	t := time.NewTicker(5 * time.Millisecond)
 	defer t.Stop()
 	for {
@@ -1071,13 +1078,13 @@ func (l *Log) flushPops(timeout time.Duration) error {
 
 func (l *Log) popLoop() {
 	defer close(l.popsDone)
-	t := time.NewTicker(l.opts.PopInterval)
+	t := l.opts.Clock.NewTicker(l.opts.PopInterval)
 	defer t.Stop()
 	for {
 		select {
 		case <-l.stopPops:
 			return
-		case <-t.C:
+		case <-t.C():
 			if err := l.flushPops(l.opts.LeaderTimeout); err != nil && !errors.Is(err, ErrNotLeader) {
 				l.logger.Warn("txlog: pop flush failed", "err", err)
 			}
@@ -1226,7 +1233,7 @@ func (l *Log) shutdown() error {
 	l.appendMu.Unlock()
 	select {
 	case <-l.complDone:
-	case <-time.After(5 * time.Second):
+	case <-time.After(5 * time.Second): // raft's futures: real time
 	}
 	close(l.closed)
 	var errs []error

@@ -10,8 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/distash/distash/internal/clock"
 	"github.com/distash/distash/internal/kv"
 	"github.com/distash/distash/internal/logentry"
+	"github.com/distash/distash/internal/testutil/wait"
 )
 
 // discardLogger drops logs, unless TXLOG_TEST_LOG is set.
@@ -272,7 +274,12 @@ func TestConcurrentPeekAndAppend(t *testing.T) {
 }
 
 func TestPopTrimsAtMinimumOverTags(t *testing.T) {
-	l := openLog(t, testOptions(t.TempDir(), 1, 1, 2))
+	// Pops are replicated by SyncPops, or by the periodic flush when the
+	// manual clock says so.
+	clk := clock.NewManual(time.Unix(0, 0))
+	opts := testOptions(t.TempDir(), 1, 1, 2)
+	opts.Clock = clk
+	l := openLog(t, opts)
 	defer l.Close()
 	ctx := ctxT(t)
 	a := newAppender(t, l)
@@ -328,14 +335,15 @@ func TestPopTrimsAtMinimumOverTags(t *testing.T) {
 		t.Fatalf("after adding tag 7: %+v", s)
 	}
 	l.Pop(7, 90)
-	// the periodic flush replicates it without SyncPops
-	deadline := time.Now().Add(5 * time.Second)
-	for l.Stats().Entries != 20 {
-		if time.Now().After(deadline) {
-			t.Fatalf("periodic pop flush did not trim: %+v", l.Stats())
-		}
-		time.Sleep(10 * time.Millisecond)
+	// the periodic flush replicates it without SyncPops, on its tick
+	if err := clk.BlockUntil(ctx, 1); err != nil {
+		t.Fatal(err)
 	}
+	if s := l.Stats(); s.Entries != 50 {
+		t.Fatalf("trimmed before the pop flush: %+v", s)
+	}
+	clk.Advance(opts.PopInterval)
+	wait.For(t, "the periodic pop flush trims", func() bool { return l.Stats().Entries == 20 })
 	if s := l.Stats(); s.Bytes <= 0 || s.LastVersion != 100 {
 		t.Fatalf("stats %+v", s)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/distash/distash/internal/kv"
 	"github.com/distash/distash/internal/logentry"
+	"github.com/distash/distash/internal/testutil/wait"
 )
 
 // TestLogCacheBounds stores records past both bounds and checks what the
@@ -90,17 +91,14 @@ func TestPoppedEntriesLeaveMemory(t *testing.T) {
 	if err := l.SyncPops(ctxT(t)); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(10 * time.Second); l.Stats().Entries > 0; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d entries still held after popping them all", l.Stats().Entries)
-		}
-	}
+	wait.For(t, "no entries held after popping them all", func() bool { return l.Stats().Entries == 0 })
 	// The heap settles a moment after the trim (raft's own caches and
 	// background work): take the least seen within a few seconds.
 	held := heap() - before
-	for deadline := time.Now().Add(3 * time.Second); held > entries*perEntry/3 && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+	wait.Until(3*time.Second, func() bool {
 		held = min(held, heap()-before)
-	}
+		return held <= entries*perEntry/3
+	})
 	t.Logf("%d MB appended and popped; the log holds %.1f MB more than before", entries*perEntry>>20, float64(held)/(1<<20))
 	if held > entries*perEntry/3 {
 		t.Fatalf("the log holds %d bytes after popping %d", held, entries*perEntry)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/distash/distash/internal/kv"
 	"github.com/distash/distash/internal/logentry"
+	"github.com/distash/distash/internal/testutil/wait"
 	"github.com/hashicorp/raft"
 )
 
@@ -125,34 +126,24 @@ func (c *netCluster) options(i int, tr raft.Transport, tags []kv.Tag) Options {
 // waitLeader waits until exactly one open replica leads and returns it.
 func (c *netCluster) waitLeader() int {
 	c.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		leader, n := -1, 0
+	var leader int
+	wait.For(c.t, "a single leader", func() bool {
+		n := 0
 		for i, l := range c.logs {
 			if l != nil && l.IsLeader() {
 				leader, n = i, n+1
 			}
 		}
-		if n == 1 {
-			return leader
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	c.t.Fatal("no single leader within 10s")
-	return -1
+		return n == 1
+	})
+	return leader
 }
 
 // waitPeek waits until replica i has applied up to last and returns tag's
 // message versions.
 func (c *netCluster) waitPeek(i int, tag kv.Tag, last kv.Version) []kv.Version {
 	c.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for c.logs[i].LastVersion() < last {
-		if time.Now().After(deadline) {
-			c.t.Fatalf("replica %d stuck at %d, want %d", i, c.logs[i].LastVersion(), last)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	wait.For(c.t, fmt.Sprintf("replica %d at version %d", i, last), func() bool { return c.logs[i].LastVersion() >= last })
 	msgs, end := mustPeek(c.t, c.logs[i], tag, c.logs[i].Stats().Trimmed, 0)
 	if end != last {
 		c.t.Fatalf("replica %d: peek end %d, want %d", i, end, last)
@@ -215,13 +206,11 @@ func TestNetworkCluster(t *testing.T) {
 	if err := ll.VerifyLeader(ctxT(t)); err != nil {
 		t.Fatalf("VerifyLeader on the leader: %v", err)
 	}
-	if id, addr := c.logs[fol].Leader(); id != c.peers[lead].ID || addr != c.peers[lead].Addr {
-		// the follower may not have heard from the leader yet
-		time.Sleep(time.Second)
-		if id, addr = c.logs[fol].Leader(); id != c.peers[lead].ID || addr != c.peers[lead].Addr {
-			t.Fatalf("follower sees leader %q %q, want %+v", id, addr, c.peers[lead])
-		}
-	}
+	// The follower may not have heard from the leader yet.
+	wait.For(t, "the follower sees the leader", func() bool {
+		id, addr := c.logs[fol].Leader()
+		return id == c.peers[lead].ID && addr == c.peers[lead].Addr
+	})
 
 	// Generation 1: appends on the leader reach every replica.
 	v, err := ll.BeginGeneration(ctxT(t), 1)
@@ -273,13 +262,7 @@ func TestNetworkCluster(t *testing.T) {
 		t.Fatalf("SyncPops on a follower: %v", err)
 	}
 	for i := range c.logs {
-		deadline := time.Now().Add(5 * time.Second)
-		for c.logs[i].Stats().Trimmed != 10 {
-			if time.Now().After(deadline) {
-				t.Fatalf("replica %d: %+v, want trimmed 10", i, c.logs[i].Stats())
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
+		wait.For(t, fmt.Sprintf("replica %d trimmed to 10", i), func() bool { return c.logs[i].Stats().Trimmed == 10 })
 	}
 
 	// Close the leader with appends in flight: another replica takes over,
@@ -378,11 +361,7 @@ func TestNetworkCluster(t *testing.T) {
 			t.Fatalf("in-flight append %d: %v", f.Version(), err)
 		}
 	}
-	for deadline := time.Now().Add(5 * time.Second); c.logs[cut].IsLeader(); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("a leader cut off from its followers still leads")
-		}
-	}
+	wait.For(t, "a leader cut off from its followers steps down", func() bool { return !c.logs[cut].IsLeader() })
 	if err := c.logs[cut].VerifyLeader(ctxT(t)); !errors.Is(err, ErrNotLeader) {
 		t.Fatalf("VerifyLeader on the cut-off leader: %v", err)
 	}

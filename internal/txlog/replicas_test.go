@@ -11,6 +11,7 @@ import (
 
 	"github.com/distash/distash/internal/kv"
 	"github.com/distash/distash/internal/logentry"
+	"github.com/distash/distash/internal/testutil/wait"
 )
 
 // replicaVersions returns the entry versions held by replica i and its last
@@ -34,32 +35,26 @@ func replicaVersions(l *Log, i int) (vs []kv.Version, last kv.Version, ok bool) 
 // and holds the same entries.
 func waitConverged(t *testing.T, l *Log, want kv.Version) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	converged := func() bool {
 		var ref []kv.Version
-		ok := true
 		for i := range l.reps {
 			vs, last, running := replicaVersions(l, i)
 			if !running {
 				continue
 			}
 			if last != want || (ref != nil && !slices.Equal(vs, ref)) {
-				ok = false
-				break
+				return false
 			}
 			ref = vs
 		}
-		if ok {
-			return
+		return true
+	}
+	if !wait.Until(wait.Timeout, converged) {
+		for i := range l.reps {
+			vs, last, running := replicaVersions(l, i)
+			t.Logf("replica %d running=%v last=%d entries=%d", i, running, last, len(vs))
 		}
-		if time.Now().After(deadline) {
-			for i := range l.reps {
-				vs, last, running := replicaVersions(l, i)
-				t.Logf("replica %d running=%v last=%d entries=%d", i, running, last, len(vs))
-			}
-			t.Fatalf("replicas did not converge on version %d", want)
-		}
-		time.Sleep(10 * time.Millisecond)
+		t.Fatalf("replicas did not converge on version %d", want)
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/distash/distash/internal/fsys/faultfs"
 	"github.com/distash/distash/internal/kv"
 	"github.com/distash/distash/internal/logentry"
+	"github.com/distash/distash/internal/testutil/wait"
 )
 
 // failRecorder is an OnFail that records its calls.
@@ -285,13 +286,10 @@ func TestNetworkReplicaDiskFails(t *testing.T) {
 				// The failed leader may go on believing it leads until the
 				// others elect a new one (its raft is frozen, not gone):
 				// wait for a leader that is not it.
-				deadline := time.Now().Add(10 * time.Second)
-				for lead = c.waitLeader(); lead == bad && time.Now().Before(deadline); lead = c.waitLeader() {
-					time.Sleep(20 * time.Millisecond)
-				}
-				if lead == bad {
-					t.Fatal("the replica whose disk fails still leads after 10 s")
-				}
+				wait.For(t, "a leader other than the replica whose disk fails", func() bool {
+					lead = c.waitLeader()
+					return lead != bad
+				})
 				if v, err = c.logs[lead].BeginGeneration(ctxT(t), 2); err != nil || v < 20 {
 					t.Fatalf("BeginGeneration(2) on the new leader = %d, %v", v, err)
 				}
@@ -307,11 +305,7 @@ func TestNetworkReplicaDiskFails(t *testing.T) {
 					}
 				}
 			}
-			for deadline := time.Now().Add(5 * time.Second); len(fails[bad].get()) == 0; time.Sleep(10 * time.Millisecond) {
-				if time.Now().After(deadline) {
-					t.Fatal("OnFail was not called on the replica whose disk fails")
-				}
-			}
+			wait.For(t, "OnFail called on the replica whose disk fails", func() bool { return len(fails[bad].get()) > 0 })
 			if f := fails[bad].get(); len(f) != 1 || !isEIO(f[0]) || !strings.Contains(f[0].Error(), c.peers[bad].ID) {
 				t.Fatalf("OnFail calls %v; want one naming the replica and EIO", f)
 			}

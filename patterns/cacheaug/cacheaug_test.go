@@ -408,7 +408,7 @@ func TestTwoLevelsWithEviction(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	time.Sleep(2500 * time.Millisecond) // > mvcc_window: the versions reach the engines
+	c.WaitFlushed(t) // > mvcc_window: the versions reach the engines
 	before := s.Stats()
 	for _, q := range qs {
 		if _, err := s.Get(ctx, q); err != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/distash/distash/internal/engine/enginetest"
 	"github.com/distash/distash/internal/engine/flash"
 	"github.com/distash/distash/internal/farmem/ult"
+	"github.com/distash/distash/internal/testutil/wait"
 )
 
 // served is a flash engine read only through its schedulers: Get is the
@@ -91,11 +92,11 @@ func TestDeviceReadsThroughEachIO(t *testing.T) {
 			}
 			// Cores publish their counters when they run out of lookups,
 			// just after releasing the caller.
-			after, _ := e.ServeStats()
-			for deadline := time.Now().Add(2 * time.Second); after.DeviceReads-before.DeviceReads < int64(len(keys)) && time.Now().Before(deadline); {
-				time.Sleep(time.Millisecond)
+			var after ult.ServeStats
+			wait.Until(2*time.Second, func() bool {
 				after, _ = e.ServeStats()
-			}
+				return after.DeviceReads-before.DeviceReads >= int64(len(keys))
+			})
 			if n := after.DeviceReads - before.DeviceReads; n != int64(len(keys)) {
 				t.Errorf("%d device reads for %d keys read from the files", n, len(keys))
 			}
@@ -148,11 +149,11 @@ func TestLookupWaits(t *testing.T) {
 	elapsed := time.Since(start)
 	// A core publishes its counters when it runs out of lookups, just
 	// after it released the last caller: wait for the last lookup's.
-	after, _ := e.ServeStats()
-	for deadline := time.Now().Add(2 * time.Second); after.Lookups-before.Lookups < reads && time.Now().Before(deadline); {
-		time.Sleep(time.Millisecond)
+	var after ult.ServeStats
+	wait.Until(2*time.Second, func() bool {
 		after, _ = e.ServeStats()
-	}
+		return after.Lookups-before.Lookups >= reads
+	})
 	fetches := after.Prefetches - before.Prefetches
 	if fetches < reads/2 { // a bucket fetched before may still be in the core's cache
 		t.Fatalf("%d reads fetched %d lines from far memory; want about one each", reads, fetches)

@@ -11,7 +11,6 @@ import (
 	"sort"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/distash/distash/internal/engine"
 	"github.com/distash/distash/internal/engine/enginetest"
@@ -19,6 +18,7 @@ import (
 	"github.com/distash/distash/internal/fsys"
 	"github.com/distash/distash/internal/fsys/faultfs"
 	"github.com/distash/distash/internal/kv"
+	"github.com/distash/distash/internal/testutil/wait"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -158,13 +158,7 @@ func files(t *testing.T, dir string) []string {
 
 func waitSnapshots(t *testing.T, e *locallog.Engine, n int64) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for e.Status().Snapshots < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d snapshots after 10 s, want %d", e.Status().Snapshots, n)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	wait.For(t, fmt.Sprintf("%d snapshots", n), func() bool { return e.Status().Snapshots >= n })
 }
 
 // TestRecoverAfterCleanClose: every Apply is recovered, with the snapshot

@@ -11,6 +11,7 @@ import (
 	"github.com/distash/distash/config"
 	"github.com/distash/distash/internal/engine"
 	"github.com/distash/distash/internal/kv"
+	"github.com/distash/distash/internal/testutil/wait"
 )
 
 // TestRestartTime measures how long a stash's engine takes to reload
@@ -57,9 +58,9 @@ func TestRestartTime(t *testing.T) {
 			if mode == "snapshot" {
 				// Snapshots at a quarter and then each time the log
 				// outgrows the last: the rest is replayed from the log.
-				for e.Status().Snapshots == 0 || e.Status().LastSnapshotVersion < e.Version()/2 {
-					time.Sleep(10 * time.Millisecond)
-				}
+				wait.For(t, "a snapshot of half the log", func() bool {
+					return e.Status().Snapshots > 0 && e.Status().LastSnapshotVersion >= e.Version()/2
+				})
 			}
 			keys := e.Stats().Keys
 			e.Close()
