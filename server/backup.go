@@ -55,6 +55,7 @@ func (s *Server) startBackup(ctx context.Context, r *txRoles) *backupRole {
 		DB:        b.client(s),
 		Commit:    systemCommit(r),
 		Committed: r.seq.CommittedVersion,
+		Active:    r.commit.BackingUp,
 		Logger:    s.logger.With("role", "backup"),
 	})
 	r.wg.Add(1)

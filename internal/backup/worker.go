@@ -55,6 +55,10 @@ type WorkerOptions struct {
 	// Interval is how long the worker waits when it has nothing to copy
 	// (default 500ms).
 	Interval time.Duration
+	// Active, if set, reports whether a backup is configured (the commit
+	// proxy copies mutations for one). While it is false the worker does
+	// not touch the cluster: a cluster without a backup pays nothing.
+	Active func() bool
 }
 
 // Worker copies a running backup to its destination: the snapshot of the
@@ -150,6 +154,16 @@ func (w *Worker) Run(ctx context.Context) {
 	}
 }
 
+// idle forgets the backup the worker copied, if any: none is configured.
+func (w *Worker) idle() {
+	w.dest, w.manifest = nil, nil
+	w.mu.Lock()
+	if w.status.State != "none" && w.status.State != "stopped" {
+		w.status = Status{State: "none"}
+	}
+	w.mu.Unlock()
+}
+
 // state reads the backup's configuration and progress at one version.
 func state(ctx context.Context, db *distash.DB) (cfg *blog.Config, prog *Progress, rv kv.Version, err error) {
 	err = db.ReadTransact(ctx, func(tr *distash.Tx) error {
@@ -183,6 +197,10 @@ func state(ctx context.Context, db *distash.DB) (cfg *blog.Config, prog *Progres
 // step does one unit of work: a snapshot chunk, or a copy of the mutation
 // log. busy reports that there may be more to do at once.
 func (w *Worker) step(ctx context.Context) (busy bool, err error) {
+	if w.opts.Active != nil && !w.opts.Active() {
+		w.idle()
+		return false, nil
+	}
 	db, err := w.opts.DB(ctx)
 	if err != nil {
 		return false, err
@@ -192,12 +210,7 @@ func (w *Worker) step(ctx context.Context) (busy bool, err error) {
 		return false, err
 	}
 	if cfg == nil || prog == nil || prog.ID != cfg.ID {
-		w.dest, w.manifest = nil, nil
-		w.mu.Lock()
-		if w.status.State != "none" && w.status.State != "stopped" {
-			w.status = Status{State: "none"}
-		}
-		w.mu.Unlock()
+		w.idle()
 		return false, nil
 	}
 	if err := w.load(ctx, cfg, prog); err != nil {

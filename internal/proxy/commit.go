@@ -670,6 +670,14 @@ func (p *CommitProxy) applyShardChanges(muts []kv.Mutation) []logentry.TaggedMut
 	return out
 }
 
+// BackingUp reports whether a backup is configured: the proxy copies the
+// backed-up ranges' mutations into the system key space.
+func (p *CommitProxy) BackingUp() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.backup != nil
+}
+
 // watchBackup starts or stops copying mutations for a backup when a system
 // transaction sets or clears its configuration; it takes effect from the
 // next batch. Backup hook (issue 23). Called with mu held.
