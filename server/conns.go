@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/distash/distash"
 	"github.com/distash/distash/internal/wire"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -136,4 +137,14 @@ func (n *node) view(maxAge time.Duration) *wire.ViewResponse {
 		c.view, c.at = v, time.Now()
 	}
 	return c.view
+}
+
+// asClient implements clusterLink: the coordinators, with the node's client
+// certificate and dialer.
+func (n *node) asClient() (string, []distash.Option) {
+	opts := []distash.Option{distash.WithTLS(n.opts.ClientTLS)}
+	if n.opts.Dialer != nil {
+		opts = append(opts, distash.WithDialer(n.opts.Dialer))
+	}
+	return n.s.ClusterString(), opts
 }

@@ -16,7 +16,6 @@ import (
 
 	"google.golang.org/grpc"
 
-	"github.com/distash/distash"
 	"github.com/distash/distash/config"
 	"github.com/distash/distash/internal/clock"
 	"github.com/distash/distash/internal/coord"
@@ -319,16 +318,6 @@ func (n *node) start(ctx context.Context) error {
 
 // stop ends what the node runs besides the cluster roles (after them);
 // the gateway closes the listening address after it.
-// asClient implements clusterLink: the coordinators, with the node's client
-// certificate and dialer.
-func (n *node) asClient() (string, []distash.Option) {
-	opts := []distash.Option{distash.WithTLS(n.opts.ClientTLS)}
-	if n.opts.Dialer != nil {
-		opts = append(opts, distash.WithDialer(n.opts.Dialer))
-	}
-	return n.s.ClusterString(), opts
-}
-
 func (n *node) stop() {
 	if n.coord != nil {
 		if err := n.coord.Stop(); err != nil {

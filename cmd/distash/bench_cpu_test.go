@@ -27,11 +27,26 @@ func TestBenchCPUProcesses(t *testing.T) {
 	if err := os.WriteFile(cfg, []byte(toml), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	prof, out := filepath.Join(dir, "prof"), filepath.Join(dir, "out")
+	prof, out, nodes := filepath.Join(dir, "prof"), filepath.Join(dir, "out"), filepath.Join(dir, "nodes")
 	got, err := run(benchCmd(), "cpu", "--binary", bin, "--modes", "processes", "--config", cfg, "--ops", "get,blind",
 		"--records", "200", "--value-bytes", "100", "--clients", "4", "--duration", "1s",
-		"--profile-dir", prof, "--out", out, "--dir", filepath.Join(dir, "nodes"))
+		"--profile-dir", prof, "--out", out, "--dir", nodes, "--keep")
 	t.Logf("output:\n%s", got)
+	defer func() {
+		if t.Failed() { // the nodes' warnings say why a row failed
+			logs, _ := filepath.Glob(filepath.Join(nodes, "*.log"))
+			for _, l := range logs {
+				b, _ := os.ReadFile(l)
+				var warn []string
+				for _, line := range strings.Split(string(b), "\n") {
+					if strings.Contains(line, "level=WARN") || strings.Contains(line, "level=ERROR") {
+						warn = append(warn, line)
+					}
+				}
+				t.Logf("%s: %d warnings and errors, the last:\n%s", filepath.Base(l), len(warn), strings.Join(warn[max(0, len(warn)-15):], "\n"))
+			}
+		}
+	}()
 	if err != nil {
 		t.Fatal(err)
 	}
