@@ -178,7 +178,6 @@ func (e *embedded) start(ctx context.Context) error {
 	}
 	s.replica.set(s.log)
 	recovered := s.log.LastVersion()
-	windowVersions := s.windowVersions()
 
 	runCtx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
@@ -189,7 +188,7 @@ func (e *embedded) start(ctx context.Context) error {
 	}
 
 	for _, sp := range specs {
-		st, err := e.openStash(sp, windowVersions, recovered)
+		st, err := s.openStash(ctx, sp, e.stashDir(sp), localSource{s})
 		if errors.Is(err, fsys.ErrDamaged) {
 			// Reported and handled by its supervisor (stashDamaged):
 			// the cluster starts, the stash serves nothing.
@@ -200,7 +199,7 @@ func (e *embedded) start(ctx context.Context) error {
 		}
 		// A stash that fails is reopened from its files; a dram stash
 		// then starts empty at the log's end.
-		reopen := func() (*stash.Stash, error) { return e.openStash(sp, windowVersions, s.log.LastVersion()) }
+		reopen := func() (*stash.Stash, error) { return s.openStash(runCtx, sp, e.stashDir(sp), localSource{s}) }
 		s.addStash(runCtx, sp.tag, st, reopen)
 	}
 
@@ -231,49 +230,44 @@ func (e *embedded) start(ctx context.Context) error {
 	return nil
 }
 
-// openStash opens the stash of sp over the local log.
-func (e *embedded) openStash(sp stashSpec, windowVersions, recovered kv.Version) (*stash.Stash, error) {
-	s := e.s
-	dir := filepath.Join(s.opts.Dir, "stash", fmt.Sprintf("%s-%d", sp.pool.Name, sp.index))
-	if !sp.pool.Volatile() || sp.pool.LocalLog {
-		if err := fsys.Or(s.opts.FS).MkdirAll(dir, 0o755); err != nil {
-			return nil, err
-		}
+// localSource is the embedded cluster's own log, which its stashes pull
+// from (stashSource).
+type localSource struct{ s *Server }
+
+func (l localSource) log() stash.Log { return l.s.log }
+
+// start: every stash starts at the log's end if its engine has nothing.
+func (l localSource) start(context.Context, stashSpec) (kv.Version, error) {
+	return l.s.log.LastVersion(), nil
+}
+
+// holdsAfter: a Peek after a version below Gone fails.
+func (l localSource) holdsAfter(_ context.Context, sp stashSpec, v kv.Version) (bool, error) {
+	return v >= l.s.log.Gone(sp.tag), nil
+}
+
+// admit refuses a durable engine that came back older than what the log
+// still holds for it: it lost data. An ephemeral one may restart empty (an
+// ephemeral flash engine does).
+func (l localSource) admit(_ context.Context, sp stashSpec, eng engine.Engine, dir string, volatile bool, _ string) (bool, error) {
+	popped := l.s.log.Popped(sp.tag)
+	if sp.pool.LocalLog || eng.Version() >= popped {
+		return volatile, nil
 	}
-	stashFS := s.stashFS(sp)
-	eng, err := s.openEngine(sp.pool, dir, stashFS)
-	if err != nil {
-		return nil, fmt.Errorf("server: open stash %s-%d: %w", sp.pool.Name, sp.index, err)
+	if !sp.pool.Ephemeral() {
+		return false, fmt.Errorf("server: stash %s-%d of durable pool %q is at version %d but the log dropped its versions up to %d: its data is lost (its files are in %s; restore them, or start from an empty data directory)",
+			sp.pool.Name, sp.index, sp.pool.Name, eng.Version(), popped, dir)
 	}
-	if wrapEngine != nil {
-		eng = wrapEngine(sp.pool.Name, sp.index, eng)
-	}
-	volatile := sp.pool.Volatile()
-	if sp.pool.LocalLog {
-		// It catches up from what its local log holds if the log still
-		// has every entry of its tag after it (a Peek after a version
-		// below Gone fails), else it starts empty.
-		eng, volatile, _, err = s.startLocalLog(sp, dir, eng, func(v kv.Version) (bool, error) { return v >= s.log.Gone(sp.tag), nil })
-		if err != nil {
-			return nil, err
-		}
-	} else if popped := s.log.Popped(sp.tag); eng.Version() < popped {
-		// The engine came back older than what the log still holds for it:
-		// it lost data (an ephemeral flash engine starts empty, for one).
-		if !sp.pool.Ephemeral() {
-			eng.Close()
-			return nil, fmt.Errorf("server: stash %s-%d of durable pool %q is at version %d but the log dropped its versions up to %d: its data is lost (its files are in %s; restore them, or start from an empty data directory)",
-				sp.pool.Name, sp.index, sp.pool.Name, eng.Version(), popped, dir)
-		}
-		volatile = true // an ephemeral pool may restart empty
-	}
-	return stash.New(stash.Options{
-		Tag: sp.tag, Pool: sp.pool.Name, Index: sp.index, Engine: eng, Log: s.log, Clock: s.opts.Clock,
-		Volatile: volatile, StartVersion: recovered, LocalLog: sp.pool.LocalLog,
-		Ephemeral: sp.pool.Ephemeral(), TrackBytes: !sp.pool.Ephemeral(), CapacityBytes: int64(sp.pool.Capacity),
-		TrackRecency:   sp.pool.Recency,
-		WindowVersions: windowVersions, WindowBytes: windowBudget(sp.pool), FlushInterval: s.opts.FlushInterval, Logger: s.roleLogger(logRoleStash),
-		ReportUsage: s.usage.Report,
-		Dir:         dir, FS: stashFS, AdoptOwnership: s.legacyDir.Load(), Fetcher: fetcher{s}, SampleUnit: sampleUnit(s.cfg),
-	}), nil
+	return true, nil
+}
+
+func (l localSource) reportUsage(tag kv.Tag, used int64, applied kv.Version) {
+	l.s.usage.Report(tag, used, applied)
+}
+
+func (l localSource) adoptOwnership() bool { return l.s.legacyDir.Load() }
+
+// stashDir is the directory of the embedded cluster's stash sp.
+func (e *embedded) stashDir(sp stashSpec) string {
+	return filepath.Join(e.s.opts.Dir, "stash", fmt.Sprintf("%s-%d", sp.pool.Name, sp.index))
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/distash/distash/config"
 	"github.com/distash/distash/internal/coordrpc"
+	"github.com/distash/distash/internal/engine"
 	"github.com/distash/distash/internal/engine/locallog"
 	"github.com/distash/distash/internal/fsys"
 	"github.com/distash/distash/internal/kv"
@@ -313,85 +314,74 @@ var replacedKeep = time.Minute
 var errTagTrimmed = errors.New("server: an empty durable stash cannot catch up: the log dropped entries of its tag")
 
 // openRemoteStash opens a stash node's engine and stash over the remote
-// log. A dram stash starts empty at the log's current end; a durable one
-// at its engine's version, and if that is empty, only if the log still
-// holds its tag's entries from the start (else errTagTrimmed). A dram
-// stash with a local log starts at the version it reloads if the log
-// still holds its tag's entries after it; if not, it starts empty: when
-// the node starts (atStart) by rejoining as a new stash (errTagTrimmed),
-// as a dram stash without a local log does, and on a restart by its
-// supervisor on the same tag.
+// log (remoteSource).
 func (sn *stashNode) openRemoteStash(ctx context.Context, sp stashSpec, logc *logrpc.Client, adoptOwnership, atStart bool) (*stash.Stash, error) {
-	s := sn.s
-	dir := filepath.Join(s.opts.Dir, "stash")
-	if !sp.pool.Volatile() || sp.pool.LocalLog {
-		if err := fsys.Or(s.opts.FS).MkdirAll(dir, 0o755); err != nil {
-			return nil, err
-		}
+	return sn.s.openStash(ctx, sp, filepath.Join(sn.s.opts.Dir, "stash"), remoteSource{sn: sn, logc: logc, adopt: adoptOwnership, atStart: atStart})
+}
+
+// remoteSource is a stash node's connection to the log leader's node
+// (stashSource). A dram stash starts empty at the log's current end; a
+// durable one at its engine's version, and if that is empty, only if the
+// log still holds its tag's entries from the start (else errTagTrimmed). A
+// dram stash with a local log starts at the version it reloads if the log
+// still holds its tag's entries after it; if not, it starts empty: when the
+// node starts (atStart) by rejoining as a new stash (errTagTrimmed), as a
+// dram stash without a local log does, and on a restart by its supervisor
+// on the same tag.
+type remoteSource struct {
+	sn             *stashNode
+	logc           *logrpc.Client
+	adopt, atStart bool
+}
+
+func (r remoteSource) log() stash.Log { return r.logc }
+
+func (r remoteSource) start(ctx context.Context, sp stashSpec) (kv.Version, error) {
+	if !sp.pool.Volatile() {
+		return 0, nil
 	}
 	var start kv.Version
-	if sp.pool.Volatile() {
-		err := sn.untilLogAnswers(ctx, "where a dram stash starts", func(ctx context.Context) (err error) {
-			start, err = logc.Report(ctx, logrpc.StashReport{Tag: sp.tag})
-			return err
-		})
-		if err != nil {
-			return nil, err
+	err := r.sn.untilLogAnswers(ctx, "where a dram stash starts", func(ctx context.Context) (err error) {
+		start, err = r.logc.Report(ctx, logrpc.StashReport{Tag: sp.tag})
+		return err
+	})
+	return start, err
+}
+
+func (r remoteSource) holdsAfter(ctx context.Context, sp stashSpec, v kv.Version) (bool, error) {
+	err := r.sn.untilLogAnswers(ctx, "whether a dram stash's local log can catch up", func(ctx context.Context) error {
+		last, err := r.logc.Report(ctx, logrpc.StashReport{Tag: sp.tag})
+		if err == nil && last > v {
+			_, _, err = r.logc.Peek(ctx, sp.tag, v, 1)
 		}
+		return err
+	})
+	if errors.Is(err, logentry.ErrTrimmed) {
+		return false, nil
 	}
-	stashFS := s.stashFS(sp)
-	eng, err := s.openEngine(sp.pool, dir, stashFS)
-	if err != nil {
-		return nil, fmt.Errorf("server: open stash %s-%d: %w", sp.pool.Name, sp.index, err)
-	}
-	if wrapEngine != nil {
-		eng = wrapEngine(sp.pool.Name, sp.index, eng)
-	}
-	volatile := sp.pool.Volatile()
-	if sp.pool.LocalLog {
-		var why string
-		eng, volatile, why, err = s.startLocalLog(sp, dir, eng, func(v kv.Version) (bool, error) {
-			err := sn.untilLogAnswers(ctx, "whether a dram stash's local log can catch up", func(ctx context.Context) error {
-				last, err := logc.Report(ctx, logrpc.StashReport{Tag: sp.tag})
-				if err == nil && last > v {
-					_, _, err = logc.Peek(ctx, sp.tag, v, 1)
-				}
-				return err
-			})
-			if errors.Is(err, logentry.ErrTrimmed) {
-				return false, nil
-			}
-			return err == nil, err
-		})
-		if err != nil {
-			return nil, err
-		}
-		if why != "" && atStart {
-			eng.Close()
-			return nil, fmt.Errorf("%w: %s", errTagTrimmed, why)
-		}
+	return err == nil, err
+}
+
+func (r remoteSource) admit(ctx context.Context, sp stashSpec, eng engine.Engine, _ string, volatile bool, emptyWhy string) (bool, error) {
+	if emptyWhy != "" && r.atStart {
+		return false, fmt.Errorf("%w: %s", errTagTrimmed, emptyWhy)
 	}
 	if !sp.pool.Volatile() && eng.Version() == 0 && eng.Stats().Keys == 0 {
 		// Asked now, while the stash has nothing to lose, rather than
 		// found by its pull loop, which fails the stash for good.
-		if err := sn.peekFromStart(ctx, sp.tag, logc); err != nil {
-			eng.Close()
+		if err := r.sn.peekFromStart(ctx, sp.tag, r.logc); err != nil {
 			if errors.Is(err, logentry.ErrTrimmed) {
-				return nil, fmt.Errorf("%w: %w", errTagTrimmed, err)
+				return false, fmt.Errorf("%w: %w", errTagTrimmed, err)
 			}
-			return nil, err
+			return false, err
 		}
 	}
-	return stash.New(stash.Options{
-		Tag: sp.tag, Pool: sp.pool.Name, Index: sp.index, Engine: eng, Log: logc, Clock: s.opts.Clock,
-		Volatile: volatile, StartVersion: start, LocalLog: sp.pool.LocalLog,
-		Ephemeral: sp.pool.Ephemeral(), TrackBytes: !sp.pool.Ephemeral(), CapacityBytes: int64(sp.pool.Capacity),
-		TrackRecency:   sp.pool.Recency,
-		WindowVersions: s.windowVersions(), WindowBytes: windowBudget(sp.pool), FlushInterval: s.opts.FlushInterval, Logger: s.roleLogger(logRoleStash),
-		ReportUsage: func(_ kv.Tag, used int64, _ kv.Version) { sn.used.Store(used) },
-		Dir:         dir, FS: stashFS, AdoptOwnership: adoptOwnership, Fetcher: fetcher{s}, SampleUnit: sampleUnit(s.cfg),
-	}), nil
+	return volatile, nil
 }
+
+func (r remoteSource) reportUsage(_ kv.Tag, used int64, _ kv.Version) { r.sn.used.Store(used) }
+
+func (r remoteSource) adoptOwnership() bool { return r.adopt }
 
 // peekFromStart asks the log for tag's entries from its start: nil if it
 // has them all, an error wrapping logentry.ErrTrimmed if it dropped some.
