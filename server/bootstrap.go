@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -205,4 +206,22 @@ func (s *Server) recordBootstrap(ctx context.Context, r *txRoles, shards *shardm
 		}
 	}
 	return nil
+}
+
+// lockDataDir locks a data directory, then checks that cfg matches the
+// configuration recorded there (legacy: the directory predates ownership
+// files). The lock comes before anything else touches the directory: a
+// second process started on it by mistake must exit without changing it or
+// the cluster's records of the node.
+func lockDataDir(fs fsys.FS, dir string, cfg *config.Config) (lock io.Closer, legacy bool, err error) {
+	lock, err = fsys.LockDir(fs, dir)
+	if err != nil {
+		return nil, false, fmt.Errorf("server: %w", err)
+	}
+	legacy, err = checkConfigMatches(fs, dir, cfg)
+	if err != nil {
+		lock.Close()
+		return nil, false, err
+	}
+	return lock, legacy, nil
 }

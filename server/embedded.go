@@ -131,15 +131,8 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		opts.Logger.Warn("configuration: " + w)
 	}
 	opts.FS = fsys.Or(opts.FS)
-	// The lock comes before anything else touches the directory: a second
-	// process started on it by mistake must change nothing.
-	dirLock, err := fsys.LockDir(opts.FS, opts.Dir)
+	dirLock, legacy, err := lockDataDir(opts.FS, opts.Dir, opts.Config)
 	if err != nil {
-		return nil, fmt.Errorf("server: %w", err)
-	}
-	legacy, err := checkConfigMatches(opts.FS, opts.Dir, opts.Config)
-	if err != nil {
-		dirLock.Close()
 		return nil, err
 	}
 	s := newServer(opts)

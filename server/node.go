@@ -174,16 +174,8 @@ func startNode(ctx context.Context, opts NodeOptions) (*Server, error) {
 		opts.LivenessTimeout = 2 * time.Second
 	}
 	opts.FS = fsys.Or(opts.FS)
-	// The lock comes before anything else: a second process started on a
-	// running node's directory by mistake must exit without touching the
-	// directory or the cluster's records of the node.
-	dirLock, err := fsys.LockDir(opts.FS, opts.Dir)
+	dirLock, legacy, err := lockDataDir(opts.FS, opts.Dir, opts.Config)
 	if err != nil {
-		return nil, fmt.Errorf("server: %w", err)
-	}
-	legacy, err := checkConfigMatches(opts.FS, opts.Dir, opts.Config)
-	if err != nil {
-		dirLock.Close()
 		return nil, err
 	}
 	id, err := nodeID(opts.FS, opts.Dir)
