@@ -51,6 +51,7 @@ import (
 	"github.com/distash/distash/internal/farmem/ult"
 	"github.com/distash/distash/internal/fsys"
 	"github.com/distash/distash/internal/kv"
+	"github.com/distash/distash/internal/protover"
 	"github.com/distash/distash/internal/proxy"
 	"github.com/distash/distash/internal/stash"
 	"github.com/distash/distash/internal/txlog"
@@ -94,6 +95,10 @@ type Options struct {
 	// internal/fsys); nil: the operating system's. Tests inject disk
 	// faults with it.
 	FS fsys.FS
+	// Protocol is the range of protocol versions the process states and
+	// accepts on every connection (internal/protover); the zero value is
+	// this binary's. Tests only: a node acting as another release.
+	Protocol protover.Speaker
 }
 
 // Server is a running process of a DiStash cluster: an embedded cluster
