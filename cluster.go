@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/distash/distash/internal/kv"
+	"github.com/distash/distash/internal/protover"
 	"github.com/distash/distash/internal/shardmap"
 	"github.com/distash/distash/internal/wire"
 )
@@ -134,6 +135,7 @@ func (db *DB) conn(addr string) (*grpc.ClientConn, error) {
 	}
 	opts := []grpc.DialOption{grpc.WithTransportCredentials(db.creds),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20))}
+	opts = append(opts, protover.This.DialOptions()...)
 	target := addr
 	if db.dialer != nil {
 		// passthrough: the dialer gets addr as it is, unresolved.

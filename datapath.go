@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/distash/distash/internal/frames"
+	"github.com/distash/distash/internal/protover"
 )
 
 // The data path's transport. Reads and commits travel on long-lived
@@ -81,7 +82,7 @@ func (fd *framesDialer) open(ctx context.Context, method string) (*frames.Client
 		}
 		c = tc
 	}
-	return frames.Open(ctx, c, []byte{frames.RouteByte}, method)
+	return frames.Open(ctx, c, []byte{frames.RouteByte}, method, protover.This)
 }
 
 // openDataStream opens a stream of method to fd's node: over frames, or

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/distash/distash/internal/kv"
+	"github.com/distash/distash/internal/protover"
 	"github.com/distash/distash/internal/wire"
 )
 
@@ -88,6 +89,11 @@ var (
 	// ErrInvalidMutation: a malformed mutation (an atomic operand longer than
 	// 8 bytes, a clear range whose end precedes its begin).
 	ErrInvalidMutation = codeErr(kv.CodeInvalidMutation)
+	// ErrIncompatibleProtocol: the client and a node of the cluster speak
+	// no protocol version in common (one of them is of a release too old
+	// or too new for the other); the message names both ranges. Not
+	// retryable: upgrade or roll back one side (docs/operations.md).
+	ErrIncompatibleProtocol = codeErr(kv.CodeIncompatibleProtocol)
 	// ErrUsedDuringCommit: the transaction was used after Commit.
 	ErrUsedDuringCommit = &Error{Code: 2017, Message: "transaction used after commit"}
 )
@@ -97,7 +103,8 @@ func errorf(c kv.Code, format string, args ...any) *Error {
 }
 
 // transportErr wraps a failed RPC that has no effects (a read) as a
-// retryable ErrConnectionFailed, keeping the cause.
+// retryable ErrConnectionFailed, keeping the cause, or, if a side refused
+// the other's protocol versions, as ErrIncompatibleProtocol.
 func transportErr(err error) error {
 	if err == nil {
 		return nil
@@ -105,6 +112,9 @@ func transportErr(err error) error {
 	var de *Error
 	if errors.As(err, &de) {
 		return err
+	}
+	if msg, ok := protover.IsRefusal(err); ok {
+		return &Error{Code: int(kv.CodeIncompatibleProtocol), Message: msg}
 	}
 	return &Error{Code: int(kv.CodeConnectionFailed), Message: err.Error()}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/distash/distash/internal/proxy"
 	"github.com/distash/distash/internal/shardmap"
 	"github.com/distash/distash/internal/stash"
+	"github.com/distash/distash/internal/version"
 )
 
 // Bootstrap: the shard map a generation of the stateless roles starts
@@ -65,6 +66,29 @@ func (s *Server) loadShardMap(ctx context.Context, sys *stash.Stash, recovered k
 
 const configFile = "cluster.toml"
 
+// DirFormatKind and DirFormat are the format of a server's directory: its
+// layout (which subdirectory holds what), node-id and cluster.toml, stated
+// by a marker (fsys.FormatFile) in it. Each subdirectory's files state
+// their own (engines, raft stores, the log, the coordinators, ownership).
+// Bump DirFormat with any change to the layout or those two files.
+const (
+	DirFormatKind = "data-dir"
+	DirFormat     = 1
+)
+
+func init() { version.RegisterFormat(DirFormatKind, DirFormat) }
+
+// checkDirFormat refuses a directory of a newer layout before anything in
+// it is read, and marks one of this layout, or one written before format
+// versions (the same layout).
+func checkDirFormat(f fsys.FS, dir string) error {
+	_, mark, err := fsys.OpenFormat(f, dir, DirFormatKind, DirFormat, nil)
+	if err != nil {
+		return fmt.Errorf("server: %w", err)
+	}
+	return mark()
+}
+
 // configKey is the system key holding the configuration the cluster was
 // created with (TOML), written in the transaction that records the first
 // shard map.
@@ -78,6 +102,9 @@ var configKey = []byte("\xff/conf/cluster")
 // legacy reports a file written before checksums: the directory was
 // written by an older version.
 func checkConfigMatches(f fsys.FS, dir string, cfg *config.Config) (legacy bool, err error) {
+	if err := checkDirFormat(f, dir); err != nil {
+		return false, err
+	}
 	path := filepath.Join(dir, configFile)
 	data, legacy, err := fsys.ReadChecked(f, path)
 	if errors.Is(err, fs.ErrNotExist) || os.IsNotExist(err) {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/distash/distash/config"
 	"github.com/distash/distash/internal/frames"
+	"github.com/distash/distash/internal/protover"
 	"github.com/distash/distash/internal/wire"
 )
 
@@ -143,7 +144,7 @@ func openCommitStream(t *testing.T, ctx context.Context, addr, transport string)
 		if err != nil {
 			t.Fatal(err)
 		}
-		st, err := frames.Open(ctx, c, []byte{frames.RouteByte}, wire.DiStash_CommitStream_FullMethodName)
+		st, err := frames.Open(ctx, c, []byte{frames.RouteByte}, wire.DiStash_CommitStream_FullMethodName, protover.This)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -100,6 +100,7 @@ func (n *node) connTo(addr string) (*grpc.ClientConn, error) {
 	}
 	dopts := []grpc.DialOption{grpc.WithTransportCredentials(creds),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20))}
+	dopts = append(dopts, n.opts.Protocol.DialOptions()...)
 	target := addr
 	if n.opts.Dialer != nil {
 		target = "passthrough:///" + addr

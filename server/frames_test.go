@@ -14,6 +14,7 @@ import (
 	"github.com/distash/distash/config"
 	"github.com/distash/distash/internal/frames"
 	"github.com/distash/distash/internal/testutil/wait"
+	"github.com/distash/distash/internal/protover"
 	"github.com/distash/distash/internal/wire"
 	"github.com/distash/distash/server"
 )
@@ -44,7 +45,7 @@ func TestMalformedFramesDoNotStopTheServer(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		st, err := frames.Open(ctx, c, []byte{frames.RouteByte}, method)
+		st, err := frames.Open(ctx, c, []byte{frames.RouteByte}, method, protover.This)
 		if err != nil {
 			t.Fatal(err)
 		}

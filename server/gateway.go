@@ -74,7 +74,8 @@ func (g *gateway) close() {
 }
 
 // newGRPCServer returns the gRPC server of this process, with its
-// interceptors (panic recovery innermost, around the handlers) and opts.
+// interceptors and opts' (opts' first; then the protocol version check,
+// the test hook's, and panic recovery innermost, around the handlers).
 func (s *Server) newGRPCServer(opts ...grpc.ServerOption) *grpc.Server {
 	gopts := []grpc.ServerOption{grpc.MaxRecvMsgSize(64 << 20), grpc.MaxSendMsgSize(64 << 20)}
 	gopts = append(gopts, opts...)
@@ -86,6 +87,8 @@ func (s *Server) newGRPCServer(opts ...grpc.ServerOption) *grpc.Server {
 	if s.opts.StreamInterceptor != nil {
 		stream = append([]grpc.StreamServerInterceptor{s.opts.StreamInterceptor}, stream...)
 	}
+	unary = append([]grpc.UnaryServerInterceptor{s.opts.Protocol.UnaryServer}, unary...)
+	stream = append([]grpc.StreamServerInterceptor{s.opts.Protocol.StreamServer}, stream...)
 	gopts = append(gopts, grpc.ChainUnaryInterceptor(unary...), grpc.ChainStreamInterceptor(stream...))
 	return grpc.NewServer(gopts...)
 }
@@ -98,6 +101,7 @@ func (g *gateway) startFrames(ln net.Listener) {
 	g.frames = frames.NewServer(frames.ServerOptions{
 		Interceptor: frames.ChainStreamInterceptors(s.opts.StreamInterceptor, s.recoverStream),
 		Logger:      s.logger,
+		Protocol:    s.opts.Protocol,
 	})
 	g.frames.Register(&wire.DiStash_ServiceDesc, &service{s: s})
 	s.wg.Add(1)

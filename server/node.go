@@ -24,6 +24,7 @@ import (
 	"github.com/distash/distash/internal/fsys"
 	"github.com/distash/distash/internal/kv"
 	"github.com/distash/distash/internal/logrpc"
+	"github.com/distash/distash/internal/protover"
 	"github.com/distash/distash/internal/raftlog"
 	"github.com/distash/distash/internal/raftnet"
 	"github.com/distash/distash/internal/wire"
@@ -91,6 +92,9 @@ type NodeOptions struct {
 	FS fsys.FS
 	// Clock is the roles' clock (Options.Clock); nil: the real one.
 	Clock clock.Clock
+	// Protocol: as Options.Protocol (tests only: a node acting as another
+	// release).
+	Protocol protover.Speaker
 }
 
 // node is the clusterLink of one node of a multi-process cluster: its id
@@ -186,7 +190,7 @@ func startNode(ctx context.Context, opts NodeOptions) (*Server, error) {
 	n := &node{id: id, opts: opts, conns: map[string]*grpc.ClientConn{}}
 	logger := serverLogger(opts.Logger, id, n.generation.Load).With("class", opts.Class)
 	s := newServer(Options{Dir: opts.Dir, Config: opts.Config, ListenAddr: opts.Listen, Logger: logger, FlushInterval: opts.FlushInterval,
-		HTTPAddr: opts.HTTPAddr, Pprof: opts.Pprof, FS: opts.FS, Clock: opts.Clock})
+		HTTPAddr: opts.HTTPAddr, Pprof: opts.Pprof, FS: opts.FS, Clock: opts.Clock, Protocol: opts.Protocol})
 	s.dirLock = dirLock
 	s.legacyDir.Store(legacy)
 	s.failed = make(chan error, 1)
@@ -243,7 +247,7 @@ func (n *node) start(ctx context.Context) error {
 	// default on the paused node, often the one that answered last. A
 	// coordinator waiting for an election answers within 2 s; abandoning
 	// it costs a retry, not a wrong answer.
-	n.cc, err = coordrpc.NewClient(strings.Join(o.Coordinators, ","), coordrpc.ClientOptions{TLS: o.ClientTLS, Dialer: o.Dialer,
+	n.cc, err = coordrpc.NewClient(strings.Join(o.Coordinators, ","), coordrpc.ClientOptions{TLS: o.ClientTLS, Dialer: o.Dialer, Protocol: o.Protocol,
 		AttemptTimeout: 1500 * time.Millisecond})
 	if err != nil {
 		return err
@@ -259,7 +263,7 @@ func (n *node) start(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("server: start the coordinator: %w", err)
 		}
-		n.csrv = coordrpc.Register(gs, n.coord, coordrpc.ServerOptions{ClientTLS: o.ClientTLS, Dialer: o.Dialer})
+		n.csrv = coordrpc.Register(gs, n.coord, coordrpc.ServerOptions{ClientTLS: o.ClientTLS, Dialer: o.Dialer, Protocol: o.Protocol})
 	}
 	s.gw.serve()
 	if err := s.startHTTP(); err != nil {

@@ -52,6 +52,7 @@ import (
 	"github.com/distash/distash/internal/farmem/ult"
 	"github.com/distash/distash/internal/fsys"
 	"github.com/distash/distash/internal/kv"
+	"github.com/distash/distash/internal/protover"
 	"github.com/distash/distash/internal/proxy"
 	"github.com/distash/distash/internal/stash"
 	"github.com/distash/distash/internal/txlog"
@@ -98,6 +99,10 @@ type Options struct {
 	// Clock is the roles' clock (package internal/clock); nil: the real
 	// one. Tests drive it by hand.
 	Clock clock.Clock
+	// Protocol is the range of protocol versions the process states and
+	// accepts on every connection (internal/protover); the zero value is
+	// this binary's. Tests only: a node acting as another release.
+	Protocol protover.Speaker
 }
 
 // Server is a running process of a DiStash cluster: an embedded cluster

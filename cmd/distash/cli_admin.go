@@ -20,6 +20,7 @@ import (
 	"github.com/distash/distash/internal/clusterstatus"
 	"github.com/distash/distash/internal/coord"
 	"github.com/distash/distash/internal/coordrpc"
+	"github.com/distash/distash/internal/protover"
 	"github.com/distash/distash/internal/wire"
 )
 
@@ -360,7 +361,7 @@ func waitExcluded(ctx context.Context, out io.Writer, cluster string, tlsConfig 
 
 // killNode asks the node at addr to stop (Admin.Kill).
 func killNode(ctx context.Context, addr string, tlsConfig *tls.Config) error {
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(clusterstatus.Creds(tlsConfig)))
+	conn, err := grpc.NewClient(addr, append([]grpc.DialOption{grpc.WithTransportCredentials(clusterstatus.Creds(tlsConfig))}, protover.This.DialOptions()...)...)
 	if err != nil {
 		return err
 	}

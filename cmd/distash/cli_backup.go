@@ -16,6 +16,7 @@ import (
 	"github.com/distash/distash/internal/backup"
 	"github.com/distash/distash/internal/clusterstatus"
 	"github.com/distash/distash/internal/kv"
+	"github.com/distash/distash/internal/protover"
 	"github.com/distash/distash/internal/wire"
 )
 
@@ -35,7 +36,7 @@ func backupCmds(cluster *string, timeout *time.Duration, tlsf *tlsFlags) []*cobr
 		if err != nil {
 			return tlsHint(err, tlsConfig)
 		}
-		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(clusterstatus.Creds(tlsConfig)))
+		conn, err := grpc.NewClient(addr, append([]grpc.DialOption{grpc.WithTransportCredentials(clusterstatus.Creds(tlsConfig))}, protover.This.DialOptions()...)...)
 		if err != nil {
 			return err
 		}

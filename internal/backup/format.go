@@ -11,11 +11,14 @@ import (
 
 	"github.com/distash/distash/internal/backup/blog"
 	"github.com/distash/distash/internal/kv"
+	"github.com/distash/distash/internal/version"
 )
 
 // FormatVersion is the version of the backup's file formats (manifest,
 // range and log files). A reader refuses a newer one, naming both.
 const FormatVersion = 1
+
+func init() { version.RegisterFormat("backup", FormatVersion) }
 
 // ManifestName is the manifest's file name at the destination's root.
 const ManifestName = "manifest.json"

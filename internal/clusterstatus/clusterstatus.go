@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/distash/distash/internal/coordrpc"
+	"github.com/distash/distash/internal/protover"
 	"github.com/distash/distash/internal/wire"
 )
 
@@ -53,7 +54,7 @@ type Options struct {
 }
 
 func (o Options) dial(addr string) (*grpc.ClientConn, error) {
-	opts := []grpc.DialOption{grpc.WithTransportCredentials(Creds(o.TLS))}
+	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(Creds(o.TLS))}, protover.This.DialOptions()...)
 	if o.Dialer != nil {
 		opts = append(opts, grpc.WithContextDialer(o.Dialer))
 		addr = "passthrough:///" + addr
@@ -220,7 +221,7 @@ func Dialing(creds credentials.TransportCredentials) StatusOf {
 // Of returns the status one server (an embedded cluster, or one node)
 // gives of itself, waiting for it to come up.
 func Of(ctx context.Context, addr string, creds credentials.TransportCredentials) (*wire.StatusResponse, error) {
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
+	conn, err := grpc.NewClient(addr, append([]grpc.DialOption{grpc.WithTransportCredentials(creds)}, protover.This.DialOptions()...)...)
 	if err != nil {
 		return nil, err
 	}

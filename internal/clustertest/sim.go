@@ -23,6 +23,7 @@ import (
 	"github.com/distash/distash/internal/dd"
 	"github.com/distash/distash/internal/fsys"
 	"github.com/distash/distash/internal/fsys/faultfs"
+	"github.com/distash/distash/internal/protover"
 	"github.com/distash/distash/internal/simnet"
 	"github.com/distash/distash/internal/wire"
 	"github.com/distash/distash/server"
@@ -44,6 +45,10 @@ type SimNode struct {
 	// FS is the file system the node's files go through (nil: the
 	// operating system's); it takes effect at the next Start.
 	FS fsys.FS
+	// Protocol is the protocol versions the node speaks (zero: this
+	// binary's; protover.Speaker{Min: 1, Max: 1} acts as the previous
+	// release); it takes effect at the next Start.
+	Protocol protover.Speaker
 
 	sim *Sim
 	srv *server.Server // guarded by sim.mu; nil while stopped
@@ -148,6 +153,7 @@ func (c *Sim) Start(ctx context.Context, n *SimNode) error {
 		Dir: n.Dir, Config: cfg, Listen: n.Addr, Listener: ln, Dialer: c.Net.Dialer(n.Addr),
 		Coordinators: c.Coords, Class: n.Class, Pool: n.Pool, DC: n.DC, Zone: n.Zone, Machine: n.Name,
 		Logger: c.Logger.With("name", n.Name), FlushInterval: 20 * time.Millisecond, HTTPAddr: c.HTTPAddr, FS: n.FS,
+		Protocol: n.Protocol,
 	})
 	if err != nil {
 		ln.Close()

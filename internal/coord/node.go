@@ -164,6 +164,9 @@ func Start(opts Options) (n *Node, err error) {
 	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
 		return nil, err
 	}
+	if err := checkFormat(opts.FS, opts.Dir); err != nil {
+		return nil, err
+	}
 	if n.store, err = openStore(opts.FS, filepath.Join(opts.Dir, "raft")); err != nil {
 		return nil, err
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/distash/distash/config"
 	"github.com/distash/distash/internal/kv"
+	"github.com/distash/distash/internal/protover"
 	"github.com/distash/distash/internal/wire"
 )
 
@@ -24,6 +25,9 @@ import (
 type ClientOptions struct {
 	// TLS, if set, secures every connection (mutual TLS: tlsconf.Client).
 	TLS *tls.Config
+	// Protocol is the protocol versions the client states (zero: this
+	// binary's; tests act as another release with it).
+	Protocol protover.Speaker
 	// AttemptTimeout bounds one call to one coordinator, so an address
 	// that swallows packets costs this much, not the caller's whole
 	// deadline; default 3s (above the server's controller wait).
@@ -128,7 +132,7 @@ func (c *Client) conn(addr string) (wire.CoordinatorClient, error) {
 	cc, ok := c.conns[addr]
 	if !ok {
 		var err error
-		if cc, err = dial(addr, c.opts.TLS, c.opts.Dialer); err != nil {
+		if cc, err = dial(addr, c.opts.TLS, c.opts.Dialer, c.opts.Protocol); err != nil {
 			return nil, err
 		}
 		c.conns[addr] = cc

@@ -18,6 +18,7 @@ import (
 	"github.com/distash/distash/internal/clock"
 	"github.com/distash/distash/internal/coord"
 	"github.com/distash/distash/internal/kv"
+	"github.com/distash/distash/internal/protover"
 	"github.com/distash/distash/internal/raftnet"
 	"github.com/distash/distash/internal/testutil/wait"
 	"github.com/distash/distash/internal/tlsconf"
@@ -471,7 +472,7 @@ func TestHopLimit(t *testing.T) {
 	c := newCluster(t, nil)
 	li := c.controller()
 	fi := (li + 1) % 3
-	cc, err := dial(c.grpc[fi], nil, nil)
+	cc, err := dial(c.grpc[fi], nil, nil, protover.This)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -70,6 +70,7 @@ import (
 	"github.com/distash/distash/config"
 	"github.com/distash/distash/internal/coord"
 	"github.com/distash/distash/internal/kv"
+	"github.com/distash/distash/internal/protover"
 	"github.com/distash/distash/internal/wire"
 )
 
@@ -97,6 +98,9 @@ type ServerOptions struct {
 	// Dialer, if set, opens those connections instead of TCP (an
 	// in-process network in tests): it gets the leader's address.
 	Dialer func(ctx context.Context, addr string) (net.Conn, error)
+	// Protocol is the protocol versions those connections state (zero:
+	// this binary's).
+	Protocol protover.Speaker
 }
 
 // Server is the Coordinator service on one coordinator.
@@ -182,7 +186,7 @@ func (s *Server) forward(addr string, hops uint32) (wire.CoordinatorClient, erro
 	c, ok := s.conns[addr]
 	if !ok {
 		var err error
-		if c, err = dial(addr, s.opts.ClientTLS, s.opts.Dialer); err != nil {
+		if c, err = dial(addr, s.opts.ClientTLS, s.opts.Dialer, s.opts.Protocol); err != nil {
 			return nil, &errNoController{leader: addr, why: fmt.Sprintf("coordrpc: dial the controller %s: %v", addr, err)}
 		}
 		s.conns[addr] = c
@@ -190,13 +194,14 @@ func (s *Server) forward(addr string, hops uint32) (wire.CoordinatorClient, erro
 	return wire.NewCoordinatorClient(c), nil
 }
 
-// dial returns a connection to addr: over TCP, or through dialer if set.
-func dial(addr string, cfg *tls.Config, dialer func(context.Context, string) (net.Conn, error)) (*grpc.ClientConn, error) {
+// dial returns a connection to addr: over TCP, or through dialer if set,
+// stating the protocol versions sp speaks.
+func dial(addr string, cfg *tls.Config, dialer func(context.Context, string) (net.Conn, error), sp protover.Speaker) (*grpc.ClientConn, error) {
 	creds := insecure.NewCredentials()
 	if cfg != nil {
 		creds = credentials.NewTLS(cfg)
 	}
-	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
+	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(creds)}, sp.DialOptions()...)
 	target := addr
 	if dialer != nil {
 		// passthrough: the dialer gets addr as it is, unresolved.

@@ -7,12 +7,15 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/distash/distash/internal/protover"
 )
 
 // ErrNotFrames: the peer closed the connection or answered something else
@@ -40,13 +43,19 @@ type ClientStream struct {
 // accept while ctx lasts; a refusal is the server's status error (e.g.
 // Unimplemented). The stream then lives until ctx ends or Close: both
 // close c, which ends a Send blocked on a peer that reads nothing.
-func Open(ctx context.Context, c net.Conn, prefix []byte, method string) (*ClientStream, error) {
+//
+// The open frame states the protocol versions sp speaks and the accept the
+// server's: a server with none in common is refused (protover.IsRefusal),
+// naming both, and one of a release that reads no versions in the open
+// frame (it answers Unimplemented naming the method with them) is
+// ErrNotFrames, so the client uses gRPC with it.
+func Open(ctx context.Context, c net.Conn, prefix []byte, method string, sp protover.Speaker) (*ClientStream, error) {
 	s := &ClientStream{c: c, r: bufio.NewReaderSize(c, 32<<10), w: newWriter(c, 0)}
 	s.stop = context.AfterFunc(ctx, func() { c.Close() })
 	if dl, ok := ctx.Deadline(); ok {
 		c.SetReadDeadline(dl)
 	}
-	hello := append(append([]byte(nil), prefix...), AppendFrame(nil, TypeOpen, []byte(method))...)
+	hello := append(append([]byte(nil), prefix...), AppendFrame(nil, TypeOpen, []byte(method+"\x00"+sp.String()))...)
 	if err := s.w.sendBytes(hello); err != nil {
 		return nil, s.openErr(ctx, err)
 	}
@@ -62,11 +71,19 @@ func Open(ctx context.Context, c net.Conn, prefix []byte, method string) (*Clien
 	}
 	switch typ {
 	case TypeAccept:
+		lo, hi := protover.ParseRange(string(body))
+		if err := sp.Check("server "+c.RemoteAddr().String(), lo, hi); err != nil {
+			s.Close()
+			return nil, err
+		}
 	case TypeStatus:
 		code, msg, perr := ParseStatus(body)
 		s.Close()
 		if perr != nil {
 			return nil, ErrNotFrames
+		}
+		if codes.Code(code) == codes.Unimplemented && strings.Contains(msg, "\x00") {
+			return nil, fmt.Errorf("%w (a release that states no protocol versions in frames)", ErrNotFrames)
 		}
 		return nil, status.Error(codes.Code(code), msg)
 	default:

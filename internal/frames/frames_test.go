@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/distash/distash/internal/testutil/wait"
+	"github.com/distash/distash/internal/protover"
 	"github.com/distash/distash/internal/wire"
 )
 
@@ -80,7 +81,7 @@ func open(t *testing.T, ctx context.Context, addr, method string) (*ClientStream
 	if err != nil {
 		t.Fatal(err)
 	}
-	return Open(ctx, c, nil, method)
+	return Open(ctx, c, nil, method, protover.This)
 }
 
 func readReq(id uint64, key string) *wire.ReadStreamRequest {
@@ -275,7 +276,7 @@ func TestSendEndsWithContext(t *testing.T) {
 		// and then read nothing
 	}()
 	ctx, cancel := context.WithCancel(context.Background())
-	st, err := Open(ctx, cli, nil, wire.DiStash_ReadStream_FullMethodName)
+	st, err := Open(ctx, cli, nil, wire.DiStash_ReadStream_FullMethodName, protover.This)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -400,4 +401,115 @@ func FuzzReadFrame(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestProtocolVersions: the open frame and the accept state each side's
+// protocol versions; a side with none in common with its peer refuses it
+// with a status naming both ranges, and a client of a release that states
+// none (no NUL in its open frame) is protocol 1.
+func TestProtocolVersions(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	method := wire.DiStash_ReadStream_FullMethodName
+	openAs := func(addr string, sp protover.Speaker) (*ClientStream, error) {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return Open(ctx, c, nil, method, sp)
+	}
+	refused := func(err error, names ...string) {
+		t.Helper()
+		msg, ok := protover.IsRefusal(err)
+		if !ok {
+			t.Fatalf("got %v, want a protocol refusal", err)
+		}
+		for _, n := range names {
+			if !strings.Contains(msg, n) {
+				t.Errorf("refusal %q does not name %q", msg, n)
+			}
+		}
+	}
+
+	// Overlapping ranges talk: an old server and a new client, and the
+	// reverse.
+	for _, tc := range []struct{ server, client protover.Speaker }{
+		{protover.Speaker{Min: 1, Max: 1}, protover.Speaker{Min: 1, Max: 2}},
+		{protover.Speaker{Min: 1, Max: 2}, protover.Speaker{Min: 1, Max: 1}},
+	} {
+		_, addr := serve(t, ServerOptions{Protocol: tc.server})
+		st, err := openAs(addr, tc.client)
+		if err != nil {
+			t.Fatalf("server %v, client %v: %v", tc.server, tc.client, err)
+		}
+		st.Close()
+	}
+
+	// The server refuses a client with no version in common, naming both.
+	_, addr := serve(t, ServerOptions{Protocol: protover.Speaker{Min: 3, Max: 4}})
+	_, err := openAs(addr, protover.Speaker{Min: 1, Max: 2})
+	refused(err, "client 127.0.0.1:", "versions 1 to 2", "speaks 3 to 4")
+
+	// A client that states nothing is protocol 1: served by a server that
+	// speaks 1, refused by one that does not.
+	for _, tc := range []struct {
+		server protover.Speaker
+		ok     bool
+	}{{protover.Speaker{Min: 1, Max: 2}, true}, {protover.Speaker{Min: 2, Max: 2}, false}} {
+		_, addr := serve(t, ServerOptions{Protocol: tc.server})
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Write(AppendFrame(nil, TypeOpen, []byte(method)))
+		typ, body, err := ReadFrame(bufio.NewReader(c), nil, 1<<10)
+		c.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tc.ok && (typ != TypeAccept || string(body) != "1-2") {
+			t.Fatalf("unstated client: got %q %q, want an accept stating 1-2", typ, body)
+		}
+		if !tc.ok && (typ != TypeStatus || !strings.Contains(string(body), "versions 1,") || !strings.Contains(string(body), "speaks 2")) {
+			t.Fatalf("unstated client of a server speaking 2: got %q %q, want a refusal naming both", typ, body)
+		}
+	}
+
+	// fake answers an open frame with reply(open frame body).
+	fake := func(reply func(body []byte) []byte) string {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ln.Close() })
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				go func() {
+					defer c.Close()
+					_, body, err := ReadFrame(bufio.NewReader(c), nil, 1<<10)
+					if err != nil {
+						return
+					}
+					c.Write(reply(body))
+					io.Copy(io.Discard, c)
+				}()
+			}
+		}()
+		return ln.Addr().String()
+	}
+	// The client refuses a server whose accept states no common version.
+	_, err = openAs(fake(func([]byte) []byte { return AppendFrame(nil, TypeAccept, []byte("5-6")) }), protover.This)
+	refused(err, "server 127.0.0.1:", "versions 5 to 6", "speaks 1 to 2")
+	// A server of a release before versions were stated looks the whole
+	// body up as the method: the client takes it for one without frames.
+	old := fake(func(body []byte) []byte {
+		return AppendFrame(nil, TypeStatus, AppendStatus(nil, uint32(codes.Unimplemented), "unknown stream method "+string(body)))
+	})
+	if _, err := openAs(old, protover.This); !errors.Is(err, ErrNotFrames) {
+		t.Fatalf("a server that reads no versions: got %v, want ErrNotFrames", err)
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,6 +19,8 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
+
+	"github.com/distash/distash/internal/protover"
 )
 
 // ServerOptions configure a Server.
@@ -36,6 +39,9 @@ type ServerOptions struct {
 	WriteTimeout time.Duration
 	// MaxFrame bounds a received frame; default MaxFrame.
 	MaxFrame int
+	// Protocol is the protocol versions the server speaks (the zero
+	// Speaker: this binary's); a client with none in common is refused.
+	Protocol protover.Speaker
 }
 
 // Server serves streams over frames connections with the stream handlers
@@ -200,14 +206,24 @@ func (s *Server) serveConn(c net.Conn) {
 		return
 	}
 	c.SetReadDeadline(time.Time{})
-	name := string(body)
+	// The open frame is the method, then, from clients that state their
+	// protocol versions, a NUL and their range (none: protocol 1).
+	name, versions, _ := strings.Cut(string(body), "\x00")
 	w := newWriter(c, s.opts.WriteTimeout)
+	lo, hi := protover.ParseRange(versions)
+	if err := s.opts.Protocol.Check("client "+c.RemoteAddr().String(), lo, hi); err != nil {
+		st := status.Convert(err)
+		w.sendRaw(TypeStatus, AppendStatus(nil, uint32(st.Code()), st.Message()))
+		return
+	}
 	m, ok := s.methods[name]
 	if !ok {
 		w.sendRaw(TypeStatus, AppendStatus(nil, uint32(codes.Unimplemented), "unknown stream method "+name))
 		return
 	}
-	if err := w.sendRaw(TypeAccept, nil); err != nil {
+	// The accept states the server's range (before versions were stated
+	// it was empty).
+	if err := w.sendRaw(TypeAccept, []byte(s.opts.Protocol.String())); err != nil {
 		return
 	}
 	s.served.Add(1)

@@ -30,6 +30,10 @@ const (
 	CodeInternal            Code = 4100
 )
 
+// CodeIncompatibleProtocol: the peer speaks no protocol version this
+// binary speaks (internal/protover). Not retryable.
+const CodeIncompatibleProtocol Code = 2207
+
 // Retryable reports whether a transaction that failed with c may succeed if run again.
 func (c Code) Retryable() bool {
 	switch c {
@@ -81,6 +85,8 @@ func (c Code) Name() string {
 		return "wrong_node"
 	case CodeStashDamaged:
 		return "stash_damaged"
+	case CodeIncompatibleProtocol:
+		return "incompatible_protocol"
 	case CodeInternal:
 		return "internal_error"
 	}

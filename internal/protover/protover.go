@@ -10,6 +10,7 @@ package protover
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -104,14 +105,55 @@ func refusal(err error) error {
 	return status.Error(codes.FailedPrecondition, refusalPrefix+err.Error())
 }
 
-// IsRefusal reports whether err is a refusal of this side's protocol
-// versions, and returns its message.
+// IsRefusal reports whether err is, or wraps, a refusal of this side's
+// protocol versions, and returns its message.
 func IsRefusal(err error) (string, bool) {
-	st, ok := status.FromError(err)
-	if !ok || st.Code() != codes.FailedPrecondition || !strings.HasPrefix(st.Message(), refusalPrefix) {
+	var se interface{ GRPCStatus() *status.Status }
+	if !errors.As(err, &se) {
+		return "", false
+	}
+	st := se.GRPCStatus()
+	if st.Code() != codes.FailedPrecondition || !strings.HasPrefix(st.Message(), refusalPrefix) {
 		return "", false
 	}
 	return strings.TrimPrefix(st.Message(), refusalPrefix), true
+}
+
+// Range is the versions s speaks, oldest first.
+func (s Speaker) Range() (lo, hi int) {
+	sp := s.norm()
+	return sp.Min, sp.Max
+}
+
+// String is the range as transports without metadata state it: "1-2".
+func (s Speaker) String() string {
+	lo, hi := s.Range()
+	return fmt.Sprintf("%d-%d", lo, hi)
+}
+
+// ParseRange reads a range String wrote; "" (a peer that states nothing)
+// is protocol 1, and anything unreadable a range no one speaks.
+func ParseRange(str string) (lo, hi int) {
+	if str == "" {
+		return unstated, unstated
+	}
+	a, b, ok := strings.Cut(str, "-")
+	l, err1 := strconv.Atoi(a)
+	h, err2 := strconv.Atoi(b)
+	if !ok || err1 != nil || err2 != nil {
+		return -1, -1
+	}
+	return l, h
+}
+
+// Check returns nil if s and a peer named peerName speaking [lo, hi] have
+// a version in common, else the refusal status an RPC answers, naming
+// both ranges (IsRefusal recognises it).
+func (s Speaker) Check(peerName string, lo, hi int) error {
+	if _, err := s.Common(peerName, lo, hi); err != nil {
+		return refusal(err)
+	}
+	return nil
 }
 
 func (s Speaker) checkIncoming(ctx context.Context) error {

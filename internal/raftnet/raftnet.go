@@ -41,6 +41,15 @@
 // Stream layers dial peers over TCP, or with the function given to
 // [Mux.SetDialer] (an in-process network such as internal/simnet, in
 // tests; TLS, if any, runs over what it returns).
+//
+// Raft connections state no DiStash protocol version (internal/protover),
+// unlike gRPC and frames: their bytes are hashicorp/raft's own RPCs, which
+// carry raft's protocol version, and the commands inside them are
+// persistent formats (the coordinators' state, the log's entries) checked
+// by their readers (internal/version). A node whose protocol versions the
+// cluster does not speak is refused on its first gRPC call (registration
+// with the controller, joining the coordinators, the log's membership),
+// so it is never made a raft peer by the cluster; see docs/operations.md.
 package raftnet
 
 import (

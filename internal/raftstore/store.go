@@ -22,6 +22,7 @@ import (
 	"github.com/distash/distash/internal/decode"
 	"github.com/distash/distash/internal/engine/pebble/guard"
 	"github.com/distash/distash/internal/fsys"
+	"github.com/distash/distash/internal/version"
 )
 
 // Store is raft's LogStore and StableStore on Pebble. Storing a batch
@@ -61,6 +62,16 @@ var (
 	_ raft.StableStore = (*Store)(nil)
 )
 
+// FormatKind and FormatVersion state the store's format (Pebble's files,
+// the keys and values this package writes in them) in a marker in its
+// directory (fsys.OpenFormat); bump FormatVersion with any change to them.
+const (
+	FormatKind    = "raft-store"
+	FormatVersion = 1
+)
+
+func init() { version.RegisterFormat(FormatKind, FormatVersion) }
+
 // Open opens the store in dir through fs (nil: the OS's). A failed write or
 // sync (a failed fsync, a full disk) fails the store for good: the call
 // returns the error and every later write fails too, nothing is retried,
@@ -81,6 +92,10 @@ func Open(fs fsys.FS, dir string, onFail func(error)) (s *Store, err error) {
 	if err := fsys.MkdirDurable(fs, dir); err != nil {
 		return nil, fmt.Errorf("txlog: raft store: %w", err)
 	}
+	_, mark, err := fsys.OpenFormat(fs, dir, FormatKind, FormatVersion, nil)
+	if err != nil {
+		return nil, err
+	}
 	g := guard.New("txlog raft store "+dir, "github.com/distash/distash/internal/raftstore.", onFail)
 	opts := &pebble.Options{
 		Cache:                       pebble.NewCache(8 << 20),
@@ -96,6 +111,10 @@ func Open(fs fsys.FS, dir string, onFail func(error)) (s *Store, err error) {
 	}
 	s = &Store{db: db, dir: dir, guard: g, frozen: make(chan struct{})}
 	if err := s.verify(); err != nil {
+		db.Close()
+		return nil, err
+	}
+	if err := mark(); err != nil {
 		db.Close()
 		return nil, err
 	}

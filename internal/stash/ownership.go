@@ -13,6 +13,7 @@ import (
 
 	"github.com/distash/distash/internal/fsys"
 	"github.com/distash/distash/internal/kv"
+	"github.com/distash/distash/internal/version"
 )
 
 // A stash's ownership says, per key range, what it does with the range:
@@ -300,7 +301,20 @@ const ownershipFile = "ownership.json"
 type ownSnapshot struct {
 	Version kv.Version `json:"v"`
 	Ranges  []ownRange `json:"r"`
+	// Format is the file's format version, in every snapshot so the file
+	// stays the array it was (a binary of before format versions reads
+	// it); absent (0) in a file written before versions: fsys.Unversioned.
+	Format int `json:"format,omitempty"`
 }
+
+// OwnershipFormatKind and OwnershipFormat are the ownership file's format;
+// bump OwnershipFormat with any change to its encoding.
+const (
+	OwnershipFormatKind = "stash-ownership"
+	OwnershipFormat     = 1
+)
+
+func init() { version.RegisterFormat(OwnershipFormatKind, OwnershipFormat) }
 
 // save records the snapshot of cur at version v in snaps, keeping older
 // snapshots above durable (and the newest at or below it), and writes them
@@ -330,6 +344,9 @@ func writeOwnership(f fsys.FS, dir string, snaps []ownSnapshot) error {
 	if snaps == nil {
 		snaps = []ownSnapshot{} // "[]": a stash that owns nothing of its own yet
 	}
+	for i := range snaps {
+		snaps[i].Format = OwnershipFormat
+	}
 	b, err := json.Marshal(snaps)
 	if err != nil {
 		return err
@@ -354,6 +371,19 @@ func loadOwnership(f fsys.FS, dir string, durable kv.Version) (snaps []ownSnapsh
 	}
 	if err != nil {
 		return nil, ownSnapshot{}, true, false, fmt.Errorf("stash: load ownership: %w", err)
+	}
+	// A newer format is refused before its content is trusted; an array
+	// parses in every format that keeps it one.
+	var formats []struct {
+		Format int `json:"format"`
+	}
+	if json.Unmarshal(b, &formats) == nil {
+		for _, f := range formats {
+			if err := version.CheckFormat(OwnershipFormatKind, max(f.Format, fsys.Unversioned), OwnershipFormat); err != nil {
+				err.(*version.FormatError).Path = path
+				return nil, ownSnapshot{}, true, false, err
+			}
+		}
 	}
 	if err := json.Unmarshal(b, &snaps); err != nil {
 		return nil, ownSnapshot{}, true, false, fsys.Damaged(path, "does not parse: %v", err)

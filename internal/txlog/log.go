@@ -21,6 +21,7 @@ import (
 	"github.com/distash/distash/internal/kv"
 	"github.com/distash/distash/internal/logentry"
 	"github.com/distash/distash/internal/raftlog"
+	"github.com/distash/distash/internal/version"
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 )
@@ -417,6 +418,17 @@ func normTags(tags []kv.Tag) []kv.Tag {
 	return slices.Compact(out)
 }
 
+// FormatKind and FormatVersion are the format of a log replica's directory:
+// txlog.meta, and the entries and snapshots its raft group writes (the
+// raft store under it has its own, raftstore.FormatVersion). The version
+// is a line of txlog.meta; bump it with any change to their encoding.
+const (
+	FormatKind    = "txlog"
+	FormatVersion = 1
+)
+
+func init() { version.RegisterFormat(FormatKind, FormatVersion) }
+
 // checkMeta records the replica count and mode of a new log and rejects
 // reopening it with another count or mode: a network replica's directory
 // holds one replica whose raft configuration names the peers, an embedded
@@ -428,7 +440,7 @@ func normTags(tags []kv.Tag) []kv.Tag {
 // checksums is read as it is.
 func checkMeta(fs fsys.FS, dir string, replicas int, network *NetworkOptions) error {
 	path := fs.PathJoin(dir, "txlog.meta")
-	want := "replicas=" + strconv.Itoa(replicas) + "\n"
+	want := "format=" + strconv.Itoa(FormatVersion) + "\nreplicas=" + strconv.Itoa(replicas) + "\n"
 	if network != nil {
 		want += "mode=network\nid=" + network.LocalID + "\n"
 	}
@@ -446,6 +458,21 @@ func checkMeta(fs fsys.FS, dir string, replicas int, network *NetworkOptions) er
 			return fmt.Errorf("txlog: bad %s: %q", path, b)
 		}
 		meta[k] = v
+	}
+	// A file without a format line was written before format versions:
+	// Unversioned, which is version 1.
+	got := fsys.Unversioned
+	if f, ok := meta["format"]; ok {
+		if got, err = strconv.Atoi(f); err != nil {
+			return fmt.Errorf("txlog: bad %s: %q", path, b)
+		}
+	}
+	if err := version.CheckFormat(FormatKind, got, FormatVersion); err != nil {
+		var fe *version.FormatError
+		if errors.As(err, &fe) {
+			fe.Path = path
+		}
+		return err
 	}
 	n, err := strconv.Atoi(meta["replicas"])
 	if err != nil {

@@ -17,6 +17,8 @@ import (
 	"github.com/distash/distash/internal/engine/memory"
 	pebbleengine "github.com/distash/distash/internal/engine/pebble"
 	sqliteengine "github.com/distash/distash/internal/engine/sqlite"
+	"github.com/distash/distash/internal/fsys"
+	"github.com/distash/distash/internal/version"
 )
 
 // OpenFunc opens an engine with the given options.
@@ -69,10 +71,39 @@ func Open(name string, opts engine.Options) (engine.Engine, error) {
 	if !ok {
 		return nil, fmt.Errorf("engines: unknown storage engine %q (known: %s)", name, strings.Join(Names(), ", "))
 	}
+	// An engine that keeps files states their format in a marker in its
+	// directory (fsys.OpenFormat): a newer one is refused before the
+	// engine reads a byte. Engines without files (memory) register none.
+	kind := FormatKind(name)
+	want, versioned := version.Formats()[kind]
+	versioned = versioned && opts.Dir != ""
+	var mark func() error
+	if versioned {
+		var err error
+		if _, mark, err = fsys.OpenFormat(opts.FS, opts.Dir, kind, want, nil); err != nil {
+			return nil, err
+		}
+	}
 	e, err := open(opts)
 	if err != nil {
 		// Never hand back a typed nil pointer wrapped in a non-nil interface.
 		return nil, err
 	}
+	if versioned {
+		if err := mark(); err != nil {
+			e.Close()
+			return nil, err
+		}
+	}
 	return e, nil
+}
+
+// FormatKind is the format kind (version.RegisterFormat) of the files of
+// engine name; an engine that keeps files registers it, at version 1 for
+// the files it wrote before format versions were stated.
+func FormatKind(name string) string { return "engine-" + name }
+
+func init() {
+	version.RegisterFormat(FormatKind("pebble"), 1)
+	version.RegisterFormat(FormatKind("sqlite"), 1)
 }

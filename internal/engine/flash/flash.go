@@ -65,9 +65,11 @@ import (
 	"github.com/distash/distash/internal/farmem/ult"
 	"github.com/distash/distash/internal/fsys"
 	"github.com/distash/distash/internal/kv"
+	"github.com/distash/distash/internal/version"
 )
 
 func init() {
+	version.RegisterFormat(engines.FormatKind("flash"), 1) // segments (format.go)
 	engines.Register("flash", func(o engine.Options) (engine.Engine, error) {
 		cfg, ok := o.Tuning.(Config)
 		if !ok && o.Tuning != nil {

@@ -10,6 +10,7 @@ import (
 	"github.com/distash/distash/internal/engine"
 	"github.com/distash/distash/internal/fsys"
 	"github.com/distash/distash/internal/kv"
+	"github.com/distash/distash/internal/version"
 )
 
 // Every file is a sequence of records: a 4-byte little-endian payload
@@ -25,6 +26,15 @@ const (
 
 // magic follows the kind byte of header and snapshot records.
 const magic = "distash-locallog-1"
+
+// FormatKind and FormatVersion state the files' format in the directory's
+// marker (fsys.OpenFormat); bump FormatVersion with any change to them.
+const (
+	FormatKind    = "local-log"
+	FormatVersion = 1
+)
+
+func init() { version.RegisterFormat(FormatKind, FormatVersion) }
 
 // maxRecord bounds a record's length: a length field above it is a torn or
 // damaged record, not an allocation to make. A batch holds at most what a

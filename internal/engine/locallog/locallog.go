@@ -199,6 +199,14 @@ func Open(opts engine.Options, cfg Config) (*Engine, error) {
 	if err := fsys.SyncDir(e.fs, opts.Dir); err != nil {
 		return nil, fmt.Errorf("locallog: %w", err)
 	}
+	// The log and snapshot files' format (format.go) is stated by a
+	// marker in the engine directory (the files' own directory holds only
+	// them): a newer one is refused before a file is read.
+	_, mark, err := fsys.OpenFormat(e.fs, opts.Dir, FormatKind, FormatVersion, e.log)
+	if err != nil {
+		e.mem.Close()
+		return nil, err
+	}
 	start := time.Now()
 	if err := e.recover(); err != nil {
 		e.mem.Close()
@@ -210,6 +218,10 @@ func Open(opts engine.Options, cfg Config) (*Engine, error) {
 	e.lastSnap.Store(int64(e.rec.SnapshotVersion))
 	if err := e.openLog(); err != nil {
 		e.mem.Close()
+		return nil, err
+	}
+	if err := mark(); err != nil {
+		e.Close()
 		return nil, err
 	}
 	return e, nil
