@@ -85,6 +85,12 @@ var (
 	// mend them. With more replicas a damaged stash is rebuilt from the
 	// others and reads go to them (ErrStashUnavailable).
 	ErrStashDamaged = codeErr(kv.CodeStashDamaged)
+	// ErrPermissionDenied: the identity of the connection (its client
+	// certificate or bearer token) lacks a permission the request needs,
+	// on a cluster with [auth] (docs/security.md). The message names the
+	// identity, the permission and the pool. Nothing of a refused commit is
+	// applied. Not retryable.
+	ErrPermissionDenied = codeErr(kv.CodePermissionDenied)
 	// ErrInvalidMutation: a malformed mutation (an atomic operand longer than
 	// 8 bytes, a clear range whose end precedes its begin).
 	ErrInvalidMutation = codeErr(kv.CodeInvalidMutation)

@@ -27,6 +27,7 @@ const (
 	CodeStashUnavailable    Code = 2204
 	CodeWrongNode           Code = 2205 // the role asked for is not on this node (any more): ask the coordinators
 	CodeStashDamaged        Code = 2206 // a damaged stash holds the only replica of the data asked: not retryable
+	CodePermissionDenied    Code = 2207 // the caller's identity lacks a permission the request needs (docs/security.md): not retryable
 	CodeInternal            Code = 4100
 )
 
@@ -81,6 +82,8 @@ func (c Code) Name() string {
 		return "wrong_node"
 	case CodeStashDamaged:
 		return "stash_damaged"
+	case CodePermissionDenied:
+		return "permission_denied"
 	case CodeInternal:
 		return "internal_error"
 	}
