@@ -63,7 +63,9 @@ func denied(t *testing.T, err error, want ...string) {
 
 func TestCommitNeedsEveryPool(t *testing.T) {
 	p, app := shop(), Identity{Name: "app1", Source: "certificate"}
-	set := func(k string) *wire.Mutation { return &wire.Mutation{Type: uint32(kv.MutSet), Key: []byte(k), Param: []byte("v")} }
+	set := func(k string) *wire.Mutation {
+		return &wire.Mutation{Type: uint32(kv.MutSet), Key: []byte(k), Param: []byte("v")}
+	}
 	rng := func(b, e string) *wire.KeyRange { return &wire.KeyRange{Begin: []byte(b), End: []byte(e)} }
 	method := wire.DiStash_Commit_FullMethodName
 	ok := &wire.CommitRequest{Mutations: []*wire.Mutation{set("c/1")}, WriteConflicts: []*wire.KeyRange{rng("c/1", "c/1\x00")}, ReadConflicts: []*wire.KeyRange{rng("d/a", "d/z")}}
