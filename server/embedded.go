@@ -112,6 +112,9 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	if err := opts.Config.Validate(); err != nil {
 		return nil, err
 	}
+	if opts.Config.Auth != nil && opts.TLS == nil {
+		return nil, errAuthNeedsTLS
+	}
 	if opts.ListenAddr == "" {
 		opts.ListenAddr = "127.0.0.1:0"
 	}

@@ -143,6 +143,9 @@ func startNode(ctx context.Context, opts NodeOptions) (*Server, error) {
 	if err := opts.Config.Validate(); err != nil {
 		return nil, err
 	}
+	if opts.Config.Auth != nil && opts.ServerTLS == nil {
+		return nil, errAuthNeedsTLS
+	}
 	switch opts.Class {
 	case ClassTransaction:
 		if opts.Pool != "" {

@@ -128,6 +128,7 @@ type Server struct {
 	reports  *reportBoard      // remote stashes' progress (multi-process cluster), for the ratekeeper
 
 	gw      gateway
+	auth    *auth // authorization ([auth]); nil: trusted-network mode
 	metrics *metrics
 	http    *httpServer // nil when HTTP is off
 	// failed receives the error that stops a node (fail); nil, never
@@ -204,6 +205,7 @@ func newServer(opts Options) *Server {
 	s.replica.holds = func() bool { return s.tx.Load() != nil }
 	s.gw.s = s
 	s.metrics = newMetrics(s)
+	s.auth = newAuth(s, opts.Config)
 	return s
 }
 
