@@ -57,6 +57,14 @@ func rolesOf(rs []config.Role) []authz.Role {
 	return out
 }
 
+// authMode is the status's auth field.
+func authMode(a *auth) string {
+	if a == nil {
+		return "trusted-network"
+	}
+	return "enforced"
+}
+
 // errAuthNeedsTLS: identities come from verified certificates (and tokens,
 // which must not travel in the clear), and only TLS tells a node's call
 // from a client's.

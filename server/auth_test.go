@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -340,3 +341,34 @@ func refused(err error) bool {
 }
 
 var _ = io.Discard
+
+func insecureCreds() credentials.TransportCredentials { return insecure.NewCredentials() }
+
+// TestAuthModeInStatus: status says whether [auth] is enforced or the
+// cluster trusts its network.
+func TestAuthModeInStatus(t *testing.T) {
+	ctx := ctxFor(t)
+	c := startAuthCluster(t, "")
+	st, err := wire.NewDiStashClient(c.conn(t, "prom")).Status(ctx, &wire.StatusRequest{})
+	if err != nil || st.Auth != "enforced" {
+		t.Errorf("status of a cluster with [auth]: auth %q, %v; want enforced", st.GetAuth(), err)
+	}
+	plain := startTiny(t, "127.0.0.1:0", nil, nil)
+	conn, err := grpc.NewClient(plain.ClusterString(), grpc.WithTransportCredentials(insecureCreds()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	st, err = wire.NewDiStashClient(conn).Status(ctx, &wire.StatusRequest{})
+	if err != nil || st.Auth != "trusted-network" {
+		t.Errorf("status without [auth]: auth %q, %v; want trusted-network", st.GetAuth(), err)
+	}
+	// [auth] without TLS does not start.
+	cfg, err := config.Parse([]byte(authConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := server.Start(ctx, server.Options{Dir: t.TempDir(), Config: cfg}); err == nil || !strings.Contains(err.Error(), "[auth] needs TLS") {
+		t.Errorf("[auth] without TLS: %v", err)
+	}
+}

@@ -192,7 +192,7 @@ func (v *service) ClusterInfo(ctx context.Context, _ *wire.ClusterInfoRequest) (
 }
 
 func (v *service) Status(ctx context.Context, _ *wire.StatusRequest) (*wire.StatusResponse, error) {
-	resp := &wire.StatusResponse{Pools: v.poolInfos(), Node: v.s.link.status()}
+	resp := &wire.StatusResponse{Pools: v.poolInfos(), Node: v.s.link.status(), Auth: authMode(v.s.auth)}
 	// Recent latency percentiles (metrics.go): commits and read versions
 	// where the roles run, reads over this process's stashes.
 	now, m := time.Now(), v.s.metrics

@@ -171,6 +171,12 @@ func printStatusTo(out io.Writer, st *wire.StatusResponse) {
 		fmt.Fprintln(out)
 	}
 	printNodesTo(out, st)
+	switch st.Auth {
+	case "trusted-network":
+		fmt.Fprintln(out, "auth: trusted-network mode (no [auth]): every connection may read, write and administer everything")
+	case "enforced":
+		fmt.Fprintln(out, "auth: enforced: identities and grants of [auth] (distash cli auth list)")
+	}
 	fmt.Fprintf(out, "committed version %d   commits %d   conflicts %d   too old %d   pool full %d   log: %d replica(s), %d entries in memory\n\n",
 		st.CommittedVersion, st.Commits, st.Conflicts, st.TooOld, st.PoolFull, st.Log.GetReplicas(), st.Log.GetEntriesInMemory())
 	if st.RateLimit > 0 {

@@ -2182,10 +2182,13 @@ type StatusResponse struct {
 	LogMembership         *MembershipStatus `protobuf:"bytes,28,opt,name=log_membership,json=logMembership,proto3" json:"log_membership,omitempty"`
 	// No controller answered: the view above is one coordinator's own copy
 	// of the cluster state (view_from), view_age_ms old, not live.
-	ViewStale     bool     `protobuf:"varint,29,opt,name=view_stale,json=viewStale,proto3" json:"view_stale,omitempty"`
-	ViewAgeMs     int64    `protobuf:"varint,30,opt,name=view_age_ms,json=viewAgeMs,proto3" json:"view_age_ms,omitempty"`
-	ViewFrom      string   `protobuf:"bytes,31,opt,name=view_from,json=viewFrom,proto3" json:"view_from,omitempty"`
-	Warnings      []string `protobuf:"bytes,32,rep,name=warnings,proto3" json:"warnings,omitempty"` // plain sentences: quorum lost, members down
+	ViewStale bool     `protobuf:"varint,29,opt,name=view_stale,json=viewStale,proto3" json:"view_stale,omitempty"`
+	ViewAgeMs int64    `protobuf:"varint,30,opt,name=view_age_ms,json=viewAgeMs,proto3" json:"view_age_ms,omitempty"`
+	ViewFrom  string   `protobuf:"bytes,31,opt,name=view_from,json=viewFrom,proto3" json:"view_from,omitempty"`
+	Warnings  []string `protobuf:"bytes,32,rep,name=warnings,proto3" json:"warnings,omitempty"` // plain sentences: quorum lost, members down
+	// "trusted-network": no [auth], every connection may do everything;
+	// "enforced": identities and grants ([auth], docs/security.md).
+	Auth          string `protobuf:"bytes,33,opt,name=auth,proto3" json:"auth,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2442,6 +2445,13 @@ func (x *StatusResponse) GetWarnings() []string {
 		return x.Warnings
 	}
 	return nil
+}
+
+func (x *StatusResponse) GetAuth() string {
+	if x != nil {
+		return x.Auth
+	}
+	return ""
 }
 
 // MembershipStatus is a raft group's membership as status shows it.
@@ -6780,7 +6790,7 @@ const file_distash_proto_rawDesc = "" +
 	"\x06ranges\x18\x01 \x03(\v2\x18.distash.v1.RangeMetricsR\x06ranges\x12'\n" +
 	"\x0fapplied_version\x18\x02 \x01(\x03R\x0eappliedVersion\x12'\n" +
 	"\x05error\x18\x03 \x01(\v2\x11.distash.v1.ErrorR\x05error\"\x0f\n" +
-	"\rStatusRequest\"\x9a\n" +
+	"\rStatusRequest\"\xae\n" +
 	"\n" +
 	"\x0eStatusResponse\x12*\n" +
 	"\x05pools\x18\x01 \x03(\v2\x14.distash.v1.PoolInfoR\x05pools\x121\n" +
@@ -6823,7 +6833,8 @@ const file_distash_proto_rawDesc = "" +
 	"view_stale\x18\x1d \x01(\bR\tviewStale\x12\x1e\n" +
 	"\vview_age_ms\x18\x1e \x01(\x03R\tviewAgeMs\x12\x1b\n" +
 	"\tview_from\x18\x1f \x01(\tR\bviewFrom\x12\x1a\n" +
-	"\bwarnings\x18  \x03(\tR\bwarnings\"\xac\x01\n" +
+	"\bwarnings\x18  \x03(\tR\bwarnings\x12\x12\n" +
+	"\x04auth\x18! \x01(\tR\x04auth\"\xac\x01\n" +
 	"\x10MembershipStatus\x12\x1e\n" +
 	"\n" +
 	"configured\x18\x01 \x01(\x05R\n" +
