@@ -3,6 +3,10 @@ package distash
 import (
 	"errors"
 	"fmt"
+	"strings"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/distash/distash/internal/kv"
 	"github.com/distash/distash/internal/wire"
@@ -112,6 +116,9 @@ func transportErr(err error) error {
 	if errors.As(err, &de) {
 		return err
 	}
+	if e := permissionErr(err); e != nil {
+		return e
+	}
 	return &Error{Code: int(kv.CodeConnectionFailed), Message: err.Error()}
 }
 
@@ -126,4 +133,20 @@ func fromWire(e *wire.Error) error {
 func retryable(err error) bool {
 	var e *Error
 	return errors.As(err, &e) && e.Retryable()
+}
+
+// permissionErr is a call the cluster refused with gRPC's PermissionDenied
+// for the caller's identity ([auth]: a call whose response has no error
+// field) as ErrPermissionDenied; nil for any other error.
+func permissionErr(err error) *Error {
+	st, ok := status.FromError(err)
+	if !ok || st.Code() != codes.PermissionDenied {
+		return nil
+	}
+	prefix := fmt.Sprintf("%s (%d): ", kv.CodePermissionDenied.Name(), kv.CodePermissionDenied)
+	msg, found := strings.CutPrefix(st.Message(), prefix)
+	if !found {
+		return nil
+	}
+	return &Error{Code: int(kv.CodePermissionDenied), Message: msg}
 }

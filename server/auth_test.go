@@ -372,3 +372,87 @@ func TestAuthModeInStatus(t *testing.T) {
 		t.Errorf("[auth] without TLS: %v", err)
 	}
 }
+
+// TestAuthLiveGrant: auth grant and revoke (Admin.Auth, admin only) take
+// effect on a connection already open, without reconnecting.
+func TestAuthLiveGrant(t *testing.T) {
+	c := startAuthCluster(t, `
+[[auth.role]]
+name = "logreader"
+members = ["app2"]
+read = ["logs"]
+`)
+	ctx := ctxFor(t)
+	app2 := c.open(t, "app2")
+	read := func() error {
+		return app2.ReadTransact(ctx, func(tr *distash.Tx) error { _, err := tr.Get([]byte("d/k")); return err })
+	}
+	mustDeny(t, read(), `"app2"`, `read on pool "data"`)
+	admin := wire.NewAdminClient(c.conn(t, "alice"))
+	authOK := func(req *wire.AuthRequest) *wire.AuthResponse {
+		t.Helper()
+		resp, err := admin.Auth(ctx, req)
+		if err == nil {
+			err = resp.Error.Err()
+		}
+		if err != nil {
+			t.Fatalf("auth %s: %v", req.Op, err)
+		}
+		return resp
+	}
+	// Not for app1, which has no admin.
+	resp, err := wire.NewAdminClient(c.conn(t, "app1")).Auth(ctx, &wire.AuthRequest{Op: "grant", Role: "operator", Identity: "app1"})
+	if err == nil {
+		err = resp.Error.Err()
+	}
+	if !refused(err) {
+		t.Fatalf("app1 granting itself admin: %v", err)
+	}
+
+	resp = authOK(&wire.AuthRequest{Op: "grant", Role: "shop", Identity: "app2"})
+	if !resp.Enabled || len(resp.Roles) != 5 {
+		t.Fatalf("roles after the grant: %v", resp)
+	}
+	waitFor(t, time.Second, func() error { return read() })
+	authOK(&wire.AuthRequest{Op: "revoke", Role: "shop", Identity: "app2"})
+	waitFor(t, time.Second, func() error {
+		if err := read(); !errors.Is(err, distash.ErrPermissionDenied) {
+			return errors.New("still served")
+		}
+		return nil
+	})
+	// A role defined live; an unknown pool is refused.
+	if _, err := admin.Auth(ctx, &wire.AuthRequest{Op: "role", Define: &wire.AuthRole{Name: "x", Read: []string{"nope"}}}); err != nil {
+		t.Fatal(err)
+	} else if r, _ := admin.Auth(ctx, &wire.AuthRequest{Op: "role", Define: &wire.AuthRole{Name: "x", Read: []string{"nope"}}}); r.GetError() == nil {
+		t.Error("a role reading a pool that does not exist was accepted")
+	}
+	authOK(&wire.AuthRequest{Op: "role", Define: &wire.AuthRole{Name: "datareader", Read: []string{"data"}}})
+	authOK(&wire.AuthRequest{Op: "grant", Role: "datareader", Identity: "app2"})
+	if err := read(); err != nil {
+		t.Fatal(err)
+	}
+	authOK(&wire.AuthRequest{Op: "delete-role", Role: "logreader"})
+	mustDeny(t, app2.ReadTransact(ctx, func(tr *distash.Tx) error { _, err := tr.Get([]byte("l/k")); return err }), `read on pool "logs"`)
+	for _, want := range []string{`"action":"Auth grant"`, `"action":"Auth revoke"`, `"target":"role=shop identity=app2"`, `"identity":"\"alice\" (certificate)"`} {
+		if !strings.Contains(c.logs.String(), want) {
+			t.Errorf("audit log lacks %s", want)
+		}
+	}
+}
+
+// waitFor retries f until it succeeds or within passes.
+func waitFor(t *testing.T, within time.Duration, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %v: %v", within, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

@@ -224,7 +224,11 @@ func (e *embedded) start(ctx context.Context) error {
 	s.warnIfExposed(lis)
 	// One address for gRPC and the data path's frames protocol: the mux
 	// terminates TLS (if any) and routes each connection by its first byte.
-	s.gw.open(raftnet.ServeClients(lis, s.opts.TLS))
+	if err := e.loadRoles(); err != nil {
+		return err
+	}
+	gs := s.gw.open(raftnet.ServeClients(lis, s.opts.TLS))
+	registerAdmin(gs, s, nil) // Admin.Auth; Kill is for nodes
 	s.gw.serve()
 	if err := s.startHTTP(); err != nil {
 		return err

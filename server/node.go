@@ -244,7 +244,7 @@ func (n *node) start(ctx context.Context) error {
 			s.warnTLS(o.ServerTLS, o.Listen)
 		}
 	}
-	registerAdmin(gs, func(reason string) { s.fail(&KilledError{Reason: reason}) })
+	registerAdmin(gs, s, func(reason string) { s.fail(&KilledError{Reason: reason}) })
 	logrpc.Register(gs, &s.replica, s.report)
 	// An attempt that waits on a coordinator that stopped answering
 	// (paused, with its connection open) is abandoned after 1.5 s for the
@@ -294,6 +294,13 @@ func (n *node) start(ctx context.Context) error {
 		return err
 	}
 	n.followDCs(runCtx)
+	if s.auth != nil {
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			n.followAuth(runCtx)
+		}()
+	}
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()

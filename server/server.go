@@ -195,6 +195,9 @@ type clusterLink interface {
 	// rolesStarting readies the roles r of a generation before they
 	// serve; run runs a loop with them until they stop.
 	rolesStarting(r *txRoles, run func(loop func(context.Context)))
+	// authChange lists or changes the cluster's roles (Admin.Auth,
+	// authlive.go).
+	authChange(ctx context.Context, req *wire.AuthRequest) (*wire.AuthResponse, error)
 	// stop ends what the link runs, after the roles and stashes stopped.
 	stop()
 }

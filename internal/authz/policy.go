@@ -10,9 +10,13 @@
 package authz
 
 import (
+	"encoding/json"
+	"fmt"
 	"slices"
 	"sort"
 	"strings"
+
+	"github.com/distash/distash/internal/wire"
 )
 
 // Role is a named set of permissions and the identities that hold it.
@@ -158,4 +162,99 @@ func (r Role) String() string {
 		b.WriteString(" admin")
 	}
 	return b.String()
+}
+
+// Change applies one change of `distash cli auth` to roles (a copy):
+// op "grant" or "revoke" (identity to or from role), "role" (define or
+// replace define, whose pools must exist: pool tells), "delete-role"
+// (role). Its errors say what is wrong; roles are then unchanged.
+func Change(roles []Role, op, role, identity string, define *Role, pool func(string) bool) ([]Role, error) {
+	roles = NewPolicy(roles).Roles()
+	switch op {
+	case "grant", "revoke":
+		if identity == "" {
+			return nil, fmt.Errorf("auth %s: no identity", op)
+		}
+		var ok bool
+		if op == "grant" {
+			roles, ok = Grant(roles, role, identity)
+		} else {
+			roles, ok = Revoke(roles, role, identity)
+		}
+		if !ok {
+			return nil, fmt.Errorf("auth %s: no role named %q (define it with auth role)", op, role)
+		}
+	case "role":
+		if define == nil || !validName(define.Name) {
+			return nil, fmt.Errorf("auth role: a role needs a name of a-z, 0-9, _ and -")
+		}
+		for _, p := range append(slices.Clone(define.Read), define.Write...) {
+			if !pool(p) {
+				return nil, fmt.Errorf("auth role %s: no pool named %q", define.Name, p)
+			}
+		}
+		for _, m := range define.Members {
+			if m == "" {
+				return nil, fmt.Errorf("auth role %s: an empty identity", define.Name)
+			}
+		}
+		roles = PutRole(roles, *define)
+	case "delete-role":
+		var ok bool
+		if roles, ok = DeleteRole(roles, role); !ok {
+			return nil, fmt.Errorf("auth delete-role: no role named %q", role)
+		}
+	default:
+		return nil, fmt.Errorf("auth: unknown operation %q (grant, revoke, role, delete-role, list)", op)
+	}
+	return roles, nil
+}
+
+// validName: a-z, 0-9, _ and -, as config's names.
+func validName(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return s != ""
+}
+
+// ToWire is roles as AuthResponse carries them.
+func ToWire(roles []Role) []*wire.AuthRole {
+	out := make([]*wire.AuthRole, len(roles))
+	for i, r := range roles {
+		out[i] = &wire.AuthRole{Name: r.Name, Members: slices.Clone(r.Members), Read: slices.Clone(r.Read), Write: slices.Clone(r.Write), Status: r.Status, Admin: r.Admin}
+	}
+	return out
+}
+
+// FromWire is a role of the wire; nil for nil.
+func FromWire(r *wire.AuthRole) *Role {
+	if r == nil {
+		return nil
+	}
+	return &Role{Name: r.Name, Members: slices.Clone(r.Members), Read: slices.Clone(r.Read), Write: slices.Clone(r.Write), Status: r.Status, Admin: r.Admin}
+}
+
+// RolesFromWire converts a list of roles of the wire.
+func RolesFromWire(rs []*wire.AuthRole) []Role {
+	out := make([]Role, 0, len(rs))
+	for _, r := range rs {
+		out = append(out, *FromWire(r))
+	}
+	return out
+}
+
+// Encode is roles as JSON (an embedded cluster's file of roles).
+func Encode(roles []Role) ([]byte, error) { return json.Marshal(struct{ Roles []Role }{roles}) }
+
+// Decode reads what Encode wrote.
+func Decode(b []byte) ([]Role, error) {
+	var v struct{ Roles []Role }
+	if err := json.Unmarshal(b, &v); err != nil {
+		return nil, err
+	}
+	return v.Roles, nil
 }
