@@ -60,8 +60,8 @@ type DB struct {
 	// grpcDataPath: WithGRPCDataPath, reads and commits on gRPC streams.
 	grpcDataPath bool
 	// token: WithToken's bearer token, nil without.
-	token bearer
-	dialer       func(ctx context.Context, addr string) (net.Conn, error) // WithDialer; nil: TCP
+	token  bearer
+	dialer func(ctx context.Context, addr string) (net.Conn, error) // WithDialer; nil: TCP
 	// coordinators is the cluster string's addresses in a multi-process
 	// cluster; nil for an embedded one (one address serving every role).
 	coordinators []string

@@ -165,7 +165,7 @@ certificate and key, and the CA that signed the server's certificate.`,
 	}
 	cmd.AddCommand(get, set, clear, getrange, status)
 	cmd.AddCommand(adminCmds(&cluster, &timeout, &tlsf)...)
-	cmd.AddCommand(backupCmds(&cluster, &timeout, &tlsf)...) // issue 23
+	cmd.AddCommand(backupCmds(&cluster, &timeout, &tlsf)...)    // issue 23
 	cmd.AddCommand(authCmds(&cluster, &timeout, &tlsf, &token)) // issue 24
 	return cmd
 }
