@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -31,6 +33,7 @@ type auth struct {
 	field  string // [auth] identity
 	pools  *authz.Pools
 	policy atomic.Pointer[authz.Policy]
+	tokens *authz.TokenKeys // [auth] token_keys; nil: no bearer tokens accepted
 	audit  *audit
 }
 
@@ -45,6 +48,9 @@ func newAuth(s *Server, cfg *config.Config) *auth {
 	}
 	a := &auth{s: s, field: cfg.Auth.Identity, pools: authz.NewPools(prefixes)}
 	a.policy.Store(authz.NewPolicy(rolesOf(cfg.Auth.Roles)))
+	if len(cfg.Auth.TokenKeys) > 0 {
+		a.tokens, _ = authz.NewTokenKeys(cfg.Auth.TokenKeys) // checkAuth refused the server's start if they do not load
+	}
 	a.audit = newAudit(s)
 	return a
 }
@@ -70,25 +76,59 @@ func authMode(a *auth) string {
 // from a client's.
 var errAuthNeedsTLS = errors.New("server: [auth] needs TLS (--tls-cert, --tls-key, --tls-ca): identities come from verified client certificates or bearer tokens, and only a node's certificate tells its calls from a client's")
 
-// identity is the caller of ctx: a node, a client named by its
-// certificate, or nobody.
-func (a *auth) identity(ctx context.Context) authz.Identity {
-	p, ok := peer.FromContext(ctx)
-	if !ok {
-		return authz.Identity{}
+// checkAuth refuses to start a server with [auth] but without TLS, or
+// whose token keys do not load.
+func checkAuth(cfg *config.Config, tls bool) error {
+	if cfg.Auth == nil {
+		return nil
 	}
-	ti, ok := p.AuthInfo.(credentials.TLSInfo)
-	if !ok {
-		return authz.Identity{}
+	if !tls {
+		return errAuthNeedsTLS
 	}
-	return authz.FromTLS(&ti.State, a.field)
+	if len(cfg.Auth.TokenKeys) > 0 {
+		if _, err := authz.NewTokenKeys(cfg.Auth.TokenKeys); err != nil {
+			return fmt.Errorf("server: auth.token_keys: %w", err)
+		}
+	}
+	return nil
+}
+
+// identity is the caller of ctx: the subject of its bearer token if it
+// presents one (an invalid token is an error), else a node or a client
+// named by its certificate, or nobody.
+func (a *auth) identity(ctx context.Context) (authz.Identity, error) {
+	var certID authz.Identity
+	if p, ok := peer.FromContext(ctx); ok {
+		if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok {
+			certID = authz.FromTLS(&ti.State, a.field)
+		}
+	}
+	md, _ := metadata.FromIncomingContext(ctx)
+	auth := md.Get("authorization")
+	if len(auth) == 0 {
+		return certID, nil
+	}
+	tok, ok := strings.CutPrefix(auth[0], "Bearer ")
+	if !ok {
+		return certID, permissionDenied("identity %s: the authorization metadata is not \"Bearer <token>\"", certID)
+	}
+	if a.tokens == nil {
+		return certID, permissionDenied("identity %s presented a bearer token, but the cluster accepts none ([auth] token_keys)", certID)
+	}
+	sub, err := a.tokens.Verify(strings.TrimSpace(tok))
+	if err != nil {
+		return certID, permissionDenied("identity %s: %v", certID, err)
+	}
+	return authz.Identity{Name: sub, Source: "token"}, nil
 }
 
 // check decides whether the caller of ctx may make the call req of
 // method; a refusal is audited.
 func (a *auth) check(ctx context.Context, method string, req any) error {
-	id := a.identity(ctx)
-	err := authz.Check(a.policy.Load(), a.pools, id, method, req)
+	id, err := a.identity(ctx)
+	if err == nil {
+		err = authz.Check(a.policy.Load(), a.pools, id, method, req)
+	}
 	if err != nil {
 		a.audit.refused(id, method, err)
 	}
@@ -114,7 +154,8 @@ func (s *Server) authUnary(ctx context.Context, req any, info *grpc.UnaryServerI
 	}
 	resp, err := handler(ctx, req)
 	if err == nil && adminMethods[info.FullMethod] {
-		s.auth.audit.admin(s.auth.identity(ctx), info.FullMethod, req, resp)
+		id, _ := s.auth.identity(ctx)
+		s.auth.audit.admin(id, info.FullMethod, req, resp)
 	}
 	return resp, err
 }

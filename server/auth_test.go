@@ -88,14 +88,15 @@ type authCluster struct {
 	logs *syncBuffer
 }
 
-func startAuthCluster(t *testing.T, extra string) *authCluster {
+// startAuthCluster starts it; authKeys go in [auth], extra after the roles.
+func startAuthCluster(t *testing.T, authKeys, extra string) *authCluster {
 	t.Helper()
 	pki := tlstest.New(t)
 	srvTLS, err := server.TLSConfigFromFiles(pki.ServerCert, pki.ServerKey, pki.CA)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := config.Parse([]byte(authConfig + extra))
+	cfg, err := config.Parse([]byte(strings.Replace(authConfig, "identity = \"cn\"\n", "identity = \"cn\"\n"+authKeys, 1) + extra))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,7 +161,7 @@ func mustDeny(t *testing.T, err error, want ...string) {
 // write is not applied either. Reads of a pool without read are refused;
 // the system key space needs status or admin.
 func TestAuthCommitRefusedWhole(t *testing.T) {
-	c := startAuthCluster(t, "")
+	c := startAuthCluster(t, "", "")
 	ctx := ctxFor(t)
 	app, root := c.open(t, "app1"), c.open(t, "root")
 	if err := root.Transact(ctx, func(tr *distash.Tx) error {
@@ -237,7 +238,7 @@ func TestAuthCommitRefusedWhole(t *testing.T) {
 // PermissionDenied) and nothing happens. The identity with the method's
 // permission is then served (not refused) for a sample.
 func TestAuthEveryMethod(t *testing.T) {
-	c := startAuthCluster(t, "")
+	c := startAuthCluster(t, "", "")
 	ctx := ctxFor(t)
 	stranger := c.conn(t, "mallory")
 	services := wire.File_distash_proto.Services()
@@ -348,7 +349,7 @@ func insecureCreds() credentials.TransportCredentials { return insecure.NewCrede
 // cluster trusts its network.
 func TestAuthModeInStatus(t *testing.T) {
 	ctx := ctxFor(t)
-	c := startAuthCluster(t, "")
+	c := startAuthCluster(t, "", "")
 	st, err := wire.NewDiStashClient(c.conn(t, "prom")).Status(ctx, &wire.StatusRequest{})
 	if err != nil || st.Auth != "enforced" {
 		t.Errorf("status of a cluster with [auth]: auth %q, %v; want enforced", st.GetAuth(), err)
@@ -376,7 +377,7 @@ func TestAuthModeInStatus(t *testing.T) {
 // TestAuthLiveGrant: auth grant and revoke (Admin.Auth, admin only) take
 // effect on a connection already open, without reconnecting.
 func TestAuthLiveGrant(t *testing.T) {
-	c := startAuthCluster(t, `
+	c := startAuthCluster(t, "", `
 [[auth.role]]
 name = "logreader"
 members = ["app2"]

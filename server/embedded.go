@@ -112,8 +112,8 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	if err := opts.Config.Validate(); err != nil {
 		return nil, err
 	}
-	if opts.Config.Auth != nil && opts.TLS == nil {
-		return nil, errAuthNeedsTLS
+	if err := checkAuth(opts.Config, opts.TLS != nil); err != nil {
+		return nil, err
 	}
 	if opts.ListenAddr == "" {
 		opts.ListenAddr = "127.0.0.1:0"

@@ -143,8 +143,8 @@ func startNode(ctx context.Context, opts NodeOptions) (*Server, error) {
 	if err := opts.Config.Validate(); err != nil {
 		return nil, err
 	}
-	if opts.Config.Auth != nil && opts.ServerTLS == nil {
-		return nil, errAuthNeedsTLS
+	if err := checkAuth(opts.Config, opts.ServerTLS != nil); err != nil {
+		return nil, err
 	}
 	switch opts.Class {
 	case ClassTransaction:

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -77,7 +78,31 @@ func authCmds(cluster *string, timeout *time.Duration, tlsf *tlsFlags, token *st
 			return send(cmd, &wire.AuthRequest{Op: "delete-role", Role: args[0]})
 		},
 	}
-	auth.AddCommand(grant, revoke, list, role, del)
+	var keyFile, kid, subject string
+	var ttl time.Duration
+	tok := &cobra.Command{
+		Use: "token --key FILE --subject NAME [--kid ID] [--ttl 1h]", Args: cobra.NoArgs,
+		Short: "Print a bearer token (JWT) for NAME signed with a private key (made here; the cluster is not asked)",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if keyFile == "" || subject == "" {
+				return errors.New("auth token: --key and --subject are required")
+			}
+			if kid == "" {
+				kid = strings.TrimSuffix(filepath.Base(keyFile), filepath.Ext(keyFile))
+			}
+			t, err := authz.SignToken(keyFile, kid, subject, ttl)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), t)
+			return nil
+		},
+	}
+	tok.Flags().StringVar(&keyFile, "key", "", "private key file (PEM, PKCS#8: openssl genpkey)")
+	tok.Flags().StringVar(&kid, "kid", "", "key id: the name of the public key's file in [auth] token_keys without .pem (default: the key file's name without its extension)")
+	tok.Flags().StringVar(&subject, "subject", "", "the identity the token names (its sub)")
+	tok.Flags().DurationVar(&ttl, "ttl", time.Hour, "how long the token is valid")
+	auth.AddCommand(grant, revoke, list, role, del, tok)
 	return auth
 }
 
