@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -341,7 +342,6 @@ func refused(err error) bool {
 	return errors.Is(err, &kv.Error{Code: kv.CodePermissionDenied}) || status.Code(err) == codes.PermissionDenied
 }
 
-var _ = io.Discard
 
 func insecureCreds() credentials.TransportCredentials { return insecure.NewCredentials() }
 
@@ -456,4 +456,54 @@ func waitFor(t *testing.T, within time.Duration, f func() error) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// TestAuthHTTP: with [auth] the HTTP port serves TLS, and /metrics and
+// the console only to identities with status; the refusals are counted in
+// /metrics.
+func TestAuthHTTP(t *testing.T) {
+	c := startAuthCluster(t, "", "")
+	get := func(identity, path string) (int, string) {
+		t.Helper()
+		ca := clientTLS(t, c.pki.ClientCert, c.pki.ClientKey, c.pki.CA)
+		ca.Certificates, ca.GetClientCertificate = nil, nil
+		if identity != "" {
+			cert, key := c.pki.Client(t, identity)
+			ca = clientTLS(t, cert, key, c.pki.CA)
+		}
+		cl := &http.Client{Transport: &http.Transport{TLSClientConfig: ca}, Timeout: 10 * time.Second}
+		defer cl.CloseIdleConnections()
+		resp, err := cl.Get("https://" + c.srv.HTTPAddr() + path)
+		if err != nil {
+			t.Fatalf("GET %s as %q: %v", path, identity, err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	for _, path := range []string{"/metrics", "/", "/status.json"} {
+		if code, body := get("app1", path); code != http.StatusForbidden || !strings.Contains(body, "permission_denied") {
+			t.Errorf("GET %s as app1: %d %.200s", path, code, body)
+		}
+		if code, _ := get("", path); code != http.StatusUnauthorized {
+			t.Errorf("GET %s without a certificate: %d", path, code)
+		}
+		if code, body := get("prom", path); code != http.StatusOK {
+			t.Errorf("GET %s as prom: %d %.200s", path, code, body)
+		}
+	}
+	_, body := get("prom", "/metrics")
+	if !strings.Contains(body, `distash_auth_refused_total{permission="status"} 3`) || !strings.Contains(body, `distash_auth_refused_total{permission="any"} 3`) {
+		t.Errorf("metrics do not count the refusals:\n%s", grepLines(body, "distash_auth"))
+	}
+}
+
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }

@@ -146,6 +146,7 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		return nil, err
 	}
 	s := newServer(opts)
+	s.serverTLS = opts.TLS
 	e := &embedded{s: s}
 	s.link = e
 	s.dirLock = dirLock

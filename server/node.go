@@ -198,6 +198,7 @@ func startNode(ctx context.Context, opts NodeOptions) (*Server, error) {
 		HTTPAddr: opts.HTTPAddr, Pprof: opts.Pprof, FS: opts.FS})
 	s.dirLock = dirLock
 	s.legacyDir.Store(legacy)
+	s.serverTLS = opts.ServerTLS
 	s.failed = make(chan error, 1)
 	n.s, s.link = s, n
 	if opts.Class == ClassStash {

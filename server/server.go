@@ -127,10 +127,13 @@ type Server struct {
 	usage    *proxy.UsageBoard // stashes report their live bytes here; the commit proxy reads it
 	reports  *reportBoard      // remote stashes' progress (multi-process cluster), for the ratekeeper
 
-	gw      gateway
-	auth    *auth // authorization ([auth]); nil: trusted-network mode
-	metrics *metrics
-	http    *httpServer // nil when HTTP is off
+	gw   gateway
+	auth *auth // authorization ([auth]); nil: trusted-network mode
+	// serverTLS is the gRPC port's server TLS (nil: plaintext); with
+	// [auth] the HTTP port serves it too.
+	serverTLS *tls.Config
+	metrics   *metrics
+	http      *httpServer // nil when HTTP is off
 	// failed receives the error that stops a node (fail); nil, never
 	// ready, for an embedded cluster.
 	failed chan error
