@@ -342,7 +342,6 @@ func refused(err error) bool {
 	return errors.Is(err, &kv.Error{Code: kv.CodePermissionDenied}) || status.Code(err) == codes.PermissionDenied
 }
 
-
 func insecureCreds() credentials.TransportCredentials { return insecure.NewCredentials() }
 
 // TestAuthModeInStatus: status says whether [auth] is enforced or the
