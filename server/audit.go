@@ -40,17 +40,31 @@ type auditWindow struct {
 const auditRefusalsPerSecond = 10
 
 func newAudit(s *Server) *audit {
-	a := &audit{log: s.logger.With("audit", true), per: map[string]*auditWindow{}}
-	a.refusals = prometheus.NewCounterVec(prometheus.CounterOpts{
+	return &audit{log: s.logger.With("audit", true), per: map[string]*auditWindow{},
+		refusals: s.metrics.authRefused, actions: s.metrics.auditActions}
+}
+
+// auditPermissions are the values of distash_auth_refused_total's
+// permission label (missingPermission), exported from the start at 0.
+var auditPermissions = []string{"read", "write", "status", "admin", "system", "node", "any", "unknown_method", "other"}
+
+// newAuditMetrics are the audit's counters, on every server (0 in
+// trusted-network mode), each label value present from the start.
+func newAuditMetrics() (refused, actions *prometheus.CounterVec) {
+	refused = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "distash_auth_refused_total",
-		Help: "Requests refused with permission_denied, by the permission missing (read, write, status, admin, ...).",
+		Help: "Requests refused with permission_denied ([auth]), by the permission missing: read, write, status, admin, system (the system key space), node (a node-to-node call), any (an identity without a grant), unknown_method, other (a bad token).",
 	}, []string{"permission"})
-	a.actions = prometheus.NewCounterVec(prometheus.CounterOpts{
+	for _, p := range auditPermissions {
+		refused.WithLabelValues(p)
+	}
+	actions = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "distash_audit_actions_total",
-		Help: "Operator calls served (kill, exclude, include, configure, auth changes, backup), by action and outcome (ok or error).",
-	}, []string{"action", "outcome"})
-	s.metrics.reg.MustRegister(a.refusals, a.actions)
-	return a
+		Help: "Operator calls served ([auth]: kill, exclude, include, configure, auth changes, backup start and stop), by outcome (ok or error).",
+	}, []string{"outcome"})
+	actions.WithLabelValues("ok")
+	actions.WithLabelValues("error")
+	return refused, actions
 }
 
 // refused logs (rate-limited) and counts a refused request.
@@ -100,7 +114,7 @@ func missingPermission(err error) string {
 			return strings.TrimPrefix(p, "lacks ")
 		}
 	}
-	return "other"
+	return "other" // a refused token, a malformed authorization
 }
 
 // admin logs and counts an operator call that was served: its action,
@@ -126,7 +140,7 @@ func (a *audit) admin(id authz.Identity, method string, req, resp any) {
 	if outcome != "ok" {
 		label = "error"
 	}
-	a.actions.WithLabelValues(action, label).Inc()
+	a.actions.WithLabelValues(label).Inc()
 	a.log.Info("audit", "identity", id.String(), "action", action, "target", target(req), "outcome", outcome)
 }
 
