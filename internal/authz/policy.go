@@ -207,7 +207,7 @@ func Change(roles []Role, op, role, identity string, define *Role, pool func(str
 	default:
 		return nil, fmt.Errorf("auth: unknown operation %q (grant, revoke, role, delete-role, list)", op)
 	}
-	return roles, nil
+	return NewPolicy(roles).Roles(), nil // sorted by name
 }
 
 // validName: a-z, 0-9, _ and -, as config's names.
