@@ -136,6 +136,9 @@ func (db *DB) conn(addr string) (*grpc.ClientConn, error) {
 	opts := []grpc.DialOption{grpc.WithTransportCredentials(db.creds),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20))}
 	opts = append(opts, protover.This.DialOptions()...)
+	if db.token != nil {
+		opts = append(opts, grpc.WithPerRPCCredentials(db.token))
+	}
 	target := addr
 	if db.dialer != nil {
 		// passthrough: the dialer gets addr as it is, unresolved.

@@ -59,7 +59,9 @@ type DB struct {
 	tls   *tls.Config // WithTLS, for the frames streams; nil: plaintext
 	// grpcDataPath: WithGRPCDataPath, reads and commits on gRPC streams.
 	grpcDataPath bool
-	dialer       func(ctx context.Context, addr string) (net.Conn, error) // WithDialer; nil: TCP
+	// token: WithToken's bearer token, nil without.
+	token  bearer
+	dialer func(ctx context.Context, addr string) (net.Conn, error) // WithDialer; nil: TCP
 	// coordinators is the cluster string's addresses in a multi-process
 	// cluster; nil for an embedded one (one address serving every role).
 	coordinators []string
@@ -147,7 +149,7 @@ func Open(ctx context.Context, clusterString string, opts ...Option) (*DB, error
 		return nil, fmt.Errorf("distash: open %q: %w", clusterString, errors.New("empty cluster string"))
 	}
 	life, stop := context.WithCancel(context.Background())
-	db := &DB{creds: creds, tls: o.tls, grpcDataPath: o.grpcDataPath, dialer: o.dialer, life: life, stop: stop, conns: map[string]*grpc.ClientConn{}, nodes: map[string]*nodeConn{}, load: map[uint32]*stashLoad{}, dc: o.dc}
+	db := &DB{creds: creds, tls: o.tls, grpcDataPath: o.grpcDataPath, token: o.token, dialer: o.dialer, life: life, stop: stop, conns: map[string]*grpc.ClientConn{}, nodes: map[string]*nodeConn{}, load: map[uint32]*stashLoad{}, dc: o.dc}
 	if err := db.open(ctx, addrs); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("distash: open %q: %w", clusterString, err)

@@ -3,6 +3,10 @@ package distash
 import (
 	"errors"
 	"fmt"
+	"strings"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/distash/distash/internal/kv"
 	"github.com/distash/distash/internal/protover"
@@ -86,6 +90,12 @@ var (
 	// mend them. With more replicas a damaged stash is rebuilt from the
 	// others and reads go to them (ErrStashUnavailable).
 	ErrStashDamaged = codeErr(kv.CodeStashDamaged)
+	// ErrPermissionDenied: the identity of the connection (its client
+	// certificate or bearer token) lacks a permission the request needs,
+	// on a cluster with [auth] (docs/security.md). The message names the
+	// identity, the permission and the pool. Nothing of a refused commit is
+	// applied. Not retryable.
+	ErrPermissionDenied = codeErr(kv.CodePermissionDenied)
 	// ErrInvalidMutation: a malformed mutation (an atomic operand longer than
 	// 8 bytes, a clear range whose end precedes its begin).
 	ErrInvalidMutation = codeErr(kv.CodeInvalidMutation)
@@ -116,6 +126,9 @@ func transportErr(err error) error {
 	if msg, ok := protover.IsRefusal(err); ok {
 		return &Error{Code: int(kv.CodeIncompatibleProtocol), Message: msg}
 	}
+	if e := permissionErr(err); e != nil {
+		return e
+	}
 	return &Error{Code: int(kv.CodeConnectionFailed), Message: err.Error()}
 }
 
@@ -130,4 +143,20 @@ func fromWire(e *wire.Error) error {
 func retryable(err error) bool {
 	var e *Error
 	return errors.As(err, &e) && e.Retryable()
+}
+
+// permissionErr is a call the cluster refused with gRPC's PermissionDenied
+// for the caller's identity ([auth]: a call whose response has no error
+// field) as ErrPermissionDenied; nil for any other error.
+func permissionErr(err error) *Error {
+	st, ok := status.FromError(err)
+	if !ok || st.Code() != codes.PermissionDenied {
+		return nil
+	}
+	prefix := fmt.Sprintf("%s (%d): ", kv.CodePermissionDenied.Name(), kv.CodePermissionDenied)
+	msg, found := strings.CutPrefix(st.Message(), prefix)
+	if !found {
+		return nil
+	}
+	return &Error{Code: int(kv.CodePermissionDenied), Message: msg}
 }

@@ -17,6 +17,8 @@ type openOptions struct {
 	dc     string // WithDC (cluster_dc.go)
 	// grpcDataPath: WithGRPCDataPath.
 	grpcDataPath bool
+	// token: WithToken, WithTokenSource (token.go).
+	token func(ctx context.Context) (string, error)
 }
 
 // WithGRPCDataPath makes the DB send its reads and commits on gRPC streams

@@ -106,6 +106,8 @@ type Config struct {
 	Cluster Cluster `toml:"cluster"`
 	Log     Log     `toml:"log"`
 	Pools   []Pool  `toml:"pool"`
+	// Auth is [auth]: identities and grants. Nil: trusted-network mode.
+	Auth *Auth `toml:"auth"`
 }
 
 // Cluster holds cluster-wide settings.

@@ -703,9 +703,9 @@ engine = "pebble"
 		want       []string
 	}{
 		{"top level", "verbose = true\n" + pool,
-			[]string{`verbose: unknown key (valid keys: cluster, log, pool)`}},
+			[]string{`verbose: unknown key (valid keys: auth, cluster, log, pool)`}},
 		{"unknown table", "[metrics]\nport = 9\n" + pool,
-			[]string{`metrics: unknown key (valid keys: cluster, log, pool)`}},
+			[]string{`metrics: unknown key (valid keys: auth, cluster, log, pool)`}},
 		{"cluster typo", "[cluster]\nfailure_wiat = \"1s\"\n" + pool,
 			[]string{`cluster.failure_wiat: unknown key (did you mean failure_wait?)`}},
 		{"log", "[log]\nreplica = 3\n" + pool,

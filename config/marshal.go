@@ -13,6 +13,7 @@ type outConfig struct {
 	Cluster Cluster   `toml:"cluster"`
 	Log     Log       `toml:"log"`
 	Pools   []outPool `toml:"pool"`
+	Auth    *Auth     `toml:"auth,omitempty"`
 }
 
 type outPool struct {
@@ -37,7 +38,7 @@ type outPool struct {
 // Config (for a valid configuration). Every key is written, except a capacity
 // of 0 (unlimited) and an empty eviction.
 func (c *Config) Marshal() ([]byte, error) {
-	out := outConfig{Cluster: c.Cluster, Log: c.Log}
+	out := outConfig{Cluster: c.Cluster, Log: c.Log, Auth: c.Auth}
 	for _, p := range c.Pools {
 		out.Pools = append(out.Pools, outPool(p))
 	}

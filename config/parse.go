@@ -26,6 +26,7 @@ type rawConfig struct {
 		Replicas *int `toml:"replicas"`
 	} `toml:"log"`
 	Pools []rawPool `toml:"pool"`
+	Auth  *Auth     `toml:"auth"`
 }
 
 type rawPool struct {
@@ -74,7 +75,9 @@ func (c *rawCapacity) UnmarshalTOML(v any) error {
 
 // schema lists the keys each table may hold.
 var schema = map[string][]string{
-	"":            {"cluster", "log", "pool"},
+	"":            {"cluster", "log", "pool", "auth"},
+	"auth":        {"identity", "token_keys", "role"},
+	"auth.role":   {"name", "members", "read", "write", "status", "admin"},
 	"cluster":     {"failure_wait", "mvcc_window", "shard_bytes", "dc_delay"},
 	"log":         {"replicas"},
 	"pool":        {"name", "prefix", "medium", "mode", "engine", "stashes", "replication", "capacity", "eviction", "recency", "across_dcs", "flash", "pebble", "local_log", "device"},
@@ -126,6 +129,12 @@ func Parse(data []byte) (*Config, error) {
 	}
 	if raw.Log.Replicas != nil {
 		c.Log.Replicas = *raw.Log.Replicas
+	}
+	if raw.Auth != nil {
+		c.Auth = raw.Auth
+		if c.Auth.Identity == "" {
+			c.Auth.Identity = IdentityCN
+		}
 	}
 	var zeroCapacity []error
 	for _, rp := range raw.Pools {
@@ -273,8 +282,8 @@ outer:
 		if len(k) > 1 {
 			table, leaf = k[0], k[1]
 		}
-		if len(k) > 2 && k[0] == "pool" && schema["pool."+k[1]] != nil {
-			table, leaf = "pool."+k[1], k[2]
+		if len(k) > 2 && schema[k[0]+"."+k[1]] != nil {
+			table, leaf = k[0]+"."+k[1], k[2]
 		}
 		msg := "unknown key" + suggest(leaf, schema[table])
 		switch {
@@ -296,6 +305,8 @@ outer:
 			if !found {
 				add(&FieldError{Field: toml.Key(k[:1+len(sub)]).String(), Msg: msg})
 			}
+		case table == "auth.role":
+			add(&FieldError{Field: toml.Key(k[:3]).String(), Msg: msg})
 		default:
 			add(&FieldError{Field: toml.Key(k[:2]).String(), Msg: msg})
 		}

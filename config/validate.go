@@ -241,6 +241,7 @@ func (c *Config) Validate() error {
 				pi, pj, poolLabel(j, c.Pools[j].Name))
 		}
 	}
+	c.validateAuth(fail)
 	return joinErrors(errs)
 }
 

@@ -38,16 +38,26 @@ const killDelay = 100 * time.Millisecond
 // signed may make them, as it may read and write data.
 type adminServer struct {
 	wire.UnimplementedAdminServer
-	kill func(reason string) // stops the node
+	s    *Server
+	kill func(reason string) // stops the node; nil: an embedded cluster, which kill does not stop
 }
 
-// registerAdmin serves the Admin service on g; kill stops the node.
-func registerAdmin(g *grpc.Server, kill func(reason string)) {
-	wire.RegisterAdminServer(g, &adminServer{kill: kill})
+// registerAdmin serves the Admin service on g; kill stops the node (nil
+// for an embedded cluster).
+func registerAdmin(g *grpc.Server, s *Server, kill func(reason string)) {
+	wire.RegisterAdminServer(g, &adminServer{s: s, kill: kill})
+}
+
+// Auth lists or changes the cluster's roles (authlive.go).
+func (a *adminServer) Auth(ctx context.Context, req *wire.AuthRequest) (*wire.AuthResponse, error) {
+	return a.s.link.authChange(ctx, req)
 }
 
 // Kill stops the node, shortly after answering.
-func (a *adminServer) Kill(_ context.Context, req *wire.KillRequest) (*wire.KillResponse, error) {
+func (a *adminServer) Kill(ctx context.Context, req *wire.KillRequest) (*wire.KillResponse, error) {
+	if a.kill == nil {
+		return a.UnimplementedAdminServer.Kill(ctx, req) // as before the embedded cluster served Admin
+	}
 	reason := req.GetReason()
 	if len(reason) > maxKillReason {
 		reason = reason[:maxKillReason]

@@ -112,6 +112,9 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	if err := opts.Config.Validate(); err != nil {
 		return nil, err
 	}
+	if err := checkAuth(opts.Config, opts.TLS != nil); err != nil {
+		return nil, err
+	}
 	if opts.ListenAddr == "" {
 		opts.ListenAddr = "127.0.0.1:0"
 	}
@@ -136,6 +139,7 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		return nil, err
 	}
 	s := newServer(opts)
+	s.serverTLS = opts.TLS
 	e := &embedded{s: s}
 	s.link = e
 	s.dirLock = dirLock
@@ -214,7 +218,11 @@ func (e *embedded) start(ctx context.Context) error {
 	s.warnIfExposed(lis)
 	// One address for gRPC and the data path's frames protocol: the mux
 	// terminates TLS (if any) and routes each connection by its first byte.
-	s.gw.open(raftnet.ServeClients(lis, s.opts.TLS))
+	if err := e.loadRoles(); err != nil {
+		return err
+	}
+	gs := s.gw.open(raftnet.ServeClients(lis, s.opts.TLS))
+	registerAdmin(gs, s, nil) // Admin.Auth; Kill is for nodes
 	s.gw.serve()
 	if err := s.startHTTP(); err != nil {
 		return err

@@ -13,8 +13,8 @@ import (
 	"github.com/distash/distash"
 	"github.com/distash/distash/config"
 	"github.com/distash/distash/internal/frames"
-	"github.com/distash/distash/internal/testutil/wait"
 	"github.com/distash/distash/internal/protover"
+	"github.com/distash/distash/internal/testutil/wait"
 	"github.com/distash/distash/internal/wire"
 	"github.com/distash/distash/server"
 )

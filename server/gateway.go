@@ -81,6 +81,10 @@ func (s *Server) newGRPCServer(opts ...grpc.ServerOption) *grpc.Server {
 	gopts = append(gopts, opts...)
 	unary := []grpc.UnaryServerInterceptor{s.recoverUnary}
 	stream := []grpc.StreamServerInterceptor{s.recoverStream}
+	if s.auth != nil {
+		unary = append([]grpc.UnaryServerInterceptor{s.authUnary}, unary...)
+		stream = append([]grpc.StreamServerInterceptor{s.authStream}, stream...)
+	}
 	if s.opts.Interceptor != nil {
 		unary = append([]grpc.UnaryServerInterceptor{s.opts.Interceptor}, unary...)
 	}
@@ -98,8 +102,12 @@ func (s *Server) newGRPCServer(opts ...grpc.ServerOption) *grpc.Server {
 // same stream interceptors as the gRPC server's (newGRPCServer).
 func (g *gateway) startFrames(ln net.Listener) {
 	s := g.s
+	var authStream grpc.StreamServerInterceptor
+	if s.auth != nil {
+		authStream = s.authStream
+	}
 	g.frames = frames.NewServer(frames.ServerOptions{
-		Interceptor: frames.ChainStreamInterceptors(s.opts.StreamInterceptor, s.recoverStream),
+		Interceptor: frames.ChainStreamInterceptors(s.opts.StreamInterceptor, authStream, s.recoverStream),
 		Logger:      s.logger,
 		Protocol:    s.opts.Protocol,
 	})

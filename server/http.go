@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/distash/distash/internal/authz"
 	"github.com/distash/distash/internal/clusterstatus"
 	"github.com/distash/distash/internal/web"
 	"github.com/distash/distash/internal/wire"
@@ -64,6 +66,11 @@ func (s *Server) startHTTP() error {
 			return nil
 		}
 		return fmt.Errorf("server: HTTP listen on %s: %w", addr, err)
+	}
+	if s.auth != nil && s.serverTLS != nil {
+		// [auth]: HTTP over TLS too, so that a client certificate or a
+		// bearer token can name the caller (authHTTP).
+		lis = tls.NewListener(lis, httpTLS(s.serverTLS))
 	}
 	h := &httpServer{addr: lis.Addr().String(), done: make(chan struct{})}
 	h.srv = &http.Server{
@@ -127,7 +134,80 @@ func (s *Server) httpHandler() http.Handler {
 		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 	}
 	mux.Handle("/", web.Handler(web.Options{Status: s.clusterStatus}))
-	return checkRequest(s.logger, mux)
+	return checkRequest(s.logger, s.authHTTP(mux))
+}
+
+// httpTLS is the gRPC port's server TLS for HTTP: client certificates are
+// verified when given but not required, since a bearer token may name the
+// caller instead.
+func httpTLS(base *tls.Config) *tls.Config {
+	c := base.Clone()
+	c.ClientAuth = tls.VerifyClientCertIfGiven
+	if get := base.GetConfigForClient; get != nil {
+		c.GetConfigForClient = func(h *tls.ClientHelloInfo) (*tls.Config, error) {
+			cc, err := get(h)
+			if err != nil || cc == nil {
+				return cc, err
+			}
+			cc = cc.Clone()
+			cc.ClientAuth = tls.VerifyClientCertIfGiven
+			return cc, nil
+		}
+	}
+	return c
+}
+
+// authHTTP, on a cluster with [auth], serves only callers with status (or
+// a node's certificate): named by a verified client certificate or by an
+// "Authorization: Bearer <token>" header. /debug/pprof/ needs admin. Others
+// get 401 (no identity) or 403, and the audit log a line.
+func (s *Server) authHTTP(next http.Handler) http.Handler {
+	a := s.auth
+	if a == nil {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var id authz.Identity
+		if r.TLS != nil {
+			id = authz.FromTLS(r.TLS, a.field)
+		}
+		var err error
+		if h := r.Header.Get("Authorization"); h != "" {
+			tok, ok := strings.CutPrefix(h, "Bearer ")
+			switch {
+			case !ok:
+				err = permissionDenied("identity %s: the Authorization header is not \"Bearer <token>\"", id)
+			case a.tokens == nil:
+				err = permissionDenied("identity %s presented a bearer token, but the cluster accepts none ([auth] token_keys)", id)
+			default:
+				var sub string
+				if sub, err = a.tokens.Verify(strings.TrimSpace(tok)); err == nil {
+					id = authz.Identity{Name: sub, Source: "token"}
+				} else {
+					err = permissionDenied("identity %s: %v", id, err)
+				}
+			}
+		}
+		need := authz.PermStatus
+		if strings.HasPrefix(r.URL.Path, "/debug/pprof/") {
+			need = authz.PermAdmin
+		}
+		method := "HTTP " + r.Method + " " + r.URL.Path
+		if err == nil {
+			err = authz.Decide(a.policy.Load(), id, method, []authz.Need{{Perm: need}})
+		}
+		if err != nil {
+			a.audit.refused(id, method, err)
+			code := http.StatusForbidden
+			if id.Name == "" {
+				code = http.StatusUnauthorized
+				w.Header().Set("WWW-Authenticate", `Bearer realm="distash"`)
+			}
+			http.Error(w, err.Error(), code)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // checkRequest refuses requests with a long or malformed query string

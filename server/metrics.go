@@ -40,6 +40,8 @@ type metrics struct {
 	batchSize   prometheus.Histogram
 	recoveries  prometheus.Counter
 	recoveryDur prometheus.Histogram
+	// authRefused and auditActions: the audit log's counters (audit.go).
+	authRefused, auditActions *prometheus.CounterVec
 }
 
 // stashLabels are the labels of per-stash metrics.
@@ -71,7 +73,9 @@ func newMetrics(s *Server) *metrics {
 		Name: "distash_recovery_duration_seconds", Buckets: prometheus.ExponentialBuckets(0.01, 2, 14),
 		Help: "Duration of the recoveries this node ran, from their start to serving.",
 	})
+	m.authRefused, m.auditActions = newAuditMetrics()
 	m.reg.MustRegister(
+		m.authRefused, m.auditActions,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.commit.hist.(prometheus.Collector), m.grv.hist.(prometheus.Collector), m.reads, m.batchSize,

@@ -149,6 +149,9 @@ func startNode(ctx context.Context, opts NodeOptions) (*Server, error) {
 	if err := opts.Config.Validate(); err != nil {
 		return nil, err
 	}
+	if err := checkAuth(opts.Config, opts.ServerTLS != nil); err != nil {
+		return nil, err
+	}
 	switch opts.Class {
 	case ClassTransaction:
 		if opts.Pool != "" {
@@ -193,6 +196,7 @@ func startNode(ctx context.Context, opts NodeOptions) (*Server, error) {
 		HTTPAddr: opts.HTTPAddr, Pprof: opts.Pprof, FS: opts.FS, Clock: opts.Clock, Protocol: opts.Protocol})
 	s.dirLock = dirLock
 	s.legacyDir.Store(legacy)
+	s.serverTLS = opts.ServerTLS
 	s.failed = make(chan error, 1)
 	n.s, s.link = s, n
 	if opts.Class == ClassStash {
@@ -239,7 +243,7 @@ func (n *node) start(ctx context.Context) error {
 			s.warnTLS(o.ServerTLS, o.Listen)
 		}
 	}
-	registerAdmin(gs, func(reason string) { s.fail(&KilledError{Reason: reason}) })
+	registerAdmin(gs, s, func(reason string) { s.fail(&KilledError{Reason: reason}) })
 	logrpc.Register(gs, &s.replica, s.report)
 	// An attempt that waits on a coordinator that stopped answering
 	// (paused, with its connection open) is abandoned after 1.5 s for the
@@ -289,6 +293,13 @@ func (n *node) start(ctx context.Context) error {
 		return err
 	}
 	n.followDCs(runCtx)
+	if s.auth != nil {
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			n.followAuth(runCtx)
+		}()
+	}
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()

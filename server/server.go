@@ -136,9 +136,13 @@ type Server struct {
 	usage    *proxy.UsageBoard // stashes report their live bytes here; the commit proxy reads it
 	reports  *reportBoard      // remote stashes' progress (multi-process cluster), for the ratekeeper
 
-	gw      gateway
-	metrics *metrics
-	http    *httpServer // nil when HTTP is off
+	gw   gateway
+	auth *auth // authorization ([auth]); nil: trusted-network mode
+	// serverTLS is the gRPC port's server TLS (nil: plaintext); with
+	// [auth] the HTTP port serves it too.
+	serverTLS *tls.Config
+	metrics   *metrics
+	http      *httpServer // nil when HTTP is off
 	// failed receives the error that stops a node (fail); nil, never
 	// ready, for an embedded cluster.
 	failed chan error
@@ -203,6 +207,9 @@ type clusterLink interface {
 	// rolesStarting readies the roles r of a generation before they
 	// serve; run runs a loop with them until they stop.
 	rolesStarting(r *txRoles, run func(loop func(context.Context)))
+	// authChange lists or changes the cluster's roles (Admin.Auth,
+	// authlive.go).
+	authChange(ctx context.Context, req *wire.AuthRequest) (*wire.AuthResponse, error)
 	// stop ends what the link runs, after the roles and stashes stopped.
 	stop()
 }
@@ -214,6 +221,7 @@ func newServer(opts Options) *Server {
 	s.replica.holds = func() bool { return s.tx.Load() != nil }
 	s.gw.s = s
 	s.metrics = newMetrics(s)
+	s.auth = newAuth(s, opts.Config)
 	return s
 }
 

@@ -192,7 +192,7 @@ func (v *service) ClusterInfo(ctx context.Context, _ *wire.ClusterInfoRequest) (
 }
 
 func (v *service) Status(ctx context.Context, _ *wire.StatusRequest) (*wire.StatusResponse, error) {
-	resp := &wire.StatusResponse{Pools: v.poolInfos(), Node: v.s.link.status()}
+	resp := &wire.StatusResponse{Pools: v.poolInfos(), Node: v.s.link.status(), Auth: authMode(v.s.auth)}
 	// Recent latency percentiles (metrics.go): commits and read versions
 	// where the roles run, reads over this process's stashes.
 	now, m := time.Now(), v.s.metrics
@@ -399,6 +399,9 @@ func (v *service) CommitStream(stream wire.DiStash_CommitStreamServer) error {
 	return serveStream(v, stream, "CommitStream",
 		func(req *wire.CommitStreamRequest) int64 { return requestMemory(req.GetRequest()) },
 		func(ctx context.Context, req *wire.CommitStreamRequest) *wire.CommitStreamResponse {
+			if err := v.s.authorize(ctx, wire.DiStash_CommitStream_FullMethodName, req); err != nil {
+				return &wire.CommitStreamResponse{Id: req.Id, Response: &wire.CommitResponse{Error: wire.ErrorOf(err)}}
+			}
 			resp, _ := v.Commit(ctx, req.GetRequest())
 			return &wire.CommitStreamResponse{Id: req.Id, Response: resp}
 		})
@@ -419,6 +422,12 @@ func (v *service) ReadStream(stream wire.DiStash_ReadStreamServer) error {
 			return n
 		},
 		func(ctx context.Context, req *wire.ReadStreamRequest) *wire.ReadStreamResponse {
+			if err := v.s.authorize(ctx, wire.DiStash_ReadStream_FullMethodName, req); err != nil {
+				if req.GetRangeRequest() != nil {
+					return &wire.ReadStreamResponse{Id: req.Id, RangeResponse: &wire.ReadRangeResponse{Error: wire.ErrorOf(err)}}
+				}
+				return &wire.ReadStreamResponse{Id: req.Id, Response: &wire.ReadResponse{Error: wire.ErrorOf(err)}}
+			}
 			if r := req.GetRangeRequest(); r != nil {
 				resp, _ := v.ReadRange(ctx, r)
 				return &wire.ReadStreamResponse{Id: req.Id, RangeResponse: resp}

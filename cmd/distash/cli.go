@@ -35,6 +35,8 @@ certificate and key, and the CA that signed the server's certificate.`,
 	cmd.PersistentFlags().StringVar(&cluster, "cluster", envOr("DISTASH_CLUSTER", defaultCluster), "cluster address(es), host:port[,host:port] (env DISTASH_CLUSTER)")
 	cmd.PersistentFlags().DurationVar(&timeout, "timeout", 10*time.Second, "give up after this long")
 	tlsf.add(cmd.PersistentFlags(), "client", true)
+	var token string
+	cmd.PersistentFlags().StringVar(&token, "token", os.Getenv("DISTASH_TOKEN"), "bearer token (JWT) naming this client on a cluster with [auth] token_keys, for get, set, clear, getrange and auth (env DISTASH_TOKEN; docs/security.md)")
 
 	withDB := func(fn func(ctx context.Context, db *distash.DB, out io.Writer, args []string) error) func(*cobra.Command, []string) error {
 		return func(cmd *cobra.Command, args []string) error {
@@ -44,7 +46,11 @@ certificate and key, and the CA that signed the server's certificate.`,
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), timeout)
 			defer cancel()
-			db, err := distash.Open(ctx, cluster, distash.WithTLS(tlsConfig))
+			opts := []distash.Option{distash.WithTLS(tlsConfig)}
+			if token != "" {
+				opts = append(opts, distash.WithToken(token))
+			}
+			db, err := distash.Open(ctx, cluster, opts...)
 			if err != nil {
 				return tlsHint(err, tlsConfig)
 			}
@@ -159,7 +165,8 @@ certificate and key, and the CA that signed the server's certificate.`,
 	}
 	cmd.AddCommand(get, set, clear, getrange, status)
 	cmd.AddCommand(adminCmds(&cluster, &timeout, &tlsf)...)
-	cmd.AddCommand(backupCmds(&cluster, &timeout, &tlsf)...) // issue 23
+	cmd.AddCommand(backupCmds(&cluster, &timeout, &tlsf)...)    // issue 23
+	cmd.AddCommand(authCmds(&cluster, &timeout, &tlsf, &token)) // issue 24
 	return cmd
 }
 
@@ -171,6 +178,12 @@ func printStatusTo(out io.Writer, st *wire.StatusResponse) {
 		fmt.Fprintln(out)
 	}
 	printNodesTo(out, st)
+	switch st.Auth {
+	case "trusted-network":
+		fmt.Fprintln(out, "auth: trusted-network mode (no [auth]): every connection may read, write and administer everything")
+	case "enforced":
+		fmt.Fprintln(out, "auth: enforced: identities and grants of [auth] (distash cli auth list)")
+	}
 	fmt.Fprintf(out, "committed version %d   commits %d   conflicts %d   too old %d   pool full %d   log: %d replica(s), %d entries in memory\n\n",
 		st.CommittedVersion, st.Commits, st.Conflicts, st.TooOld, st.PoolFull, st.Log.GetReplicas(), st.Log.GetEntriesInMemory())
 	if st.RateLimit > 0 {

@@ -342,6 +342,9 @@ func fromView(ctx context.Context, view *wire.ViewResponse, of StatusOf, askAll 
 			if out.Pools == nil {
 				out.Pools = a.st.Pools
 			}
+			if out.Auth == "" || a.st.Auth == "trusted-network" {
+				out.Auth = a.st.Auth // a node without [auth] makes the cluster's trusted-network
+			}
 			if n.Address == view.StatelessAddress {
 				out.CommittedVersion, out.Commits, out.Conflicts, out.TooOld, out.PoolFull = a.st.CommittedVersion, a.st.Commits, a.st.Conflicts, a.st.TooOld, a.st.PoolFull
 				out.CommitBatches, out.RateLimit, out.RateLimitReason, out.Log = a.st.CommitBatches, a.st.RateLimit, a.st.RateLimitReason, a.st.Log

@@ -73,6 +73,8 @@ type Command struct {
 	// SetLogReplicas: node ids and raft ids of the log's members.
 	Replicas []string `json:"replicas,omitempty"`
 	LogIDs   []string `json:"log_ids,omitempty"`
+	// Auth: a change of the cluster's roles.
+	Auth *AuthChange `json:"auth,omitempty"`
 
 	// version is the encoding version the command was decoded from (0:
 	// built in this binary): version 1 and 2 registrations apply as those
@@ -279,6 +281,8 @@ func (s *State) Apply(c Command) (Result, error) {
 		slot, tag, err := s.register(*c.Node, c.Empty, c.version != 0 && c.version < 3)
 		res.Slot, res.Tag = slot, tag
 		return res, err
+	case OpAuth:
+		return res, s.applyAuth(c.Auth)
 	case OpExclude:
 		addrs, err := checkAddrs(c.Addrs, false)
 		if err != nil {

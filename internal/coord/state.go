@@ -3,6 +3,7 @@ package coord
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/distash/distash/internal/authz"
 	"maps"
 	"slices"
 	"time"
@@ -115,6 +116,10 @@ type State struct {
 	// with one of them and no raft state bootstraps the log's raft with
 	// the placement; any other joins, once the log's leader added it.
 	LogBootstrap []string `json:"log_bootstrap,omitempty"`
+	// Grants are the cluster's roles ([auth]) once changed live (AuthSet;
+	// OpAuth); before that, the configuration's (AuthRoles).
+	Grants  []authz.Role `json:"auth_roles,omitempty"`
+	AuthSet bool         `json:"auth_set,omitempty"`
 }
 
 // Recovery is a claim of the stateless roles (see Claim) and how long the
@@ -156,6 +161,9 @@ func (s *State) Clone() *State {
 		c.FailureWaitMs = &v
 	}
 	c.Replication = maps.Clone(s.Replication)
+	if s.Grants != nil {
+		c.Grants = cloneRoles(s.Grants)
+	}
 	return &c
 }
 

@@ -497,6 +497,21 @@ func (c *Client) Configure(ctx context.Context, pool, key, value string) error {
 	return resp.Error.Err()
 }
 
+// Auth sends req (a list or a change of the cluster's roles) to the
+// controller and returns its answer: the roles after the call.
+func (c *Client) Auth(ctx context.Context, req *wire.AuthRequest) (*wire.AuthResponse, error) {
+	resp, err := call(ctx, c, func(ctx context.Context, cl wire.CoordinatorClient) (*wire.AuthResponse, error) {
+		return cl.Auth(ctx, req)
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := resp.Error.Err(); err != nil {
+		return nil, err
+	}
+	return resp, nil
+}
+
 // Retire retires tag: the data distributor calls it once no shard refers
 // to the tag. The node whose slot has it gets a fresh tag when it
 // registers next. A tag never given is refused; retiring one again is not.

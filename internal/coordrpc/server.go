@@ -68,6 +68,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/distash/distash/config"
+	"github.com/distash/distash/internal/authz"
 	"github.com/distash/distash/internal/coord"
 	"github.com/distash/distash/internal/kv"
 	"github.com/distash/distash/internal/protover"
@@ -654,6 +655,38 @@ func (s *Server) Configure(ctx context.Context, req *wire.ConfigureRequest) (*wi
 		func() (*wire.ConfigureResponse, error) {
 			return apply(ctx, s, coord.ConfigurePool(req.Pool, req.Key, req.Value),
 				func() *wire.ConfigureResponse { return &wire.ConfigureResponse{} })
+		})
+}
+
+// Auth lists or changes the cluster's roles (coord.Auth): a list is
+// answered by the controller too, so that it is the state every change
+// went to.
+func (s *Server) Auth(ctx context.Context, req *wire.AuthRequest) (*wire.AuthResponse, error) {
+	answer := func() *wire.AuthResponse {
+		roles, enabled := s.node.State().AuthRoles()
+		return &wire.AuthResponse{Roles: authz.ToWire(roles), Enabled: enabled}
+	}
+	return handle(ctx, s, req.GetHops(),
+		func(e *wire.Error, leader, _ string) *wire.AuthResponse {
+			return &wire.AuthResponse{Error: e, Leader: leader}
+		},
+		func() error {
+			if req == nil {
+				return invalid("auth request missing")
+			}
+			return nil
+		},
+		func(c wire.CoordinatorClient) (*wire.AuthResponse, error) {
+			fwd := proto.Clone(req).(*wire.AuthRequest)
+			fwd.Hops++
+			return c.Auth(ctx, fwd)
+		},
+		func() (*wire.AuthResponse, error) {
+			if req.Op == "list" || req.Op == "" {
+				return answer(), nil
+			}
+			ch := coord.AuthChange{Op: req.Op, Role: req.Role, Identity: req.Identity, Define: authz.FromWire(req.Define)}
+			return apply(ctx, s, coord.Auth(ch), answer)
 		})
 }
 

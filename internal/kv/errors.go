@@ -27,12 +27,13 @@ const (
 	CodeStashUnavailable    Code = 2204
 	CodeWrongNode           Code = 2205 // the role asked for is not on this node (any more): ask the coordinators
 	CodeStashDamaged        Code = 2206 // a damaged stash holds the only replica of the data asked: not retryable
+	CodePermissionDenied    Code = 2207 // the caller's identity lacks a permission the request needs (docs/security.md): not retryable
 	CodeInternal            Code = 4100
 )
 
 // CodeIncompatibleProtocol: the peer speaks no protocol version this
 // binary speaks (internal/protover). Not retryable.
-const CodeIncompatibleProtocol Code = 2207
+const CodeIncompatibleProtocol Code = 2208
 
 // Retryable reports whether a transaction that failed with c may succeed if run again.
 func (c Code) Retryable() bool {
@@ -87,6 +88,8 @@ func (c Code) Name() string {
 		return "stash_damaged"
 	case CodeIncompatibleProtocol:
 		return "incompatible_protocol"
+	case CodePermissionDenied:
+		return "permission_denied"
 	case CodeInternal:
 		return "internal_error"
 	}

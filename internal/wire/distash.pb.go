@@ -2182,10 +2182,13 @@ type StatusResponse struct {
 	LogMembership         *MembershipStatus `protobuf:"bytes,28,opt,name=log_membership,json=logMembership,proto3" json:"log_membership,omitempty"`
 	// No controller answered: the view above is one coordinator's own copy
 	// of the cluster state (view_from), view_age_ms old, not live.
-	ViewStale     bool     `protobuf:"varint,29,opt,name=view_stale,json=viewStale,proto3" json:"view_stale,omitempty"`
-	ViewAgeMs     int64    `protobuf:"varint,30,opt,name=view_age_ms,json=viewAgeMs,proto3" json:"view_age_ms,omitempty"`
-	ViewFrom      string   `protobuf:"bytes,31,opt,name=view_from,json=viewFrom,proto3" json:"view_from,omitempty"`
-	Warnings      []string `protobuf:"bytes,32,rep,name=warnings,proto3" json:"warnings,omitempty"` // plain sentences: quorum lost, members down
+	ViewStale bool     `protobuf:"varint,29,opt,name=view_stale,json=viewStale,proto3" json:"view_stale,omitempty"`
+	ViewAgeMs int64    `protobuf:"varint,30,opt,name=view_age_ms,json=viewAgeMs,proto3" json:"view_age_ms,omitempty"`
+	ViewFrom  string   `protobuf:"bytes,31,opt,name=view_from,json=viewFrom,proto3" json:"view_from,omitempty"`
+	Warnings  []string `protobuf:"bytes,32,rep,name=warnings,proto3" json:"warnings,omitempty"` // plain sentences: quorum lost, members down
+	// "trusted-network": no [auth], every connection may do everything;
+	// "enforced": identities and grants ([auth], docs/security.md).
+	Auth          string `protobuf:"bytes,33,opt,name=auth,proto3" json:"auth,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2442,6 +2445,13 @@ func (x *StatusResponse) GetWarnings() []string {
 		return x.Warnings
 	}
 	return nil
+}
+
+func (x *StatusResponse) GetAuth() string {
+	if x != nil {
+		return x.Auth
+	}
+	return ""
 }
 
 // MembershipStatus is a raft group's membership as status shows it.
@@ -5829,6 +5839,238 @@ func (x *SetLogReplicasResponse) GetLeader() string {
 	return ""
 }
 
+// AuthRole is a role of [auth]: its members and permissions.
+type AuthRole struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Members       []string               `protobuf:"bytes,2,rep,name=members,proto3" json:"members,omitempty"` // certificate identities or token subjects
+	Read          []string               `protobuf:"bytes,3,rep,name=read,proto3" json:"read,omitempty"`       // pool names
+	Write         []string               `protobuf:"bytes,4,rep,name=write,proto3" json:"write,omitempty"`     // pool names
+	Status        bool                   `protobuf:"varint,5,opt,name=status,proto3" json:"status,omitempty"`
+	Admin         bool                   `protobuf:"varint,6,opt,name=admin,proto3" json:"admin,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AuthRole) Reset() {
+	*x = AuthRole{}
+	mi := &file_distash_proto_msgTypes[76]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AuthRole) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AuthRole) ProtoMessage() {}
+
+func (x *AuthRole) ProtoReflect() protoreflect.Message {
+	mi := &file_distash_proto_msgTypes[76]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AuthRole.ProtoReflect.Descriptor instead.
+func (*AuthRole) Descriptor() ([]byte, []int) {
+	return file_distash_proto_rawDescGZIP(), []int{76}
+}
+
+func (x *AuthRole) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *AuthRole) GetMembers() []string {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
+func (x *AuthRole) GetRead() []string {
+	if x != nil {
+		return x.Read
+	}
+	return nil
+}
+
+func (x *AuthRole) GetWrite() []string {
+	if x != nil {
+		return x.Write
+	}
+	return nil
+}
+
+func (x *AuthRole) GetStatus() bool {
+	if x != nil {
+		return x.Status
+	}
+	return false
+}
+
+func (x *AuthRole) GetAdmin() bool {
+	if x != nil {
+		return x.Admin
+	}
+	return false
+}
+
+// AuthRequest: op "list", "grant" or "revoke" (role, identity), "role"
+// (define or replace role: define; its members are kept when it names
+// none) or "delete-role" (role).
+type AuthRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Op            string                 `protobuf:"bytes,1,opt,name=op,proto3" json:"op,omitempty"`
+	Role          string                 `protobuf:"bytes,2,opt,name=role,proto3" json:"role,omitempty"`
+	Identity      string                 `protobuf:"bytes,3,opt,name=identity,proto3" json:"identity,omitempty"`
+	Define        *AuthRole              `protobuf:"bytes,4,opt,name=define,proto3" json:"define,omitempty"`
+	Hops          uint32                 `protobuf:"varint,5,opt,name=hops,proto3" json:"hops,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AuthRequest) Reset() {
+	*x = AuthRequest{}
+	mi := &file_distash_proto_msgTypes[77]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AuthRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AuthRequest) ProtoMessage() {}
+
+func (x *AuthRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_distash_proto_msgTypes[77]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AuthRequest.ProtoReflect.Descriptor instead.
+func (*AuthRequest) Descriptor() ([]byte, []int) {
+	return file_distash_proto_rawDescGZIP(), []int{77}
+}
+
+func (x *AuthRequest) GetOp() string {
+	if x != nil {
+		return x.Op
+	}
+	return ""
+}
+
+func (x *AuthRequest) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+func (x *AuthRequest) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
+}
+
+func (x *AuthRequest) GetDefine() *AuthRole {
+	if x != nil {
+		return x.Define
+	}
+	return nil
+}
+
+func (x *AuthRequest) GetHops() uint32 {
+	if x != nil {
+		return x.Hops
+	}
+	return 0
+}
+
+type AuthResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Roles         []*AuthRole            `protobuf:"bytes,1,rep,name=roles,proto3" json:"roles,omitempty"`      // every role after the call, sorted by name
+	Enabled       bool                   `protobuf:"varint,2,opt,name=enabled,proto3" json:"enabled,omitempty"` // false: trusted-network mode (no [auth])
+	Error         *Error                 `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	Leader        string                 `protobuf:"bytes,4,opt,name=leader,proto3" json:"leader,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AuthResponse) Reset() {
+	*x = AuthResponse{}
+	mi := &file_distash_proto_msgTypes[78]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AuthResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AuthResponse) ProtoMessage() {}
+
+func (x *AuthResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_distash_proto_msgTypes[78]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AuthResponse.ProtoReflect.Descriptor instead.
+func (*AuthResponse) Descriptor() ([]byte, []int) {
+	return file_distash_proto_rawDescGZIP(), []int{78}
+}
+
+func (x *AuthResponse) GetRoles() []*AuthRole {
+	if x != nil {
+		return x.Roles
+	}
+	return nil
+}
+
+func (x *AuthResponse) GetEnabled() bool {
+	if x != nil {
+		return x.Enabled
+	}
+	return false
+}
+
+func (x *AuthResponse) GetError() *Error {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+func (x *AuthResponse) GetLeader() string {
+	if x != nil {
+		return x.Leader
+	}
+	return ""
+}
+
 // Admin: operator calls served by every node of a multi-process cluster.
 // Kill stops the node's process (it exits with status 0).
 type KillRequest struct {
@@ -5840,7 +6082,7 @@ type KillRequest struct {
 
 func (x *KillRequest) Reset() {
 	*x = KillRequest{}
-	mi := &file_distash_proto_msgTypes[76]
+	mi := &file_distash_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5852,7 +6094,7 @@ func (x *KillRequest) String() string {
 func (*KillRequest) ProtoMessage() {}
 
 func (x *KillRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[76]
+	mi := &file_distash_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5865,7 +6107,7 @@ func (x *KillRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KillRequest.ProtoReflect.Descriptor instead.
 func (*KillRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{76}
+	return file_distash_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *KillRequest) GetReason() string {
@@ -5884,7 +6126,7 @@ type KillResponse struct {
 
 func (x *KillResponse) Reset() {
 	*x = KillResponse{}
-	mi := &file_distash_proto_msgTypes[77]
+	mi := &file_distash_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5896,7 +6138,7 @@ func (x *KillResponse) String() string {
 func (*KillResponse) ProtoMessage() {}
 
 func (x *KillResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[77]
+	mi := &file_distash_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5909,7 +6151,7 @@ func (x *KillResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KillResponse.ProtoReflect.Descriptor instead.
 func (*KillResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{77}
+	return file_distash_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *KillResponse) GetError() *Error {
@@ -5942,7 +6184,7 @@ type DeviceStatus struct {
 
 func (x *DeviceStatus) Reset() {
 	*x = DeviceStatus{}
-	mi := &file_distash_proto_msgTypes[78]
+	mi := &file_distash_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5954,7 +6196,7 @@ func (x *DeviceStatus) String() string {
 func (*DeviceStatus) ProtoMessage() {}
 
 func (x *DeviceStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[78]
+	mi := &file_distash_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5967,7 +6209,7 @@ func (x *DeviceStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeviceStatus.ProtoReflect.Descriptor instead.
 func (*DeviceStatus) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{78}
+	return file_distash_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *DeviceStatus) GetProfile() string {
@@ -6082,7 +6324,7 @@ type BackupStartRequest struct {
 
 func (x *BackupStartRequest) Reset() {
 	*x = BackupStartRequest{}
-	mi := &file_distash_proto_msgTypes[79]
+	mi := &file_distash_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6094,7 +6336,7 @@ func (x *BackupStartRequest) String() string {
 func (*BackupStartRequest) ProtoMessage() {}
 
 func (x *BackupStartRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[79]
+	mi := &file_distash_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6107,7 +6349,7 @@ func (x *BackupStartRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupStartRequest.ProtoReflect.Descriptor instead.
 func (*BackupStartRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{79}
+	return file_distash_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *BackupStartRequest) GetUrl() string {
@@ -6142,7 +6384,7 @@ type BackupStartResponse struct {
 
 func (x *BackupStartResponse) Reset() {
 	*x = BackupStartResponse{}
-	mi := &file_distash_proto_msgTypes[80]
+	mi := &file_distash_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6154,7 +6396,7 @@ func (x *BackupStartResponse) String() string {
 func (*BackupStartResponse) ProtoMessage() {}
 
 func (x *BackupStartResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[80]
+	mi := &file_distash_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6167,7 +6409,7 @@ func (x *BackupStartResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupStartResponse.ProtoReflect.Descriptor instead.
 func (*BackupStartResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{80}
+	return file_distash_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *BackupStartResponse) GetError() *Error {
@@ -6199,7 +6441,7 @@ type BackupStatusRequest struct {
 
 func (x *BackupStatusRequest) Reset() {
 	*x = BackupStatusRequest{}
-	mi := &file_distash_proto_msgTypes[81]
+	mi := &file_distash_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6211,7 +6453,7 @@ func (x *BackupStatusRequest) String() string {
 func (*BackupStatusRequest) ProtoMessage() {}
 
 func (x *BackupStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[81]
+	mi := &file_distash_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6224,7 +6466,7 @@ func (x *BackupStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupStatusRequest.ProtoReflect.Descriptor instead.
 func (*BackupStatusRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{81}
+	return file_distash_proto_rawDescGZIP(), []int{84}
 }
 
 type BackupStatusResponse struct {
@@ -6237,7 +6479,7 @@ type BackupStatusResponse struct {
 
 func (x *BackupStatusResponse) Reset() {
 	*x = BackupStatusResponse{}
-	mi := &file_distash_proto_msgTypes[82]
+	mi := &file_distash_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6249,7 +6491,7 @@ func (x *BackupStatusResponse) String() string {
 func (*BackupStatusResponse) ProtoMessage() {}
 
 func (x *BackupStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[82]
+	mi := &file_distash_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6262,7 +6504,7 @@ func (x *BackupStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupStatusResponse.ProtoReflect.Descriptor instead.
 func (*BackupStatusResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{82}
+	return file_distash_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *BackupStatusResponse) GetError() *Error {
@@ -6287,7 +6529,7 @@ type BackupStopRequest struct {
 
 func (x *BackupStopRequest) Reset() {
 	*x = BackupStopRequest{}
-	mi := &file_distash_proto_msgTypes[83]
+	mi := &file_distash_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6299,7 +6541,7 @@ func (x *BackupStopRequest) String() string {
 func (*BackupStopRequest) ProtoMessage() {}
 
 func (x *BackupStopRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[83]
+	mi := &file_distash_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6312,7 +6554,7 @@ func (x *BackupStopRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupStopRequest.ProtoReflect.Descriptor instead.
 func (*BackupStopRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{83}
+	return file_distash_proto_rawDescGZIP(), []int{86}
 }
 
 type BackupStopResponse struct {
@@ -6325,7 +6567,7 @@ type BackupStopResponse struct {
 
 func (x *BackupStopResponse) Reset() {
 	*x = BackupStopResponse{}
-	mi := &file_distash_proto_msgTypes[84]
+	mi := &file_distash_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6337,7 +6579,7 @@ func (x *BackupStopResponse) String() string {
 func (*BackupStopResponse) ProtoMessage() {}
 
 func (x *BackupStopResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[84]
+	mi := &file_distash_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6350,7 +6592,7 @@ func (x *BackupStopResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupStopResponse.ProtoReflect.Descriptor instead.
 func (*BackupStopResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{84}
+	return file_distash_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *BackupStopResponse) GetError() *Error {
@@ -6548,7 +6790,7 @@ const file_distash_proto_rawDesc = "" +
 	"\x06ranges\x18\x01 \x03(\v2\x18.distash.v1.RangeMetricsR\x06ranges\x12'\n" +
 	"\x0fapplied_version\x18\x02 \x01(\x03R\x0eappliedVersion\x12'\n" +
 	"\x05error\x18\x03 \x01(\v2\x11.distash.v1.ErrorR\x05error\"\x0f\n" +
-	"\rStatusRequest\"\x9a\n" +
+	"\rStatusRequest\"\xae\n" +
 	"\n" +
 	"\x0eStatusResponse\x12*\n" +
 	"\x05pools\x18\x01 \x03(\v2\x14.distash.v1.PoolInfoR\x05pools\x121\n" +
@@ -6591,7 +6833,8 @@ const file_distash_proto_rawDesc = "" +
 	"view_stale\x18\x1d \x01(\bR\tviewStale\x12\x1e\n" +
 	"\vview_age_ms\x18\x1e \x01(\x03R\tviewAgeMs\x12\x1b\n" +
 	"\tview_from\x18\x1f \x01(\tR\bviewFrom\x12\x1a\n" +
-	"\bwarnings\x18  \x03(\tR\bwarnings\"\xac\x01\n" +
+	"\bwarnings\x18  \x03(\tR\bwarnings\x12\x12\n" +
+	"\x04auth\x18! \x01(\tR\x04auth\"\xac\x01\n" +
 	"\x10MembershipStatus\x12\x1e\n" +
 	"\n" +
 	"configured\x18\x01 \x01(\x05R\n" +
@@ -6880,7 +7123,25 @@ const file_distash_proto_rawDesc = "" +
 	"\x04hops\x18\x03 \x01(\rR\x04hops\"Y\n" +
 	"\x16SetLogReplicasResponse\x12'\n" +
 	"\x05error\x18\x01 \x01(\v2\x11.distash.v1.ErrorR\x05error\x12\x16\n" +
-	"\x06leader\x18\x02 \x01(\tR\x06leader\"%\n" +
+	"\x06leader\x18\x02 \x01(\tR\x06leader\"\x90\x01\n" +
+	"\bAuthRole\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
+	"\amembers\x18\x02 \x03(\tR\amembers\x12\x12\n" +
+	"\x04read\x18\x03 \x03(\tR\x04read\x12\x14\n" +
+	"\x05write\x18\x04 \x03(\tR\x05write\x12\x16\n" +
+	"\x06status\x18\x05 \x01(\bR\x06status\x12\x14\n" +
+	"\x05admin\x18\x06 \x01(\bR\x05admin\"\x8f\x01\n" +
+	"\vAuthRequest\x12\x0e\n" +
+	"\x02op\x18\x01 \x01(\tR\x02op\x12\x12\n" +
+	"\x04role\x18\x02 \x01(\tR\x04role\x12\x1a\n" +
+	"\bidentity\x18\x03 \x01(\tR\bidentity\x12,\n" +
+	"\x06define\x18\x04 \x01(\v2\x14.distash.v1.AuthRoleR\x06define\x12\x12\n" +
+	"\x04hops\x18\x05 \x01(\rR\x04hops\"\x95\x01\n" +
+	"\fAuthResponse\x12*\n" +
+	"\x05roles\x18\x01 \x03(\v2\x14.distash.v1.AuthRoleR\x05roles\x12\x18\n" +
+	"\aenabled\x18\x02 \x01(\bR\aenabled\x12'\n" +
+	"\x05error\x18\x03 \x01(\v2\x11.distash.v1.ErrorR\x05error\x12\x16\n" +
+	"\x06leader\x18\x04 \x01(\tR\x06leader\"%\n" +
 	"\vKillRequest\x12\x16\n" +
 	"\x06reason\x18\x01 \x01(\tR\x06reason\"7\n" +
 	"\fKillResponse\x12'\n" +
@@ -6938,7 +7199,7 @@ const file_distash_proto_rawDesc = "" +
 	"\x03Log\x129\n" +
 	"\x04Peek\x12\x17.distash.v1.PeekRequest\x1a\x18.distash.v1.PeekResponse\x126\n" +
 	"\x03Pop\x12\x16.distash.v1.PopRequest\x1a\x17.distash.v1.PopResponse\x12?\n" +
-	"\x06Report\x12\x19.distash.v1.ReportRequest\x1a\x1a.distash.v1.ReportResponse2\xb5\x06\n" +
+	"\x06Report\x12\x19.distash.v1.ReportRequest\x1a\x1a.distash.v1.ReportResponse2\xf0\x06\n" +
 	"\vCoordinator\x12E\n" +
 	"\bRegister\x12\x1b.distash.v1.RegisterRequest\x1a\x1c.distash.v1.RegisterResponse\x12H\n" +
 	"\tHeartbeat\x12\x1c.distash.v1.HeartbeatRequest\x1a\x1d.distash.v1.HeartbeatResponse\x129\n" +
@@ -6950,9 +7211,11 @@ const file_distash_proto_rawDesc = "" +
 	"\tConfigure\x12\x1c.distash.v1.ConfigureRequest\x1a\x1d.distash.v1.ConfigureResponse\x12?\n" +
 	"\x06Retire\x12\x19.distash.v1.RetireRequest\x1a\x1a.distash.v1.RetireResponse\x12]\n" +
 	"\x10JoinCoordinators\x12#.distash.v1.JoinCoordinatorsRequest\x1a$.distash.v1.JoinCoordinatorsResponse\x12W\n" +
-	"\x0eSetLogReplicas\x12!.distash.v1.SetLogReplicasRequest\x1a\".distash.v1.SetLogReplicasResponse2B\n" +
+	"\x0eSetLogReplicas\x12!.distash.v1.SetLogReplicasRequest\x1a\".distash.v1.SetLogReplicasResponse\x129\n" +
+	"\x04Auth\x12\x17.distash.v1.AuthRequest\x1a\x18.distash.v1.AuthResponse2}\n" +
 	"\x05Admin\x129\n" +
-	"\x04Kill\x12\x17.distash.v1.KillRequest\x1a\x18.distash.v1.KillResponse2\xe6\x01\n" +
+	"\x04Kill\x12\x17.distash.v1.KillRequest\x1a\x18.distash.v1.KillResponse\x129\n" +
+	"\x04Auth\x12\x17.distash.v1.AuthRequest\x1a\x18.distash.v1.AuthResponse2\xe6\x01\n" +
 	"\x06Backup\x12H\n" +
 	"\x05Start\x12\x1e.distash.v1.BackupStartRequest\x1a\x1f.distash.v1.BackupStartResponse\x12K\n" +
 	"\x06Status\x12\x1f.distash.v1.BackupStatusRequest\x1a .distash.v1.BackupStatusResponse\x12E\n" +
@@ -6970,7 +7233,7 @@ func file_distash_proto_rawDescGZIP() []byte {
 	return file_distash_proto_rawDescData
 }
 
-var file_distash_proto_msgTypes = make([]protoimpl.MessageInfo, 85)
+var file_distash_proto_msgTypes = make([]protoimpl.MessageInfo, 88)
 var file_distash_proto_goTypes = []any{
 	(*Error)(nil),                    // 0: distash.v1.Error
 	(*Mutation)(nil),                 // 1: distash.v1.Mutation
@@ -7048,15 +7311,18 @@ var file_distash_proto_goTypes = []any{
 	(*JoinCoordinatorsResponse)(nil), // 73: distash.v1.JoinCoordinatorsResponse
 	(*SetLogReplicasRequest)(nil),    // 74: distash.v1.SetLogReplicasRequest
 	(*SetLogReplicasResponse)(nil),   // 75: distash.v1.SetLogReplicasResponse
-	(*KillRequest)(nil),              // 76: distash.v1.KillRequest
-	(*KillResponse)(nil),             // 77: distash.v1.KillResponse
-	(*DeviceStatus)(nil),             // 78: distash.v1.DeviceStatus
-	(*BackupStartRequest)(nil),       // 79: distash.v1.BackupStartRequest
-	(*BackupStartResponse)(nil),      // 80: distash.v1.BackupStartResponse
-	(*BackupStatusRequest)(nil),      // 81: distash.v1.BackupStatusRequest
-	(*BackupStatusResponse)(nil),     // 82: distash.v1.BackupStatusResponse
-	(*BackupStopRequest)(nil),        // 83: distash.v1.BackupStopRequest
-	(*BackupStopResponse)(nil),       // 84: distash.v1.BackupStopResponse
+	(*AuthRole)(nil),                 // 76: distash.v1.AuthRole
+	(*AuthRequest)(nil),              // 77: distash.v1.AuthRequest
+	(*AuthResponse)(nil),             // 78: distash.v1.AuthResponse
+	(*KillRequest)(nil),              // 79: distash.v1.KillRequest
+	(*KillResponse)(nil),             // 80: distash.v1.KillResponse
+	(*DeviceStatus)(nil),             // 81: distash.v1.DeviceStatus
+	(*BackupStartRequest)(nil),       // 82: distash.v1.BackupStartRequest
+	(*BackupStartResponse)(nil),      // 83: distash.v1.BackupStartResponse
+	(*BackupStatusRequest)(nil),      // 84: distash.v1.BackupStatusRequest
+	(*BackupStatusResponse)(nil),     // 85: distash.v1.BackupStatusResponse
+	(*BackupStopRequest)(nil),        // 86: distash.v1.BackupStopRequest
+	(*BackupStopResponse)(nil),       // 87: distash.v1.BackupStopResponse
 }
 var file_distash_proto_depIdxs = []int32{
 	0,  // 0: distash.v1.GetReadVersionResponse.error:type_name -> distash.v1.Error
@@ -7072,7 +7338,7 @@ var file_distash_proto_depIdxs = []int32{
 	0,  // 10: distash.v1.LocationsResponse.error:type_name -> distash.v1.Error
 	16, // 11: distash.v1.ClusterInfoResponse.pools:type_name -> distash.v1.PoolInfo
 	22, // 12: distash.v1.StashStatus.engine_counters:type_name -> distash.v1.EngineCounter
-	78, // 13: distash.v1.StashStatus.device:type_name -> distash.v1.DeviceStatus
+	81, // 13: distash.v1.StashStatus.device:type_name -> distash.v1.DeviceStatus
 	21, // 14: distash.v1.StashStatus.local_log:type_name -> distash.v1.LocalLogStatus
 	20, // 15: distash.v1.StashStatus.far_memory:type_name -> distash.v1.FarMemoryStatus
 	25, // 16: distash.v1.ShardMetricsRequest.ranges:type_name -> distash.v1.KeyRangeMsg
@@ -7117,73 +7383,80 @@ var file_distash_proto_depIdxs = []int32{
 	0,  // 55: distash.v1.RetireResponse.error:type_name -> distash.v1.Error
 	0,  // 56: distash.v1.JoinCoordinatorsResponse.error:type_name -> distash.v1.Error
 	0,  // 57: distash.v1.SetLogReplicasResponse.error:type_name -> distash.v1.Error
-	0,  // 58: distash.v1.KillResponse.error:type_name -> distash.v1.Error
-	0,  // 59: distash.v1.BackupStartResponse.error:type_name -> distash.v1.Error
-	0,  // 60: distash.v1.BackupStatusResponse.error:type_name -> distash.v1.Error
-	0,  // 61: distash.v1.BackupStopResponse.error:type_name -> distash.v1.Error
-	5,  // 62: distash.v1.DiStash.GetReadVersion:input_type -> distash.v1.GetReadVersionRequest
-	7,  // 63: distash.v1.DiStash.Commit:input_type -> distash.v1.CommitRequest
-	38, // 64: distash.v1.DiStash.CommitStream:input_type -> distash.v1.CommitStreamRequest
-	40, // 65: distash.v1.DiStash.ReadStream:input_type -> distash.v1.ReadStreamRequest
-	9,  // 66: distash.v1.DiStash.Read:input_type -> distash.v1.ReadRequest
-	11, // 67: distash.v1.DiStash.ReadRange:input_type -> distash.v1.ReadRangeRequest
-	13, // 68: distash.v1.DiStash.Locations:input_type -> distash.v1.LocationsRequest
-	17, // 69: distash.v1.DiStash.ClusterInfo:input_type -> distash.v1.ClusterInfoRequest
-	28, // 70: distash.v1.DiStash.Status:input_type -> distash.v1.StatusRequest
-	36, // 71: distash.v1.DiStash.Coldest:input_type -> distash.v1.ColdestRequest
-	24, // 72: distash.v1.DiStash.ShardMetrics:input_type -> distash.v1.ShardMetricsRequest
-	42, // 73: distash.v1.Log.Peek:input_type -> distash.v1.PeekRequest
-	45, // 74: distash.v1.Log.Pop:input_type -> distash.v1.PopRequest
-	47, // 75: distash.v1.Log.Report:input_type -> distash.v1.ReportRequest
-	49, // 76: distash.v1.Coordinator.Register:input_type -> distash.v1.RegisterRequest
-	51, // 77: distash.v1.Coordinator.Heartbeat:input_type -> distash.v1.HeartbeatRequest
-	53, // 78: distash.v1.Coordinator.View:input_type -> distash.v1.ViewRequest
-	60, // 79: distash.v1.Coordinator.Claim:input_type -> distash.v1.ClaimRequest
-	62, // 80: distash.v1.Coordinator.RecoveryDone:input_type -> distash.v1.RecoveryDoneRequest
-	64, // 81: distash.v1.Coordinator.Exclude:input_type -> distash.v1.ExcludeRequest
-	66, // 82: distash.v1.Coordinator.Include:input_type -> distash.v1.IncludeRequest
-	68, // 83: distash.v1.Coordinator.Configure:input_type -> distash.v1.ConfigureRequest
-	70, // 84: distash.v1.Coordinator.Retire:input_type -> distash.v1.RetireRequest
-	72, // 85: distash.v1.Coordinator.JoinCoordinators:input_type -> distash.v1.JoinCoordinatorsRequest
-	74, // 86: distash.v1.Coordinator.SetLogReplicas:input_type -> distash.v1.SetLogReplicasRequest
-	76, // 87: distash.v1.Admin.Kill:input_type -> distash.v1.KillRequest
-	79, // 88: distash.v1.Backup.Start:input_type -> distash.v1.BackupStartRequest
-	81, // 89: distash.v1.Backup.Status:input_type -> distash.v1.BackupStatusRequest
-	83, // 90: distash.v1.Backup.Stop:input_type -> distash.v1.BackupStopRequest
-	6,  // 91: distash.v1.DiStash.GetReadVersion:output_type -> distash.v1.GetReadVersionResponse
-	8,  // 92: distash.v1.DiStash.Commit:output_type -> distash.v1.CommitResponse
-	39, // 93: distash.v1.DiStash.CommitStream:output_type -> distash.v1.CommitStreamResponse
-	41, // 94: distash.v1.DiStash.ReadStream:output_type -> distash.v1.ReadStreamResponse
-	10, // 95: distash.v1.DiStash.Read:output_type -> distash.v1.ReadResponse
-	12, // 96: distash.v1.DiStash.ReadRange:output_type -> distash.v1.ReadRangeResponse
-	15, // 97: distash.v1.DiStash.Locations:output_type -> distash.v1.LocationsResponse
-	18, // 98: distash.v1.DiStash.ClusterInfo:output_type -> distash.v1.ClusterInfoResponse
-	29, // 99: distash.v1.DiStash.Status:output_type -> distash.v1.StatusResponse
-	37, // 100: distash.v1.DiStash.Coldest:output_type -> distash.v1.ColdestResponse
-	27, // 101: distash.v1.DiStash.ShardMetrics:output_type -> distash.v1.ShardMetricsResponse
-	44, // 102: distash.v1.Log.Peek:output_type -> distash.v1.PeekResponse
-	46, // 103: distash.v1.Log.Pop:output_type -> distash.v1.PopResponse
-	48, // 104: distash.v1.Log.Report:output_type -> distash.v1.ReportResponse
-	50, // 105: distash.v1.Coordinator.Register:output_type -> distash.v1.RegisterResponse
-	52, // 106: distash.v1.Coordinator.Heartbeat:output_type -> distash.v1.HeartbeatResponse
-	57, // 107: distash.v1.Coordinator.View:output_type -> distash.v1.ViewResponse
-	61, // 108: distash.v1.Coordinator.Claim:output_type -> distash.v1.ClaimResponse
-	63, // 109: distash.v1.Coordinator.RecoveryDone:output_type -> distash.v1.RecoveryDoneResponse
-	65, // 110: distash.v1.Coordinator.Exclude:output_type -> distash.v1.ExcludeResponse
-	67, // 111: distash.v1.Coordinator.Include:output_type -> distash.v1.IncludeResponse
-	69, // 112: distash.v1.Coordinator.Configure:output_type -> distash.v1.ConfigureResponse
-	71, // 113: distash.v1.Coordinator.Retire:output_type -> distash.v1.RetireResponse
-	73, // 114: distash.v1.Coordinator.JoinCoordinators:output_type -> distash.v1.JoinCoordinatorsResponse
-	75, // 115: distash.v1.Coordinator.SetLogReplicas:output_type -> distash.v1.SetLogReplicasResponse
-	77, // 116: distash.v1.Admin.Kill:output_type -> distash.v1.KillResponse
-	80, // 117: distash.v1.Backup.Start:output_type -> distash.v1.BackupStartResponse
-	82, // 118: distash.v1.Backup.Status:output_type -> distash.v1.BackupStatusResponse
-	84, // 119: distash.v1.Backup.Stop:output_type -> distash.v1.BackupStopResponse
-	91, // [91:120] is the sub-list for method output_type
-	62, // [62:91] is the sub-list for method input_type
-	62, // [62:62] is the sub-list for extension type_name
-	62, // [62:62] is the sub-list for extension extendee
-	0,  // [0:62] is the sub-list for field type_name
+	76, // 58: distash.v1.AuthRequest.define:type_name -> distash.v1.AuthRole
+	76, // 59: distash.v1.AuthResponse.roles:type_name -> distash.v1.AuthRole
+	0,  // 60: distash.v1.AuthResponse.error:type_name -> distash.v1.Error
+	0,  // 61: distash.v1.KillResponse.error:type_name -> distash.v1.Error
+	0,  // 62: distash.v1.BackupStartResponse.error:type_name -> distash.v1.Error
+	0,  // 63: distash.v1.BackupStatusResponse.error:type_name -> distash.v1.Error
+	0,  // 64: distash.v1.BackupStopResponse.error:type_name -> distash.v1.Error
+	5,  // 65: distash.v1.DiStash.GetReadVersion:input_type -> distash.v1.GetReadVersionRequest
+	7,  // 66: distash.v1.DiStash.Commit:input_type -> distash.v1.CommitRequest
+	38, // 67: distash.v1.DiStash.CommitStream:input_type -> distash.v1.CommitStreamRequest
+	40, // 68: distash.v1.DiStash.ReadStream:input_type -> distash.v1.ReadStreamRequest
+	9,  // 69: distash.v1.DiStash.Read:input_type -> distash.v1.ReadRequest
+	11, // 70: distash.v1.DiStash.ReadRange:input_type -> distash.v1.ReadRangeRequest
+	13, // 71: distash.v1.DiStash.Locations:input_type -> distash.v1.LocationsRequest
+	17, // 72: distash.v1.DiStash.ClusterInfo:input_type -> distash.v1.ClusterInfoRequest
+	28, // 73: distash.v1.DiStash.Status:input_type -> distash.v1.StatusRequest
+	36, // 74: distash.v1.DiStash.Coldest:input_type -> distash.v1.ColdestRequest
+	24, // 75: distash.v1.DiStash.ShardMetrics:input_type -> distash.v1.ShardMetricsRequest
+	42, // 76: distash.v1.Log.Peek:input_type -> distash.v1.PeekRequest
+	45, // 77: distash.v1.Log.Pop:input_type -> distash.v1.PopRequest
+	47, // 78: distash.v1.Log.Report:input_type -> distash.v1.ReportRequest
+	49, // 79: distash.v1.Coordinator.Register:input_type -> distash.v1.RegisterRequest
+	51, // 80: distash.v1.Coordinator.Heartbeat:input_type -> distash.v1.HeartbeatRequest
+	53, // 81: distash.v1.Coordinator.View:input_type -> distash.v1.ViewRequest
+	60, // 82: distash.v1.Coordinator.Claim:input_type -> distash.v1.ClaimRequest
+	62, // 83: distash.v1.Coordinator.RecoveryDone:input_type -> distash.v1.RecoveryDoneRequest
+	64, // 84: distash.v1.Coordinator.Exclude:input_type -> distash.v1.ExcludeRequest
+	66, // 85: distash.v1.Coordinator.Include:input_type -> distash.v1.IncludeRequest
+	68, // 86: distash.v1.Coordinator.Configure:input_type -> distash.v1.ConfigureRequest
+	70, // 87: distash.v1.Coordinator.Retire:input_type -> distash.v1.RetireRequest
+	72, // 88: distash.v1.Coordinator.JoinCoordinators:input_type -> distash.v1.JoinCoordinatorsRequest
+	74, // 89: distash.v1.Coordinator.SetLogReplicas:input_type -> distash.v1.SetLogReplicasRequest
+	77, // 90: distash.v1.Coordinator.Auth:input_type -> distash.v1.AuthRequest
+	79, // 91: distash.v1.Admin.Kill:input_type -> distash.v1.KillRequest
+	77, // 92: distash.v1.Admin.Auth:input_type -> distash.v1.AuthRequest
+	82, // 93: distash.v1.Backup.Start:input_type -> distash.v1.BackupStartRequest
+	84, // 94: distash.v1.Backup.Status:input_type -> distash.v1.BackupStatusRequest
+	86, // 95: distash.v1.Backup.Stop:input_type -> distash.v1.BackupStopRequest
+	6,  // 96: distash.v1.DiStash.GetReadVersion:output_type -> distash.v1.GetReadVersionResponse
+	8,  // 97: distash.v1.DiStash.Commit:output_type -> distash.v1.CommitResponse
+	39, // 98: distash.v1.DiStash.CommitStream:output_type -> distash.v1.CommitStreamResponse
+	41, // 99: distash.v1.DiStash.ReadStream:output_type -> distash.v1.ReadStreamResponse
+	10, // 100: distash.v1.DiStash.Read:output_type -> distash.v1.ReadResponse
+	12, // 101: distash.v1.DiStash.ReadRange:output_type -> distash.v1.ReadRangeResponse
+	15, // 102: distash.v1.DiStash.Locations:output_type -> distash.v1.LocationsResponse
+	18, // 103: distash.v1.DiStash.ClusterInfo:output_type -> distash.v1.ClusterInfoResponse
+	29, // 104: distash.v1.DiStash.Status:output_type -> distash.v1.StatusResponse
+	37, // 105: distash.v1.DiStash.Coldest:output_type -> distash.v1.ColdestResponse
+	27, // 106: distash.v1.DiStash.ShardMetrics:output_type -> distash.v1.ShardMetricsResponse
+	44, // 107: distash.v1.Log.Peek:output_type -> distash.v1.PeekResponse
+	46, // 108: distash.v1.Log.Pop:output_type -> distash.v1.PopResponse
+	48, // 109: distash.v1.Log.Report:output_type -> distash.v1.ReportResponse
+	50, // 110: distash.v1.Coordinator.Register:output_type -> distash.v1.RegisterResponse
+	52, // 111: distash.v1.Coordinator.Heartbeat:output_type -> distash.v1.HeartbeatResponse
+	57, // 112: distash.v1.Coordinator.View:output_type -> distash.v1.ViewResponse
+	61, // 113: distash.v1.Coordinator.Claim:output_type -> distash.v1.ClaimResponse
+	63, // 114: distash.v1.Coordinator.RecoveryDone:output_type -> distash.v1.RecoveryDoneResponse
+	65, // 115: distash.v1.Coordinator.Exclude:output_type -> distash.v1.ExcludeResponse
+	67, // 116: distash.v1.Coordinator.Include:output_type -> distash.v1.IncludeResponse
+	69, // 117: distash.v1.Coordinator.Configure:output_type -> distash.v1.ConfigureResponse
+	71, // 118: distash.v1.Coordinator.Retire:output_type -> distash.v1.RetireResponse
+	73, // 119: distash.v1.Coordinator.JoinCoordinators:output_type -> distash.v1.JoinCoordinatorsResponse
+	75, // 120: distash.v1.Coordinator.SetLogReplicas:output_type -> distash.v1.SetLogReplicasResponse
+	78, // 121: distash.v1.Coordinator.Auth:output_type -> distash.v1.AuthResponse
+	80, // 122: distash.v1.Admin.Kill:output_type -> distash.v1.KillResponse
+	78, // 123: distash.v1.Admin.Auth:output_type -> distash.v1.AuthResponse
+	83, // 124: distash.v1.Backup.Start:output_type -> distash.v1.BackupStartResponse
+	85, // 125: distash.v1.Backup.Status:output_type -> distash.v1.BackupStatusResponse
+	87, // 126: distash.v1.Backup.Stop:output_type -> distash.v1.BackupStopResponse
+	96, // [96:127] is the sub-list for method output_type
+	65, // [65:96] is the sub-list for method input_type
+	65, // [65:65] is the sub-list for extension type_name
+	65, // [65:65] is the sub-list for extension extendee
+	0,  // [0:65] is the sub-list for field type_name
 }
 
 func init() { file_distash_proto_init() }
@@ -7197,7 +7470,7 @@ func file_distash_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_distash_proto_rawDesc), len(file_distash_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   85,
+			NumMessages:   88,
 			NumExtensions: 0,
 			NumServices:   5,
 		},

@@ -687,6 +687,7 @@ const (
 	Coordinator_Retire_FullMethodName           = "/distash.v1.Coordinator/Retire"
 	Coordinator_JoinCoordinators_FullMethodName = "/distash.v1.Coordinator/JoinCoordinators"
 	Coordinator_SetLogReplicas_FullMethodName   = "/distash.v1.Coordinator/SetLogReplicas"
+	Coordinator_Auth_FullMethodName             = "/distash.v1.Coordinator/Auth"
 )
 
 // CoordinatorClient is the client API for Coordinator service.
@@ -704,6 +705,9 @@ type CoordinatorClient interface {
 	Retire(ctx context.Context, in *RetireRequest, opts ...grpc.CallOption) (*RetireResponse, error)
 	JoinCoordinators(ctx context.Context, in *JoinCoordinatorsRequest, opts ...grpc.CallOption) (*JoinCoordinatorsResponse, error)
 	SetLogReplicas(ctx context.Context, in *SetLogReplicasRequest, opts ...grpc.CallOption) (*SetLogReplicasResponse, error)
+	// Auth changes or lists the cluster's roles (docs/security.md); the
+	// controller applies changes to the replicated state.
+	Auth(ctx context.Context, in *AuthRequest, opts ...grpc.CallOption) (*AuthResponse, error)
 }
 
 type coordinatorClient struct {
@@ -824,6 +828,16 @@ func (c *coordinatorClient) SetLogReplicas(ctx context.Context, in *SetLogReplic
 	return out, nil
 }
 
+func (c *coordinatorClient) Auth(ctx context.Context, in *AuthRequest, opts ...grpc.CallOption) (*AuthResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AuthResponse)
+	err := c.cc.Invoke(ctx, Coordinator_Auth_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // CoordinatorServer is the server API for Coordinator service.
 // All implementations must embed UnimplementedCoordinatorServer
 // for forward compatibility.
@@ -839,6 +853,9 @@ type CoordinatorServer interface {
 	Retire(context.Context, *RetireRequest) (*RetireResponse, error)
 	JoinCoordinators(context.Context, *JoinCoordinatorsRequest) (*JoinCoordinatorsResponse, error)
 	SetLogReplicas(context.Context, *SetLogReplicasRequest) (*SetLogReplicasResponse, error)
+	// Auth changes or lists the cluster's roles (docs/security.md); the
+	// controller applies changes to the replicated state.
+	Auth(context.Context, *AuthRequest) (*AuthResponse, error)
 	mustEmbedUnimplementedCoordinatorServer()
 }
 
@@ -881,6 +898,9 @@ func (UnimplementedCoordinatorServer) JoinCoordinators(context.Context, *JoinCoo
 }
 func (UnimplementedCoordinatorServer) SetLogReplicas(context.Context, *SetLogReplicasRequest) (*SetLogReplicasResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method SetLogReplicas not implemented")
+}
+func (UnimplementedCoordinatorServer) Auth(context.Context, *AuthRequest) (*AuthResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Auth not implemented")
 }
 func (UnimplementedCoordinatorServer) mustEmbedUnimplementedCoordinatorServer() {}
 func (UnimplementedCoordinatorServer) testEmbeddedByValue()                     {}
@@ -1101,6 +1121,24 @@ func _Coordinator_SetLogReplicas_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Coordinator_Auth_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AuthRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServer).Auth(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Coordinator_Auth_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServer).Auth(ctx, req.(*AuthRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Coordinator_ServiceDesc is the grpc.ServiceDesc for Coordinator service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1152,6 +1190,10 @@ var Coordinator_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "SetLogReplicas",
 			Handler:    _Coordinator_SetLogReplicas_Handler,
 		},
+		{
+			MethodName: "Auth",
+			Handler:    _Coordinator_Auth_Handler,
+		},
 	},
 	Streams:  []grpc.StreamDesc{},
 	Metadata: "distash.proto",
@@ -1159,6 +1201,7 @@ var Coordinator_ServiceDesc = grpc.ServiceDesc{
 
 const (
 	Admin_Kill_FullMethodName = "/distash.v1.Admin/Kill"
+	Admin_Auth_FullMethodName = "/distash.v1.Admin/Auth"
 )
 
 // AdminClient is the client API for Admin service.
@@ -1166,6 +1209,10 @@ const (
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 type AdminClient interface {
 	Kill(ctx context.Context, in *KillRequest, opts ...grpc.CallOption) (*KillResponse, error)
+	// Auth: the roles of the cluster (Coordinator.Auth's request and
+	// answer); a node passes it to the coordinators, an embedded server
+	// applies it to its own file.
+	Auth(ctx context.Context, in *AuthRequest, opts ...grpc.CallOption) (*AuthResponse, error)
 }
 
 type adminClient struct {
@@ -1186,11 +1233,25 @@ func (c *adminClient) Kill(ctx context.Context, in *KillRequest, opts ...grpc.Ca
 	return out, nil
 }
 
+func (c *adminClient) Auth(ctx context.Context, in *AuthRequest, opts ...grpc.CallOption) (*AuthResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AuthResponse)
+	err := c.cc.Invoke(ctx, Admin_Auth_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
 type AdminServer interface {
 	Kill(context.Context, *KillRequest) (*KillResponse, error)
+	// Auth: the roles of the cluster (Coordinator.Auth's request and
+	// answer); a node passes it to the coordinators, an embedded server
+	// applies it to its own file.
+	Auth(context.Context, *AuthRequest) (*AuthResponse, error)
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -1203,6 +1264,9 @@ type UnimplementedAdminServer struct{}
 
 func (UnimplementedAdminServer) Kill(context.Context, *KillRequest) (*KillResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Kill not implemented")
+}
+func (UnimplementedAdminServer) Auth(context.Context, *AuthRequest) (*AuthResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Auth not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -1243,6 +1307,24 @@ func _Admin_Kill_Handler(srv interface{}, ctx context.Context, dec func(interfac
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_Auth_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AuthRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).Auth(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_Auth_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).Auth(ctx, req.(*AuthRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1253,6 +1335,10 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Kill",
 			Handler:    _Admin_Kill_Handler,
+		},
+		{
+			MethodName: "Auth",
+			Handler:    _Admin_Auth_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -165,3 +165,10 @@ func writePEM(t testing.TB, file, typ string, der []byte) {
 		t.Fatal(err)
 	}
 }
+
+// Client signs a client certificate (clientAuth) whose subject's common
+// name is name, with the PKI's CA, and returns its files.
+func (p *PKI) Client(t testing.TB, name string) (certFile, keyFile string) {
+	t.Helper()
+	return p.ca.Issue(t, name, false)
+}
