@@ -247,8 +247,12 @@ func (w *writer) flushLocked() error {
 	runtime.Gosched()
 	w.mu.Lock()
 	for len(w.buf) > 0 && w.err == nil {
+		// The spare buffer becomes the queue: it must never be both (a
+		// huge batch below is not kept as the spare, and the spare handed
+		// out here would otherwise come back as the queue while senders
+		// append to it during the next write, overwriting frames in flight).
 		b := w.buf
-		w.buf = w.spare[:0]
+		w.buf, w.spare = w.spare[:0], nil
 		w.mu.Unlock()
 		if w.timeout > 0 {
 			w.c.SetWriteDeadline(time.Now().Add(w.timeout))
