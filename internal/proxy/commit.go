@@ -605,8 +605,11 @@ func (p *CommitProxy) commitBatch(batch []*commitReq) *inflight {
 		inf.results[i] = commitResult{version: version}
 		entry.Mutations = append(entry.Mutations, tagged...)
 		if batch[i].system {
-			entry.Mutations = append(entry.Mutations, p.applyShardChanges(batch[i].txn.Mutations)...)
-			p.shardsAt = version
+			assigns, changed := p.applyShardChanges(batch[i].txn.Mutations)
+			entry.Mutations = append(entry.Mutations, assigns...)
+			if changed {
+				p.shardsAt = version
+			}
 			p.watchBackup(batch[i].txn.Mutations) // backup hook (issue 23)
 		} else if capture != nil {
 			captured = append(captured, batch[i].txn.Mutations...)
@@ -633,9 +636,9 @@ func (p *CommitProxy) commitBatch(batch []*commitReq) *inflight {
 // the stashes concerned: each new shard entry goes to every stash that
 // held any part of its range before (they may have to drop it) and to its
 // new team and destinations (they may have to fetch it). Mutations later
-// in the batch are tagged with the new map. Called with mu held.
-func (p *CommitProxy) applyShardChanges(muts []kv.Mutation) []logentry.TaggedMutation {
-	var out []logentry.TaggedMutation
+// in the batch are tagged with the new map; changed reports whether the map
+// changed. Called with mu held.
+func (p *CommitProxy) applyShardChanges(muts []kv.Mutation) (out []logentry.TaggedMutation, changed bool) {
 	for _, m := range muts {
 		var announce *shardmap.Shard
 		var before []kv.Tag
@@ -652,10 +655,12 @@ func (p *CommitProxy) applyShardChanges(muts []kv.Mutation) []logentry.TaggedMut
 				}
 			}
 		}
-		if _, err := p.shards.Apply(m); err != nil {
+		applied, err := p.shards.Apply(m)
+		if err != nil {
 			p.opts.Logger.Error("bad shard map mutation", "err", err)
 			continue
 		}
+		changed = changed || applied
 		if announce == nil {
 			continue
 		}
@@ -667,7 +672,7 @@ func (p *CommitProxy) applyShardChanges(muts []kv.Mutation) []logentry.TaggedMut
 		}
 		out = append(out, logentry.TaggedMutation{Mutation: shardmap.AssignMutation(*announce), Tags: tags})
 	}
-	return out
+	return out, changed
 }
 
 // BackingUp reports whether a backup is configured: the proxy copies the
