@@ -1,7 +1,11 @@
 package main
 
 import (
+	"io"
+	"os"
+
 	"github.com/spf13/cobra"
+	"golang.org/x/term"
 )
 
 func benchCmd() *cobra.Command {
@@ -11,4 +15,12 @@ func benchCmd() *cobra.Command {
 	}
 	cmd.AddCommand(benchIngestCmd(), benchAnomaliesCmd(), benchFarmemCmd(), benchFailureCmd(), benchYCSBCmd(), benchGraphCmd(), benchCPUCmd())
 	return cmd
+}
+
+// isTerminal reports whether w is a terminal: progress bars redraw their
+// line there, but in a file or a pipe each redraw would be kept, so the
+// benches show them only on a terminal.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
 }

@@ -52,7 +52,7 @@ See docs/benchmarks.md.`,
 				return err
 			}
 			o.LocalLog = lo.LocalLog
-			o.Progress = true
+			o.Progress = isTerminal(cmd.OutOrStdout())
 			_, err := failure.Run(ctx, o, cmd.OutOrStdout())
 			return err
 		},

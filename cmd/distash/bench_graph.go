@@ -43,7 +43,7 @@ Figure 11: graph-fig11-utilisation.png and .csv). See docs/benchmarks.md.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 			defer stop()
-			o.Progress = true
+			o.Progress = isTerminal(cmd.OutOrStdout())
 			if o.WriteFraction == 0 {
 				o.WriteFraction = -1 // read only (0 is "the default" in graph.Options)
 			}
@@ -85,6 +85,7 @@ Figure 11: graph-fig11-utilisation.png and .csv). See docs/benchmarks.md.`,
 	f.IntVar(&o.Clients, "clients", 64, "concurrent clients")
 	f.DurationVar(&o.Warmup, "warmup", 5e9, "warm-up before each layout's measurement")
 	f.DurationVar(&o.Duration, "duration", 20e9, "measured run per layout")
+	f.IntVar(&o.Rounds, "rounds", 1, "measure the layouts in this many alternating rounds of --duration/rounds each, both clusters started at once, so that other work on the machine falls on both alike (1: one layout after the other)")
 	f.Float64Var(&o.WriteFraction, "write-fraction", 0.01, "fraction of operations that update a profile (0: read only)")
 	f.Float64Var(&o.Zipf, "zipf", 1.1, "zipf exponent of vertex popularity (> 1)")
 	f.IntVar(&o.SSDStashes, "ssd-stashes", 4, "stashes of the SSD (Pebble) pool")

@@ -34,7 +34,7 @@ ycsb.png. See docs/benchmarks.md.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 			defer stop()
-			o.Progress = true
+			o.Progress = isTerminal(cmd.OutOrStdout())
 			toml, err := embeddedConfig(configPath, o.Cluster)
 			if err != nil {
 				return err

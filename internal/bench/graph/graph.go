@@ -76,6 +76,11 @@ type Options struct {
 	Warmup time.Duration
 	// Duration is each layout's measured run (default 20 s).
 	Duration time.Duration
+	// Rounds > 1 starts every layout at once and measures them in
+	// Rounds alternating rounds of Duration/Rounds each (ABBA...), so
+	// that other work on the machine falls on both layouts alike;
+	// 0 or 1: one layout after the other.
+	Rounds int
 	// WriteFraction is the fraction of operations that update a profile
 	// (default 0.01; negative: none).
 	WriteFraction float64
@@ -165,6 +170,8 @@ func (o Options) withDefaults() (Options, error) {
 		return o, fmt.Errorf("graph: --clients %d: want at least 1", o.Clients)
 	case o.Duration <= 0:
 		return o, errors.New("graph: --duration must be > 0")
+	case o.Rounds < 0 || (o.Rounds > 1 && o.Duration/time.Duration(o.Rounds) < time.Second):
+		return o, fmt.Errorf("graph: --rounds %d: want 0..%d (each round at least 1 s of --duration %v)", o.Rounds, int(o.Duration/time.Second), o.Duration)
 	case o.WriteFraction > 1:
 		return o, fmt.Errorf("graph: --write-fraction %g: want 0..1", o.WriteFraction)
 	case o.Zipf <= 1:
@@ -356,13 +363,9 @@ func Run(ctx context.Context, o Options, out io.Writer) ([]Result, error) {
 	g := newGraph(o)
 	fmt.Fprintf(out, "social graph: %d vertices, %d edges (mean degree %.1f, max %d), %d-byte profiles; %d clients, warm-up %v, %v per layout, %.1f%% updates\n",
 		o.Vertices, g.edges, float64(g.edges)/float64(o.Vertices), g.maxDegree, o.ProfileBytes, o.Clients, o.Warmup, o.Duration, 100*o.WriteFraction)
-	var results []Result
-	for _, layout := range o.Layouts {
-		r, err := runLayout(ctx, o, g, layout, out)
-		if err != nil {
-			return results, fmt.Errorf("%s: %w", layout, err)
-		}
-		results = append(results, r)
+	results, err := runLayouts(ctx, o, g, out)
+	if err != nil {
+		return results, err
 	}
 	fmt.Fprintln(out)
 	PrintTable(out, results)
@@ -384,6 +387,69 @@ func Run(ctx context.Context, o Options, out io.Writer) ([]Result, error) {
 		return results, err
 	}
 	fmt.Fprintf(out, "wrote %s, %s, %s, %s and %s\n", png, csv, filepath.Join(o.OutDir, Fig11PNG), filepath.Join(o.OutDir, Fig11CSV), filepath.Join(o.OutDir, TimelineCSV))
+	return results, nil
+}
+
+// runLayouts runs every layout: one after another, or with Rounds > 1
+// all started at once and measured in alternating rounds (ABBA...), so
+// that whatever else the machine runs meanwhile falls on every layout
+// alike.
+func runLayouts(ctx context.Context, o Options, g *graphData, out io.Writer) ([]Result, error) {
+	var results []Result
+	if o.Rounds <= 1 || len(o.Layouts) < 2 {
+		for _, layout := range o.Layouts {
+			lr, err := startLayout(ctx, o, g, layout, out)
+			if err != nil {
+				return results, fmt.Errorf("%s: %w", layout, err)
+			}
+			err = lr.measure(ctx, o.Duration, layout+" measure", out, o.Seed+2)
+			var r Result
+			if err == nil {
+				r, err = lr.finish(ctx, out)
+			}
+			lr.close()
+			if err != nil {
+				return results, fmt.Errorf("%s: %w", layout, err)
+			}
+			results = append(results, r)
+		}
+		return results, nil
+	}
+	var runs []*layoutRun
+	defer func() {
+		for _, lr := range runs {
+			lr.close()
+		}
+	}()
+	for _, layout := range o.Layouts {
+		lr, err := startLayout(ctx, o, g, layout, out)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", layout, err)
+		}
+		runs = append(runs, lr)
+	}
+	d := o.Duration / time.Duration(o.Rounds)
+	fmt.Fprintf(out, "measuring %d rounds of %v per layout, alternating\n", o.Rounds, d)
+	order := slices.Clone(runs)
+	for round := range o.Rounds {
+		for _, lr := range order {
+			phase := fmt.Sprintf("%s round %d/%d", lr.res.Layout, round+1, o.Rounds)
+			if err := lr.measure(ctx, d, phase, out, o.Seed+2+uint64(round)); err != nil {
+				return nil, fmt.Errorf("%s: %w", lr.res.Layout, err)
+			}
+			m := lr.m.last
+			fmt.Fprintf(out, "  %s: %.0f queries/s, p95 %s, p99 %s\n", phase, float64(m.all.TotalCount())/m.seconds,
+				benchycsb.FormatLatency(percentiles(m.all).P95), benchycsb.FormatLatency(percentiles(m.all).P99))
+		}
+		slices.Reverse(order)
+	}
+	for _, lr := range runs {
+		r, err := lr.finish(ctx, out)
+		if err != nil {
+			return results, fmt.Errorf("%s: %w", lr.res.Layout, err)
+		}
+		results = append(results, r)
+	}
 	return results, nil
 }
 
@@ -576,35 +642,50 @@ type layoutRun struct {
 	store   *cacheaug.Store
 	backend cacheaug.Backend
 	version atomic.Uint64 // profile versions written by updates
+
+	cluster *embedded.Cluster
+	status  timeline.StatusFunc
+	sampler *timeline.Sampler
+	res     Result
+	warm    *measurement // the warm-up (nil: none)
+	m       *measurement // every measured round, merged
+	warmEnd float64      // when the warm-up ended, in the sampler's seconds
+	windows [][2]float64 // the measured rounds, in the sampler's seconds
 }
 
-func runLayout(ctx context.Context, o Options, g *graphData, layout string, out io.Writer) (Result, error) {
-	res := Result{Layout: layout}
+// startLayout starts a layout's cluster, loads the graph (and, on
+// emulated devices, waits for it to be durable), starts sampling the
+// cluster's status and runs the warm-up.
+func startLayout(ctx context.Context, o Options, g *graphData, layout string, out io.Writer) (_ *layoutRun, err error) {
 	dir := ""
 	if o.Dir != "" {
 		dir = filepath.Join(o.Dir, layout)
 	}
 	cfg, notes, err := o.config(layout)
 	if err != nil {
-		return res, err
+		return nil, err
 	}
 	c, err := embedded.Start(ctx, cfg, embedded.Options{Dir: dir, TempPattern: "distash-bench-graph-"})
 	if err != nil {
-		return res, err
+		return nil, err
 	}
-	defer c.Close()
-	status := func(ctx context.Context) (*wire.StatusResponse, error) {
+	lr := &layoutRun{o: o, g: g, db: c.DB, cluster: c, res: Result{Layout: layout}}
+	defer func() {
+		if err != nil {
+			lr.close()
+		}
+	}()
+	lr.status = func(ctx context.Context) (*wire.StatusResponse, error) {
 		return clusterstatus.Gather(ctx, c.Server.ClusterString(), nil)
 	}
 	cachePool := "ssd"
 	if layout == TwoStash {
 		cachePool = "dram"
 	}
-	store, err := cacheaug.New(c.DB, cacheaug.Options{CachePools: []string{cachePool}, DataPool: "ssd", Families: families()})
-	if err != nil {
-		return res, err
+	if lr.store, err = cacheaug.New(c.DB, cacheaug.Options{CachePools: []string{cachePool}, DataPool: "ssd", Families: families()}); err != nil {
+		return nil, err
 	}
-	lr := &layoutRun{o: o, g: g, db: c.DB, store: store, backend: store.Backend()}
+	lr.backend = lr.store.Backend()
 	desc := fmt.Sprintf("%d SSD stashes (Pebble) for the graph and the query results", o.SSDStashes)
 	if layout == TwoStash {
 		desc = fmt.Sprintf("%d SSD stashes (Pebble) for the graph, %d DRAM stash(es) for the query results", o.SSDStashes, o.DRAMStashes)
@@ -616,48 +697,86 @@ func runLayout(ctx context.Context, o Options, g *graphData, layout string, out 
 
 	start := time.Now()
 	if err := lr.load(ctx, out); err != nil {
-		return res, err
+		return nil, err
 	}
-	res.LoadSeconds = time.Since(start).Seconds()
-	fmt.Fprintf(out, "  loaded in %.1f s\n", res.LoadSeconds)
+	lr.res.LoadSeconds = time.Since(start).Seconds()
+	fmt.Fprintf(out, "  loaded in %.1f s\n", lr.res.LoadSeconds)
 	if len(notes) > 0 {
 		// On emulated devices, measure the graph at rest, as the paper's
 		// was: not still in the stashes' MVCC windows, where a read costs
 		// no device I/O.
 		t0 := time.Now()
-		if err := waitDurable(ctx, status); err != nil {
-			return res, err
+		if err := waitDurable(ctx, lr.status); err != nil {
+			return nil, err
 		}
 		fmt.Fprintf(out, "  stashes made the graph durable after %.1f s more\n", time.Since(t0).Seconds())
 	}
 
 	// Sampled from the warm-up's start, so that the timeline shows how
-	// the run reached its steady state; the measured run's samples are
-	// res.Samples.
-	sampler := timeline.Start(ctx, status, time.Second)
-	var warm *measurement
+	// the run reached its steady state.
+	lr.sampler = timeline.Start(ctx, lr.status, time.Second)
 	if o.Warmup > 0 {
-		if warm, err = lr.drive(ctx, o.Warmup, "warm-up", out, o.Seed+1); err != nil {
-			sampler.Stop()
-			return res, err
+		if lr.warm, err = lr.drive(ctx, o.Warmup, layout+" warm-up", out, o.Seed+1); err != nil {
+			return nil, err
 		}
 	}
-	measureAt := time.Since(sampler.Started()).Seconds()
-	m, err := lr.drive(ctx, o.Duration, "measure", out, o.Seed+2)
-	all := sampler.Stop()
+	lr.warmEnd = time.Since(lr.sampler.Started()).Seconds()
+	return lr, nil
+}
+
+// measure runs one measured round of d and adds it to the layout's
+// measurement; seed picks the round's query sequence (the same for both
+// layouts, so that their rounds are paired).
+func (lr *layoutRun) measure(ctx context.Context, d time.Duration, phase string, out io.Writer, seed uint64) error {
+	from := time.Since(lr.sampler.Started()).Seconds()
+	m, err := lr.drive(ctx, d, phase, out, seed)
 	if err != nil {
-		return res, err
+		return err
 	}
-	if n, err := sampler.Errors(); n > 0 {
-		fmt.Fprintf(out, "  %d status samples failed, last: %v\n", n, err)
+	lr.windows = append(lr.windows, [2]float64{from, time.Since(lr.sampler.Started()).Seconds()})
+	if lr.m == nil {
+		lr.m = m
+	} else {
+		lr.m.merge(m)
 	}
+	return nil
+}
+
+// measuredSamples are the status samples taken during the layout's own
+// measured rounds, on the measured run's clock (seconds of measurement
+// since its first round began; warm-up samples negative, other layouts'
+// rounds left out).
+func (lr *layoutRun) measuredSamples(all []timeline.Sample) (warm, measured []timeline.Sample) {
 	for _, smp := range all {
-		if smp.T >= measureAt {
-			smp.T -= measureAt
-			res.Samples = append(res.Samples, smp)
+		if smp.T < lr.warmEnd {
+			smp.T -= lr.warmEnd
+			warm = append(warm, smp)
+			continue
+		}
+		offset := 0.0
+		for _, w := range lr.windows {
+			if smp.T >= w[0] && smp.T <= w[1]+0.05 {
+				smp.T = offset + smp.T - w[0]
+				measured = append(measured, smp)
+				break
+			}
+			offset += w[1] - w[0]
 		}
 	}
-	res.Timeline = timelineOf(warm, m, all, measureAt)
+	return warm, measured
+}
+
+// finish stops sampling and makes the layout's result from its rounds,
+// checking the cached results unless NoVerify.
+func (lr *layoutRun) finish(ctx context.Context, out io.Writer) (Result, error) {
+	res, m := lr.res, lr.m
+	all := lr.sampler.Stop()
+	if n, err := lr.sampler.Errors(); n > 0 {
+		fmt.Fprintf(out, "  %s: %d status samples failed, last: %v\n", res.Layout, n, err)
+	}
+	warmSamples, measured := lr.measuredSamples(all)
+	res.Samples = measured
+	res.Timeline = timelineOf(lr.warm, m, append(warmSamples, measured...), lr.warmEnd)
 	res.DeviceBusyPct = timeline.MeanBusy(res.Samples, ssdStash)
 	res.Seconds = m.seconds
 	res.Errors, res.FirstErr = m.errors.Load(), m.firstErr()
@@ -675,21 +794,21 @@ func runLayout(ctx context.Context, o Options, g *graphData, layout string, out 
 	if n := res.CacheHits.Count + res.CacheMisses.Count; n > 0 {
 		res.HitRate = float64(res.CacheHits.Count) / float64(n)
 	}
-	if o.NoVerify {
-		fmt.Fprintf(out, "  %.0f queries/s, p50 %s p95 %s p99 %s, hit rate %.1f%%, SSD devices %s busy, %d errors; cached results not verified\n",
-			res.QueriesPerS, benchycsb.FormatLatency(res.All.P50), benchycsb.FormatLatency(res.All.P95), benchycsb.FormatLatency(res.All.P99), 100*res.HitRate, pct(res.DeviceBusyPct), res.Errors)
+	if lr.o.NoVerify {
+		fmt.Fprintf(out, "  %s: %.0f queries/s, p50 %s p95 %s p99 %s, hit rate %.1f%%, SSD devices %s busy, %d errors; cached results not verified\n",
+			res.Layout, res.QueriesPerS, benchycsb.FormatLatency(res.All.P50), benchycsb.FormatLatency(res.All.P95), benchycsb.FormatLatency(res.All.P99), 100*res.HitRate, pct(res.DeviceBusyPct), res.Errors)
 		return res, nil
 	}
-	fmt.Fprintln(out, "  checking every cached result against its recomputation...")
+	fmt.Fprintf(out, "  %s: checking every cached result against its recomputation...\n", res.Layout)
 	vctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
-	rep, err := store.Verify(vctx)
+	rep, err := lr.store.Verify(vctx)
 	cancel()
 	if err != nil {
 		return res, fmt.Errorf("verify (one read transaction over every cached result; fewer --vertices make it shorter): %w", err)
 	}
 	res.Verified, res.Mismatches = rep.Entries, len(rep.Mismatches)
-	fmt.Fprintf(out, "  %.0f queries/s, p50 %s p95 %s p99 %s, hit rate %.1f%%, %d errors; cache consistent: %d entries checked, %d mismatches\n",
-		res.QueriesPerS, benchycsb.FormatLatency(res.All.P50), benchycsb.FormatLatency(res.All.P95), benchycsb.FormatLatency(res.All.P99), 100*res.HitRate, res.Errors, res.Verified, res.Mismatches)
+	fmt.Fprintf(out, "  %s: %.0f queries/s, p50 %s p95 %s p99 %s, hit rate %.1f%%, %d errors; cache consistent: %d entries checked, %d mismatches\n",
+		res.Layout, res.QueriesPerS, benchycsb.FormatLatency(res.All.P50), benchycsb.FormatLatency(res.All.P95), benchycsb.FormatLatency(res.All.P99), 100*res.HitRate, res.Errors, res.Verified, res.Mismatches)
 	for i, mm := range rep.Mismatches {
 		if i == 5 {
 			break
@@ -699,11 +818,19 @@ func runLayout(ctx context.Context, o Options, g *graphData, layout string, out 
 	return res, nil
 }
 
+// close stops the layout's sampler (if still running) and cluster.
+func (lr *layoutRun) close() {
+	if lr.sampler != nil {
+		lr.sampler.Stop()
+	}
+	lr.cluster.Close()
+}
+
 // timelineOf is the run second by second: the warm-up's seconds (from
-// warm, may be nil) then the measured run's (m), each with the state of
-// the cluster at the latest sample taken by its end (samples' T counts
-// from the warm-up's start; the measured run started at measureAt).
-func timelineOf(warm, m *measurement, samples []timeline.Sample, measureAt float64) []Second {
+// warm, may be nil; it lasted warmLen seconds) then the measured run's
+// (m), each with the state of the cluster at the latest sample taken by
+// its end (samples' T on the measured run's clock: warm-up negative).
+func timelineOf(warm, m *measurement, samples []timeline.Sample, warmLen float64) []Second {
 	var secs []Second
 	add := func(ms *measurement, offset float64) {
 		if ms == nil {
@@ -719,7 +846,7 @@ func timelineOf(warm, m *measurement, samples []timeline.Sample, measureAt float
 				sec.P50 = time.Duration(h.ValueAtQuantile(50)) * time.Microsecond
 				sec.P99 = time.Duration(h.ValueAtQuantile(99)) * time.Microsecond
 			}
-			end := sec.T + 1 + measureAt
+			end := sec.T + 1
 			var last *timeline.Sample
 			for j := range samples {
 				if samples[j].T <= end+0.05 {
@@ -742,7 +869,7 @@ func timelineOf(warm, m *measurement, samples []timeline.Sample, measureAt float
 			secs = append(secs, sec)
 		}
 	}
-	add(warm, -measureAt)
+	add(warm, -warmLen)
 	add(m, 0)
 	return secs
 }
@@ -827,6 +954,7 @@ type measurement struct {
 	errors                      atomic.Int64
 	first                       atomic.Pointer[string]
 	seconds                     float64
+	last                        *measurement // the latest round merged in (itself if none)
 }
 
 func newHist() *hdrhistogram.Histogram { return hdrhistogram.New(1, 60_000_000, 3) }
@@ -836,7 +964,29 @@ func newMeasurement() *measurement {
 	for _, k := range kinds {
 		m.kinds[k] = newHist()
 	}
+	m.last = m
 	return m
+}
+
+// merge adds a later round's measurement to m (its seconds after m's).
+func (m *measurement) merge(r *measurement) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.all.Merge(r.all)
+	m.hits.Merge(r.hits)
+	m.misses.Merge(r.misses)
+	m.uncached.Merge(r.uncached)
+	for k, h := range r.kinds {
+		m.kinds[k].Merge(h)
+	}
+	m.perSec = append(m.perSec, r.perSec...)
+	m.cpu = append(m.cpu, r.cpu...)
+	m.seconds += r.seconds
+	m.errors.Add(r.errors.Load())
+	if m.first.Load() == nil {
+		m.first.Store(r.first.Load())
+	}
+	m.last = r
 }
 
 func (m *measurement) firstErr() string {

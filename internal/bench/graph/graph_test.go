@@ -58,7 +58,8 @@ func TestProfileRoundTrip(t *testing.T) {
 }
 
 func TestOptionsRefuseBadInput(t *testing.T) {
-	for _, o := range []Options{{Vertices: 3}, {AvgDegree: -1}, {Zipf: 0.5}, {Layouts: []string{"3stash"}}, {WriteFraction: 2}, {ProfileBytes: 8}} {
+	for _, o := range []Options{{Vertices: 3}, {AvgDegree: -1}, {Zipf: 0.5}, {Layouts: []string{"3stash"}}, {WriteFraction: 2}, {ProfileBytes: 8},
+		{Rounds: -1}, {Duration: 2 * time.Second, Rounds: 4}} {
 		if _, err := o.withDefaults(); err == nil {
 			t.Errorf("%+v accepted", o)
 		}
@@ -106,15 +107,15 @@ func TestRunBothLayouts(t *testing.T) {
 	}
 }
 
-// TestRunOnEmulatedSSD runs both layouts for a moment with the SSD pool's
-// stashes on emulated SSDs and a small block cache (the cached results are
+// TestRunOnEmulatedSSD runs both layouts for a moment, in two alternating
+// rounds, with the SSD pool's stashes on emulated SSDs and a small block cache (the cached results are
 // checked by TestRunBothLayouts: with the check, the run would wait 30 s
 // for the graph to leave the longer MVCC window): Figure 11's CSV has every SSD stash's utilisation, a number in
 // [0, 100], in both layouts; its PNG decodes.
 func TestRunOnEmulatedSSD(t *testing.T) {
 	out := t.TempDir()
 	var buf bytes.Buffer
-	res, err := Run(context.Background(), Options{Vertices: 300, Clients: 8, Warmup: -1, Duration: 2 * time.Second,
+	res, err := Run(context.Background(), Options{Vertices: 300, Clients: 8, Warmup: -1, Duration: 2 * time.Second, Rounds: 2,
 		SSDStashes: 2, OutDir: out, DeviceProfile: "ssd", DeviceScale: 1, PebbleCache: 64 << 10, NoVerify: true}, &buf)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, buf.String())
@@ -149,6 +150,16 @@ func TestRunOnEmulatedSSD(t *testing.T) {
 	defer f.Close()
 	if _, err := png.Decode(f); err != nil {
 		t.Fatal(err)
+	}
+	for _, want := range []string{"1stash round 1/2", "2stash round 1/2", "1stash round 2/2", "2stash round 2/2"} {
+		if !strings.Contains(buf.String(), want) {
+			t.Errorf("no %q in the output:\n%s", want, buf.String())
+		}
+	}
+	for _, r := range res {
+		if r.Seconds < 1.5 || r.Seconds > 3 {
+			t.Errorf("%s: measured %.1f s in two rounds of 1 s", r.Layout, r.Seconds)
+		}
 	}
 	if !strings.Contains(buf.String(), "emulated ssd device per stash") {
 		t.Errorf("the output does not say what the pools emulate:\n%s", buf.String())
