@@ -15,7 +15,7 @@ func benchFarmemCmd() *cobra.Command {
 	var o farmem.Options
 	var latencies []time.Duration
 	var noPrefetchSweep, noIOSweep, cluster bool
-	var records, threads int
+	var records, threads, keysPerRead int
 	var cpuProfile string
 	cmd := &cobra.Command{
 		Use:   "farmem",
@@ -45,7 +45,7 @@ docs/benchmarks.md.`,
 				defer stop()
 			}
 			if cluster {
-				_, err := farmem.RunCluster(ctx, farmem.ClusterOptions{Latencies: latencies, Records: records,
+				_, err := farmem.RunCluster(ctx, farmem.ClusterOptions{Latencies: latencies, Records: records, KeysPerRead: keysPerRead,
 					Threads: threads, Duration: o.Duration, OutDir: o.OutDir}, os.Stdout)
 				return err
 			}
@@ -75,5 +75,6 @@ docs/benchmarks.md.`,
 	cmd.Flags().IntVar(&records, "records", 0, "with --cluster: keys per pool (default 20000)")
 	cmd.Flags().StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	cmd.Flags().IntVar(&threads, "threads", 0, "with --cluster: client goroutines (default 64)")
+	cmd.Flags().IntVar(&keysPerRead, "keys-per-read", 1, "with --cluster: keys per read transaction, read with one GetMulti (1: one Get); more keys make the stash's lookups, not the client and gRPC, the bottleneck, as the paper's engine was")
 	return cmd
 }

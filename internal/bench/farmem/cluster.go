@@ -42,10 +42,16 @@ type ClusterOptions struct {
 	Records   int             // keys per pool (default 20,000)
 	ValueSize int             // bytes per value (default 1,000, YCSB's 10×100)
 	Threads   int             // client goroutines (default 64)
-	Duration  time.Duration   // measured time per point, split in Rounds (default 3s)
-	Rounds    int             // default 5
-	OutDir    string          // farmem-cluster.png and .csv (default bench-out)
-	Dir       string          // the cluster's files (default temporary)
+	// KeysPerRead > 1 makes each read one GetMulti of that many distinct
+	// keys (default 1: one Get), so that the engine's share of a read's
+	// CPU grows against the client's, gRPC's and the log's fixed cost per
+	// transaction: the stash's lookups become the bottleneck, as the
+	// paper's single-core engine was.
+	KeysPerRead int
+	Duration    time.Duration // measured time per point, split in Rounds (default 3s)
+	Rounds      int           // default 5
+	OutDir      string        // farmem-cluster.png and .csv (default bench-out)
+	Dir         string        // the cluster's files (default temporary)
 }
 
 // ClusterPoint is one (latency, prefetch) point.
@@ -54,8 +60,9 @@ type ClusterPoint struct {
 	Prefetch bool
 	OpsPerS  float64 // the fastest round
 	Norm     float64 // median over rounds of ops/s over the baseline's in the same round
-	// Per read, from the stash's far-memory counters: lines fetched,
-	// stall µs, the schedulers' own CPU µs.
+	// Per read (a transaction of KeysPerRead keys), from the stash's
+	// far-memory counters: lines fetched, stall µs, the schedulers' own
+	// CPU µs.
 	Lines, StallUs, EngineUs float64
 	CPUUs                    float64 // the process's CPU µs per read (client, gRPC, log, stash, engine)
 	Model, ModelCounted      float64 // normalised: the engine alone; with the rest of the CPU counted
@@ -75,6 +82,9 @@ func (o ClusterOptions) withDefaults() ClusterOptions {
 	}
 	if o.Threads == 0 {
 		o.Threads = 64
+	}
+	if o.KeysPerRead < 1 {
+		o.KeysPerRead = 1
 	}
 	if o.Duration == 0 {
 		o.Duration = 3 * time.Second
@@ -182,12 +192,17 @@ func RunCluster(ctx context.Context, o ClusterOptions, out io.Writer) ([]Cluster
 			go func(seed int64) {
 				defer wg.Done()
 				rng := rand.New(rand.NewSource(seed))
+				keys := make([][]byte, o.KeysPerRead)
 				for time.Now().Before(stop) && ctx.Err() == nil {
-					k := p.keys[rng.Intn(len(p.keys))]
+					pickKeys(rng, p.keys, keys)
 					err := db.ReadTransact(ctx, func(tr *distash.Tx) error {
-						v, err := tr.Get(k)
-						if err == nil && len(v) != o.ValueSize {
-							err = fmt.Errorf("read %q: %d bytes, want %d", k, len(v), o.ValueSize)
+						if len(keys) == 1 {
+							v, err := tr.Get(keys[0])
+							return checkValue(keys[0], v, err, o.ValueSize)
+						}
+						vals, err := tr.GetMulti(keys)
+						for i := 0; err == nil && i < len(keys); i++ {
+							err = checkValue(keys[i], vals[i], nil, o.ValueSize)
 						}
 						return err
 					})
@@ -218,7 +233,7 @@ func RunCluster(ctx context.Context, o ClusterOptions, out io.Writer) ([]Cluster
 	}
 	before := stats()
 	slice := o.Duration / time.Duration(o.Rounds)
-	fmt.Fprintf(out, "# %d rounds of %v per point, %d client goroutines\n", o.Rounds, slice, o.Threads)
+	fmt.Fprintf(out, "# %d rounds of %v per point, %d client goroutines, %d key(s) per read\n", o.Rounds, slice, o.Threads, o.KeysPerRead)
 	for r := 0; r < o.Rounds; r++ {
 		for _, p := range pts {
 			c0 := cpuNs()
@@ -234,8 +249,10 @@ func RunCluster(ctx context.Context, o ClusterOptions, out io.Writer) ([]Cluster
 	after := stats()
 	base := map[bool]*pt{}
 	for _, p := range pts {
+		// Per read transaction (KeysPerRead lookups each), so that the
+		// model's parameters and the CPU per read count the same thing.
 		a, b := after[p.name], before[p.name]
-		if n := a[0] - b[0]; n > 0 {
+		if n := float64(p.ops); n > 0 && a[0] > b[0] {
 			p.Lines, p.StallUs, p.EngineUs = (a[1]-b[1])/n, (a[2]-b[2])/1e3/n, (a[3]-b[3])/1e3/n
 		}
 		if p.ops > 0 {
@@ -292,6 +309,26 @@ func RunCluster(ctx context.Context, o ClusterOptions, out io.Writer) ([]Cluster
 	}
 	fmt.Fprintf(out, "wrote %s, %s\n", csvPath, png)
 	return res, nil
+}
+
+// pickKeys fills keys with distinct keys drawn uniformly from all.
+func pickKeys(rng *rand.Rand, all, keys [][]byte) {
+	for i := range keys {
+		for {
+			keys[i] = all[rng.Intn(len(all))]
+			if !slices.ContainsFunc(keys[:i], func(k []byte) bool { return &k[0] == &keys[i][0] }) {
+				break
+			}
+		}
+	}
+}
+
+// checkValue is an error unless a read of k returned a value of size bytes.
+func checkValue(k, v []byte, err error, size int) error {
+	if err == nil && len(v) != size {
+		err = fmt.Errorf("read %q: %d bytes, want %d", k, len(v), size)
+	}
+	return err
 }
 
 func printCluster(out io.Writer, res []ClusterPoint) {
