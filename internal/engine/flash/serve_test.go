@@ -281,6 +281,65 @@ func TestPrefetchOverlaps(t *testing.T) {
 	}
 }
 
+// TestPrefetchOverlapsRangeReads is the check as it stands, on
+// lookups that touch far memory many times: at 5 µs, 32 concurrent range
+// reads of 16 keys on one core go at least 5 times as fast as one at a
+// time. A lone range read waits for each of its ~16 lines in turn
+// (16·L ≈ 80 µs) while its own CPU time is a few µs, so overlapping the
+// lines of 32 of them pays back far more than for a point read's one line
+// (see TestPrefetchOverlaps for why that is bounded near (L+C)/C).
+// Alternating rounds, median ratio; skipped under the race detector.
+func TestPrefetchOverlapsRangeReads(t *testing.T) {
+	if raceEnabled {
+		t.Skip("ratios of throughput mean nothing under the race detector")
+	}
+	const lat = 5 * time.Microsecond
+	e := mustOpen(t, t.TempDir(), flash.Config{FarMemory: lat, Cores: 1, IndexBuckets: 1 << 16})
+	t.Cleanup(func() { e.Close() })
+	keys := loadKeys(t, e, 50000)
+	scans := func(clients int, d time.Duration) float64 {
+		var n atomic.Int64
+		var wg sync.WaitGroup
+		stop := time.Now().Add(d)
+		for c := 0; c < clients; c++ {
+			wg.Add(1)
+			go func(seed int64) {
+				defer wg.Done()
+				rng := rand.New(rand.NewSource(seed))
+				for time.Now().Before(stop) {
+					i := rng.Intn(len(keys) - 16)
+					got := 0
+					err := e.ScanServed(keys[i], keys[i+16], false, func(k, v []byte) bool { got++; return true })
+					if err != nil || got != 16 {
+						t.Errorf("range read from %s: %d keys, %v", keys[i], got, err)
+						return
+					}
+					n.Add(1)
+				}
+			}(int64(c))
+		}
+		wg.Wait()
+		return float64(n.Load()) / d.Seconds()
+	}
+	scans(32, 50*time.Millisecond) // warm up
+	s0, _ := e.ServeStats()
+	var ratios []float64
+	for r := 0; r < 5; r++ {
+		one := scans(1, 100*time.Millisecond)
+		many := scans(32, 100*time.Millisecond)
+		t.Logf("round %d: 1 range read at a time %.0f/s, 32 at once %.0f/s (%.1fx)", r, one, many, many/one)
+		ratios = append(ratios, many/one)
+	}
+	s1, _ := e.ServeStats()
+	lines := float64(s1.Accesses-s0.Accesses) / float64(s1.Lookups-s0.Lookups)
+	if lines < 10 {
+		t.Fatalf("%.1f far-memory lines per range read of 16 keys: the reads did not walk far memory", lines)
+	}
+	if r := median(ratios); r < 5 {
+		t.Errorf("32 concurrent range reads at %v go %.1fx as fast as one (median of %v); want >= 5x", lat, r, ratios)
+	}
+}
+
 func median(xs []float64) float64 {
 	s := slices.Clone(xs)
 	slices.Sort(s)
