@@ -578,6 +578,7 @@ func (db *DB) applyView(v *wire.ViewResponse) error {
 	routes := &stashRoutes{generation: v.Generation, byTag: make(map[uint32]stashRoute, len(v.Stashes))}
 	for _, s := range v.Stashes {
 		rt := stashRoute{pool: s.Pool, addr: s.Address, alive: s.Alive, retired: s.Retired}
+		db.loadOf(s.Tag).retired.Store(s.Retired)
 		if s.Address != "" {
 			n, err := db.node(s.Address)
 			if err != nil {

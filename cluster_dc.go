@@ -57,7 +57,8 @@ func (db *DB) preferLocal(team []kv.Tag) []kv.Tag {
 	local := *lp
 	now := time.Now().UnixNano()
 	usable := func(id kv.Tag) bool {
-		return local[uint32(id)] && db.loadOf(uint32(id)).downUntil.Load() <= now
+		l := db.loadOf(uint32(id))
+		return local[uint32(id)] && l.downUntil.Load() <= now && !l.retired.Load()
 	}
 	var out []kv.Tag
 	for _, id := range team {

@@ -37,6 +37,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"net"
 	"strings"
@@ -114,6 +115,11 @@ type stashLoad struct {
 	// downUntil (unix ns): the stash answered stash_unavailable, so reads
 	// avoid it until then if another replica can serve.
 	downUntil atomic.Int64
+	// retired: the last view says the stash was replaced (it lost its
+	// data, or was re-replicated away) and never serves again, while the
+	// shard map may still name it until data distribution moves its
+	// shards: reads go to another replica for as long as the view says so.
+	retired atomic.Bool
 }
 
 // stashDownFor is how long a stash that answered stash_unavailable is
@@ -285,7 +291,8 @@ func (db *DB) loadOf(id uint32) *stashLoad {
 // pickReplica chooses the team member with the least expected wait:
 // requests in flight times recent latency, ties broken at random.
 // Stashes marked down come last: they are asked only when every replica
-// is, and then the one marked down longest ago first, so that retries
+// is, and then the one marked down longest ago first (a retired one
+// last of all), so that retries
 // rotate among them (a dead node fails fast, and would otherwise look the
 // least loaded). With WithDC only the replicas in the client's data center
 // are considered, if one of them is not marked down (preferLocal).
@@ -303,6 +310,9 @@ func (db *DB) pickReplica(team []kv.Tag) uint32 {
 		}
 		score := (l.inflight.Load() + 1) * lat
 		until := l.downUntil.Load()
+		if l.retired.Load() {
+			until = math.MaxInt64 // after every replica that may come back
+		}
 		down := until > now
 		if bestScore < 0 || (bestDown && !down) ||
 			(!down && !bestDown && score < bestScore) ||
