@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -17,6 +19,7 @@ import (
 	"github.com/distash/distash/internal/clustertest"
 	"github.com/distash/distash/internal/testutil/bank"
 	"github.com/distash/distash/internal/testutil/wait"
+	"github.com/distash/distash/internal/tlsconf/tlstest"
 )
 
 // backupClusterTOML is the source cluster of the backup process test: the
@@ -391,4 +394,72 @@ func checkProcessRestore(t *testing.T, ctx context.Context, url, what string, v 
 		}
 	}
 	t.Logf("restored the %s version %d: %d keys, %d acknowledged writes present, %d acknowledged later absent", what, v, len(have), by, after)
+}
+
+// TestCLIBackupOverTLS runs a backup of an embedded cluster served over
+// mutual TLS with [auth]: the backup worker, a role of the server's own
+// process, reads the cluster in process (its server certificate, which
+// allows only server authentication, is no client certificate), so
+// `backup status` shows the snapshot done and the log copied. An operator
+// (admin) starts it and reads its status; a client without admin may not.
+func TestCLIBackupOverTLS(t *testing.T) {
+	clearTLSEnv(t)
+	pki := tlstest.New(t)
+	cfg := filepath.Join(t.TempDir(), "cluster.toml")
+	err := os.WriteFile(cfg, []byte(`
+[[pool]]
+name = "data"
+prefix = "d/"
+medium = "ssd"
+mode = "durable"
+engine = "pebble"
+
+[auth]
+[[auth.role]]
+name = "app"
+members = ["app1"]
+read = ["data"]
+write = ["data"]
+
+[[auth.role]]
+name = "operator"
+members = ["alice"]
+admin = true
+status = true
+`), 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := startServerInProcess(t, "--config", cfg, "--http", "off", "--tls-cert", pki.ServerCert, "--tls-key", pki.ServerKey, "--tls-ca", pki.CA)
+	as := func(id string, args ...string) (string, error) {
+		cert, key := pki.Client(t, id)
+		return run(cliCmd(), append(args, "--cluster", addr, "--timeout", "10s", "--tls-cert", cert, "--tls-key", key, "--tls-ca", pki.CA)...)
+	}
+	if out, err := as("app1", "set", "d/k", "v"); err != nil {
+		t.Fatalf("set: %v %s", err, out)
+	}
+	url := "file://" + t.TempDir()
+	if out, err := as("alice", "backup", "start", "--to", url); err != nil {
+		t.Fatalf("backup start: %v %s", err, out)
+	}
+	var st backup.Status
+	wait.Every(t, 50*time.Millisecond, 30*time.Second, "the backup to be restorable", func() bool {
+		out, err := as("alice", "backup", "status", "--json")
+		if err != nil {
+			t.Fatalf("backup status over TLS: %v %s", err, out)
+		}
+		if err := json.Unmarshal([]byte(out), &st); err != nil {
+			t.Fatalf("backup status: %v in %q", err, out)
+		}
+		return st.RestorableTo > 0
+	})
+	if st.RangeFiles != 1 || st.LastError != "" {
+		t.Errorf("status %+v", st)
+	}
+	if out, err := as("app1", "backup", "status"); err == nil || !strings.Contains(err.Error(), "permission_denied") {
+		t.Errorf("backup status as app1 (no admin): %v %s", err, out)
+	}
+	if out, err := run(cliCmd(), "backup", "verify", "--from", url); err != nil {
+		t.Fatalf("backup verify: %v\n%s", err, out)
+	}
 }
