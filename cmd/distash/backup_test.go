@@ -20,6 +20,7 @@ import (
 	"github.com/distash/distash/internal/testutil/bank"
 	"github.com/distash/distash/internal/testutil/wait"
 	"github.com/distash/distash/internal/tlsconf/tlstest"
+	"github.com/distash/distash/internal/version"
 )
 
 // backupClusterTOML is the source cluster of the backup process test: the
@@ -160,6 +161,7 @@ func TestProcessClusterBackupThroughKillsAndMoves(t *testing.T) {
 	phase := func(what string) { t.Logf("%6.1fs %s", time.Since(began).Seconds(), what) }
 	c.start()
 	phase("cluster serves")
+	checkNodesProtocol(t, c)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	db, b := c.openBank(ctx)
@@ -461,5 +463,40 @@ status = true
 	}
 	if out, err := run(cliCmd(), "backup", "verify", "--from", url); err != nil {
 		t.Fatalf("backup verify: %v\n%s", err, out)
+	}
+}
+
+// checkNodesProtocol: the cluster's status json shows each node's
+// protocol range and build, and the range they all speak; status prints
+// them.
+func checkNodesProtocol(t *testing.T, c *procCluster) {
+	t.Helper()
+	out, err := run(cliCmd(), "status", "json", "--cluster", c.Coordinators)
+	if err != nil {
+		t.Fatalf("status json: %v\n%s", err, out)
+	}
+	var doc struct {
+		ProtocolMin, ProtocolMax int
+		BuildVersion             string
+		Nodes                    []struct {
+			Address                  string
+			ProtocolMin, ProtocolMax int
+			BuildVersion             string
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
+		t.Fatal(err)
+	}
+	if doc.ProtocolMin != version.MinProtocol || doc.ProtocolMax != version.Protocol || doc.BuildVersion != "" || len(doc.Nodes) != len(c.Nodes) {
+		t.Errorf("status json: cluster protocol %d-%d, build %q, %d nodes", doc.ProtocolMin, doc.ProtocolMax, doc.BuildVersion, len(doc.Nodes))
+	}
+	for _, n := range doc.Nodes {
+		if n.ProtocolMin != version.MinProtocol || n.ProtocolMax != version.Protocol || n.BuildVersion == "" {
+			t.Errorf("status json: node %s speaks %d-%d, build %q", n.Address, n.ProtocolMin, n.ProtocolMax, n.BuildVersion)
+		}
+	}
+	out, err = run(cliCmd(), "status", "--cluster", c.Coordinators)
+	if want := fmt.Sprintf("protocol %d-%d (every node that answers speaks it)", version.MinProtocol, version.Protocol); err != nil || !strings.Contains(out, want) || !strings.Contains(out, "PROTOCOL") {
+		t.Errorf("status: %v; want %q and a PROTOCOL column:\n%s", err, want, out)
 	}
 }
