@@ -20,6 +20,7 @@ import (
 	"github.com/distash/distash/config"
 	"github.com/distash/distash/internal/authz"
 	"github.com/distash/distash/internal/kv"
+	"github.com/distash/distash/internal/raftnet"
 	"github.com/distash/distash/internal/wire"
 )
 
@@ -99,8 +100,13 @@ func checkAuth(cfg *config.Config, tls bool) error {
 func (a *auth) identity(ctx context.Context) (authz.Identity, error) {
 	var certID authz.Identity
 	if p, ok := peer.FromContext(ctx); ok {
-		if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok {
-			certID = authz.FromTLS(&ti.State, a.field)
+		switch ai := p.AuthInfo.(type) {
+		case credentials.TLSInfo:
+			certID = authz.FromTLS(&ai.State, a.field)
+		case raftnet.InProcess:
+			// A role of this process (the embedded cluster's backup
+			// worker): as trusted as a node.
+			return authz.Identity{Name: "this-process", Source: "in-process", Node: true}, nil
 		}
 	}
 	md, _ := metadata.FromIncomingContext(ctx)

@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"crypto/rand"
-	"crypto/tls"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -108,16 +107,6 @@ func (b *backupRole) client(s *Server) func(ctx context.Context) (*distash.DB, e
 
 // errNotServing: the embedded server does not serve yet.
 var errNotServing = kv.Errorf(kv.CodeWrongNode, "backup: the server is still starting")
-
-// clientTLSOf returns a client configuration for an embedded server's own
-// TLS configuration: its certificate, trusting the CA it trusts clients
-// with (nil for nil).
-func clientTLSOf(server *tls.Config) *tls.Config {
-	if server == nil {
-		return nil
-	}
-	return &tls.Config{Certificates: server.Certificates, RootCAs: server.ClientCAs, MinVersion: tls.VersionTLS12}
-}
 
 // systemCommit commits the worker's system transactions through r's
 // commit proxy.

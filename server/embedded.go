@@ -45,13 +45,18 @@ func (e *embedded) addr() string {
 func (e *embedded) clusterString() string { return e.listener.Addr().String() }
 
 // asClient implements clusterLink: the cluster's own address, once it
-// listens (its roles start before).
+// serves (its roles start before), reached in process.
 func (e *embedded) asClient() (string, []distash.Option) {
 	addr := e.s.backupAddr.Load()
 	if addr == nil {
 		return "", nil
 	}
-	return *addr, []distash.Option{distash.WithTLS(clientTLSOf(e.s.opts.TLS))}
+	// In process, without TLS: the server's certificate allows only server
+	// authentication, so it cannot be the worker's client certificate.
+	mux := e.s.gw.mux
+	return *addr, []distash.Option{distash.WithDialer(func(ctx context.Context, _ string) (net.Conn, error) {
+		return mux.DialInProcess(ctx)
+	})}
 }
 func (e *embedded) nodeID() string { return "" }
 
@@ -214,7 +219,6 @@ func (e *embedded) start(ctx context.Context) error {
 		return fmt.Errorf("server: listen on %s: %w", s.opts.ListenAddr, err)
 	}
 	e.listener = lis
-	s.backupAddr.Store(new(lis.Addr().String())) // backup hook (issue 23)
 	s.warnIfExposed(lis)
 	// One address for gRPC and the data path's frames protocol: the mux
 	// terminates TLS (if any) and routes each connection by its first byte.
@@ -224,6 +228,8 @@ func (e *embedded) start(ctx context.Context) error {
 	gs := s.gw.open(raftnet.ServeClients(lis, s.opts.TLS))
 	registerAdmin(gs, s, nil) // Admin.Auth; Kill is for nodes
 	s.gw.serve()
+	// The backup worker may now reach the cluster (in process, asClient).
+	s.backupAddr.Store(new(lis.Addr().String()))
 	if err := s.startHTTP(); err != nil {
 		return err
 	}

@@ -392,5 +392,6 @@ func (n *node) status() *wire.NodeStatus {
 	if o.Class == ClassStash {
 		ns.Roles = append(ns.Roles, "stash")
 	}
+	ns.ProtocolMin, ns.ProtocolMax, ns.BuildVersion, ns.BuildCommit = s.speaks()
 	return ns
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/distash/distash/internal/logentry"
 	"github.com/distash/distash/internal/shardmap"
 	"github.com/distash/distash/internal/txlog"
+	"github.com/distash/distash/internal/version"
 	"github.com/distash/distash/internal/wire"
 )
 
@@ -193,6 +194,7 @@ func (v *service) ClusterInfo(ctx context.Context, _ *wire.ClusterInfoRequest) (
 
 func (v *service) Status(ctx context.Context, _ *wire.StatusRequest) (*wire.StatusResponse, error) {
 	resp := &wire.StatusResponse{Pools: v.poolInfos(), Node: v.s.link.status(), Auth: authMode(v.s.auth)}
+	resp.ProtocolMin, resp.ProtocolMax, resp.BuildVersion, resp.BuildCommit = v.s.speaks()
 	// Recent latency percentiles (metrics.go): commits and read versions
 	// where the roles run, reads over this process's stashes.
 	now, m := time.Now(), v.s.metrics
@@ -589,4 +591,12 @@ func serveStream[Req, Resp any](v *service, stream idStreamServer[Req, Resp], na
 		}
 		return nil // the client closed the stream or it broke
 	}
+}
+
+// speaks is the protocol range this process states (Options.Protocol: the
+// binary's, or a test's) and its build, for status.
+func (s *Server) speaks() (lo, hi int32, build, commit string) {
+	l, h := s.opts.Protocol.Range()
+	b := version.Current()
+	return int32(l), int32(h), b.Version, b.ShortCommit()
 }

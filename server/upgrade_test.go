@@ -79,6 +79,27 @@ func TestRollingUpgrade(t *testing.T) {
 		})
 	}
 	progress("writes in the mixed cluster")
+	// Status shows each node's range, and the cluster's: what they all speak.
+	checkProtocols := func(when string, want map[string]string, cluster string) {
+		t.Helper()
+		clustertest.WaitUntil(t, 30*time.Second, "status "+when, func() (bool, string) {
+			st, err := c.Status(ctx)
+			if err != nil {
+				return false, err.Error()
+			}
+			names := map[string]string{}
+			for _, n := range c.Nodes {
+				names[n.Addr] = n.Name
+			}
+			got := map[string]string{}
+			for _, n := range st.Nodes {
+				got[names[n.Address]] = fmt.Sprintf("%d-%d", n.ProtocolMin, n.ProtocolMax)
+			}
+			have := fmt.Sprintf("%v cluster %d-%d", got, st.ProtocolMin, st.ProtocolMax)
+			return have == fmt.Sprintf("%v cluster %s", want, cluster), have
+		})
+	}
+	checkProtocols("of the mixed cluster", map[string]string{"tx1": "1-1", "tx2": "1-1", "tx3": "1-2", "data1": "1-1", "data2": "1-2"}, "1-1")
 
 	for _, name := range []string{"tx1", "tx2", "tx3", "data1", "data2"} {
 		n := c.Node(name)
@@ -103,6 +124,7 @@ func TestRollingUpgrade(t *testing.T) {
 		}
 		progress("writes after " + name + " restarted as this release")
 	}
+	checkProtocols("after the upgrade", map[string]string{"tx1": "1-2", "tx2": "1-2", "tx3": "1-2", "data1": "1-2", "data2": "1-2"}, "1-2")
 	stopWriter()
 	wg.Wait()
 

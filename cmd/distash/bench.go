@@ -13,7 +13,7 @@ func benchCmd() *cobra.Command {
 		Use:   "bench",
 		Short: "Benchmarks that reproduce the papers' figures (print figures, write PNGs)",
 	}
-	cmd.AddCommand(benchIngestCmd(), benchAnomaliesCmd(), benchFarmemCmd(), benchFailureCmd(), benchYCSBCmd(), benchGraphCmd(), benchCPUCmd())
+	cmd.AddCommand(benchIngestCmd(), benchAnomaliesCmd(), benchFarmemCmd(), benchFailureCmd(), benchYCSBCmd(), benchGraphCmd(), benchCPUCmd(), benchBackupCmd())
 	return cmd
 }
 

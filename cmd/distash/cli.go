@@ -178,6 +178,11 @@ func printStatusTo(out io.Writer, st *wire.StatusResponse) {
 		fmt.Fprintln(out)
 	}
 	printNodesTo(out, st)
+	if st.BuildVersion != "" {
+		fmt.Fprintf(out, "protocol %s   build %s\n", protocolRange(st.ProtocolMin, st.ProtocolMax), buildOf(st.BuildVersion, st.BuildCommit))
+	} else if st.ProtocolMax > 0 {
+		fmt.Fprintf(out, "protocol %s (every node that answers speaks it)\n", protocolRange(st.ProtocolMin, st.ProtocolMax))
+	}
 	switch st.Auth {
 	case "trusted-network":
 		fmt.Fprintln(out, "auth: trusted-network mode (no [auth]): every connection may read, write and administer everything")

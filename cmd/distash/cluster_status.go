@@ -40,7 +40,7 @@ func printNodesTo(out io.Writer, st *wire.StatusResponse) {
 	}
 	fmt.Fprint(out, "\n\n")
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(w, "NODE\tADDRESS\tCLASS\tPOOL\tDC/ZONE\tHEALTH\tGEN\tLOG VERSION\tROLES")
+	fmt.Fprintln(w, "NODE\tADDRESS\tCLASS\tPOOL\tDC/ZONE\tHEALTH\tGEN\tLOG VERSION\tPROTOCOL\tBUILD\tROLES")
 	for _, n := range st.Nodes {
 		health := n.Health
 		if n.Health == "unreachable" && n.UnreachableMs > 0 {
@@ -54,8 +54,36 @@ func printNodesTo(out io.Writer, st *wire.StatusResponse) {
 		if pool == "" {
 			pool = "-"
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s/%s\t%s\t%d\t%s\t%s\n", n.Id, n.Address, n.Class, pool, n.Dc, n.Zone, health, n.Generation, logv, strings.Join(n.Roles, ","))
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s/%s\t%s\t%d\t%s\t%s\t%s\t%s\n", n.Id, n.Address, n.Class, pool, n.Dc, n.Zone, health, n.Generation, logv,
+			protocolRange(n.ProtocolMin, n.ProtocolMax), buildOf(n.BuildVersion, n.BuildCommit), strings.Join(n.Roles, ","))
 	}
 	w.Flush()
 	fmt.Fprintln(out)
+}
+
+// protocolRange prints a range of protocol versions: "1-2", "2", "-"
+// when unknown (a node that did not answer, or of a release before
+// versions were stated) and "none" when empty (nodes with no version in
+// common).
+func protocolRange(lo, hi int32) string {
+	switch {
+	case hi == 0:
+		return "-"
+	case lo > hi:
+		return "none"
+	case lo == hi:
+		return fmt.Sprint(hi)
+	}
+	return fmt.Sprintf("%d-%d", lo, hi)
+}
+
+// buildOf prints a build: its module version and commit.
+func buildOf(v, commit string) string {
+	switch {
+	case v == "":
+		return "-"
+	case commit == "":
+		return v
+	}
+	return v + "@" + commit
 }

@@ -3,9 +3,11 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
+	"github.com/distash/distash/internal/version"
 	"github.com/distash/distash/internal/wire"
 )
 
@@ -83,12 +85,22 @@ func TestStatusJSON(t *testing.T) {
 		CommittedVersion int64
 		Pools            []struct{ Name, Prefix string }
 		Stashes          []struct{ Keys, Bytes int64 }
+		// The process's protocol range and build (an embedded cluster).
+		ProtocolMin, ProtocolMax int
+		BuildVersion             string
 	}
 	if err := json.Unmarshal([]byte(out), &doc); err != nil {
 		t.Fatalf("status json is not the document of docs/status.md: %v\n%s", err, out)
 	}
 	if doc.Schema != 1 || doc.CommittedVersion <= 0 || len(doc.Pools) != 2 || doc.Pools[0].Prefix != "c/" || len(doc.Stashes) == 0 {
 		t.Fatalf("status json: %+v\n%s", doc, out)
+	}
+	if doc.ProtocolMin != version.MinProtocol || doc.ProtocolMax != version.Protocol || doc.BuildVersion != version.Current().Version {
+		t.Errorf("status json: protocol %d-%d, build %q; want %d-%d, %q", doc.ProtocolMin, doc.ProtocolMax, doc.BuildVersion,
+			version.MinProtocol, version.Protocol, version.Current().Version)
+	}
+	if out, err := run(cliCmd(), "status", "--cluster", addr); err != nil || !strings.Contains(out, fmt.Sprintf("protocol %d-%d   build %s", version.MinProtocol, version.Protocol, version.Current().Version)) {
+		t.Errorf("status does not print the protocol range and build: %v\n%s", err, out)
 	}
 	if _, err := run(cliCmd(), "status", "yaml", "--cluster", addr); err == nil || !strings.Contains(err.Error(), "unknown format") {
 		t.Errorf("status yaml: %v", err)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -151,43 +152,157 @@ func Restore(ctx context.Context, dest Destination, db *distash.DB, o RestoreOpt
 			return 0, fmt.Errorf("restore: refused: the target range [%q, %q) is not empty (it holds %q); restore only into empty ranges (clear them, or use --prefix-map)", t.Begin, t.End, kvs[0].Key)
 		}
 	}
-	o.progressf("restore: version %d (%s) from %s: %d range files, %d log files", v, versionTime(v), dest, len(m.RangeFiles), len(m.LogFiles))
-	logs, err := readLogs(ctx, dest, m, v)
-	if err != nil {
-		return 0, err
-	}
 	var files []RangeFile
 	for _, f := range m.RangeFiles {
 		if inRanges(ranges, f.Begin) {
+			if f.Version > v {
+				return 0, fmt.Errorf("restore: %s is of version %d, after %d", f.Name, f.Version, v)
+			}
 			files = append(files, f)
 		}
 	}
-	var keys, bytesDone int64
-	for i, f := range files {
-		data, err := dest.Get(ctx, f.Name)
-		if err != nil {
-			return 0, fmt.Errorf("restore: %w", err)
+	slices.SortFunc(files, func(a, b RangeFile) int { return bytes.Compare(a.Begin, b.Begin) })
+	var logs []LogFile
+	for _, f := range m.LogFiles {
+		if f.From >= v {
+			break
 		}
-		if err := f.check(data); err != nil {
-			return 0, fmt.Errorf("restore: %w", err)
+		logs = append(logs, f)
+	}
+	o.progressf("restore: version %d (%s) from %s: %d range files, %d log files", v, versionTime(v), dest, len(files), len(logs))
+	// Every file is checked before anything is written: a damaged backup
+	// leaves the target as it was. Files are read one at a time, here and
+	// below, so memory holds one file (and one transaction), whatever
+	// the backup's size.
+	for _, f := range files {
+		if err := checkFile(ctx, dest, f.FileInfo); err != nil {
+			return 0, err
+		}
+	}
+	for _, f := range logs {
+		if err := checkFile(ctx, dest, f.FileInfo); err != nil {
+			return 0, err
+		}
+	}
+	// The snapshot: each range file's pairs, as of its version.
+	w := &writer{db: db, o: &o}
+	for i, f := range files {
+		data, err := getChecked(ctx, dest, f.FileInfo)
+		if err != nil {
+			return 0, err
 		}
 		begin, end, fv, pairs, err := decodeRange(data)
 		if err != nil {
 			return 0, fmt.Errorf("restore: %s: %w", f.Name, err)
 		}
-		if fv > v {
-			return 0, fmt.Errorf("restore: %s is of version %d, after %d", f.Name, fv, v)
+		if !bytes.Equal(begin, f.Begin) || !bytes.Equal(end, f.End) || fv != f.Version {
+			return 0, fmt.Errorf("restore: %s holds [%q, %q) at %d, the manifest says [%q, %q) at %d", f.Name, begin, end, fv, f.Begin, f.End, f.Version)
 		}
-		state := replay(begin, end, fv, v, pairs, logs)
-		n, b, err := write(ctx, db, &o, state)
-		if err != nil {
+		for _, p := range pairs {
+			if err := w.set(ctx, p.key, p.value); err != nil {
+				return 0, fmt.Errorf("restore: write the data of %s: %w", f.Name, err)
+			}
+		}
+		if err := w.flush(ctx); err != nil {
 			return 0, fmt.Errorf("restore: write the data of %s: %w", f.Name, err)
 		}
-		keys, bytesDone = keys+n, bytesDone+b
-		o.progressf("restore: %d/%d range files, %d keys, %d bytes written", i+1, len(files), keys, bytesDone)
+		o.progressf("restore: %d/%d range files, %d keys, %d bytes written", i+1, len(files), w.keys, w.bytes)
 	}
-	o.progressf("restore: done: version %d, %d keys, %d bytes", v, keys, bytesDone)
+	// Then the mutation log, in version order, one file at a time: each
+	// mutation applies where the range file holding its key was read
+	// before it, in the order the cluster applied them (transactions of
+	// the restore follow one another, so a key's mutations keep their
+	// order).
+	idx := fileIndex(files)
+	var applied int64
+	for i, f := range logs {
+		data, err := getChecked(ctx, dest, f.FileInfo)
+		if err != nil {
+			return 0, err
+		}
+		from, to, entries, err := decodeLog(data)
+		if err != nil {
+			return 0, fmt.Errorf("restore: %s: %w", f.Name, err)
+		}
+		if from != f.From || to != f.To {
+			return 0, fmt.Errorf("restore: %s covers (%d, %d], the manifest says (%d, %d]", f.Name, from, to, f.From, f.To)
+		}
+		for _, e := range entries {
+			if e.version > v {
+				break
+			}
+			for _, mu := range e.muts {
+				n, err := idx.apply(ctx, w, e.version, mu)
+				if err != nil {
+					return 0, fmt.Errorf("restore: apply the mutations of %s: %w", f.Name, err)
+				}
+				applied += n
+			}
+		}
+		if err := w.flush(ctx); err != nil {
+			return 0, fmt.Errorf("restore: apply the mutations of %s: %w", f.Name, err)
+		}
+		o.progressf("restore: %d/%d log files, %d logged mutations applied", i+1, len(logs), applied)
+	}
+	o.progressf("restore: done: version %d, %d keys of range files and %d logged mutations, %d bytes", v, w.keys, applied, w.bytes)
 	return v, nil
+}
+
+// checkFile reads f and checks it against its checksum.
+func checkFile(ctx context.Context, dest Destination, f FileInfo) error {
+	_, err := getChecked(ctx, dest, f)
+	return err
+}
+
+// getChecked reads f, checked against its checksum.
+func getChecked(ctx context.Context, dest Destination, f FileInfo) ([]byte, error) {
+	data, err := dest.Get(ctx, f.Name)
+	if err != nil {
+		return nil, fmt.Errorf("restore: %w", err)
+	}
+	if err := f.check(data); err != nil {
+		return nil, fmt.Errorf("restore: %w", err)
+	}
+	return data, nil
+}
+
+// fileIndex is the restored range files by their begin key: they tile the
+// restored ranges without overlapping.
+type fileIndex []RangeFile
+
+// at returns the file holding key, if any.
+func (x fileIndex) at(key []byte) (RangeFile, bool) {
+	i := sort.Search(len(x), func(i int) bool { return bytes.Compare(x[i].Begin, key) > 0 }) - 1
+	if i < 0 || bytes.Compare(key, x[i].End) >= 0 {
+		return RangeFile{}, false
+	}
+	return x[i], true
+}
+
+// apply writes mutation m of version mv where the file holding its keys
+// was read before mv (a clear range, clipped to each such file) and
+// returns how many writes it made.
+func (x fileIndex) apply(ctx context.Context, w *writer, mv kv.Version, m kv.Mutation) (int64, error) {
+	if m.Type != kv.MutClearRange {
+		f, ok := x.at(m.Key)
+		if !ok || mv <= f.Version {
+			return 0, nil
+		}
+		return 1, w.mutate(ctx, m)
+	}
+	var n int64
+	i := max(0, sort.Search(len(x), func(i int) bool { return bytes.Compare(x[i].Begin, m.Key) > 0 })-1)
+	for ; i < len(x) && bytes.Compare(x[i].Begin, m.Param) < 0; i++ {
+		b, e := clipRange(m.Key, m.Param, kv.KeyRange{Begin: x[i].Begin, End: x[i].End})
+		if b == nil || mv <= x[i].Version {
+			continue
+		}
+		if err := w.mutate(ctx, kv.Mutation{Type: kv.MutClearRange, Key: b, Param: e}); err != nil {
+			return n, err
+		}
+		n++
+	}
+	return n, nil
 }
 
 // selectRanges returns the backed-up ranges of the named pools.
@@ -229,84 +344,6 @@ func inRanges(rs []kv.KeyRange, k []byte) bool {
 	return false
 }
 
-// readLogs reads and checks the log files up to version v, in order.
-func readLogs(ctx context.Context, dest Destination, m *Manifest, v kv.Version) ([]decodedLogEntry, error) {
-	var out []decodedLogEntry
-	for _, f := range m.LogFiles {
-		if f.From >= v {
-			break
-		}
-		data, err := dest.Get(ctx, f.Name)
-		if err != nil {
-			return nil, fmt.Errorf("restore: %w", err)
-		}
-		if err := f.check(data); err != nil {
-			return nil, fmt.Errorf("restore: %w", err)
-		}
-		from, to, entries, err := decodeLog(data)
-		if err != nil {
-			return nil, fmt.Errorf("restore: %s: %w", f.Name, err)
-		}
-		if from != f.From || to != f.To {
-			return nil, fmt.Errorf("restore: %s covers (%d, %d], the manifest says (%d, %d]", f.Name, from, to, f.From, f.To)
-		}
-		out = append(out, entries...)
-	}
-	return out, nil
-}
-
-// replay returns the pairs of [begin, end) at version v: the range file's
-// pairs (at version fv) with the logged mutations of (fv, v] applied in
-// version order, clear ranges clipped to [begin, end).
-func replay(begin, end []byte, fv, v kv.Version, pairs []pair, logs []decodedLogEntry) []pair {
-	state := make(map[string][]byte, len(pairs))
-	for _, p := range pairs {
-		state[string(p.key)] = p.value
-	}
-	r := kv.KeyRange{Begin: begin, End: end}
-	for _, e := range logs {
-		if e.version <= fv {
-			continue
-		}
-		if e.version > v {
-			break
-		}
-		for _, m := range e.muts {
-			switch m.Type {
-			case kv.MutClearRange:
-				b, en := clipRange(m.Key, m.Param, r)
-				if b == nil {
-					continue
-				}
-				for k := range state {
-					if k >= string(b) && k < string(en) {
-						delete(state, k)
-					}
-				}
-				continue
-			}
-			if !inRanges([]kv.KeyRange{r}, m.Key) {
-				continue
-			}
-			switch m.Type {
-			case kv.MutSet:
-				state[string(m.Key)] = m.Param
-			case kv.MutClear:
-				delete(state, string(m.Key))
-			default:
-				old, ok := state[string(m.Key)]
-				state[string(m.Key)] = kv.ApplyAtomic(m.Type, old, ok, m.Param)
-			}
-		}
-	}
-	out := make([]pair, 0, len(state))
-	for k, val := range state {
-		out = append(out, pair{[]byte(k), val})
-	}
-	sort.Slice(out, func(i, j int) bool { return bytes.Compare(out[i].key, out[j].key) < 0 })
-	return out
-}
-
 func clipRange(b, e []byte, r kv.KeyRange) ([]byte, []byte) {
 	if bytes.Compare(b, r.Begin) < 0 {
 		b = r.Begin
@@ -320,26 +357,151 @@ func clipRange(b, e []byte, r kv.KeyRange) ([]byte, []byte) {
 	return b, e
 }
 
-// write sets the pairs, keys rewritten, in transactions of at most
-// o.TxnBytes.
-func write(ctx context.Context, db *distash.DB, o *RestoreOptions, pairs []pair) (keys, n int64, err error) {
-	for len(pairs) > 0 {
-		size, i := 0, 0
-		for i < len(pairs) && (i == 0 || size+len(pairs[i].key)+len(pairs[i].value) <= o.TxnBytes) {
-			size += len(pairs[i].key) + len(pairs[i].value)
-			i++
+// writer writes to the target in transactions of at most o.TxnBytes,
+// keys rewritten by o.PrefixMap, with the effect of the writes it is
+// given, in their order. Each transaction is idempotent, so that running
+// it again after commit_unknown_result (as Transact does) cannot apply
+// anything twice: it holds only clear ranges, sets and clears of final
+// values. An atomic operation on a key whose value the batch does not
+// know is resolved against the target's value, read before the commit.
+type writer struct {
+	db     *distash.DB
+	o      *RestoreOptions
+	cells  map[string]*cell // by key (before rewriting)
+	clears []kv.KeyRange
+	size   int
+
+	keys, bytes int64 // range file pairs written
+
+	// commitTwice commits every batch twice, as a retry after
+	// commit_unknown_result would (tests).
+	commitTwice bool
+}
+
+// cell is a key's state after the batch's writes so far.
+type cell struct {
+	known   bool // else: its value before the batch, then pending
+	present bool
+	value   []byte
+	pending []kv.Mutation // atomic operations on an unknown value, in order
+}
+
+func (w *writer) set(ctx context.Context, k, v []byte) error {
+	w.keys, w.bytes = w.keys+1, w.bytes+int64(len(k)+len(v))
+	return w.mutate(ctx, kv.Mutation{Type: kv.MutSet, Key: k, Param: v})
+}
+
+// mutate adds m to the batch, first committing the batch if m would make
+// it too large.
+func (w *writer) mutate(ctx context.Context, m kv.Mutation) error {
+	n := len(m.Key) + len(m.Param)
+	if w.size > 0 && w.size+n > w.o.TxnBytes {
+		if err := w.flush(ctx); err != nil {
+			return err
 		}
-		batch := pairs[:i]
-		if err := db.Transact(ctx, func(tr *distash.Tx) error {
-			for _, p := range batch {
-				tr.Set(o.mapKey(p.key), p.value)
-			}
-			return nil
-		}); err != nil {
-			return keys, n, err
-		}
-		keys, n = keys+int64(i), n+int64(size)
-		pairs = pairs[i:]
 	}
-	return keys, n, nil
+	if w.cells == nil {
+		w.cells = map[string]*cell{}
+	}
+	w.size += n
+	if m.Type == kv.MutClearRange {
+		for k, c := range w.cells {
+			if k >= string(m.Key) && k < string(m.Param) {
+				*c = cell{known: true}
+			}
+		}
+		w.clears = append(w.clears, kv.KeyRange{Begin: m.Key, End: m.Param})
+		return nil
+	}
+	c := w.cells[string(m.Key)]
+	if c == nil {
+		c = &cell{known: w.cleared(m.Key)} // else its value is the target's
+		w.cells[string(m.Key)] = c
+	}
+	switch m.Type {
+	case kv.MutSet:
+		*c = cell{known: true, present: true, value: m.Param}
+	case kv.MutClear:
+		*c = cell{known: true}
+	case kv.MutAdd, kv.MutMax, kv.MutMin:
+		if !c.known {
+			c.pending = append(c.pending, m)
+			return nil
+		}
+		c.value, c.present = kv.ApplyAtomic(m.Type, c.value, c.present, m.Param), true
+	default:
+		return fmt.Errorf("a logged mutation of type %v", m.Type)
+	}
+	return nil
+}
+
+// cleared reports whether a clear range of the batch covers k.
+func (w *writer) cleared(k []byte) bool {
+	for _, r := range w.clears {
+		if bytes.Compare(k, r.Begin) >= 0 && bytes.Compare(k, r.End) < 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// flush commits the batch in one transaction.
+func (w *writer) flush(ctx context.Context) error {
+	if len(w.cells) == 0 && len(w.clears) == 0 {
+		return nil
+	}
+	o := w.o
+	var unknown []string
+	for k, c := range w.cells {
+		if !c.known {
+			unknown = append(unknown, k)
+		}
+	}
+	if len(unknown) > 0 {
+		keys := make([][]byte, len(unknown))
+		for i, k := range unknown {
+			keys[i] = o.mapKey([]byte(k))
+		}
+		var vals [][]byte
+		if err := w.db.ReadTransact(ctx, func(tr *distash.Tx) error {
+			var err error
+			vals, err = tr.Snapshot().GetMulti(keys)
+			return err
+		}); err != nil {
+			return err
+		}
+		for i, k := range unknown {
+			c := w.cells[k]
+			c.known, c.present, c.value = true, vals[i] != nil, vals[i]
+			for _, m := range c.pending {
+				c.value, c.present = kv.ApplyAtomic(m.Type, c.value, c.present, m.Param), true
+			}
+			c.pending = nil
+		}
+	}
+	apply := func(tr *distash.Tx) error {
+		for _, r := range w.clears {
+			r = o.mapRange(r)
+			tr.ClearRange(r.Begin, r.End)
+		}
+		for k, c := range w.cells {
+			if c.present {
+				tr.Set(o.mapKey([]byte(k)), c.value)
+			} else {
+				tr.Clear(o.mapKey([]byte(k)))
+			}
+		}
+		return nil
+	}
+	if err := w.db.Transact(ctx, apply); err != nil {
+		return err
+	}
+	if w.commitTwice {
+		if err := w.db.Transact(ctx, apply); err != nil {
+			return err
+		}
+	}
+	clear(w.cells)
+	w.clears, w.size = w.clears[:0], 0
+	return nil
 }

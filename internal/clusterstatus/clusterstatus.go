@@ -338,6 +338,18 @@ func fromView(ctx context.Context, view *wire.ViewResponse, of StatusOf, askAll 
 			if a.st.Node != nil {
 				ns.Roles, ns.Generation, ns.LogDurableVersion = a.st.Node.Roles, a.st.Node.Generation, a.st.Node.LogDurableVersion
 				ns.RecoveryMicros, ns.RecoveredVersion, ns.RecoveryUnixMs = a.st.Node.RecoveryMicros, a.st.Node.RecoveredVersion, a.st.Node.RecoveryUnixMs
+				ns.ProtocolMin, ns.ProtocolMax = a.st.Node.ProtocolMin, a.st.Node.ProtocolMax
+				ns.BuildVersion, ns.BuildCommit = a.st.Node.BuildVersion, a.st.Node.BuildCommit
+				// The cluster-wide range: what every node that
+				// answers speaks (a node of a release before
+				// versions were stated shows 0: left out).
+				if ns.ProtocolMax > 0 {
+					if out.ProtocolMax == 0 {
+						out.ProtocolMin, out.ProtocolMax = ns.ProtocolMin, ns.ProtocolMax
+					} else {
+						out.ProtocolMin, out.ProtocolMax = max(out.ProtocolMin, ns.ProtocolMin), min(out.ProtocolMax, ns.ProtocolMax)
+					}
+				}
 			}
 			if out.Pools == nil {
 				out.Pools = a.st.Pools

@@ -233,6 +233,8 @@ func (s *Server) serveConn(c net.Conn) {
 	p := &peer.Peer{Addr: c.RemoteAddr(), LocalAddr: c.LocalAddr()}
 	if tc, ok := c.(interface{ ConnectionState() tls.ConnectionState }); ok {
 		p.AuthInfo = credentials.TLSInfo{State: tc.ConnectionState(), CommonAuthInfo: credentials.CommonAuthInfo{SecurityLevel: credentials.PrivacyAndIntegrity}}
+	} else if ac, ok := c.(interface{ AuthInfo() credentials.AuthInfo }); ok {
+		p.AuthInfo = ac.AuthInfo() // a connection that knows its peer otherwise (raftnet's in-process ones)
 	}
 	ctx = peer.NewContext(ctx, p)
 	ctx = context.WithValue(ctx, concurrentKey{}, true)

@@ -38,6 +38,12 @@
 // unlike raft, it accepts a client's certificate. Anything else, or a
 // kind no stream layer is open for, is closed and counted (UnknownConns).
 //
+// A role of the process itself may reach the process's gRPC and frames
+// servers without the network and without TLS ([Mux.DialInProcess]): the
+// embedded cluster's backup worker reads the cluster that way, since the
+// server's certificate (serverAuth) is no client certificate. Handlers see
+// such a connection's [InProcess] AuthInfo.
+//
 // Stream layers dial peers over TCP, or with the function given to
 // [Mux.SetDialer] (an in-process network such as internal/simnet, in
 // tests; TLS, if any, runs over what it returns).
@@ -352,7 +358,49 @@ func (m *Mux) serve() {
 	}
 }
 
-// route terminates TLS on c, reads its first byte and hands it over.
+// DialInProcess returns a connection to this mux's gRPC and frames
+// servers that stays in the process: one end of a pipe, whose other end
+// the mux routes as an accepted connection, without TLS (nothing leaves
+// the process) and with the [InProcess] AuthInfo. Raft refuses it.
+func (m *Mux) DialInProcess(ctx context.Context) (net.Conn, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	client, server := net.Pipe()
+	c := &inProcessConn{Conn: server}
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		client.Close()
+		server.Close()
+		return nil, ErrClosed
+	}
+	m.pending[c] = struct{}{}
+	timeout := m.timeout
+	m.wg.Add(1)
+	m.mu.Unlock()
+	go m.route(c, timeout)
+	return client, nil
+}
+
+// inProcessConn is the mux's end of a DialInProcess pipe.
+type inProcessConn struct{ net.Conn }
+
+// AuthInfo is what handlers see of the connection (credentials.AuthInfo;
+// the frames server asks for it through this method).
+func (*inProcessConn) AuthInfo() credentials.AuthInfo {
+	return InProcess{CommonAuthInfo: credentials.CommonAuthInfo{SecurityLevel: credentials.PrivacyAndIntegrity}}
+}
+
+// InProcess is the AuthInfo of a connection made with DialInProcess: a
+// role of the serving process itself.
+type InProcess struct{ credentials.CommonAuthInfo }
+
+// AuthType implements credentials.AuthInfo.
+func (InProcess) AuthType() string { return "in-process" }
+
+// route terminates TLS on c (not on an in-process connection), reads its
+// first byte and hands it over.
 func (m *Mux) route(raw net.Conn, timeout time.Duration) {
 	defer m.wg.Done()
 	c := raw
@@ -366,7 +414,8 @@ func (m *Mux) route(raw net.Conn, timeout time.Duration) {
 		}
 	}()
 	deadline := time.Now().Add(timeout)
-	if m.serverTLS != nil {
+	_, local := raw.(*inProcessConn)
+	if m.serverTLS != nil && !local {
 		tc := tls.Server(raw, m.serverTLS)
 		ctx, cancel := context.WithDeadline(context.Background(), deadline)
 		err := tc.HandshakeContext(ctx)
@@ -397,6 +446,10 @@ func (m *Mux) route(raw net.Conn, timeout time.Duration) {
 			to = m.frames // TLS checked the certificate: a client's will do
 		}
 	default:
+		if local {
+			m.unknown.Add(1) // raft is for other nodes
+			return
+		}
 		if tc, ok := c.(*tls.Conn); ok {
 			if err := tlsconf.RequireNodePeer(tc.ConnectionState()); err != nil {
 				m.refused.Add(1)
@@ -592,6 +645,13 @@ func (muxCreds) ClientHandshake(context.Context, string, net.Conn) (net.Conn, cr
 }
 
 func (muxCreds) ServerHandshake(c net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	inner := c
+	if p, ok := c.(*peeked); ok {
+		inner = p.Conn
+	}
+	if ip, ok := inner.(*inProcessConn); ok {
+		return c, ip.AuthInfo(), nil
+	}
 	if st, ok := TLSState(c); ok {
 		return c, credentials.TLSInfo{State: st, CommonAuthInfo: credentials.CommonAuthInfo{SecurityLevel: credentials.PrivacyAndIntegrity}}, nil
 	}

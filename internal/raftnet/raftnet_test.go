@@ -545,3 +545,70 @@ func TestFramesForClients(t *testing.T) {
 		t.Fatal("OnRejected did not hear of the failed handshake")
 	}
 }
+
+// TestDialInProcess: on a mux serving mutual TLS, a connection made in
+// process reaches gRPC without a certificate, and its handlers see the
+// InProcess AuthInfo; it reaches frames with that AuthInfo too, and never
+// a raft stream layer.
+func TestDialInProcess(t *testing.T) {
+	pki := tlstest.New(t)
+	n := newNodeTLS(t, pkiConfigs(t, pki, false))
+	cc, err := grpc.NewClient("passthrough:///in-process", grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return n.mux.DialInProcess(ctx) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := healthpb.NewHealthClient(cc).Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
+		t.Fatalf("gRPC in process over a TLS mux: %v", err)
+	}
+	// What the gRPC server's handlers see of such a connection (the mux
+	// hands it over behind its first byte, peeked).
+	a, b := net.Pipe()
+	defer a.Close()
+	defer b.Close()
+	if _, ai, err := GRPCCredentials().ServerHandshake(&peeked{Conn: &inProcessConn{Conn: a}}); err != nil {
+		t.Fatal(err)
+	} else if _, ok := ai.(InProcess); !ok {
+		t.Fatalf("an in-process connection's AuthInfo is %T, want InProcess", ai)
+	}
+
+	// Frames: the connection reaches the listener, knowing its AuthInfo.
+	fl := n.mux.FramesListener()
+	got := make(chan net.Conn, 1)
+	go func() {
+		if c, err := fl.Accept(); err == nil {
+			got <- c
+		}
+	}()
+	fc, err := n.mux.DialInProcess(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fc.Close()
+	go fc.Write([]byte{KindFrames})
+	select {
+	case c := <-got:
+		if ac, ok := c.(interface{ AuthInfo() credentials.AuthInfo }); !ok || ac.AuthInfo().AuthType() != "in-process" {
+			t.Fatalf("the frames listener got %T, want a connection with the in-process AuthInfo", c)
+		}
+		c.Close()
+	case <-ctx.Done():
+		t.Fatal("an in-process frames connection never reached the listener")
+	}
+
+	// Raft: closed, counted as unknown.
+	unknown := n.mux.UnknownConns()
+	rc, err := n.mux.DialInProcess(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	go rc.Write([]byte{KindLog})
+	if _, err := rc.Read(make([]byte, 1)); err == nil {
+		t.Fatal("an in-process connection reached a raft stream layer")
+	}
+	waitFor(t, "an unknown connection", func() bool { return n.mux.UnknownConns() > unknown })
+}

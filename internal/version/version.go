@@ -81,17 +81,24 @@ func Current() (b Build) {
 
 // String is a one-line description: version, commit, Go.
 func (b Build) String() string {
+	commit := b.ShortCommit()
+	if b.Commit == "" {
+		commit = "unknown" + commit // "" or "+dirty"
+	}
+	return fmt.Sprintf("%s %s (commit %s, %s)", b.Module, b.Version, commit, b.GoVersion)
+}
+
+// ShortCommit is the commit's first 12 hex digits, with "+dirty" if the
+// work tree had changes ("" if unknown and clean).
+func (b Build) ShortCommit() string {
 	commit := b.Commit
 	if len(commit) > 12 {
 		commit = commit[:12]
 	}
-	if commit == "" {
-		commit = "unknown"
-	}
 	if b.Modified {
 		commit += "+dirty"
 	}
-	return fmt.Sprintf("%s %s (commit %s, %s)", b.Module, b.Version, commit, b.GoVersion)
+	return commit
 }
 
 // Formats returns the persistent file kinds and the newest format version

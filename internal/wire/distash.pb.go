@@ -2188,7 +2188,15 @@ type StatusResponse struct {
 	Warnings  []string `protobuf:"bytes,32,rep,name=warnings,proto3" json:"warnings,omitempty"` // plain sentences: quorum lost, members down
 	// "trusted-network": no [auth], every connection may do everything;
 	// "enforced": identities and grants ([auth], docs/security.md).
-	Auth          string `protobuf:"bytes,33,opt,name=auth,proto3" json:"auth,omitempty"`
+	Auth string `protobuf:"bytes,33,opt,name=auth,proto3" json:"auth,omitempty"`
+	// Protocol versions and build: of the process that answered (an
+	// embedded cluster's one process, or a node); in the CLI's cluster-wide
+	// status, protocol_min..protocol_max is the range every reachable node
+	// speaks and the build fields are empty (each node's are in nodes).
+	ProtocolMin   int32  `protobuf:"varint,34,opt,name=protocol_min,json=protocolMin,proto3" json:"protocol_min,omitempty"`
+	ProtocolMax   int32  `protobuf:"varint,35,opt,name=protocol_max,json=protocolMax,proto3" json:"protocol_max,omitempty"`
+	BuildVersion  string `protobuf:"bytes,36,opt,name=build_version,json=buildVersion,proto3" json:"build_version,omitempty"` // module version, "(devel)" for a build from a checkout
+	BuildCommit   string `protobuf:"bytes,37,opt,name=build_commit,json=buildCommit,proto3" json:"build_commit,omitempty"`    // VCS commit (12 hex digits, "+dirty" if modified), "" if unknown
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2450,6 +2458,34 @@ func (x *StatusResponse) GetWarnings() []string {
 func (x *StatusResponse) GetAuth() string {
 	if x != nil {
 		return x.Auth
+	}
+	return ""
+}
+
+func (x *StatusResponse) GetProtocolMin() int32 {
+	if x != nil {
+		return x.ProtocolMin
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetProtocolMax() int32 {
+	if x != nil {
+		return x.ProtocolMax
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetBuildVersion() string {
+	if x != nil {
+		return x.BuildVersion
+	}
+	return ""
+}
+
+func (x *StatusResponse) GetBuildCommit() string {
+	if x != nil {
+		return x.BuildCommit
 	}
 	return ""
 }
@@ -2944,6 +2980,10 @@ type NodeStatus struct {
 	Health            string                 `protobuf:"bytes,14,opt,name=health,proto3" json:"health,omitempty"` // alive | unreachable (as the controller sees it)
 	LastSeenUnixMs    int64                  `protobuf:"varint,15,opt,name=last_seen_unix_ms,json=lastSeenUnixMs,proto3" json:"last_seen_unix_ms,omitempty"`
 	UnreachableMs     int64                  `protobuf:"varint,16,opt,name=unreachable_ms,json=unreachableMs,proto3" json:"unreachable_ms,omitempty"` // how long it has been unreachable
+	ProtocolMin       int32                  `protobuf:"varint,17,opt,name=protocol_min,json=protocolMin,proto3" json:"protocol_min,omitempty"`       // the oldest protocol version it speaks; 0 if unknown (unreachable)
+	ProtocolMax       int32                  `protobuf:"varint,18,opt,name=protocol_max,json=protocolMax,proto3" json:"protocol_max,omitempty"`       // the newest
+	BuildVersion      string                 `protobuf:"bytes,19,opt,name=build_version,json=buildVersion,proto3" json:"build_version,omitempty"`     // its binary's module version
+	BuildCommit       string                 `protobuf:"bytes,20,opt,name=build_commit,json=buildCommit,proto3" json:"build_commit,omitempty"`        // its binary's VCS commit (12 hex digits, "+dirty"), "" if unknown
 	unknownFields     protoimpl.UnknownFields
 	sizeCache         protoimpl.SizeCache
 }
@@ -3088,6 +3128,34 @@ func (x *NodeStatus) GetUnreachableMs() int64 {
 		return x.UnreachableMs
 	}
 	return 0
+}
+
+func (x *NodeStatus) GetProtocolMin() int32 {
+	if x != nil {
+		return x.ProtocolMin
+	}
+	return 0
+}
+
+func (x *NodeStatus) GetProtocolMax() int32 {
+	if x != nil {
+		return x.ProtocolMax
+	}
+	return 0
+}
+
+func (x *NodeStatus) GetBuildVersion() string {
+	if x != nil {
+		return x.BuildVersion
+	}
+	return ""
+}
+
+func (x *NodeStatus) GetBuildCommit() string {
+	if x != nil {
+		return x.BuildCommit
+	}
+	return ""
 }
 
 // ColdestRequest asks a pool's stashes for their coldest keys (eviction order).
@@ -6790,8 +6858,7 @@ const file_distash_proto_rawDesc = "" +
 	"\x06ranges\x18\x01 \x03(\v2\x18.distash.v1.RangeMetricsR\x06ranges\x12'\n" +
 	"\x0fapplied_version\x18\x02 \x01(\x03R\x0eappliedVersion\x12'\n" +
 	"\x05error\x18\x03 \x01(\v2\x11.distash.v1.ErrorR\x05error\"\x0f\n" +
-	"\rStatusRequest\"\xae\n" +
-	"\n" +
+	"\rStatusRequest\"\xbc\v\n" +
 	"\x0eStatusResponse\x12*\n" +
 	"\x05pools\x18\x01 \x03(\v2\x14.distash.v1.PoolInfoR\x05pools\x121\n" +
 	"\astashes\x18\x02 \x03(\v2\x17.distash.v1.StashStatusR\astashes\x12+\n" +
@@ -6834,7 +6901,11 @@ const file_distash_proto_rawDesc = "" +
 	"\vview_age_ms\x18\x1e \x01(\x03R\tviewAgeMs\x12\x1b\n" +
 	"\tview_from\x18\x1f \x01(\tR\bviewFrom\x12\x1a\n" +
 	"\bwarnings\x18  \x03(\tR\bwarnings\x12\x12\n" +
-	"\x04auth\x18! \x01(\tR\x04auth\"\xac\x01\n" +
+	"\x04auth\x18! \x01(\tR\x04auth\x12!\n" +
+	"\fprotocol_min\x18\" \x01(\x05R\vprotocolMin\x12!\n" +
+	"\fprotocol_max\x18# \x01(\x05R\vprotocolMax\x12#\n" +
+	"\rbuild_version\x18$ \x01(\tR\fbuildVersion\x12!\n" +
+	"\fbuild_commit\x18% \x01(\tR\vbuildCommit\"\xac\x01\n" +
 	"\x10MembershipStatus\x12\x1e\n" +
 	"\n" +
 	"configured\x18\x01 \x01(\x05R\n" +
@@ -6880,7 +6951,7 @@ const file_distash_proto_rawDesc = "" +
 	"\x04from\x18\x05 \x03(\rR\x04from\x12\x0e\n" +
 	"\x02to\x18\x06 \x03(\rR\x02to\x12\x1b\n" +
 	"\tin_flight\x18\a \x01(\bR\binFlight\x12\x14\n" +
-	"\x05bytes\x18\b \x01(\x03R\x05bytes\"\xee\x03\n" +
+	"\x05bytes\x18\b \x01(\x03R\x05bytes\"\xfc\x04\n" +
 	"\n" +
 	"NodeStatus\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
@@ -6901,7 +6972,11 @@ const file_distash_proto_rawDesc = "" +
 	"\x10recovery_unix_ms\x18\r \x01(\x03R\x0erecoveryUnixMs\x12\x16\n" +
 	"\x06health\x18\x0e \x01(\tR\x06health\x12)\n" +
 	"\x11last_seen_unix_ms\x18\x0f \x01(\x03R\x0elastSeenUnixMs\x12%\n" +
-	"\x0eunreachable_ms\x18\x10 \x01(\x03R\runreachableMs\":\n" +
+	"\x0eunreachable_ms\x18\x10 \x01(\x03R\runreachableMs\x12!\n" +
+	"\fprotocol_min\x18\x11 \x01(\x05R\vprotocolMin\x12!\n" +
+	"\fprotocol_max\x18\x12 \x01(\x05R\vprotocolMax\x12#\n" +
+	"\rbuild_version\x18\x13 \x01(\tR\fbuildVersion\x12!\n" +
+	"\fbuild_commit\x18\x14 \x01(\tR\vbuildCommit\":\n" +
 	"\x0eColdestRequest\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x05R\x05limit\"N\n" +
