@@ -92,6 +92,13 @@ type authCluster struct {
 // startAuthCluster starts it; authKeys go in [auth], extra after the roles.
 func startAuthCluster(t *testing.T, authKeys, extra string) *authCluster {
 	t.Helper()
+	return startAuthClusterWith(t, authKeys, extra, nil)
+}
+
+// startAuthClusterWith is startAuthCluster with mod applied to the
+// server's options (nil: none).
+func startAuthClusterWith(t *testing.T, authKeys, extra string, mod func(*server.Options)) *authCluster {
+	t.Helper()
 	pki := tlstest.New(t)
 	srvTLS, err := server.TLSConfigFromFiles(pki.ServerCert, pki.ServerKey, pki.CA)
 	if err != nil {
@@ -104,8 +111,12 @@ func startAuthCluster(t *testing.T, authKeys, extra string) *authCluster {
 	logs := &syncBuffer{}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	srv, err := server.Start(ctx, server.Options{Dir: t.TempDir(), Config: cfg, TLS: srvTLS, HTTPAddr: "127.0.0.1:0",
-		Logger: slog.New(slog.NewJSONHandler(logs, nil))})
+	opts := server.Options{Dir: t.TempDir(), Config: cfg, TLS: srvTLS, HTTPAddr: "127.0.0.1:0",
+		Logger: slog.New(slog.NewJSONHandler(logs, nil))}
+	if mod != nil {
+		mod(&opts)
+	}
+	srv, err := server.Start(ctx, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
