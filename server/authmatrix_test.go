@@ -299,6 +299,18 @@ func TestAuthMatrix(t *testing.T) {
 		before = state()
 	}
 
+	// The view's configuration (roles and their members) shows only to
+	// status and admin.
+	for id, want := range map[string]bool{"app1": false, "prom": true, "alice": true, "node": true} {
+		v, err := wire.NewCoordinatorClient(connOf(id, "tx")).View(ctx, &wire.ViewRequest{})
+		if err != nil || v.Error != nil {
+			t.Fatalf("view as %s: %v %v", id, err, v.GetError())
+		}
+		if got := strings.Contains(v.Config, "[auth]"); got != want {
+			t.Errorf("view as %s shows the configuration: %v, want %v", id, got, want)
+		}
+	}
+
 	// The HTTP paths: status for the console, its document and the
 	// metrics (and any other path), admin for Go's profiles.
 	httpGet := func(identity, path string) int {
