@@ -160,7 +160,7 @@ func (db *DB) newProxy(addr string, generation uint64) (*proxy, error) {
 	}
 	api := n.api
 	ctx, cancel := context.WithCancel(db.life)
-	p := &proxy{addr: addr, api: api, node: n, commits: newCommitStreamer(api, n.frames), generation: generation, ctx: ctx, cancel: cancel}
+	p := &proxy{addr: addr, api: api, node: n, commits: newCommitStreamer(api, n.frames, db.token), generation: generation, ctx: ctx, cancel: cancel}
 	// The proxy in use when it stalls: p, or a copy of it for a newer
 	// generation of the same node (applyView).
 	p.grv = &grvBatcher{api: api, ctx: ctx, stalled: func() { db.suspect(db.proxy.Load()) }}
@@ -227,7 +227,7 @@ func (db *DB) node(addr string) (*nodeConn, error) {
 	}
 	api := wire.NewDiStashClient(c)
 	fd := db.framesDialer(addr)
-	n := &nodeConn{api: api, frames: fd, reads: newReadStreamer(api, fd)}
+	n := &nodeConn{api: api, frames: fd, reads: newReadStreamer(api, fd, db.token)}
 	db.nodes[addr] = n
 	return n, nil
 }

@@ -24,9 +24,16 @@ type bidiStream[S, R any] interface {
 // server's goroutine) of unary calls. When the stream breaks, every request
 // in flight on it fails (a commit's outcome is then unknown) and the next
 // request opens a new stream. Commits and reads use one each per node.
+//
+// With a token source (WithTokenSource), a stream carries the token it
+// was opened with (gRPC's metadata, frames' open frame) for its whole
+// life: when the source gives another token, the next request opens a
+// new stream, and the old one is closed once its requests in flight are
+// answered.
 type idStreamer[S, R any] struct {
-	open func(context.Context) (bidiStream[S, R], error)
-	id   func(R) uint64
+	open  func(context.Context) (bidiStream[S, R], error)
+	id    func(R) uint64
+	token bearer // nil: no token
 
 	mu     sync.Mutex
 	cur    *idStream[S, R] // nil until opened, and after it broke. Protected by mu.
@@ -39,8 +46,10 @@ type idStream[S, R any] struct {
 	// concurrent: st's Send may be called concurrently (a frames stream).
 	concurrent bool
 	cancel     context.CancelFunc
+	token      string            // the token it was opened with
 	pending    map[uint64]chan R // Protected by idStreamer.mu.
 	err        error             // why it broke, if Recv said. Protected by idStreamer.mu.
+	retired    bool              // replaced (a new token): closed when pending empties. Protected by idStreamer.mu.
 }
 
 // errStreamBroken is what the requests in flight on a stream that broke
@@ -51,7 +60,17 @@ var errStreamBroken = status.Error(codes.Unavailable, "stream to the node broke"
 func (c *idStreamer[S, R]) call(ctx context.Context, build func(id uint64) S) (R, error) {
 	var zero R
 	ch := make(chan R, 1)
+	var tok string
+	if c.token != nil {
+		var err error
+		if tok, err = c.token(ctx); err != nil {
+			return zero, status.Error(codes.Unauthenticated, "distash: the token source: "+err.Error())
+		}
+	}
 	c.mu.Lock()
+	if c.cur != nil && c.cur.token != tok {
+		c.retireLocked(c.cur)
+	}
 	if c.cur == nil {
 		// The stream outlives this call, but opening it waits for the
 		// connection, which a node that accepts connections and answers
@@ -69,7 +88,7 @@ func (c *idStreamer[S, R]) call(ctx context.Context, build func(id uint64) S) (R
 			return zero, err
 		}
 		_, concurrent := st.(interface{ concurrentSend() })
-		c.cur = &idStream[S, R]{st: st, cancel: cancel, pending: map[uint64]chan R{}, concurrent: concurrent}
+		c.cur = &idStream[S, R]{st: st, cancel: cancel, token: tok, pending: map[uint64]chan R{}, concurrent: concurrent}
 		go c.receive(c.cur)
 	}
 	s := c.cur
@@ -129,6 +148,9 @@ func (c *idStreamer[S, R]) call(ctx context.Context, build func(id uint64) S) (R
 	case <-ctx.Done():
 		c.mu.Lock()
 		delete(s.pending, id)
+		if s.retired && len(s.pending) == 0 {
+			s.cancel()
+		}
 		c.mu.Unlock()
 		return zero, ctx.Err()
 	}
@@ -148,6 +170,9 @@ func (c *idStreamer[S, R]) receive(s *idStream[S, R]) {
 		id := c.id(resp)
 		ch, ok := s.pending[id]
 		delete(s.pending, id)
+		if s.retired && len(s.pending) == 0 {
+			s.cancel() // its last answer: Recv ends, and this loop
+		}
 		c.mu.Unlock()
 		if ok {
 			ch <- resp
@@ -164,6 +189,17 @@ func (c *idStreamer[S, R]) breakLocked(s *idStream[S, R]) {
 	}
 	if c.cur == s {
 		c.cur = nil
+	}
+	s.cancel()
+}
+
+// retireLocked replaces s, the current stream: the next request opens a
+// new one; s closes once the requests in flight on it are answered (or it
+// breaks). Called with mu held.
+func (c *idStreamer[S, R]) retireLocked(s *idStream[S, R]) {
+	c.cur = nil
+	s.retired = true
+	if len(s.pending) == 0 {
 		s.cancel()
 	}
 }
@@ -180,7 +216,7 @@ func (c *idStreamer[S, R]) close() {
 // commitStreamer is the stream of a DB's commits to the proxy's node.
 type commitStreamer = idStreamer[*wire.CommitStreamRequest, *wire.CommitStreamResponse]
 
-func newCommitStreamer(api wire.DiStashClient, fd *framesDialer) *commitStreamer {
+func newCommitStreamer(api wire.DiStashClient, fd *framesDialer, token bearer) *commitStreamer {
 	viaGRPC := func(ctx context.Context) (bidiStream[*wire.CommitStreamRequest, *wire.CommitStreamResponse], error) {
 		return api.CommitStream(ctx)
 	}
@@ -188,7 +224,8 @@ func newCommitStreamer(api wire.DiStashClient, fd *framesDialer) *commitStreamer
 		open: func(ctx context.Context) (bidiStream[*wire.CommitStreamRequest, *wire.CommitStreamResponse], error) {
 			return openDataStream(ctx, fd, wire.DiStash_CommitStream_FullMethodName, func() *wire.CommitStreamResponse { return new(wire.CommitStreamResponse) }, viaGRPC)
 		},
-		id: (*wire.CommitStreamResponse).GetId,
+		id:    (*wire.CommitStreamResponse).GetId,
+		token: token,
 	}
 }
 
@@ -204,7 +241,7 @@ func commitOver(ctx context.Context, s *commitStreamer, req *wire.CommitRequest)
 // readStreamer is the stream of a DB's reads to one node.
 type readStreamer = idStreamer[*wire.ReadStreamRequest, *wire.ReadStreamResponse]
 
-func newReadStreamer(api wire.DiStashClient, fd *framesDialer) *readStreamer {
+func newReadStreamer(api wire.DiStashClient, fd *framesDialer, token bearer) *readStreamer {
 	viaGRPC := func(ctx context.Context) (bidiStream[*wire.ReadStreamRequest, *wire.ReadStreamResponse], error) {
 		return api.ReadStream(ctx)
 	}
@@ -212,6 +249,7 @@ func newReadStreamer(api wire.DiStashClient, fd *framesDialer) *readStreamer {
 		open: func(ctx context.Context) (bidiStream[*wire.ReadStreamRequest, *wire.ReadStreamResponse], error) {
 			return openDataStream(ctx, fd, wire.DiStash_ReadStream_FullMethodName, func() *wire.ReadStreamResponse { return new(wire.ReadStreamResponse) }, viaGRPC)
 		},
-		id: (*wire.ReadStreamResponse).GetId,
+		id:    (*wire.ReadStreamResponse).GetId,
+		token: token,
 	}
 }

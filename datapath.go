@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"net"
 	"sync/atomic"
 	"time"
@@ -38,11 +39,12 @@ type framesDialer struct {
 	dial     func(ctx context.Context, addr string) (net.Conn, error) // WithDialer; nil: TCP
 	tls      *tls.Config                                              // nil: plaintext
 	off      bool                                                     // WithGRPCDataPath
+	token    bearer                                                   // WithToken; nil: none
 	notUntil atomic.Int64                                             // unix ns: gRPC until then
 }
 
 func (db *DB) framesDialer(addr string) *framesDialer {
-	fd := &framesDialer{addr: addr, dial: db.dialer, off: db.grpcDataPath}
+	fd := &framesDialer{addr: addr, dial: db.dialer, off: db.grpcDataPath, token: db.token}
 	if db.tls != nil {
 		// As gRPC's TLS credentials: the server's name is the host
 		// dialled unless the configuration names one. No ALPN: the
@@ -60,9 +62,25 @@ func (db *DB) framesDialer(addr string) *framesDialer {
 	return fd
 }
 
-// open opens a frames stream of method; frames.ErrNotFrames if the node
-// does not speak the protocol.
+// errTokenNeedsTLS: as gRPC's per-RPC credentials, a token is not sent
+// in the clear.
+var errTokenNeedsTLS = status.Error(codes.Unauthenticated, "distash: a bearer token (WithToken) travels only over TLS (WithTLS)")
+
+// open opens a frames stream of method, with the DB's token in its open
+// frame; frames.ErrNotFrames if the node does not speak the protocol, or
+// speaks a release of it without tokens.
 func (fd *framesDialer) open(ctx context.Context, method string) (*frames.ClientStream, error) {
+	var authorization string
+	if fd.token != nil {
+		if fd.tls == nil {
+			return nil, errTokenNeedsTLS
+		}
+		tok, err := fd.token(ctx)
+		if err != nil {
+			return nil, status.Error(codes.Unauthenticated, "distash: the token source: "+err.Error())
+		}
+		authorization = "Bearer " + tok
+	}
 	var c net.Conn
 	var err error
 	if fd.dial != nil {
@@ -82,7 +100,14 @@ func (fd *framesDialer) open(ctx context.Context, method string) (*frames.Client
 		}
 		c = tc
 	}
-	return frames.Open(ctx, c, []byte{frames.RouteByte}, method, protover.This)
+	cs, err := frames.OpenAuthorized(ctx, c, []byte{frames.RouteByte}, method, protover.This, authorization)
+	if _, refused := protover.IsRefusal(err); refused && authorization != "" {
+		// A server of the release before tokens rode frames reads the
+		// authorization as part of the versions and refuses them: gRPC
+		// carries the token to it (and states the versions again there).
+		return nil, fmt.Errorf("%w (a release without tokens on frames: %v)", frames.ErrNotFrames, err)
+	}
+	return cs, err
 }
 
 // openDataStream opens a stream of method to fd's node: over frames, or

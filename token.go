@@ -10,19 +10,19 @@ import (
 // key the cluster trusts: [auth] token_keys, docs/security.md), with every
 // request: the cluster then names the client by the token's subject
 // rather than by its certificate. Tokens travel only over TLS (WithTLS).
-// Reads and commits then go over gRPC streams (WithGRPCDataPath), which
-// carry the token. A token expires: WithTokenSource gives a fresh one.
+// Reads and commits carry it on their frames streams (in each stream's
+// open frame) as on gRPC. A token expires: WithTokenSource gives a fresh
+// one.
 func WithToken(tok string) Option {
 	return WithTokenSource(func(context.Context) (string, error) { return tok, nil })
 }
 
 // WithTokenSource is WithToken with the token asked of src before each
 // request, so that a long-lived DB can renew its token before it expires.
+// A read or commit stream opened with an older token is replaced by one
+// with the new token (the requests in flight on it finish there).
 func WithTokenSource(src func(ctx context.Context) (string, error)) Option {
-	return func(o *openOptions) {
-		o.token = src
-		o.grpcDataPath = true
-	}
+	return func(o *openOptions) { o.token = src }
 }
 
 // bearer are the per-RPC credentials of WithTokenSource: the gRPC

@@ -21,6 +21,7 @@ import (
 	"github.com/distash/distash/internal/authz"
 	"github.com/distash/distash/internal/kv"
 	"github.com/distash/distash/internal/raftnet"
+	"github.com/distash/distash/internal/shardmap"
 	"github.com/distash/distash/internal/wire"
 )
 
@@ -141,6 +142,38 @@ func (a *auth) check(ctx context.Context, method string, req any) error {
 	return err
 }
 
+// visibleShards is what the caller of ctx may see of shards (adjacent, in
+// key order, as Locations answers them): a pool it may not read is shown
+// as one shard over the span asked, served by the team of its first shard,
+// so that its split points and the teams of its other parts (which say
+// where its data lies and how it is spread) stay hidden, while the client
+// still finds a stash for the pool's keys: a read there is refused with
+// permission_denied as before, and a grant made later gets the real
+// shards on the client's next refresh (the stash answers wrong_shard_server
+// for keys it does not own). Nodes, and the system key space, see all.
+func (a *auth) visibleShards(ctx context.Context, shards []shardmap.Shard) []shardmap.Shard {
+	id, err := a.identity(ctx)
+	if err != nil || id.Node {
+		return shards // an invalid token was refused before the handler
+	}
+	p := a.policy.Load()
+	out := make([]shardmap.Shard, 0, len(shards))
+	hidden := map[int]bool{} // indexes in out of merged shards
+	for _, sh := range shards {
+		if sh.Pool == "system" || authz.Decide(p, id, wire.DiStash_Locations_FullMethodName, []authz.Need{{Perm: authz.PermRead, Pool: sh.Pool}}) == nil {
+			out = append(out, sh)
+			continue
+		}
+		if n := len(out); n > 0 && hidden[n-1] && out[n-1].Pool == sh.Pool {
+			out[n-1].End = sh.End
+			continue
+		}
+		hidden[len(out)] = true
+		out = append(out, shardmap.Shard{Begin: sh.Begin, End: sh.End, Pool: sh.Pool, Team: sh.Team})
+	}
+	return out
+}
+
 // authorize checks a request of a stream checked per message (a commit or
 // read of CommitStream or ReadStream); nil in trusted-network mode.
 func (s *Server) authorize(ctx context.Context, method string, req any) error {
@@ -163,7 +196,25 @@ func (s *Server) authUnary(ctx context.Context, req any, info *grpc.UnaryServerI
 		id, _ := s.auth.identity(ctx)
 		s.auth.audit.admin(id, info.FullMethod, req, resp)
 	}
+	if v, ok := resp.(*wire.ViewResponse); ok && err == nil && v.Config != "" {
+		resp = s.auth.visibleView(ctx, v)
+	}
 	return resp, err
+}
+
+// visibleView is what the caller of ctx may see of the coordinators'
+// view: all of it with status or admin (or as a node); else without the
+// cluster's configuration, whose [auth] names every role's members and
+// which is also in the system key space. Clients find the roles and the
+// stashes in the rest.
+func (a *auth) visibleView(ctx context.Context, v *wire.ViewResponse) *wire.ViewResponse {
+	id, err := a.identity(ctx)
+	if err == nil && authz.Decide(a.policy.Load(), id, wire.Coordinator_View_FullMethodName, []authz.Need{{Perm: authz.PermSystemRead}}) == nil {
+		return v
+	}
+	v = proto.Clone(v).(*wire.ViewResponse)
+	v.Config = ""
+	return v
 }
 
 // authStream refuses a stream the caller may not open; streams checked

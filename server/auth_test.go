@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -92,6 +93,13 @@ type authCluster struct {
 // startAuthCluster starts it; authKeys go in [auth], extra after the roles.
 func startAuthCluster(t *testing.T, authKeys, extra string) *authCluster {
 	t.Helper()
+	return startAuthClusterWith(t, authKeys, extra, nil)
+}
+
+// startAuthClusterWith is startAuthCluster with mod applied to the
+// server's options (nil: none).
+func startAuthClusterWith(t *testing.T, authKeys, extra string, mod func(*server.Options)) *authCluster {
+	t.Helper()
 	pki := tlstest.New(t)
 	srvTLS, err := server.TLSConfigFromFiles(pki.ServerCert, pki.ServerKey, pki.CA)
 	if err != nil {
@@ -104,8 +112,12 @@ func startAuthCluster(t *testing.T, authKeys, extra string) *authCluster {
 	logs := &syncBuffer{}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	srv, err := server.Start(ctx, server.Options{Dir: t.TempDir(), Config: cfg, TLS: srvTLS, HTTPAddr: "127.0.0.1:0",
-		Logger: slog.New(slog.NewJSONHandler(logs, nil))})
+	opts := server.Options{Dir: t.TempDir(), Config: cfg, TLS: srvTLS, HTTPAddr: "127.0.0.1:0",
+		Logger: slog.New(slog.NewJSONHandler(logs, nil))}
+	if mod != nil {
+		mod(&opts)
+	}
+	srv, err := server.Start(ctx, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -505,4 +517,95 @@ func grepLines(s, sub string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// TestAuthLocationsHideUnreadablePools: Locations shows a pool's shards
+// (split points, teams) only to identities that may read it; others see
+// the pool as one shard, and their reads of it are still refused with
+// permission_denied; a reader of the pool sees every shard and reads.
+func TestAuthLocationsHideUnreadablePools(t *testing.T) {
+	c := startAuthCluster(t, "", `
+[[auth.role]]
+name = "big"
+members = ["bigreader"]
+read = ["big"]
+write = ["big"]
+
+[[pool]]
+name = "big"
+prefix = "b/"
+medium = "dram"
+mode = "ephemeral"
+engine = "memory"
+capacity = "4MiB"
+stashes = 3
+replication = 1
+`)
+	ctx := ctxFor(t)
+	shardsOf := func(identity string) (big []*wire.Shard, all int) {
+		resp, err := wire.NewDiStashClient(c.conn(t, identity)).Locations(ctx, &wire.LocationsRequest{End: []byte{0xff, 0xff}})
+		if err != nil || resp.Error != nil {
+			t.Fatalf("locations as %s: %v %v", identity, err, resp.GetError())
+		}
+		for _, s := range resp.Shards {
+			if s.Pool == "big" {
+				big = append(big, s)
+			}
+		}
+		return big, len(resp.Shards)
+	}
+	full, nFull := shardsOf("bigreader")
+	if len(full) != 3 {
+		t.Fatalf("the reader of pool big sees %d of its shards, want 3", len(full))
+	}
+	hidden, nHidden := shardsOf("app1")
+	if len(hidden) != 1 || string(hidden[0].Begin) != "b/" || string(hidden[0].End) != "b0" || nHidden != nFull-2 {
+		t.Fatalf("app1 (no read on big) sees %v (%d shards in all, the reader %d); want big as one shard [b/, b0)", hidden, nHidden, nFull)
+	}
+	reader := c.open(t, "bigreader")
+	if err := reader.Transact(ctx, func(tr *distash.Tx) error {
+		for _, k := range []string{"b/\x10", "b/\x60", "b/\xc0"} { // one key in each shard
+			tr.Set([]byte(k), []byte("v"))
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := reader.ReadTransact(ctx, func(tr *distash.Tx) error {
+		kvs, err := tr.GetRange([]byte("b/"), []byte("b0"), distash.RangeOptions{})
+		if err == nil && len(kvs) != 3 {
+			err = fmt.Errorf("%d pairs, want 3", len(kvs))
+		}
+		return err
+	}); err != nil {
+		t.Fatalf("the reader of big reading it: %v", err)
+	}
+	app := c.open(t, "app1")
+	for _, k := range []string{"b/\x10", "b/\x60", "b/\xc0"} {
+		mustDeny(t, app.ReadTransact(ctx, func(tr *distash.Tx) error { _, err := tr.Get([]byte(k)); return err }), `read on pool "big"`)
+	}
+	mustDeny(t, app.ReadTransact(ctx, func(tr *distash.Tx) error {
+		_, err := tr.GetRange([]byte("b/"), []byte("b0"), distash.RangeOptions{})
+		return err
+	}), `pool "big"`)
+	// app1's own pools are served as before.
+	if err := app.Transact(ctx, func(tr *distash.Tx) error { tr.Set([]byte("c/x"), []byte("v")); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	// Granted read of big, the same DB (whose cached locations show big as
+	// one shard) reads every part of it: a stash that does not own a key
+	// says so, and the client asks for the locations again.
+	if resp, err := wire.NewAdminClient(c.conn(t, "alice")).Auth(ctx, &wire.AuthRequest{Op: "grant", Role: "big", Identity: "app1"}); err != nil || resp.Error != nil {
+		t.Fatalf("grant: %v %v", err, resp.GetError())
+	}
+	waitFor(t, 2*time.Second, func() error {
+		return app.ReadTransact(ctx, func(tr *distash.Tx) error {
+			for _, k := range []string{"b/\x10", "b/\x60", "b/\xc0"} {
+				if v, err := tr.Get([]byte(k)); err != nil || string(v) != "v" {
+					return fmt.Errorf("%q = %q, %v", k, v, err)
+				}
+			}
+			return nil
+		})
+	})
 }

@@ -60,49 +60,8 @@ func TestAuthLiveGrantAcrossNodes(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts two nodes")
 	}
-	pki := tlstest.New(t)
-	srvTLS, err := server.TLSConfigFromFiles(pki.NodeCert, pki.NodeKey, pki.CA)
-	if err != nil {
-		t.Fatal(err)
-	}
-	nodeClient := clientTLS(t, pki.NodeCert, pki.NodeKey, pki.CA)
-	cfg, err := config.Parse([]byte(authNodeConfig))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	lnT, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	lnS, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	coords := []string{lnT.Addr().String()}
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	start := func(ln net.Listener, class, pool string) *server.Server {
-		srv, err := server.StartNode(ctx, server.NodeOptions{Dir: t.TempDir(), Config: cfg, Listen: ln.Addr().String(), Listener: ln,
-			Coordinators: coords, Class: class, Pool: pool, ServerTLS: srvTLS, ClientTLS: nodeClient, Logger: logger})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(srv.Stop)
-		return srv
-	}
-	start(lnT, server.ClassTransaction, "")
-	start(lnS, server.ClassStash, "cache")
-
-	open := func(identity string) *distash.DB {
-		cert, key := pki.Client(t, identity)
-		db, err := distash.Open(ctx, coords[0], distash.WithTLS(clientTLS(t, cert, key, pki.CA)))
-		if err != nil {
-			t.Fatalf("open as %s: %v", identity, err)
-		}
-		t.Cleanup(func() { db.Close() })
-		return db
-	}
+	n := startAuthNodes(t, authNodeConfig, "")
+	ctx, pki, coords, open := n.ctx, n.pki, n.coords, func(id string) *distash.DB { return n.open(id) }
 	app1 := open("app1")
 	waitFor(t, 30*time.Second, func() error {
 		return app1.Transact(ctx, func(tr *distash.Tx) error { tr.Set([]byte("c/k"), []byte("v")); return nil })
@@ -137,7 +96,10 @@ func TestAuthLiveGrantAcrossNodes(t *testing.T) {
 	})
 	t.Logf("revoke in force after %v", time.Since(revoked).Round(time.Millisecond))
 	// Node-to-node calls stay for node certificates: app1 may not pop.
-	_, err = wire.NewLogClient(dialTLS(t, coords[0], clientTLS(t, pki.ClientCert, pki.ClientKey, pki.CA))).Pop(ctx, &wire.PopRequest{})
+	resp, err := wire.NewLogClient(dialTLS(t, coords[0], clientTLS(t, pki.ClientCert, pki.ClientKey, pki.CA))).Pop(ctx, &wire.PopRequest{})
+	if err == nil {
+		err = resp.Error.Err()
+	}
 	if !refused(err) {
 		t.Errorf("Log.Pop by a client certificate: %v", err)
 	}
@@ -152,4 +114,71 @@ func dialTLS(t *testing.T, addr string, c *tls.Config) *grpc.ClientConn {
 	}
 	t.Cleanup(func() { conn.Close() })
 	return conn
+}
+
+// authNodes is a multi-process cluster in the test process: a transaction
+// node (the coordinator) and a stash node of pool cache, over mutual TLS
+// on loopback, with [auth].
+type authNodes struct {
+	t         *testing.T
+	ctx       context.Context
+	pki       *tlstest.PKI
+	coords    []string
+	tx, stash *server.Server
+	nodeTLS   *tls.Config // a node's client TLS
+}
+
+// startAuthNodes starts them with the configuration toml; the
+// transaction node serves HTTP (with pprof) on httpAddr unless it is "".
+func startAuthNodes(t *testing.T, toml, httpAddr string) *authNodes {
+	t.Helper()
+	pki := tlstest.New(t)
+	srvTLS, err := server.TLSConfigFromFiles(pki.NodeCert, pki.NodeKey, pki.CA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodeClient := clientTLS(t, pki.NodeCert, pki.NodeKey, pki.CA)
+	cfg, err := config.Parse([]byte(toml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	lnT, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lnS, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	coords := []string{lnT.Addr().String()}
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	start := func(ln net.Listener, class, pool, httpAddr string) *server.Server {
+		srv, err := server.StartNode(ctx, server.NodeOptions{Dir: t.TempDir(), Config: cfg, Listen: ln.Addr().String(), Listener: ln,
+			Coordinators: coords, Class: class, Pool: pool, ServerTLS: srvTLS, ClientTLS: nodeClient, Logger: logger,
+			HTTPAddr: httpAddr, Pprof: httpAddr != ""})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(srv.Stop)
+		return srv
+	}
+	n := &authNodes{t: t, ctx: ctx, pki: pki, coords: coords, nodeTLS: nodeClient}
+	n.tx = start(lnT, server.ClassTransaction, "", httpAddr)
+	n.stash = start(lnS, server.ClassStash, "cache", "")
+	return n
+}
+
+// open is a client of the cluster with a certificate naming identity.
+func (n *authNodes) open(identity string, opts ...distash.Option) *distash.DB {
+	t := n.t
+	t.Helper()
+	cert, key := n.pki.Client(t, identity)
+	db, err := distash.Open(n.ctx, n.coords[0], append([]distash.Option{distash.WithTLS(clientTLS(t, cert, key, n.pki.CA))}, opts...)...)
+	if err != nil {
+		t.Fatalf("open as %s: %v", identity, err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
 }

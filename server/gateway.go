@@ -147,9 +147,11 @@ var nodeOnlyMethods = map[string]bool{
 // server authentication (a node serves its peers), a client certificate
 // only client authentication (docs/security.md). So a client certificate
 // reads and writes data but cannot register nodes, claim generations or
-// pop a stash's tag.
+// pop a stash's tag. With [auth] the authorization interceptor decides
+// instead (authz's rules give these methods to nodes only), so that the
+// refusal names the identity and is audited as every other.
 func (n *node) nodeOnly(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	if !nodeOnlyMethods[info.FullMethod] || n.opts.ServerTLS == nil {
+	if !nodeOnlyMethods[info.FullMethod] || n.opts.ServerTLS == nil || n.s.auth != nil {
 		return handler(ctx, req)
 	}
 	p, ok := peer.FromContext(ctx)

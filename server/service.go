@@ -166,7 +166,11 @@ func (v *service) Locations(ctx context.Context, req *wire.LocationsRequest) (*w
 		return &wire.LocationsResponse{Error: wire.ErrorOf(err)}, nil
 	}
 	resp := &wire.LocationsResponse{}
-	for _, sh := range r.commit.Shards().Intersect(req.Begin, req.End) {
+	shards := r.commit.Shards().Intersect(req.Begin, req.End)
+	if v.s.auth != nil {
+		shards = v.s.auth.visibleShards(ctx, shards)
+	}
+	for _, sh := range shards {
 		ws := &wire.Shard{Begin: sh.Begin, End: sh.End, Pool: sh.Pool}
 		for _, t := range sh.Team {
 			ws.Stashes = append(ws.Stashes, uint32(t))

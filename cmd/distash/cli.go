@@ -35,24 +35,19 @@ certificate and key, and the CA that signed the server's certificate.`,
 	cmd.PersistentFlags().StringVar(&cluster, "cluster", envOr("DISTASH_CLUSTER", defaultCluster), "cluster address(es), host:port[,host:port] (env DISTASH_CLUSTER)")
 	cmd.PersistentFlags().DurationVar(&timeout, "timeout", 10*time.Second, "give up after this long")
 	tlsf.add(cmd.PersistentFlags(), "client", true)
-	var token string
-	cmd.PersistentFlags().StringVar(&token, "token", os.Getenv("DISTASH_TOKEN"), "bearer token (JWT) naming this client on a cluster with [auth] token_keys, for get, set, clear, getrange and auth (env DISTASH_TOKEN; docs/security.md)")
+	cmd.PersistentFlags().StringVar(&tlsf.token, "token", os.Getenv("DISTASH_TOKEN"), "bearer token (JWT) naming this client on a cluster with [auth] token_keys, for every verb (env DISTASH_TOKEN; docs/security.md)")
 
 	withDB := func(fn func(ctx context.Context, db *distash.DB, out io.Writer, args []string) error) func(*cobra.Command, []string) error {
 		return func(cmd *cobra.Command, args []string) error {
-			tlsConfig, err := tlsf.client()
+			cl, err := tlsf.connect()
 			if err != nil {
 				return err
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), timeout)
 			defer cancel()
-			opts := []distash.Option{distash.WithTLS(tlsConfig)}
-			if token != "" {
-				opts = append(opts, distash.WithToken(token))
-			}
-			db, err := distash.Open(ctx, cluster, opts...)
+			db, err := distash.Open(ctx, cluster, cl.db()...)
 			if err != nil {
-				return tlsHint(err, tlsConfig)
+				return tlsHint(err, cl.tls)
 			}
 			defer db.Close()
 			return fn(ctx, db, cmd.OutOrStdout(), args)
@@ -138,15 +133,15 @@ certificate and key, and the CA that signed the server's certificate.`,
 	status := &cobra.Command{
 		Use: "status [json]", Short: "Show pools and stashes: bytes, keys, hits, misses, evictions", Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			tlsConfig, err := tlsf.client()
+			cl, err := tlsf.connect()
 			if err != nil {
 				return err
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), timeout)
 			defer cancel()
-			st, err := clusterstatus.Gather(ctx, cluster, tlsConfig)
+			st, err := clusterstatus.GatherWith(ctx, cluster, cl.status())
 			if err != nil {
-				return tlsHint(err, tlsConfig)
+				return tlsHint(err, cl.tls)
 			}
 			if len(args) == 1 {
 				if args[0] != "json" {
@@ -165,8 +160,8 @@ certificate and key, and the CA that signed the server's certificate.`,
 	}
 	cmd.AddCommand(get, set, clear, getrange, status)
 	cmd.AddCommand(adminCmds(&cluster, &timeout, &tlsf)...)
-	cmd.AddCommand(backupCmds(&cluster, &timeout, &tlsf)...)    // issue 23
-	cmd.AddCommand(authCmds(&cluster, &timeout, &tlsf, &token)) // issue 24
+	cmd.AddCommand(backupCmds(&cluster, &timeout, &tlsf)...) // issue 23
+	cmd.AddCommand(authCmds(&cluster, &timeout, &tlsf))      // issue 24
 	return cmd
 }
 

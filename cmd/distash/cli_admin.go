@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -20,7 +19,6 @@ import (
 	"github.com/distash/distash/internal/clusterstatus"
 	"github.com/distash/distash/internal/coord"
 	"github.com/distash/distash/internal/coordrpc"
-	"github.com/distash/distash/internal/protover"
 	"github.com/distash/distash/internal/wire"
 )
 
@@ -37,17 +35,17 @@ func adminCmds(cluster *string, timeout *time.Duration, tlsf *tlsFlags) []*cobra
 	// refused with an error saying why.
 	withCoordinators := func(cmd *cobra.Command, verb string, wait time.Duration,
 		fn func(ctx context.Context, cc *coordrpc.Client, view *wire.ViewResponse, out io.Writer) error) error {
-		tlsConfig, err := tlsf.client()
+		cl, err := tlsf.connect()
 		if err != nil {
 			return err
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), wait)
 		defer cancel()
-		view, err := coordinatorView(ctx, verb, *cluster, tlsConfig)
+		view, err := coordinatorView(ctx, verb, *cluster, cl)
 		if err != nil {
-			return tlsHint(err, tlsConfig)
+			return tlsHint(err, cl.tls)
 		}
-		cc, err := coordrpc.NewClient(*cluster, coordrpc.ClientOptions{TLS: tlsConfig})
+		cc, err := coordrpc.NewClient(*cluster, cl.coordinators())
 		if err != nil {
 			return err
 		}
@@ -126,11 +124,11 @@ shard, printing how many are left each second: then they can be stopped
 				if !wait {
 					return nil
 				}
-				tlsConfig, err := tlsf.client()
+				cl, err := tlsf.connect()
 				if err != nil {
 					return err
 				}
-				return waitExcluded(ctx, out, *cluster, tlsConfig, args, d)
+				return waitExcluded(ctx, out, *cluster, cl, args, d)
 			})
 		},
 	}
@@ -187,14 +185,14 @@ exits with status 0. Exclude its stashes first ("distash cli exclude ADDR
 			if err := checkAddrArgs(args, false); err != nil {
 				return err
 			}
-			tlsConfig, err := tlsf.client()
+			cl, err := tlsf.connect()
 			if err != nil {
 				return err
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 			defer cancel()
-			if err := killNode(ctx, addr, tlsConfig); err != nil {
-				return tlsHint(err, tlsConfig)
+			if err := killNode(ctx, addr, cl); err != nil {
+				return tlsHint(err, cl.tls)
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "asked %s to stop: its process exits; `distash cli status` shows the node unreachable\n", addr)
 			return nil
@@ -211,8 +209,8 @@ func errEmbedded(verb, addr string) error {
 
 // coordinatorView returns the controller's view, or an error if cluster is
 // an embedded cluster.
-func coordinatorView(ctx context.Context, verb, cluster string, tlsConfig *tls.Config) (*wire.ViewResponse, error) {
-	view, embedded, err := clusterstatus.FindCluster(ctx, cluster, clusterstatus.Creds(tlsConfig), tlsConfig)
+func coordinatorView(ctx context.Context, verb, cluster string, cl cliClient) (*wire.ViewResponse, error) {
+	view, embedded, err := clusterstatus.FindClusterWith(ctx, cluster, cl.status())
 	if err != nil {
 		return nil, err
 	}
@@ -316,18 +314,17 @@ func shardsLeft(view *wire.ViewResponse, st *wire.StatusResponse, addrs []string
 // waitExcluded polls the cluster's status every second until the stashes
 // at addrs hold no shard, printing what is left; an error when ctx ends
 // first.
-func waitExcluded(ctx context.Context, out io.Writer, cluster string, tlsConfig *tls.Config, addrs []string, limit time.Duration) error {
-	creds := clusterstatus.Creds(tlsConfig)
+func waitExcluded(ctx context.Context, out io.Writer, cluster string, cl cliClient, addrs []string, limit time.Duration) error {
 	start := time.Now()
 	last := "the cluster's status was not read yet"
 	for {
-		view, embedded, err := clusterstatus.FindCluster(ctx, cluster, creds, tlsConfig)
+		view, embedded, err := clusterstatus.FindClusterWith(ctx, cluster, cl.status())
 		if err == nil && embedded != "" {
 			return errEmbedded("exclude", embedded)
 		}
 		if err == nil {
 			var st *wire.StatusResponse
-			if st, err = clusterstatus.FromView(ctx, view, clusterstatus.Dialing(creds)); err == nil {
+			if st, err = clusterstatus.FromView(ctx, view, cl.status().StatusOf()); err == nil {
 				total, per, ready := shardsLeft(view, st, addrs)
 				switch {
 				case !ready:
@@ -360,8 +357,8 @@ func waitExcluded(ctx context.Context, out io.Writer, cluster string, tlsConfig 
 }
 
 // killNode asks the node at addr to stop (Admin.Kill).
-func killNode(ctx context.Context, addr string, tlsConfig *tls.Config) error {
-	conn, err := grpc.NewClient(addr, append([]grpc.DialOption{grpc.WithTransportCredentials(clusterstatus.Creds(tlsConfig))}, protover.This.DialOptions()...)...)
+func killNode(ctx context.Context, addr string, cl cliClient) error {
+	conn, err := grpc.NewClient(addr, cl.dialOptions()...)
 	if err != nil {
 		return err
 	}

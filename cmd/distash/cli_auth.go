@@ -14,9 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/distash/distash"
 	"github.com/distash/distash/internal/authz"
-	"github.com/distash/distash/internal/clusterstatus"
 	"github.com/distash/distash/internal/wire"
 )
 
@@ -24,17 +22,17 @@ import (
 // admin only. The request goes to the first address of the cluster string
 // that answers (Admin.Auth): a node passes it to the coordinators, an
 // embedded cluster applies it itself.
-func authCmds(cluster *string, timeout *time.Duration, tlsf *tlsFlags, token *string) *cobra.Command {
+func authCmds(cluster *string, timeout *time.Duration, tlsf *tlsFlags) *cobra.Command {
 	send := func(cmd *cobra.Command, req *wire.AuthRequest) error {
-		tlsConfig, err := tlsf.client()
+		cl, err := tlsf.connect()
 		if err != nil {
 			return err
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 		defer cancel()
-		resp, err := authCall(ctx, *cluster, req, grpc.WithTransportCredentials(clusterstatus.Creds(tlsConfig)), tokenOption(*token))
+		resp, err := authCall(ctx, *cluster, req, cl.dialOptions()...)
 		if err != nil {
-			return tlsHint(err, tlsConfig)
+			return tlsHint(err, cl.tls)
 		}
 		printRoles(cmd.OutOrStdout(), resp)
 		return nil
@@ -146,12 +144,4 @@ func printRoles(out io.Writer, resp *wire.AuthResponse) {
 	for _, r := range authz.RolesFromWire(resp.Roles) {
 		fmt.Fprintln(out, r.String())
 	}
-}
-
-// tokenOption presents token with every call (none when empty).
-func tokenOption(token string) grpc.DialOption {
-	if token == "" {
-		return grpc.EmptyDialOption{}
-	}
-	return grpc.WithPerRPCCredentials(distash.TokenCredentials(token))
 }

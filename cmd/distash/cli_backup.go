@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,7 +15,6 @@ import (
 	"github.com/distash/distash/internal/backup"
 	"github.com/distash/distash/internal/clusterstatus"
 	"github.com/distash/distash/internal/kv"
-	"github.com/distash/distash/internal/protover"
 	"github.com/distash/distash/internal/wire"
 )
 
@@ -26,17 +24,17 @@ func backupCmds(cluster *string, timeout *time.Duration, tlsf *tlsFlags) []*cobr
 	// withBackup hands fn a client of the Backup service of the node that
 	// holds the commit proxy.
 	withBackup := func(cmd *cobra.Command, fn func(ctx context.Context, bc wire.BackupClient, out io.Writer) error) error {
-		tlsConfig, err := tlsf.client()
+		cl, err := tlsf.connect()
 		if err != nil {
 			return err
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 		defer cancel()
-		addr, err := transactionNode(ctx, *cluster, tlsConfig)
+		addr, err := transactionNode(ctx, *cluster, cl)
 		if err != nil {
-			return tlsHint(err, tlsConfig)
+			return tlsHint(err, cl.tls)
 		}
-		conn, err := grpc.NewClient(addr, append([]grpc.DialOption{grpc.WithTransportCredentials(clusterstatus.Creds(tlsConfig))}, protover.This.DialOptions()...)...)
+		conn, err := grpc.NewClient(addr, cl.dialOptions()...)
 		if err != nil {
 			return err
 		}
@@ -145,15 +143,15 @@ takes RFC 3339 (2026-12-02T10:00:00Z) and restores the state as of then.`,
 			if err != nil {
 				return err
 			}
-			tlsConfig, err := tlsf.client()
+			cl, err := tlsf.connect()
 			if err != nil {
 				return err
 			}
 			octx, cancel := context.WithTimeout(context.Background(), *timeout)
 			defer cancel()
-			db, err := distash.Open(octx, *cluster, distash.WithTLS(tlsConfig))
+			db, err := distash.Open(octx, *cluster, cl.db()...)
 			if err != nil {
-				return tlsHint(err, tlsConfig)
+				return tlsHint(err, cl.tls)
 			}
 			defer db.Close()
 			_, err = backup.Restore(context.Background(), dest, db, o)
@@ -170,8 +168,8 @@ takes RFC 3339 (2026-12-02T10:00:00Z) and restores the state as of then.`,
 
 // transactionNode returns the address of the node holding the commit
 // proxy: the embedded server, or the current generation's stateless node.
-func transactionNode(ctx context.Context, cluster string, tlsConfig *tls.Config) (string, error) {
-	view, embedded, err := clusterstatus.FindCluster(ctx, cluster, clusterstatus.Creds(tlsConfig), tlsConfig)
+func transactionNode(ctx context.Context, cluster string, cl cliClient) (string, error) {
+	view, embedded, err := clusterstatus.FindClusterWith(ctx, cluster, cl.status())
 	if err != nil {
 		return "", err
 	}

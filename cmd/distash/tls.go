@@ -7,8 +7,13 @@ import (
 	"strings"
 
 	"github.com/spf13/pflag"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 
 	"github.com/distash/distash"
+	"github.com/distash/distash/internal/clusterstatus"
+	"github.com/distash/distash/internal/coordrpc"
+	"github.com/distash/distash/internal/protover"
 	"github.com/distash/distash/internal/tlsconf"
 )
 
@@ -16,6 +21,9 @@ import (
 // that serve or connect to a cluster.
 type tlsFlags struct {
 	cert, key, ca string
+	// token: `distash cli`'s --token ($DISTASH_TOKEN), a bearer token
+	// naming the client on a cluster with [auth] token_keys.
+	token string
 }
 
 // add registers the flags. With env, $DISTASH_TLS_CERT, $DISTASH_TLS_KEY and
@@ -59,6 +67,57 @@ func (f *tlsFlags) client() (*tls.Config, error) {
 		return nil, err
 	}
 	return distash.TLSConfigFromFiles(f.cert, f.key, f.ca)
+}
+
+// cliClient is what every `distash cli` verb reaches the cluster with:
+// the TLS configuration of --tls-* (nil: plaintext) and the bearer token
+// of --token (empty: none). Its methods are the one place these become
+// connection options, so no verb can leave the token out.
+type cliClient struct {
+	tls   *tls.Config
+	token string
+}
+
+// connect returns the cliClient of the flags.
+func (f *tlsFlags) connect() (cliClient, error) {
+	c, err := f.client()
+	return cliClient{tls: c, token: f.token}, err
+}
+
+// perRPC presents the token with every call; nil without one.
+func (c cliClient) perRPC() credentials.PerRPCCredentials {
+	if c.token == "" {
+		return nil
+	}
+	return distash.TokenCredentials(c.token)
+}
+
+// dialOptions are a gRPC connection's: TLS, protocol versions, token.
+func (c cliClient) dialOptions() []grpc.DialOption {
+	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(clusterstatus.Creds(c.tls))}, protover.This.DialOptions()...)
+	if p := c.perRPC(); p != nil {
+		opts = append(opts, grpc.WithPerRPCCredentials(p))
+	}
+	return opts
+}
+
+// status are the options of clusterstatus (status, finding the cluster).
+func (c cliClient) status() clusterstatus.Options {
+	return clusterstatus.Options{TLS: c.tls, PerRPC: c.perRPC()}
+}
+
+// coordinators are the options of a client of the coordinators.
+func (c cliClient) coordinators() coordrpc.ClientOptions {
+	return coordrpc.ClientOptions{TLS: c.tls, PerRPC: c.perRPC()}
+}
+
+// db are the options of distash.Open.
+func (c cliClient) db() []distash.Option {
+	opts := []distash.Option{distash.WithTLS(c.tls)}
+	if c.token != "" {
+		opts = append(opts, distash.WithToken(c.token))
+	}
+	return opts
 }
 
 // server returns the server configuration, nil without TLS. It re-reads

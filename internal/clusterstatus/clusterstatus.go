@@ -51,10 +51,16 @@ type Options struct {
 	// Dialer, if set, opens every connection instead of TCP (an
 	// in-process network in tests); it gets the address as given.
 	Dialer func(ctx context.Context, addr string) (net.Conn, error)
+	// PerRPC, if set, are credentials every call presents (a bearer
+	// token: distash.TokenCredentials).
+	PerRPC credentials.PerRPCCredentials
 }
 
 func (o Options) dial(addr string) (*grpc.ClientConn, error) {
 	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(Creds(o.TLS))}, protover.This.DialOptions()...)
+	if o.PerRPC != nil {
+		opts = append(opts, grpc.WithPerRPCCredentials(o.PerRPC))
+	}
 	if o.Dialer != nil {
 		opts = append(opts, grpc.WithContextDialer(o.Dialer))
 		addr = "passthrough:///" + addr
@@ -62,14 +68,10 @@ func (o Options) dial(addr string) (*grpc.ClientConn, error) {
 	return grpc.NewClient(addr, opts...)
 }
 
-// GatherWith is Gather with a dialer. When no controller answers a
-// multi-process cluster's coordinators, it asks each coordinator for its
-// own copy of the cluster state: the status then says which coordinators
-// answered and that the coordinators have no quorum (or no controller),
-// and shows the freshest copy marked stale, with its age, and every node
-// as it answers now (FromLocalViews).
-func GatherWith(ctx context.Context, cluster string, o Options) (*wire.StatusResponse, error) {
-	of := func(ctx context.Context, addr string) (*wire.StatusResponse, error) {
+// StatusOf asks each node over a connection of its own, with o's TLS,
+// dialer and credentials (Dialing with a dialer and a token).
+func (o Options) StatusOf() StatusOf {
+	return func(ctx context.Context, addr string) (*wire.StatusResponse, error) {
 		conn, err := o.dial(addr)
 		if err != nil {
 			return nil, err
@@ -81,6 +83,16 @@ func GatherWith(ctx context.Context, cluster string, o Options) (*wire.StatusRes
 		}
 		return st, nil
 	}
+}
+
+// GatherWith is Gather with a dialer. When no controller answers a
+// multi-process cluster's coordinators, it asks each coordinator for its
+// own copy of the cluster state: the status then says which coordinators
+// answered and that the coordinators have no quorum (or no controller),
+// and shows the freshest copy marked stale, with its age, and every node
+// as it answers now (FromLocalViews).
+func GatherWith(ctx context.Context, cluster string, o Options) (*wire.StatusResponse, error) {
+	of := o.StatusOf()
 	addrs := splitCluster(cluster)
 	if len(addrs) > 1 {
 		// A view from the controller, else the coordinators' own copies,
@@ -240,6 +252,11 @@ func FindCluster(ctx context.Context, cluster string, creds credentials.Transpor
 	return findCluster(ctx, cluster, Options{TLS: tlsConfig})
 }
 
+// FindClusterWith is FindCluster with o's TLS, dialer and credentials.
+func FindClusterWith(ctx context.Context, cluster string, o Options) (view *wire.ViewResponse, embedded string, err error) {
+	return findCluster(ctx, cluster, o)
+}
+
 func findCluster(ctx context.Context, cluster string, o Options) (view *wire.ViewResponse, embedded string, err error) {
 	addrs := splitCluster(cluster)
 	if len(addrs) == 0 {
@@ -278,7 +295,7 @@ func findCluster(ctx context.Context, cluster string, o Options) (view *wire.Vie
 			}
 		}
 	}
-	cc, err := coordrpc.NewClient(cluster, coordrpc.ClientOptions{TLS: o.TLS, Dialer: o.Dialer})
+	cc, err := coordrpc.NewClient(cluster, coordrpc.ClientOptions{TLS: o.TLS, Dialer: o.Dialer, PerRPC: o.PerRPC})
 	if err != nil {
 		return nil, "", err
 	}
@@ -321,6 +338,14 @@ func fromView(ctx context.Context, view *wire.ViewResponse, of StatusOf, askAll 
 		}(i, n.Address)
 	}
 	wg.Wait()
+	for _, a := range answers {
+		// On a cluster with [auth] the view is open to any grant, the
+		// nodes' status only to status: a caller without it is refused,
+		// not shown every node as unreachable.
+		if status.Code(a.err) == codes.PermissionDenied {
+			return nil, a.err
+		}
+	}
 	out := &wire.StatusResponse{Generation: view.Generation, Controller: view.Controller, LogReplicas: view.LogReplicas,
 		LastRecoveryMicros: view.LastRecoveryMicros, LastRecoveryUnixMs: view.LastRecoveryUnixMs}
 	served := map[uint32]bool{}

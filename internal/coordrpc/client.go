@@ -13,6 +13,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 
 	"github.com/distash/distash/config"
@@ -49,6 +50,9 @@ type ClientOptions struct {
 	// Dialer, if set, opens the connections instead of TCP (an in-process
 	// network in tests, a proxy): it gets a coordinator's address as listed.
 	Dialer func(ctx context.Context, addr string) (net.Conn, error)
+	// PerRPC, if set, are credentials every call presents (a bearer
+	// token: distash.TokenCredentials).
+	PerRPC credentials.PerRPCCredentials
 }
 
 // Client reaches the cluster controller through any coordinator.
@@ -132,7 +136,7 @@ func (c *Client) conn(addr string) (wire.CoordinatorClient, error) {
 	cc, ok := c.conns[addr]
 	if !ok {
 		var err error
-		if cc, err = dial(addr, c.opts.TLS, c.opts.Dialer, c.opts.Protocol); err != nil {
+		if cc, err = dial(addr, c.opts.TLS, c.opts.Dialer, c.opts.Protocol, perRPC(c.opts.PerRPC)...); err != nil {
 			return nil, err
 		}
 		c.conns[addr] = cc

@@ -197,12 +197,13 @@ func (s *Server) forward(addr string, hops uint32) (wire.CoordinatorClient, erro
 
 // dial returns a connection to addr: over TCP, or through dialer if set,
 // stating the protocol versions sp speaks.
-func dial(addr string, cfg *tls.Config, dialer func(context.Context, string) (net.Conn, error), sp protover.Speaker) (*grpc.ClientConn, error) {
+func dial(addr string, cfg *tls.Config, dialer func(context.Context, string) (net.Conn, error), sp protover.Speaker, extra ...grpc.DialOption) (*grpc.ClientConn, error) {
 	creds := insecure.NewCredentials()
 	if cfg != nil {
 		creds = credentials.NewTLS(cfg)
 	}
 	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(creds)}, sp.DialOptions()...)
+	opts = append(opts, extra...)
 	target := addr
 	if dialer != nil {
 		// passthrough: the dialer gets addr as it is, unresolved.
@@ -210,6 +211,14 @@ func dial(addr string, cfg *tls.Config, dialer func(context.Context, string) (ne
 		opts = append(opts, grpc.WithContextDialer(dialer))
 	}
 	return grpc.NewClient(target, opts...)
+}
+
+// perRPC is the dial option presenting c with every call; none for nil.
+func perRPC(c credentials.PerRPCCredentials) []grpc.DialOption {
+	if c == nil {
+		return nil
+	}
+	return []grpc.DialOption{grpc.WithPerRPCCredentials(c)}
 }
 
 // wireErr converts err for a response; leader is the hint sent with it.

@@ -50,12 +50,25 @@ type ClientStream struct {
 // frame (it answers Unimplemented naming the method with them) is
 // ErrNotFrames, so the client uses gRPC with it.
 func Open(ctx context.Context, c net.Conn, prefix []byte, method string, sp protover.Speaker) (*ClientStream, error) {
+	return OpenAuthorized(ctx, c, prefix, method, sp, "")
+}
+
+// OpenAuthorized is Open with authorization ("Bearer <token>"; "" for
+// none) in the open frame, which the server's interceptors see as the
+// stream's "authorization" metadata. A server of a release before it
+// refuses such an open frame as an incompatible protocol
+// (protover.IsRefusal): the caller may then use gRPC.
+func OpenAuthorized(ctx context.Context, c net.Conn, prefix []byte, method string, sp protover.Speaker, authorization string) (*ClientStream, error) {
 	s := &ClientStream{c: c, r: bufio.NewReaderSize(c, 32<<10), w: newWriter(c, 0)}
 	s.stop = context.AfterFunc(ctx, func() { c.Close() })
 	if dl, ok := ctx.Deadline(); ok {
 		c.SetReadDeadline(dl)
 	}
-	hello := append(append([]byte(nil), prefix...), AppendFrame(nil, TypeOpen, []byte(method+"\x00"+sp.String()))...)
+	open := method + "\x00" + sp.String()
+	if authorization != "" {
+		open += "\x00" + authorization
+	}
+	hello := append(append([]byte(nil), prefix...), AppendFrame(nil, TypeOpen, []byte(open))...)
 	if err := s.w.sendBytes(hello); err != nil {
 		return nil, s.openErr(ctx, err)
 	}

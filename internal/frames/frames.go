@@ -7,7 +7,9 @@
 // Every frame is [uvarint length][type byte][body], the length counting the
 // type byte and the body. A stream goes:
 //
-//	client: 'O' method name ("/distash.v1.DiStash/ReadStream")
+//	client: 'O' method name ("/distash.v1.DiStash/ReadStream"), NUL, the
+//	        protocol versions it speaks ("1-2"), and optionally NUL and an
+//	        authorization value ("Bearer <token>", as gRPC's metadata)
 //	server: 'A' (accepted) or 'S' status (refused, e.g. Unimplemented)
 //	client: 'M' request ...        server: 'M' reply ...
 //	server: 'S' status when the handler returns (code 0: it ended cleanly)
@@ -22,6 +24,10 @@
 // a mutex and, if no flush is running, flushes everything queued with one
 // write; otherwise it returns and the running flush carries its frame.
 // Frames over MaxFrame, or malformed, close the connection.
+//
+// An authorization in the open frame reaches the handler as the stream's
+// incoming gRPC metadata "authorization", so the server's interceptors
+// check a bearer token on frames as they do on gRPC.
 package frames
 
 import (
@@ -45,6 +51,11 @@ const RouteByte byte = 'F'
 
 // MaxFrame bounds a frame's length, as the gRPC servers' MaxRecvMsgSize.
 const MaxFrame = 64 << 20
+
+// MaxOpenFrame bounds the open frame: the method, the versions and an
+// authorization (a bearer token). A client whose open frame is longer is
+// closed, which it takes for a server without frames (it uses gRPC).
+const MaxOpenFrame = 16 << 10
 
 // Frame types.
 const (

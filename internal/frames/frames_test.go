@@ -16,6 +16,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
@@ -511,5 +512,42 @@ func TestProtocolVersions(t *testing.T) {
 	})
 	if _, err := openAs(old, protover.This); !errors.Is(err, ErrNotFrames) {
 		t.Fatalf("a server that reads no versions: got %v, want ErrNotFrames", err)
+	}
+}
+
+// TestOpenCarriesAuthorization: the authorization in the open frame (up to
+// MaxOpenFrame, past the 4 KiB open frames of before) reaches the stream's
+// interceptor as its incoming "authorization" metadata; an open without
+// one has none.
+func TestOpenCarriesAuthorization(t *testing.T) {
+	seen := make(chan []string, 4)
+	_, addr := serve(t, ServerOptions{Interceptor: func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		md, _ := metadata.FromIncomingContext(ss.Context())
+		seen <- md.Get("authorization")
+		return handler(srv, ss)
+	}})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	long := "Bearer " + strings.Repeat("t", 12<<10)
+	for _, auth := range []string{"Bearer abc.def.ghi", long, ""} {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := OpenAuthorized(ctx, c, nil, wire.DiStash_ReadStream_FullMethodName, protover.This, auth)
+		if err != nil {
+			t.Fatalf("open with a %d-byte authorization: %v", len(auth), err)
+		}
+		got := <-seen
+		if auth == "" && len(got) != 0 || auth != "" && (len(got) != 1 || got[0] != auth) {
+			t.Errorf("sent %.20q (%d bytes), the interceptor saw %.20q", auth, len(auth), got)
+		}
+		if err := st.Send(readReq(1, "k")); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.Recv(new(wire.ReadStreamResponse)); err != nil {
+			t.Fatal(err)
+		}
+		st.Close()
 	}
 }

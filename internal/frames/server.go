@@ -194,7 +194,7 @@ func (s *Server) serveConn(c net.Conn) {
 	defer c.Close()
 	r := bufio.NewReaderSize(c, 32<<10)
 	c.SetReadDeadline(time.Now().Add(s.opts.OpenTimeout))
-	typ, body, err := ReadFrame(r, nil, 4<<10)
+	typ, body, err := ReadFrame(r, nil, MaxOpenFrame)
 	if err != nil {
 		if errors.Is(err, ErrMalformed) || errors.Is(err, ErrTooLarge) {
 			s.refuse(c, "bad open frame", err)
@@ -207,8 +207,10 @@ func (s *Server) serveConn(c net.Conn) {
 	}
 	c.SetReadDeadline(time.Time{})
 	// The open frame is the method, then, from clients that state their
-	// protocol versions, a NUL and their range (none: protocol 1).
+	// protocol versions, a NUL and their range (none: protocol 1), then,
+	// from a client with a bearer token, a NUL and its authorization.
 	name, versions, _ := strings.Cut(string(body), "\x00")
+	versions, authorization, hasAuth := strings.Cut(versions, "\x00")
 	w := newWriter(c, s.opts.WriteTimeout)
 	lo, hi := protover.ParseRange(versions)
 	if err := s.opts.Protocol.Check("client "+c.RemoteAddr().String(), lo, hi); err != nil {
@@ -238,6 +240,9 @@ func (s *Server) serveConn(c net.Conn) {
 	}
 	ctx = peer.NewContext(ctx, p)
 	ctx = context.WithValue(ctx, concurrentKey{}, true)
+	if hasAuth {
+		ctx = metadata.NewIncomingContext(ctx, metadata.Pairs("authorization", authorization))
+	}
 	ss := &serverStream{s: s, c: c, r: r, w: w, ctx: ctx, cancel: cancel}
 	info := &grpc.StreamServerInfo{FullMethod: name, IsClientStream: true, IsServerStream: true}
 	if s.opts.Interceptor != nil {
