@@ -783,6 +783,11 @@ func TestLostSystemStashIsRebuilt(t *testing.T) {
 	defer conn.Close()
 	api := wire.NewDiStashClient(conn)
 	for {
+		// The deadline holds whatever the node answers (an unanswered
+		// Status once looped here for good).
+		if ctx.Err() != nil {
+			t.Fatalf("the restarted node's system stash does not serve the shard map within the test's deadline")
+		}
 		st, err := api.Status(ctx, &wire.StatusRequest{})
 		if err == nil && st.Node.GetLogDurableVersion() > 0 {
 			tr, err := db.CreateTransaction(ctx)
