@@ -297,6 +297,7 @@ func TestDRAMStashLocalLogSurvivesKill9(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a 3-node cluster for about 8 s")
 	}
+	t.Parallel() // waits on the cluster's timers most of the time: overlaps another such test
 	before, after, old, st, h := runLocalLogKill(t, "60s", true, downFor(500*time.Millisecond), 300)
 	if len(h.violations) > 0 {
 		t.Fatalf("%d stale reads, first: %s", len(h.violations), h.violations[0])
@@ -321,6 +322,7 @@ func TestDRAMStashLocalLogAfterFailureWait(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a 3-node cluster for about 10 s")
 	}
+	t.Parallel() // waits on the cluster's timers most of the time: overlaps another such test
 	before, after, old, st, h := runLocalLogKill(t, "1s", true, untilTagLosesItsShards, 300)
 	if len(h.violations) > 0 {
 		t.Fatalf("%d stale reads, first: %s", len(h.violations), h.violations[0])
