@@ -23,9 +23,6 @@ const deviceTestLatency = 30 * time.Microsecond
 func RunDevices(t *testing.T, open OpenFunc, crash CrashFunc) {
 	for _, p := range []string{"ssd", "hdd", "nvm"} {
 		t.Run(p, func(t *testing.T) {
-			// Each device is its own file system, and the suite mostly
-			// waits on the emulated latencies: the devices run together.
-			t.Parallel()
 			m, err := devfs.Profile(p)
 			if err != nil {
 				t.Fatal(err)
