@@ -546,6 +546,7 @@ func TestStaleProxyCannotCommit(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs an 8-node cluster")
 	}
+	t.Parallel() // waits on the cluster's timers most of the time: overlaps another such test
 	c := newSimCluster(t, "")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -679,6 +680,7 @@ func TestStaleProxyCannotCommit(t *testing.T) {
 // that, its system stash failed for good and, once its replica led,
 // recovery retried forever ("system stash did not catch up with the log").
 func TestRestartedTransactionNodesCanLead(t *testing.T) {
+	t.Parallel() // waits on the cluster's timers most of the time: overlaps another such test
 	c := newSimCluster(t, "")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -742,6 +744,7 @@ func TestLostSystemStashIsRebuilt(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts an in-process cluster")
 	}
+	t.Parallel() // waits on the cluster's timers most of the time: overlaps another such test
 	c := newSimCluster(t, "")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -783,6 +786,11 @@ func TestLostSystemStashIsRebuilt(t *testing.T) {
 	defer conn.Close()
 	api := wire.NewDiStashClient(conn)
 	for {
+		// The deadline holds whatever the node answers (an unanswered
+		// Status once looped here for good).
+		if ctx.Err() != nil {
+			t.Fatalf("the restarted node's system stash does not serve the shard map within the test's deadline")
+		}
 		st, err := api.Status(ctx, &wire.StatusRequest{})
 		if err == nil && st.Node.GetLogDurableVersion() > 0 {
 			tr, err := db.CreateTransaction(ctx)

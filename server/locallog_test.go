@@ -19,6 +19,7 @@ import (
 	"github.com/distash/distash/distashtest"
 	"github.com/distash/distash/internal/clustertest"
 	"github.com/distash/distash/internal/fsys/faultfs"
+	"github.com/distash/distash/internal/testutil/wait"
 	"github.com/distash/distash/server"
 )
 
@@ -193,10 +194,11 @@ func stashOf(n *clustertest.SimNode) server.StashStats {
 }
 
 // runLocalLogKill loads the cache, runs a writer and readers, kills -9 the
-// stash node holding the keys, restarts it after down, and returns the hit
-// rates of the second before the kill and of the window after the
-// restart, the stash before the kill and after the restart.
-func runLocalLogKill(t *testing.T, failureWait string, localLog bool, down, window time.Duration) (before, after float64, old, restarted server.StashStats, h *cacheHistory) {
+// stash node holding the keys, restarts it once down returns, and returns
+// the hit rates of the preReads reads before the kill and of the window
+// reads after the restart, the stash before the kill and after the
+// restart.
+func runLocalLogKill(t *testing.T, failureWait string, localLog bool, down func(c *clustertest.Sim, old server.StashStats), window int64) (before, after float64, old, restarted server.StashStats, h *cacheHistory) {
 	c := newLocalLogCluster(t, failureWait, localLog)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -230,28 +232,57 @@ func runLocalLogKill(t *testing.T, failureWait string, localLog bool, down, wind
 		}
 	}
 	distashtest.WaitFlushed(t, srvs...)
+	// The windows are counts of reads (the readers make about 150 a
+	// second), not fixed times.
+	const preReads = 150
 	pre := &readStats{}
 	cur.Store(pre)
-	time.Sleep(time.Second)
+	wait.Within(t, time.Minute, fmt.Sprintf("%d reads before the kill", preReads), func() bool { return pre.ok.Load() >= preReads })
 	n, old := holder(c)
 	cur.Store(&readStats{}) // reads while it is down are not counted
 	c.Kill9(n)
-	time.Sleep(down)
+	killed := time.Now()
+	down(c, old)
+	downFor := time.Since(killed)
 	if err := c.Start(ctx, n); err != nil {
 		t.Fatal(err)
 	}
 	post := &readStats{}
 	cur.Store(post)
-	time.Sleep(window)
+	wait.Within(t, time.Minute, fmt.Sprintf("%d reads after the restart", window), func() bool { return post.ok.Load() >= window })
 	cur.Store(&readStats{})
 	stop()
 	wg.Wait()
-	t.Logf("local_log=%v, down %v: hit rate %.3f before (%d reads), %.3f in the %v after the restart (%d reads)",
-		localLog, down, pre.rate(), pre.ok.Load(), post.rate(), window, post.ok.Load())
+	t.Logf("local_log=%v, down %v: hit rate %.3f before (%d reads), %.3f after the restart (%d reads)",
+		localLog, downFor.Round(time.Millisecond), pre.rate(), pre.ok.Load(), post.rate(), post.ok.Load())
 	if pre.ok.Load() == 0 || post.ok.Load() == 0 {
 		t.Fatalf("reads before %d, after %d: want some in both", pre.ok.Load(), post.ok.Load())
 	}
 	return pre.rate(), post.rate(), old, stashOf(n), h
+}
+
+// downFor keeps a killed stash node down for d (within failure_wait).
+func downFor(d time.Duration) func(*clustertest.Sim, server.StashStats) {
+	return func(*clustertest.Sim, server.StashStats) { time.Sleep(d) }
+}
+
+// untilTagLosesItsShards keeps a killed stash node down until its tag,
+// past failure_wait, holds no shard of the shard map: the data
+// distributor moved them to the pool's other stash.
+func untilTagLosesItsShards(c *clustertest.Sim, old server.StashStats) {
+	c.T.Helper()
+	wait.Within(c.T, time.Minute, fmt.Sprintf("stash %d's shards moved off it", old.Tag), func() bool {
+		st, err := c.Status(context.Background())
+		if err != nil || len(st.StashShares) == 0 {
+			return false
+		}
+		for _, sh := range st.StashShares {
+			if sh.Id == old.Tag && sh.Shards > 0 {
+				return false
+			}
+		}
+		return true
+	})
 }
 
 // TestDRAMStashLocalLogSurvivesKill9 kills -9 (in process: its disk keeps
@@ -266,7 +297,8 @@ func TestDRAMStashLocalLogSurvivesKill9(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a 3-node cluster for about 8 s")
 	}
-	before, after, old, st, h := runLocalLogKill(t, "60s", true, 500*time.Millisecond, 2*time.Second)
+	t.Parallel() // waits on the cluster's timers most of the time: overlaps another such test
+	before, after, old, st, h := runLocalLogKill(t, "60s", true, downFor(500*time.Millisecond), 300)
 	if len(h.violations) > 0 {
 		t.Fatalf("%d stale reads, first: %s", len(h.violations), h.violations[0])
 	}
@@ -290,7 +322,8 @@ func TestDRAMStashLocalLogAfterFailureWait(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a 3-node cluster for about 10 s")
 	}
-	before, after, old, st, h := runLocalLogKill(t, "1s", true, 5*time.Second, 2*time.Second)
+	t.Parallel() // waits on the cluster's timers most of the time: overlaps another such test
+	before, after, old, st, h := runLocalLogKill(t, "1s", true, untilTagLosesItsShards, 300)
 	if len(h.violations) > 0 {
 		t.Fatalf("%d stale reads, first: %s", len(h.violations), h.violations[0])
 	}
@@ -306,8 +339,8 @@ func TestDRAMStashLocalLogAfterFailureWait(t *testing.T) {
 	}
 }
 
-// TestLocalLogHitRateAfterKill9 measures, for the report, the hit rate in
-// the 10 s after a kill -9 and restart of a DRAM stash node, with and
+// TestLocalLogHitRateAfterKill9 measures, for the report, the hit rate of
+// the 1,500 reads (about 10 s) after a kill -9 and restart of a DRAM stash node, with and
 // without local_log. Set DISTASH_LOCALLOG_MEASURE=1 to run it.
 func TestLocalLogHitRateAfterKill9(t *testing.T) {
 	if os.Getenv("DISTASH_LOCALLOG_MEASURE") == "" {
@@ -315,7 +348,7 @@ func TestLocalLogHitRateAfterKill9(t *testing.T) {
 	}
 	for _, ll := range []bool{true, false} {
 		t.Run(fmt.Sprintf("local_log=%v", ll), func(t *testing.T) {
-			runLocalLogKill(t, "60s", ll, 500*time.Millisecond, 10*time.Second)
+			runLocalLogKill(t, "60s", ll, downFor(500*time.Millisecond), 1500)
 		})
 	}
 }

@@ -27,6 +27,7 @@ func TestWipedTransactionNodeRejoinsAsNewMember(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts an in-process cluster")
 	}
+	t.Parallel() // waits on the cluster's timers most of the time: overlaps another such test
 	c := newSimCluster(t, "")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -175,6 +176,7 @@ func TestStatusSaysWhenQuorumIsLost(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts an in-process cluster")
 	}
+	t.Parallel() // waits on the cluster's timers most of the time: overlaps another such test
 	c := newSimCluster(t, "")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -234,6 +236,7 @@ func TestLostLogDirectoryRejoinsAsNewReplica(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts an in-process cluster")
 	}
+	t.Parallel() // waits on the cluster's timers most of the time: overlaps another such test
 	c := newSimCluster(t, "")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

@@ -80,6 +80,7 @@ func waitForPops(t *testing.T, srv *server.Server) {
 // commits, pops the log once stashes made versions durable, and restarts
 // with its durable pool intact and its DRAM pool empty.
 func TestThreeLogReplicasRestartAndPops(t *testing.T) {
+	t.Parallel() // waits on the cluster's timers most of the time: overlaps another such test
 	cfg, err := config.Parse([]byte(cfg3))
 	if err != nil {
 		t.Fatal(err)

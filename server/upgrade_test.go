@@ -36,6 +36,7 @@ replication = 2
 // again as this release, under a writer; every acknowledged write is read
 // back at the end.
 func TestRollingUpgrade(t *testing.T) {
+	t.Parallel() // waits on the cluster's timers most of the time: overlaps another such test
 	previous := protover.Speaker{Min: 1, Max: 1}
 	c := clustertest.NewSim(t, upgradeTOML, clustertest.Specs(
 		"tx1 transaction", "tx2 transaction", "tx3 transaction", "data1 stash data", "data2 stash data")...)

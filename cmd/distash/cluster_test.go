@@ -22,6 +22,7 @@ import (
 	"github.com/distash/distash/internal/clustertest"
 	"github.com/distash/distash/internal/raftnet"
 	"github.com/distash/distash/internal/testutil/bank"
+	"github.com/distash/distash/internal/testutil/wait"
 	"github.com/distash/distash/internal/tlsconf"
 	"github.com/distash/distash/internal/tlsconf/tlstest"
 	"github.com/distash/distash/internal/wire"
@@ -186,7 +187,48 @@ func TestProcessClusterSurvivesKill9OfEveryNode(t *testing.T) {
 		t.Fatalf("no commit within 60 s after %s", what)
 		return 0
 	}
-	time.Sleep(2 * time.Second)
+	// Windows of the scenario are counts of transfers, not fixed times:
+	// the workload runs before the first kill, while each node is down
+	// and after it is back.
+	const window = 50
+	transfers := func(n int64, what string) {
+		t.Helper()
+		from := b.Commits.Load()
+		wait.Within(t, 60*time.Second, fmt.Sprintf("%d transfers %s", n, what), func() bool { return b.Commits.Load() >= from+n })
+	}
+	// caughtUp waits until the restarted node name has applied what the
+	// cluster had committed when it came back: its stashes healthy at or
+	// past that version, or its log replica durable at it. Only then is
+	// the next node killed (a pool of replication 2 keeps a replica).
+	caughtUp := func(name string) {
+		t.Helper()
+		var v int64
+		if err := db.ReadTransact(ctx, func(tr *distash.Tx) (err error) {
+			v, err = tr.ReadVersion()
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		n := c.node(name)
+		wait.Within(t, 60*time.Second, name+" caught up with version "+fmt.Sprint(v), func() bool {
+			sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			st, err := c.Status(sctx, n.Addr)
+			if err != nil {
+				return false
+			}
+			if n.Class == clustertest.Transaction {
+				return st.GetNode().GetLogDurableVersion() >= v
+			}
+			for _, s := range st.Stashes {
+				if s.Health != "healthy" || s.Version < v {
+					return false
+				}
+			}
+			return len(st.Stashes) > 0
+		})
+	}
+	transfers(window, "before any kill")
 	audit("before any kill")
 
 	var longest time.Duration
@@ -197,10 +239,11 @@ func TestProcessClusterSurvivesKill9OfEveryNode(t *testing.T) {
 		killed := time.Now()
 		c.kill(name)
 		waitCommits(killed, "kill -9 of "+name)
-		time.Sleep(time.Second)
+		transfers(window, "with "+name+" down")
 		audit("with " + name + " down")
 		c.start(name)
-		time.Sleep(2 * time.Second)
+		caughtUp(name)
+		transfers(window, "after "+name+" restarted")
 		audit("after " + name + " restarted")
 		// The longest time between two acknowledged transfers from the
 		// kill until now: the time without commits the kill caused.

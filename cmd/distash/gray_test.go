@@ -195,6 +195,15 @@ func (g *grayLoad) longestGap(kind string, from, to time.Time) time.Duration {
 	return longest
 }
 
+// successesSince is how many successes of kind ended after from.
+func (g *grayLoad) successesSince(kind string, from time.Time) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	ts := g.acks[kind]
+	i, _ := slices.BinarySearchFunc(ts, from, func(a, b time.Time) int { return a.Compare(b) })
+	return len(ts) - i
+}
+
 func (g *grayLoad) fatalErrors() []string {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -222,6 +231,7 @@ func TestProcessClusterSurvivesAFrozenNode(t *testing.T) {
 		pause     = 8 * time.Second
 		grayBound = 6 * time.Second // commits resume within this of the pause's start
 		readBound = 3 * time.Second // the longest wait for a read while a stash is paused (readTimeout 1.5 s, then another replica)
+		afterWake = 30              // successes of every kind measured after a node wakes up (the probe, the slowest, makes about 10 a second)
 	)
 	c := newProcCluster(t)
 	defer c.stopAll()
@@ -271,7 +281,18 @@ func TestProcessClusterSurvivesAFrozenNode(t *testing.T) {
 			t.Fatal(err)
 		}
 		resumed := time.Now()
-		time.Sleep(4 * time.Second)
+		// The window after the wake-up is a count of successes of every
+		// kind, not a fixed time: a stall after the wake-up shows as a gap
+		// up to the successes that end it (a fixed window shorter than
+		// grayBound could not show one).
+		wait.Within(t, time.Minute, fmt.Sprintf("%d successes of every kind after %s woke up", afterWake, n.Name), func() bool {
+			for _, kind := range []string{"rmw", "blind", "probe"} {
+				if g.successesSince(kind, resumed) < afterWake {
+					return false
+				}
+			}
+			return true
+		})
 		end := time.Now()
 		for _, kind := range []string{"rmw", "blind", "probe"} {
 			during, after := g.longestGap(kind, paused, resumed), g.longestGap(kind, resumed, end)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/distash/distash"
 	"github.com/distash/distash/internal/fsys"
+	"github.com/distash/distash/internal/testutil/wait"
 )
 
 // releaseTOML is the cluster of testdata/release: a durable Pebble pool and
@@ -110,9 +111,17 @@ func writeReleaseData(t *testing.T, dir string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The DRAM pool's keys reach its local log once out of the 1 s MVCC
-	// window (only when regenerating: never in the test suite).
-	time.Sleep(2 * time.Second)
+	// The DRAM pool's keys reach its local log once out of the MVCC
+	// window: wait until every stash made the last version durable.
+	last := int64(c.Server.LogStats().LastVersion)
+	wait.Within(t, 30*time.Second, fmt.Sprintf("every stash durable to version %d", last), func() bool {
+		for _, st := range c.Server.Stashes() {
+			if st.DurableVersion < last {
+				return false
+			}
+		}
+		return true
+	})
 	c.Close()
 	// The lock file is the running process's, not data.
 	os.Remove(filepath.Join(dir, fsys.LockFile))
