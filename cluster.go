@@ -323,9 +323,9 @@ func (db *DB) proxyFailed(p *proxy, err error) {
 func (db *DB) readStash(ctx context.Context, id uint32, read func(ctx context.Context) error) error {
 	rctx, cancel := context.WithTimeout(ctx, readTimeout)
 	defer cancel()
-	done := db.track(id)
+	t := db.track(id)
 	err := read(rctx)
-	done()
+	t.done()
 	if err != nil && rctx.Err() != nil && ctx.Err() == nil {
 		// As a failed replica: avoided for a while, and the view asked
 		// again (the controller may count its node dead by now).

@@ -31,6 +31,8 @@ type idStreamer[S, R any] struct {
 	mu     sync.Mutex
 	cur    *idStream[S, R] // nil until opened, and after it broke. Protected by mu.
 	nextID uint64          // Protected by mu.
+
+	chans replyChans[R]
 }
 
 type idStream[S, R any] struct {
@@ -50,7 +52,7 @@ var errStreamBroken = status.Error(codes.Unavailable, "stream to the node broke"
 // call sends the request build makes with a fresh id and waits for its reply.
 func (c *idStreamer[S, R]) call(ctx context.Context, build func(id uint64) S) (R, error) {
 	var zero R
-	ch := make(chan R, 1)
+	ch := c.chans.get()
 	c.mu.Lock()
 	if c.cur == nil {
 		// The stream outlives this call, but opening it waits for the
@@ -125,6 +127,9 @@ func (c *idStreamer[S, R]) call(ctx context.Context, build func(id uint64) S) (R
 			}
 			return zero, errStreamBroken
 		}
+		// receive took ch out of pending before it sent: nothing else
+		// holds it.
+		c.chans.put(ch)
 		return resp, nil
 	case <-ctx.Done():
 		c.mu.Lock()
