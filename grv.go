@@ -79,12 +79,14 @@ func (b *grvBatcher) send() {
 			parent = context.Background()
 		}
 		ctx, cancel := context.WithTimeout(parent, grvTimeout)
-		stop := func() {}
+		var watch *stallWatch
 		if b.stalled != nil {
-			stop = watchStall(b.stalled)
+			watch = watchStall(b.stalled)
 		}
 		resp, err := b.api.GetReadVersion(ctx, &wire.GetReadVersionRequest{})
-		stop()
+		if watch != nil {
+			watch.stop()
+		}
 		cancel()
 		if err != nil && b.ctx != nil && b.ctx.Err() != nil {
 			r.err = errorf(kv.CodeWrongNode, "the cluster's roles moved while the read version was asked: %v", err)
