@@ -43,6 +43,9 @@ type idStream[S, R any] struct {
 	cancel     context.CancelFunc
 	pending    map[uint64]chan R // Protected by idStreamer.mu.
 	err        error             // why it broke, if Recv said. Protected by idStreamer.mu.
+	// breakIt breaks the stream: made once per stream for the sends'
+	// context.AfterFunc, not once per request.
+	breakIt func()
 }
 
 // errStreamBroken is what the requests in flight on a stream that broke
@@ -71,8 +74,14 @@ func (c *idStreamer[S, R]) call(ctx context.Context, build func(id uint64) S) (R
 			return zero, err
 		}
 		_, concurrent := st.(interface{ concurrentSend() })
-		c.cur = &idStream[S, R]{st: st, cancel: cancel, pending: map[uint64]chan R{}, concurrent: concurrent}
-		go c.receive(c.cur)
+		s := &idStream[S, R]{st: st, cancel: cancel, pending: map[uint64]chan R{}, concurrent: concurrent}
+		s.breakIt = func() {
+			c.mu.Lock()
+			c.breakLocked(s)
+			c.mu.Unlock()
+		}
+		c.cur = s
+		go c.receive(s)
 	}
 	s := c.cur
 	c.nextID++
@@ -91,11 +100,7 @@ func (c *idStreamer[S, R]) call(ctx context.Context, build func(id uint64) S) (R
 		// answering with the connection open, and flow control is
 		// spent). If the caller gives up meanwhile, the stream breaks:
 		// that ends this send and those queued behind it.
-		unwatch = context.AfterFunc(ctx, func() {
-			c.mu.Lock()
-			c.breakLocked(s)
-			c.mu.Unlock()
-		})
+		unwatch = context.AfterFunc(ctx, s.breakIt)
 	}
 	err := s.st.Send(build(id))
 	if unwatch != nil {
