@@ -181,28 +181,38 @@ func (db *DB) suspect(p *proxy) {
 }
 
 // watchStall calls f after stallAfter and then every stallRefresh until
-// the returned stop is called: a request waiting on a node that may have
-// stopped answering.
-func watchStall(f func()) (stop func()) {
-	var mu sync.Mutex
-	stopped := false
-	var t *time.Timer
-	mu.Lock() // t is set before the first call reads it
-	t = time.AfterFunc(stallAfter, func() {
-		f()
-		mu.Lock()
-		if !stopped {
-			t.Reset(stallRefresh)
-		}
-		mu.Unlock()
-	})
-	mu.Unlock()
-	return func() {
-		mu.Lock()
-		stopped = true
-		t.Stop()
-		mu.Unlock()
+// the returned watch's stop is called: a request waiting on a node that
+// may have stopped answering. Every commit runs one, so it is one object
+// rather than a set of closures.
+func watchStall(f func()) *stallWatch {
+	w := &stallWatch{f: f}
+	w.mu.Lock() // t is set before the first fire reads it
+	w.t = time.AfterFunc(stallAfter, w.fire)
+	w.mu.Unlock()
+	return w
+}
+
+type stallWatch struct {
+	f       func()
+	mu      sync.Mutex
+	stopped bool        // Protected by mu.
+	t       *time.Timer // Protected by mu.
+}
+
+func (w *stallWatch) fire() {
+	w.f()
+	w.mu.Lock()
+	if !w.stopped {
+		w.t.Reset(stallRefresh)
 	}
+	w.mu.Unlock()
+}
+
+func (w *stallWatch) stop() {
+	w.mu.Lock()
+	w.stopped = true
+	w.t.Stop()
+	w.mu.Unlock()
 }
 
 // nodeConn is a DB's connection to one node: its client and the stream
@@ -323,9 +333,9 @@ func (db *DB) proxyFailed(p *proxy, err error) {
 func (db *DB) readStash(ctx context.Context, id uint32, read func(ctx context.Context) error) error {
 	rctx, cancel := context.WithTimeout(ctx, readTimeout)
 	defer cancel()
-	done := db.track(id)
+	t := db.track(id)
 	err := read(rctx)
-	done()
+	t.done()
 	if err != nil && rctx.Err() != nil && ctx.Err() == nil {
 		// As a failed replica: avoided for a while, and the view asked
 		// again (the controller may count its node dead by now).

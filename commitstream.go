@@ -38,6 +38,8 @@ type idStreamer[S, R any] struct {
 	mu     sync.Mutex
 	cur    *idStream[S, R] // nil until opened, and after it broke. Protected by mu.
 	nextID uint64          // Protected by mu.
+
+	chans replyChans[R]
 }
 
 type idStream[S, R any] struct {
@@ -50,6 +52,9 @@ type idStream[S, R any] struct {
 	pending    map[uint64]chan R // Protected by idStreamer.mu.
 	err        error             // why it broke, if Recv said. Protected by idStreamer.mu.
 	retired    bool              // replaced (a new token): closed when pending empties. Protected by idStreamer.mu.
+	// breakIt breaks the stream: made once per stream for the sends'
+	// context.AfterFunc, not once per request.
+	breakIt func()
 }
 
 // errStreamBroken is what the requests in flight on a stream that broke
@@ -59,7 +64,6 @@ var errStreamBroken = status.Error(codes.Unavailable, "stream to the node broke"
 // call sends the request build makes with a fresh id and waits for its reply.
 func (c *idStreamer[S, R]) call(ctx context.Context, build func(id uint64) S) (R, error) {
 	var zero R
-	ch := make(chan R, 1)
 	var tok string
 	if c.token != nil {
 		var err error
@@ -67,6 +71,7 @@ func (c *idStreamer[S, R]) call(ctx context.Context, build func(id uint64) S) (R
 			return zero, status.Error(codes.Unauthenticated, "distash: the token source: "+err.Error())
 		}
 	}
+	ch := c.chans.get()
 	c.mu.Lock()
 	if c.cur != nil && c.cur.token != tok {
 		c.retireLocked(c.cur)
@@ -88,8 +93,14 @@ func (c *idStreamer[S, R]) call(ctx context.Context, build func(id uint64) S) (R
 			return zero, err
 		}
 		_, concurrent := st.(interface{ concurrentSend() })
-		c.cur = &idStream[S, R]{st: st, cancel: cancel, token: tok, pending: map[uint64]chan R{}, concurrent: concurrent}
-		go c.receive(c.cur)
+		s := &idStream[S, R]{st: st, cancel: cancel, token: tok, pending: map[uint64]chan R{}, concurrent: concurrent}
+		s.breakIt = func() {
+			c.mu.Lock()
+			c.breakLocked(s)
+			c.mu.Unlock()
+		}
+		c.cur = s
+		go c.receive(s)
 	}
 	s := c.cur
 	c.nextID++
@@ -108,11 +119,7 @@ func (c *idStreamer[S, R]) call(ctx context.Context, build func(id uint64) S) (R
 		// answering with the connection open, and flow control is
 		// spent). If the caller gives up meanwhile, the stream breaks:
 		// that ends this send and those queued behind it.
-		unwatch = context.AfterFunc(ctx, func() {
-			c.mu.Lock()
-			c.breakLocked(s)
-			c.mu.Unlock()
-		})
+		unwatch = context.AfterFunc(ctx, s.breakIt)
 	}
 	err := s.st.Send(build(id))
 	if unwatch != nil {
@@ -144,6 +151,9 @@ func (c *idStreamer[S, R]) call(ctx context.Context, build func(id uint64) S) (R
 			}
 			return zero, errStreamBroken
 		}
+		// receive took ch out of pending before it sent: nothing else
+		// holds it.
+		c.chans.put(ch)
 		return resp, nil
 	case <-ctx.Done():
 		c.mu.Lock()

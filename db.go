@@ -98,7 +98,7 @@ type DB struct {
 	// in place, so readers use it without a lock.
 	shards atomic.Pointer[shardmap.Map]
 
-	loadMu sync.Mutex
+	loadMu sync.RWMutex
 	load   map[uint32]*stashLoad // Protected by loadMu.
 
 	// dc is the client's data center (WithDC); localStashes the stashes
@@ -278,10 +278,17 @@ func (db *DB) refreshShards(ctx context.Context) error {
 }
 
 func (db *DB) loadOf(id uint32) *stashLoad {
+	// Every read asks: a shared lock, the exclusive one only for a stash
+	// not seen before.
+	db.loadMu.RLock()
+	l, ok := db.load[id]
+	db.loadMu.RUnlock()
+	if ok {
+		return l
+	}
 	db.loadMu.Lock()
 	defer db.loadMu.Unlock()
-	l, ok := db.load[id]
-	if !ok {
+	if l, ok = db.load[id]; !ok {
 		l = &stashLoad{}
 		db.load[id] = l
 	}
@@ -323,20 +330,28 @@ func (db *DB) pickReplica(team []kv.Tag) uint32 {
 	return best
 }
 
-// track records a request to stash id; call the returned func when done.
-func (db *DB) track(id uint32) func() {
+// tracked is a request to a stash in flight (DB.track); done ends it.
+// A value, not a closure: one allocation less per read.
+type tracked struct {
+	l     *stashLoad
+	start time.Time
+}
+
+// track records a request to stash id; call done on the result when done.
+func (db *DB) track(id uint32) tracked {
 	l := db.loadOf(id)
 	l.inflight.Add(1)
-	start := time.Now()
-	return func() {
-		l.inflight.Add(-1)
-		ns := time.Since(start).Nanoseconds()
-		old := l.latencyNs.Load()
-		if old == 0 {
-			l.latencyNs.Store(ns)
-		} else {
-			l.latencyNs.Store(old + (ns-old)/8)
-		}
+	return tracked{l: l, start: time.Now()}
+}
+
+func (t tracked) done() {
+	t.l.inflight.Add(-1)
+	ns := time.Since(t.start).Nanoseconds()
+	old := t.l.latencyNs.Load()
+	if old == 0 {
+		t.l.latencyNs.Store(ns)
+	} else {
+		t.l.latencyNs.Store(old + (ns-old)/8)
 	}
 }
 

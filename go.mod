@@ -20,6 +20,7 @@ require (
 	github.com/magiconair/properties v1.8.6
 	github.com/minio/minio-go/v7 v7.4.1
 	github.com/pingcap/go-ycsb v1.0.3
+	github.com/planetscale/vtprotobuf v0.6.1-0.20240319094008-0393e58bdf10
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3
 	github.com/prometheus/common v0.72.0

@@ -26,6 +26,8 @@ type grvBatcher struct {
 	mu       sync.Mutex
 	inflight bool       // a request is on the wire. Protected by mu.
 	waiting  []chan grv // callers for the next request. Protected by mu.
+
+	chans replyChans[grv]
 }
 
 // grvTimeout bounds one read-version request.
@@ -37,7 +39,7 @@ type grv struct {
 }
 
 func (b *grvBatcher) get(ctx context.Context) (kv.Version, error) {
-	ch := make(chan grv, 1)
+	ch := b.chans.get()
 	b.mu.Lock()
 	b.waiting = append(b.waiting, ch)
 	if !b.inflight {
@@ -47,6 +49,8 @@ func (b *grvBatcher) get(ctx context.Context) (kv.Version, error) {
 	b.mu.Unlock()
 	select {
 	case r := <-ch:
+		// send answers each waiting channel once: it is done with ch.
+		b.chans.put(ch)
 		return r.version, r.err
 	case <-ctx.Done():
 		return 0, ctx.Err()
@@ -75,12 +79,14 @@ func (b *grvBatcher) send() {
 			parent = context.Background()
 		}
 		ctx, cancel := context.WithTimeout(parent, grvTimeout)
-		stop := func() {}
+		var watch *stallWatch
 		if b.stalled != nil {
-			stop = watchStall(b.stalled)
+			watch = watchStall(b.stalled)
 		}
 		resp, err := b.api.GetReadVersion(ctx, &wire.GetReadVersionRequest{})
-		stop()
+		if watch != nil {
+			watch.stop()
+		}
 		cancel()
 		if err != nil && b.ctx != nil && b.ctx.Err() != nil {
 			r.err = errorf(kv.CodeWrongNode, "the cluster's roles moved while the read version was asked: %v", err)

@@ -657,9 +657,9 @@ func (tr *Tx) Commit() error {
 	tr.mu.Unlock()
 	p := tr.db.proxy.Load()
 	cctx, cancel := context.WithTimeout(tr.ctx, commitTimeout)
-	stop := watchStall(func() { tr.db.suspect(p) })
+	watch := watchStall(func() { tr.db.suspect(p) })
 	resp, err := commitOver(cctx, p.commits, req)
-	stop()
+	watch.stop()
 	cancel()
 	if err != nil {
 		// Sent, or maybe sent: it may have committed. Never a false success,

@@ -122,9 +122,12 @@ func (v *service) Read(ctx context.Context, req *wire.ReadRequest) (*wire.ReadRe
 	if err != nil {
 		return &wire.ReadResponse{Error: wire.ErrorOf(err)}, nil
 	}
+	// The values in one allocation, not one each (a GetMulti's reply).
 	resp := &wire.ReadResponse{Values: make([]*wire.Value, len(vals))}
+	vs := make([]wire.Value, len(vals))
 	for i := range vals {
-		resp.Values[i] = &wire.Value{Present: present[i], Value: vals[i]}
+		vs[i].Present, vs[i].Value = present[i], vals[i]
+		resp.Values[i] = &vs[i]
 	}
 	return resp, nil
 }

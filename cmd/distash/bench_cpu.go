@@ -36,7 +36,9 @@ client's CPU from getrusage of this process, the servers' from
 Before the rows each pool gets --records records of --value-bytes; reads
 wait until the load has left the stashes' MVCC window (mvcc_window + 1 s,
 then until the windows are empty), so that every read is served by the
-stash's engine: reads of data at rest. --fresh adds rows of reads of
+stash's engine: reads of data at rest. Every record is then read back and
+compared with what was written (its index, repeated): a record lost or
+damaged on the way fails the benchmark. --fresh adds rows of reads of
 records rewritten just before (served from the window), cut short to end
 before the first rewritten record leaves the window. Keys are drawn
 uniformly. Reads at rest run first, then fresh reads, then the writes.

@@ -43,6 +43,8 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/proto"
+
+	"github.com/distash/distash/internal/wire"
 )
 
 // RouteByte is the byte a client sends before its open frame on an
@@ -127,8 +129,26 @@ func AppendFrame(b []byte, typ byte, body []byte) []byte {
 	return append(b, body...)
 }
 
+// vtMarshaler is the generated marshalling of vtprotobuf, used when the
+// message has it: no reflection.
+type vtMarshaler interface {
+	SizeVT() int
+	MarshalToSizedBufferVT([]byte) (int, error)
+}
+
 // appendMsg appends a frame of type typ holding m's encoding to b.
 func appendMsg(b []byte, typ byte, m any) ([]byte, error) {
+	if vm, ok := m.(vtMarshaler); ok {
+		size := vm.SizeVT()
+		b = binary.AppendUvarint(b, uint64(size+1))
+		b = append(b, typ)
+		start := len(b)
+		b = append(b, make([]byte, size)...)
+		if _, err := vm.MarshalToSizedBufferVT(b[start:]); err != nil {
+			return nil, err
+		}
+		return b, nil
+	}
 	pm, ok := m.(proto.Message)
 	if !ok {
 		return nil, fmt.Errorf("frames: %T is not a protocol buffer message", m)
@@ -144,15 +164,16 @@ func appendMsg(b []byte, typ byte, m any) ([]byte, error) {
 	return b, err
 }
 
-// unmarshal decodes b into m with proto.Unmarshal, as gRPC's codec does, so
-// both transports accept and refuse the same input. The decoded message does
-// not alias b.
+// unmarshal decodes b into m as the gRPC codec does (wire.Unmarshal: the
+// generated decoder only where it agrees with proto.Unmarshal), so both
+// transports accept and refuse the same input. The decoded message does not
+// alias b.
 func unmarshal(b []byte, m any) error {
 	pm, ok := m.(proto.Message)
 	if !ok {
 		return fmt.Errorf("frames: %T is not a protocol buffer message", m)
 	}
-	return proto.Unmarshal(b, pm)
+	return wire.Unmarshal(b, pm)
 }
 
 // AppendStatus appends a status body: code and message.

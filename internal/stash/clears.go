@@ -31,6 +31,9 @@ func newClearIndex() clearIndex { return clearIndex{frags: btree.NewG(16, lessCl
 
 // containing returns the fragment holding key, if any.
 func (c clearIndex) containing(key []byte) *clearFrag {
+	if c.frags.Len() == 0 {
+		return nil // the usual case: no range clear in the window, no probe to allocate
+	}
 	var f *clearFrag
 	c.frags.DescendLessOrEqual(&clearFrag{begin: key}, func(x *clearFrag) bool {
 		f = x

@@ -119,6 +119,24 @@ func (o *ownership) readable(begin, end []byte, v kv.Version) bool {
 	return bytes.Compare(at, end) >= 0
 }
 
+// readableKey is readable(key, kv.KeyAfter(key), v) for the one key of a
+// point read, without its allocations (the successor key, the list of
+// ranges and their sort): [key, key\x00) holds key alone, so it is covered
+// exactly when one range that readable would count holds key.
+func (o *ownership) readableKey(key []byte, v kv.Version) bool {
+	for _, r := range o.cur {
+		if r.State == serving && r.From <= v && r.covers(key) {
+			return true
+		}
+	}
+	for _, r := range o.past {
+		if r.From <= v && v < r.Until && r.covers(key) {
+			return true
+		}
+	}
+	return false
+}
+
 // servingRanges returns the ranges served now.
 func (o *ownership) servingRanges() []kv.KeyRange {
 	var out []kv.KeyRange

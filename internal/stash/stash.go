@@ -846,15 +846,18 @@ func (s *Stash) Get(ctx context.Context, v kv.Version, keys [][]byte) ([][]byte,
 		return nil, nil, err
 	}
 	defer s.pin.RUnlock()
+	// One read lock for the ownership check and the window: every key is
+	// checked before any is read.
+	s.mu.RLock()
 	for _, k := range keys {
-		if !s.readable(k, kv.KeyAfter(k), v) {
+		if !s.own.readableKey(k, v) {
+			s.mu.RUnlock()
 			return nil, nil, kv.Errorf(kv.CodeWrongShardServer, "stash %d does not hold key %q at version %d", s.opts.Tag, k, v)
 		}
 	}
 	values := make([][]byte, len(keys))
 	present := make([]bool, len(keys))
 	var fromEngine []int // keys the window does not hold at v
-	s.mu.RLock()
 	for i, k := range keys {
 		val, ok, found := s.win.at(k, v)
 		if found {

@@ -83,11 +83,14 @@ const (
 // nothing and the engine's value stands.
 func (w *window) at(key []byte, v kv.Version) (value []byte, present, found bool) {
 	var best kv.Version = -1
-	if wk, ok := w.keys.Get(&windowKey{key: key}); ok {
-		for i := len(wk.hist) - 1; i >= 0; i-- {
-			if h := wk.hist[i]; h.version <= v {
-				best, value, present, found = h.version, h.value, h.present, true
-				break
+	// An empty window (reads of data at rest) needs no probe key.
+	if w.keys.Len() > 0 {
+		if wk, ok := w.keys.Get(&windowKey{key: key}); ok {
+			for i := len(wk.hist) - 1; i >= 0; i-- {
+				if h := wk.hist[i]; h.version <= v {
+					best, value, present, found = h.version, h.value, h.present, true
+					break
+				}
 			}
 		}
 	}
