@@ -23,6 +23,9 @@ const deviceTestLatency = 30 * time.Microsecond
 func RunDevices(t *testing.T, open OpenFunc, crash CrashFunc) {
 	for _, p := range []string{"ssd", "hdd", "nvm"} {
 		t.Run(p, func(t *testing.T) {
+			// The profiles run together: most of their time is waiting
+			// on the emulated device, not CPU.
+			t.Parallel()
 			m, err := devfs.Profile(p)
 			if err != nil {
 				t.Fatal(err)

@@ -35,6 +35,7 @@ func crash(t *testing.T, e engine.Engine, opts engine.Options) engine.Options {
 }
 
 func TestConformance(t *testing.T) {
+	t.Parallel()
 	open := openWith(flash.Config{})
 	enginetest.Run(t, open, open, crash)
 }
@@ -43,6 +44,7 @@ func TestConformance(t *testing.T) {
 // emulated device (ssd, hdd, nvm; latencies scaled down), with small
 // segments so that rotations and cleaning go through the device too.
 func TestConformanceDevices(t *testing.T) {
+	t.Parallel()
 	enginetest.RunDevices(t, openWith(flash.Config{SegmentBytes: 64 << 10, WriteBufferBytes: 64 << 10, CacheBytes: 32 << 10}), crash)
 }
 
@@ -50,6 +52,7 @@ func TestConformanceDevices(t *testing.T) {
 // cache, so that rotation, cleaning, buffer misses and cache evictions all
 // happen while it runs.
 func TestConformanceSmall(t *testing.T) {
+	t.Parallel()
 	open := openWith(flash.Config{SegmentBytes: 16 << 10, WriteBufferBytes: 64 << 10, CacheBytes: 32 << 10, IndexBuckets: 1})
 	enginetest.Run(t, open, open, crash)
 }
@@ -57,6 +60,7 @@ func TestConformanceSmall(t *testing.T) {
 // TestFaults runs the disk-fault suite, with small segments so that
 // rotations (and their manifest writes) happen under the faults too.
 func TestFaults(t *testing.T) {
+	t.Parallel()
 	for _, cfg := range []flash.Config{{}, {SegmentBytes: 16 << 10, WriteBufferBytes: -1, CacheBytes: -1}} {
 		t.Run(fmt.Sprintf("segment=%d", cfg.SegmentBytes), func(t *testing.T) {
 			enginetest.RunFaults(t, func(opts engine.Options) (engine.Engine, error) {
@@ -67,12 +71,14 @@ func TestFaults(t *testing.T) {
 }
 
 func TestConformanceEphemeral(t *testing.T) {
+	t.Parallel()
 	enginetest.RunEphemeral(t, openWith(flash.Config{}), crash)
 }
 
 // TestConformanceDirectIO runs the suite with every read going to the
 // file through O_DIRECT (no write buffer, no cache).
 func TestConformanceDirectIO(t *testing.T) {
+	t.Parallel()
 	open := openWith(flash.Config{DirectIO: true, WriteBufferBytes: -1, CacheBytes: -1, SegmentBytes: 64 << 10})
 	enginetest.Run(t, open, open, crash)
 }

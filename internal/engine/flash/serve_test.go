@@ -63,6 +63,7 @@ func crashServed(t *testing.T, e engine.Engine, opts engine.Options) engine.Opti
 // buffer and cache make reads reach the device (through the schedulers'
 // IO) and the cleaner move entries under the lookups.
 func TestConformanceFarMemory(t *testing.T) {
+	t.Parallel()
 	open := openServed(flash.Config{FarMemory: 2 * time.Microsecond, LookupThreads: 16,
 		SegmentBytes: 16 << 10, WriteBufferBytes: 64 << 10, CacheBytes: 32 << 10, IndexBuckets: 1})
 	enginetest.Run(t, open, open, crashServed)
@@ -111,6 +112,7 @@ func TestDeviceReadsThroughEachIO(t *testing.T) {
 // reads through a file system that is not the OS's are handed off by the
 // lookup (Task.Block) instead of blocking its core.
 func TestConformanceFarMemoryDevice(t *testing.T) {
+	t.Parallel()
 	enginetest.RunDevices(t, openServed(flash.Config{FarMemory: 2 * time.Microsecond, NoPrefetch: true,
 		SegmentBytes: 64 << 10, WriteBufferBytes: 64 << 10, CacheBytes: 32 << 10}), crashServed)
 }
