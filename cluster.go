@@ -244,9 +244,9 @@ func (db *DB) node(addr string) (*nodeConn, error) {
 
 // read sends req to the node: over its read stream, or as a unary call to
 // a node that does not serve the stream.
-func (n *nodeConn) read(ctx context.Context, req *wire.ReadRequest) (*wire.ReadResponse, error) {
+func (n *nodeConn) read(ctx context.Context, timeout time.Duration, req *wire.ReadRequest) (*wire.ReadResponse, error) {
 	if !n.noStream.Load() {
-		resp, err := n.reads.call(ctx, func(id uint64) *wire.ReadStreamRequest { return &wire.ReadStreamRequest{Id: id, Request: req} })
+		resp, err := n.reads.callWithin(ctx, timeout, func(id uint64) *wire.ReadStreamRequest { return &wire.ReadStreamRequest{Id: id, Request: req} })
 		if err == nil {
 			return resp.Response, nil
 		}
@@ -255,28 +255,48 @@ func (n *nodeConn) read(ctx context.Context, req *wire.ReadRequest) (*wire.ReadR
 		}
 		n.noStream.Store(true)
 	}
-	return n.api.Read(ctx, req)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	return unaryTimedOut[*wire.ReadResponse](ctx)(n.api.Read(ctx, req))
+}
+
+// unaryTimedOut returns a function that maps the error of a unary call
+// made with ctx to errCallTimeout when ctx's own timeout ended it, as
+// callWithin tells a read that took too long.
+func unaryTimedOut[R any](ctx context.Context) func(R, error) (R, error) {
+	return func(r R, err error) (R, error) {
+		if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return r, fmt.Errorf("%w: %v", errCallTimeout, err)
+		}
+		return r, err
+	}
 }
 
 // readRange reads a range on the node's read stream (unary if the node
 // does not serve the stream).
-func (n *nodeConn) readRange(ctx context.Context, req *wire.ReadRangeRequest) (*wire.ReadRangeResponse, error) {
+func (n *nodeConn) readRange(ctx context.Context, timeout time.Duration, req *wire.ReadRangeRequest) (*wire.ReadRangeResponse, error) {
 	if !n.noStream.Load() {
-		resp, err := n.reads.call(ctx, func(id uint64) *wire.ReadStreamRequest {
+		resp, err := n.reads.callWithin(ctx, timeout, func(id uint64) *wire.ReadStreamRequest {
 			return &wire.ReadStreamRequest{Id: id, RangeRequest: req}
 		})
 		if err == nil && resp.RangeResponse != nil {
 			return resp.RangeResponse, nil
 		}
 		if err == nil { // a node of an older version: it read no range
-			return n.api.ReadRange(ctx, req)
+			return n.unaryReadRange(ctx, timeout, req)
 		}
 		if status.Code(err) != codes.Unimplemented {
 			return nil, err
 		}
 		n.noStream.Store(true)
 	}
-	return n.api.ReadRange(ctx, req)
+	return n.unaryReadRange(ctx, timeout, req)
+}
+
+func (n *nodeConn) unaryReadRange(ctx context.Context, timeout time.Duration, req *wire.ReadRangeRequest) (*wire.ReadRangeResponse, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	return unaryTimedOut[*wire.ReadRangeResponse](ctx)(n.api.ReadRange(ctx, req))
 }
 
 // stashNode returns the connection to the node serving stash id: the
@@ -326,17 +346,16 @@ func (db *DB) proxyFailed(p *proxy, err error) {
 	}
 }
 
-// readStash runs read, a request to stash id's node, within readTimeout
-// and tracks its load. A read the stash did not answer in time (while ctx
-// goes on) fails as connection_failed, with the replica marked down: the
-// caller reads another.
-func (db *DB) readStash(ctx context.Context, id uint32, read func(ctx context.Context) error) error {
-	rctx, cancel := context.WithTimeout(ctx, readTimeout)
-	defer cancel()
+// readStash runs read, a request to stash id's node that must end within
+// the timeout it is given (readTimeout; errCallTimeout if not), and tracks
+// its load. A read the stash did not answer in time (while ctx goes on)
+// fails as connection_failed, with the replica marked down: the caller
+// reads another.
+func (db *DB) readStash(ctx context.Context, id uint32, read func(ctx context.Context, timeout time.Duration) error) error {
 	t := db.track(id)
-	err := read(rctx)
+	err := read(ctx, readTimeout)
 	t.done()
-	if err != nil && rctx.Err() != nil && ctx.Err() == nil {
+	if errors.Is(err, errCallTimeout) && ctx.Err() == nil {
 		// As a failed replica: avoided for a while, and the view asked
 		// again (the controller may count its node dead by now).
 		db.markDown(id)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -61,9 +62,29 @@ type idStream[S, R any] struct {
 // get: Unavailable, like a connection that failed.
 var errStreamBroken = status.Error(codes.Unavailable, "stream to the node broke")
 
+// errCallTimeout is what a request of callWithin gets when its timeout
+// passed first: the node did not answer in time.
+var errCallTimeout = errors.New("the node did not answer within the request's timeout")
+
 // call sends the request build makes with a fresh id and waits for its reply.
 func (c *idStreamer[S, R]) call(ctx context.Context, build func(id uint64) S) (R, error) {
+	return c.callWithin(ctx, 0, build)
+}
+
+// callWithin is call whose wait ends after timeout (> 0) with
+// errCallTimeout. The timeout costs no context and no allocation on the
+// hot path (a pooled timer): a read's own deadline, of every read. Opening
+// the stream, when it must, ends after timeout too; so does a send that
+// blocks (a frames stream's writes have a deadline of their own; a gRPC
+// stream is broken by a timer).
+func (c *idStreamer[S, R]) callWithin(ctx context.Context, timeout time.Duration, build func(id uint64) S) (R, error) {
 	var zero R
+	var deadline time.Time
+	if timeout > 0 {
+		// From the call's start: waiting for another caller's opening
+		// of the stream counts.
+		deadline = time.Now().Add(timeout)
+	}
 	var tok string
 	if c.token != nil {
 		var err error
@@ -81,11 +102,27 @@ func (c *idStreamer[S, R]) call(ctx context.Context, build func(id uint64) S) (R
 		// connection, which a node that accepts connections and answers
 		// nothing (paused) would hold for gRPC's connect timeout (20 s):
 		// the opening ends with the caller's ctx.
+		// The stream lives as long as sctx: the timeout cancels it, not
+		// a context derived from it, if the opening takes too long.
 		sctx, cancel := context.WithCancel(context.Background())
 		stop := context.AfterFunc(ctx, cancel)
+		var expire *time.Timer
+		if timeout > 0 {
+			left := time.Until(deadline)
+			if left <= 0 {
+				cancel()
+				stop()
+				c.mu.Unlock()
+				return zero, errCallTimeout
+			}
+			expire = time.AfterFunc(left, cancel)
+		}
 		st, err := c.open(sctx)
 		if !stop() && err == nil {
 			err = ctx.Err() // ctx ended while it opened: sctx is cancelled
+		}
+		if expire != nil && !expire.Stop() && ctx.Err() == nil {
+			err = errCallTimeout // sctx is cancelled
 		}
 		if err != nil {
 			cancel()
@@ -121,9 +158,19 @@ func (c *idStreamer[S, R]) call(ctx context.Context, build func(id uint64) S) (R
 		// that ends this send and those queued behind it.
 		unwatch = context.AfterFunc(ctx, s.breakIt)
 	}
+	var sendTimer *time.Timer
+	if timeout > 0 && !s.concurrent {
+		// The same for the timeout on a gRPC stream; a frames stream's
+		// writes end at their own deadline (a node that reads nothing
+		// for that long breaks the stream).
+		sendTimer = time.AfterFunc(max(time.Until(deadline), 0), s.breakIt)
+	}
 	err := s.st.Send(build(id))
 	if unwatch != nil {
 		unwatch()
+	}
+	if sendTimer != nil {
+		sendTimer.Stop()
 	}
 	if !s.concurrent {
 		s.sendMu.Unlock()
@@ -139,6 +186,12 @@ func (c *idStreamer[S, R]) call(ctx context.Context, build func(id uint64) S) (R
 		c.breakLocked(s) // fails this request too: its outcome is unknown
 		c.mu.Unlock()
 		return zero, err
+	}
+	var expired <-chan time.Time
+	if timeout > 0 {
+		t := getTimer(max(time.Until(deadline), 0))
+		defer putTimer(t)
+		expired = t.C
 	}
 	select {
 	case resp, ok := <-ch:
@@ -156,14 +209,42 @@ func (c *idStreamer[S, R]) call(ctx context.Context, build func(id uint64) S) (R
 		c.chans.put(ch)
 		return resp, nil
 	case <-ctx.Done():
-		c.mu.Lock()
-		delete(s.pending, id)
-		if s.retired && len(s.pending) == 0 {
-			s.cancel()
-		}
-		c.mu.Unlock()
+		c.forget(s, id)
 		return zero, ctx.Err()
+	case <-expired:
+		c.forget(s, id)
+		return zero, errCallTimeout
 	}
+}
+
+// forget takes request id, given up on, out of s's requests in flight.
+func (c *idStreamer[S, R]) forget(s *idStream[S, R], id uint64) {
+	c.mu.Lock()
+	delete(s.pending, id)
+	if s.retired && len(s.pending) == 0 {
+		s.cancel()
+	}
+	c.mu.Unlock()
+}
+
+// timers keeps stopped timers for callWithin's timeouts: a timer per
+// request would be an allocation and a context per read.
+var timers sync.Pool
+
+// getTimer returns a timer that fires after d.
+func getTimer(d time.Duration) *time.Timer {
+	if t, ok := timers.Get().(*time.Timer); ok {
+		t.Reset(d)
+		return t
+	}
+	return time.NewTimer(d)
+}
+
+// putTimer stops t and keeps it for reuse. Since Go 1.23 a stopped
+// timer's channel delivers nothing stale after Stop or Reset.
+func putTimer(t *time.Timer) {
+	t.Stop()
+	timers.Put(t)
 }
 
 // receive delivers replies until the stream breaks.
@@ -257,7 +338,13 @@ func newReadStreamer(api wire.DiStashClient, fd *framesDialer, token bearer) *re
 	}
 	return &readStreamer{
 		open: func(ctx context.Context) (bidiStream[*wire.ReadStreamRequest, *wire.ReadStreamResponse], error) {
-			return openDataStream(ctx, fd, wire.DiStash_ReadStream_FullMethodName, func() *wire.ReadStreamResponse { return new(wire.ReadStreamResponse) }, viaGRPC)
+			st, err := openDataStream(ctx, fd, wire.DiStash_ReadStream_FullMethodName, func() *wire.ReadStreamResponse { return new(wire.ReadStreamResponse) }, viaGRPC)
+			if fs, ok := st.(*framesStream[*wire.ReadStreamRequest, *wire.ReadStreamResponse]); ok {
+				// A read's send must not block longer than the read may
+				// take (callWithin watches only the reply).
+				fs.cs.SetWriteTimeout(readTimeout)
+			}
+			return st, err
 		},
 		id:    (*wire.ReadStreamResponse).GetId,
 		token: token,

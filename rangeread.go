@@ -3,6 +3,7 @@ package distash
 import (
 	"bytes"
 	"context"
+	"time"
 
 	"github.com/distash/distash/internal/kv"
 	"github.com/distash/distash/internal/shardmap"
@@ -206,8 +207,8 @@ func (it *rangeIter) fetch() error {
 				Stash: id, Version: int64(it.rv), Begin: begin, End: end, Limit: int32(it.page), Reverse: it.reverse,
 				ReadSystemKeys: bytes.Compare(end, kv.SystemPrefix) > 0,
 			}
-			err = db.readStash(ctx, id, func(ctx context.Context) (err error) {
-				resp, err = n.readRange(ctx, req)
+			err = db.readStash(ctx, id, func(ctx context.Context, timeout time.Duration) (err error) {
+				resp, err = n.readRange(ctx, timeout, req)
 				return err
 			})
 			if err == nil {

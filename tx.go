@@ -462,8 +462,8 @@ func (db *DB) readFrom(ctx context.Context, rv kv.Version, keys [][]byte, g stas
 		return db.readFailed(ctx, g.stash, err)
 	}
 	var resp *wire.ReadResponse
-	err = db.readStash(ctx, g.stash, func(ctx context.Context) (err error) {
-		resp, err = conn.read(ctx, req)
+	err = db.readStash(ctx, g.stash, func(ctx context.Context, timeout time.Duration) (err error) {
+		resp, err = conn.read(ctx, timeout, req)
 		return err
 	})
 	if err == nil {

@@ -118,6 +118,15 @@ func (s *ClientStream) openErr(ctx context.Context, err error) error {
 	return status.Error(codes.Unavailable, "frames: open: "+err.Error())
 }
 
+// SetWriteTimeout bounds each of the stream's writes from now on: a peer
+// that reads nothing for d breaks the stream (Send fails, and so do the
+// sends queued behind the write). Call it before the first Send.
+func (s *ClientStream) SetWriteTimeout(d time.Duration) {
+	s.w.mu.Lock()
+	s.w.timeout = d
+	s.w.mu.Unlock()
+}
+
 // Send sends m (a protocol buffer message). It returns once m is queued
 // behind a flush running, or written; an error means the stream broke.
 func (s *ClientStream) Send(m any) error {

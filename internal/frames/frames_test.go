@@ -302,6 +302,41 @@ func TestSendEndsWithContext(t *testing.T) {
 	}
 }
 
+// TestSendEndsAtWriteTimeout: a stream with a write timeout breaks when
+// its peer reads nothing for that long, without a context ending.
+func TestSendEndsAtWriteTimeout(t *testing.T) {
+	cli, srvConn := net.Pipe() // synchronous: a write waits for a read
+	defer srvConn.Close()
+	go func() {
+		r := bufio.NewReader(srvConn)
+		if _, _, err := ReadFrame(r, nil, 1<<10); err != nil {
+			return
+		}
+		srvConn.Write(AppendFrame(nil, TypeAccept, nil))
+		// and then read nothing
+	}()
+	st, err := Open(context.Background(), cli, nil, wire.DiStash_ReadStream_FullMethodName, protover.This)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.SetWriteTimeout(200 * time.Millisecond)
+	done := make(chan error, 1)
+	began := time.Now()
+	go func() { done <- st.Send(readReq(1, "blocked")) }()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("the blocked Send succeeded")
+		}
+		t.Logf("Send failed after %v: %v", time.Since(began).Round(time.Millisecond), err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("Send still blocked 5 s after its write timeout of 200 ms")
+	}
+	if err := st.Send(readReq(2, "after")); err == nil {
+		t.Fatal("Send succeeded on a broken stream")
+	}
+}
+
 // TestInterceptorsAndPeer: the chain runs in order around the generated
 // handler, which sees the peer's address.
 func TestInterceptorsAndPeer(t *testing.T) {

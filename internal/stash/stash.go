@@ -805,8 +805,14 @@ func (s *Stash) flushTo(min kv.Version) error {
 // waitFor waits until applied >= v, and checks v is still readable. It
 // returns with pin held shared; the caller releases it.
 func (s *Stash) waitFor(ctx context.Context, v kv.Version) error {
-	deadline := s.clock.NewTimer(s.opts.FutureWait)
-	defer deadline.Stop()
+	// The timer is made only once the stash must wait: most reads find
+	// their version applied, and a timer per read is a cost of its own.
+	var deadline clock.Timer
+	defer func() {
+		if deadline != nil {
+			deadline.Stop()
+		}
+	}()
 	for {
 		if err := s.unavailable(); err != nil {
 			return err
@@ -828,6 +834,9 @@ func (s *Stash) waitFor(ctx context.Context, v kv.Version) error {
 			// replica serves the read now rather than after FutureWait.
 			return kv.Errorf(kv.CodeStashUnavailable, "stash %d's disk is full: it has applied versions up to %d, not %d, and applies no more until there is room (%v)",
 				s.opts.Tag, applied, v, cause)
+		}
+		if deadline == nil {
+			deadline = s.clock.NewTimer(s.opts.FutureWait)
 		}
 		select {
 		case <-ch:
