@@ -49,6 +49,7 @@ type proxy struct {
 func (p *proxy) retire() {
 	p.cancel()
 	p.commits.close()
+	p.grv.stream.close()
 }
 
 // stashRoutes is which node serves each stash tag, from one view.
@@ -163,7 +164,7 @@ func (db *DB) newProxy(addr string, generation uint64) (*proxy, error) {
 	p := &proxy{addr: addr, api: api, node: n, commits: newCommitStreamer(api, n.frames, db.token), generation: generation, ctx: ctx, cancel: cancel}
 	// The proxy in use when it stalls: p, or a copy of it for a newer
 	// generation of the same node (applyView).
-	p.grv = &grvBatcher{api: api, ctx: ctx, stalled: func() { db.suspect(db.proxy.Load()) }}
+	p.grv = &grvBatcher{api: api, stream: newGRVStreamer(api, n.frames, db.token), ctx: ctx, stalled: func() { db.suspect(db.proxy.Load()) }}
 	return p, nil
 }
 

@@ -11,7 +11,7 @@ import (
 	"github.com/distash/distash"
 )
 
-// TestStreamsUseFrames: reads and commits travel on frames streams by
+// TestStreamsUseFrames: read versions, reads and commits travel on frames streams by
 // default, through the server's stream interceptors (which the fault tests
 // use), and on gRPC streams with WithGRPCDataPath; both read what the
 // other wrote.
@@ -40,11 +40,11 @@ func TestStreamsUseFrames(t *testing.T) {
 		t.Fatal(err)
 	}
 	framesAfter, grpcAfter := distash.DataPathStreams()
-	if string(got) != "over frames" || framesAfter-framesBefore != 2 || grpcAfter != grpcBefore {
-		t.Fatalf("read %q; %d frames and %d gRPC streams opened, want a commit and a read stream over frames",
+	if string(got) != "over frames" || framesAfter-framesBefore != 3 || grpcAfter != grpcBefore {
+		t.Fatalf("read %q; %d frames and %d gRPC streams opened, want a commit, a read-version and a read stream over frames",
 			got, framesAfter-framesBefore, grpcAfter-grpcBefore)
 	}
-	for i := 0; i < 2; i++ {
+	for i := 0; i < 3; i++ {
 		if s := <-intercepted; s != "*frames.serverStream" {
 			t.Fatalf("the interceptor saw a %s, want the frames server's stream", s)
 		}
@@ -69,8 +69,8 @@ func TestStreamsUseFrames(t *testing.T) {
 		t.Fatal(err)
 	}
 	framesLast, grpcLast := distash.DataPathStreams()
-	if string(got) != "over frames and gRPC" || framesLast != framesAfter || grpcLast-grpcAfter != 2 {
-		t.Fatalf("read %q; %d frames and %d gRPC streams opened with WithGRPCDataPath, want 0 and 2",
+	if string(got) != "over frames and gRPC" || framesLast != framesAfter || grpcLast-grpcAfter != 3 {
+		t.Fatalf("read %q; %d frames and %d gRPC streams opened with WithGRPCDataPath, want 0 and 3",
 			got, framesLast-framesAfter, grpcLast-grpcAfter)
 	}
 	if s := <-intercepted; s == "*frames.serverStream" {

@@ -3,7 +3,11 @@ package distash
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/distash/distash/internal/kv"
 	"github.com/distash/distash/internal/wire"
@@ -16,6 +20,10 @@ import (
 // serializability), as FoundationDB's client batches GRVs.
 type grvBatcher struct {
 	api wire.DiStashClient
+	// stream carries the requests (ReadVersionStream), unless the node
+	// does not serve it (noStream): then the unary GetReadVersion does.
+	stream   *grvStreamer
+	noStream atomic.Bool
 	// ctx ends when the proxy is replaced: a request still waiting on its
 	// node ends then (retryable), and the next goes to the new proxy.
 	ctx context.Context
@@ -78,16 +86,14 @@ func (b *grvBatcher) send() {
 		if parent == nil {
 			parent = context.Background()
 		}
-		ctx, cancel := context.WithTimeout(parent, grvTimeout)
 		var watch *stallWatch
 		if b.stalled != nil {
 			watch = watchStall(b.stalled)
 		}
-		resp, err := b.api.GetReadVersion(ctx, &wire.GetReadVersionRequest{})
+		resp, err := b.ask(parent)
 		if watch != nil {
 			watch.stop()
 		}
-		cancel()
 		if err != nil && b.ctx != nil && b.ctx.Err() != nil {
 			r.err = errorf(kv.CodeWrongNode, "the cluster's roles moved while the read version was asked: %v", err)
 		} else if err != nil {
@@ -98,5 +104,51 @@ func (b *grvBatcher) send() {
 		for _, ch := range batch {
 			ch <- r
 		}
+	}
+}
+
+// ask asks the node for a read version, within grvTimeout: over its
+// stream, or unary if the node does not serve the stream.
+func (b *grvBatcher) ask(ctx context.Context) (*wire.GetReadVersionResponse, error) {
+	if b.stream != nil && !b.noStream.Load() {
+		resp, err := b.stream.callWithin(ctx, grvTimeout, func(id uint64) *wire.ReadVersionStreamRequest {
+			return &wire.ReadVersionStreamRequest{Id: id, Request: &wire.GetReadVersionRequest{}}
+		})
+		if err == nil && resp.Response != nil {
+			return resp.Response, nil
+		}
+		if err == nil {
+			err = errorf(kv.CodeInternal, "the node answered a read version request without a version")
+		}
+		if status.Code(err) != codes.Unimplemented {
+			return nil, err
+		}
+		b.noStream.Store(true) // a node of an older release
+	}
+	ctx, cancel := context.WithTimeout(ctx, grvTimeout)
+	defer cancel()
+	return b.api.GetReadVersion(ctx, &wire.GetReadVersionRequest{})
+}
+
+// grvStreamer is the stream of a DB's read-version requests to the
+// proxy's node.
+type grvStreamer = idStreamer[*wire.ReadVersionStreamRequest, *wire.ReadVersionStreamResponse]
+
+func newGRVStreamer(api wire.DiStashClient, fd *framesDialer, token bearer) *grvStreamer {
+	viaGRPC := func(ctx context.Context) (bidiStream[*wire.ReadVersionStreamRequest, *wire.ReadVersionStreamResponse], error) {
+		return api.ReadVersionStream(ctx)
+	}
+	return &grvStreamer{
+		open: func(ctx context.Context) (bidiStream[*wire.ReadVersionStreamRequest, *wire.ReadVersionStreamResponse], error) {
+			st, err := openDataStream(ctx, fd, wire.DiStash_ReadVersionStream_FullMethodName, func() *wire.ReadVersionStreamResponse { return new(wire.ReadVersionStreamResponse) }, viaGRPC)
+			if fs, ok := st.(*framesStream[*wire.ReadVersionStreamRequest, *wire.ReadVersionStreamResponse]); ok {
+				// A send must not block longer than the request may take
+				// (callWithin watches only the reply).
+				fs.cs.SetWriteTimeout(grvTimeout)
+			}
+			return st, err
+		},
+		id:    (*wire.ReadVersionStreamResponse).GetId,
+		token: token,
 	}
 }

@@ -2,11 +2,9 @@ package distash_test
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -99,57 +97,44 @@ func TestBankInvariantAcrossPools(t *testing.T) {
 }
 
 // TestBankInvariantUnderTransportFaults runs the bank through a server that
-// drops requests before handling them, drops replies after handling them
-// (a commit may have happened: commit_unknown_result), and delays calls.
+// breaks the data path's streams before a request is handled or after,
+// and delays requests.
 func TestBankInvariantUnderTransportFaults(t *testing.T) {
-	var dropped, lostReplies atomic.Int64
 	var mu sync.Mutex
 	rng := rand.New(rand.NewPCG(11, 13))
-	faults := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		mu.Lock()
-		r, delay := rng.Float64(), time.Duration(rng.IntN(1000))*time.Microsecond
-		mu.Unlock()
-		if strings.HasSuffix(info.FullMethod, "ClusterInfo") || strings.HasSuffix(info.FullMethod, "Locations") {
-			return handler(ctx, req)
-		}
-		time.Sleep(delay)
-		switch {
-		case r < 0.02:
-			dropped.Add(1)
-			return nil, status.Error(codes.Unavailable, "injected: request dropped")
-		case r < 0.04:
-			resp, err := handler(ctx, req)
-			if err != nil {
-				return resp, err
-			}
-			lostReplies.Add(1)
-			return nil, status.Error(codes.Unavailable, "injected: reply lost")
-		}
-		return handler(ctx, req)
-	}
-	// Commits travel on a stream: break it now and then, before or after a
-	// commit was handled (every commit in flight on it has an unknown result).
-	var broken atomic.Int64
+	// Every data-path stream (read versions, reads, commits) breaks now
+	// and then, before a request reaches its handler (the request is
+	// lost) or after it was handled (its reply is lost: every commit in
+	// flight on the stream has an unknown result); requests are delayed.
+	var lostRequests, lostReplies atomic.Int64
 	streamFaults := func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		return handler(srv, &faultyStream{ServerStream: ss, fail: func() bool {
+		return handler(srv, &faultyStream{ServerStream: ss, fail: func(reply bool) bool {
 			mu.Lock()
-			defer mu.Unlock()
-			if rng.Float64() < 0.01 {
-				broken.Add(1)
-				return true
+			r, delay := rng.Float64(), time.Duration(rng.IntN(1000))*time.Microsecond
+			mu.Unlock()
+			if !reply {
+				time.Sleep(delay)
 			}
-			return false
+			if r >= 0.01 {
+				return false
+			}
+			if reply {
+				lostReplies.Add(1)
+			} else {
+				lostRequests.Add(1)
+			}
+			return true
 		}})
 	}
 	framesBefore, grpcBefore := distash.DataPathStreams()
-	runBank(t, startClusterWith(t, twoPools, faults, streamFaults), 16, 2*time.Second)
+	runBank(t, startClusterWith(t, twoPools, nil, streamFaults), 16, 2*time.Second)
 	framesAfter, grpcAfter := distash.DataPathStreams()
-	t.Logf("%d requests dropped, %d replies lost, %d commit streams broken; streams opened: %d over frames, %d over gRPC",
-		dropped.Load(), lostReplies.Load(), broken.Load(), framesAfter-framesBefore, grpcAfter-grpcBefore)
+	t.Logf("streams broken: %d before a request, %d before a reply; streams opened: %d over frames, %d over gRPC",
+		lostRequests.Load(), lostReplies.Load(), framesAfter-framesBefore, grpcAfter-grpcBefore)
 	if framesAfter == framesBefore || grpcAfter != grpcBefore {
 		t.Fatal("the faults were not injected on the frames streams clients use")
 	}
-	if dropped.Load() == 0 || lostReplies.Load() == 0 || broken.Load() == 0 {
+	if lostRequests.Load() == 0 || lostReplies.Load() == 0 {
 		t.Fatal("no faults injected")
 	}
 }
@@ -158,18 +143,18 @@ func TestBankInvariantUnderTransportFaults(t *testing.T) {
 // is lost) or on a send (the request was handled, its reply is lost).
 type faultyStream struct {
 	grpc.ServerStream
-	fail func() bool
+	fail func(reply bool) bool
 }
 
 func (f *faultyStream) RecvMsg(m any) error {
-	if f.fail() {
+	if f.fail(false) {
 		return status.Error(codes.Unavailable, "injected: stream broken before a request")
 	}
 	return f.ServerStream.RecvMsg(m)
 }
 
 func (f *faultyStream) SendMsg(m any) error {
-	if f.fail() {
+	if f.fail(true) {
 		return status.Error(codes.Unavailable, "injected: stream broken before a reply")
 	}
 	return f.ServerStream.SendMsg(m)

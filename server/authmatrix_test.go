@@ -159,6 +159,8 @@ func TestAuthMatrix(t *testing.T) {
 		wire.DiStash_Commit_FullMethodName:         {"tx", "app3", "app1", set("c/k", "app3 was here"), set("c/served1", "x")},
 		wire.DiStash_CommitStream_FullMethodName: {"tx", "app3", "app1",
 			&wire.CommitStreamRequest{Id: 1, Request: set("c/k", "app3 was here")}, &wire.CommitStreamRequest{Id: 1, Request: set("c/served2", "x")}},
+		wire.DiStash_ReadVersionStream_FullMethodName: {"tx", "mallory", "app1",
+			&wire.ReadVersionStreamRequest{Id: 1, Request: &wire.GetReadVersionRequest{}}, &wire.ReadVersionStreamRequest{Id: 1, Request: &wire.GetReadVersionRequest{}}},
 		wire.DiStash_ReadStream_FullMethodName: {"stash", "alice", "app1",
 			&wire.ReadStreamRequest{Id: 1, Request: read("c/k")}, &wire.ReadStreamRequest{Id: 1, Request: read("c/k")}},
 		wire.DiStash_Read_FullMethodName:        {"stash", "alice", "app1", read("c/k"), read("c/k")},

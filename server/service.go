@@ -449,6 +449,21 @@ func (v *service) ReadStream(stream wire.DiStash_ReadStreamServer) error {
 		})
 }
 
+// ReadVersionStream serves each read-version request as it arrives,
+// concurrently, and sends each reply with its request's id (see
+// serveStream): the data path's read versions without a unary call each.
+func (v *service) ReadVersionStream(stream wire.DiStash_ReadVersionStreamServer) error {
+	return serveStream(v, stream, "ReadVersionStream",
+		func(*wire.ReadVersionStreamRequest) int64 { return 64 },
+		func(ctx context.Context, req *wire.ReadVersionStreamRequest) *wire.ReadVersionStreamResponse {
+			if err := v.s.authorize(ctx, wire.DiStash_ReadVersionStream_FullMethodName, req); err != nil {
+				return &wire.ReadVersionStreamResponse{Id: req.Id, Response: &wire.GetReadVersionResponse{Error: wire.ErrorOf(err)}}
+			}
+			resp, _ := v.GetReadVersion(ctx, req.GetRequest())
+			return &wire.ReadVersionStreamResponse{Id: req.Id, Response: resp}
+		})
+}
+
 // errStreamStopping ends the receiving side of a stream whose handler is
 // returning.
 var errStreamStopping = errors.New("stream handler stopping")

@@ -137,6 +137,9 @@ var rules = map[string]Rule{
 	// Data: read versions and the layout need any grant; commits and
 	// reads their pools' write and read.
 	wire.DiStash_GetReadVersion_FullMethodName: anyGrant,
+	wire.DiStash_ReadVersionStream_FullMethodName: {PerMessage: true, Needs: func(*Pools, any) []Need {
+		return []Need{{Perm: PermAny}}
+	}},
 	wire.DiStash_Commit_FullMethodName: {Needs: func(ps *Pools, req any) []Need {
 		r, _ := req.(*wire.CommitRequest)
 		return commitNeeds(ps, r)

@@ -3494,6 +3494,113 @@ func (x *ReadStreamResponse) GetRangeResponse() *ReadRangeResponse {
 	return nil
 }
 
+// ReadVersionStream: read versions over one long-lived stream per client
+// and node, matched by id (as ReadStream); the unary GetReadVersion stays
+// for other clients and nodes of older releases.
+type ReadVersionStreamRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Request       *GetReadVersionRequest `protobuf:"bytes,2,opt,name=request,proto3" json:"request,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadVersionStreamRequest) Reset() {
+	*x = ReadVersionStreamRequest{}
+	mi := &file_distash_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadVersionStreamRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadVersionStreamRequest) ProtoMessage() {}
+
+func (x *ReadVersionStreamRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_distash_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadVersionStreamRequest.ProtoReflect.Descriptor instead.
+func (*ReadVersionStreamRequest) Descriptor() ([]byte, []int) {
+	return file_distash_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *ReadVersionStreamRequest) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *ReadVersionStreamRequest) GetRequest() *GetReadVersionRequest {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+type ReadVersionStreamResponse struct {
+	state         protoimpl.MessageState  `protogen:"open.v1"`
+	Id            uint64                  `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Response      *GetReadVersionResponse `protobuf:"bytes,2,opt,name=response,proto3" json:"response,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadVersionStreamResponse) Reset() {
+	*x = ReadVersionStreamResponse{}
+	mi := &file_distash_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadVersionStreamResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadVersionStreamResponse) ProtoMessage() {}
+
+func (x *ReadVersionStreamResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_distash_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadVersionStreamResponse.ProtoReflect.Descriptor instead.
+func (*ReadVersionStreamResponse) Descriptor() ([]byte, []int) {
+	return file_distash_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *ReadVersionStreamResponse) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *ReadVersionStreamResponse) GetResponse() *GetReadVersionResponse {
+	if x != nil {
+		return x.Response
+	}
+	return nil
+}
+
 // The log service: how a stash in another process pulls the mutations of
 // its tag (Peek) and tells the log what it made durable (Pop). A node-to-
 // node service: clients have no use for it.
@@ -3508,7 +3615,7 @@ type PeekRequest struct {
 
 func (x *PeekRequest) Reset() {
 	*x = PeekRequest{}
-	mi := &file_distash_proto_msgTypes[42]
+	mi := &file_distash_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3520,7 +3627,7 @@ func (x *PeekRequest) String() string {
 func (*PeekRequest) ProtoMessage() {}
 
 func (x *PeekRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[42]
+	mi := &file_distash_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3533,7 +3640,7 @@ func (x *PeekRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeekRequest.ProtoReflect.Descriptor instead.
 func (*PeekRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{42}
+	return file_distash_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *PeekRequest) GetTag() uint32 {
@@ -3567,7 +3674,7 @@ type LogMessage struct {
 
 func (x *LogMessage) Reset() {
 	*x = LogMessage{}
-	mi := &file_distash_proto_msgTypes[43]
+	mi := &file_distash_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3579,7 +3686,7 @@ func (x *LogMessage) String() string {
 func (*LogMessage) ProtoMessage() {}
 
 func (x *LogMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[43]
+	mi := &file_distash_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3592,7 +3699,7 @@ func (x *LogMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogMessage.ProtoReflect.Descriptor instead.
 func (*LogMessage) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{43}
+	return file_distash_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *LogMessage) GetVersion() int64 {
@@ -3621,7 +3728,7 @@ type PeekResponse struct {
 
 func (x *PeekResponse) Reset() {
 	*x = PeekResponse{}
-	mi := &file_distash_proto_msgTypes[44]
+	mi := &file_distash_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3633,7 +3740,7 @@ func (x *PeekResponse) String() string {
 func (*PeekResponse) ProtoMessage() {}
 
 func (x *PeekResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[44]
+	mi := &file_distash_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3646,7 +3753,7 @@ func (x *PeekResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeekResponse.ProtoReflect.Descriptor instead.
 func (*PeekResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{44}
+	return file_distash_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *PeekResponse) GetMessages() []*LogMessage {
@@ -3687,7 +3794,7 @@ type PopRequest struct {
 
 func (x *PopRequest) Reset() {
 	*x = PopRequest{}
-	mi := &file_distash_proto_msgTypes[45]
+	mi := &file_distash_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3699,7 +3806,7 @@ func (x *PopRequest) String() string {
 func (*PopRequest) ProtoMessage() {}
 
 func (x *PopRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[45]
+	mi := &file_distash_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3712,7 +3819,7 @@ func (x *PopRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PopRequest.ProtoReflect.Descriptor instead.
 func (*PopRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{45}
+	return file_distash_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *PopRequest) GetTag() uint32 {
@@ -3738,7 +3845,7 @@ type PopResponse struct {
 
 func (x *PopResponse) Reset() {
 	*x = PopResponse{}
-	mi := &file_distash_proto_msgTypes[46]
+	mi := &file_distash_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3750,7 +3857,7 @@ func (x *PopResponse) String() string {
 func (*PopResponse) ProtoMessage() {}
 
 func (x *PopResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[46]
+	mi := &file_distash_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3763,7 +3870,7 @@ func (x *PopResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PopResponse.ProtoReflect.Descriptor instead.
 func (*PopResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{46}
+	return file_distash_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *PopResponse) GetError() *Error {
@@ -3789,7 +3896,7 @@ type ReportRequest struct {
 
 func (x *ReportRequest) Reset() {
 	*x = ReportRequest{}
-	mi := &file_distash_proto_msgTypes[47]
+	mi := &file_distash_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3801,7 +3908,7 @@ func (x *ReportRequest) String() string {
 func (*ReportRequest) ProtoMessage() {}
 
 func (x *ReportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[47]
+	mi := &file_distash_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3814,7 +3921,7 @@ func (x *ReportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRequest.ProtoReflect.Descriptor instead.
 func (*ReportRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{47}
+	return file_distash_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ReportRequest) GetTag() uint32 {
@@ -3863,7 +3970,7 @@ type ReportResponse struct {
 
 func (x *ReportResponse) Reset() {
 	*x = ReportResponse{}
-	mi := &file_distash_proto_msgTypes[48]
+	mi := &file_distash_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3875,7 +3982,7 @@ func (x *ReportResponse) String() string {
 func (*ReportResponse) ProtoMessage() {}
 
 func (x *ReportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[48]
+	mi := &file_distash_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3888,7 +3995,7 @@ func (x *ReportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportResponse.ProtoReflect.Descriptor instead.
 func (*ReportResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{48}
+	return file_distash_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ReportResponse) GetError() *Error {
@@ -3936,7 +4043,7 @@ type RegisterRequest struct {
 
 func (x *RegisterRequest) Reset() {
 	*x = RegisterRequest{}
-	mi := &file_distash_proto_msgTypes[49]
+	mi := &file_distash_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3948,7 +4055,7 @@ func (x *RegisterRequest) String() string {
 func (*RegisterRequest) ProtoMessage() {}
 
 func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[49]
+	mi := &file_distash_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3961,7 +4068,7 @@ func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterRequest.ProtoReflect.Descriptor instead.
 func (*RegisterRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{49}
+	return file_distash_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *RegisterRequest) GetId() string {
@@ -4055,7 +4162,7 @@ type RegisterResponse struct {
 
 func (x *RegisterResponse) Reset() {
 	*x = RegisterResponse{}
-	mi := &file_distash_proto_msgTypes[50]
+	mi := &file_distash_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4067,7 +4174,7 @@ func (x *RegisterResponse) String() string {
 func (*RegisterResponse) ProtoMessage() {}
 
 func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[50]
+	mi := &file_distash_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4080,7 +4187,7 @@ func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterResponse.ProtoReflect.Descriptor instead.
 func (*RegisterResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{50}
+	return file_distash_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *RegisterResponse) GetSlot() int32 {
@@ -4135,7 +4242,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_distash_proto_msgTypes[51]
+	mi := &file_distash_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4147,7 +4254,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[51]
+	mi := &file_distash_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4160,7 +4267,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{51}
+	return file_distash_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *HeartbeatRequest) GetId() string {
@@ -4188,7 +4295,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_distash_proto_msgTypes[52]
+	mi := &file_distash_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4200,7 +4307,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[52]
+	mi := &file_distash_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4213,7 +4320,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{52}
+	return file_distash_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *HeartbeatResponse) GetGeneration() uint64 {
@@ -4250,7 +4357,7 @@ type ViewRequest struct {
 
 func (x *ViewRequest) Reset() {
 	*x = ViewRequest{}
-	mi := &file_distash_proto_msgTypes[53]
+	mi := &file_distash_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4262,7 +4369,7 @@ func (x *ViewRequest) String() string {
 func (*ViewRequest) ProtoMessage() {}
 
 func (x *ViewRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[53]
+	mi := &file_distash_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4275,7 +4382,7 @@ func (x *ViewRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ViewRequest.ProtoReflect.Descriptor instead.
 func (*ViewRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{53}
+	return file_distash_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ViewRequest) GetHops() uint32 {
@@ -4308,7 +4415,7 @@ type CoordinatorMember struct {
 
 func (x *CoordinatorMember) Reset() {
 	*x = CoordinatorMember{}
-	mi := &file_distash_proto_msgTypes[54]
+	mi := &file_distash_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4320,7 +4427,7 @@ func (x *CoordinatorMember) String() string {
 func (*CoordinatorMember) ProtoMessage() {}
 
 func (x *CoordinatorMember) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[54]
+	mi := &file_distash_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4333,7 +4440,7 @@ func (x *CoordinatorMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CoordinatorMember.ProtoReflect.Descriptor instead.
 func (*CoordinatorMember) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{54}
+	return file_distash_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *CoordinatorMember) GetAddress() string {
@@ -4396,7 +4503,7 @@ type ClusterNode struct {
 
 func (x *ClusterNode) Reset() {
 	*x = ClusterNode{}
-	mi := &file_distash_proto_msgTypes[55]
+	mi := &file_distash_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4408,7 +4515,7 @@ func (x *ClusterNode) String() string {
 func (*ClusterNode) ProtoMessage() {}
 
 func (x *ClusterNode) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[55]
+	mi := &file_distash_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4421,7 +4528,7 @@ func (x *ClusterNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterNode.ProtoReflect.Descriptor instead.
 func (*ClusterNode) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{55}
+	return file_distash_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ClusterNode) GetId() string {
@@ -4504,7 +4611,7 @@ type PoolSlots struct {
 
 func (x *PoolSlots) Reset() {
 	*x = PoolSlots{}
-	mi := &file_distash_proto_msgTypes[56]
+	mi := &file_distash_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4516,7 +4623,7 @@ func (x *PoolSlots) String() string {
 func (*PoolSlots) ProtoMessage() {}
 
 func (x *PoolSlots) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[56]
+	mi := &file_distash_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4529,7 +4636,7 @@ func (x *PoolSlots) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolSlots.ProtoReflect.Descriptor instead.
 func (*PoolSlots) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{56}
+	return file_distash_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *PoolSlots) GetPool() string {
@@ -4583,7 +4690,7 @@ type ViewResponse struct {
 
 func (x *ViewResponse) Reset() {
 	*x = ViewResponse{}
-	mi := &file_distash_proto_msgTypes[57]
+	mi := &file_distash_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4595,7 +4702,7 @@ func (x *ViewResponse) String() string {
 func (*ViewResponse) ProtoMessage() {}
 
 func (x *ViewResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[57]
+	mi := &file_distash_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4608,7 +4715,7 @@ func (x *ViewResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ViewResponse.ProtoReflect.Descriptor instead.
 func (*ViewResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{57}
+	return file_distash_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ViewResponse) GetGeneration() uint64 {
@@ -4824,7 +4931,7 @@ type PoolReplication struct {
 
 func (x *PoolReplication) Reset() {
 	*x = PoolReplication{}
-	mi := &file_distash_proto_msgTypes[58]
+	mi := &file_distash_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4836,7 +4943,7 @@ func (x *PoolReplication) String() string {
 func (*PoolReplication) ProtoMessage() {}
 
 func (x *PoolReplication) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[58]
+	mi := &file_distash_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4849,7 +4956,7 @@ func (x *PoolReplication) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolReplication.ProtoReflect.Descriptor instead.
 func (*PoolReplication) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{58}
+	return file_distash_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *PoolReplication) GetPool() string {
@@ -4884,7 +4991,7 @@ type StashLocation struct {
 
 func (x *StashLocation) Reset() {
 	*x = StashLocation{}
-	mi := &file_distash_proto_msgTypes[59]
+	mi := &file_distash_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4896,7 +5003,7 @@ func (x *StashLocation) String() string {
 func (*StashLocation) ProtoMessage() {}
 
 func (x *StashLocation) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[59]
+	mi := &file_distash_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4909,7 +5016,7 @@ func (x *StashLocation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StashLocation.ProtoReflect.Descriptor instead.
 func (*StashLocation) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{59}
+	return file_distash_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *StashLocation) GetTag() uint32 {
@@ -4997,7 +5104,7 @@ type ClaimRequest struct {
 
 func (x *ClaimRequest) Reset() {
 	*x = ClaimRequest{}
-	mi := &file_distash_proto_msgTypes[60]
+	mi := &file_distash_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5009,7 +5116,7 @@ func (x *ClaimRequest) String() string {
 func (*ClaimRequest) ProtoMessage() {}
 
 func (x *ClaimRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[60]
+	mi := &file_distash_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5022,7 +5129,7 @@ func (x *ClaimRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimRequest.ProtoReflect.Descriptor instead.
 func (*ClaimRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{60}
+	return file_distash_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *ClaimRequest) GetId() string {
@@ -5050,7 +5157,7 @@ type ClaimResponse struct {
 
 func (x *ClaimResponse) Reset() {
 	*x = ClaimResponse{}
-	mi := &file_distash_proto_msgTypes[61]
+	mi := &file_distash_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5062,7 +5169,7 @@ func (x *ClaimResponse) String() string {
 func (*ClaimResponse) ProtoMessage() {}
 
 func (x *ClaimResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[61]
+	mi := &file_distash_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5075,7 +5182,7 @@ func (x *ClaimResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimResponse.ProtoReflect.Descriptor instead.
 func (*ClaimResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{61}
+	return file_distash_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *ClaimResponse) GetGeneration() uint64 {
@@ -5113,7 +5220,7 @@ type RecoveryDoneRequest struct {
 
 func (x *RecoveryDoneRequest) Reset() {
 	*x = RecoveryDoneRequest{}
-	mi := &file_distash_proto_msgTypes[62]
+	mi := &file_distash_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5125,7 +5232,7 @@ func (x *RecoveryDoneRequest) String() string {
 func (*RecoveryDoneRequest) ProtoMessage() {}
 
 func (x *RecoveryDoneRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[62]
+	mi := &file_distash_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5138,7 +5245,7 @@ func (x *RecoveryDoneRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoveryDoneRequest.ProtoReflect.Descriptor instead.
 func (*RecoveryDoneRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{62}
+	return file_distash_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *RecoveryDoneRequest) GetId() string {
@@ -5179,7 +5286,7 @@ type RecoveryDoneResponse struct {
 
 func (x *RecoveryDoneResponse) Reset() {
 	*x = RecoveryDoneResponse{}
-	mi := &file_distash_proto_msgTypes[63]
+	mi := &file_distash_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5191,7 +5298,7 @@ func (x *RecoveryDoneResponse) String() string {
 func (*RecoveryDoneResponse) ProtoMessage() {}
 
 func (x *RecoveryDoneResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[63]
+	mi := &file_distash_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5204,7 +5311,7 @@ func (x *RecoveryDoneResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoveryDoneResponse.ProtoReflect.Descriptor instead.
 func (*RecoveryDoneResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{63}
+	return file_distash_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *RecoveryDoneResponse) GetError() *Error {
@@ -5234,7 +5341,7 @@ type ExcludeRequest struct {
 
 func (x *ExcludeRequest) Reset() {
 	*x = ExcludeRequest{}
-	mi := &file_distash_proto_msgTypes[64]
+	mi := &file_distash_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5246,7 +5353,7 @@ func (x *ExcludeRequest) String() string {
 func (*ExcludeRequest) ProtoMessage() {}
 
 func (x *ExcludeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[64]
+	mi := &file_distash_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5259,7 +5366,7 @@ func (x *ExcludeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExcludeRequest.ProtoReflect.Descriptor instead.
 func (*ExcludeRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{64}
+	return file_distash_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *ExcludeRequest) GetAddresses() []string {
@@ -5287,7 +5394,7 @@ type ExcludeResponse struct {
 
 func (x *ExcludeResponse) Reset() {
 	*x = ExcludeResponse{}
-	mi := &file_distash_proto_msgTypes[65]
+	mi := &file_distash_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5299,7 +5406,7 @@ func (x *ExcludeResponse) String() string {
 func (*ExcludeResponse) ProtoMessage() {}
 
 func (x *ExcludeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[65]
+	mi := &file_distash_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5312,7 +5419,7 @@ func (x *ExcludeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExcludeResponse.ProtoReflect.Descriptor instead.
 func (*ExcludeResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{65}
+	return file_distash_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *ExcludeResponse) GetExcluded() []string {
@@ -5346,7 +5453,7 @@ type IncludeRequest struct {
 
 func (x *IncludeRequest) Reset() {
 	*x = IncludeRequest{}
-	mi := &file_distash_proto_msgTypes[66]
+	mi := &file_distash_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5358,7 +5465,7 @@ func (x *IncludeRequest) String() string {
 func (*IncludeRequest) ProtoMessage() {}
 
 func (x *IncludeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[66]
+	mi := &file_distash_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5371,7 +5478,7 @@ func (x *IncludeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IncludeRequest.ProtoReflect.Descriptor instead.
 func (*IncludeRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{66}
+	return file_distash_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *IncludeRequest) GetAddresses() []string {
@@ -5399,7 +5506,7 @@ type IncludeResponse struct {
 
 func (x *IncludeResponse) Reset() {
 	*x = IncludeResponse{}
-	mi := &file_distash_proto_msgTypes[67]
+	mi := &file_distash_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5411,7 +5518,7 @@ func (x *IncludeResponse) String() string {
 func (*IncludeResponse) ProtoMessage() {}
 
 func (x *IncludeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[67]
+	mi := &file_distash_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5424,7 +5531,7 @@ func (x *IncludeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IncludeResponse.ProtoReflect.Descriptor instead.
 func (*IncludeResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{67}
+	return file_distash_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *IncludeResponse) GetExcluded() []string {
@@ -5463,7 +5570,7 @@ type ConfigureRequest struct {
 
 func (x *ConfigureRequest) Reset() {
 	*x = ConfigureRequest{}
-	mi := &file_distash_proto_msgTypes[68]
+	mi := &file_distash_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5475,7 +5582,7 @@ func (x *ConfigureRequest) String() string {
 func (*ConfigureRequest) ProtoMessage() {}
 
 func (x *ConfigureRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[68]
+	mi := &file_distash_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5488,7 +5595,7 @@ func (x *ConfigureRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigureRequest.ProtoReflect.Descriptor instead.
 func (*ConfigureRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{68}
+	return file_distash_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *ConfigureRequest) GetKey() string {
@@ -5529,7 +5636,7 @@ type ConfigureResponse struct {
 
 func (x *ConfigureResponse) Reset() {
 	*x = ConfigureResponse{}
-	mi := &file_distash_proto_msgTypes[69]
+	mi := &file_distash_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5541,7 +5648,7 @@ func (x *ConfigureResponse) String() string {
 func (*ConfigureResponse) ProtoMessage() {}
 
 func (x *ConfigureResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[69]
+	mi := &file_distash_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5554,7 +5661,7 @@ func (x *ConfigureResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigureResponse.ProtoReflect.Descriptor instead.
 func (*ConfigureResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{69}
+	return file_distash_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *ConfigureResponse) GetError() *Error {
@@ -5582,7 +5689,7 @@ type RetireRequest struct {
 
 func (x *RetireRequest) Reset() {
 	*x = RetireRequest{}
-	mi := &file_distash_proto_msgTypes[70]
+	mi := &file_distash_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5594,7 +5701,7 @@ func (x *RetireRequest) String() string {
 func (*RetireRequest) ProtoMessage() {}
 
 func (x *RetireRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[70]
+	mi := &file_distash_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5607,7 +5714,7 @@ func (x *RetireRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetireRequest.ProtoReflect.Descriptor instead.
 func (*RetireRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{70}
+	return file_distash_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *RetireRequest) GetTag() uint32 {
@@ -5634,7 +5741,7 @@ type RetireResponse struct {
 
 func (x *RetireResponse) Reset() {
 	*x = RetireResponse{}
-	mi := &file_distash_proto_msgTypes[71]
+	mi := &file_distash_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5646,7 +5753,7 @@ func (x *RetireResponse) String() string {
 func (*RetireResponse) ProtoMessage() {}
 
 func (x *RetireResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[71]
+	mi := &file_distash_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5659,7 +5766,7 @@ func (x *RetireResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetireResponse.ProtoReflect.Descriptor instead.
 func (*RetireResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{71}
+	return file_distash_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *RetireResponse) GetError() *Error {
@@ -5691,7 +5798,7 @@ type JoinCoordinatorsRequest struct {
 
 func (x *JoinCoordinatorsRequest) Reset() {
 	*x = JoinCoordinatorsRequest{}
-	mi := &file_distash_proto_msgTypes[72]
+	mi := &file_distash_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5703,7 +5810,7 @@ func (x *JoinCoordinatorsRequest) String() string {
 func (*JoinCoordinatorsRequest) ProtoMessage() {}
 
 func (x *JoinCoordinatorsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[72]
+	mi := &file_distash_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5716,7 +5823,7 @@ func (x *JoinCoordinatorsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinCoordinatorsRequest.ProtoReflect.Descriptor instead.
 func (*JoinCoordinatorsRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{72}
+	return file_distash_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *JoinCoordinatorsRequest) GetAddress() string {
@@ -5750,7 +5857,7 @@ type JoinCoordinatorsResponse struct {
 
 func (x *JoinCoordinatorsResponse) Reset() {
 	*x = JoinCoordinatorsResponse{}
-	mi := &file_distash_proto_msgTypes[73]
+	mi := &file_distash_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5762,7 +5869,7 @@ func (x *JoinCoordinatorsResponse) String() string {
 func (*JoinCoordinatorsResponse) ProtoMessage() {}
 
 func (x *JoinCoordinatorsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[73]
+	mi := &file_distash_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5775,7 +5882,7 @@ func (x *JoinCoordinatorsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinCoordinatorsResponse.ProtoReflect.Descriptor instead.
 func (*JoinCoordinatorsResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{73}
+	return file_distash_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *JoinCoordinatorsResponse) GetError() *Error {
@@ -5806,7 +5913,7 @@ type SetLogReplicasRequest struct {
 
 func (x *SetLogReplicasRequest) Reset() {
 	*x = SetLogReplicasRequest{}
-	mi := &file_distash_proto_msgTypes[74]
+	mi := &file_distash_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5818,7 +5925,7 @@ func (x *SetLogReplicasRequest) String() string {
 func (*SetLogReplicasRequest) ProtoMessage() {}
 
 func (x *SetLogReplicasRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[74]
+	mi := &file_distash_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5831,7 +5938,7 @@ func (x *SetLogReplicasRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetLogReplicasRequest.ProtoReflect.Descriptor instead.
 func (*SetLogReplicasRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{74}
+	return file_distash_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *SetLogReplicasRequest) GetReplicas() []string {
@@ -5865,7 +5972,7 @@ type SetLogReplicasResponse struct {
 
 func (x *SetLogReplicasResponse) Reset() {
 	*x = SetLogReplicasResponse{}
-	mi := &file_distash_proto_msgTypes[75]
+	mi := &file_distash_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5877,7 +5984,7 @@ func (x *SetLogReplicasResponse) String() string {
 func (*SetLogReplicasResponse) ProtoMessage() {}
 
 func (x *SetLogReplicasResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[75]
+	mi := &file_distash_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5890,7 +5997,7 @@ func (x *SetLogReplicasResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetLogReplicasResponse.ProtoReflect.Descriptor instead.
 func (*SetLogReplicasResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{75}
+	return file_distash_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *SetLogReplicasResponse) GetError() *Error {
@@ -5922,7 +6029,7 @@ type AuthRole struct {
 
 func (x *AuthRole) Reset() {
 	*x = AuthRole{}
-	mi := &file_distash_proto_msgTypes[76]
+	mi := &file_distash_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5934,7 +6041,7 @@ func (x *AuthRole) String() string {
 func (*AuthRole) ProtoMessage() {}
 
 func (x *AuthRole) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[76]
+	mi := &file_distash_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5947,7 +6054,7 @@ func (x *AuthRole) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthRole.ProtoReflect.Descriptor instead.
 func (*AuthRole) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{76}
+	return file_distash_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *AuthRole) GetName() string {
@@ -6008,7 +6115,7 @@ type AuthRequest struct {
 
 func (x *AuthRequest) Reset() {
 	*x = AuthRequest{}
-	mi := &file_distash_proto_msgTypes[77]
+	mi := &file_distash_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6020,7 +6127,7 @@ func (x *AuthRequest) String() string {
 func (*AuthRequest) ProtoMessage() {}
 
 func (x *AuthRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[77]
+	mi := &file_distash_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6033,7 +6140,7 @@ func (x *AuthRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthRequest.ProtoReflect.Descriptor instead.
 func (*AuthRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{77}
+	return file_distash_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *AuthRequest) GetOp() string {
@@ -6083,7 +6190,7 @@ type AuthResponse struct {
 
 func (x *AuthResponse) Reset() {
 	*x = AuthResponse{}
-	mi := &file_distash_proto_msgTypes[78]
+	mi := &file_distash_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6095,7 +6202,7 @@ func (x *AuthResponse) String() string {
 func (*AuthResponse) ProtoMessage() {}
 
 func (x *AuthResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[78]
+	mi := &file_distash_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6108,7 +6215,7 @@ func (x *AuthResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthResponse.ProtoReflect.Descriptor instead.
 func (*AuthResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{78}
+	return file_distash_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *AuthResponse) GetRoles() []*AuthRole {
@@ -6150,7 +6257,7 @@ type KillRequest struct {
 
 func (x *KillRequest) Reset() {
 	*x = KillRequest{}
-	mi := &file_distash_proto_msgTypes[79]
+	mi := &file_distash_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6162,7 +6269,7 @@ func (x *KillRequest) String() string {
 func (*KillRequest) ProtoMessage() {}
 
 func (x *KillRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[79]
+	mi := &file_distash_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6175,7 +6282,7 @@ func (x *KillRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KillRequest.ProtoReflect.Descriptor instead.
 func (*KillRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{79}
+	return file_distash_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *KillRequest) GetReason() string {
@@ -6194,7 +6301,7 @@ type KillResponse struct {
 
 func (x *KillResponse) Reset() {
 	*x = KillResponse{}
-	mi := &file_distash_proto_msgTypes[80]
+	mi := &file_distash_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6206,7 +6313,7 @@ func (x *KillResponse) String() string {
 func (*KillResponse) ProtoMessage() {}
 
 func (x *KillResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[80]
+	mi := &file_distash_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6219,7 +6326,7 @@ func (x *KillResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KillResponse.ProtoReflect.Descriptor instead.
 func (*KillResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{80}
+	return file_distash_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *KillResponse) GetError() *Error {
@@ -6252,7 +6359,7 @@ type DeviceStatus struct {
 
 func (x *DeviceStatus) Reset() {
 	*x = DeviceStatus{}
-	mi := &file_distash_proto_msgTypes[81]
+	mi := &file_distash_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6264,7 +6371,7 @@ func (x *DeviceStatus) String() string {
 func (*DeviceStatus) ProtoMessage() {}
 
 func (x *DeviceStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[81]
+	mi := &file_distash_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6277,7 +6384,7 @@ func (x *DeviceStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeviceStatus.ProtoReflect.Descriptor instead.
 func (*DeviceStatus) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{81}
+	return file_distash_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *DeviceStatus) GetProfile() string {
@@ -6392,7 +6499,7 @@ type BackupStartRequest struct {
 
 func (x *BackupStartRequest) Reset() {
 	*x = BackupStartRequest{}
-	mi := &file_distash_proto_msgTypes[82]
+	mi := &file_distash_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6404,7 +6511,7 @@ func (x *BackupStartRequest) String() string {
 func (*BackupStartRequest) ProtoMessage() {}
 
 func (x *BackupStartRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[82]
+	mi := &file_distash_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6417,7 +6524,7 @@ func (x *BackupStartRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupStartRequest.ProtoReflect.Descriptor instead.
 func (*BackupStartRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{82}
+	return file_distash_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *BackupStartRequest) GetUrl() string {
@@ -6452,7 +6559,7 @@ type BackupStartResponse struct {
 
 func (x *BackupStartResponse) Reset() {
 	*x = BackupStartResponse{}
-	mi := &file_distash_proto_msgTypes[83]
+	mi := &file_distash_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6464,7 +6571,7 @@ func (x *BackupStartResponse) String() string {
 func (*BackupStartResponse) ProtoMessage() {}
 
 func (x *BackupStartResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[83]
+	mi := &file_distash_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6477,7 +6584,7 @@ func (x *BackupStartResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupStartResponse.ProtoReflect.Descriptor instead.
 func (*BackupStartResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{83}
+	return file_distash_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *BackupStartResponse) GetError() *Error {
@@ -6509,7 +6616,7 @@ type BackupStatusRequest struct {
 
 func (x *BackupStatusRequest) Reset() {
 	*x = BackupStatusRequest{}
-	mi := &file_distash_proto_msgTypes[84]
+	mi := &file_distash_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6521,7 +6628,7 @@ func (x *BackupStatusRequest) String() string {
 func (*BackupStatusRequest) ProtoMessage() {}
 
 func (x *BackupStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[84]
+	mi := &file_distash_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6534,7 +6641,7 @@ func (x *BackupStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupStatusRequest.ProtoReflect.Descriptor instead.
 func (*BackupStatusRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{84}
+	return file_distash_proto_rawDescGZIP(), []int{86}
 }
 
 type BackupStatusResponse struct {
@@ -6547,7 +6654,7 @@ type BackupStatusResponse struct {
 
 func (x *BackupStatusResponse) Reset() {
 	*x = BackupStatusResponse{}
-	mi := &file_distash_proto_msgTypes[85]
+	mi := &file_distash_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6559,7 +6666,7 @@ func (x *BackupStatusResponse) String() string {
 func (*BackupStatusResponse) ProtoMessage() {}
 
 func (x *BackupStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[85]
+	mi := &file_distash_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6572,7 +6679,7 @@ func (x *BackupStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupStatusResponse.ProtoReflect.Descriptor instead.
 func (*BackupStatusResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{85}
+	return file_distash_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *BackupStatusResponse) GetError() *Error {
@@ -6597,7 +6704,7 @@ type BackupStopRequest struct {
 
 func (x *BackupStopRequest) Reset() {
 	*x = BackupStopRequest{}
-	mi := &file_distash_proto_msgTypes[86]
+	mi := &file_distash_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6609,7 +6716,7 @@ func (x *BackupStopRequest) String() string {
 func (*BackupStopRequest) ProtoMessage() {}
 
 func (x *BackupStopRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[86]
+	mi := &file_distash_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6622,7 +6729,7 @@ func (x *BackupStopRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupStopRequest.ProtoReflect.Descriptor instead.
 func (*BackupStopRequest) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{86}
+	return file_distash_proto_rawDescGZIP(), []int{88}
 }
 
 type BackupStopResponse struct {
@@ -6635,7 +6742,7 @@ type BackupStopResponse struct {
 
 func (x *BackupStopResponse) Reset() {
 	*x = BackupStopResponse{}
-	mi := &file_distash_proto_msgTypes[87]
+	mi := &file_distash_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6647,7 +6754,7 @@ func (x *BackupStopResponse) String() string {
 func (*BackupStopResponse) ProtoMessage() {}
 
 func (x *BackupStopResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distash_proto_msgTypes[87]
+	mi := &file_distash_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6660,7 +6767,7 @@ func (x *BackupStopResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupStopResponse.ProtoReflect.Descriptor instead.
 func (*BackupStopResponse) Descriptor() ([]byte, []int) {
-	return file_distash_proto_rawDescGZIP(), []int{87}
+	return file_distash_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *BackupStopResponse) GetError() *Error {
@@ -6996,7 +7103,13 @@ const file_distash_proto_rawDesc = "" +
 	"\x12ReadStreamResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x124\n" +
 	"\bresponse\x18\x02 \x01(\v2\x18.distash.v1.ReadResponseR\bresponse\x12D\n" +
-	"\x0erange_response\x18\x03 \x01(\v2\x1d.distash.v1.ReadRangeResponseR\rrangeResponse\"R\n" +
+	"\x0erange_response\x18\x03 \x01(\v2\x1d.distash.v1.ReadRangeResponseR\rrangeResponse\"g\n" +
+	"\x18ReadVersionStreamRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12;\n" +
+	"\arequest\x18\x02 \x01(\v2!.distash.v1.GetReadVersionRequestR\arequest\"k\n" +
+	"\x19ReadVersionStreamResponse\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12>\n" +
+	"\bresponse\x18\x02 \x01(\v2\".distash.v1.GetReadVersionResponseR\bresponse\"R\n" +
 	"\vPeekRequest\x12\x10\n" +
 	"\x03tag\x18\x01 \x01(\rR\x03tag\x12\x14\n" +
 	"\x05after\x18\x02 \x01(\x03R\x05after\x12\x1b\n" +
@@ -7257,13 +7370,14 @@ const file_distash_proto_rawDesc = "" +
 	"\x12BackupStopResponse\x12'\n" +
 	"\x05error\x18\x01 \x01(\v2\x11.distash.v1.ErrorR\x05error\x12\x1f\n" +
 	"\vstatus_json\x18\x02 \x01(\tR\n" +
-	"statusJson2\xc2\x06\n" +
+	"statusJson2\xa8\a\n" +
 	"\aDiStash\x12W\n" +
 	"\x0eGetReadVersion\x12!.distash.v1.GetReadVersionRequest\x1a\".distash.v1.GetReadVersionResponse\x12?\n" +
 	"\x06Commit\x12\x19.distash.v1.CommitRequest\x1a\x1a.distash.v1.CommitResponse\x12U\n" +
 	"\fCommitStream\x12\x1f.distash.v1.CommitStreamRequest\x1a .distash.v1.CommitStreamResponse(\x010\x01\x12O\n" +
 	"\n" +
-	"ReadStream\x12\x1d.distash.v1.ReadStreamRequest\x1a\x1e.distash.v1.ReadStreamResponse(\x010\x01\x129\n" +
+	"ReadStream\x12\x1d.distash.v1.ReadStreamRequest\x1a\x1e.distash.v1.ReadStreamResponse(\x010\x01\x12d\n" +
+	"\x11ReadVersionStream\x12$.distash.v1.ReadVersionStreamRequest\x1a%.distash.v1.ReadVersionStreamResponse(\x010\x01\x129\n" +
 	"\x04Read\x12\x17.distash.v1.ReadRequest\x1a\x18.distash.v1.ReadResponse\x12H\n" +
 	"\tReadRange\x12\x1c.distash.v1.ReadRangeRequest\x1a\x1d.distash.v1.ReadRangeResponse\x12H\n" +
 	"\tLocations\x12\x1c.distash.v1.LocationsRequest\x1a\x1d.distash.v1.LocationsResponse\x12N\n" +
@@ -7308,96 +7422,98 @@ func file_distash_proto_rawDescGZIP() []byte {
 	return file_distash_proto_rawDescData
 }
 
-var file_distash_proto_msgTypes = make([]protoimpl.MessageInfo, 88)
+var file_distash_proto_msgTypes = make([]protoimpl.MessageInfo, 90)
 var file_distash_proto_goTypes = []any{
-	(*Error)(nil),                    // 0: distash.v1.Error
-	(*Mutation)(nil),                 // 1: distash.v1.Mutation
-	(*KeyRange)(nil),                 // 2: distash.v1.KeyRange
-	(*KeyValue)(nil),                 // 3: distash.v1.KeyValue
-	(*Value)(nil),                    // 4: distash.v1.Value
-	(*GetReadVersionRequest)(nil),    // 5: distash.v1.GetReadVersionRequest
-	(*GetReadVersionResponse)(nil),   // 6: distash.v1.GetReadVersionResponse
-	(*CommitRequest)(nil),            // 7: distash.v1.CommitRequest
-	(*CommitResponse)(nil),           // 8: distash.v1.CommitResponse
-	(*ReadRequest)(nil),              // 9: distash.v1.ReadRequest
-	(*ReadResponse)(nil),             // 10: distash.v1.ReadResponse
-	(*ReadRangeRequest)(nil),         // 11: distash.v1.ReadRangeRequest
-	(*ReadRangeResponse)(nil),        // 12: distash.v1.ReadRangeResponse
-	(*LocationsRequest)(nil),         // 13: distash.v1.LocationsRequest
-	(*Shard)(nil),                    // 14: distash.v1.Shard
-	(*LocationsResponse)(nil),        // 15: distash.v1.LocationsResponse
-	(*PoolInfo)(nil),                 // 16: distash.v1.PoolInfo
-	(*ClusterInfoRequest)(nil),       // 17: distash.v1.ClusterInfoRequest
-	(*ClusterInfoResponse)(nil),      // 18: distash.v1.ClusterInfoResponse
-	(*StashStatus)(nil),              // 19: distash.v1.StashStatus
-	(*FarMemoryStatus)(nil),          // 20: distash.v1.FarMemoryStatus
-	(*LocalLogStatus)(nil),           // 21: distash.v1.LocalLogStatus
-	(*EngineCounter)(nil),            // 22: distash.v1.EngineCounter
-	(*LogStatus)(nil),                // 23: distash.v1.LogStatus
-	(*ShardMetricsRequest)(nil),      // 24: distash.v1.ShardMetricsRequest
-	(*KeyRangeMsg)(nil),              // 25: distash.v1.KeyRangeMsg
-	(*RangeMetrics)(nil),             // 26: distash.v1.RangeMetrics
-	(*ShardMetricsResponse)(nil),     // 27: distash.v1.ShardMetricsResponse
-	(*StatusRequest)(nil),            // 28: distash.v1.StatusRequest
-	(*StatusResponse)(nil),           // 29: distash.v1.StatusResponse
-	(*MembershipStatus)(nil),         // 30: distash.v1.MembershipStatus
-	(*MemberStatus)(nil),             // 31: distash.v1.MemberStatus
-	(*StashShare)(nil),               // 32: distash.v1.StashShare
-	(*PoolDistribution)(nil),         // 33: distash.v1.PoolDistribution
-	(*RelocationStatus)(nil),         // 34: distash.v1.RelocationStatus
-	(*NodeStatus)(nil),               // 35: distash.v1.NodeStatus
-	(*ColdestRequest)(nil),           // 36: distash.v1.ColdestRequest
-	(*ColdestResponse)(nil),          // 37: distash.v1.ColdestResponse
-	(*CommitStreamRequest)(nil),      // 38: distash.v1.CommitStreamRequest
-	(*CommitStreamResponse)(nil),     // 39: distash.v1.CommitStreamResponse
-	(*ReadStreamRequest)(nil),        // 40: distash.v1.ReadStreamRequest
-	(*ReadStreamResponse)(nil),       // 41: distash.v1.ReadStreamResponse
-	(*PeekRequest)(nil),              // 42: distash.v1.PeekRequest
-	(*LogMessage)(nil),               // 43: distash.v1.LogMessage
-	(*PeekResponse)(nil),             // 44: distash.v1.PeekResponse
-	(*PopRequest)(nil),               // 45: distash.v1.PopRequest
-	(*PopResponse)(nil),              // 46: distash.v1.PopResponse
-	(*ReportRequest)(nil),            // 47: distash.v1.ReportRequest
-	(*ReportResponse)(nil),           // 48: distash.v1.ReportResponse
-	(*RegisterRequest)(nil),          // 49: distash.v1.RegisterRequest
-	(*RegisterResponse)(nil),         // 50: distash.v1.RegisterResponse
-	(*HeartbeatRequest)(nil),         // 51: distash.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),        // 52: distash.v1.HeartbeatResponse
-	(*ViewRequest)(nil),              // 53: distash.v1.ViewRequest
-	(*CoordinatorMember)(nil),        // 54: distash.v1.CoordinatorMember
-	(*ClusterNode)(nil),              // 55: distash.v1.ClusterNode
-	(*PoolSlots)(nil),                // 56: distash.v1.PoolSlots
-	(*ViewResponse)(nil),             // 57: distash.v1.ViewResponse
-	(*PoolReplication)(nil),          // 58: distash.v1.PoolReplication
-	(*StashLocation)(nil),            // 59: distash.v1.StashLocation
-	(*ClaimRequest)(nil),             // 60: distash.v1.ClaimRequest
-	(*ClaimResponse)(nil),            // 61: distash.v1.ClaimResponse
-	(*RecoveryDoneRequest)(nil),      // 62: distash.v1.RecoveryDoneRequest
-	(*RecoveryDoneResponse)(nil),     // 63: distash.v1.RecoveryDoneResponse
-	(*ExcludeRequest)(nil),           // 64: distash.v1.ExcludeRequest
-	(*ExcludeResponse)(nil),          // 65: distash.v1.ExcludeResponse
-	(*IncludeRequest)(nil),           // 66: distash.v1.IncludeRequest
-	(*IncludeResponse)(nil),          // 67: distash.v1.IncludeResponse
-	(*ConfigureRequest)(nil),         // 68: distash.v1.ConfigureRequest
-	(*ConfigureResponse)(nil),        // 69: distash.v1.ConfigureResponse
-	(*RetireRequest)(nil),            // 70: distash.v1.RetireRequest
-	(*RetireResponse)(nil),           // 71: distash.v1.RetireResponse
-	(*JoinCoordinatorsRequest)(nil),  // 72: distash.v1.JoinCoordinatorsRequest
-	(*JoinCoordinatorsResponse)(nil), // 73: distash.v1.JoinCoordinatorsResponse
-	(*SetLogReplicasRequest)(nil),    // 74: distash.v1.SetLogReplicasRequest
-	(*SetLogReplicasResponse)(nil),   // 75: distash.v1.SetLogReplicasResponse
-	(*AuthRole)(nil),                 // 76: distash.v1.AuthRole
-	(*AuthRequest)(nil),              // 77: distash.v1.AuthRequest
-	(*AuthResponse)(nil),             // 78: distash.v1.AuthResponse
-	(*KillRequest)(nil),              // 79: distash.v1.KillRequest
-	(*KillResponse)(nil),             // 80: distash.v1.KillResponse
-	(*DeviceStatus)(nil),             // 81: distash.v1.DeviceStatus
-	(*BackupStartRequest)(nil),       // 82: distash.v1.BackupStartRequest
-	(*BackupStartResponse)(nil),      // 83: distash.v1.BackupStartResponse
-	(*BackupStatusRequest)(nil),      // 84: distash.v1.BackupStatusRequest
-	(*BackupStatusResponse)(nil),     // 85: distash.v1.BackupStatusResponse
-	(*BackupStopRequest)(nil),        // 86: distash.v1.BackupStopRequest
-	(*BackupStopResponse)(nil),       // 87: distash.v1.BackupStopResponse
+	(*Error)(nil),                     // 0: distash.v1.Error
+	(*Mutation)(nil),                  // 1: distash.v1.Mutation
+	(*KeyRange)(nil),                  // 2: distash.v1.KeyRange
+	(*KeyValue)(nil),                  // 3: distash.v1.KeyValue
+	(*Value)(nil),                     // 4: distash.v1.Value
+	(*GetReadVersionRequest)(nil),     // 5: distash.v1.GetReadVersionRequest
+	(*GetReadVersionResponse)(nil),    // 6: distash.v1.GetReadVersionResponse
+	(*CommitRequest)(nil),             // 7: distash.v1.CommitRequest
+	(*CommitResponse)(nil),            // 8: distash.v1.CommitResponse
+	(*ReadRequest)(nil),               // 9: distash.v1.ReadRequest
+	(*ReadResponse)(nil),              // 10: distash.v1.ReadResponse
+	(*ReadRangeRequest)(nil),          // 11: distash.v1.ReadRangeRequest
+	(*ReadRangeResponse)(nil),         // 12: distash.v1.ReadRangeResponse
+	(*LocationsRequest)(nil),          // 13: distash.v1.LocationsRequest
+	(*Shard)(nil),                     // 14: distash.v1.Shard
+	(*LocationsResponse)(nil),         // 15: distash.v1.LocationsResponse
+	(*PoolInfo)(nil),                  // 16: distash.v1.PoolInfo
+	(*ClusterInfoRequest)(nil),        // 17: distash.v1.ClusterInfoRequest
+	(*ClusterInfoResponse)(nil),       // 18: distash.v1.ClusterInfoResponse
+	(*StashStatus)(nil),               // 19: distash.v1.StashStatus
+	(*FarMemoryStatus)(nil),           // 20: distash.v1.FarMemoryStatus
+	(*LocalLogStatus)(nil),            // 21: distash.v1.LocalLogStatus
+	(*EngineCounter)(nil),             // 22: distash.v1.EngineCounter
+	(*LogStatus)(nil),                 // 23: distash.v1.LogStatus
+	(*ShardMetricsRequest)(nil),       // 24: distash.v1.ShardMetricsRequest
+	(*KeyRangeMsg)(nil),               // 25: distash.v1.KeyRangeMsg
+	(*RangeMetrics)(nil),              // 26: distash.v1.RangeMetrics
+	(*ShardMetricsResponse)(nil),      // 27: distash.v1.ShardMetricsResponse
+	(*StatusRequest)(nil),             // 28: distash.v1.StatusRequest
+	(*StatusResponse)(nil),            // 29: distash.v1.StatusResponse
+	(*MembershipStatus)(nil),          // 30: distash.v1.MembershipStatus
+	(*MemberStatus)(nil),              // 31: distash.v1.MemberStatus
+	(*StashShare)(nil),                // 32: distash.v1.StashShare
+	(*PoolDistribution)(nil),          // 33: distash.v1.PoolDistribution
+	(*RelocationStatus)(nil),          // 34: distash.v1.RelocationStatus
+	(*NodeStatus)(nil),                // 35: distash.v1.NodeStatus
+	(*ColdestRequest)(nil),            // 36: distash.v1.ColdestRequest
+	(*ColdestResponse)(nil),           // 37: distash.v1.ColdestResponse
+	(*CommitStreamRequest)(nil),       // 38: distash.v1.CommitStreamRequest
+	(*CommitStreamResponse)(nil),      // 39: distash.v1.CommitStreamResponse
+	(*ReadStreamRequest)(nil),         // 40: distash.v1.ReadStreamRequest
+	(*ReadStreamResponse)(nil),        // 41: distash.v1.ReadStreamResponse
+	(*ReadVersionStreamRequest)(nil),  // 42: distash.v1.ReadVersionStreamRequest
+	(*ReadVersionStreamResponse)(nil), // 43: distash.v1.ReadVersionStreamResponse
+	(*PeekRequest)(nil),               // 44: distash.v1.PeekRequest
+	(*LogMessage)(nil),                // 45: distash.v1.LogMessage
+	(*PeekResponse)(nil),              // 46: distash.v1.PeekResponse
+	(*PopRequest)(nil),                // 47: distash.v1.PopRequest
+	(*PopResponse)(nil),               // 48: distash.v1.PopResponse
+	(*ReportRequest)(nil),             // 49: distash.v1.ReportRequest
+	(*ReportResponse)(nil),            // 50: distash.v1.ReportResponse
+	(*RegisterRequest)(nil),           // 51: distash.v1.RegisterRequest
+	(*RegisterResponse)(nil),          // 52: distash.v1.RegisterResponse
+	(*HeartbeatRequest)(nil),          // 53: distash.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),         // 54: distash.v1.HeartbeatResponse
+	(*ViewRequest)(nil),               // 55: distash.v1.ViewRequest
+	(*CoordinatorMember)(nil),         // 56: distash.v1.CoordinatorMember
+	(*ClusterNode)(nil),               // 57: distash.v1.ClusterNode
+	(*PoolSlots)(nil),                 // 58: distash.v1.PoolSlots
+	(*ViewResponse)(nil),              // 59: distash.v1.ViewResponse
+	(*PoolReplication)(nil),           // 60: distash.v1.PoolReplication
+	(*StashLocation)(nil),             // 61: distash.v1.StashLocation
+	(*ClaimRequest)(nil),              // 62: distash.v1.ClaimRequest
+	(*ClaimResponse)(nil),             // 63: distash.v1.ClaimResponse
+	(*RecoveryDoneRequest)(nil),       // 64: distash.v1.RecoveryDoneRequest
+	(*RecoveryDoneResponse)(nil),      // 65: distash.v1.RecoveryDoneResponse
+	(*ExcludeRequest)(nil),            // 66: distash.v1.ExcludeRequest
+	(*ExcludeResponse)(nil),           // 67: distash.v1.ExcludeResponse
+	(*IncludeRequest)(nil),            // 68: distash.v1.IncludeRequest
+	(*IncludeResponse)(nil),           // 69: distash.v1.IncludeResponse
+	(*ConfigureRequest)(nil),          // 70: distash.v1.ConfigureRequest
+	(*ConfigureResponse)(nil),         // 71: distash.v1.ConfigureResponse
+	(*RetireRequest)(nil),             // 72: distash.v1.RetireRequest
+	(*RetireResponse)(nil),            // 73: distash.v1.RetireResponse
+	(*JoinCoordinatorsRequest)(nil),   // 74: distash.v1.JoinCoordinatorsRequest
+	(*JoinCoordinatorsResponse)(nil),  // 75: distash.v1.JoinCoordinatorsResponse
+	(*SetLogReplicasRequest)(nil),     // 76: distash.v1.SetLogReplicasRequest
+	(*SetLogReplicasResponse)(nil),    // 77: distash.v1.SetLogReplicasResponse
+	(*AuthRole)(nil),                  // 78: distash.v1.AuthRole
+	(*AuthRequest)(nil),               // 79: distash.v1.AuthRequest
+	(*AuthResponse)(nil),              // 80: distash.v1.AuthResponse
+	(*KillRequest)(nil),               // 81: distash.v1.KillRequest
+	(*KillResponse)(nil),              // 82: distash.v1.KillResponse
+	(*DeviceStatus)(nil),              // 83: distash.v1.DeviceStatus
+	(*BackupStartRequest)(nil),        // 84: distash.v1.BackupStartRequest
+	(*BackupStartResponse)(nil),       // 85: distash.v1.BackupStartResponse
+	(*BackupStatusRequest)(nil),       // 86: distash.v1.BackupStatusRequest
+	(*BackupStatusResponse)(nil),      // 87: distash.v1.BackupStatusResponse
+	(*BackupStopRequest)(nil),         // 88: distash.v1.BackupStopRequest
+	(*BackupStopResponse)(nil),        // 89: distash.v1.BackupStopResponse
 }
 var file_distash_proto_depIdxs = []int32{
 	0,  // 0: distash.v1.GetReadVersionResponse.error:type_name -> distash.v1.Error
@@ -7413,7 +7529,7 @@ var file_distash_proto_depIdxs = []int32{
 	0,  // 10: distash.v1.LocationsResponse.error:type_name -> distash.v1.Error
 	16, // 11: distash.v1.ClusterInfoResponse.pools:type_name -> distash.v1.PoolInfo
 	22, // 12: distash.v1.StashStatus.engine_counters:type_name -> distash.v1.EngineCounter
-	81, // 13: distash.v1.StashStatus.device:type_name -> distash.v1.DeviceStatus
+	83, // 13: distash.v1.StashStatus.device:type_name -> distash.v1.DeviceStatus
 	21, // 14: distash.v1.StashStatus.local_log:type_name -> distash.v1.LocalLogStatus
 	20, // 15: distash.v1.StashStatus.far_memory:type_name -> distash.v1.FarMemoryStatus
 	25, // 16: distash.v1.ShardMetricsRequest.ranges:type_name -> distash.v1.KeyRangeMsg
@@ -7437,101 +7553,105 @@ var file_distash_proto_depIdxs = []int32{
 	11, // 34: distash.v1.ReadStreamRequest.range_request:type_name -> distash.v1.ReadRangeRequest
 	10, // 35: distash.v1.ReadStreamResponse.response:type_name -> distash.v1.ReadResponse
 	12, // 36: distash.v1.ReadStreamResponse.range_response:type_name -> distash.v1.ReadRangeResponse
-	1,  // 37: distash.v1.LogMessage.mutations:type_name -> distash.v1.Mutation
-	43, // 38: distash.v1.PeekResponse.messages:type_name -> distash.v1.LogMessage
-	0,  // 39: distash.v1.PeekResponse.error:type_name -> distash.v1.Error
-	0,  // 40: distash.v1.PopResponse.error:type_name -> distash.v1.Error
-	0,  // 41: distash.v1.ReportResponse.error:type_name -> distash.v1.Error
-	0,  // 42: distash.v1.RegisterResponse.error:type_name -> distash.v1.Error
-	0,  // 43: distash.v1.HeartbeatResponse.error:type_name -> distash.v1.Error
-	55, // 44: distash.v1.ViewResponse.nodes:type_name -> distash.v1.ClusterNode
-	56, // 45: distash.v1.ViewResponse.slots:type_name -> distash.v1.PoolSlots
-	0,  // 46: distash.v1.ViewResponse.error:type_name -> distash.v1.Error
-	59, // 47: distash.v1.ViewResponse.stashes:type_name -> distash.v1.StashLocation
-	58, // 48: distash.v1.ViewResponse.replication:type_name -> distash.v1.PoolReplication
-	54, // 49: distash.v1.ViewResponse.coordinators:type_name -> distash.v1.CoordinatorMember
-	0,  // 50: distash.v1.ClaimResponse.error:type_name -> distash.v1.Error
-	0,  // 51: distash.v1.RecoveryDoneResponse.error:type_name -> distash.v1.Error
-	0,  // 52: distash.v1.ExcludeResponse.error:type_name -> distash.v1.Error
-	0,  // 53: distash.v1.IncludeResponse.error:type_name -> distash.v1.Error
-	0,  // 54: distash.v1.ConfigureResponse.error:type_name -> distash.v1.Error
-	0,  // 55: distash.v1.RetireResponse.error:type_name -> distash.v1.Error
-	0,  // 56: distash.v1.JoinCoordinatorsResponse.error:type_name -> distash.v1.Error
-	0,  // 57: distash.v1.SetLogReplicasResponse.error:type_name -> distash.v1.Error
-	76, // 58: distash.v1.AuthRequest.define:type_name -> distash.v1.AuthRole
-	76, // 59: distash.v1.AuthResponse.roles:type_name -> distash.v1.AuthRole
-	0,  // 60: distash.v1.AuthResponse.error:type_name -> distash.v1.Error
-	0,  // 61: distash.v1.KillResponse.error:type_name -> distash.v1.Error
-	0,  // 62: distash.v1.BackupStartResponse.error:type_name -> distash.v1.Error
-	0,  // 63: distash.v1.BackupStatusResponse.error:type_name -> distash.v1.Error
-	0,  // 64: distash.v1.BackupStopResponse.error:type_name -> distash.v1.Error
-	5,  // 65: distash.v1.DiStash.GetReadVersion:input_type -> distash.v1.GetReadVersionRequest
-	7,  // 66: distash.v1.DiStash.Commit:input_type -> distash.v1.CommitRequest
-	38, // 67: distash.v1.DiStash.CommitStream:input_type -> distash.v1.CommitStreamRequest
-	40, // 68: distash.v1.DiStash.ReadStream:input_type -> distash.v1.ReadStreamRequest
-	9,  // 69: distash.v1.DiStash.Read:input_type -> distash.v1.ReadRequest
-	11, // 70: distash.v1.DiStash.ReadRange:input_type -> distash.v1.ReadRangeRequest
-	13, // 71: distash.v1.DiStash.Locations:input_type -> distash.v1.LocationsRequest
-	17, // 72: distash.v1.DiStash.ClusterInfo:input_type -> distash.v1.ClusterInfoRequest
-	28, // 73: distash.v1.DiStash.Status:input_type -> distash.v1.StatusRequest
-	36, // 74: distash.v1.DiStash.Coldest:input_type -> distash.v1.ColdestRequest
-	24, // 75: distash.v1.DiStash.ShardMetrics:input_type -> distash.v1.ShardMetricsRequest
-	42, // 76: distash.v1.Log.Peek:input_type -> distash.v1.PeekRequest
-	45, // 77: distash.v1.Log.Pop:input_type -> distash.v1.PopRequest
-	47, // 78: distash.v1.Log.Report:input_type -> distash.v1.ReportRequest
-	49, // 79: distash.v1.Coordinator.Register:input_type -> distash.v1.RegisterRequest
-	51, // 80: distash.v1.Coordinator.Heartbeat:input_type -> distash.v1.HeartbeatRequest
-	53, // 81: distash.v1.Coordinator.View:input_type -> distash.v1.ViewRequest
-	60, // 82: distash.v1.Coordinator.Claim:input_type -> distash.v1.ClaimRequest
-	62, // 83: distash.v1.Coordinator.RecoveryDone:input_type -> distash.v1.RecoveryDoneRequest
-	64, // 84: distash.v1.Coordinator.Exclude:input_type -> distash.v1.ExcludeRequest
-	66, // 85: distash.v1.Coordinator.Include:input_type -> distash.v1.IncludeRequest
-	68, // 86: distash.v1.Coordinator.Configure:input_type -> distash.v1.ConfigureRequest
-	70, // 87: distash.v1.Coordinator.Retire:input_type -> distash.v1.RetireRequest
-	72, // 88: distash.v1.Coordinator.JoinCoordinators:input_type -> distash.v1.JoinCoordinatorsRequest
-	74, // 89: distash.v1.Coordinator.SetLogReplicas:input_type -> distash.v1.SetLogReplicasRequest
-	77, // 90: distash.v1.Coordinator.Auth:input_type -> distash.v1.AuthRequest
-	79, // 91: distash.v1.Admin.Kill:input_type -> distash.v1.KillRequest
-	77, // 92: distash.v1.Admin.Auth:input_type -> distash.v1.AuthRequest
-	82, // 93: distash.v1.Backup.Start:input_type -> distash.v1.BackupStartRequest
-	84, // 94: distash.v1.Backup.Status:input_type -> distash.v1.BackupStatusRequest
-	86, // 95: distash.v1.Backup.Stop:input_type -> distash.v1.BackupStopRequest
-	6,  // 96: distash.v1.DiStash.GetReadVersion:output_type -> distash.v1.GetReadVersionResponse
-	8,  // 97: distash.v1.DiStash.Commit:output_type -> distash.v1.CommitResponse
-	39, // 98: distash.v1.DiStash.CommitStream:output_type -> distash.v1.CommitStreamResponse
-	41, // 99: distash.v1.DiStash.ReadStream:output_type -> distash.v1.ReadStreamResponse
-	10, // 100: distash.v1.DiStash.Read:output_type -> distash.v1.ReadResponse
-	12, // 101: distash.v1.DiStash.ReadRange:output_type -> distash.v1.ReadRangeResponse
-	15, // 102: distash.v1.DiStash.Locations:output_type -> distash.v1.LocationsResponse
-	18, // 103: distash.v1.DiStash.ClusterInfo:output_type -> distash.v1.ClusterInfoResponse
-	29, // 104: distash.v1.DiStash.Status:output_type -> distash.v1.StatusResponse
-	37, // 105: distash.v1.DiStash.Coldest:output_type -> distash.v1.ColdestResponse
-	27, // 106: distash.v1.DiStash.ShardMetrics:output_type -> distash.v1.ShardMetricsResponse
-	44, // 107: distash.v1.Log.Peek:output_type -> distash.v1.PeekResponse
-	46, // 108: distash.v1.Log.Pop:output_type -> distash.v1.PopResponse
-	48, // 109: distash.v1.Log.Report:output_type -> distash.v1.ReportResponse
-	50, // 110: distash.v1.Coordinator.Register:output_type -> distash.v1.RegisterResponse
-	52, // 111: distash.v1.Coordinator.Heartbeat:output_type -> distash.v1.HeartbeatResponse
-	57, // 112: distash.v1.Coordinator.View:output_type -> distash.v1.ViewResponse
-	61, // 113: distash.v1.Coordinator.Claim:output_type -> distash.v1.ClaimResponse
-	63, // 114: distash.v1.Coordinator.RecoveryDone:output_type -> distash.v1.RecoveryDoneResponse
-	65, // 115: distash.v1.Coordinator.Exclude:output_type -> distash.v1.ExcludeResponse
-	67, // 116: distash.v1.Coordinator.Include:output_type -> distash.v1.IncludeResponse
-	69, // 117: distash.v1.Coordinator.Configure:output_type -> distash.v1.ConfigureResponse
-	71, // 118: distash.v1.Coordinator.Retire:output_type -> distash.v1.RetireResponse
-	73, // 119: distash.v1.Coordinator.JoinCoordinators:output_type -> distash.v1.JoinCoordinatorsResponse
-	75, // 120: distash.v1.Coordinator.SetLogReplicas:output_type -> distash.v1.SetLogReplicasResponse
-	78, // 121: distash.v1.Coordinator.Auth:output_type -> distash.v1.AuthResponse
-	80, // 122: distash.v1.Admin.Kill:output_type -> distash.v1.KillResponse
-	78, // 123: distash.v1.Admin.Auth:output_type -> distash.v1.AuthResponse
-	83, // 124: distash.v1.Backup.Start:output_type -> distash.v1.BackupStartResponse
-	85, // 125: distash.v1.Backup.Status:output_type -> distash.v1.BackupStatusResponse
-	87, // 126: distash.v1.Backup.Stop:output_type -> distash.v1.BackupStopResponse
-	96, // [96:127] is the sub-list for method output_type
-	65, // [65:96] is the sub-list for method input_type
-	65, // [65:65] is the sub-list for extension type_name
-	65, // [65:65] is the sub-list for extension extendee
-	0,  // [0:65] is the sub-list for field type_name
+	5,  // 37: distash.v1.ReadVersionStreamRequest.request:type_name -> distash.v1.GetReadVersionRequest
+	6,  // 38: distash.v1.ReadVersionStreamResponse.response:type_name -> distash.v1.GetReadVersionResponse
+	1,  // 39: distash.v1.LogMessage.mutations:type_name -> distash.v1.Mutation
+	45, // 40: distash.v1.PeekResponse.messages:type_name -> distash.v1.LogMessage
+	0,  // 41: distash.v1.PeekResponse.error:type_name -> distash.v1.Error
+	0,  // 42: distash.v1.PopResponse.error:type_name -> distash.v1.Error
+	0,  // 43: distash.v1.ReportResponse.error:type_name -> distash.v1.Error
+	0,  // 44: distash.v1.RegisterResponse.error:type_name -> distash.v1.Error
+	0,  // 45: distash.v1.HeartbeatResponse.error:type_name -> distash.v1.Error
+	57, // 46: distash.v1.ViewResponse.nodes:type_name -> distash.v1.ClusterNode
+	58, // 47: distash.v1.ViewResponse.slots:type_name -> distash.v1.PoolSlots
+	0,  // 48: distash.v1.ViewResponse.error:type_name -> distash.v1.Error
+	61, // 49: distash.v1.ViewResponse.stashes:type_name -> distash.v1.StashLocation
+	60, // 50: distash.v1.ViewResponse.replication:type_name -> distash.v1.PoolReplication
+	56, // 51: distash.v1.ViewResponse.coordinators:type_name -> distash.v1.CoordinatorMember
+	0,  // 52: distash.v1.ClaimResponse.error:type_name -> distash.v1.Error
+	0,  // 53: distash.v1.RecoveryDoneResponse.error:type_name -> distash.v1.Error
+	0,  // 54: distash.v1.ExcludeResponse.error:type_name -> distash.v1.Error
+	0,  // 55: distash.v1.IncludeResponse.error:type_name -> distash.v1.Error
+	0,  // 56: distash.v1.ConfigureResponse.error:type_name -> distash.v1.Error
+	0,  // 57: distash.v1.RetireResponse.error:type_name -> distash.v1.Error
+	0,  // 58: distash.v1.JoinCoordinatorsResponse.error:type_name -> distash.v1.Error
+	0,  // 59: distash.v1.SetLogReplicasResponse.error:type_name -> distash.v1.Error
+	78, // 60: distash.v1.AuthRequest.define:type_name -> distash.v1.AuthRole
+	78, // 61: distash.v1.AuthResponse.roles:type_name -> distash.v1.AuthRole
+	0,  // 62: distash.v1.AuthResponse.error:type_name -> distash.v1.Error
+	0,  // 63: distash.v1.KillResponse.error:type_name -> distash.v1.Error
+	0,  // 64: distash.v1.BackupStartResponse.error:type_name -> distash.v1.Error
+	0,  // 65: distash.v1.BackupStatusResponse.error:type_name -> distash.v1.Error
+	0,  // 66: distash.v1.BackupStopResponse.error:type_name -> distash.v1.Error
+	5,  // 67: distash.v1.DiStash.GetReadVersion:input_type -> distash.v1.GetReadVersionRequest
+	7,  // 68: distash.v1.DiStash.Commit:input_type -> distash.v1.CommitRequest
+	38, // 69: distash.v1.DiStash.CommitStream:input_type -> distash.v1.CommitStreamRequest
+	40, // 70: distash.v1.DiStash.ReadStream:input_type -> distash.v1.ReadStreamRequest
+	42, // 71: distash.v1.DiStash.ReadVersionStream:input_type -> distash.v1.ReadVersionStreamRequest
+	9,  // 72: distash.v1.DiStash.Read:input_type -> distash.v1.ReadRequest
+	11, // 73: distash.v1.DiStash.ReadRange:input_type -> distash.v1.ReadRangeRequest
+	13, // 74: distash.v1.DiStash.Locations:input_type -> distash.v1.LocationsRequest
+	17, // 75: distash.v1.DiStash.ClusterInfo:input_type -> distash.v1.ClusterInfoRequest
+	28, // 76: distash.v1.DiStash.Status:input_type -> distash.v1.StatusRequest
+	36, // 77: distash.v1.DiStash.Coldest:input_type -> distash.v1.ColdestRequest
+	24, // 78: distash.v1.DiStash.ShardMetrics:input_type -> distash.v1.ShardMetricsRequest
+	44, // 79: distash.v1.Log.Peek:input_type -> distash.v1.PeekRequest
+	47, // 80: distash.v1.Log.Pop:input_type -> distash.v1.PopRequest
+	49, // 81: distash.v1.Log.Report:input_type -> distash.v1.ReportRequest
+	51, // 82: distash.v1.Coordinator.Register:input_type -> distash.v1.RegisterRequest
+	53, // 83: distash.v1.Coordinator.Heartbeat:input_type -> distash.v1.HeartbeatRequest
+	55, // 84: distash.v1.Coordinator.View:input_type -> distash.v1.ViewRequest
+	62, // 85: distash.v1.Coordinator.Claim:input_type -> distash.v1.ClaimRequest
+	64, // 86: distash.v1.Coordinator.RecoveryDone:input_type -> distash.v1.RecoveryDoneRequest
+	66, // 87: distash.v1.Coordinator.Exclude:input_type -> distash.v1.ExcludeRequest
+	68, // 88: distash.v1.Coordinator.Include:input_type -> distash.v1.IncludeRequest
+	70, // 89: distash.v1.Coordinator.Configure:input_type -> distash.v1.ConfigureRequest
+	72, // 90: distash.v1.Coordinator.Retire:input_type -> distash.v1.RetireRequest
+	74, // 91: distash.v1.Coordinator.JoinCoordinators:input_type -> distash.v1.JoinCoordinatorsRequest
+	76, // 92: distash.v1.Coordinator.SetLogReplicas:input_type -> distash.v1.SetLogReplicasRequest
+	79, // 93: distash.v1.Coordinator.Auth:input_type -> distash.v1.AuthRequest
+	81, // 94: distash.v1.Admin.Kill:input_type -> distash.v1.KillRequest
+	79, // 95: distash.v1.Admin.Auth:input_type -> distash.v1.AuthRequest
+	84, // 96: distash.v1.Backup.Start:input_type -> distash.v1.BackupStartRequest
+	86, // 97: distash.v1.Backup.Status:input_type -> distash.v1.BackupStatusRequest
+	88, // 98: distash.v1.Backup.Stop:input_type -> distash.v1.BackupStopRequest
+	6,  // 99: distash.v1.DiStash.GetReadVersion:output_type -> distash.v1.GetReadVersionResponse
+	8,  // 100: distash.v1.DiStash.Commit:output_type -> distash.v1.CommitResponse
+	39, // 101: distash.v1.DiStash.CommitStream:output_type -> distash.v1.CommitStreamResponse
+	41, // 102: distash.v1.DiStash.ReadStream:output_type -> distash.v1.ReadStreamResponse
+	43, // 103: distash.v1.DiStash.ReadVersionStream:output_type -> distash.v1.ReadVersionStreamResponse
+	10, // 104: distash.v1.DiStash.Read:output_type -> distash.v1.ReadResponse
+	12, // 105: distash.v1.DiStash.ReadRange:output_type -> distash.v1.ReadRangeResponse
+	15, // 106: distash.v1.DiStash.Locations:output_type -> distash.v1.LocationsResponse
+	18, // 107: distash.v1.DiStash.ClusterInfo:output_type -> distash.v1.ClusterInfoResponse
+	29, // 108: distash.v1.DiStash.Status:output_type -> distash.v1.StatusResponse
+	37, // 109: distash.v1.DiStash.Coldest:output_type -> distash.v1.ColdestResponse
+	27, // 110: distash.v1.DiStash.ShardMetrics:output_type -> distash.v1.ShardMetricsResponse
+	46, // 111: distash.v1.Log.Peek:output_type -> distash.v1.PeekResponse
+	48, // 112: distash.v1.Log.Pop:output_type -> distash.v1.PopResponse
+	50, // 113: distash.v1.Log.Report:output_type -> distash.v1.ReportResponse
+	52, // 114: distash.v1.Coordinator.Register:output_type -> distash.v1.RegisterResponse
+	54, // 115: distash.v1.Coordinator.Heartbeat:output_type -> distash.v1.HeartbeatResponse
+	59, // 116: distash.v1.Coordinator.View:output_type -> distash.v1.ViewResponse
+	63, // 117: distash.v1.Coordinator.Claim:output_type -> distash.v1.ClaimResponse
+	65, // 118: distash.v1.Coordinator.RecoveryDone:output_type -> distash.v1.RecoveryDoneResponse
+	67, // 119: distash.v1.Coordinator.Exclude:output_type -> distash.v1.ExcludeResponse
+	69, // 120: distash.v1.Coordinator.Include:output_type -> distash.v1.IncludeResponse
+	71, // 121: distash.v1.Coordinator.Configure:output_type -> distash.v1.ConfigureResponse
+	73, // 122: distash.v1.Coordinator.Retire:output_type -> distash.v1.RetireResponse
+	75, // 123: distash.v1.Coordinator.JoinCoordinators:output_type -> distash.v1.JoinCoordinatorsResponse
+	77, // 124: distash.v1.Coordinator.SetLogReplicas:output_type -> distash.v1.SetLogReplicasResponse
+	80, // 125: distash.v1.Coordinator.Auth:output_type -> distash.v1.AuthResponse
+	82, // 126: distash.v1.Admin.Kill:output_type -> distash.v1.KillResponse
+	80, // 127: distash.v1.Admin.Auth:output_type -> distash.v1.AuthResponse
+	85, // 128: distash.v1.Backup.Start:output_type -> distash.v1.BackupStartResponse
+	87, // 129: distash.v1.Backup.Status:output_type -> distash.v1.BackupStatusResponse
+	89, // 130: distash.v1.Backup.Stop:output_type -> distash.v1.BackupStopResponse
+	99, // [99:131] is the sub-list for method output_type
+	67, // [67:99] is the sub-list for method input_type
+	67, // [67:67] is the sub-list for extension type_name
+	67, // [67:67] is the sub-list for extension extendee
+	0,  // [0:67] is the sub-list for field type_name
 }
 
 func init() { file_distash_proto_init() }
@@ -7545,7 +7665,7 @@ func file_distash_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_distash_proto_rawDesc), len(file_distash_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   88,
+			NumMessages:   90,
 			NumExtensions: 0,
 			NumServices:   5,
 		},

@@ -23,17 +23,18 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	DiStash_GetReadVersion_FullMethodName = "/distash.v1.DiStash/GetReadVersion"
-	DiStash_Commit_FullMethodName         = "/distash.v1.DiStash/Commit"
-	DiStash_CommitStream_FullMethodName   = "/distash.v1.DiStash/CommitStream"
-	DiStash_ReadStream_FullMethodName     = "/distash.v1.DiStash/ReadStream"
-	DiStash_Read_FullMethodName           = "/distash.v1.DiStash/Read"
-	DiStash_ReadRange_FullMethodName      = "/distash.v1.DiStash/ReadRange"
-	DiStash_Locations_FullMethodName      = "/distash.v1.DiStash/Locations"
-	DiStash_ClusterInfo_FullMethodName    = "/distash.v1.DiStash/ClusterInfo"
-	DiStash_Status_FullMethodName         = "/distash.v1.DiStash/Status"
-	DiStash_Coldest_FullMethodName        = "/distash.v1.DiStash/Coldest"
-	DiStash_ShardMetrics_FullMethodName   = "/distash.v1.DiStash/ShardMetrics"
+	DiStash_GetReadVersion_FullMethodName    = "/distash.v1.DiStash/GetReadVersion"
+	DiStash_Commit_FullMethodName            = "/distash.v1.DiStash/Commit"
+	DiStash_CommitStream_FullMethodName      = "/distash.v1.DiStash/CommitStream"
+	DiStash_ReadStream_FullMethodName        = "/distash.v1.DiStash/ReadStream"
+	DiStash_ReadVersionStream_FullMethodName = "/distash.v1.DiStash/ReadVersionStream"
+	DiStash_Read_FullMethodName              = "/distash.v1.DiStash/Read"
+	DiStash_ReadRange_FullMethodName         = "/distash.v1.DiStash/ReadRange"
+	DiStash_Locations_FullMethodName         = "/distash.v1.DiStash/Locations"
+	DiStash_ClusterInfo_FullMethodName       = "/distash.v1.DiStash/ClusterInfo"
+	DiStash_Status_FullMethodName            = "/distash.v1.DiStash/Status"
+	DiStash_Coldest_FullMethodName           = "/distash.v1.DiStash/Coldest"
+	DiStash_ShardMetrics_FullMethodName      = "/distash.v1.DiStash/ShardMetrics"
 )
 
 // DiStashClient is the client API for DiStash service.
@@ -44,6 +45,7 @@ type DiStashClient interface {
 	Commit(ctx context.Context, in *CommitRequest, opts ...grpc.CallOption) (*CommitResponse, error)
 	CommitStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[CommitStreamRequest, CommitStreamResponse], error)
 	ReadStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ReadStreamRequest, ReadStreamResponse], error)
+	ReadVersionStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ReadVersionStreamRequest, ReadVersionStreamResponse], error)
 	Read(ctx context.Context, in *ReadRequest, opts ...grpc.CallOption) (*ReadResponse, error)
 	ReadRange(ctx context.Context, in *ReadRangeRequest, opts ...grpc.CallOption) (*ReadRangeResponse, error)
 	Locations(ctx context.Context, in *LocationsRequest, opts ...grpc.CallOption) (*LocationsResponse, error)
@@ -108,6 +110,19 @@ func (c *diStashClient) ReadStream(ctx context.Context, opts ...grpc.CallOption)
 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type DiStash_ReadStreamClient = grpc.BidiStreamingClient[ReadStreamRequest, ReadStreamResponse]
+
+func (c *diStashClient) ReadVersionStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ReadVersionStreamRequest, ReadVersionStreamResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &DiStash_ServiceDesc.Streams[2], DiStash_ReadVersionStream_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ReadVersionStreamRequest, ReadVersionStreamResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type DiStash_ReadVersionStreamClient = grpc.BidiStreamingClient[ReadVersionStreamRequest, ReadVersionStreamResponse]
 
 func (c *diStashClient) Read(ctx context.Context, in *ReadRequest, opts ...grpc.CallOption) (*ReadResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
@@ -187,6 +202,7 @@ type DiStashServer interface {
 	Commit(context.Context, *CommitRequest) (*CommitResponse, error)
 	CommitStream(grpc.BidiStreamingServer[CommitStreamRequest, CommitStreamResponse]) error
 	ReadStream(grpc.BidiStreamingServer[ReadStreamRequest, ReadStreamResponse]) error
+	ReadVersionStream(grpc.BidiStreamingServer[ReadVersionStreamRequest, ReadVersionStreamResponse]) error
 	Read(context.Context, *ReadRequest) (*ReadResponse, error)
 	ReadRange(context.Context, *ReadRangeRequest) (*ReadRangeResponse, error)
 	Locations(context.Context, *LocationsRequest) (*LocationsResponse, error)
@@ -217,6 +233,9 @@ func (UnimplementedDiStashServer) CommitStream(grpc.BidiStreamingServer[CommitSt
 }
 func (UnimplementedDiStashServer) ReadStream(grpc.BidiStreamingServer[ReadStreamRequest, ReadStreamResponse]) error {
 	return status.Error(codes.Unimplemented, "method ReadStream not implemented")
+}
+func (UnimplementedDiStashServer) ReadVersionStream(grpc.BidiStreamingServer[ReadVersionStreamRequest, ReadVersionStreamResponse]) error {
+	return status.Error(codes.Unimplemented, "method ReadVersionStream not implemented")
 }
 func (UnimplementedDiStashServer) Read(context.Context, *ReadRequest) (*ReadResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Read not implemented")
@@ -309,6 +328,13 @@ func _DiStash_ReadStream_Handler(srv interface{}, stream grpc.ServerStream) erro
 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type DiStash_ReadStreamServer = grpc.BidiStreamingServer[ReadStreamRequest, ReadStreamResponse]
+
+func _DiStash_ReadVersionStream_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(DiStashServer).ReadVersionStream(&grpc.GenericServerStream[ReadVersionStreamRequest, ReadVersionStreamResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type DiStash_ReadVersionStreamServer = grpc.BidiStreamingServer[ReadVersionStreamRequest, ReadVersionStreamResponse]
 
 func _DiStash_Read_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ReadRequest)
@@ -490,6 +516,12 @@ var DiStash_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "ReadStream",
 			Handler:       _DiStash_ReadStream_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+		{
+			StreamName:    "ReadVersionStream",
+			Handler:       _DiStash_ReadVersionStream_Handler,
 			ServerStreams: true,
 			ClientStreams: true,
 		},
