@@ -313,16 +313,22 @@ func newCommitStreamer(api wire.DiStashClient, fd *framesDialer, token bearer) *
 	}
 	return &commitStreamer{
 		open: func(ctx context.Context) (bidiStream[*wire.CommitStreamRequest, *wire.CommitStreamResponse], error) {
-			return openDataStream(ctx, fd, wire.DiStash_CommitStream_FullMethodName, func() *wire.CommitStreamResponse { return new(wire.CommitStreamResponse) }, viaGRPC)
+			st, err := openDataStream(ctx, fd, wire.DiStash_CommitStream_FullMethodName, func() *wire.CommitStreamResponse { return new(wire.CommitStreamResponse) }, viaGRPC)
+			if fs, ok := st.(*framesStream[*wire.CommitStreamRequest, *wire.CommitStreamResponse]); ok {
+				// A send must not block longer than the commit may take
+				// (callWithin watches only the reply).
+				fs.cs.SetWriteTimeout(commitTimeout)
+			}
+			return st, err
 		},
 		id:    (*wire.CommitStreamResponse).GetId,
 		token: token,
 	}
 }
 
-// commitOver commits req over s.
-func commitOver(ctx context.Context, s *commitStreamer, req *wire.CommitRequest) (*wire.CommitResponse, error) {
-	resp, err := s.call(ctx, func(id uint64) *wire.CommitStreamRequest { return &wire.CommitStreamRequest{Id: id, Request: req} })
+// commitOver commits req over s, waiting at most timeout.
+func commitOver(ctx context.Context, timeout time.Duration, s *commitStreamer, req *wire.CommitRequest) (*wire.CommitResponse, error) {
+	resp, err := s.callWithin(ctx, timeout, func(id uint64) *wire.CommitStreamRequest { return &wire.CommitStreamRequest{Id: id, Request: req} })
 	if err != nil {
 		return nil, err
 	}

@@ -656,11 +656,9 @@ func (tr *Tx) Commit() error {
 	}
 	tr.mu.Unlock()
 	p := tr.db.proxy.Load()
-	cctx, cancel := context.WithTimeout(tr.ctx, commitTimeout)
 	watch := watchStall(func() { tr.db.suspect(p) })
-	resp, err := commitOver(cctx, p.commits, req)
+	resp, err := commitOver(tr.ctx, commitTimeout, p.commits, req)
 	watch.stop()
-	cancel()
 	if err != nil {
 		// Sent, or maybe sent: it may have committed. Never a false success,
 		// never a false failure.
