@@ -32,6 +32,10 @@ type NodeInfo struct {
 	// registered: it changes when the node's log directory is lost ("" from
 	// a node that does not say: its id is then the node id).
 	LogID string `json:"log_id,omitempty"`
+	// Incarnation is what the node process that registered last chose
+	// when it started ("" from a node that does not say): a registration
+	// from the same incarnation is that process again, a retry.
+	Incarnation string `json:"incarnation,omitempty"`
 }
 
 // LogRaftID returns the raft server id node n's log replica registered
