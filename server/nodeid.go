@@ -51,3 +51,14 @@ func nodeID(f fsys.FS, dir string) (string, error) {
 	}
 	return id, nil
 }
+
+// newIncarnation returns a random name for this start of the node's
+// process: sent with each of its registrations (retries included), it
+// tells the controller that a second registration of the process is a
+// retry of the first, not a new process that came back empty
+// (coord.RegisterStash).
+func newIncarnation() string {
+	var r [8]byte
+	_, _ = rand.Read(r[:]) // crypto/rand's Read does not fail
+	return hex.EncodeToString(r[:])
+}

@@ -97,7 +97,11 @@ func RegisterNode(n NodeInfo) Command { return Command{Op: OpRegisterNode, Node:
 //
 //   - a node holding a slot keeps it; the slot gets a fresh tag if its tag
 //     is retired, or if the node is empty and the tag served before (the
-//     shard map may name that tag for data the node no longer has);
+//     shard map may name that tag for data the node no longer has) —
+//     unless the registration comes from the node's last registered
+//     incarnation (NodeInfo.Incarnation): a retry of the same process,
+//     whose first registration was applied but not answered, keeps the
+//     tag it took then;
 //   - another node takes a free slot, with a fresh tag if the slot's tag
 //     served before or is retired (a new node never takes another stash's
 //     identity), or, with no free slot, a new slot appended to the pool
@@ -564,7 +568,12 @@ func (s *State) register(n NodeInfo, empty, legacy bool) (int, uint32, error) {
 		fresh := false
 		if slot = slices.Index(tags, n.ID); slot >= 0 {
 			t := slotTags[slot]
-			fresh = !legacy && (s.TagRetired(t) || empty && s.TagUsed(t))
+			// The same process again (a retry of a registration applied
+			// while its answer was lost) already took t with its data, so
+			// empty or not it keeps it; only a new process that comes
+			// back empty gets a fresh tag.
+			again := n.Incarnation != "" && s.Nodes[n.ID].Incarnation == n.Incarnation
+			fresh = !legacy && (s.TagRetired(t) || empty && s.TagUsed(t) && !again)
 		} else if slot = slices.Index(tags, ""); slot >= 0 {
 			t := slotTags[slot]
 			fresh = !legacy && (s.TagRetired(t) || s.TagUsed(t))

@@ -32,6 +32,10 @@ type NodeInfo struct {
 	// registered: it changes when the node's log directory is lost ("" from
 	// a node that does not say: its id is then the node id).
 	LogID string `json:"log_id,omitempty"`
+	// Incarnation is what the node process that registered last chose
+	// when it started ("" from a node that does not say): a registration
+	// from the same incarnation is that process again, a retry.
+	Incarnation string `json:"incarnation,omitempty"`
 }
 
 // LogRaftID returns the raft server id node n's log replica registered
@@ -306,7 +310,11 @@ func (s *State) ParsedConfig() (*config.Config, error) {
 // did then (no fresh tags, no growth), so a replayed old log gives the
 // state it gave. Version 4 added the log replicas' raft ids (Roles.LogIDs,
 // NodeInfo.LogID) and set_log_replicas: an older state has none (the node
-// ids stand for them).
+// ids stand for them). NodeInfo.Incarnation came without a bump: an older
+// binary ignores it and applies a registration as before, which differs
+// only for the retry of a stash node of the newer release, and a rolling
+// upgrade starts those after every coordinator runs it (operations.md);
+// an older state has none (no registration counts as a retry).
 const (
 	commandVersion  = 4
 	snapshotVersion = 4

@@ -101,6 +101,53 @@ func TestRegisterRules(t *testing.T) {
 	}
 }
 
+// TestRegisterRetryKeepsTag: a node process whose registration was applied
+// but not answered (the client's attempt timed out while raft committed
+// it) sends it again; the retry, from the same incarnation, keeps the tag
+// the first one took, empty or not. Before incarnations the retry of an
+// empty stash retired the tag it had just taken, so the data distributor
+// found the initial shard map's tag retired and started its cache shards
+// empty on a new team, although the stash was alive.
+func TestRegisterRetryKeepsTag(t *testing.T) {
+	s := newTagState(t)
+	a := stashNode("a", "cache")
+	a.Incarnation = "start-1"
+	for i := range 2 {
+		if r := register(t, s, a, true); r.Slot != 0 || r.Tag != 1 {
+			t.Fatalf("registration %d of a's first process: slot %d tag %d, want 0 1", i+1, r.Slot, r.Tag)
+		}
+	}
+	if len(s.Retired) != 0 || s.NextTag != 5 {
+		t.Fatalf("after a retried registration: retired %v, next tag %d", s.Retired, s.NextTag)
+	}
+	// A new process of the node that comes back empty gets a fresh tag
+	// (its data is gone), and its own retry keeps that one.
+	a.Incarnation = "start-2"
+	for i := range 2 {
+		if r := register(t, s, a, true); r.Slot != 0 || r.Tag != 5 {
+			t.Fatalf("registration %d of a's second process: slot %d tag %d, want 0 5", i+1, r.Slot, r.Tag)
+		}
+	}
+	if !slices.Equal(s.Retired, []uint32{1}) {
+		t.Fatalf("retired %v, want [1]", s.Retired)
+	}
+	// A process that retired its own tag (a stash that rejoins as a new
+	// one) gets a fresh tag from the same incarnation.
+	mustApply(t, s, Retire(5))
+	if r := register(t, s, a, true); r.Slot != 0 || r.Tag != 6 {
+		t.Fatalf("after retiring its tag: slot %d tag %d, want 0 6", r.Slot, r.Tag)
+	}
+	// A node that names no incarnation (an older binary) is treated as
+	// before: empty with a used tag means a fresh one.
+	a.Incarnation = ""
+	if r := register(t, s, a, true); r.Tag != 7 {
+		t.Fatalf("without incarnation: tag %d, want 7", r.Tag)
+	}
+	if r := register(t, s, a, true); r.Tag != 8 {
+		t.Fatalf("without incarnation, again: tag %d, want 8", r.Tag)
+	}
+}
+
 func TestRegisterGrowthBound(t *testing.T) {
 	s := &State{}
 	mustApply(t, s, SetConfig(testConfig(t, func(c *config.Config) { c.Pools[1].Stashes = config.MaxStashesPerPool })))

@@ -352,6 +352,11 @@ type NodeRegistration struct {
 	Empty bool
 	// LogID: a transaction node's log replica's raft server id.
 	LogID string
+	// Incarnation: chosen by the node process when it starts, the same in
+	// every registration it sends (retries included), so that a retry of
+	// a registration the controller applied but whose answer was lost
+	// gets the same slot and tag (coord.RegisterStash).
+	Incarnation string
 }
 
 // Register registers a node and returns its tag slot and tag (-1 and 0
@@ -360,7 +365,7 @@ type NodeRegistration struct {
 // *config.FieldError naming the first differing field.
 func (c *Client) Register(ctx context.Context, r NodeRegistration) (slot int, tag uint32, generation uint64, err error) {
 	req := &wire.RegisterRequest{Id: r.ID, Address: r.Addr, Class: r.Class, Pool: r.Pool,
-		Dc: r.DC, Zone: r.Zone, Machine: r.Machine, Config: r.Config, Empty: r.Empty, LogId: r.LogID}
+		Dc: r.DC, Zone: r.Zone, Machine: r.Machine, Config: r.Config, Empty: r.Empty, LogId: r.LogID, Incarnation: r.Incarnation}
 	resp, err := call(ctx, c, func(ctx context.Context, cl wire.CoordinatorClient) (*wire.RegisterResponse, error) {
 		return cl.Register(ctx, req)
 	})

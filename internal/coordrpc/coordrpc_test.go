@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -41,7 +42,7 @@ type cluster struct {
 	clientTLS *tls.Config
 }
 
-func newCluster(t *testing.T, pki *tlstest.PKI) *cluster {
+func newCluster(t *testing.T, pki *tlstest.PKI, opts ...grpc.ServerOption) *cluster {
 	const n = 3
 	c := &cluster{t: t, clock: clock.NewManual(time.Unix(1_000_000, 0)),
 		nodes: make([]*coord.Node, n), servers: make([]*grpc.Server, n), services: make([]*Server, n)}
@@ -78,7 +79,7 @@ func newCluster(t *testing.T, pki *tlstest.PKI) *cluster {
 			t.Fatal(err)
 		}
 		c.nodes[i] = nd
-		s := grpc.NewServer() // insecure: the mux terminates TLS
+		s := grpc.NewServer(opts...) // insecure: the mux terminates TLS
 		c.services[i] = Register(s, nd, ServerOptions{ClientTLS: c.clientTLS})
 		go s.Serve(c.muxes[i].GRPCListener())
 		c.servers[i] = s
@@ -157,6 +158,46 @@ func node(v *wire.ViewResponse, id string) *wire.ClusterNode {
 		}
 	}
 	return nil
+}
+
+// TestRegisterRetryAfterALostAnswer: the answer to a stash node's first
+// registration comes after the client gave up on the attempt (the
+// controller applied it: raft committed slowly, as on a loaded machine
+// at a cluster's start), so the client sends it again. The node keeps
+// the tag the first registration gave its slot, and no tag is retired:
+// the initial shard map names that tag, and a retired one would make the
+// data distributor start the cache's shards empty elsewhere.
+func TestRegisterRetryAfterALostAnswer(t *testing.T) {
+	var calls atomic.Int32
+	slowFirst := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		resp, err := h(ctx, req)
+		if r, ok := req.(*wire.RegisterRequest); ok && r.Hops == 0 && calls.Add(1) == 1 {
+			time.Sleep(400 * time.Millisecond) // past the client's attempt timeout
+		}
+		return resp, err
+	}
+	c := newCluster(t, nil, grpc.ChainUnaryInterceptor(slowFirst))
+	ctx := ctxT(t)
+	li := c.controller()
+	cl, err := NewClient(strings.Join(c.grpc, ","), ClientOptions{AttemptTimeout: 200 * time.Millisecond, Backoff: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	reg := NodeRegistration{ID: "cache1", Addr: "127.0.0.1:7000", Class: coord.ClassStash, Pool: "cache", Config: testConfig(t, nil),
+		Empty: true, Incarnation: "process-1"}
+	slot, tag, _, err := cl.Register(ctx, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := calls.Load(); n < 2 {
+		t.Fatalf("%d registration calls: the lost answer was not retried", n)
+	}
+	st := c.nodes[li].State()
+	want := st.SlotTags["cache"][0]
+	if slot != 0 || tag != want || tag != 1 || len(st.Retired) != 0 {
+		t.Fatalf("after a retried registration: slot %d tag %d (slot's tag %d), retired %v; want slot 0, tag 1, none retired", slot, tag, want, st.Retired)
+	}
 }
 
 func TestRegisterHeartbeatViewAndFailover(t *testing.T) {

@@ -823,7 +823,7 @@ func checkRegister(req *wire.RegisterRequest) (coord.NodeInfo, *config.Config, e
 		{"node id", req.Id, true}, {"address", req.Address, true}, {"class", req.Class, true},
 		{"pool", req.Pool, req.Class == coord.ClassStash},
 		{"dc", req.Dc, false}, {"zone", req.Zone, false}, {"machine", req.Machine, false},
-		{"log id", req.LogId, false},
+		{"log id", req.LogId, false}, {"incarnation", req.Incarnation, false},
 	} {
 		if err := checkName(f.what, f.v, f.required); err != nil {
 			return info, nil, fmt.Errorf("node %q: %w", req.Id, err)
@@ -852,7 +852,7 @@ func checkRegister(req *wire.RegisterRequest) (coord.NodeInfo, *config.Config, e
 		return info, nil, fmt.Errorf("node %q: configuration: %w", req.Id, err)
 	}
 	info = coord.NodeInfo{ID: req.Id, Addr: req.Address, Class: req.Class, Pool: req.Pool,
-		DC: req.Dc, Zone: req.Zone, Machine: req.Machine, LogID: req.LogId}
+		DC: req.Dc, Zone: req.Zone, Machine: req.Machine, LogID: req.LogId, Incarnation: req.Incarnation}
 	if info.LogID != "" && req.Class != coord.ClassTransaction {
 		return info, nil, invalid("node %q: a %s node has no log replica (log id %q)", req.Id, req.Class, req.LogId)
 	}

@@ -339,10 +339,17 @@ func cmpOr(a, b string) string {
 	return b
 }
 
-// repairs queues the relocations of shards with failed, missing, surplus
-// or excluded replicas.
+// repairs counts the shards with fewer than R live replicas and queues
+// the relocations of shards with failed, missing, surplus or excluded
+// replicas.
 func (p *planner) repairs() {
 	for _, sh := range p.s.Shards {
+		// A moving shard counts too: its destinations are no replicas
+		// until the move finishes (a shard being re-replicated after a
+		// stash was lost still has one live replica until then).
+		if p.liveReplicas(sh.Team) < p.r {
+			p.out.Status.UnderReplicated++
+		}
 		if sh.Moving() {
 			continue
 		}
@@ -356,7 +363,6 @@ func (p *planner) repairs() {
 func (p *planner) repair(sh ShardState) (Relocation, bool) {
 	R := p.r
 	var keep, failed, excluded []kv.Tag
-	liveN := 0
 	for _, t := range sh.Team {
 		switch {
 		case p.failed(t) || p.s.Stashes[t].Retired:
@@ -366,13 +372,8 @@ func (p *planner) repair(sh ShardState) (Relocation, bool) {
 		default:
 			keep = append(keep, t)
 		}
-		if p.s.live(t) {
-			liveN++
-		}
 	}
-	if liveN < R {
-		p.out.Status.UnderReplicated++
-	}
+	liveN := p.liveReplicas(sh.Team)
 	rel := Relocation{Begin: sh.Begin, End: sh.End, Pool: p.s.Pool.Name, From: sh.Team, Bytes: sh.Metrics.Bytes}
 	switch {
 	case len(failed) > 0 || len(keep)+len(excluded) < R:
@@ -396,6 +397,17 @@ func (p *planner) repair(sh ShardState) (Relocation, bool) {
 		return rel, false
 	}
 	return rel, true
+}
+
+// liveReplicas counts the live stashes of a team.
+func (p *planner) liveReplicas(team []kv.Tag) int {
+	n := 0
+	for _, t := range team {
+		if p.s.live(t) {
+			n++
+		}
+	}
+	return n
 }
 
 // pick chooses n members to join keep (none of avoid): those sharing the

@@ -4037,6 +4037,7 @@ type RegisterRequest struct {
 	Hops          uint32                 `protobuf:"varint,9,opt,name=hops,proto3" json:"hops,omitempty"`                // times forwarded so far
 	Empty         bool                   `protobuf:"varint,10,opt,name=empty,proto3" json:"empty,omitempty"`             // a stash node whose stash starts with no data (dram, or a fresh directory)
 	LogId         string                 `protobuf:"bytes,11,opt,name=log_id,json=logId,proto3" json:"log_id,omitempty"` // a transaction node: its log replica's raft server id (changes when its log directory is lost)
+	Incarnation   string                 `protobuf:"bytes,12,opt,name=incarnation,proto3" json:"incarnation,omitempty"`  // chosen by the node process when it starts: a registration the controller already applied from the same incarnation (a retry whose answer was lost) keeps the slot's tag
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4144,6 +4145,13 @@ func (x *RegisterRequest) GetEmpty() bool {
 func (x *RegisterRequest) GetLogId() string {
 	if x != nil {
 		return x.LogId
+	}
+	return ""
+}
+
+func (x *RegisterRequest) GetIncarnation() string {
+	if x != nil {
+		return x.Incarnation
 	}
 	return ""
 }
@@ -7139,7 +7147,7 @@ const file_distash_proto_rawDesc = "" +
 	"\x0eReportResponse\x12'\n" +
 	"\x05error\x18\x01 \x01(\v2\x11.distash.v1.ErrorR\x05error\x12!\n" +
 	"\flast_version\x18\x02 \x01(\x03R\vlastVersion\x12,\n" +
-	"\x12over_memory_budget\x18\x03 \x01(\bR\x10overMemoryBudget\"\xfc\x01\n" +
+	"\x12over_memory_budget\x18\x03 \x01(\bR\x10overMemoryBudget\"\x9e\x02\n" +
 	"\x0fRegisterRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x14\n" +
@@ -7152,7 +7160,8 @@ const file_distash_proto_rawDesc = "" +
 	"\x04hops\x18\t \x01(\rR\x04hops\x12\x14\n" +
 	"\x05empty\x18\n" +
 	" \x01(\bR\x05empty\x12\x15\n" +
-	"\x06log_id\x18\v \x01(\tR\x05logId\"\xbc\x01\n" +
+	"\x06log_id\x18\v \x01(\tR\x05logId\x12 \n" +
+	"\vincarnation\x18\f \x01(\tR\vincarnation\"\xbc\x01\n" +
 	"\x10RegisterResponse\x12\x12\n" +
 	"\x04slot\x18\x01 \x01(\x05R\x04slot\x12\x1e\n" +
 	"\n" +
