@@ -49,6 +49,9 @@ type SimNode struct {
 	// binary's; protover.Speaker{Min: 1, Max: 1} acts as the previous
 	// release); it takes effect at the next Start.
 	Protocol protover.Speaker
+	// Interceptor, if set, wraps every gRPC call the node serves (its
+	// coordinator's included); it takes effect at the next Start.
+	Interceptor grpc.UnaryServerInterceptor
 
 	sim *Sim
 	srv *server.Server // guarded by sim.mu; nil while stopped
@@ -153,7 +156,7 @@ func (c *Sim) Start(ctx context.Context, n *SimNode) error {
 		Dir: n.Dir, Config: cfg, Listen: n.Addr, Listener: ln, Dialer: c.Net.Dialer(n.Addr),
 		Coordinators: c.Coords, Class: n.Class, Pool: n.Pool, DC: n.DC, Zone: n.Zone, Machine: n.Name,
 		Logger: c.Logger.With("name", n.Name), FlushInterval: 20 * time.Millisecond, HTTPAddr: c.HTTPAddr, FS: n.FS,
-		Protocol: n.Protocol,
+		Protocol: n.Protocol, Interceptor: n.Interceptor,
 	})
 	if err != nil {
 		ln.Close()
