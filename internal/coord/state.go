@@ -310,14 +310,14 @@ func (s *State) ParsedConfig() (*config.Config, error) {
 // did then (no fresh tags, no growth), so a replayed old log gives the
 // state it gave. Version 4 added the log replicas' raft ids (Roles.LogIDs,
 // NodeInfo.LogID) and set_log_replicas: an older state has none (the node
-// ids stand for them). NodeInfo.Incarnation came without a bump: an older
-// binary ignores it and applies a registration as before, which differs
-// only for the retry of a stash node of the newer release, and a rolling
-// upgrade starts those after every coordinator runs it (operations.md);
-// an older state has none (no registration counts as a retry).
+// ids stand for them). Version 5 added the registering process's
+// incarnation (NodeInfo.Incarnation), which changes how a registration
+// applies: a binary that knows only version 4 would give a retried
+// registration of an empty stash a fresh tag where this one keeps it, and
+// replicas of one log must apply it alike, so it refuses version 5.
 const (
-	commandVersion  = 4
-	snapshotVersion = 4
+	commandVersion  = 5
+	snapshotVersion = 5
 )
 
 type snapshotEnvelope struct {
