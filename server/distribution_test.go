@@ -10,6 +10,7 @@ import (
 
 	"github.com/distash/distash"
 	"github.com/distash/distash/config"
+	"github.com/distash/distash/internal/clustertest"
 	"github.com/distash/distash/server"
 )
 
@@ -47,22 +48,17 @@ func poolShares(srv *server.Server, pool string) (shares map[uint32]float64, tot
 // waitSpread waits until no stash of pool holds more than 35% of its bytes.
 func waitSpread(t *testing.T, srv *server.Server, pool string, timeout time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
+	var state string
+	clustertest.WaitUntil(t, timeout, "no stash over 35% of the pool's bytes", func() (bool, string) {
 		shares, total := poolShares(srv, pool)
 		worst := 0.0
 		for _, s := range shares {
 			worst = max(worst, s)
 		}
-		if worst <= 0.35 && total > 0 {
-			t.Logf("spread: shares %v of %d bytes", shares, total)
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not spread after %v: shares %v of %d bytes", timeout, shares, total)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		state = fmt.Sprintf("shares %v of %d bytes", shares, total)
+		return worst <= 0.35 && total > 0, state
+	})
+	t.Logf("spread: %s", state)
 }
 
 // TestSkewedKeysSpreadOverThePool writes 2,000 keys that the first shard

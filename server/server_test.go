@@ -230,17 +230,10 @@ write_buffer = "0"
 		}
 	}
 	segDir := filepath.Join(dir, "stash", "data-0")
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	wait.Within(t, 20*time.Second, fmt.Sprintf("several segment files of 1 MiB in %s after writing 4 MiB", segDir), func() bool {
 		segs, _ := filepath.Glob(filepath.Join(segDir, "*.seg"))
-		if len(segs) >= 3 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d segment files in %s after writing 4 MiB; want several of 1 MiB", len(segs), segDir)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return len(segs) >= 3
+	})
 	// Past the MVCC window the reads come from the engine.
 	distashtest.WaitFlushed(t, srv)
 	if err := db.ReadTransact(ctx, func(tx *distash.Tx) error {

@@ -103,17 +103,14 @@ func TestProcessStashDiskFills(t *testing.T) {
 	}
 	wait := func(what string, timeout time.Duration, cond func(*wire.StashStatus) bool) *wire.StashStatus {
 		t.Helper()
-		deadline := time.Now().Add(timeout)
-		for {
-			s := data1()
-			if cond(s) {
-				return s
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: not after %v (data1's stash: %s, %s)", what, timeout, s.Health, s.LastError)
-			}
-			time.Sleep(200 * time.Millisecond)
+		var s *wire.StashStatus
+		if _, err := clustertest.Until(ctx, timeout, 200*time.Millisecond, what, func() (bool, string) {
+			s = data1()
+			return cond(s), fmt.Sprintf("data1's stash: %s, %s", s.Health, s.LastError)
+		}); err != nil {
+			t.Fatal(err)
 		}
+		return s
 	}
 	wait("the cluster serves", time.Minute, func(s *wire.StashStatus) bool { return s.Health == "healthy" })
 
