@@ -67,13 +67,14 @@ func waitSpread(t *testing.T, srv *server.Server, pool string, timeout time.Dura
 // pieces until no stash holds more than 35% of the pool's bytes, while
 // readers check that every key written reads back with its value.
 func TestSkewedKeysSpreadOverThePool(t *testing.T) {
-	defer server.SetDistributionInterval(20 * time.Millisecond)()
+	t.Parallel() // its server's settings are its own (Tuning)
+	tuning := server.Tuning{DistributionInterval: 20 * time.Millisecond}
 	cfg, err := config.Parse([]byte(skewedTOML))
 	if err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	srv, db := start(t, dir, cfg)
+	srv, db := startTuned(t, dir, cfg, tuning)
 	defer func() { srv.Stop() }()
 	defer func() { db.Close() }()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -171,7 +172,7 @@ func TestSkewedKeysSpreadOverThePool(t *testing.T) {
 	// record of the moves), not the first shard map's ranges.
 	db.Close()
 	srv.Stop()
-	srv, db = start(t, dir, cfg)
+	srv, db = startTuned(t, dir, cfg, tuning)
 	readAll("after a restart")
 	shares, _ := poolShares(srv, "data")
 	t.Logf("after the restart: shares %v", shares)
@@ -183,7 +184,8 @@ func TestSkewedKeysSpreadOverThePool(t *testing.T) {
 // After the data distributor runs, no stash holds more than 35% of the
 // pool's bytes.
 func TestOtherSkewedKeySetsSpread(t *testing.T) {
-	defer server.SetDistributionInterval(20 * time.Millisecond)()
+	t.Parallel() // its server's settings are its own (Tuning)
+	tuning := server.Tuning{DistributionInterval: 20 * time.Millisecond}
 	sets := map[string]func(i int) (key, value string){
 		"sequential": func(i int) (string, string) {
 			return fmt.Sprintf("d/tenant-0042/orders/%08d", i), fmt.Sprintf("%0100d", i)
@@ -202,7 +204,7 @@ func TestOtherSkewedKeySetsSpread(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			srv, db := start(t, t.TempDir(), cfg)
+			srv, db := startTuned(t, t.TempDir(), cfg, tuning)
 			defer srv.Stop()
 			defer db.Close()
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -95,6 +95,8 @@ type NodeOptions struct {
 	// Protocol: as Options.Protocol (tests only: a node acting as another
 	// release).
 	Protocol protover.Speaker
+	// Tuning: as Options.Tuning (tests only).
+	Tuning Tuning
 }
 
 // node is the clusterLink of one node of a multi-process cluster: its id
@@ -193,7 +195,7 @@ func startNode(ctx context.Context, opts NodeOptions) (*Server, error) {
 	n := &node{id: id, opts: opts, conns: map[string]*grpc.ClientConn{}}
 	logger := serverLogger(opts.Logger, id, n.generation.Load).With("class", opts.Class)
 	s := newServer(Options{Dir: opts.Dir, Config: opts.Config, ListenAddr: opts.Listen, Logger: logger, FlushInterval: opts.FlushInterval,
-		HTTPAddr: opts.HTTPAddr, Pprof: opts.Pprof, FS: opts.FS, Clock: opts.Clock, Protocol: opts.Protocol})
+		HTTPAddr: opts.HTTPAddr, Pprof: opts.Pprof, FS: opts.FS, Clock: opts.Clock, Protocol: opts.Protocol, Tuning: opts.Tuning})
 	s.dirLock = dirLock
 	s.legacyDir.Store(legacy)
 	s.serverTLS = opts.ServerTLS

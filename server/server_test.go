@@ -52,9 +52,16 @@ replication = 2
 
 func start(t *testing.T, dir string, cfg *config.Config) (*server.Server, *distash.DB) {
 	t.Helper()
+	return startTuned(t, dir, cfg, server.Tuning{})
+}
+
+// startTuned is start with the server's test settings.
+func startTuned(t *testing.T, dir string, cfg *config.Config, tuning server.Tuning) (*server.Server, *distash.DB) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	srv, err := server.Start(ctx, server.Options{Dir: dir, Config: cfg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), FlushInterval: 20 * time.Millisecond})
+	srv, err := server.Start(ctx, server.Options{Dir: dir, Config: cfg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), FlushInterval: 20 * time.Millisecond,
+		Tuning: tuning})
 	if err != nil {
 		t.Fatal(err)
 	}

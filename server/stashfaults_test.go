@@ -125,8 +125,7 @@ func TestFullDiskOfOneReplicaDoesNotThrottle(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts an in-process cluster")
 	}
-	defer server.SetWindowBytes(1 << 20)()
-	c := newLayoutCluster(t, fullDiskTOML, "tx1 transaction", "data1 stash data", "data2 stash data", "data3 stash data")
+	c := newTunedCluster(t, server.Tuning{WindowBytes: 1 << 20}, fullDiskTOML, "tx1 transaction", "data1 stash data", "data2 stash data", "data3 stash data")
 	data1 := c.Node("data1")
 	disk := faultfs.New(nil) // data1's disk: every file of its node, its engine's included
 	data1.FS = disk
@@ -236,8 +235,8 @@ func TestDamagedStashIsRebuiltFromItsReplicas(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts an in-process cluster")
 	}
-	defer server.SetDistributionInterval(50 * time.Millisecond)()
-	c := newLayoutCluster(t, damageTOML, "tx1 transaction", "data1 stash data", "data2 stash data", "data3 stash data")
+	t.Parallel() // waits on the cluster's timers most of the time: overlaps another such test
+	c := newTunedCluster(t, server.Tuning{DistributionInterval: 50 * time.Millisecond}, damageTOML, "tx1 transaction", "data1 stash data", "data2 stash data", "data3 stash data")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	c.StartAll(ctx)

@@ -52,13 +52,13 @@ func (b breakable) Get(key []byte) ([]byte, bool, error) {
 	return b.Engine.Get(key)
 }
 
-// withBrokenFirstEngine makes the first engine opened for data stash 0
-// breakable through the returned flag; failReopen makes every later open
-// of that stash fail.
-func withBrokenFirstEngine(t *testing.T, failReopen bool) *atomic.Bool {
+// withBrokenFirstEngine returns a Tuning.WrapEngine that makes the first
+// engine opened for data stash 0 breakable through the returned flag;
+// failReopen makes every later open of that stash fail.
+func withBrokenFirstEngine(t *testing.T, failReopen bool) (*atomic.Bool, func(string, int, engine.Engine) engine.Engine) {
 	broken := &atomic.Bool{}
 	var opens atomic.Int32
-	wrapEngine = func(pool string, index int, e engine.Engine) engine.Engine {
+	wrap := func(pool string, index int, e engine.Engine) engine.Engine {
 		if pool != "data" || index != 0 {
 			return e
 		}
@@ -74,13 +74,13 @@ func withBrokenFirstEngine(t *testing.T, failReopen bool) *atomic.Bool {
 	}
 	oldDelays := restartDelays
 	restartDelays = []time.Duration{10 * time.Millisecond, 20 * time.Millisecond, 50 * time.Millisecond}
-	t.Cleanup(func() { wrapEngine, restartDelays = nil, oldDelays })
-	return broken
+	t.Cleanup(func() { restartDelays = oldDelays })
+	return broken, wrap
 }
 
-func startSupervised(t *testing.T) (*Server, *distash.DB) {
+func startSupervised(t *testing.T, wrap func(string, int, engine.Engine) engine.Engine) (*Server, *distash.DB) {
 	t.Helper()
-	srv := startQuiet(t, superviseConfig)
+	srv := startQuietTuned(t, superviseConfig, Tuning{WrapEngine: wrap})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	db, err := distash.Open(ctx, srv.ClusterString())
@@ -186,8 +186,8 @@ func readers(ctx context.Context, db *distash.DB, n int, stop chan struct{}) (do
 // reopened from its files, catches up from the log and serves every value
 // again, and status counts the restart and keeps the error.
 func TestFailedStashRestartsAndReadsGoElsewhere(t *testing.T) {
-	broken := withBrokenFirstEngine(t, false)
-	srv, db := startSupervised(t)
+	broken, wrap := withBrokenFirstEngine(t, false)
+	srv, db := startSupervised(t, wrap)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	const n = 100
@@ -246,8 +246,8 @@ func TestFailedStashRestartsAndReadsGoElsewhere(t *testing.T) {
 // after every reopen ends up failed; its reads fail at once with
 // stash_unavailable, and clients are served by the other replica.
 func TestStashThatKeepsFailingIsMarkedFailed(t *testing.T) {
-	broken := withBrokenFirstEngine(t, true)
-	srv, db := startSupervised(t)
+	broken, wrap := withBrokenFirstEngine(t, true)
+	srv, db := startSupervised(t, wrap)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	const n = 20
