@@ -120,6 +120,7 @@ func TestStashDevice(t *testing.T) {
 // over simnet) the data pool's stash nodes emulate their devices too, and
 // each reports its own.
 func TestRemoteStashDevice(t *testing.T) {
+	t.Parallel() // waits on the cluster's timers most of the time: overlaps another such test
 	c := newSimCluster(t, "")
 	c.TOML = strings.Replace(bank.ClusterTOML, `capacity = "unlimited"`, `capacity = "unlimited"`+deviceTOML, 1)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
