@@ -73,11 +73,10 @@ func (w *ackWriter) stop() map[string]string {
 	return w.acked
 }
 
-// rate measures the writer's acknowledged transactions per second over d.
-func (w *ackWriter) rate(d time.Duration) float64 {
-	n0 := w.n.Load()
-	time.Sleep(d)
-	return float64(w.n.Load()-n0) / d.Seconds()
+// rate measures the writer's acknowledged transactions per second, over
+// the time n more take or d if they take longer (wait.Rate).
+func (w *ackWriter) rate(n int64, d time.Duration) float64 {
+	return wait.Rate(w.n.Load, n, d)
 }
 
 // readBack reads every acknowledged write.
@@ -135,7 +134,7 @@ func TestFullDiskOfOneReplicaDoesNotThrottle(t *testing.T) {
 	db := c.Open(ctx)
 
 	w := startWriter(ctx, db, 8, 1000)
-	base := w.rate(2 * time.Second)
+	base := w.rate(500, 2*time.Second)
 	disk.SetSpace(0)
 	clustertest.WaitUntil(t, 10*time.Second, "data1's stash reports disk_full", func() (bool, string) {
 		st, _ := c.StashOf(data1, 0)
@@ -165,18 +164,28 @@ func TestFullDiskOfOneReplicaDoesNotThrottle(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
+	// The window is a second's worth of transactions at the rate before
+	// (3 s if they take longer: a throttled cluster); the limit is sampled
+	// throughout it, at least 5 times.
 	var limits []string
-	rateDone := make(chan float64)
-	go func() { rateDone <- w.rate(3 * time.Second) }()
-	for len(limits) < 5 {
-		time.Sleep(500 * time.Millisecond)
+	rateDone := make(chan float64, 1)
+	go func() { rateDone <- w.rate(max(int64(base), 1), 3*time.Second) }()
+	fullRate, measured := 0.0, false
+	wait.Every(t, 200*time.Millisecond, time.Minute, "the rate measured and 5 samples of the ratekeeper's limit", func() bool {
 		if st, err := wire.NewDiStashClient(conn).Status(ctx, &wire.StatusRequest{}); err == nil && st.RateLimit > 0 {
 			limits = append(limits, fmt.Sprintf("%.0f/s (%s)", st.RateLimit, st.RateLimitReason))
 		} else if err == nil {
 			limits = append(limits, "none")
 		}
-	}
-	fullRate := <-rateDone
+		if !measured {
+			select {
+			case fullRate = <-rateDone:
+				measured = true
+			default:
+			}
+		}
+		return measured && len(limits) >= 5
+	})
 	lag := lagOf()
 	st, _ := c.StashOf(data1, 0)
 	t.Logf("commits/s: %.0f before, %.0f while data1's disk is full and its stash %.1f s behind (%s: %s); ratekeeper limits: %v",
@@ -303,13 +312,11 @@ func TestDamagedStashIsRebuiltFromItsReplicas(t *testing.T) {
 		if err := d.do(n); err != nil {
 			t.Fatal(err)
 		}
+		var w *ackWriter
 		if d.running {
-			// Writes make the stash flush into the missing directory.
-			w := startWriter(ctx, db, 2, 500)
-			time.Sleep(500 * time.Millisecond)
-			for k, v := range w.stop() {
-				acked[k] = v
-			}
+			// Writes make the stash flush into the missing directory,
+			// until it finds it missing.
+			w = startWriter(ctx, db, 2, 500)
 		} else if err := c.Start(ctx, n); err != nil {
 			t.Fatalf("%s: restart after its %s: %v", d.node, d.what, err)
 		}
@@ -324,6 +331,11 @@ func TestDamagedStashIsRebuiltFromItsReplicas(t *testing.T) {
 			return st.Health == server.HealthDamaged && strings.Contains(st.LastError, d.wantErr) && replaced,
 				fmt.Sprintf("stash %d: %s (%s); replaced: %v", st.Tag, st.Health, st.LastError, replaced)
 		})
+		if w != nil {
+			for k, v := range w.stop() {
+				acked[k] = v
+			}
+		}
 		st, _ := c.StashOf(n, old.Tag)
 		t.Logf("%s (%s): stash %d %s: %s", d.node, d.what, st.Tag, st.Health, st.LastError)
 		healthy(d.node+"'s shards are re-replicated", old.Tag)
