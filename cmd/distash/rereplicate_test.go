@@ -64,6 +64,7 @@ func TestProcessClusterReReplicatesAfterFailures(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs 8 real server processes")
 	}
+	t.Parallel() // its processes wait on their timers (elections, failure_wait, restarts) most of the time: overlaps another such test
 	toml := strings.Replace(bank.ClusterTOML, "[cluster]\n", "[cluster]\nfailure_wait = \"2s\"\nshard_bytes = \"256KiB\"\n", 1)
 	c := newProcClusterOf(t, toml)
 	defer c.stopAll()
