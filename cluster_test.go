@@ -359,8 +359,11 @@ func TestClusterSwitchOnDeadProxy(t *testing.T) {
 	s1.srv.Stop()
 	k1.srv.Stop()
 	fc.setView(2, "", map[uint32]string{1: "a", 2: "b"}) // recovering
+	asked := k2.views.Load()
 	go func() {
-		time.Sleep(150 * time.Millisecond)
+		// The client asked the live coordinator twice, so it was told
+		// the cluster is recovering; then the new stateless node comes.
+		wait.Until(5*time.Second, func() bool { return k2.views.Load() >= asked+2 })
 		fc.setView(3, "s2", map[uint32]string{1: "a", 2: "b"})
 	}()
 	start := time.Now()
@@ -515,9 +518,12 @@ func TestClusterOpenWaitsForRoles(t *testing.T) {
 	fc.node("b", false)
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		time.Sleep(100 * time.Millisecond)
+		// Open is told there is no controller, then that there is no
+		// stateless node, and asks again each time.
+		wait.Until(5*time.Second, func() bool { return k.views.Load() >= 1 })
 		fc.setView(1, "", map[uint32]string{1: "a", 2: "b"})
-		time.Sleep(100 * time.Millisecond)
+		asked := k.views.Load()
+		wait.Until(5*time.Second, func() bool { return k.views.Load() >= asked+1 })
 		fc.setView(1, "s", map[uint32]string{1: "a", 2: "b"})
 	})
 	db := openFake(t, ctx, k.addr)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/distash/distash"
+	"github.com/distash/distash/internal/testutil/wait"
 )
 
 // TestClusterLeavesSilentNodes: nodes that stop answering with their
@@ -40,8 +41,11 @@ func TestClusterLeavesSilentNodes(t *testing.T) {
 
 	s1.silent.Store(true)
 	k1.silent.Store(true)
+	asked := k2.views.Load()
 	go func() {
-		time.Sleep(300 * time.Millisecond) // the log elects, the new node claims
+		// The new node claims the roles once the client looks for them
+		// (it asked the live coordinator for the view).
+		wait.Until(5*time.Second, func() bool { return k2.views.Load() > asked })
 		fc.setView(2, "s2", map[uint32]string{1: "a", 2: "b"})
 	}()
 	start := time.Now()

@@ -281,17 +281,13 @@ engine = "pebble"
 	cache, _ := c.DB.Pool("cache")
 	// Wait until the writes left the MVCC window for the engine.
 	var keys [][]byte
-	deadline := time.Now().Add(10 * time.Second)
-	for len(keys) < 10 && time.Now().Before(deadline) {
-		time.Sleep(100 * time.Millisecond)
+	wait.Until(10*time.Second, func() bool {
 		var err error
 		if keys, err = c.DB.ColdestKeys(ctx, cache, 3); err != nil {
 			t.Fatal(err)
 		}
-		if len(keys) == 3 {
-			break
-		}
-	}
+		return len(keys) == 3
+	})
 	if len(keys) != 3 || string(keys[0]) != "c/k0" {
 		t.Fatalf("coldest = %q", keys)
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/distash/distash"
 	"github.com/distash/distash/config"
 	"github.com/distash/distash/internal/kv"
+	"github.com/distash/distash/internal/testutil/wait"
 	"github.com/distash/distash/internal/tlsconf/tlstest"
 	"github.com/distash/distash/internal/wire"
 	"github.com/distash/distash/server"
@@ -456,16 +457,9 @@ read = ["logs"]
 // waitFor retries f until it succeeds or within passes.
 func waitFor(t *testing.T, within time.Duration, f func() error) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %v: %v", within, err)
-		}
-		time.Sleep(20 * time.Millisecond)
+	var err error
+	if !wait.Until(within, func() bool { err = f(); return err == nil }) {
+		t.Fatalf("not within %v: %v", within, err)
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/distash/distash"
 	"github.com/distash/distash/config"
 	"github.com/distash/distash/internal/testutil/bank"
+	"github.com/distash/distash/internal/testutil/wait"
 	"github.com/distash/distash/internal/wire"
 	"github.com/distash/distash/server"
 )
@@ -119,6 +120,7 @@ func TestStashDevice(t *testing.T) {
 // over simnet) the data pool's stash nodes emulate their devices too, and
 // each reports its own.
 func TestRemoteStashDevice(t *testing.T) {
+	t.Parallel() // waits on the cluster's timers most of the time: overlaps another such test
 	c := newSimCluster(t, "")
 	c.TOML = strings.Replace(bank.ClusterTOML, `capacity = "unlimited"`, `capacity = "unlimited"`+deviceTOML, 1)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
@@ -145,12 +147,13 @@ func TestRemoteStashDevice(t *testing.T) {
 		defer conn.Close()
 		// The writes reach each data stash's engine (and device) within
 		// a flush interval or so.
-		for {
+		var d *wire.DeviceStatus
+		wait.Within(t, 30*time.Second, n.Name+": a device with writes and syncs in the status", func() bool {
 			st, err := wire.NewDiStashClient(conn).Status(ctx, &wire.StatusRequest{})
 			if err != nil {
 				t.Fatalf("%s: %v", n.Name, err)
 			}
-			var d *wire.DeviceStatus
+			d = nil
 			for _, s := range st.Stashes {
 				if s.Pool == n.Pool {
 					d = s.Device
@@ -160,19 +163,13 @@ func TestRemoteStashDevice(t *testing.T) {
 				if d != nil {
 					t.Errorf("%s: a DRAM stash shows a device: %v", n.Name, d)
 				}
-				break
+				return true
 			}
 			if d == nil {
 				t.Fatalf("%s: no device in the status", n.Name)
 			}
-			if d.Profile == "ssd" && d.Writes > 0 && d.Syncs > 0 && d.WrittenBytes > 0 {
-				t.Logf("%s: %v", n.Name, d)
-				break
-			}
-			if ctx.Err() != nil {
-				t.Fatalf("%s: device status %v", n.Name, d)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+			return d.Profile == "ssd" && d.Writes > 0 && d.Syncs > 0 && d.WrittenBytes > 0
+		})
+		t.Logf("%s: %v", n.Name, d)
 	}
 }

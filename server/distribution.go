@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync/atomic"
 	"time"
 
 	"github.com/distash/distash/internal/dd"
@@ -28,17 +27,17 @@ type distEnv struct {
 	interval time.Duration // the distributor's round
 }
 
-// ddRound is the data distributor's round in nanoseconds; tests shorten it
-// (atomic: a test restores it while the roles of a cluster it stopped may
-// still be winding down).
-var ddRound atomic.Int64
-
-func init() { ddRound.Store(int64(250 * time.Millisecond)) }
-
-func ddInterval() time.Duration { return time.Duration(ddRound.Load()) }
+// ddInterval is the data distributor's round: 250ms unless a test shortens
+// it (Tuning.DistributionInterval).
+func (s *Server) ddInterval() time.Duration {
+	if d := s.opts.Tuning.DistributionInterval; d > 0 {
+		return d
+	}
+	return 250 * time.Millisecond
+}
 
 func (s *Server) newDistributor(r *txRoles) (*dd.Distributor, *distEnv) {
-	env := &distEnv{s: s, r: r, interval: ddInterval()}
+	env := &distEnv{s: s, r: r, interval: s.ddInterval()}
 	d := dd.New(dd.Options{
 		Env: env, Pools: env.pools, FailureWait: env.failureWait,
 		ShardBytes: int64(s.cfg.Cluster.ShardBytes), Interval: env.interval, Logger: s.roleLogger(logRoleDistributor),

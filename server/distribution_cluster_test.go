@@ -27,6 +27,13 @@ func newLayoutCluster(t *testing.T, toml string, nodes ...string) *clustertest.S
 	return clustertest.NewSim(t, toml, clustertest.Specs(nodes...)...)
 }
 
+// newTunedCluster is newLayoutCluster with the nodes' test settings.
+func newTunedCluster(t *testing.T, tuning server.Tuning, toml string, nodes ...string) *clustertest.Sim {
+	c := newLayoutCluster(t, toml, nodes...)
+	c.Tuning = tuning
+	return c
+}
+
 // withinShare reports whether every stash holds within frac of the mean.
 func withinShare(bytes map[string]int64, frac float64) (bool, string) {
 	var total int64
@@ -59,8 +66,8 @@ func TestStashJoinsThenIsExcludedAndIncluded(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts an in-process cluster")
 	}
-	defer server.SetDistributionInterval(50 * time.Millisecond)()
-	c := newLayoutCluster(t, growTOML, "tx1 transaction", "data1 stash data", "data2 stash data", "data3 stash data", "data4 stash data")
+	t.Parallel() // waits on the cluster's timers most of the time: overlaps another such test
+	c := newTunedCluster(t, server.Tuning{DistributionInterval: 50 * time.Millisecond}, growTOML, "tx1 transaction", "data1 stash data", "data2 stash data", "data3 stash data", "data4 stash data")
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	c.StartAll(ctx)
@@ -212,8 +219,8 @@ func TestDramStashRestartRejoinsEmpty(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts an in-process cluster")
 	}
-	defer server.SetDistributionInterval(50 * time.Millisecond)()
-	c := newLayoutCluster(t, dramTOML, "tx1 transaction", "cache1 stash cache", "cache2 stash cache", "cache3 stash cache")
+	t.Parallel() // waits on the cluster's timers most of the time: overlaps another such test
+	c := newTunedCluster(t, server.Tuning{DistributionInterval: 50 * time.Millisecond}, dramTOML, "tx1 transaction", "cache1 stash cache", "cache2 stash cache", "cache3 stash cache")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	c.StartAll(ctx)
@@ -347,12 +354,11 @@ func TestEmptyDurableStashOfTrimmedTagJoinsAsNew(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts an in-process cluster")
 	}
-	defer server.SetDistributionInterval(50 * time.Millisecond)()
-	// HoldBytes is 512 KiB. A durable stash pops what leaves its MVCC
-	// window (2 s): the writes below hold about half of it for the live
-	// stashes, so only the missing one is force-popped.
-	defer server.SetLogMemoryBytes(128 << 10)()
-	c := newLayoutCluster(t, durableTOML, "tx1 transaction", "data1 stash data", "data2 stash data", "data3 stash data")
+	t.Parallel() // waits on the cluster's timers most of the time: overlaps another such test
+	// HoldBytes is 512 KiB (LogMemoryBytes). A durable stash pops what
+	// leaves its MVCC window (2 s): the writes below hold about half of it
+	// for the live stashes, so only the missing one is force-popped.
+	c := newTunedCluster(t, server.Tuning{DistributionInterval: 50 * time.Millisecond, LogMemoryBytes: 128 << 10}, durableTOML, "tx1 transaction", "data1 stash data", "data2 stash data", "data3 stash data")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	errs := make(chan error, 3)
@@ -470,10 +476,11 @@ func TestRemoteDurableStashesFlushWhenTheLogIsOverBudget(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts an in-process cluster")
 	}
-	// HoldBytes is 512 KiB; the test writes about 2 MiB within the window.
-	defer server.SetLogMemoryBytes(128 << 10)()
+	t.Parallel() // waits on the cluster's timers most of the time: overlaps another such test
+	// HoldBytes is 512 KiB (LogMemoryBytes); the test writes about 2 MiB
+	// within the window.
 	toml := strings.Replace(durableTOML, `mvcc_window = "2s"`, `mvcc_window = "60s"`, 1)
-	c := newLayoutCluster(t, toml, "tx1 transaction", "data1 stash data", "data2 stash data", "data3 stash data")
+	c := newTunedCluster(t, server.Tuning{LogMemoryBytes: 128 << 10}, toml, "tx1 transaction", "data1 stash data", "data2 stash data", "data3 stash data")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	c.StartAll(ctx)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/distash/distash"
 	"github.com/distash/distash/config"
+	"github.com/distash/distash/internal/clustertest"
 	"github.com/distash/distash/server"
 )
 
@@ -47,22 +48,17 @@ func poolShares(srv *server.Server, pool string) (shares map[uint32]float64, tot
 // waitSpread waits until no stash of pool holds more than 35% of its bytes.
 func waitSpread(t *testing.T, srv *server.Server, pool string, timeout time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
+	var state string
+	clustertest.WaitUntil(t, timeout, "no stash over 35% of the pool's bytes", func() (bool, string) {
 		shares, total := poolShares(srv, pool)
 		worst := 0.0
 		for _, s := range shares {
 			worst = max(worst, s)
 		}
-		if worst <= 0.35 && total > 0 {
-			t.Logf("spread: shares %v of %d bytes", shares, total)
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not spread after %v: shares %v of %d bytes", timeout, shares, total)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		state = fmt.Sprintf("shares %v of %d bytes", shares, total)
+		return worst <= 0.35 && total > 0, state
+	})
+	t.Logf("spread: %s", state)
 }
 
 // TestSkewedKeysSpreadOverThePool writes 2,000 keys that the first shard
@@ -71,13 +67,14 @@ func waitSpread(t *testing.T, srv *server.Server, pool string, timeout time.Dura
 // pieces until no stash holds more than 35% of the pool's bytes, while
 // readers check that every key written reads back with its value.
 func TestSkewedKeysSpreadOverThePool(t *testing.T) {
-	defer server.SetDistributionInterval(20 * time.Millisecond)()
+	t.Parallel() // its server's settings are its own (Tuning)
+	tuning := server.Tuning{DistributionInterval: 20 * time.Millisecond}
 	cfg, err := config.Parse([]byte(skewedTOML))
 	if err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	srv, db := start(t, dir, cfg)
+	srv, db := startTuned(t, dir, cfg, tuning)
 	defer func() { srv.Stop() }()
 	defer func() { db.Close() }()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -175,7 +172,7 @@ func TestSkewedKeysSpreadOverThePool(t *testing.T) {
 	// record of the moves), not the first shard map's ranges.
 	db.Close()
 	srv.Stop()
-	srv, db = start(t, dir, cfg)
+	srv, db = startTuned(t, dir, cfg, tuning)
 	readAll("after a restart")
 	shares, _ := poolShares(srv, "data")
 	t.Logf("after the restart: shares %v", shares)
@@ -187,7 +184,8 @@ func TestSkewedKeysSpreadOverThePool(t *testing.T) {
 // After the data distributor runs, no stash holds more than 35% of the
 // pool's bytes.
 func TestOtherSkewedKeySetsSpread(t *testing.T) {
-	defer server.SetDistributionInterval(20 * time.Millisecond)()
+	t.Parallel() // its server's settings are its own (Tuning)
+	tuning := server.Tuning{DistributionInterval: 20 * time.Millisecond}
 	sets := map[string]func(i int) (key, value string){
 		"sequential": func(i int) (string, string) {
 			return fmt.Sprintf("d/tenant-0042/orders/%08d", i), fmt.Sprintf("%0100d", i)
@@ -206,7 +204,7 @@ func TestOtherSkewedKeySetsSpread(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			srv, db := start(t, t.TempDir(), cfg)
+			srv, db := startTuned(t, t.TempDir(), cfg, tuning)
 			defer srv.Stop()
 			defer db.Close()
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

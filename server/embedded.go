@@ -172,7 +172,7 @@ func (e *embedded) start(ctx context.Context) error {
 		Clock:       s.opts.Clock,
 		Replicas:    s.cfg.Log.Replicas,
 		Tags:        tags,
-		MemoryBytes: logMemoryBytes.Load(),
+		MemoryBytes: s.opts.Tuning.LogMemoryBytes,
 		Logger:      s.roleLogger(logRoleLog),
 	})
 	if err != nil {

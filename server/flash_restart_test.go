@@ -9,6 +9,7 @@ import (
 
 	"github.com/distash/distash"
 	"github.com/distash/distash/config"
+	"github.com/distash/distash/internal/testutil/wait"
 	"github.com/distash/distash/server"
 )
 
@@ -102,20 +103,12 @@ func waitDurable(t *testing.T, srv *server.Server) {
 	for _, st := range srv.Stashes() {
 		target = max(target, st.AppliedVersion)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		done := true
+	wait.Within(t, 20*time.Second, fmt.Sprintf("every stash durable at version %d", target), func() bool {
 		for _, st := range srv.Stashes() {
 			if st.DurableVersion < target {
-				done = false
+				return false
 			}
 		}
-		if done {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("stashes not durable at version %d: %+v", target, srv.Stashes())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return true
+	})
 }

@@ -50,13 +50,19 @@ capacity = "64MiB"
 // a test of this package, logging nothing, stopped when the test ends.
 func startQuiet(tb testing.TB, toml string) *Server {
 	tb.Helper()
+	return startQuietTuned(tb, toml, Tuning{})
+}
+
+// startQuietTuned is startQuiet with the server's test settings.
+func startQuietTuned(tb testing.TB, toml string, tuning Tuning) *Server {
+	tb.Helper()
 	cfg, err := config.Parse([]byte(toml))
 	if err != nil {
 		tb.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	srv, err := Start(ctx, Options{Dir: tb.TempDir(), Config: cfg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), FlushInterval: 20 * time.Millisecond})
+	srv, err := Start(ctx, Options{Dir: tb.TempDir(), Config: cfg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), FlushInterval: 20 * time.Millisecond, Tuning: tuning})
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -369,32 +369,29 @@ func TestClusterNodeMetricsAndLogs(t *testing.T) {
 	stashNode, txNode := c.Node("cache1").Server(), c.Node("tx1").Server()
 	// The stash node's figures: its stash, with the workload's reads and
 	// hits; its lag once it reported to the log's node.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		fams := scrape(t, stashNode.HTTPAddr())
-		ok := sum(fams, "distash_stash_version_lag_seconds", "pool", "cache") >= 0
-		if ok || time.Now().After(deadline) {
-			if !ok {
-				t.Error("the stash node has no distash_stash_version_lag_seconds")
-			}
-			if got := sum(fams, "distash_stash_reads_total", "pool", "cache", "medium", "dram", "mode", "ephemeral"); got < 2*n {
-				t.Errorf("stash node: distash_stash_reads_total = %v, want >= %d", got, 2*n)
-			}
-			if got := sum(fams, "distash_stash_hits_total", "pool", "cache"); got < n {
-				t.Errorf("stash node: distash_stash_hits_total = %v, want >= %d", got, n)
-			}
-			if got := sum(fams, "distash_stash_read_latency_seconds", "pool", "cache"); got < 1 {
-				t.Errorf("stash node: read latency histogram count %v", got)
-			}
-			if got := sum(fams, "distash_node_role", "role", "stash"); got != 1 {
-				t.Errorf("stash node: distash_node_role{role=stash} = %v", got)
-			}
-			if got := sum(fams, "distash_commits_total"); got != -1 {
-				t.Errorf("stash node reports commits (%v): it holds no proxy", got)
-			}
-			break
+	{
+		var fams map[string]*dto.MetricFamily
+		if !wait.Until(10*time.Second, func() bool {
+			fams = scrape(t, stashNode.HTTPAddr())
+			return sum(fams, "distash_stash_version_lag_seconds", "pool", "cache") >= 0
+		}) {
+			t.Error("the stash node has no distash_stash_version_lag_seconds")
 		}
-		time.Sleep(100 * time.Millisecond)
+		if got := sum(fams, "distash_stash_reads_total", "pool", "cache", "medium", "dram", "mode", "ephemeral"); got < 2*n {
+			t.Errorf("stash node: distash_stash_reads_total = %v, want >= %d", got, 2*n)
+		}
+		if got := sum(fams, "distash_stash_hits_total", "pool", "cache"); got < n {
+			t.Errorf("stash node: distash_stash_hits_total = %v, want >= %d", got, n)
+		}
+		if got := sum(fams, "distash_stash_read_latency_seconds", "pool", "cache"); got < 1 {
+			t.Errorf("stash node: read latency histogram count %v", got)
+		}
+		if got := sum(fams, "distash_node_role", "role", "stash"); got != 1 {
+			t.Errorf("stash node: distash_node_role{role=stash} = %v", got)
+		}
+		if got := sum(fams, "distash_commits_total"); got != -1 {
+			t.Errorf("stash node reports commits (%v): it holds no proxy", got)
+		}
 	}
 	// The log's tag set comes from the roles' node once the stashes
 	// joined (keepLogTags): until then it holds for no tag.

@@ -392,19 +392,13 @@ func TestEmbeddedLocalLogStashRestartsWithData(t *testing.T) {
 	for i := range 50 {
 		set(i, "b") // flushed a second later: the local log's write fails
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		st := srv.Stashes()[0]
-		if st.Restarts > 0 && st.Health == server.HealthHealthy {
-			if st.LocalLog == nil || st.LocalLog.RecoveredKeys != 200 {
-				t.Fatalf("restarted stash's local log %+v: want the 200 keys reloaded", st.LocalLog)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("stash not restarted: %+v", st)
-		}
-		time.Sleep(20 * time.Millisecond)
+	var st server.StashStats
+	wait.Within(t, 20*time.Second, "the stash restarted and healthy", func() bool {
+		st = srv.Stashes()[0]
+		return st.Restarts > 0 && st.Health == server.HealthHealthy
+	})
+	if st.LocalLog == nil || st.LocalLog.RecoveredKeys != 200 {
+		t.Fatalf("restarted stash's local log %+v: want the 200 keys reloaded", st.LocalLog)
 	}
 	for i := range 200 {
 		want := "a"

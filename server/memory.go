@@ -1,8 +1,6 @@
 package server
 
 import (
-	"sync/atomic"
-
 	"github.com/distash/distash/config"
 	pebbleengine "github.com/distash/distash/internal/engine/pebble"
 	"github.com/distash/distash/internal/proxy"
@@ -14,19 +12,21 @@ import (
 // stash of pool p: the stash default, or for an ephemeral pool with a
 // capacity half of it (a small cache keeps a small window too) and at least
 // 256 KiB.
-// windowBytes, if > 0, is every stash's MVCC window budget: tests shrink
-// it to make a stash that cannot flush fall behind soon.
-var windowBytes atomic.Int64
-
 func windowBudget(p config.Pool) int64 {
-	if n := windowBytes.Load(); n > 0 {
-		return n // tests
-	}
 	b := int64(stash.DefaultWindowBytes)
 	if p.Ephemeral() && p.Capacity > 0 {
 		b = max(min(int64(p.Capacity)/2, b), 256<<10)
 	}
 	return b
+}
+
+// windowBudget is the window budget of this server's stashes of pool p:
+// Tuning.WindowBytes if a test set it, else the pool's.
+func (s *Server) windowBudget(p config.Pool) int64 {
+	if n := s.opts.Tuning.WindowBytes; n > 0 {
+		return n
+	}
+	return windowBudget(p)
 }
 
 // otherMemory is what MemoryBudget allows for everything it does not count

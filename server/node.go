@@ -98,6 +98,8 @@ type NodeOptions struct {
 	// Interceptor, if set, wraps every gRPC call the node serves, the
 	// coordinator's included (Options.Interceptor: tests inject faults).
 	Interceptor grpc.UnaryServerInterceptor
+	// Tuning: as Options.Tuning (tests only).
+	Tuning Tuning
 }
 
 // node is the clusterLink of one node of a multi-process cluster: its id
@@ -196,7 +198,8 @@ func startNode(ctx context.Context, opts NodeOptions) (*Server, error) {
 	n := &node{id: id, opts: opts, conns: map[string]*grpc.ClientConn{}}
 	logger := serverLogger(opts.Logger, id, n.generation.Load).With("class", opts.Class)
 	s := newServer(Options{Dir: opts.Dir, Config: opts.Config, ListenAddr: opts.Listen, Logger: logger, FlushInterval: opts.FlushInterval,
-		HTTPAddr: opts.HTTPAddr, Pprof: opts.Pprof, FS: opts.FS, Clock: opts.Clock, Protocol: opts.Protocol, Interceptor: opts.Interceptor})
+		HTTPAddr: opts.HTTPAddr, Pprof: opts.Pprof, FS: opts.FS, Clock: opts.Clock, Protocol: opts.Protocol, Interceptor: opts.Interceptor,
+		Tuning: opts.Tuning})
 	s.dirLock = dirLock
 	s.legacyDir.Store(legacy)
 	s.serverTLS = opts.ServerTLS

@@ -19,6 +19,7 @@ func TestNodeRefusals(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts an in-process cluster")
 	}
+	t.Parallel() // waits on the cluster's timers most of the time: overlaps another such test
 	c := newSimCluster(t, "")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

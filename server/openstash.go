@@ -51,8 +51,8 @@ func (s *Server) openStash(ctx context.Context, sp stashSpec, dir string, src st
 	if err != nil {
 		return nil, fmt.Errorf("server: open stash %s-%d: %w", sp.pool.Name, sp.index, err)
 	}
-	if wrapEngine != nil {
-		eng = wrapEngine(sp.pool.Name, sp.index, eng)
+	if wrap := s.opts.Tuning.WrapEngine; wrap != nil {
+		eng = wrap(sp.pool.Name, sp.index, eng)
 	}
 	volatile, why := sp.pool.Volatile(), ""
 	if sp.pool.LocalLog {
@@ -72,7 +72,7 @@ func (s *Server) openStash(ctx context.Context, sp stashSpec, dir string, src st
 		Volatile: volatile, StartVersion: start, LocalLog: sp.pool.LocalLog,
 		Ephemeral: sp.pool.Ephemeral(), TrackBytes: !sp.pool.Ephemeral(), CapacityBytes: int64(sp.pool.Capacity),
 		TrackRecency:   sp.pool.Recency,
-		WindowVersions: s.windowVersions(), WindowBytes: windowBudget(sp.pool), FlushInterval: s.opts.FlushInterval, Logger: s.roleLogger(logRoleStash),
+		WindowVersions: s.windowVersions(), WindowBytes: s.windowBudget(sp.pool), FlushInterval: s.opts.FlushInterval, Logger: s.roleLogger(logRoleStash),
 		ReportUsage: src.reportUsage,
 		Dir:         dir, FS: stashFS, AdoptOwnership: src.adoptOwnership(), Fetcher: fetcher{s}, SampleUnit: sampleUnit(s.cfg),
 	}), nil

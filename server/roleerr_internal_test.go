@@ -20,6 +20,7 @@ import (
 	"github.com/distash/distash/internal/resolver"
 	"github.com/distash/distash/internal/sequencer"
 	"github.com/distash/distash/internal/shardmap"
+	"github.com/distash/distash/internal/testutil/wait"
 	"github.com/distash/distash/internal/txlog"
 )
 
@@ -103,14 +104,14 @@ func TestDeposedProxyEndsInFlightWorkRetryable(t *testing.T) {
 	}
 	var l *txlog.Log
 	var leader int
-	for l == nil && ctx.Err() == nil {
+	wait.For(t, "a log leader", func() bool {
 		for i, lg := range logs {
 			if lg.IsLeader() {
 				l, leader = lg, i
 			}
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return l != nil
+	})
 	recovered, err := l.BeginGeneration(ctx, 1)
 	if err != nil {
 		t.Fatal(err)
@@ -144,10 +145,22 @@ func TestDeposedProxyEndsInFlightWorkRetryable(t *testing.T) {
 
 	var mu sync.Mutex
 	results := map[kv.Code]int{}
+	answered := 0
 	note := func(err error) {
 		mu.Lock()
 		results[kv.CodeOf(err)]++
+		answered++
 		mu.Unlock()
+	}
+	answers := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return answered
+	}
+	ok := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return results[kv.CodeOK]
 	}
 	stop := make(chan struct{})
 	var load sync.WaitGroup
@@ -168,7 +181,8 @@ func TestDeposedProxyEndsInFlightWorkRetryable(t *testing.T) {
 			}
 		})
 	}
-	time.Sleep(100 * time.Millisecond)
+	// The load runs against the leader before the cut.
+	wait.For(t, "16 requests served before the cut", func() bool { return ok() >= 16 })
 	trans[leader].DisconnectAll()
 	for i, tr := range trans {
 		if i != leader {
@@ -176,14 +190,11 @@ func TestDeposedProxyEndsInFlightWorkRetryable(t *testing.T) {
 		}
 	}
 	// The old leader steps down once its lease runs out without a quorum.
-	deadline := time.Now().Add(10 * time.Second)
-	for l.IsLeader() && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if l.IsLeader() {
-		t.Fatal("the cut-off leader still leads after 10 s")
-	}
-	time.Sleep(200 * time.Millisecond)
+	wait.Within(t, 10*time.Second, "the cut-off leader steps down", func() bool { return !l.IsLeader() })
+	// ... and the load goes on against the deposed proxy: its requests
+	// end (with retryable errors), they do not wait.
+	deposed := answers()
+	wait.Within(t, 20*time.Second, "8 requests answered after the step-down", func() bool { return answers() >= deposed+8 })
 	close(stop)
 	done := make(chan struct{})
 	go func() { load.Wait(); close(done) }()

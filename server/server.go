@@ -103,6 +103,30 @@ type Options struct {
 	// accepts on every connection (internal/protover); the zero value is
 	// this binary's. Tests only: a node acting as another release.
 	Protocol protover.Speaker
+	// Tuning holds settings that only tests change (the zero value: the
+	// defaults), per server so that tests which change them can run in
+	// parallel.
+	Tuning Tuning
+}
+
+// Tuning is what tests shrink or inject in one server; nothing outside
+// tests sets it (no flag or TOML key maps to it).
+type Tuning struct {
+	// WindowBytes, if > 0, is every stash's MVCC window budget in place
+	// of the pool's (a stash that cannot flush then falls behind soon).
+	WindowBytes int64
+	// DistributionInterval, if > 0, is the data distributor's round (and
+	// how often a transaction node refreshes the log's tag set) in place
+	// of 250ms.
+	DistributionInterval time.Duration
+	// LogMemoryBytes, if > 0, is txlog.Options.MemoryBytes of the log
+	// replica (its HoldBytes follow from it): a small one makes the log
+	// force-pop a tag that does not pop.
+	LogMemoryBytes int64
+	// WrapEngine, if set, wraps every stash engine opened (pool, and the
+	// stash's index in its pool: its slot on a stash node), to inject
+	// faults.
+	WrapEngine func(pool string, index int, e engine.Engine) engine.Engine
 }
 
 // Server is a running process of a DiStash cluster: an embedded cluster
@@ -242,11 +266,6 @@ func (s *Server) stashSpecs() []stashSpec {
 	return specs
 }
 
-// logMemoryBytes is txlog.Options.MemoryBytes of the logs this package
-// opens (0: the log's default); tests shrink it to make the log force-pop
-// a tag that does not pop (its HoldBytes follow from it).
-var logMemoryBytes atomic.Int64
-
 // engineTuning returns the engine-specific settings of pool p's stashes
 // (engine.Options.Tuning), nil for the engine's defaults.
 func engineTuning(p config.Pool) any {
@@ -288,10 +307,6 @@ func engineTuning(p config.Pool) any {
 	}
 	return c
 }
-
-// wrapEngine, if set (by tests of this package), wraps every stash engine
-// opened, to inject failures.
-var wrapEngine func(pool string, index int, e engine.Engine) engine.Engine
 
 // sampleUnit is the stashes' byte sample unit: fine enough that a shard
 // at the split size holds a few hundred samples.

@@ -52,9 +52,16 @@ replication = 2
 
 func start(t *testing.T, dir string, cfg *config.Config) (*server.Server, *distash.DB) {
 	t.Helper()
+	return startTuned(t, dir, cfg, server.Tuning{})
+}
+
+// startTuned is start with the server's test settings.
+func startTuned(t *testing.T, dir string, cfg *config.Config, tuning server.Tuning) (*server.Server, *distash.DB) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	srv, err := server.Start(ctx, server.Options{Dir: dir, Config: cfg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), FlushInterval: 20 * time.Millisecond})
+	srv, err := server.Start(ctx, server.Options{Dir: dir, Config: cfg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), FlushInterval: 20 * time.Millisecond,
+		Tuning: tuning})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,17 +237,10 @@ write_buffer = "0"
 		}
 	}
 	segDir := filepath.Join(dir, "stash", "data-0")
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	wait.Within(t, 20*time.Second, fmt.Sprintf("several segment files of 1 MiB in %s after writing 4 MiB", segDir), func() bool {
 		segs, _ := filepath.Glob(filepath.Join(segDir, "*.seg"))
-		if len(segs) >= 3 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d segment files in %s after writing 4 MiB; want several of 1 MiB", len(segs), segDir)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return len(segs) >= 3
+	})
 	// Past the MVCC window the reads come from the engine.
 	distashtest.WaitFlushed(t, srv)
 	if err := db.ReadTransact(ctx, func(tx *distash.Tx) error {

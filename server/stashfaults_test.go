@@ -73,11 +73,10 @@ func (w *ackWriter) stop() map[string]string {
 	return w.acked
 }
 
-// rate measures the writer's acknowledged transactions per second over d.
-func (w *ackWriter) rate(d time.Duration) float64 {
-	n0 := w.n.Load()
-	time.Sleep(d)
-	return float64(w.n.Load()-n0) / d.Seconds()
+// rate measures the writer's acknowledged transactions per second, over
+// the time n more take or d if they take longer (wait.Rate).
+func (w *ackWriter) rate(n int64, d time.Duration) float64 {
+	return wait.Rate(w.n.Load, n, d)
 }
 
 // readBack reads every acknowledged write.
@@ -125,8 +124,7 @@ func TestFullDiskOfOneReplicaDoesNotThrottle(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts an in-process cluster")
 	}
-	defer server.SetWindowBytes(1 << 20)()
-	c := newLayoutCluster(t, fullDiskTOML, "tx1 transaction", "data1 stash data", "data2 stash data", "data3 stash data")
+	c := newTunedCluster(t, server.Tuning{WindowBytes: 1 << 20}, fullDiskTOML, "tx1 transaction", "data1 stash data", "data2 stash data", "data3 stash data")
 	data1 := c.Node("data1")
 	disk := faultfs.New(nil) // data1's disk: every file of its node, its engine's included
 	data1.FS = disk
@@ -136,7 +134,7 @@ func TestFullDiskOfOneReplicaDoesNotThrottle(t *testing.T) {
 	db := c.Open(ctx)
 
 	w := startWriter(ctx, db, 8, 1000)
-	base := w.rate(2 * time.Second)
+	base := w.rate(500, 2*time.Second)
 	disk.SetSpace(0)
 	clustertest.WaitUntil(t, 10*time.Second, "data1's stash reports disk_full", func() (bool, string) {
 		st, _ := c.StashOf(data1, 0)
@@ -166,18 +164,31 @@ func TestFullDiskOfOneReplicaDoesNotThrottle(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
+	// The window is a second's worth of transactions at the rate before
+	// (3 s if they take longer: a throttled cluster); the limit is sampled
+	// every 500 ms meanwhile, at least 5 times.
 	var limits []string
-	rateDone := make(chan float64)
-	go func() { rateDone <- w.rate(3 * time.Second) }()
-	for len(limits) < 5 {
-		time.Sleep(500 * time.Millisecond)
+	rateDone := make(chan float64, 1)
+	go func() { rateDone <- w.rate(max(int64(base), 1), 3*time.Second) }()
+	fullRate, measured := 0.0, false
+	sample := time.NewTicker(500 * time.Millisecond)
+	defer sample.Stop()
+	for !measured || len(limits) < 5 {
+		<-sample.C
+		if ctx.Err() != nil {
+			t.Fatalf("the ratekeeper's limit sampled %d times (%v) within the test's deadline", len(limits), limits)
+		}
 		if st, err := wire.NewDiStashClient(conn).Status(ctx, &wire.StatusRequest{}); err == nil && st.RateLimit > 0 {
 			limits = append(limits, fmt.Sprintf("%.0f/s (%s)", st.RateLimit, st.RateLimitReason))
 		} else if err == nil {
 			limits = append(limits, "none")
 		}
+		select {
+		case fullRate = <-rateDone:
+			measured = true
+		default:
+		}
 	}
-	fullRate := <-rateDone
 	lag := lagOf()
 	st, _ := c.StashOf(data1, 0)
 	t.Logf("commits/s: %.0f before, %.0f while data1's disk is full and its stash %.1f s behind (%s: %s); ratekeeper limits: %v",
@@ -236,8 +247,8 @@ func TestDamagedStashIsRebuiltFromItsReplicas(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts an in-process cluster")
 	}
-	defer server.SetDistributionInterval(50 * time.Millisecond)()
-	c := newLayoutCluster(t, damageTOML, "tx1 transaction", "data1 stash data", "data2 stash data", "data3 stash data")
+	t.Parallel() // waits on the cluster's timers most of the time: overlaps another such test
+	c := newTunedCluster(t, server.Tuning{DistributionInterval: 50 * time.Millisecond}, damageTOML, "tx1 transaction", "data1 stash data", "data2 stash data", "data3 stash data")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	c.StartAll(ctx)
@@ -304,13 +315,11 @@ func TestDamagedStashIsRebuiltFromItsReplicas(t *testing.T) {
 		if err := d.do(n); err != nil {
 			t.Fatal(err)
 		}
+		var w *ackWriter
 		if d.running {
-			// Writes make the stash flush into the missing directory.
-			w := startWriter(ctx, db, 2, 500)
-			time.Sleep(500 * time.Millisecond)
-			for k, v := range w.stop() {
-				acked[k] = v
-			}
+			// Writes make the stash flush into the missing directory,
+			// until it finds it missing.
+			w = startWriter(ctx, db, 2, 500)
 		} else if err := c.Start(ctx, n); err != nil {
 			t.Fatalf("%s: restart after its %s: %v", d.node, d.what, err)
 		}
@@ -325,6 +334,11 @@ func TestDamagedStashIsRebuiltFromItsReplicas(t *testing.T) {
 			return st.Health == server.HealthDamaged && strings.Contains(st.LastError, d.wantErr) && replaced,
 				fmt.Sprintf("stash %d: %s (%s); replaced: %v", st.Tag, st.Health, st.LastError, replaced)
 		})
+		if w != nil {
+			for k, v := range w.stop() {
+				acked[k] = v
+			}
+		}
 		st, _ := c.StashOf(n, old.Tag)
 		t.Logf("%s (%s): stash %d %s: %s", d.node, d.what, st.Tag, st.Health, st.LastError)
 		healthy(d.node+"'s shards are re-replicated", old.Tag)

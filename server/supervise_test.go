@@ -12,6 +12,7 @@ import (
 	"github.com/distash/distash"
 	"github.com/distash/distash/internal/engine"
 	"github.com/distash/distash/internal/kv"
+	"github.com/distash/distash/internal/testutil/wait"
 	"github.com/distash/distash/internal/wire"
 )
 
@@ -51,13 +52,13 @@ func (b breakable) Get(key []byte) ([]byte, bool, error) {
 	return b.Engine.Get(key)
 }
 
-// withBrokenFirstEngine makes the first engine opened for data stash 0
-// breakable through the returned flag; failReopen makes every later open
-// of that stash fail.
-func withBrokenFirstEngine(t *testing.T, failReopen bool) *atomic.Bool {
+// withBrokenFirstEngine returns a Tuning.WrapEngine that makes the first
+// engine opened for data stash 0 breakable through the returned flag;
+// failReopen makes every later open of that stash fail.
+func withBrokenFirstEngine(t *testing.T, failReopen bool) (*atomic.Bool, func(string, int, engine.Engine) engine.Engine) {
 	broken := &atomic.Bool{}
 	var opens atomic.Int32
-	wrapEngine = func(pool string, index int, e engine.Engine) engine.Engine {
+	wrap := func(pool string, index int, e engine.Engine) engine.Engine {
 		if pool != "data" || index != 0 {
 			return e
 		}
@@ -73,13 +74,13 @@ func withBrokenFirstEngine(t *testing.T, failReopen bool) *atomic.Bool {
 	}
 	oldDelays := restartDelays
 	restartDelays = []time.Duration{10 * time.Millisecond, 20 * time.Millisecond, 50 * time.Millisecond}
-	t.Cleanup(func() { wrapEngine, restartDelays = nil, oldDelays })
-	return broken
+	t.Cleanup(func() { restartDelays = oldDelays })
+	return broken, wrap
 }
 
-func startSupervised(t *testing.T) (*Server, *distash.DB) {
+func startSupervised(t *testing.T, wrap func(string, int, engine.Engine) engine.Engine) (*Server, *distash.DB) {
 	t.Helper()
-	srv := startQuiet(t, superviseConfig)
+	srv := startQuietTuned(t, superviseConfig, Tuning{WrapEngine: wrap})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	db, err := distash.Open(ctx, srv.ClusterString())
@@ -139,13 +140,14 @@ func readAll(ctx context.Context, db *distash.DB, n int) error {
 	})
 }
 
-// readers runs concurrent reads until stop is closed and reports the first
-// error and how many read transactions took longer than a second.
-func readers(ctx context.Context, db *distash.DB, n int, stop chan struct{}) (wait func() (error, int)) {
+// readers runs concurrent reads until stop is closed; done counts the read
+// transactions so far, and wait reports the first error and how many read
+// transactions took longer than a second.
+func readers(ctx context.Context, db *distash.DB, n int, stop chan struct{}) (done func() int, wait func() (error, int)) {
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var first error
-	slow := 0
+	slow, count := 0, 0
 	for w := 0; w < 4; w++ {
 		wg.Add(1)
 		go func() {
@@ -165,11 +167,17 @@ func readers(ctx context.Context, db *distash.DB, n int, stop chan struct{}) (wa
 				if time.Since(start) > time.Second {
 					slow++
 				}
+				count++
 				mu.Unlock()
 			}
 		}()
 	}
-	return func() (error, int) { wg.Wait(); return first, slow }
+	done = func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return count
+	}
+	return done, func() (error, int) { wg.Wait(); return first, slow }
 }
 
 // TestFailedStashRestartsAndReadsGoElsewhere: the engine of one replica
@@ -178,37 +186,34 @@ func readers(ctx context.Context, db *distash.DB, n int, stop chan struct{}) (wa
 // reopened from its files, catches up from the log and serves every value
 // again, and status counts the restart and keeps the error.
 func TestFailedStashRestartsAndReadsGoElsewhere(t *testing.T) {
-	broken := withBrokenFirstEngine(t, false)
-	srv, db := startSupervised(t)
+	broken, wrap := withBrokenFirstEngine(t, false)
+	srv, db := startSupervised(t, wrap)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	const n = 100
 	writeKeys(ctx, t, db, n)
 	stop := make(chan struct{})
-	wait := readers(ctx, db, n, stop)
+	reads, readersEnd := readers(ctx, db, n, stop)
 	broken.Store(true)
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		st := stashStatus(t, srv)
-		if st.Restarts >= 1 && st.Health == HealthHealthy {
-			if st.LastError == "" {
-				t.Error("status lost the error that stopped the stash")
-			}
-			t.Logf("stash 1: health %s, restarts %d, last error %q", st.Health, st.Restarts, st.LastError)
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("stash not restarted: %+v", st)
-		}
-		time.Sleep(20 * time.Millisecond)
+	var st *wire.StashStatus
+	wait.Within(t, 20*time.Second, "stash 1 restarted and healthy", func() bool {
+		st = stashStatus(t, srv)
+		return st.Restarts >= 1 && st.Health == HealthHealthy
+	})
+	if st.LastError == "" {
+		t.Error("status lost the error that stopped the stash")
 	}
+	t.Logf("stash 1: health %s, restarts %d, last error %q", st.Health, st.Restarts, st.LastError)
 	// Writes keep flowing to both replicas after the restart.
 	if err := db.Transact(ctx, func(tr *distash.Tx) error { tr.Set([]byte("d/after"), []byte("x")); return nil }); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(200 * time.Millisecond)
+	// ... and reads go on: every reader reads the restarted stash's
+	// replica set a few times more.
+	before := reads()
+	wait.For(t, "20 read transactions after the restart", func() bool { return reads() >= before+20 })
 	close(stop)
-	if err, slow := wait(); err != nil || slow > 0 {
+	if err, slow := readersEnd(); err != nil || slow > 0 {
 		t.Fatalf("reads during the failure: error %v, %d read transactions over 1s", err, slow)
 	}
 	// The restarted stash itself serves every value.
@@ -217,28 +222,23 @@ func TestFailedStashRestartsAndReadsGoElsewhere(t *testing.T) {
 	for i := range keys {
 		keys[i] = []byte(fmt.Sprintf("d/%03d", i))
 	}
-	deadline = time.Now().Add(10 * time.Second)
-	for {
+	var resp *wire.ReadResponse
+	if !wait.Until(10*time.Second, func() bool {
 		rv, err := srv.tx.Load().grv.GetReadVersion(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		resp, err := v.Read(ctx, &wire.ReadRequest{Stash: 1, Version: int64(rv), Keys: keys})
-		if err != nil {
+		if resp, err = v.Read(ctx, &wire.ReadRequest{Stash: 1, Version: int64(rv), Keys: keys}); err != nil {
 			t.Fatal(err)
 		}
-		if resp.Error == nil {
-			for i, val := range resp.Values {
-				if string(val.Value) != fmt.Sprint(i) {
-					t.Fatalf("restarted stash: d/%03d = %q", i, val.Value)
-				}
-			}
-			break
+		return resp.Error == nil
+	}) {
+		t.Fatalf("restarted stash does not serve: %v", resp.Error)
+	}
+	for i, val := range resp.Values {
+		if string(val.Value) != fmt.Sprint(i) {
+			t.Fatalf("restarted stash: d/%03d = %q", i, val.Value)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("restarted stash does not serve: %v", resp.Error)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 
@@ -246,24 +246,23 @@ func TestFailedStashRestartsAndReadsGoElsewhere(t *testing.T) {
 // after every reopen ends up failed; its reads fail at once with
 // stash_unavailable, and clients are served by the other replica.
 func TestStashThatKeepsFailingIsMarkedFailed(t *testing.T) {
-	broken := withBrokenFirstEngine(t, true)
-	srv, db := startSupervised(t)
+	broken, wrap := withBrokenFirstEngine(t, true)
+	srv, db := startSupervised(t, wrap)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	const n = 20
 	writeKeys(ctx, t, db, n)
 	broken.Store(true)
 	// Keep versions moving so the reopened stashes flush, and fail, too.
-	deadline := time.Now().Add(30 * time.Second)
-	for stashStatus(t, srv).Health != HealthFailed {
-		if time.Now().After(deadline) {
-			t.Fatalf("stash never marked failed: %+v", stashStatus(t, srv))
+	wait.Every(t, 50*time.Millisecond, 30*time.Second, "stash 1 marked failed", func() bool {
+		if stashStatus(t, srv).Health == HealthFailed {
+			return true
 		}
 		if err := db.Transact(ctx, func(tr *distash.Tx) error { tr.Set([]byte("d/tick"), []byte("x")); return nil }); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return false
+	})
 	st := stashStatus(t, srv)
 	t.Logf("stash 1: health %s, restarts %d, last error %q", st.Health, st.Restarts, st.LastError)
 	rv, err := srv.tx.Load().grv.GetReadVersion(ctx)

@@ -47,7 +47,7 @@ func (tn *transactionNode) run(ctx context.Context) {
 	// replicated in the log (or, on a new cluster, none: nothing is
 	// dropped) holds.
 	l, err := txlog.Open(txlog.Options{
-		Dir: filepath.Join(s.opts.Dir, "log"), FS: s.opts.FS, Clock: s.opts.Clock, Logger: s.roleLogger(logRoleLog), MemoryBytes: logMemoryBytes.Load(),
+		Dir: filepath.Join(s.opts.Dir, "log"), FS: s.opts.FS, Clock: s.opts.Clock, Logger: s.roleLogger(logRoleLog), MemoryBytes: s.opts.Tuning.LogMemoryBytes,
 		Network: &txlog.NetworkOptions{LocalID: tn.logID, Peers: peers, Transport: trans, Join: join},
 	})
 	if err != nil {
@@ -216,7 +216,7 @@ func (tn *transactionNode) rebuildSystemStash(ctx context.Context, eng engine.En
 // fixed).
 func (tn *transactionNode) keepLogTags(ctx context.Context, r *txRoles) {
 	s := tn.s
-	t := time.NewTicker(ddInterval())
+	t := time.NewTicker(s.ddInterval())
 	defer t.Stop()
 	var last []kv.Tag
 	for {

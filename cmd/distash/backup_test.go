@@ -154,6 +154,7 @@ func TestProcessClusterBackupThroughKillsAndMoves(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs 7 real server processes")
 	}
+	t.Parallel() // its processes wait on their timers (elections, failure_wait, restarts) most of the time: overlaps another such test
 	c := newProcs(t, clustertest.ProcsOptions{TOML: backupClusterTOML, Verbose: true,
 		Nodes: clustertest.Specs("tx1 transaction", "tx2 transaction", "tx3 transaction",
 			"data1 stash data", "data2 stash data", "data3 stash data", "cache1 stash cache")})

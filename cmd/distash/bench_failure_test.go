@@ -20,6 +20,7 @@ func TestBenchFailureSmall(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs 11 real server processes for about 30 s")
 	}
+	t.Parallel() // its processes wait on their timers (elections, failure_wait, restarts) most of the time: overlaps another such test
 	bin := buildBinary(t)
 	out := t.TempDir()
 	got, err := run(benchCmd(), "failure", "--binary", bin, "--keys", "5000", "--shard-bytes", "64KiB",
@@ -132,6 +133,7 @@ func TestBenchFailureLayoutsSmall(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs three clusters of 4 to 6 real server processes for about 20 s each")
 	}
+	t.Parallel() // its processes wait on their timers (elections, failure_wait, restarts) most of the time: overlaps another such test
 	bin := buildBinary(t)
 	out := t.TempDir()
 	args := append(layoutsTinyArgs(bin, out, filepath.Join(t.TempDir(), "nodes")), "--layouts", "1stash,2stash", "--local-log", "--device-profile", "ssd")

@@ -17,6 +17,7 @@ import (
 	"github.com/distash/distash"
 	"github.com/distash/distash/internal/clusterstatus"
 	"github.com/distash/distash/internal/clustertest"
+	"github.com/distash/distash/internal/testutil/wait"
 	"github.com/distash/distash/internal/wire"
 )
 
@@ -101,21 +102,18 @@ func TestProcessStashDiskFills(t *testing.T) {
 		}
 		return &wire.StashStatus{Health: "not in status"}
 	}
-	wait := func(what string, timeout time.Duration, cond func(*wire.StashStatus) bool) *wire.StashStatus {
+	waitData1 := func(what string, timeout time.Duration, cond func(*wire.StashStatus) bool) *wire.StashStatus {
 		t.Helper()
-		deadline := time.Now().Add(timeout)
-		for {
-			s := data1()
-			if cond(s) {
-				return s
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: not after %v (data1's stash: %s, %s)", what, timeout, s.Health, s.LastError)
-			}
-			time.Sleep(200 * time.Millisecond)
+		var s *wire.StashStatus
+		if _, err := clustertest.Until(ctx, timeout, 200*time.Millisecond, what, func() (bool, string) {
+			s = data1()
+			return cond(s), fmt.Sprintf("data1's stash: %s, %s", s.Health, s.LastError)
+		}); err != nil {
+			t.Fatal(err)
 		}
+		return s
 	}
-	wait("the cluster serves", time.Minute, func(s *wire.StashStatus) bool { return s.Health == "healthy" })
+	waitData1("the cluster serves", time.Minute, func(s *wire.StashStatus) bool { return s.Health == "healthy" })
 
 	// Writers: one key per transaction, every acknowledged one kept.
 	var n atomic.Int64
@@ -139,12 +137,9 @@ func TestProcessStashDiskFills(t *testing.T) {
 			}
 		}()
 	}
-	rate := func(d time.Duration) float64 {
-		n0 := n.Load()
-		time.Sleep(d)
-		return float64(n.Load()-n0) / d.Seconds()
-	}
-	base := rate(2 * time.Second)
+	// Rates over the time a number of commits take (or a longest window,
+	// if they take longer: a throttled cluster).
+	base := wait.Rate(n.Load, 500, 2*time.Second)
 
 	// Fill the file system.
 	filler := filepath.Join(small, "filler")
@@ -162,9 +157,9 @@ func TestProcessStashDiskFills(t *testing.T) {
 		}
 	}
 	f.Close()
-	s := wait("data1's stash reports disk_full", 30*time.Second, func(s *wire.StashStatus) bool { return s.Health == "disk_full" })
+	s := waitData1("data1's stash reports disk_full", 30*time.Second, func(s *wire.StashStatus) bool { return s.Health == "disk_full" })
 	t.Logf("data1's stash: %s: %s", s.Health, s.LastError)
-	fullRate := rate(3 * time.Second)
+	fullRate := wait.Rate(n.Load, max(int64(base), 1), 3*time.Second) // a second's worth at the rate before
 	t.Logf("commits/s: %.0f before, %.0f while data1's disk is full", base, fullRate)
 	if fullRate < base/3 {
 		t.Errorf("one full replica of three throttled the cluster: %.0f commits/s, %.0f before", fullRate, base)
@@ -184,7 +179,7 @@ func TestProcessStashDiskFills(t *testing.T) {
 		t.Fatal(err)
 	}
 	began := time.Now()
-	s = wait("data1's stash is healthy and caught up", 60*time.Second, func(s *wire.StashStatus) bool {
+	s = waitData1("data1's stash is healthy and caught up", 60*time.Second, func(s *wire.StashStatus) bool {
 		return s.Health == "healthy" && s.Version >= rv
 	})
 	t.Logf("healthy and caught up %v after the space was freed (%d restarts); %d writes acknowledged", time.Since(began).Round(time.Millisecond), s.Restarts, len(acked))

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/distash/distash"
+	"github.com/distash/distash/internal/clustertest"
 	"github.com/distash/distash/internal/coordrpc"
 	"github.com/distash/distash/internal/testutil/bank"
 	"github.com/distash/distash/internal/testutil/wait"
@@ -63,6 +64,7 @@ func TestProcessClusterReReplicatesAfterFailures(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs 8 real server processes")
 	}
+	t.Parallel() // its processes wait on their timers (elections, failure_wait, restarts) most of the time: overlaps another such test
 	toml := strings.Replace(bank.ClusterTOML, "[cluster]\n", "[cluster]\nfailure_wait = \"2s\"\nshard_bytes = \"256KiB\"\n", 1)
 	c := newProcClusterOf(t, toml)
 	defer c.stopAll()
@@ -99,39 +101,33 @@ func TestProcessClusterReReplicatesAfterFailures(t *testing.T) {
 
 	settled := func(what string) time.Duration {
 		t.Helper()
-		began := time.Now()
-		var last string
-		for time.Since(began) < 2*time.Minute {
+		took, err := clustertest.Until(ctx, 2*time.Minute, 100*time.Millisecond, what+": the data pool settles", func() (bool, string) {
 			qctx, qcancel := context.WithTimeout(ctx, 3*time.Second)
 			d, _, err := poolDistribution(qctx, c.Coordinators, "data")
 			qcancel()
-			if err == nil && d.UnderReplicated == 0 && d.Moving == 0 && d.Queued == 0 {
-				return time.Since(began)
-			}
-			last = fmt.Sprintf("%v %v", d, err)
-			time.Sleep(100 * time.Millisecond)
+			return err == nil && d.UnderReplicated == 0 && d.Moving == 0 && d.Queued == 0, fmt.Sprintf("%v %v", d, err)
+		})
+		if err != nil {
+			t.Fatal(err)
 		}
-		t.Fatalf("%s: the data pool did not settle in 2 min (%s)", what, last)
-		return 0
+		return took
 	}
 	// The 8 MiB are split into shards of at most 256 KiB and spread.
-	for began := time.Now(); ; time.Sleep(100 * time.Millisecond) {
+	if _, err := clustertest.Until(ctx, time.Minute, 100*time.Millisecond, "the bulk is split and spread over the three stashes", func() (bool, string) {
 		d, _, err := poolDistribution(ctx, c.Coordinators, "data")
-		if err == nil && d.Shards >= 24 {
-			_, shares, _ := poolDistribution(ctx, c.Coordinators, "data")
-			var b []int64
-			for _, sh := range shares {
-				if sh.Bytes > 0 {
-					b = append(b, sh.Bytes)
-				}
-			}
-			if len(b) == 3 && slices.Max(b) < slices.Min(b)*3/2 {
-				break // spread over the three stashes
+		if err != nil || d.Shards < 24 {
+			return false, fmt.Sprintf("%v %v", d, err)
+		}
+		_, shares, _ := poolDistribution(ctx, c.Coordinators, "data")
+		var b []int64
+		for _, sh := range shares {
+			if sh.Bytes > 0 {
+				b = append(b, sh.Bytes)
 			}
 		}
-		if time.Since(began) > time.Minute {
-			t.Fatalf("the bulk was not split and spread: %v %v", d, err)
-		}
+		return len(b) == 3 && slices.Max(b) < slices.Min(b)*3/2, fmt.Sprintf("%v; stashes' bytes %v", d, b)
+	}); err != nil {
+		t.Fatal(err)
 	}
 	settled("before the failures")
 	_, shares, err := poolDistribution(ctx, c.Coordinators, "data")
@@ -181,22 +177,20 @@ func TestProcessClusterReReplicatesAfterFailures(t *testing.T) {
 		}
 	}
 	cli("include", addr3)
-	for began := time.Now(); ; time.Sleep(100 * time.Millisecond) {
+	n := int32(0)
+	took, err := clustertest.Until(ctx, time.Minute, 100*time.Millisecond, "data3 gets shards back after include", func() (bool, string) {
 		_, sh, err := poolDistribution(ctx, c.Coordinators, "data")
-		n := int32(0)
 		for _, sl := range v.Stashes {
 			if sl.Address == addr3 && err == nil {
 				n = sh[sl.Tag].GetShards()
 			}
 		}
-		if n > 0 {
-			t.Logf("include: data3 holds %d shards again after %v", n, time.Since(began).Round(time.Millisecond))
-			break
-		}
-		if time.Since(began) > time.Minute {
-			t.Fatal("data3 got no shards back after include")
-		}
+		return n > 0, fmt.Sprint(err)
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
+	t.Logf("include: data3 holds %d shards again after %v", n, took.Round(time.Millisecond))
 	settled("after include")
 	// data1's share now, what its failure makes the others rebuild.
 	if _, shares, err = poolDistribution(ctx, c.Coordinators, "data"); err != nil {

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/distash/distash/internal/testutil/wait"
 )
 
 // TestServerFlagErrors: a bad --log-format or --http fails before the
@@ -64,14 +66,12 @@ func TestServerHTTP(t *testing.T) {
 		}
 	}()
 	var out string
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+	wait.Until(30*time.Second, func() bool {
 		w.mu.Lock()
 		out = w.buf.String()
 		w.mu.Unlock()
-		if strings.Contains(out, "http on ") {
-			break
-		}
-	}
+		return strings.Contains(out, "http on ")
+	})
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	if len(lines) < 2 || !strings.HasPrefix(lines[0], "listening on ") || !strings.HasPrefix(lines[1], "http on ") {
 		t.Fatalf("server printed %q; want listening on, then http on", out)

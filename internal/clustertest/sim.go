@@ -78,6 +78,10 @@ type Sim struct {
 	TOML string
 	// HTTPAddr is every node's NodeOptions.HTTPAddr ("": none).
 	HTTPAddr string
+	// Tuning is every node's NodeOptions.Tuning, read at each Start: the
+	// test settings of this cluster alone (tests that set them can run in
+	// parallel).
+	Tuning server.Tuning
 	// Replay is appended to StartAll's failure message (how to replay a
 	// seeded run).
 	Replay string
@@ -156,7 +160,7 @@ func (c *Sim) Start(ctx context.Context, n *SimNode) error {
 		Dir: n.Dir, Config: cfg, Listen: n.Addr, Listener: ln, Dialer: c.Net.Dialer(n.Addr),
 		Coordinators: c.Coords, Class: n.Class, Pool: n.Pool, DC: n.DC, Zone: n.Zone, Machine: n.Name,
 		Logger: c.Logger.With("name", n.Name), FlushInterval: 20 * time.Millisecond, HTTPAddr: c.HTTPAddr, FS: n.FS,
-		Protocol: n.Protocol, Interceptor: n.Interceptor,
+		Protocol: n.Protocol, Interceptor: n.Interceptor, Tuning: c.Tuning,
 	})
 	if err != nil {
 		ln.Close()

@@ -83,14 +83,13 @@ func newTCPTransport(t *testing.T, addr string) *cutTransport {
 	)
 	// A reopened node binds its old port again: retry briefly in case the
 	// kernel has not released it yet.
-	for range 50 {
-		if tr, err = raft.NewTCPTransport(addr, nil, 3, 2*time.Second, io.Discard); err == nil {
-			return &cutTransport{NetworkTransport: tr}
-		}
-		time.Sleep(20 * time.Millisecond)
+	if !wait.Until(time.Second, func() bool {
+		tr, err = raft.NewTCPTransport(addr, nil, 3, 2*time.Second, io.Discard)
+		return err == nil
+	}) {
+		t.Fatalf("tcp transport on %s: %v", addr, err)
 	}
-	t.Fatalf("tcp transport on %s: %v", addr, err)
-	return nil
+	return &cutTransport{NetworkTransport: tr}
 }
 
 func newNetCluster(t *testing.T, n int, tags ...kv.Tag) *netCluster {

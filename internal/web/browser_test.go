@@ -21,6 +21,7 @@ import (
 
 	"github.com/distash/distash"
 	"github.com/distash/distash/config"
+	"github.com/distash/distash/internal/clustertest"
 	"github.com/distash/distash/server"
 )
 
@@ -230,20 +231,19 @@ func TestConsoleInBrowser(t *testing.T) {
 	// waitFor polls the page until ok or the time is up.
 	waitFor := func(what string, limit time.Duration, ok func(pageState) bool) pageState {
 		t.Helper()
-		deadline := time.Now().Add(limit)
-		for {
-			st := read()
-			if ok(st) {
-				return st
+		var st pageState
+		if _, err := clustertest.Until(bctx, limit, 200*time.Millisecond, what, func() (bool, string) {
+			if st = read(); ok(st) {
+				return true, ""
 			}
 			if err, _ := workErr.Load().(error); err != nil {
 				t.Fatalf("workload: %v", err)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("waited %s for %s; the page: %+v", limit, what, st)
-			}
-			time.Sleep(200 * time.Millisecond)
+			return false, fmt.Sprintf("the page: %+v", st)
+		}); err != nil {
+			t.Fatal(err)
 		}
+		return st
 	}
 
 	// The charts move while the workload runs: points accumulate, commits
@@ -272,23 +272,19 @@ func TestConsoleInBrowser(t *testing.T) {
 	if err, _ := workErr.Load().(error); err != nil {
 		t.Fatalf("workload: %v", err)
 	}
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	var page pageState
+	if _, err := clustertest.Until(bctx, 15*time.Second, 300*time.Millisecond, "the page shows status json's figures", func() (bool, string) {
 		before := fetchStatus(t, base)
 		polls := read().Polls
-		page := waitFor("two more polls", 10*time.Second, func(s pageState) bool { return s.Polls >= polls+2 })
+		page = waitFor("two more polls", 10*time.Second, func(s pageState) bool { return s.Polls >= polls+2 })
 		after := fetchStatus(t, base)
 		diff := compare(before, page)
-		if diff == "" && compare(after, page) == "" {
-			if !strings.HasPrefix(page.StateText, "updated") || page.Errors > 0 {
-				t.Errorf("the page says %q after %d failed polls (last: %q); want it updated with none failed", page.StateText, page.Errors, page.LastError)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the page does not show status json's figures: %s", diff)
-		}
-		time.Sleep(300 * time.Millisecond)
+		return diff == "" && compare(after, page) == "", diff
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(page.StateText, "updated") || page.Errors > 0 {
+		t.Errorf("the page says %q after %d failed polls (last: %q); want it updated with none failed", page.StateText, page.Errors, page.LastError)
 	}
 	checkConsole()
 }

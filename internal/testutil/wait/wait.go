@@ -54,3 +54,13 @@ func Until(d time.Duration, cond func() bool) bool {
 	}
 	return true
 }
+
+// Rate measures how fast count grows, per second, over a window that ends
+// once it has grown by n or after d, whichever comes first: a throughput
+// that holds up is measured over the time n events take, one that
+// collapsed over d, and neither needs a fixed sleep of d.
+func Rate(count func() int64, n int64, d time.Duration) float64 {
+	c0, began := count(), time.Now()
+	Until(d, func() bool { return count()-c0 >= n })
+	return float64(count()-c0) / time.Since(began).Seconds()
+}
