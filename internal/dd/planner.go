@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/distash/distash/internal/kv"
@@ -609,6 +610,26 @@ func (p *planner) direct(rel *Relocation) bool {
 	return !slices.ContainsFunc(rel.From, func(t kv.Tag) bool { return p.s.live(t) && !p.failed(t) })
 }
 
+// warnHeld makes the pool's warning say that a durable shard has no
+// replica left, which matters more than any placement warning: its data
+// cannot be read until a replica returns, and never if every one was
+// retired (only a restore brings it back).
+func (p *planner) warnHeld(rel Relocation) {
+	st := &p.out.Status
+	if strings.HasPrefix(st.Warning, "a durable shard has no replica") {
+		return // the first held shard is named
+	}
+	gone := !slices.ContainsFunc(rel.From, func(t kv.Tag) bool {
+		s, ok := p.s.Stashes[t]
+		return ok && !s.Retired && !s.RetiredHere
+	})
+	if gone {
+		st.Warning = fmt.Sprintf("a durable shard has no replica left: [%q, %q) was on stashes %v, all retired; its data is lost unless restored from a backup", rel.Begin, rel.End, rel.From)
+		return
+	}
+	st.Warning = fmt.Sprintf("a durable shard has no replica left: [%q, %q) waits for one of stashes %v to return", rel.Begin, rel.End, rel.From)
+}
+
 // start returns the action that begins rel.
 func (p *planner) start(rel Relocation) Action {
 	a := Action{Move: Move{Relocation: rel, Started: p.s.Now}}
@@ -626,6 +647,7 @@ func (p *planner) start(rel Relocation) Action {
 		a.Kind, a.Set = ActSetTeam, team(sortedTags(rel.To))
 	case p.direct(&rel) && !p.s.Pool.Ephemeral:
 		a.Kind, a.Why = ActHold, "no replica left: a durable shard waits for one to return"
+		p.warnHeld(rel)
 	case p.direct(&rel):
 		a.Kind, a.Set, a.Why = ActStartEmpty, team(sortedTags(rel.To)), "no replica of a cache shard is left"
 	default:
