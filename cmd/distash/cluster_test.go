@@ -60,13 +60,45 @@ type procCluster struct {
 func newProcs(t *testing.T, o clustertest.ProcsOptions) *procCluster {
 	t.Helper()
 	o.Binary, o.Dir, o.Output = buildBinary(t), t.TempDir(), nodeOutput()
+	// Without -v the nodes log into files, whose last lines a failed test
+	// prints (after the nodes stopped): what the cluster said is then in
+	// CI's output too.
+	o.Logs = o.Logs || o.Output == nil
 	procs, err := clustertest.NewProcs(o)
 	if err != nil {
 		t.Fatal(err)
 	}
 	c := &procCluster{Procs: procs, t: t}
+	t.Cleanup(c.printLogsIfFailed) // runs after stopAll
 	t.Cleanup(c.stopAll)
 	return c
+}
+
+// printLogsIfFailed prints, if the test failed, the last 60 lines of each
+// node's log file (audit lines aside).
+func (c *procCluster) printLogsIfFailed() {
+	if !c.t.Failed() {
+		return
+	}
+	for _, n := range c.Nodes {
+		if n.LogPath == "" {
+			continue
+		}
+		b, err := os.ReadFile(n.LogPath)
+		if err != nil {
+			continue
+		}
+		var keep []string
+		for _, l := range strings.Split(string(b), "\n") {
+			if l != "" && !strings.Contains(l, "audit=true") {
+				keep = append(keep, l)
+			}
+		}
+		if len(keep) > 60 {
+			keep = keep[len(keep)-60:]
+		}
+		c.t.Logf("%s: last %d lines of %s:\n%s", n.Name, len(keep), n.LogPath, strings.Join(keep, "\n"))
+	}
 }
 
 // newProcCluster lays out 3 transaction nodes (the coordinators, in two
