@@ -256,21 +256,21 @@ func (n *nodeConn) read(ctx context.Context, timeout time.Duration, req *wire.Re
 		}
 		n.noStream.Store(true)
 	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	return unaryTimedOut[*wire.ReadResponse](ctx)(n.api.Read(ctx, req))
+	return unaryWithin(ctx, timeout, req, n.api.Read)
 }
 
-// unaryTimedOut returns a function that maps the error of a unary call
-// made with ctx to errCallTimeout when ctx's own timeout ended it, as
-// callWithin tells a read that took too long.
-func unaryTimedOut[R any](ctx context.Context) func(R, error) (R, error) {
-	return func(r R, err error) (R, error) {
-		if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			return r, fmt.Errorf("%w: %v", errCallTimeout, err)
-		}
-		return r, err
+// unaryWithin makes the unary call call within timeout; its error is
+// errCallTimeout when the timeout ended it, as callWithin tells a read
+// that took too long.
+func unaryWithin[Req, Resp any](ctx context.Context, timeout time.Duration, req Req,
+	call func(context.Context, Req, ...grpc.CallOption) (Resp, error)) (Resp, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	resp, err := call(ctx, req)
+	if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		err = fmt.Errorf("%w: %v", errCallTimeout, err)
 	}
+	return resp, err
 }
 
 // readRange reads a range on the node's read stream (unary if the node
@@ -284,20 +284,14 @@ func (n *nodeConn) readRange(ctx context.Context, timeout time.Duration, req *wi
 			return resp.RangeResponse, nil
 		}
 		if err == nil { // a node of an older version: it read no range
-			return n.unaryReadRange(ctx, timeout, req)
+			return unaryWithin(ctx, timeout, req, n.api.ReadRange)
 		}
 		if status.Code(err) != codes.Unimplemented {
 			return nil, err
 		}
 		n.noStream.Store(true)
 	}
-	return n.unaryReadRange(ctx, timeout, req)
-}
-
-func (n *nodeConn) unaryReadRange(ctx context.Context, timeout time.Duration, req *wire.ReadRangeRequest) (*wire.ReadRangeResponse, error) {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	return unaryTimedOut[*wire.ReadRangeResponse](ctx)(n.api.ReadRange(ctx, req))
+	return unaryWithin(ctx, timeout, req, n.api.ReadRange)
 }
 
 // stashNode returns the connection to the node serving stash id: the

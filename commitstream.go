@@ -313,13 +313,7 @@ func newCommitStreamer(api wire.DiStashClient, fd *framesDialer, token bearer) *
 	}
 	return &commitStreamer{
 		open: func(ctx context.Context) (bidiStream[*wire.CommitStreamRequest, *wire.CommitStreamResponse], error) {
-			st, err := openDataStream(ctx, fd, wire.DiStash_CommitStream_FullMethodName, func() *wire.CommitStreamResponse { return new(wire.CommitStreamResponse) }, viaGRPC)
-			if fs, ok := st.(*framesStream[*wire.CommitStreamRequest, *wire.CommitStreamResponse]); ok {
-				// A send must not block longer than the commit may take
-				// (callWithin watches only the reply).
-				fs.cs.SetWriteTimeout(commitTimeout)
-			}
-			return st, err
+			return openDataStream(ctx, fd, wire.DiStash_CommitStream_FullMethodName, commitTimeout, func() *wire.CommitStreamResponse { return new(wire.CommitStreamResponse) }, viaGRPC)
 		},
 		id:    (*wire.CommitStreamResponse).GetId,
 		token: token,
@@ -344,13 +338,7 @@ func newReadStreamer(api wire.DiStashClient, fd *framesDialer, token bearer) *re
 	}
 	return &readStreamer{
 		open: func(ctx context.Context) (bidiStream[*wire.ReadStreamRequest, *wire.ReadStreamResponse], error) {
-			st, err := openDataStream(ctx, fd, wire.DiStash_ReadStream_FullMethodName, func() *wire.ReadStreamResponse { return new(wire.ReadStreamResponse) }, viaGRPC)
-			if fs, ok := st.(*framesStream[*wire.ReadStreamRequest, *wire.ReadStreamResponse]); ok {
-				// A read's send must not block longer than the read may
-				// take (callWithin watches only the reply).
-				fs.cs.SetWriteTimeout(readTimeout)
-			}
-			return st, err
+			return openDataStream(ctx, fd, wire.DiStash_ReadStream_FullMethodName, readTimeout, func() *wire.ReadStreamResponse { return new(wire.ReadStreamResponse) }, viaGRPC)
 		},
 		id:    (*wire.ReadStreamResponse).GetId,
 		token: token,

@@ -112,12 +112,14 @@ func (fd *framesDialer) open(ctx context.Context, method string) (*frames.Client
 
 // openDataStream opens a stream of method to fd's node: over frames, or
 // over gRPC (viaGRPC) when the client is told to or the node does not
-// speak frames.
-func openDataStream[S any, R proto.Message](ctx context.Context, fd *framesDialer, method string, newR func() R,
+// speak frames. A frames stream's writes end after writeTimeout, the
+// longest its requests may take (callWithin watches only the replies).
+func openDataStream[S any, R proto.Message](ctx context.Context, fd *framesDialer, method string, writeTimeout time.Duration, newR func() R,
 	viaGRPC func(context.Context) (bidiStream[S, R], error)) (bidiStream[S, R], error) {
 	if fd != nil && !fd.off && time.Now().UnixNano() >= fd.notUntil.Load() {
 		cs, err := fd.open(ctx, method)
 		if err == nil {
+			cs.SetWriteTimeout(writeTimeout)
 			framesStreams.Add(1)
 			return &framesStream[S, R]{cs: cs, newR: newR}, nil
 		}

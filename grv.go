@@ -140,13 +140,7 @@ func newGRVStreamer(api wire.DiStashClient, fd *framesDialer, token bearer) *grv
 	}
 	return &grvStreamer{
 		open: func(ctx context.Context) (bidiStream[*wire.ReadVersionStreamRequest, *wire.ReadVersionStreamResponse], error) {
-			st, err := openDataStream(ctx, fd, wire.DiStash_ReadVersionStream_FullMethodName, func() *wire.ReadVersionStreamResponse { return new(wire.ReadVersionStreamResponse) }, viaGRPC)
-			if fs, ok := st.(*framesStream[*wire.ReadVersionStreamRequest, *wire.ReadVersionStreamResponse]); ok {
-				// A send must not block longer than the request may take
-				// (callWithin watches only the reply).
-				fs.cs.SetWriteTimeout(grvTimeout)
-			}
-			return st, err
+			return openDataStream(ctx, fd, wire.DiStash_ReadVersionStream_FullMethodName, grvTimeout, func() *wire.ReadVersionStreamResponse { return new(wire.ReadVersionStreamResponse) }, viaGRPC)
 		},
 		id:    (*wire.ReadVersionStreamResponse).GetId,
 		token: token,

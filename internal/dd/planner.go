@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"sort"
-	"strings"
 	"time"
 
 	"github.com/distash/distash/internal/kv"
@@ -157,6 +156,8 @@ type planner struct {
 	// moves in flight, which nothing overlapping starts beside.
 	inFlight int
 	flying   []Relocation
+	// heldNamed: the warning names a durable shard held with no replica.
+	heldNamed bool
 }
 
 // PlanPool decides a round of data distribution for one pool: what
@@ -615,10 +616,11 @@ func (p *planner) direct(rel *Relocation) bool {
 // cannot be read until a replica returns, and never if every one was
 // retired (only a restore brings it back).
 func (p *planner) warnHeld(rel Relocation) {
-	st := &p.out.Status
-	if strings.HasPrefix(st.Warning, "a durable shard has no replica") {
+	if p.heldNamed {
 		return // the first held shard is named
 	}
+	p.heldNamed = true
+	st := &p.out.Status
 	gone := !slices.ContainsFunc(rel.From, func(t kv.Tag) bool {
 		s, ok := p.s.Stashes[t]
 		return ok && !s.Retired && !s.RetiredHere
