@@ -743,7 +743,11 @@ func TestLostSystemStashIsRebuilt(t *testing.T) {
 	}
 	t.Parallel() // waits on the cluster's timers most of the time: overlaps another such test
 	c := newSimCluster(t, "")
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	// Few raft records behind a snapshot, so that a few hundred commits
+	// drop the first system writes from the raft logs even on a machine
+	// loaded by other tests (1500 commits took 100 s there).
+	c.Tuning.LogTrailingLogs = 64
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	c.StartAll(ctx)
 	db := c.Open(ctx)
@@ -754,12 +758,12 @@ func TestLostSystemStashIsRebuilt(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Commits while it is down, more raft records than a compaction keeps
-	// (1024); the leader's system stash flushes the first system writes
+	// (LogTrailingLogs); the leader's system stash flushes the first system writes
 	// after its MVCC window (5 s) and pops them, the log trims past them,
 	// and a raft snapshot drops them from the raft logs too: the restarted
 	// replica catches up from the snapshot, without them.
 	began := time.Now()
-	for i := 0; i < 1500 || time.Since(began) < 7*time.Second; i++ {
+	for i := 0; i < 200 || time.Since(began) < 7*time.Second; i++ {
 		if err := db.Transact(ctx, func(tr *distash.Tx) error { tr.Set(fmt.Appendf(nil, "d/k%d", i), []byte("v")); return nil }); err != nil {
 			t.Fatal(err)
 		}

@@ -167,13 +167,14 @@ func (e *embedded) start(ctx context.Context) error {
 	}
 	var err error
 	s.log, err = txlog.Open(txlog.Options{
-		Dir:         filepath.Join(s.opts.Dir, "log"),
-		FS:          s.opts.FS,
-		Clock:       s.opts.Clock,
-		Replicas:    s.cfg.Log.Replicas,
-		Tags:        tags,
-		MemoryBytes: s.opts.Tuning.LogMemoryBytes,
-		Logger:      s.roleLogger(logRoleLog),
+		Dir:          filepath.Join(s.opts.Dir, "log"),
+		FS:           s.opts.FS,
+		Clock:        s.opts.Clock,
+		Replicas:     s.cfg.Log.Replicas,
+		Tags:         tags,
+		MemoryBytes:  s.opts.Tuning.LogMemoryBytes,
+		TrailingLogs: s.opts.Tuning.LogTrailingLogs,
+		Logger:       s.roleLogger(logRoleLog),
 	})
 	if err != nil {
 		return fmt.Errorf("server: open log: %w", err)

@@ -123,6 +123,10 @@ type Tuning struct {
 	// replica (its HoldBytes follow from it): a small one makes the log
 	// force-pop a tag that does not pop.
 	LogMemoryBytes int64
+	// LogTrailingLogs, if > 0, is txlog.Options.TrailingLogs of the log
+	// replica (raft records kept behind a snapshot, default 1024): a small
+	// one lets a test drop records from the raft logs with few commits.
+	LogTrailingLogs uint64
 	// WrapEngine, if set, wraps every stash engine opened (pool, and the
 	// stash's index in its pool: its slot on a stash node), to inject
 	// faults.

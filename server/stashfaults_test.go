@@ -202,7 +202,10 @@ func TestFullDiskOfOneReplicaDoesNotThrottle(t *testing.T) {
 			break
 		}
 	}
-	if fullRate < base/3 || fullRate < ratekeeper.MinRate*2 {
+	// Relative to the rate before: on a machine loaded by other tests the
+	// cluster may commit fewer than the ratekeeper's floor even healthy
+	// (42/s once), and then only the ratio and the limits above tell.
+	if fullRate < base/3 || (base > ratekeeper.MinRate*6 && fullRate < ratekeeper.MinRate*2) {
 		t.Errorf("one full replica of three throttled the cluster: %.0f commits/s, %.0f before", fullRate, base)
 	}
 

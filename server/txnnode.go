@@ -48,7 +48,8 @@ func (tn *transactionNode) run(ctx context.Context) {
 	// dropped) holds.
 	l, err := txlog.Open(txlog.Options{
 		Dir: filepath.Join(s.opts.Dir, "log"), FS: s.opts.FS, Clock: s.opts.Clock, Logger: s.roleLogger(logRoleLog), MemoryBytes: s.opts.Tuning.LogMemoryBytes,
-		Network: &txlog.NetworkOptions{LocalID: tn.logID, Peers: peers, Transport: trans, Join: join},
+		TrailingLogs: s.opts.Tuning.LogTrailingLogs,
+		Network:      &txlog.NetworkOptions{LocalID: tn.logID, Peers: peers, Transport: trans, Join: join},
 	})
 	if err != nil {
 		trans.Close()
