@@ -121,9 +121,13 @@ func readAt(ctx context.Context, db *distash.DB, v int64) (map[string]string, in
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second) // a version read too late is refused again and again
 	defer cancel()
 	out := map[string]string{}
+	// at is the version asked for; v the one read at. A retry asks again
+	// (with v = 0: a fresh read version; a retry at the first attempt's
+	// version once pinned every retry to it until it left the window).
+	at := v
 	err := db.ReadTransact(ctx, func(tr *distash.Tx) error {
-		if v != 0 {
-			tr.SetReadVersion(v)
+		if at != 0 {
+			tr.SetReadVersion(at)
 		}
 		rv, err := tr.ReadVersion()
 		if err != nil {

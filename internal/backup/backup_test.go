@@ -103,9 +103,10 @@ func waitStatus(t *testing.T, ctx context.Context, c wire.BackupClient, what str
 func snapshot(t *testing.T, ctx context.Context, db *distash.DB, v int64) (map[string]string, int64) {
 	t.Helper()
 	out := map[string]string{}
+	at := v // a retry of a latest read takes a fresh read version, not the first attempt's
 	err := db.ReadTransact(ctx, func(tr *distash.Tx) error {
-		if v != 0 {
-			tr.SetReadVersion(v)
+		if at != 0 {
+			tr.SetReadVersion(at)
 		}
 		rv, err := tr.ReadVersion()
 		if err != nil {
