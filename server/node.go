@@ -285,7 +285,7 @@ func (n *node) start(ctx context.Context) error {
 		return err
 	}
 	reg := coordrpc.NodeRegistration{ID: n.id, Addr: o.Listen, Class: o.Class, Pool: o.Pool,
-		DC: o.DC, Zone: o.Zone, Machine: o.Machine, Config: string(cfgText), Incarnation: newIncarnation()}
+		DC: o.DC, Zone: o.Zone, Machine: o.Machine, Config: string(cfgText), Incarnation: newIncarnation(o.FS, o.Dir, s.logger)}
 	if o.Class == ClassStash {
 		reg.Empty = n.stash.startsEmpty()
 	} else if n.txn.logID, err = logReplicaID(o.FS, o.Dir, n.id); err != nil {

@@ -7,8 +7,11 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"log/slog"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/distash/distash/internal/fsys"
 )
@@ -52,13 +55,31 @@ func nodeID(f fsys.FS, dir string) (string, error) {
 	return id, nil
 }
 
-// newIncarnation returns a random name for this start of the node's
-// process: sent with each of its registrations (retries included), it
-// tells the controller that a second registration of the process is a
-// retry of the first, not a new process that came back empty
-// (coord.RegisterStash).
-func newIncarnation() string {
+// incarnationFile holds the sequence of the node's last incarnation.
+const incarnationFile = "incarnation"
+
+// newIncarnation names this start of the node's process: "<seq>.<random>",
+// seq increasing from one start of the node to the next (the start time in
+// nanoseconds, above the last start's, kept in the node's directory, so a
+// clock that stepped back does not reorder them). Sent with each of the
+// process's registrations (retries included), it tells the controller
+// that a second registration of the process is a retry of the first, not
+// a new process that came back empty, and that a registration of an
+// earlier process, still in flight when it was killed, is stale and must
+// not undo its successor's (coord.RegisterStash). Keeping seq is best
+// effort: a node whose disk is full starts all the same.
+func newIncarnation(f fsys.FS, dir string, logger *slog.Logger) string {
+	seq := uint64(time.Now().UnixNano())
+	path := filepath.Join(dir, incarnationFile)
+	if b, _, err := fsys.ReadChecked(f, path); err == nil {
+		if last, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64); err == nil && last >= seq {
+			seq = last + 1
+		}
+	}
+	if err := fsys.WriteChecked(f, path, []byte(strconv.FormatUint(seq, 10)+"\n")); err != nil {
+		logger.Warn("could not keep this start's incarnation in the node's directory; a later start orders after it by its clock only", "err", err)
+	}
 	var r [8]byte
 	_, _ = rand.Read(r[:]) // crypto/rand's Read does not fail
-	return hex.EncodeToString(r[:])
+	return strconv.FormatUint(seq, 10) + "." + hex.EncodeToString(r[:])
 }

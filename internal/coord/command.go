@@ -107,7 +107,10 @@ func RegisterNode(n NodeInfo) Command { return Command{Op: OpRegisterNode, Node:
 //     identity), or, with no free slot, a new slot appended to the pool
 //     with a fresh tag (up to config.MaxStashesPerPool slots).
 //
-// The tag is marked used (State.UsedTags).
+// The tag is marked used (State.UsedTags). A registration of any node
+// from an earlier incarnation than the node's last registered one (a
+// process killed with its registration in flight, applied after its
+// successor's) is refused and changes nothing.
 func RegisterStash(n NodeInfo, empty bool) Command {
 	return Command{Op: OpRegisterNode, Node: &n, Empty: empty}
 }
@@ -554,6 +557,14 @@ func (s *State) register(n NodeInfo, empty, legacy bool) (int, uint32, error) {
 	default:
 		return -1, 0, fmt.Errorf("coord: node %q: class %q is not %s or %s", n.ID, n.Class, ClassTransaction, ClassStash)
 	}
+	if old, ok := s.Nodes[n.ID]; ok && !legacy && staleIncarnation(n.Incarnation, old.Incarnation) {
+		// A registration that a process of this node sent before it was
+		// killed, applied after its successor registered: it must not
+		// undo the successor's (give the slot a fresh tag, retiring the
+		// one the successor serves, or put back an old address).
+		return -1, 0, fmt.Errorf("coord: node %q: registration of an earlier process of the node (incarnation %s) after a later one (%s) registered: ignored",
+			n.ID, n.Incarnation, old.Incarnation)
+	}
 	if old, ok := s.Nodes[n.ID]; ok && (old.Class != n.Class || old.Pool != n.Pool) {
 		return -1, 0, fmt.Errorf("coord: node %q is registered as %s (pool %q), not %s (pool %q); remove it first",
 			n.ID, old.Class, old.Pool, n.Class, n.Pool)
@@ -608,6 +619,28 @@ func (s *State) register(n NodeInfo, empty, legacy bool) (int, uint32, error) {
 	}
 	s.Nodes[n.ID] = n // a restarted node may come back on a new address
 	return slot, tag, nil
+}
+
+// staleIncarnation reports whether incarnation inc ("<seq>.<random>",
+// server.newIncarnation) names an earlier start of a node than last, the
+// one that registered last. Names of other forms (a release before the
+// sequence) order nothing.
+func staleIncarnation(inc, last string) bool {
+	a, ok := incarnationSeq(inc)
+	if !ok {
+		return false
+	}
+	b, ok := incarnationSeq(last)
+	return ok && a < b
+}
+
+func incarnationSeq(inc string) (uint64, bool) {
+	seq, _, ok := strings.Cut(inc, ".")
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(seq, 10, 64)
+	return n, err == nil
 }
 
 type commandEnvelope struct {

@@ -314,7 +314,9 @@ func (s *State) ParsedConfig() (*config.Config, error) {
 // incarnation (NodeInfo.Incarnation), which changes how a registration
 // applies: a binary that knows only version 4 would give a retried
 // registration of an empty stash a fresh tag where this one keeps it, and
-// replicas of one log must apply it alike, so it refuses version 5.
+// replicas of one log must apply it alike, so it refuses version 5. In
+// version 5 a registration from an earlier incarnation than the node's
+// last registered one (a killed process's, applied late) is refused too.
 const (
 	commandVersion  = 5
 	snapshotVersion = 5

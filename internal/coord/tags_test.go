@@ -148,6 +148,47 @@ func TestRegisterRetryKeepsTag(t *testing.T) {
 	}
 }
 
+// TestStaleIncarnationRegistrationIsIgnored: a registration that a killed
+// process of a node sent, applied after its successor registered, changes
+// nothing: the successor keeps its tag (none is retired) and its address.
+func TestStaleIncarnationRegistrationIsIgnored(t *testing.T) {
+	s := newTagState(t)
+	a := stashNode("a", "cache")
+	a.Incarnation = "100.aa"
+	if r := register(t, s, a, true); r.Tag != 1 {
+		t.Fatalf("first process: tag %d, want 1", r.Tag)
+	}
+	// The second process comes back empty: a fresh tag, the first's retired.
+	second := a
+	second.Incarnation, second.Addr = "200.bb", "10.0.0.2:4500"
+	if r := register(t, s, second, true); r.Tag != 5 {
+		t.Fatalf("second process: tag %d, want 5", r.Tag)
+	}
+	// The first process's registration, still in flight when it was
+	// killed, arrives now.
+	_, err := s.Apply(RegisterStash(a, true))
+	if err == nil || !strings.Contains(err.Error(), "earlier process") {
+		t.Fatalf("stale registration: %v, want it refused", err)
+	}
+	if !slices.Equal(s.Retired, []uint32{1}) || s.SlotTags["cache"][0] != 5 || s.Nodes["a"].Incarnation != "200.bb" || s.Nodes["a"].Addr != "10.0.0.2:4500" {
+		t.Fatalf("after the stale registration: retired %v, slot tag %d, node %+v", s.Retired, s.SlotTags["cache"][0], s.Nodes["a"])
+	}
+	// The second process's retry still keeps its tag; a third process
+	// (later start) that comes back empty gets a fresh one.
+	if r := register(t, s, second, true); r.Tag != 5 {
+		t.Fatalf("second process's retry: tag %d, want 5", r.Tag)
+	}
+	third := a
+	third.Incarnation = "300.cc"
+	if r := register(t, s, third, true); r.Tag != 6 {
+		t.Fatalf("third process: tag %d, want 6", r.Tag)
+	}
+	// Names without a sequence (a release before it) order nothing.
+	if staleIncarnation("start-1", "300.cc") || staleIncarnation("1.x", "start-2") || !staleIncarnation("9.x", "10.y") {
+		t.Fatal("staleIncarnation orders names without a sequence, or not 9 before 10")
+	}
+}
+
 func TestRegisterGrowthBound(t *testing.T) {
 	s := &State{}
 	mustApply(t, s, SetConfig(testConfig(t, func(c *config.Config) { c.Pools[1].Stashes = config.MaxStashesPerPool })))
