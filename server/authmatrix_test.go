@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoregistry"
 
 	"github.com/distash/distash"
+	"github.com/distash/distash/internal/clustertest"
 	"github.com/distash/distash/internal/kv"
 	"github.com/distash/distash/internal/wire"
 	"github.com/distash/distash/server"
@@ -41,35 +42,7 @@ stashes = 1
 replication = 1
 
 [auth]
-[[auth.role]]
-name = "shop"
-members = ["app1"]
-read = ["cache"]
-write = ["cache"]
-
-[[auth.role]]
-name = "reader"
-members = ["app3"]
-read = ["cache"]
-
-[[auth.role]]
-name = "operator"
-members = ["alice"]
-admin = true
-
-[[auth.role]]
-name = "monitoring"
-members = ["prom"]
-status = true
-
-[[auth.role]]
-name = "root"
-members = ["root"]
-read = ["cache"]
-write = ["cache"]
-status = true
-admin = true
-`
+` + clustertest.AuthMatrixRoles
 
 // matrixRow is one RPC's two sides: the identity without its permission
 // sends refuse (a request that would change the cluster if it were

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/distash/distash/internal/authz"
+	"github.com/distash/distash/internal/clustertest"
 	"github.com/distash/distash/internal/coordrpc"
 	"github.com/distash/distash/internal/testutil/wait"
 	"github.com/distash/distash/internal/tlsconf"
@@ -26,10 +27,7 @@ import (
 // permission_denied to an identity without its permission and served to
 // one with it; auth grant takes effect for the next command.
 func TestCLIAuth(t *testing.T) {
-	clearTLSEnv(t)
-	pki := tlstest.New(t)
-	cfg := filepath.Join(t.TempDir(), "cluster.toml")
-	err := os.WriteFile(cfg, []byte(`
+	_, as := startTLSServer(t, `
 [[pool]]
 name = "cache"
 prefix = "c/"
@@ -56,15 +54,7 @@ name = "operator"
 members = ["alice"]
 admin = true
 status = true
-`), 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := startServerInProcess(t, "--config", cfg, "--http", "off", "--tls-cert", pki.ServerCert, "--tls-key", pki.ServerKey, "--tls-ca", pki.CA)
-	as := func(id string, args ...string) (string, error) {
-		cert, key := pki.Client(t, id)
-		return run(cliCmd(), append(args, "--cluster", addr, "--timeout", "5s", "--tls-cert", cert, "--tls-key", key, "--tls-ca", pki.CA)...)
-	}
+`, 5*time.Second)
 	for _, tc := range []struct {
 		args          []string
 		allowed, deny string // identities
@@ -146,35 +136,7 @@ replication = 1
 [auth]
 token_keys = [%q]
 
-[[auth.role]]
-name = "shop"
-members = ["app1"]
-read = ["cache"]
-write = ["cache"]
-
-[[auth.role]]
-name = "reader"
-members = ["app3"]
-read = ["cache"]
-
-[[auth.role]]
-name = "operator"
-members = ["alice"]
-admin = true
-
-[[auth.role]]
-name = "monitoring"
-members = ["prom"]
-status = true
-
-[[auth.role]]
-name = "root"
-members = ["root"]
-read = ["cache"]
-write = ["cache"]
-status = true
-admin = true
-`, keys)), 0o600); err != nil {
+`+clustertest.AuthMatrixRoles, keys)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	addrs := freePorts(t, 2)

@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -19,7 +17,6 @@ import (
 	"github.com/distash/distash/internal/clustertest"
 	"github.com/distash/distash/internal/testutil/bank"
 	"github.com/distash/distash/internal/testutil/wait"
-	"github.com/distash/distash/internal/tlsconf/tlstest"
 	"github.com/distash/distash/internal/version"
 )
 
@@ -410,10 +407,7 @@ func checkProcessRestore(t *testing.T, ctx context.Context, url, what string, v 
 // `backup status` shows the snapshot done and the log copied. An operator
 // (admin) starts it and reads its status; a client without admin may not.
 func TestCLIBackupOverTLS(t *testing.T) {
-	clearTLSEnv(t)
-	pki := tlstest.New(t)
-	cfg := filepath.Join(t.TempDir(), "cluster.toml")
-	err := os.WriteFile(cfg, []byte(`
+	_, as := startTLSServer(t, `
 [[pool]]
 name = "data"
 prefix = "d/"
@@ -433,15 +427,7 @@ name = "operator"
 members = ["alice"]
 admin = true
 status = true
-`), 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := startServerInProcess(t, "--config", cfg, "--http", "off", "--tls-cert", pki.ServerCert, "--tls-key", pki.ServerKey, "--tls-ca", pki.CA)
-	as := func(id string, args ...string) (string, error) {
-		cert, key := pki.Client(t, id)
-		return run(cliCmd(), append(args, "--cluster", addr, "--timeout", "10s", "--tls-cert", cert, "--tls-key", key, "--tls-ca", pki.CA)...)
-	}
+`, 10*time.Second)
 	if out, err := as("app1", "set", "d/k", "v"); err != nil {
 		t.Fatalf("set: %v %s", err, out)
 	}

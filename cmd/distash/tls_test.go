@@ -80,6 +80,26 @@ func startServerInProcess(t *testing.T, args ...string) string {
 	return ""
 }
 
+// startTLSServer writes toml as the configuration of an embedded cluster
+// served over mutual TLS with the test PKI's server certificate, starts it
+// in this process, and returns the PKI and a CLI runner: as(id, args...)
+// runs `distash cli args...` with a client certificate naming id, within
+// timeout.
+func startTLSServer(t *testing.T, toml string, timeout time.Duration) (*tlstest.PKI, func(id string, args ...string) (string, error)) {
+	t.Helper()
+	clearTLSEnv(t)
+	pki := tlstest.New(t)
+	cfg := filepath.Join(t.TempDir(), "cluster.toml")
+	if err := os.WriteFile(cfg, []byte(toml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	addr := startServerInProcess(t, "--config", cfg, "--http", "off", "--tls-cert", pki.ServerCert, "--tls-key", pki.ServerKey, "--tls-ca", pki.CA)
+	return pki, func(id string, args ...string) (string, error) {
+		cert, key := pki.Client(t, id)
+		return run(cliCmd(), append(args, "--cluster", addr, "--timeout", timeout.String(), "--tls-cert", cert, "--tls-key", key, "--tls-ca", pki.CA)...)
+	}
+}
+
 // clearTLSEnv keeps a developer's own settings out of the test.
 func clearTLSEnv(t *testing.T) {
 	for _, name := range []string{"DISTASH_CLUSTER", "DISTASH_TLS_CERT", "DISTASH_TLS_KEY", "DISTASH_TLS_CA"} {
