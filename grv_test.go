@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/distash/distash/internal/kv"
+	"github.com/distash/distash/internal/testutil/wait"
 	"github.com/distash/distash/internal/wire"
 )
 
@@ -32,7 +33,7 @@ func (n *grvNode) GetReadVersion(ctx context.Context, _ *wire.GetReadVersionRequ
 		case <-time.After(time.Millisecond):
 		}
 	}
-	time.Sleep(n.delay)
+	<-time.After(n.delay) // the node's service time
 	return &wire.GetReadVersionResponse{Version: v}, nil
 }
 
@@ -85,9 +86,7 @@ func TestGRVBatcherCallerContextEndsItsRequest(t *testing.T) {
 		_, err := b.get(ctx)
 		first <- err
 	}()
-	for n.started.Load() == 0 {
-		time.Sleep(time.Millisecond)
-	}
+	wait.Within(t, 5*time.Second, "the first request", func() bool { return n.started.Load() > 0 })
 	second := make(chan grv, 1)
 	go func() {
 		v, err := b.get(context.Background())

@@ -306,6 +306,29 @@ func (tn *transactionNode) mendLogMembers(ctx context.Context, since map[string]
 	return nil
 }
 
+// registration is what this node tells the controller as it registers:
+// its place, class and pool, the configuration it was started with, this
+// start's incarnation, and whether its stash starts empty (a stash node)
+// or its log replica's raft id (a transaction node).
+func (n *node) registration() (coordrpc.NodeRegistration, error) {
+	s, o := n.s, n.opts
+	cfgText, err := s.cfg.Marshal()
+	if err != nil {
+		return coordrpc.NodeRegistration{}, err
+	}
+	reg := coordrpc.NodeRegistration{ID: n.id, Addr: o.Listen, Class: o.Class, Pool: o.Pool,
+		DC: o.DC, Zone: o.Zone, Machine: o.Machine, Config: string(cfgText), Incarnation: newIncarnation(o.FS, o.Dir, s.logger)}
+	if o.Class == ClassStash {
+		reg.Empty = n.stash.startsEmpty()
+		return reg, nil
+	}
+	if n.txn.logID, err = logReplicaID(o.FS, o.Dir, n.id); err != nil {
+		return coordrpc.NodeRegistration{}, err
+	}
+	reg.LogID = n.txn.logID
+	return reg, nil
+}
+
 // register registers the node with the cluster controller, waiting for
 // it, takes the generation it gives and returns the slot and tag it gives
 // (a stash node's).

@@ -280,18 +280,9 @@ func (n *node) start(ctx context.Context) error {
 		return err
 	}
 
-	cfgText, err := s.cfg.Marshal()
+	reg, err := n.registration()
 	if err != nil {
 		return err
-	}
-	reg := coordrpc.NodeRegistration{ID: n.id, Addr: o.Listen, Class: o.Class, Pool: o.Pool,
-		DC: o.DC, Zone: o.Zone, Machine: o.Machine, Config: string(cfgText), Incarnation: newIncarnation(o.FS, o.Dir, s.logger)}
-	if o.Class == ClassStash {
-		reg.Empty = n.stash.startsEmpty()
-	} else if n.txn.logID, err = logReplicaID(o.FS, o.Dir, n.id); err != nil {
-		return err
-	} else {
-		reg.LogID = n.txn.logID
 	}
 	n.reg = reg
 	slot, tag, err := n.register(ctx, reg)
