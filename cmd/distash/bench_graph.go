@@ -83,6 +83,7 @@ Figure 11: graph-fig11-utilisation.png and .csv). See docs/benchmarks.md.`,
 	f.IntVar(&o.AvgDegree, "degree", 16, "mean number of friends per vertex (power-law distributed)")
 	f.IntVar(&o.ProfileBytes, "profile-bytes", 200, "bytes per vertex profile")
 	f.IntVar(&o.Clients, "clients", 64, "concurrent clients")
+	f.Float64Var(&o.Rate, "rate", 0, "offered load in queries/s, open loop (Poisson arrivals; latency counted from each query's arrival): the paper's light and moderate workloads; 0: closed loop, each client issuing its next query as soon as the last returns")
 	f.DurationVar(&o.Warmup, "warmup", 5e9, "warm-up before each layout's measurement")
 	f.DurationVar(&o.Duration, "duration", 20e9, "measured run per layout")
 	f.IntVar(&o.Rounds, "rounds", 1, "measure the layouts in this many alternating rounds of --duration/rounds each, both clusters started at once, so that other work on the machine falls on both alike (1: one layout after the other)")

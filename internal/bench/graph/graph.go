@@ -72,6 +72,13 @@ type Options struct {
 	ProfileBytes int
 	// Clients is the number of concurrent clients (default 64).
 	Clients int
+	// Rate, if > 0, runs the mix open loop: queries arrive at Rate per
+	// second (Poisson arrivals, the same sequence for every layout) and
+	// the Clients serve them, each query's latency counted from its
+	// arrival (time spent queued for a free client included), as the
+	// paper's light and moderate workloads are offered loads. 0: closed
+	// loop, each client issuing its next query when the last returns.
+	Rate float64
 	// Warmup runs before each measurement (default 5 s; negative: none).
 	Warmup time.Duration
 	// Duration is each layout's measured run (default 20 s).
@@ -168,6 +175,8 @@ func (o Options) withDefaults() (Options, error) {
 		return o, fmt.Errorf("graph: --profile-bytes %d: want 16..10000", o.ProfileBytes)
 	case o.Clients < 1:
 		return o, fmt.Errorf("graph: --clients %d: want at least 1", o.Clients)
+	case o.Rate < 0 || o.Rate > 1e6:
+		return o, fmt.Errorf("graph: --rate %g: want 0 (closed loop) up to 1e6 queries/s", o.Rate)
 	case o.Duration <= 0:
 		return o, errors.New("graph: --duration must be > 0")
 	case o.Rounds < 0 || (o.Rounds > 1 && o.Duration/time.Duration(o.Rounds) < time.Second):
@@ -361,8 +370,12 @@ func Run(ctx context.Context, o Options, out io.Writer) ([]Result, error) {
 		return nil, err
 	}
 	g := newGraph(o)
-	fmt.Fprintf(out, "social graph: %d vertices, %d edges (mean degree %.1f, max %d), %d-byte profiles; %d clients, warm-up %v, %v per layout, %.1f%% updates\n",
-		o.Vertices, g.edges, float64(g.edges)/float64(o.Vertices), g.maxDegree, o.ProfileBytes, o.Clients, o.Warmup, o.Duration, 100*o.WriteFraction)
+	load := "closed loop"
+	if o.Rate > 0 {
+		load = fmt.Sprintf("open loop at %g queries/s (Poisson arrivals; latency from each query's arrival)", o.Rate)
+	}
+	fmt.Fprintf(out, "social graph: %d vertices, %d edges (mean degree %.1f, max %d), %d-byte profiles; %d clients, %s, warm-up %v, %v per layout, %.1f%% updates\n",
+		o.Vertices, g.edges, float64(g.edges)/float64(o.Vertices), g.maxDegree, o.ProfileBytes, o.Clients, load, o.Warmup, o.Duration, 100*o.WriteFraction)
 	results, err := runLayouts(ctx, o, g, out)
 	if err != nil {
 		return results, err
@@ -1063,32 +1076,38 @@ func (lr *layoutRun) drive(ctx context.Context, d time.Duration, phase string, o
 			prev = cur
 		}
 	}()
-	var wg sync.WaitGroup
-	for c := range lr.o.Clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			rng := rand.New(rand.NewPCG(seed, uint64(c)))
-			zipf := rand.NewZipf(rng, lr.o.Zipf, 1, uint64(len(lr.g.adj)-1))
-			for ctx.Err() == nil {
-				kind := pick(rng, lr.o.WriteFraction)
-				v := uint32(zipf.Uint64())
-				t0 := time.Now()
-				level, err := lr.op(ctx, kind, v, uint32(zipf.Uint64()))
-				if ctx.Err() != nil {
-					return // cut short by the end of the run: not counted
-				}
-				if err != nil {
-					if m.errors.Add(1) == 1 {
-						s := fmt.Sprintf("%s: %v", kind, err)
-						m.first.Store(&s)
-					}
-					continue
-				}
-				m.record(kind, time.Since(t0), level)
-				done.Add(1)
+	serve := func(kind string, v, w uint32, since time.Time) {
+		level, err := lr.op(ctx, kind, v, w)
+		if ctx.Err() != nil {
+			return // cut short by the end of the run: not counted
+		}
+		if err != nil {
+			if m.errors.Add(1) == 1 {
+				s := fmt.Sprintf("%s: %v", kind, err)
+				m.first.Store(&s)
 			}
-		}()
+			return
+		}
+		m.record(kind, time.Since(since), level)
+		done.Add(1)
+	}
+	var wg sync.WaitGroup
+	if lr.o.Rate > 0 {
+		lr.driveOpen(ctx, d, seed, serve, &wg)
+	} else {
+		for c := range lr.o.Clients {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				rng := rand.New(rand.NewPCG(seed, uint64(c)))
+				zipf := rand.NewZipf(rng, lr.o.Zipf, 1, uint64(len(lr.g.adj)-1))
+				for ctx.Err() == nil {
+					kind := pick(rng, lr.o.WriteFraction)
+					v := uint32(zipf.Uint64())
+					serve(kind, v, uint32(zipf.Uint64()), time.Now())
+				}
+			}()
+		}
 	}
 	wg.Wait()
 	<-cpuDone
@@ -1097,6 +1116,58 @@ func (lr *layoutRun) drive(ctx context.Context, d time.Duration, phase string, o
 		_ = bar.Finish()
 	}
 	return m, nil
+}
+
+// driveOpen offers the mix at Rate queries per second until ctx ends:
+// one goroutine draws the arrivals (exponential gaps, kinds and vertices
+// from seed), Clients goroutines serve them in arrival order, and serve
+// counts each query's latency from its arrival. The queue holds every
+// arrival of the run, so a cluster that falls behind shows it as latency
+// rather than as arrivals held back (coordinated omission).
+func (lr *layoutRun) driveOpen(ctx context.Context, d time.Duration, seed uint64, serve func(kind string, v, w uint32, since time.Time), wg *sync.WaitGroup) {
+	type arrival struct {
+		at   time.Time
+		kind string
+		v, w uint32
+	}
+	queue := make(chan arrival, int(lr.o.Rate*d.Seconds())+1024)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		defer close(queue)
+		rng := rand.New(rand.NewPCG(seed, 0))
+		zipf := rand.NewZipf(rng, lr.o.Zipf, 1, uint64(len(lr.g.adj)-1))
+		gap := float64(time.Second) / lr.o.Rate
+		next := time.Now()
+		t := time.NewTimer(0)
+		defer t.Stop()
+		for {
+			next = next.Add(time.Duration(rng.ExpFloat64() * gap))
+			t.Reset(time.Until(next))
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			a := arrival{at: next, kind: pick(rng, lr.o.WriteFraction), v: uint32(zipf.Uint64()), w: uint32(zipf.Uint64())}
+			select {
+			case queue <- a:
+			default: // more than the run's arrivals queued: cannot happen
+			}
+		}
+	}()
+	for range lr.o.Clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for a := range queue {
+				if ctx.Err() != nil {
+					return
+				}
+				serve(a.kind, a.v, a.w, a.at)
+			}
+		}()
+	}
 }
 
 func pick(rng *rand.Rand, writeFraction float64) string {

@@ -59,7 +59,7 @@ func TestProfileRoundTrip(t *testing.T) {
 
 func TestOptionsRefuseBadInput(t *testing.T) {
 	for _, o := range []Options{{Vertices: 3}, {AvgDegree: -1}, {Zipf: 0.5}, {Layouts: []string{"3stash"}}, {WriteFraction: 2}, {ProfileBytes: 8},
-		{Rounds: -1}, {Duration: 2 * time.Second, Rounds: 4}} {
+		{Rounds: -1}, {Duration: 2 * time.Second, Rounds: 4}, {Rate: -1}} {
 		if _, err := o.withDefaults(); err == nil {
 			t.Errorf("%+v accepted", o)
 		}
@@ -163,5 +163,24 @@ func TestRunOnEmulatedSSD(t *testing.T) {
 	}
 	if !strings.Contains(buf.String(), "emulated ssd device per stash") {
 		t.Errorf("the output does not say what the pools emulate:\n%s", buf.String())
+	}
+}
+
+// TestRunOpenLoop offers 100 queries/s for 2 s: about 200 queries are
+// served (a closed loop of 8 clients on this tiny graph serves thousands),
+// and the output says the load was offered open loop.
+func TestRunOpenLoop(t *testing.T) {
+	var buf bytes.Buffer
+	res, err := Run(context.Background(), Options{Vertices: 300, Clients: 8, Warmup: -1, Duration: 2 * time.Second, Rate: 100,
+		SSDStashes: 2, Layouts: []string{TwoStash}, OutDir: t.TempDir(), NoVerify: true}, &buf)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, buf.String())
+	}
+	t.Log(buf.String())
+	if n := res[0].All.Count; n < 50 || n > 320 || res[0].Errors > 0 {
+		t.Errorf("%d queries served at 100/s for 2 s (%d errors, %s)", n, res[0].Errors, res[0].FirstErr)
+	}
+	if !strings.Contains(buf.String(), "open loop at 100 queries/s") {
+		t.Errorf("the output does not say the load was offered:\n%s", buf.String())
 	}
 }
