@@ -592,7 +592,7 @@ replication = 1
 	if resp, err := wire.NewAdminClient(c.conn(t, "alice")).Auth(ctx, &wire.AuthRequest{Op: "grant", Role: "big", Identity: "app1"}); err != nil || resp.Error != nil {
 		t.Fatalf("grant: %v %v", err, resp.GetError())
 	}
-	waitFor(t, 2*time.Second, func() error {
+	waitFor(t, 20*time.Second, func() error {
 		return app.ReadTransact(ctx, func(tr *distash.Tx) error {
 			for _, k := range []string{"b/\x10", "b/\x60", "b/\xc0"} {
 				if v, err := tr.Get([]byte(k)); err != nil || string(v) != "v" {

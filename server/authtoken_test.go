@@ -74,7 +74,7 @@ func TestAuthTokens(t *testing.T) {
 	// Rotation: k2's tokens are trusted once its file is there.
 	k2 := newKey("k2")
 	cert, key := c.pki.Client(t, "gateway")
-	waitFor(t, 3*time.Second, func() error {
+	waitFor(t, 20*time.Second, func() error {
 		db, err := distash.Open(ctx, c.srv.ClusterString(), distash.WithTLS(clientTLS(t, cert, key, c.pki.CA)), distash.WithToken(sign(k2, "k2", "app1", time.Hour)))
 		if err != nil {
 			return err

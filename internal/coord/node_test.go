@@ -233,7 +233,7 @@ func TestClusterFailoverAndRecovery(t *testing.T) {
 	if _, _, err := follower2(c, ni).Recover(context.Background()); !errors.As(err, &nle) {
 		t.Fatalf("Recover on a follower: %v", err)
 	}
-	waitFor(t, 2*time.Second, "a controller notification", func() bool {
+	waitFor(t, 20*time.Second, "a controller notification", func() bool {
 		select {
 		case l := <-sub:
 			return l.Controller == (ni == (li+1)%3) && l.Leader == c.addrs[ni]
@@ -314,11 +314,11 @@ func TestClusterTLSRefusesForeignCA(t *testing.T) {
 		}
 		return n
 	}
-	waitFor(t, 5*time.Second, "a refused handshake", func() bool { return refused() >= 3 })
+	waitFor(t, 20*time.Second, "a refused handshake", func() bool { return refused() >= 3 })
 	// Several election timeouts of the rogue: each campaign dials every
 	// member, and each refuses the handshake.
 	first := refused()
-	waitFor(t, 10*time.Second, "the rogue's campaigns refused", func() bool { return refused() >= first+9 })
+	waitFor(t, 30*time.Second, "the rogue's campaigns refused", func() bool { return refused() >= first+9 })
 	t.Logf("rogue at term %s; %d handshakes refused", rogue.rf().Stats()["term"], refused())
 
 	// Its votes never arrived: same leader, same term, same generation,
@@ -329,7 +329,7 @@ func TestClusterTLSRefusesForeignCA(t *testing.T) {
 	// arrived, a member would have jumped to its term.
 	// A controller: within a few seconds, since the members may be in the
 	// middle of an election of their own when the check comes.
-	waitFor(t, 5*time.Second, "a controller", func() bool { return c.nodes[li].Controller() != 0 })
+	waitFor(t, 20*time.Second, "a controller", func() bool { return c.nodes[li].Controller() != 0 })
 	if now := c.nodes[li].raft.Stats()["term"]; now != term {
 		memberTerm, _ := strconv.ParseUint(now, 10, 64)
 		rogueTerm, _ := strconv.ParseUint(rogue.raft.Stats()["term"], 10, 64)
@@ -353,7 +353,7 @@ func TestClusterTLSRefusesForeignCA(t *testing.T) {
 		t.Fatal(err)
 	}
 	conn.Write([]byte("not a TLS client hello, just bytes"))
-	waitFor(t, 2*time.Second, "a refused plaintext connection", func() bool { return c.muxes[li].RejectedConns() > rejected })
+	waitFor(t, 20*time.Second, "a refused plaintext connection", func() bool { return c.muxes[li].RejectedConns() > rejected })
 	conn.Close()
 }
 

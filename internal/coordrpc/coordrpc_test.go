@@ -521,7 +521,7 @@ func TestHopLimit(t *testing.T) {
 	api := wire.NewCoordinatorClient(cc)
 	ctx := ctxT(t)
 	// The follower may not know the new leader yet: wait until it does.
-	wait.Within(t, 5*time.Second, "the follower knows a leader", func() bool { return c.nodes[fi].Leader() != "" })
+	wait.Within(t, 20*time.Second, "the follower knows a leader", func() bool { return c.nodes[fi].Leader() != "" })
 	resp, err := api.View(ctx, &wire.ViewRequest{Hops: MaxHops})
 	if err != nil {
 		t.Fatal(err)
