@@ -1122,15 +1122,15 @@ func (lr *layoutRun) drive(ctx context.Context, d time.Duration, phase string, o
 // one goroutine draws the arrivals (exponential gaps, kinds and vertices
 // from seed), Clients goroutines serve them in arrival order, and serve
 // counts each query's latency from its arrival. The queue holds every
-// arrival of the run, so a cluster that falls behind shows it as latency
-// rather than as arrivals held back (coordinated omission).
+// arrival of the run (up to 2^20), so a cluster that falls behind shows it
+// as latency rather than as arrivals held back (coordinated omission).
 func (lr *layoutRun) driveOpen(ctx context.Context, d time.Duration, seed uint64, serve func(kind string, v, w uint32, since time.Time), wg *sync.WaitGroup) {
 	type arrival struct {
 		at   time.Time
 		kind string
 		v, w uint32
 	}
-	queue := make(chan arrival, int(lr.o.Rate*d.Seconds())+1024)
+	queue := make(chan arrival, min(int(lr.o.Rate*d.Seconds())+1024, 1<<20))
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -1152,7 +1152,8 @@ func (lr *layoutRun) driveOpen(ctx context.Context, d time.Duration, seed uint64
 			a := arrival{at: next, kind: pick(rng, lr.o.WriteFraction), v: uint32(zipf.Uint64()), w: uint32(zipf.Uint64())}
 			select {
 			case queue <- a:
-			default: // more than the run's arrivals queued: cannot happen
+			case <-ctx.Done():
+				return
 			}
 		}
 	}()
