@@ -308,16 +308,10 @@ func (c *idStreamer[S, R]) close() {
 type commitStreamer = idStreamer[*wire.CommitStreamRequest, *wire.CommitStreamResponse]
 
 func newCommitStreamer(api wire.DiStashClient, fd *framesDialer, token bearer) *commitStreamer {
-	viaGRPC := func(ctx context.Context) (bidiStream[*wire.CommitStreamRequest, *wire.CommitStreamResponse], error) {
-		return api.CommitStream(ctx)
-	}
-	return &commitStreamer{
-		open: func(ctx context.Context) (bidiStream[*wire.CommitStreamRequest, *wire.CommitStreamResponse], error) {
-			return openDataStream(ctx, fd, wire.DiStash_CommitStream_FullMethodName, commitTimeout, func() *wire.CommitStreamResponse { return new(wire.CommitStreamResponse) }, viaGRPC)
-		},
-		id:    (*wire.CommitStreamResponse).GetId,
-		token: token,
-	}
+	return newDataStreamer(fd, wire.DiStash_CommitStream_FullMethodName, commitTimeout, token,
+		func(ctx context.Context) (bidiStream[*wire.CommitStreamRequest, *wire.CommitStreamResponse], error) {
+			return api.CommitStream(ctx)
+		})
 }
 
 // commitOver commits req over s, waiting at most timeout.
@@ -333,14 +327,8 @@ func commitOver(ctx context.Context, timeout time.Duration, s *commitStreamer, r
 type readStreamer = idStreamer[*wire.ReadStreamRequest, *wire.ReadStreamResponse]
 
 func newReadStreamer(api wire.DiStashClient, fd *framesDialer, token bearer) *readStreamer {
-	viaGRPC := func(ctx context.Context) (bidiStream[*wire.ReadStreamRequest, *wire.ReadStreamResponse], error) {
-		return api.ReadStream(ctx)
-	}
-	return &readStreamer{
-		open: func(ctx context.Context) (bidiStream[*wire.ReadStreamRequest, *wire.ReadStreamResponse], error) {
-			return openDataStream(ctx, fd, wire.DiStash_ReadStream_FullMethodName, readTimeout, func() *wire.ReadStreamResponse { return new(wire.ReadStreamResponse) }, viaGRPC)
-		},
-		id:    (*wire.ReadStreamResponse).GetId,
-		token: token,
-	}
+	return newDataStreamer(fd, wire.DiStash_ReadStream_FullMethodName, readTimeout, token,
+		func(ctx context.Context) (bidiStream[*wire.ReadStreamRequest, *wire.ReadStreamResponse], error) {
+			return api.ReadStream(ctx)
+		})
 }

@@ -132,6 +132,28 @@ func openDataStream[S any, R proto.Message](ctx context.Context, fd *framesDiale
 	return viaGRPC(ctx)
 }
 
+// idResponse is a data-path stream's reply: a message naming the request
+// it answers.
+type idResponse[T any] interface {
+	*T
+	proto.Message
+	GetId() uint64
+}
+
+// newDataStreamer returns the idStreamer of a data-path stream (reads,
+// read versions, commits) of method to fd's node, whose requests take at
+// most timeout: over frames, or over gRPC with viaGRPC (openDataStream).
+func newDataStreamer[S any, T any, R idResponse[T]](fd *framesDialer, method string, timeout time.Duration, token bearer,
+	viaGRPC func(context.Context) (bidiStream[S, R], error)) *idStreamer[S, R] {
+	return &idStreamer[S, R]{
+		open: func(ctx context.Context) (bidiStream[S, R], error) {
+			return openDataStream(ctx, fd, method, timeout, func() R { return R(new(T)) }, viaGRPC)
+		},
+		id:    R.GetId,
+		token: token,
+	}
+}
+
 // framesStream is a frames.ClientStream as a bidiStream.
 type framesStream[S any, R proto.Message] struct {
 	cs   *frames.ClientStream

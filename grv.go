@@ -135,14 +135,8 @@ func (b *grvBatcher) ask(ctx context.Context) (*wire.GetReadVersionResponse, err
 type grvStreamer = idStreamer[*wire.ReadVersionStreamRequest, *wire.ReadVersionStreamResponse]
 
 func newGRVStreamer(api wire.DiStashClient, fd *framesDialer, token bearer) *grvStreamer {
-	viaGRPC := func(ctx context.Context) (bidiStream[*wire.ReadVersionStreamRequest, *wire.ReadVersionStreamResponse], error) {
-		return api.ReadVersionStream(ctx)
-	}
-	return &grvStreamer{
-		open: func(ctx context.Context) (bidiStream[*wire.ReadVersionStreamRequest, *wire.ReadVersionStreamResponse], error) {
-			return openDataStream(ctx, fd, wire.DiStash_ReadVersionStream_FullMethodName, grvTimeout, func() *wire.ReadVersionStreamResponse { return new(wire.ReadVersionStreamResponse) }, viaGRPC)
-		},
-		id:    (*wire.ReadVersionStreamResponse).GetId,
-		token: token,
-	}
+	return newDataStreamer(fd, wire.DiStash_ReadVersionStream_FullMethodName, grvTimeout, token,
+		func(ctx context.Context) (bidiStream[*wire.ReadVersionStreamRequest, *wire.ReadVersionStreamResponse], error) {
+			return api.ReadVersionStream(ctx)
+		})
 }
