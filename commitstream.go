@@ -66,12 +66,8 @@ var errStreamBroken = status.Error(codes.Unavailable, "stream to the node broke"
 // passed first: the node did not answer in time.
 var errCallTimeout = errors.New("the node did not answer within the request's timeout")
 
-// call sends the request build makes with a fresh id and waits for its reply.
-func (c *idStreamer[S, R]) call(ctx context.Context, build func(id uint64) S) (R, error) {
-	return c.callWithin(ctx, 0, build)
-}
-
-// callWithin is call whose wait ends after timeout (> 0) with
+// callWithin sends the request build makes with a fresh id and waits for
+// its reply; with timeout > 0 the wait ends after timeout with
 // errCallTimeout. The timeout costs no context and no allocation on the
 // hot path (a pooled timer): a read's own deadline, of every read. Opening
 // the stream, when it must, ends after timeout too; so does a send that

@@ -166,16 +166,9 @@ func (e *embedded) start(ctx context.Context) error {
 		tags = append(tags, sp.tag)
 	}
 	var err error
-	s.log, err = txlog.Open(txlog.Options{
-		Dir:          filepath.Join(s.opts.Dir, "log"),
-		FS:           s.opts.FS,
-		Clock:        s.opts.Clock,
-		Replicas:     s.cfg.Log.Replicas,
-		Tags:         tags,
-		MemoryBytes:  s.opts.Tuning.LogMemoryBytes,
-		TrailingLogs: s.opts.Tuning.LogTrailingLogs,
-		Logger:       s.roleLogger(logRoleLog),
-	})
+	lo := s.logOptions()
+	lo.Replicas, lo.Tags = s.cfg.Log.Replicas, tags
+	s.log, err = txlog.Open(lo)
 	if err != nil {
 		return fmt.Errorf("server: open log: %w", err)
 	}

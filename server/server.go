@@ -36,6 +36,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -268,6 +269,16 @@ func (s *Server) stashSpecs() []stashSpec {
 		}
 	}
 	return specs
+}
+
+// logOptions are the options of this process's log replica that both
+// runtimes share: its directory, file system, clock and logger, and the
+// tests' tuning.
+func (s *Server) logOptions() txlog.Options {
+	return txlog.Options{
+		Dir: filepath.Join(s.opts.Dir, "log"), FS: s.opts.FS, Clock: s.opts.Clock, Logger: s.roleLogger(logRoleLog),
+		MemoryBytes: s.opts.Tuning.LogMemoryBytes, TrailingLogs: s.opts.Tuning.LogTrailingLogs,
+	}
 }
 
 // engineTuning returns the engine-specific settings of pool p's stashes

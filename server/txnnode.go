@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"slices"
 	"time"
 
@@ -46,11 +45,9 @@ func (tn *transactionNode) run(ctx context.Context) {
 	// node holding the roles sets it (keepLogTags); until then the set
 	// replicated in the log (or, on a new cluster, none: nothing is
 	// dropped) holds.
-	l, err := txlog.Open(txlog.Options{
-		Dir: filepath.Join(s.opts.Dir, "log"), FS: s.opts.FS, Clock: s.opts.Clock, Logger: s.roleLogger(logRoleLog), MemoryBytes: s.opts.Tuning.LogMemoryBytes,
-		TrailingLogs: s.opts.Tuning.LogTrailingLogs,
-		Network:      &txlog.NetworkOptions{LocalID: tn.logID, Peers: peers, Transport: trans, Join: join},
-	})
+	lo := s.logOptions()
+	lo.Network = &txlog.NetworkOptions{LocalID: tn.logID, Peers: peers, Transport: trans, Join: join}
+	l, err := txlog.Open(lo)
 	if err != nil {
 		trans.Close()
 		s.fail(fmt.Errorf("server: open the log replica: %w", err))
