@@ -262,12 +262,13 @@ func TestNotFrames(t *testing.T) {
 	}
 }
 
-// TestSendEndsWithContext: a server that accepts the stream and then reads
-// nothing blocks the sender once the socket buffers fill; cancelling the
-// stream's context ends the blocked Send, and later Sends fail at once.
-func TestSendEndsWithContext(t *testing.T) {
-	cli, srvConn := net.Pipe() // synchronous: a write waits for a read
-	defer srvConn.Close()
+// openToDeafPeer opens a read stream, in ctx, to a peer that accepts it
+// and then reads nothing, over a synchronous pipe (a write waits for a
+// read): the stream's second write blocks.
+func openToDeafPeer(t *testing.T, ctx context.Context) *ClientStream {
+	t.Helper()
+	cli, srvConn := net.Pipe()
+	t.Cleanup(func() { srvConn.Close() })
 	go func() {
 		r := bufio.NewReader(srvConn)
 		if _, _, err := ReadFrame(r, nil, 1<<10); err != nil {
@@ -276,11 +277,19 @@ func TestSendEndsWithContext(t *testing.T) {
 		srvConn.Write(AppendFrame(nil, TypeAccept, nil))
 		// and then read nothing
 	}()
-	ctx, cancel := context.WithCancel(context.Background())
 	st, err := Open(ctx, cli, nil, wire.DiStash_ReadStream_FullMethodName, protover.This)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return st
+}
+
+// TestSendEndsWithContext: a server that accepts the stream and then reads
+// nothing blocks the sender once the socket buffers fill; cancelling the
+// stream's context ends the blocked Send, and later Sends fail at once.
+func TestSendEndsWithContext(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	st := openToDeafPeer(t, ctx)
 	done := make(chan error, 1)
 	go func() { done <- st.Send(readReq(1, "blocked")) }()
 	select {
@@ -305,20 +314,7 @@ func TestSendEndsWithContext(t *testing.T) {
 // TestSendEndsAtWriteTimeout: a stream with a write timeout breaks when
 // its peer reads nothing for that long, without a context ending.
 func TestSendEndsAtWriteTimeout(t *testing.T) {
-	cli, srvConn := net.Pipe() // synchronous: a write waits for a read
-	defer srvConn.Close()
-	go func() {
-		r := bufio.NewReader(srvConn)
-		if _, _, err := ReadFrame(r, nil, 1<<10); err != nil {
-			return
-		}
-		srvConn.Write(AppendFrame(nil, TypeAccept, nil))
-		// and then read nothing
-	}()
-	st, err := Open(context.Background(), cli, nil, wire.DiStash_ReadStream_FullMethodName, protover.This)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := openToDeafPeer(t, context.Background())
 	st.SetWriteTimeout(200 * time.Millisecond)
 	done := make(chan error, 1)
 	began := time.Now()
