@@ -28,6 +28,7 @@ type fakeCluster struct {
 	t       *testing.T
 	version atomic.Int64
 	view    atomic.Pointer[wire.ViewResponse]
+	shardMu sync.Mutex // guards shards, which a test may change
 	shards  []*wire.Shard
 	nodes   map[string]*fakeNode
 }
@@ -189,6 +190,8 @@ func (n *fakeNode) Locations(ctx context.Context, req *wire.LocationsRequest) (*
 	if n.wrongNode.Load() {
 		return &wire.LocationsResponse{Error: wrongNodeErr(n)}, nil
 	}
+	n.fc.shardMu.Lock()
+	defer n.fc.shardMu.Unlock()
 	return &wire.LocationsResponse{Shards: n.fc.shards}, nil
 }
 
@@ -504,6 +507,69 @@ func TestClusterReadsAvoidDeadStashNode(t *testing.T) {
 	})
 	if c.reads.Load() == 0 {
 		t.Fatal("c served no read")
+	}
+}
+
+// TestClusterReadsFollowAReplacedReplica: a client that last loaded the
+// shard map before a replica was replaced (team [1 2], the map now says
+// [1 3] and the view calls 2 retired) still reads once the other old
+// replica's node dies. Before, every read picked stash 1 (down, but
+// retired stashes come last), failed to connect and was retried on stash 1
+// again: only a wrong_shard_server answer reloaded the map, and nothing
+// asked stash 2 any more, so reads failed until their deadline (seen as
+// TestProcessClusterSurvivesKill9OfEveryNode's "audit with cache2 down").
+func TestClusterReadsFollowAReplacedReplica(t *testing.T) {
+	ctx := ctxT(t, 10*time.Second)
+	fc := newFakeCluster(t, replicatedShards)
+	k := fc.node("k", true)
+	fc.node("s", false)
+	a, b := fc.node("a", false), fc.node("b", false)
+	fc.setView(1, "s", map[uint32]string{1: "a", 2: "b"})
+	db := openFake(t, ctx, k.addr)
+	readsServedBy := func(want string) {
+		t.Helper()
+		var got, gotRange string
+		err := db.ReadTransact(ctx, func(tr *distash.Tx) error {
+			var err error
+			if got, err = getString(tr, "d/x"); err != nil {
+				return err
+			}
+			kvs, err := tr.GetRange([]byte("d/a"), []byte("d/b"), distash.RangeOptions{})
+			if err == nil && len(kvs) == 1 {
+				gotRange = string(kvs[0].Value)
+			}
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != want || gotRange != want {
+			t.Fatalf("read served by %q and range by %q, want %q", got, gotRange, want)
+		}
+	}
+	// Stash 2 is replaced by stash 3 on c: the view calls 2 retired, and
+	// the proxy's map names [1 3] only once the client has seen the view,
+	// so the client holds the old map [1 2] and the new view.
+	c := fc.node("c", false)
+	fc.view.Store(&wire.ViewResponse{Generation: 1, StatelessAddress: fc.nodes["s"].addr, Stashes: []*wire.StashLocation{
+		{Tag: 1, Pool: "data", Slot: 0, Node: "a", Address: a.addr, Alive: true},
+		{Tag: 2, Pool: "data", Slot: 1, Node: "b", Address: b.addr, Retired: true},
+		{Tag: 3, Pool: "data", Slot: 1, Node: "c", Address: c.addr, Alive: true},
+	}})
+	// b's node dies: a read it fails refreshes the view.
+	b.srv.Stop()
+	wait.Every(t, 10*time.Millisecond, 5*time.Second, "the client saw stash 2 retired", func() bool {
+		readsServedBy("a")
+		return db.StashRetired(2)
+	})
+	fc.shardMu.Lock()
+	fc.shards = []*wire.Shard{{Begin: []byte("d/"), End: []byte("d0"), Stashes: []uint32{1, 3}, Pool: "data"}}
+	fc.shardMu.Unlock()
+	// Now a's node dies too: stash 3 serves.
+	a.srv.Stop()
+	readsServedBy("c")
+	if c.reads.Load() == 0 || c.ranges.Load() == 0 {
+		t.Fatalf("c served %d reads and %d range reads", c.reads.Load(), c.ranges.Load())
 	}
 }
 

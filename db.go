@@ -97,6 +97,13 @@ type DB struct {
 	// which keys. refreshShards replaces it whole and it is never changed
 	// in place, so readers use it without a lock.
 	shards atomic.Pointer[shardmap.Map]
+	// shardsStale is set when a read chose among a team with a stash the
+	// view calls retired: the map predates a replacement, so a read that
+	// then fails reloads it (refreshShards clears it). Without it, a
+	// client whose last good replica dies keeps asking that replica: a
+	// retired one is never asked, so no wrong_shard_server answer ever
+	// makes it reload the map.
+	shardsStale atomic.Bool
 
 	loadMu sync.RWMutex
 	load   map[uint32]*stashLoad // Protected by loadMu.
@@ -251,7 +258,15 @@ func (db *DB) Close() error {
 	return err
 }
 
-func (db *DB) refreshShards(ctx context.Context) error {
+// refreshShards reloads the shard map from the proxy. A failed reload
+// leaves the map marked stale, so the next failed read tries again.
+func (db *DB) refreshShards(ctx context.Context) (err error) {
+	db.shardsStale.Store(false)
+	defer func() {
+		if err != nil {
+			db.shardsStale.Store(true)
+		}
+	}()
 	p := db.proxy.Load()
 	lctx, cancel := context.WithTimeout(ctx, metaTimeout)
 	defer cancel()
@@ -319,6 +334,9 @@ func (db *DB) pickReplica(team []kv.Tag) uint32 {
 		until := l.downUntil.Load()
 		if l.retired.Load() {
 			until = math.MaxInt64 // after every replica that may come back
+			if !db.shardsStale.Load() {
+				db.shardsStale.Store(true)
+			}
 		}
 		down := until > now
 		if bestScore < 0 || (bestDown && !down) ||
@@ -515,7 +533,7 @@ func (db *DB) run(ctx context.Context, fn func(tr *Tx) error, commit bool) error
 		// A conflict after reading at a recent version: retry with a
 		// fresh one.
 		fresh = fresh || usedRecent
-		if errors.Is(err, ErrWrongShardServer) {
+		if errors.Is(err, ErrWrongShardServer) || db.shardsStale.Load() {
 			if rerr := db.refreshShards(ctx); rerr != nil && ctx.Err() == nil && !retryable(rerr) {
 				return rerr
 			}

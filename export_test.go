@@ -13,3 +13,9 @@ func SetRecentReadVersionAge(d time.Duration) func() {
 // DataPathStreams returns how many read and commit streams the process's
 // clients opened over frames and over gRPC.
 func DataPathStreams() (frames, grpc int64) { return framesStreams.Load(), grpcStreams.Load() }
+
+// StashRetired reports whether the client's view calls stash tag retired.
+func (db *DB) StashRetired(tag uint32) bool {
+	r := db.stashes.Load()
+	return r != nil && r.byTag[tag].retired
+}

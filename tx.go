@@ -400,7 +400,13 @@ func (db *DB) readKeys(ctx context.Context, rv kv.Version, keys [][]byte, readSy
 			continue
 		}
 		if first != nil && readRetryable(ctx, first) && attempt < 3 {
-			continue // the failed stash is marked down: another replica serves
+			// The failed stash is marked down: another replica serves,
+			// from a reloaded map if the team named a replaced stash (a
+			// failed reload leaves the retry to the old map).
+			if db.shardsStale.Load() {
+				_ = db.refreshShards(ctx)
+			}
+			continue
 		}
 		return vals, present, first
 	}
