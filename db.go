@@ -533,7 +533,7 @@ func (db *DB) run(ctx context.Context, fn func(tr *Tx) error, commit bool) error
 		// A conflict after reading at a recent version: retry with a
 		// fresh one.
 		fresh = fresh || usedRecent
-		if errors.Is(err, ErrWrongShardServer) || db.shardsStale.Load() {
+		if errors.Is(err, ErrWrongShardServer) || db.shardsStale.Load() && readRetryable(ctx, err) {
 			if rerr := db.refreshShards(ctx); rerr != nil && ctx.Err() == nil && !retryable(rerr) {
 				return rerr
 			}
