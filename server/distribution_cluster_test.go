@@ -533,3 +533,101 @@ func TestRemoteDurableStashesFlushWhenTheLogIsOverBudget(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestLogKeepsTheWritesOfADownDurableStashWithNoOtherReplica: a durable
+// pool of replication 1 whose one stash node is down while writes go on.
+// Once the log holds more than its hold bound (512 KiB here), it must not
+// force-pop that stash's tag — its entries are the only copy of
+// acknowledged writes — so it keeps them, and the ratekeeper throttles
+// writes, saying why. The stash node comes back, catches up from the log,
+// and every acknowledged write reads back; the throttle lifts.
+func TestLogKeepsTheWritesOfADownDurableStashWithNoOtherReplica(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts an in-process cluster")
+	}
+	t.Parallel()
+	toml := clustertest.DurablePool(2, 1, `mvcc_window = "1s"`)
+	c := newTunedCluster(t, server.Tuning{LogMemoryBytes: 128 << 10}, toml, "tx1 transaction", "data1 stash data", "data2 stash data")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	c.StartAll(ctx)
+	db := c.Open(ctx)
+	// Keys over both stashes' shards (the first map splits "d/" by its
+	// first byte).
+	const keys = 100
+	key := func(k int) string { return fmt.Sprintf("d/%c-k:%03d", byte(k*256/keys), k) }
+	last := map[string]string{}
+	write := func(round, from, to int) error {
+		err := db.Transact(ctx, func(tr *distash.Tx) error {
+			for k := from; k < to; k++ {
+				tr.Set([]byte(key(k)), []byte(fmt.Sprintf("%03d-%03d-%0900d", k, round, round)))
+			}
+			return nil
+		})
+		if err == nil {
+			for k := from; k < to; k++ {
+				last[key(k)] = fmt.Sprintf("%03d-%03d-%0900d", k, round, round)
+			}
+		}
+		return err
+	}
+	for k := 0; k < keys; k += 10 {
+		if err := write(0, k, k+10); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	c.Crash(c.Node("data2"))
+	tx := c.Node("tx1").Server()
+	reason := func() string {
+		st, err := c.Status(ctx)
+		if err != nil {
+			return err.Error()
+		}
+		return st.RateLimitReason
+	}
+	// About 100 KiB per round: past the hold bound within a few rounds;
+	// then the ratekeeper holds writes to a few a second.
+	round := 1
+	clustertest.WaitUntil(t, time.Minute, "the log keeps the down stash's writes and throttles", func() (bool, string) {
+		for k := 0; k < keys; k += 10 {
+			if err := write(round, k, k+10); err != nil {
+				t.Fatal(err)
+			}
+		}
+		round++
+		ls := tx.LogStats()
+		if len(ls.Dropped) != 0 {
+			t.Fatalf("the log force-popped %v: the down stash's acknowledged writes are gone", ls.Dropped)
+		}
+		r := reason()
+		return strings.Contains(r, "the log holds"), fmt.Sprintf("log memory %d, rate limit reason %q", ls.Memory, r)
+	})
+	t.Logf("throttled after %d rounds: %s", round, reason())
+
+	if err := c.Start(ctx, c.Node("data2")); err != nil {
+		t.Fatal(err)
+	}
+	clustertest.WaitUntil(t, time.Minute, "the throttle lifts once the stash caught up", func() (bool, string) {
+		r := reason()
+		return !strings.Contains(r, "the log holds"), r
+	})
+	if ls := tx.LogStats(); len(ls.Dropped) != 0 {
+		t.Fatalf("the log force-popped %v", ls.Dropped)
+	}
+	err := db.ReadTransact(ctx, func(tr *distash.Tx) error {
+		for k, want := range last {
+			v, err := tr.Get([]byte(k))
+			if err != nil {
+				return err
+			}
+			if string(v) != want {
+				return fmt.Errorf("%q = %.10q, want %.10q", k, v, want)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -307,7 +308,45 @@ func (s *Server) rateSample(r *txRoles) ratekeeper.Sample {
 		ss.CapacityBytes = durable[ss.Pool]
 		smp.Stashes = append(smp.Stashes, ss)
 	}
+	if tag, ok := s.log.Withheld(); ok {
+		smp.LogWithheld = ratekeeper.LogWithheldReason(tag, poolOf[tag], s.log.Stats().Memory)
+	}
 	return smp
+}
+
+// logMayDrop is the log's Options.MayDrop: its hold bound may force-pop a
+// stash that stopped popping unless that would lose writes no other copy
+// holds, i.e. the stash is in a durable pool and a shard whose team names
+// it has no other live replica (an ephemeral pool's stash starts empty
+// anyway; a durable one with a live teammate is rebuilt from it). Without
+// the roles (no shard map in this process) it keeps everything.
+func (s *Server) logMayDrop(tag kv.Tag) bool {
+	r := s.tx.Load()
+	if r == nil {
+		return false
+	}
+	alive := map[kv.Tag]bool{}
+	if v := s.lastView(); v != nil {
+		for _, sl := range v.Stashes {
+			alive[kv.Tag(sl.Tag)] = sl.Alive && !sl.Retired
+		}
+	} else { // embedded: this process's slots
+		for _, st := range (&distEnv{s: s, r: r}).Stashes() {
+			alive[st.Tag] = st.Alive
+		}
+	}
+	for _, sh := range r.commit.Shards().Shards() {
+		if !slices.Contains(sh.Team, tag) {
+			continue
+		}
+		if p, ok := s.cfg.PoolByName(sh.Pool); !ok || p.Ephemeral() {
+			continue
+		}
+		if !slices.ContainsFunc(sh.Team, func(m kv.Tag) bool { return m != tag && alive[m] }) {
+			return false
+		}
+	}
+	return true
 }
 
 // proxyPools is what the commit proxy needs of cfg's pools: their prefixes

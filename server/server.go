@@ -278,6 +278,7 @@ func (s *Server) logOptions() txlog.Options {
 	return txlog.Options{
 		Dir: filepath.Join(s.opts.Dir, "log"), FS: s.opts.FS, Clock: s.opts.Clock, Logger: s.roleLogger(logRoleLog),
 		MemoryBytes: s.opts.Tuning.LogMemoryBytes, TrailingLogs: s.opts.Tuning.LogTrailingLogs,
+		MayDrop: s.logMayDrop,
 	}
 }
 

@@ -71,6 +71,10 @@ type Sample struct {
 	// Teams are the shard map's teams (the stashes serving each shard);
 	// nil when not known (the R-1 bound alone then holds).
 	Teams [][]kv.Tag
+	// LogWithheld, if not "", says why the log holds more than its hold
+	// bound for a stash it may not drop (a durable stash with no other
+	// live replica): writes then run at LogWithheldRate until it pops.
+	LogWithheld string
 }
 
 // Limits of the controller.
@@ -92,6 +96,10 @@ const (
 	// (transactions/s): low enough that the pool barely fills, high enough
 	// that reads and the deletes that free space still proceed.
 	CapacityMinRate = 5
+	// LogWithheldRate is the rate while the log keeps, past its hold
+	// bound, the entries of a stash no other copy holds (Sample.LogWithheld):
+	// the log barely grows, and reads and the stash's return proceed.
+	LogWithheldRate = 5
 	// CapacityBaseMin is the least rate the capacity limit falls from: a
 	// cluster that was idle when a stash crossed CapacityThrottleStart is
 	// not pinned to its idle rate.
@@ -148,6 +156,9 @@ func (c *Controller) Observe(now time.Time, s Sample) float64 {
 		c.Reason = capReason
 	} else {
 		c.Reason = lagReason
+	}
+	if s.LogWithheld != "" && LogWithheldRate < c.rate {
+		c.rate, c.Reason = LogWithheldRate, s.LogWithheld
 	}
 	return c.rate
 }
@@ -404,6 +415,7 @@ const (
 	KindWindow     = "mvcc_window" // a stash's MVCC window is near its memory budget
 	KindCapacity   = "capacity"    // a durable stash is nearly full
 	KindRecovering = "recovering"  // the limit is lifting after a lag or window limit
+	KindLogHeld    = "log_held"    // the log keeps the entries of a stash no other copy holds
 )
 
 // ReasonKind classifies a reason Status returns into one of the Kind
@@ -424,8 +436,16 @@ func ReasonKind(reason string) string {
 		return KindStashLag
 	case strings.Contains(reason, "% full ("):
 		return KindCapacity
+	case strings.Contains(reason, "the log holds"):
+		return KindLogHeld
 	}
 	return "other"
+}
+
+// LogWithheldReason is Sample.LogWithheld's wording: the log holds held
+// bytes, past its hold bound, for stash tag of pool, which it may not drop.
+func LogWithheldReason(tag kv.Tag, pool string, held int64) string {
+	return fmt.Sprintf("the log holds %d MiB for stash %d (pool %q), which is down with no other live replica of its shards: the log keeps its writes, which no other copy holds, so writes wait for it to return or be excluded", held>>20, tag, pool)
 }
 
 // Status returns the current rate and why it is limited.

@@ -92,6 +92,23 @@ func TestWaitHonoursRate(t *testing.T) {
 	}
 }
 
+// TestLogWithheldThrottles: while the log keeps a stash's entries past its
+// hold bound, the rate is LogWithheldRate whatever else the sample says;
+// once the log no longer withholds, nothing limits it.
+func TestLogWithheldThrottles(t *testing.T) {
+	c := NewController()
+	now := time.Unix(0, 0)
+	ok := []StashSample{{Tag: 3, Applied: 1, WindowLimitBytes: 100}}
+	c.Observe(now, Sample{Committed: 1, Stashes: ok})
+	why := LogWithheldReason(7, "data", 1<<30)
+	if r := c.Observe(now.Add(time.Second), Sample{Committed: 1, Commits: 900, Stashes: ok, LogWithheld: why}); r != LogWithheldRate || c.Reason != why {
+		t.Fatalf("withheld: rate %v, reason %q", r, c.Reason)
+	}
+	if r := c.Observe(now.Add(2*time.Second), Sample{Committed: 1, Commits: 905, Stashes: ok}); !math.IsInf(r, 1) || c.Reason != "" {
+		t.Fatalf("after: rate %v, reason %q", r, c.Reason)
+	}
+}
+
 // TestReasonKind checks that every reason the controller writes has its
 // kind (metrics label it), so rewording a reason cannot silently turn it
 // into "other".
@@ -119,6 +136,7 @@ func TestReasonKind(t *testing.T) {
 		{observe(window), KindWindow},
 		{observe(full), KindCapacity},
 		{recovering, KindRecovering},
+		{observe(Sample{Committed: 1, LogWithheld: LogWithheldReason(7, "data", 1<<30)}), KindLogHeld},
 	} {
 		if got := ReasonKind(tc.c.Reason); got != tc.want {
 			t.Errorf("ReasonKind(%q) = %q, want %q", tc.c.Reason, got, tc.want)

@@ -94,7 +94,10 @@
 // version, and reports it in Stats.Dropped. That stash has lost the
 // mutations up to there: its later Peek below the trim point fails with
 // ErrTrimmed, and it must be rebuilt (e.g. from its team) rather than
-// catch up from the log.
+// catch up from the log. A tag Options.MayDrop refuses (its entries are
+// the only copy of acknowledged writes) is never force-popped: the log
+// keeps it, drops no other tag past it (that would free nothing), and
+// reports it (Withheld) for the ratekeeper to hold writes back.
 //
 // In network mode only the leader replicates pops. Followers record Pops
 // and keep them; when a replica becomes leader it first applies everything

@@ -106,6 +106,12 @@ type Options struct {
 	// leader force-pops the tag furthest behind (never kv.SystemTag) down to
 	// MemoryBytes (Stats.Dropped). Default 4 × MemoryBytes.
 	HoldBytes int64
+	// MayDrop reports whether the hold bound may force-pop tag: false for
+	// a tag whose entries no other copy holds (a durable stash none of
+	// whose shards has another live replica), which the log keeps instead,
+	// past HoldBytes, and reports (Withheld) so that the ratekeeper stops
+	// the writes that would grow it. Nil: every tag but kv.SystemTag.
+	MayDrop func(kv.Tag) bool
 	// Clock times the log's own loop, the pop flushes (nil: the real
 	// clock). Raft keeps real time, and so do the waits on it (a leader,
 	// appends in flight at Close, a context's deadline).
@@ -199,7 +205,11 @@ type Log struct {
 	popPending map[kv.Tag]kv.Version
 	popDirty   bool
 	dropped    map[kv.Tag]kv.Version // force-popped tags (HoldBytes)
-	flushMu    sync.Mutex
+	// withheld is the tag the hold bound would drop but MayDrop keeps,
+	// if withholding (the last flush's finding).
+	withheld    kv.Tag
+	withholding bool
+	flushMu     sync.Mutex
 
 	// Network mode: pops are replicated only once the local replica leads
 	// and has merged the replicated pops (popReady); leaderTerm counts the
@@ -1125,35 +1135,79 @@ const systemTag kv.Tag = 0
 
 // enforceHold force-pops, when the leader's state machine f holds more
 // than HoldBytes of unpopped entries, the tag furthest behind (never
-// systemTag) up to the version that brings it back to MemoryBytes. If
+// systemTag, nor one MayDrop keeps) up to the version that brings it back
+// to MemoryBytes. When only kept tags are behind, it drops nothing and
+// records the furthest behind (Withheld). If
 // another tag is behind that version too, the next flushes drop it in turn
 // while the log stays over HoldBytes.
 func (l *Log) enforceHold(f *fsm) {
 	v, over := f.holdTrimPoint(l.opts.HoldBytes, l.opts.MemoryBytes)
 	if !over {
+		l.popMu.Lock()
+		l.withholding = false
+		l.popMu.Unlock()
 		return
 	}
-	l.popMu.Lock()
 	var (
-		victim kv.Tag
-		from   kv.Version
-		found  bool
+		victim, kept kv.Tag
+		from, keptAt kv.Version
+		found, keep  bool
 	)
-	for _, t := range l.tags {
-		if p := l.popPending[t]; t != systemTag && p < v && (!found || p < from) {
+	l.popMu.Lock()
+	tags := slices.Clone(l.tags)
+	pending := make([]kv.Version, len(tags))
+	for i, t := range tags {
+		pending[i] = l.popPending[t]
+	}
+	l.popMu.Unlock()
+	// MayDrop looks at the shard map and liveness: asked outside popMu.
+	droppable := make([]bool, len(tags))
+	for i, t := range tags {
+		p := pending[i]
+		if t == systemTag || p >= v {
+			continue
+		}
+		if droppable[i] = l.opts.MayDrop == nil || l.opts.MayDrop(t); !droppable[i] && (!keep || p < keptAt) {
+			kept, keptAt, keep = t, p, true
+		}
+	}
+	if keep {
+		// Nothing is trimmed past a kept tag: dropping others beyond it
+		// would lose their entries and free nothing.
+		v = keptAt
+	}
+	for i, t := range tags {
+		if p := pending[i]; droppable[i] && p < v && (!found || p < from) {
 			victim, from, found = t, p, true
 		}
 	}
-	if found {
+	l.popMu.Lock()
+	if found && l.popPending[victim] < v {
 		l.popPending[victim] = v
 		l.dropped[victim] = v
 		l.popDirty = true
 	}
+	wasWithholding, wasWithheld := l.withholding, l.withheld
+	l.withheld, l.withholding = kept, keep
 	l.popMu.Unlock()
 	if found {
 		l.logger.Warn("txlog: log holds too much for a tag that does not pop: force-popped it",
 			"tag", victim, "from", from, "to", v, "hold_bytes", l.opts.HoldBytes)
 	}
+	if keep && (!wasWithholding || wasWithheld != kept) {
+		l.logger.Warn("txlog: log holds too much for a tag that does not pop, whose entries no other copy holds: keeping them, and writes are throttled until its stash pops",
+			"tag", kept, "from", keptAt, "hold_bytes", l.opts.HoldBytes)
+	}
+}
+
+// Withheld reports the tag the hold bound would force-pop but keeps
+// (Options.MayDrop is false for it), as of the last pop flush while this
+// replica led: the log then holds more than HoldBytes, and only that
+// tag's stash popping (or MayDrop allowing it) brings it back.
+func (l *Log) Withheld() (kv.Tag, bool) {
+	l.popMu.Lock()
+	defer l.popMu.Unlock()
+	return l.withheld, l.withholding
 }
 
 // OverMemoryBudget reports whether the most advanced running replica holds

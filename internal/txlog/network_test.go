@@ -476,6 +476,67 @@ func TestHoldBoundDropsTag(t *testing.T) {
 	}
 }
 
+// TestHoldBoundKeepsTagsMayDropRefuses: a tag MayDrop keeps (a durable
+// stash with no other live replica) is never force-popped, however much
+// the log holds: Withheld names it, and another tag behind is not dropped
+// past it either (that would lose its entries and free nothing). Once
+// MayDrop allows it (a replica came back), the bound drops it as before,
+// and Withheld clears.
+func TestHoldBoundKeepsTagsMayDropRefuses(t *testing.T) {
+	opts := testOptions(t.TempDir(), 1, systemTag, 1, 2, 3)
+	opts.MemoryBytes = 32 << 10
+	opts.HoldBytes = 128 << 10
+	var mayDrop2 atomic.Bool
+	opts.MayDrop = func(tag kv.Tag) bool { return tag != 2 || mayDrop2.Load() }
+	l := openLog(t, opts)
+	defer l.Close()
+	a := newAppender(t, l)
+	big := func(v kv.Version) logentry.TaggedMutation {
+		return logentry.TaggedMutation{Mutation: kv.Mutation{Type: kv.MutSet, Key: []byte(fmt.Sprint(v)), Param: make([]byte, 4<<10)}, Tags: []kv.Tag{systemTag, 1, 2, 3}}
+	}
+	// Tag 2 (kept) never pops; tag 3 (droppable) pops up to 20 only.
+	for v := kv.Version(1); v <= 60; v++ {
+		a.mustAppend(v, big(v))
+		l.Pop(systemTag, v)
+		l.Pop(1, v)
+		if v <= 20 {
+			l.Pop(3, v)
+		}
+	}
+	if err := l.SyncPops(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	s := l.Stats()
+	if len(s.Dropped) != 0 || s.Memory <= opts.HoldBytes || s.Trimmed != 0 {
+		t.Fatalf("with only a kept tag furthest behind: %+v", s)
+	}
+	if tag, ok := l.Withheld(); !ok || tag != 2 {
+		t.Fatalf("Withheld = %d, %v; want 2, true", tag, ok)
+	}
+	if msgs, _ := mustPeek(t, l, 2, 0, 0); len(msgs) != 60 {
+		t.Fatalf("the kept tag peeks %d messages, want all 60", len(msgs))
+	}
+	if msgs, _ := mustPeek(t, l, 3, 20, 0); len(msgs) != 40 {
+		t.Fatalf("the droppable tag behind it peeks %d messages from its pop, want 40", len(msgs))
+	}
+
+	// A replica of tag 2's shards is back: it may be dropped now, and
+	// then tag 3, behind too (a flush drops one tag).
+	mayDrop2.Store(true)
+	for range 2 {
+		if err := l.SyncPops(ctxT(t)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s = l.Stats()
+	if s.Dropped[2] == 0 || s.Dropped[3] == 0 || s.Memory > opts.HoldBytes {
+		t.Fatalf("once MayDrop allows it: %+v", s)
+	}
+	if _, ok := l.Withheld(); ok {
+		t.Fatal("Withheld still set after the bound dropped the tag")
+	}
+}
+
 // TestFSMEpoch: the state machine rejects entries of an epoch below its
 // own, and keeps its epoch in snapshots.
 func TestFSMEpoch(t *testing.T) {
