@@ -274,7 +274,7 @@ var (
 	descQueued      = desc("distash_commit_proxy_queued_bytes", "Memory of the transactions the commit proxy holds, from arrival to reply.")
 	descCommitted   = desc("distash_committed_version", "Latest committed version (the read version handed out).")
 	descRateLimit   = desc("distash_ratekeeper_limit_transactions_per_second", "Transactions per second the ratekeeper allows; 0 = unlimited.")
-	descRateReason  = desc("distash_ratekeeper_reason", "Why the ratekeeper limits (value 1): none, stash_lag, fetch_lag, mvcc_window, capacity, recovering.", "reason")
+	descRateReason  = desc("distash_ratekeeper_reason", "Why the ratekeeper limits (value 1): none, stash_lag, fetch_lag, mvcc_window, capacity, recovering, log_held.", "reason")
 	descLastRecover = desc("distash_last_recovery_duration_seconds", "Duration of the recovery that started the stateless roles this node holds.")
 
 	descLogLast     = desc("distash_log_last_version", "Last version of the log replica of this node.")
