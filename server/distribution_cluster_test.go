@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -629,5 +631,104 @@ func TestLogKeepsTheWritesOfADownDurableStashWithNoOtherReplica(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestLostOnlyCopyIsGivenUpByAnEmptyStash: the way out when a durable
+// stash that held the only copy of its writes is gone for good. Its node
+// returns with an empty stash directory (a replaced disk): the stash
+// cannot catch up from the log (entries before the ones the log kept for
+// it are long gone), so it retires its tag and joins as a new stash; the
+// log stops keeping the old tag's entries and the throttle lifts. What
+// only that stash held is lost, as it must be: the pool's status says so,
+// and writes to the lost shard are refused (before, they were
+// acknowledged, and no stash applied them); the other shard takes writes.
+func TestLostOnlyCopyIsGivenUpByAnEmptyStash(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts an in-process cluster")
+	}
+	t.Parallel()
+	toml := clustertest.DurablePool(2, 1, `mvcc_window = "1s"`)
+	c := newTunedCluster(t, server.Tuning{LogMemoryBytes: 128 << 10}, toml, "tx1 transaction", "data1 stash data", "data2 stash data")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	c.StartAll(ctx)
+	db := c.Open(ctx)
+	const keys = 100
+	key := func(k int) string { return fmt.Sprintf("d/%c-k:%03d", byte(k*256/keys), k) }
+	write := func(round int) {
+		t.Helper()
+		for k := 0; k < keys; k += 10 {
+			err := db.Transact(ctx, func(tr *distash.Tx) error {
+				for j := k; j < k+10; j++ {
+					tr.Set([]byte(key(j)), []byte(fmt.Sprintf("%03d-%03d-%0900d", j, round, round)))
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// Enough rounds that entries every stash popped are trimmed.
+	for round := 0; round < 5; round++ {
+		write(round)
+	}
+	reason := func() string {
+		st, err := c.Status(ctx)
+		if err != nil {
+			return err.Error()
+		}
+		return st.RateLimitReason
+	}
+	data2 := c.Node("data2")
+	c.Crash(data2)
+	round := 5
+	clustertest.WaitUntil(t, time.Minute, "the log keeps the lost stash's writes and throttles", func() (bool, string) {
+		write(round)
+		round++
+		r := reason()
+		return strings.Contains(r, "the log holds"), r
+	})
+	// The disk is replaced: the node keeps its identity, its stash's
+	// files are gone.
+	if err := os.RemoveAll(filepath.Join(data2.Dir, "stash")); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(ctx, data2); err != nil {
+		t.Fatal(err)
+	}
+	clustertest.WaitUntil(t, time.Minute, "the throttle lifts once the empty stash retired the old tag", func() (bool, string) {
+		r := reason()
+		return !strings.Contains(r, "the log holds"), r
+	})
+	// The lost shard is named in the pool's status; a write to it is
+	// refused, not acknowledged into a shard no stash serves; the other
+	// shard takes writes at full speed.
+	if d := c.Distribution()["data"]; !strings.Contains(d.Warning, "no replica left") {
+		t.Errorf("the pool's status does not name the lost shard: %+v", d)
+	}
+	refused, ok := 0, 0
+	for _, k := range []int{0, keys - 1} { // one key in each half of "d/"
+		wctx, wcancel := context.WithTimeout(ctx, 2*time.Second)
+		err := db.Transact(wctx, func(tr *distash.Tx) error {
+			tr.Set([]byte(key(k)), []byte("after"))
+			return nil
+		})
+		wcancel()
+		switch {
+		case err == nil:
+			ok++
+		case strings.Contains(err.Error(), "stash_unavailable") && strings.Contains(err.Error(), "has no replica left"):
+			// Retryable (the shard may get a team again): Transact
+			// retried it until its deadline.
+			refused++
+			t.Logf("write to the lost shard refused: %v", err)
+		default:
+			t.Errorf("write of %q: %v", key(k), err)
+		}
+	}
+	if refused != 1 || ok != 1 {
+		t.Errorf("%d writes refused and %d committed, want one each (one key per shard)", refused, ok)
 	}
 }

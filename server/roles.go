@@ -125,7 +125,7 @@ func (s *Server) startRoles(ctx context.Context, gen uint64, recovered kv.Versio
 		Pools: proxyPools(s.cfg), Sequencer: r.seq, Resolver: r.res, Log: s.log, Epoch: gen,
 		Shards: shards, ShardsAt: recovered, Usage: s.usage, Logger: s.roleLogger(logRoleProxy),
 		Throttle: r.rk, ObserveBatch: func(n int) { s.metrics.batchSize.Observe(float64(n)) },
-		Backup: backupCfg, Clock: s.opts.Clock,
+		Backup: backupCfg, Clock: s.opts.Clock, Retired: s.tagRetired,
 	})
 	r.grv = proxy.NewGRVProxy(r.seq, r.rk)
 	runCtx, cancel := context.WithCancel(context.Background())

@@ -145,6 +145,9 @@ type Server struct {
 	opts   Options
 	cfg    *config.Config
 	logger *slog.Logger
+	// retiredTags are the tags the controller's view calls retired, as of
+	// the roles' last look (keepLogTags; nil embedded, where none is).
+	retiredTags atomic.Pointer[map[kv.Tag]bool]
 	// link is how this process reaches the rest of its cluster: *embedded
 	// or *node.
 	link clusterLink
@@ -280,6 +283,13 @@ func (s *Server) logOptions() txlog.Options {
 		MemoryBytes: s.opts.Tuning.LogMemoryBytes, TrailingLogs: s.opts.Tuning.LogTrailingLogs,
 		MayDrop: s.logMayDrop,
 	}
+}
+
+// tagRetired is the commit proxy's Retired: whether the controller's view
+// (as keepLogTags last saw it) calls tag retired.
+func (s *Server) tagRetired(tag kv.Tag) bool {
+	m := s.retiredTags.Load()
+	return m != nil && (*m)[tag]
 }
 
 // engineTuning returns the engine-specific settings of pool p's stashes

@@ -135,7 +135,10 @@ func (sn *stashNode) startStash(ctx context.Context) error {
 // rejoinAsNewStash handles errTagTrimmed (cause): this durable stash node
 // holds nothing but cannot catch up from the log, which dropped entries
 // of its tag (it force-pops a tag whose stash stays away, even one that
-// never started). Nothing is lost on it, so rather than fail it retires
+// never started, if another copy exists), or which trimmed what the stash
+// had made durable before its files were lost (a replaced disk: what only
+// it held is gone, and retiring the tag is how the cluster moves on).
+// Nothing more is lost on it, so rather than fail it retires
 // the tag and registers again: the controller gives its slot a fresh
 // tag, the data distributor re-replicates the old tag's shards at once,
 // and the stash joins as a new one, owning nothing until shards move to
@@ -152,7 +155,7 @@ func (sn *stashNode) rejoinAsNewStash(ctx, runCtx context.Context, reg coordrpc.
 		s.logger.Warn("this stash cannot vouch for its data: it retires its tag, drops the data and joins as a new stash; the data distributor re-replicates the tag's shards from their healthy replicas",
 			"tag", old, "slot", sn.slot, "pool", n.opts.Pool, "err", cause)
 	} else {
-		s.logger.Warn("this durable stash is empty and the log dropped entries of its tag, so it cannot catch up: it retires the tag and joins as a new stash; the data distributor re-replicates the tag's shards",
+		s.logger.Warn("this durable stash is empty and the log no longer holds all of its tag's entries (it dropped them, or the stash's own files are gone), so it cannot catch up: it retires the tag and joins as a new stash; the data distributor re-replicates the tag's shards",
 			"tag", old, "slot", sn.slot, "pool", n.opts.Pool, "err", cause)
 	}
 	for {

@@ -236,6 +236,7 @@ func (tn *transactionNode) keepLogTags(ctx context.Context, r *txRoles) {
 				set[kv.Tag(sl.Tag)] = true
 			}
 		}
+		s.retiredTags.Store(&retired)
 		for _, sh := range r.commit.Shards().Shards() {
 			for _, t := range sh.Tags() {
 				if !retired[t] {

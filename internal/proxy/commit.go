@@ -186,6 +186,12 @@ type CommitOptions struct {
 	Backup *blog.Config
 	// Clock times the idle commits (nil: the real clock).
 	Clock clock.Clock
+	// Retired reports whether a stash's tag was retired (its stash was
+	// replaced, or gone with its files). A write to a shard whose every
+	// team member is retired would be acknowledged and applied by no
+	// stash, so it is refused (stash_unavailable) until the shard has a
+	// team again. Nil: no tag is.
+	Retired func(kv.Tag) bool
 }
 
 type commitReq struct {
@@ -695,14 +701,20 @@ func (p *CommitProxy) watchBackup(muts []kv.Mutation) {
 }
 
 // checkTaggable returns an error naming the first mutation of txn that no
-// shard owns. Called with mu held.
+// shard owns, or whose shard's team is all retired (Retired): no stash
+// would apply it. Called with mu held.
 func (p *CommitProxy) checkTaggable(txn Txn) error {
 	for _, m := range txn.Mutations {
 		if m.Type == kv.MutClearRange {
 			continue // the pieces of a clear range that no shard owns hold no keys
 		}
-		if s, ok := p.shards.Lookup(m.Key); !ok || len(s.Tags()) == 0 {
+		s, ok := p.shards.Lookup(m.Key)
+		if !ok || len(s.Tags()) == 0 {
 			return kv.Errorf(kv.CodeKeyOutsidePools, "key %.60q is in no shard of the cluster's shard map", m.Key)
+		}
+		if r := p.opts.Retired; r != nil && !slices.ContainsFunc(s.Tags(), func(t kv.Tag) bool { return !r(t) }) {
+			return kv.Errorf(kv.CodeStashUnavailable, "key %.60q is in shard [%q, %q) of pool %q, which has no replica left: every stash that held it (%v) was retired, so no stash would apply the write; its data is lost unless restored from a backup",
+				m.Key, s.Begin, s.End, s.Pool, s.Tags())
 		}
 	}
 	return nil

@@ -374,6 +374,48 @@ func TestNeverAcknowledgesAnUntaggedMutation(t *testing.T) {
 	}
 }
 
+// TestNeverAcknowledgesAWriteToAShardWithoutLiveTeam: a shard whose every
+// team member is retired (its data lost, its stashes replaced) would apply
+// no write: a transaction writing there is refused (stash_unavailable,
+// naming the shard), and nothing of it reaches the log; writes to other
+// shards commit.
+func TestNeverAcknowledgesAWriteToAShardWithoutLiveTeam(t *testing.T) {
+	p, log, _ := newStoppedProxy(t, fixedUsage{}, func(o *CommitOptions) {
+		o.Retired = func(tag kv.Tag) bool { return tag == 3 }
+	})
+	run(t, p)
+	ctx := context.Background()
+	// One key in each of the data pool's two shards (tags 3 and 4).
+	var lost, kept string
+	for _, k := range []string{"d/\x01", "d/\xf0"} {
+		s, _ := p.Shards().Lookup([]byte(k))
+		if slices.Equal(s.Tags(), []kv.Tag{3}) {
+			lost = k
+		} else {
+			kept = k
+		}
+	}
+	if lost == "" || kept == "" {
+		t.Fatalf("test keys not one per shard: lost %q, kept %q", lost, kept)
+	}
+	_, err := p.Commit(ctx, Txn{Mutations: []kv.Mutation{set("c/a", "x"), set(lost, "y")}})
+	if kv.CodeOf(err) != kv.CodeStashUnavailable || !strings.Contains(err.Error(), "no replica left") {
+		t.Fatalf("write to a shard whose team is retired: %v, want stash_unavailable naming it", err)
+	}
+	if _, err := p.Commit(ctx, Txn{Mutations: []kv.Mutation{set(kept, "z")}}); err != nil {
+		t.Fatalf("write to a shard with a live team: %v", err)
+	}
+	for _, tag := range []kv.Tag{1, 2, 3, 4} {
+		for _, m := range log.messages(tag) {
+			for _, mut := range m.Mutations {
+				if string(mut.Key) == lost || string(mut.Key) == "c/a" {
+					t.Fatalf("the refused transaction's %q reached the log (tag %d)", mut.Key, tag)
+				}
+			}
+		}
+	}
+}
+
 // TestBatchBytesBound: 64 concurrent commits through one slot for the log
 // would form batches of dozens of transactions; with MaxBatchBytes for
 // three, no log entry holds more than three.

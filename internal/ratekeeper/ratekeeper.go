@@ -445,7 +445,7 @@ func ReasonKind(reason string) string {
 // LogWithheldReason is Sample.LogWithheld's wording: the log holds held
 // bytes, past its hold bound, for stash tag of pool, which it may not drop.
 func LogWithheldReason(tag kv.Tag, pool string, held int64) string {
-	return fmt.Sprintf("the log holds %d MiB for stash %d (pool %q), which has stopped taking them (down, or behind) and whose shards have no other live replica: the log keeps those writes, of which it holds the only copy, so writes wait until the stash catches up", held>>20, tag, pool)
+	return fmt.Sprintf("the log holds %.1f MiB for stash %d (pool %q), which has stopped taking them (down, or behind) and whose shards have no other live replica: the log keeps those writes, of which it holds the only copy, so writes wait until the stash catches up", float64(held)/(1<<20), tag, pool)
 }
 
 // Status returns the current rate and why it is limited.
