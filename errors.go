@@ -77,7 +77,10 @@ var (
 	ErrUnsupported = codeErr(kv.CodeUnsupported)
 	// ErrStashUnavailable: the stash asked has failed (its engine or its
 	// log pull stopped) and is being restarted; the client reads from
-	// another replica of the shard, and Transact retries. Retryable.
+	// another replica of the shard, and Transact retries. Also a commit
+	// that writes to a shard with no replica left (every stash that held
+	// it was retired: its data is lost until a restore); the error names
+	// the shard. Retryable.
 	ErrStashUnavailable = codeErr(kv.CodeStashUnavailable)
 	// ErrWrongNode: in a multi-process cluster, the node asked no longer
 	// holds the role (a recovery moved the proxies); the client asks the
