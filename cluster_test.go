@@ -465,24 +465,7 @@ func TestClusterReadsAvoidDeadStashNode(t *testing.T) {
 	read := func(want string) {
 		t.Helper()
 		for i := 0; i < 20; i++ {
-			var got, gotRange string
-			err := db.ReadTransact(ctx, func(tr *distash.Tx) error {
-				var err error
-				if got, err = getString(tr, fmt.Sprintf("d/k%d", i)); err != nil {
-					return err
-				}
-				kvs, err := tr.GetRange([]byte("d/a"), []byte("d/b"), distash.RangeOptions{})
-				if err == nil && len(kvs) == 1 {
-					gotRange = string(kvs[0].Value)
-				}
-				return err
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got != want || gotRange != want {
-				t.Fatalf("read served by %q and range by %q, want %q", got, gotRange, want)
-			}
+			readServedBy(t, ctx, db, fmt.Sprintf("d/k%d", i), want)
 		}
 	}
 	read("b")
@@ -510,6 +493,31 @@ func TestClusterReadsAvoidDeadStashNode(t *testing.T) {
 	}
 }
 
+// readServedBy reads key and the range [d/a, d/b) in one transaction of
+// the fake cluster and checks that node want served both (a fake node
+// answers with its name).
+func readServedBy(t *testing.T, ctx context.Context, db *distash.DB, key, want string) {
+	t.Helper()
+	var got, gotRange string
+	err := db.ReadTransact(ctx, func(tr *distash.Tx) error {
+		var err error
+		if got, err = getString(tr, key); err != nil {
+			return err
+		}
+		kvs, err := tr.GetRange([]byte("d/a"), []byte("d/b"), distash.RangeOptions{})
+		if err == nil && len(kvs) == 1 {
+			gotRange = string(kvs[0].Value)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != want || gotRange != want {
+		t.Fatalf("read served by %q and range by %q, want %q", got, gotRange, want)
+	}
+}
+
 // TestClusterReadsFollowAReplacedReplica: a client that last loaded the
 // shard map before a replica was replaced (team [1 2], the map now says
 // [1 3] and the view calls 2 retired) still reads once the other old
@@ -526,27 +534,7 @@ func TestClusterReadsFollowAReplacedReplica(t *testing.T) {
 	a, b := fc.node("a", false), fc.node("b", false)
 	fc.setView(1, "s", map[uint32]string{1: "a", 2: "b"})
 	db := openFake(t, ctx, k.addr)
-	readsServedBy := func(want string) {
-		t.Helper()
-		var got, gotRange string
-		err := db.ReadTransact(ctx, func(tr *distash.Tx) error {
-			var err error
-			if got, err = getString(tr, "d/x"); err != nil {
-				return err
-			}
-			kvs, err := tr.GetRange([]byte("d/a"), []byte("d/b"), distash.RangeOptions{})
-			if err == nil && len(kvs) == 1 {
-				gotRange = string(kvs[0].Value)
-			}
-			return err
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got != want || gotRange != want {
-			t.Fatalf("read served by %q and range by %q, want %q", got, gotRange, want)
-		}
-	}
+	readsServedBy := func(want string) { t.Helper(); readServedBy(t, ctx, db, "d/x", want) }
 	// Stash 2 is replaced by stash 3 on c: the view calls 2 retired, and
 	// the proxy's map names [1 3] only once the client has seen the view,
 	// so the client holds the old map [1 2] and the new view.

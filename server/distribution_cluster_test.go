@@ -451,6 +451,13 @@ func TestEmptyDurableStashOfTrimmedTagJoinsAsNew(t *testing.T) {
 			}
 		}
 	}
+	readsBackLast(t, ctx, db, last)
+}
+
+// readsBackLast checks, in one read transaction, that every key of last
+// reads back its value there.
+func readsBackLast(t *testing.T, ctx context.Context, db *distash.DB, last map[string]string) {
+	t.Helper()
 	err := db.ReadTransact(ctx, func(tr *distash.Tx) error {
 		for k, want := range last {
 			v, err := tr.Get([]byte(k))
@@ -536,6 +543,93 @@ func TestRemoteDurableStashesFlushWhenTheLogIsOverBudget(t *testing.T) {
 	}
 }
 
+// heldLog is the cluster of the tests of a durable stash that holds the
+// only copy of its shards (replication 1, two stash nodes) and goes away
+// while writes continue: the log may not drop its entries.
+type heldLog struct {
+	t    *testing.T
+	ctx  context.Context
+	c    *clustertest.Sim
+	db   *distash.DB
+	last map[string]string // every key's last acknowledged value
+}
+
+// heldLogKeys are the keys written, over both stashes' shards (the first
+// map splits "d/" by its first byte).
+const heldLogKeys = 100
+
+func heldLogKey(k int) string { return fmt.Sprintf("d/%c-k:%03d", byte(k*256/heldLogKeys), k) }
+
+// newHeldLog starts the cluster, with a log whose hold bound is 512 KiB,
+// and writes every key once.
+func newHeldLog(t *testing.T, ctx context.Context) *heldLog {
+	toml := clustertest.DurablePool(2, 1, `mvcc_window = "1s"`)
+	c := newTunedCluster(t, server.Tuning{LogMemoryBytes: 128 << 10}, toml, "tx1 transaction", "data1 stash data", "data2 stash data")
+	c.StartAll(ctx)
+	h := &heldLog{t: t, ctx: ctx, c: c, db: c.Open(ctx), last: map[string]string{}}
+	h.writeAll(0)
+	return h
+}
+
+// writeAll writes every key, 10 to a transaction (about 100 KiB).
+func (h *heldLog) writeAll(round int) {
+	h.t.Helper()
+	for from := 0; from < heldLogKeys; from += 10 {
+		vals := map[string]string{}
+		err := h.db.Transact(h.ctx, func(tr *distash.Tx) error {
+			for k := from; k < from+10; k++ {
+				vals[heldLogKey(k)] = fmt.Sprintf("%03d-%03d-%0900d", k, round, round)
+				tr.Set([]byte(heldLogKey(k)), []byte(vals[heldLogKey(k)]))
+			}
+			return nil
+		})
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		maps.Copy(h.last, vals)
+	}
+}
+
+// reason is the ratekeeper's reason for its limit, as status shows it.
+func (h *heldLog) reason() string {
+	st, err := h.c.Status(h.ctx)
+	if err != nil {
+		return err.Error()
+	}
+	return st.RateLimitReason
+}
+
+// crashUntilHeld crashes node name and writes until the log keeps its
+// stash's entries past the hold bound and the ratekeeper says so. The log
+// must never force-pop it.
+func (h *heldLog) crashUntilHeld(name string) {
+	h.t.Helper()
+	h.c.Crash(h.c.Node(name))
+	tx := h.c.Node("tx1").Server()
+	round := 1
+	clustertest.WaitUntil(h.t, time.Minute, "the log keeps the down stash's writes and throttles", func() (bool, string) {
+		h.writeAll(round)
+		round++
+		ls := tx.LogStats()
+		if len(ls.Dropped) != 0 {
+			h.t.Fatalf("the log force-popped %v: the down stash's acknowledged writes are gone", ls.Dropped)
+		}
+		r := h.reason()
+		return strings.Contains(r, "the log holds"), fmt.Sprintf("log memory %d, rate limit reason %q", ls.Memory, r)
+	})
+	h.t.Logf("throttled after %d rounds: %s", round, h.reason())
+}
+
+// waitUnthrottled waits until the ratekeeper no longer holds writes for
+// the log.
+func (h *heldLog) waitUnthrottled(why string) {
+	h.t.Helper()
+	clustertest.WaitUntil(h.t, time.Minute, why, func() (bool, string) {
+		r := h.reason()
+		return !strings.Contains(r, "the log holds"), r
+	})
+}
+
 // TestLogKeepsTheWritesOfADownDurableStashWithNoOtherReplica: a durable
 // pool of replication 1 whose one stash node is down while writes go on.
 // Once the log holds more than its hold bound (512 KiB here), it must not
@@ -548,90 +642,18 @@ func TestLogKeepsTheWritesOfADownDurableStashWithNoOtherReplica(t *testing.T) {
 		t.Skip("starts an in-process cluster")
 	}
 	t.Parallel()
-	toml := clustertest.DurablePool(2, 1, `mvcc_window = "1s"`)
-	c := newTunedCluster(t, server.Tuning{LogMemoryBytes: 128 << 10}, toml, "tx1 transaction", "data1 stash data", "data2 stash data")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	c.StartAll(ctx)
-	db := c.Open(ctx)
-	// Keys over both stashes' shards (the first map splits "d/" by its
-	// first byte).
-	const keys = 100
-	key := func(k int) string { return fmt.Sprintf("d/%c-k:%03d", byte(k*256/keys), k) }
-	last := map[string]string{}
-	write := func(round, from, to int) error {
-		err := db.Transact(ctx, func(tr *distash.Tx) error {
-			for k := from; k < to; k++ {
-				tr.Set([]byte(key(k)), []byte(fmt.Sprintf("%03d-%03d-%0900d", k, round, round)))
-			}
-			return nil
-		})
-		if err == nil {
-			for k := from; k < to; k++ {
-				last[key(k)] = fmt.Sprintf("%03d-%03d-%0900d", k, round, round)
-			}
-		}
-		return err
-	}
-	for k := 0; k < keys; k += 10 {
-		if err := write(0, k, k+10); err != nil {
-			t.Fatal(err)
-		}
-	}
-
-	c.Crash(c.Node("data2"))
-	tx := c.Node("tx1").Server()
-	reason := func() string {
-		st, err := c.Status(ctx)
-		if err != nil {
-			return err.Error()
-		}
-		return st.RateLimitReason
-	}
-	// About 100 KiB per round: past the hold bound within a few rounds;
-	// then the ratekeeper holds writes to a few a second.
-	round := 1
-	clustertest.WaitUntil(t, time.Minute, "the log keeps the down stash's writes and throttles", func() (bool, string) {
-		for k := 0; k < keys; k += 10 {
-			if err := write(round, k, k+10); err != nil {
-				t.Fatal(err)
-			}
-		}
-		round++
-		ls := tx.LogStats()
-		if len(ls.Dropped) != 0 {
-			t.Fatalf("the log force-popped %v: the down stash's acknowledged writes are gone", ls.Dropped)
-		}
-		r := reason()
-		return strings.Contains(r, "the log holds"), fmt.Sprintf("log memory %d, rate limit reason %q", ls.Memory, r)
-	})
-	t.Logf("throttled after %d rounds: %s", round, reason())
-
-	if err := c.Start(ctx, c.Node("data2")); err != nil {
+	h := newHeldLog(t, ctx)
+	h.crashUntilHeld("data2")
+	if err := h.c.Start(ctx, h.c.Node("data2")); err != nil {
 		t.Fatal(err)
 	}
-	clustertest.WaitUntil(t, time.Minute, "the throttle lifts once the stash caught up", func() (bool, string) {
-		r := reason()
-		return !strings.Contains(r, "the log holds"), r
-	})
-	if ls := tx.LogStats(); len(ls.Dropped) != 0 {
+	h.waitUnthrottled("the throttle lifts once the stash caught up")
+	if ls := h.c.Node("tx1").Server().LogStats(); len(ls.Dropped) != 0 {
 		t.Fatalf("the log force-popped %v", ls.Dropped)
 	}
-	err := db.ReadTransact(ctx, func(tr *distash.Tx) error {
-		for k, want := range last {
-			v, err := tr.Get([]byte(k))
-			if err != nil {
-				return err
-			}
-			if string(v) != want {
-				return fmt.Errorf("%q = %.10q, want %.10q", k, v, want)
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	readsBackLast(t, ctx, h.db, h.last)
 }
 
 // TestLostOnlyCopyIsGivenUpByAnEmptyStash: the way out when a durable
@@ -648,84 +670,55 @@ func TestLostOnlyCopyIsGivenUpByAnEmptyStash(t *testing.T) {
 		t.Skip("starts an in-process cluster")
 	}
 	t.Parallel()
-	toml := clustertest.DurablePool(2, 1, `mvcc_window = "1s"`)
-	c := newTunedCluster(t, server.Tuning{LogMemoryBytes: 128 << 10}, toml, "tx1 transaction", "data1 stash data", "data2 stash data")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	c.StartAll(ctx)
-	db := c.Open(ctx)
-	const keys = 100
-	key := func(k int) string { return fmt.Sprintf("d/%c-k:%03d", byte(k*256/keys), k) }
-	write := func(round int) {
-		t.Helper()
-		for k := 0; k < keys; k += 10 {
-			err := db.Transact(ctx, func(tr *distash.Tx) error {
-				for j := k; j < k+10; j++ {
-					tr.Set([]byte(key(j)), []byte(fmt.Sprintf("%03d-%03d-%0900d", j, round, round)))
-				}
-				return nil
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	h := newHeldLog(t, ctx)
 	// Enough rounds that entries every stash popped are trimmed.
-	for round := 0; round < 5; round++ {
-		write(round)
+	for round := 1; round < 5; round++ {
+		h.writeAll(round)
 	}
-	reason := func() string {
-		st, err := c.Status(ctx)
-		if err != nil {
-			return err.Error()
-		}
-		return st.RateLimitReason
-	}
-	data2 := c.Node("data2")
-	c.Crash(data2)
-	round := 5
-	clustertest.WaitUntil(t, time.Minute, "the log keeps the lost stash's writes and throttles", func() (bool, string) {
-		write(round)
-		round++
-		r := reason()
-		return strings.Contains(r, "the log holds"), r
-	})
+	h.crashUntilHeld("data2")
 	// The disk is replaced: the node keeps its identity, its stash's
 	// files are gone.
+	data2 := h.c.Node("data2")
 	if err := os.RemoveAll(filepath.Join(data2.Dir, "stash")); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Start(ctx, data2); err != nil {
+	if err := h.c.Start(ctx, data2); err != nil {
 		t.Fatal(err)
 	}
-	clustertest.WaitUntil(t, time.Minute, "the throttle lifts once the empty stash retired the old tag", func() (bool, string) {
-		r := reason()
-		return !strings.Contains(r, "the log holds"), r
-	})
+	h.waitUnthrottled("the throttle lifts once the empty stash retired the old tag")
 	// The lost shard is named in the pool's status; a write to it is
 	// refused, not acknowledged into a shard no stash serves; the other
-	// shard takes writes at full speed.
-	if d := c.Distribution()["data"]; !strings.Contains(d.Warning, "no replica left") {
+	// shard takes writes.
+	if d := h.c.Distribution()["data"]; !strings.Contains(d.Warning, "no replica left") {
 		t.Errorf("the pool's status does not name the lost shard: %+v", d)
 	}
 	refused, ok := 0, 0
-	for _, k := range []int{0, keys - 1} { // one key in each half of "d/"
-		wctx, wcancel := context.WithTimeout(ctx, 2*time.Second)
-		err := db.Transact(wctx, func(tr *distash.Tx) error {
-			tr.Set([]byte(key(k)), []byte("after"))
-			return nil
+	for _, k := range []int{0, heldLogKeys - 1} { // one key in each half of "d/"
+		// One commit at a time (Transact would retry the refusal, which
+		// is retryable: the shard may get a team again), until one
+		// commits or is refused for the lost shard.
+		_, err := clustertest.Until(ctx, 30*time.Second, 50*time.Millisecond, "a write of "+heldLogKey(k)+" commits or is refused", func() (bool, string) {
+			tr, err := h.db.CreateTransaction(ctx)
+			if err != nil {
+				return false, err.Error()
+			}
+			tr.Set([]byte(heldLogKey(k)), []byte("after"))
+			switch err := tr.Commit(); {
+			case err == nil:
+				ok++
+				return true, ""
+			case errors.Is(err, distash.ErrStashUnavailable) && strings.Contains(err.Error(), "has no replica left"):
+				refused++
+				t.Logf("write to the lost shard refused: %v", err)
+				return true, ""
+			default:
+				return false, err.Error()
+			}
 		})
-		wcancel()
-		switch {
-		case err == nil:
-			ok++
-		case strings.Contains(err.Error(), "stash_unavailable") && strings.Contains(err.Error(), "has no replica left"):
-			// Retryable (the shard may get a team again): Transact
-			// retried it until its deadline.
-			refused++
-			t.Logf("write to the lost shard refused: %v", err)
-		default:
-			t.Errorf("write of %q: %v", key(k), err)
+		if err != nil {
+			t.Error(err)
 		}
 	}
 	if refused != 1 || ok != 1 {
