@@ -70,7 +70,7 @@ func TestStashJoinsThenIsExcludedAndIncluded(t *testing.T) {
 	}
 	t.Parallel() // waits on the cluster's timers most of the time: overlaps another such test
 	c := newTunedCluster(t, server.Tuning{DistributionInterval: 50 * time.Millisecond}, growTOML, "tx1 transaction", "data1 stash data", "data2 stash data", "data3 stash data", "data4 stash data")
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	c.StartAll(ctx)
 	db := c.Open(ctx)
@@ -87,7 +87,10 @@ func TestStashJoinsThenIsExcludedAndIncluded(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	took := clustertest.WaitUntil(t, time.Minute, "2,000 skewed keys spread over four stashes", func() (bool, string) {
+	// Two minutes: on a loaded machine (the suite runs the process tests
+	// beside it) the splits and moves took over one (a run at 17:50 UTC,
+	// 2026-12-02, with one stash still at twice the others' bytes).
+	took := clustertest.WaitUntil(t, 2*time.Minute, "2,000 skewed keys spread over four stashes", func() (bool, string) {
 		b := c.PoolBytes("data")
 		var total, most int64
 		for _, n := range b {
