@@ -47,11 +47,7 @@ func readFrom(t *testing.T, db *distash.DB, n int) map[string]int {
 // once the local one fails, from the others.
 func TestClusterReadsPreferOwnDC(t *testing.T) {
 	ctx := ctxT(t, 10*time.Second)
-	fc := newFakeCluster(t, replicatedShards)
-	k := fc.node("k", true)
-	fc.node("s", false)
-	a, b := fc.node("a", false), fc.node("b", false)
-	fc.setView(1, "s", map[uint32]string{1: "a", 2: "b"})
+	fc, k, a, b := replicatedFake(t)
 	fc.setNodeDCs(map[string]string{"k": "dc3", "s": "dc3", "a": "dc1", "b": "dc2"})
 
 	for _, c := range []struct{ dc, want string }{{"dc1", "a"}, {"dc2", "b"}} {

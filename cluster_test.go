@@ -221,6 +221,18 @@ var replicatedShards = []*wire.Shard{
 	{Begin: []byte("d/"), End: []byte("d0"), Stashes: []uint32{1, 2}, Pool: "data"},
 }
 
+// replicatedFake starts a fake cluster whose one shard (replicatedShards)
+// is on stashes 1 and 2, served by nodes a and b; k is its coordinator and
+// s its stateless node.
+func replicatedFake(t *testing.T) (fc *fakeCluster, k, a, b *fakeNode) {
+	fc = newFakeCluster(t, replicatedShards)
+	k = fc.node("k", true)
+	fc.node("s", false)
+	a, b = fc.node("a", false), fc.node("b", false)
+	fc.setView(1, "s", map[uint32]string{1: "a", 2: "b"})
+	return fc, k, a, b
+}
+
 func openFake(t *testing.T, ctx context.Context, cluster string) *distash.DB {
 	t.Helper()
 	db, err := distash.Open(ctx, cluster)
@@ -454,11 +466,7 @@ func TestClusterDeadCoordinatorSkipped(t *testing.T) {
 // in the view, or no longer) is marked down and its replica serves.
 func TestClusterReadsAvoidDeadStashNode(t *testing.T) {
 	ctx := ctxT(t, 10*time.Second)
-	fc := newFakeCluster(t, replicatedShards)
-	k := fc.node("k", true)
-	fc.node("s", false)
-	a, b := fc.node("a", false), fc.node("b", false)
-	fc.setView(1, "s", map[uint32]string{1: "a", 2: "b"})
+	fc, k, a, b := replicatedFake(t)
 	db := openFake(t, ctx, k.addr)
 
 	a.srv.Stop() // the view still says a is alive
@@ -528,11 +536,7 @@ func readServedBy(t *testing.T, ctx context.Context, db *distash.DB, key, want s
 // TestProcessClusterSurvivesKill9OfEveryNode's "audit with cache2 down").
 func TestClusterReadsFollowAReplacedReplica(t *testing.T) {
 	ctx := ctxT(t, 10*time.Second)
-	fc := newFakeCluster(t, replicatedShards)
-	k := fc.node("k", true)
-	fc.node("s", false)
-	a, b := fc.node("a", false), fc.node("b", false)
-	fc.setView(1, "s", map[uint32]string{1: "a", 2: "b"})
+	fc, k, a, b := replicatedFake(t)
 	db := openFake(t, ctx, k.addr)
 	readsServedBy := func(want string) { t.Helper(); readServedBy(t, ctx, db, "d/x", want) }
 	// Stash 2 is replaced by stash 3 on c: the view calls 2 retired, and

@@ -563,9 +563,16 @@ const heldLogKeys = 100
 
 func heldLogKey(k int) string { return fmt.Sprintf("d/%c-k:%03d", byte(k*256/heldLogKeys), k) }
 
-// newHeldLog starts the cluster, with a log whose hold bound is 512 KiB,
-// and writes every key once.
-func newHeldLog(t *testing.T, ctx context.Context) *heldLog {
+// newHeldLog starts the cluster (in parallel with other such tests, 3
+// minutes at most), with a log whose hold bound is 512 KiB, and writes
+// every key once.
+func newHeldLog(t *testing.T) *heldLog {
+	if testing.Short() {
+		t.Skip("starts an in-process cluster")
+	}
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	t.Cleanup(cancel)
 	toml := clustertest.DurablePool(2, 1, `mvcc_window = "1s"`)
 	c := newTunedCluster(t, server.Tuning{LogMemoryBytes: 128 << 10}, toml, "tx1 transaction", "data1 stash data", "data2 stash data")
 	c.StartAll(ctx)
@@ -641,13 +648,8 @@ func (h *heldLog) waitUnthrottled(why string) {
 // writes, saying why. The stash node comes back, catches up from the log,
 // and every acknowledged write reads back; the throttle lifts.
 func TestLogKeepsTheWritesOfADownDurableStashWithNoOtherReplica(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts an in-process cluster")
-	}
-	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	h := newHeldLog(t, ctx)
+	h := newHeldLog(t)
+	ctx := h.ctx
 	h.crashUntilHeld("data2")
 	if err := h.c.Start(ctx, h.c.Node("data2")); err != nil {
 		t.Fatal(err)
@@ -669,13 +671,8 @@ func TestLogKeepsTheWritesOfADownDurableStashWithNoOtherReplica(t *testing.T) {
 // and writes to the lost shard are refused (before, they were
 // acknowledged, and no stash applied them); the other shard takes writes.
 func TestLostOnlyCopyIsGivenUpByAnEmptyStash(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts an in-process cluster")
-	}
-	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	h := newHeldLog(t, ctx)
+	h := newHeldLog(t)
+	ctx := h.ctx
 	// Enough rounds that entries every stash popped are trimmed.
 	for round := 1; round < 5; round++ {
 		h.writeAll(round)

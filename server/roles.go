@@ -325,15 +325,12 @@ func (s *Server) logMayDrop(tag kv.Tag) bool {
 	if r == nil {
 		return false
 	}
+	// The data distributor's view of the stashes, from a view at most a
+	// second old (as lastView's), so that a flush rarely asks the
+	// coordinators itself.
 	alive := map[kv.Tag]bool{}
-	if v := s.lastView(); v != nil {
-		for _, sl := range v.Stashes {
-			alive[kv.Tag(sl.Tag)] = sl.Alive && !sl.Retired
-		}
-	} else { // embedded: this process's slots
-		for _, st := range (&distEnv{s: s, r: r}).Stashes() {
-			alive[st.Tag] = st.Alive
-		}
+	for _, st := range (&distEnv{s: s, r: r, interval: time.Second}).Stashes() {
+		alive[st.Tag] = st.Alive && !st.Retired
 	}
 	for _, sh := range r.commit.Shards().Shards() {
 		if !slices.Contains(sh.Team, tag) {

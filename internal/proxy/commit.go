@@ -709,12 +709,16 @@ func (p *CommitProxy) checkTaggable(txn Txn) error {
 			continue // the pieces of a clear range that no shard owns hold no keys
 		}
 		s, ok := p.shards.Lookup(m.Key)
-		if !ok || len(s.Tags()) == 0 {
+		var tags []kv.Tag
+		if ok {
+			tags = s.Tags()
+		}
+		if len(tags) == 0 {
 			return kv.Errorf(kv.CodeKeyOutsidePools, "key %.60q is in no shard of the cluster's shard map", m.Key)
 		}
-		if r := p.opts.Retired; r != nil && !slices.ContainsFunc(s.Tags(), func(t kv.Tag) bool { return !r(t) }) {
+		if r := p.opts.Retired; r != nil && !slices.ContainsFunc(tags, func(t kv.Tag) bool { return !r(t) }) {
 			return kv.Errorf(kv.CodeStashUnavailable, "key %.60q is in shard [%q, %q) of pool %q, which has no replica left: every stash that held it (%v) was retired, so no stash would apply the write; its data is lost unless restored from a backup",
-				m.Key, s.Begin, s.End, s.Pool, s.Tags())
+				m.Key, s.Begin, s.End, s.Pool, tags)
 		}
 	}
 	return nil

@@ -1167,7 +1167,8 @@ func (l *Log) enforceHold(f *fsm) {
 		if t == systemTag || p >= v {
 			continue
 		}
-		if droppable[i] = l.opts.MayDrop == nil || l.opts.MayDrop(t); !droppable[i] && (!keep || p < keptAt) {
+		droppable[i] = l.opts.MayDrop == nil || l.opts.MayDrop(t)
+		if !droppable[i] && (!keep || p < keptAt) {
 			kept, keptAt, keep = t, p, true
 		}
 	}
