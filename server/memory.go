@@ -53,7 +53,7 @@ func MemoryBudget(cfg *config.Config) int64 {
 			}
 			per += int64(p.Capacity)
 		case "pebble":
-			per += pebbleengine.CacheBytes // each stash's block cache
+			per += pebbleengine.CacheBytes + pebbleengine.MemtableBytes // each stash's block cache and memtable
 			if p.Pebble != nil && p.Pebble.Cache != nil {
 				per += int64(*p.Pebble.Cache) - pebbleengine.CacheBytes
 			}

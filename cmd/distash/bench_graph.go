@@ -88,6 +88,7 @@ Figure 11: graph-fig11-utilisation.png and .csv). See docs/benchmarks.md.`,
 	f.DurationVar(&o.Duration, "duration", 20e9, "measured run per layout")
 	f.IntVar(&o.Rounds, "rounds", 1, "measure the layouts in this many alternating rounds of --duration/rounds each, both clusters started at once, so that other work on the machine falls on both alike (1: one layout after the other)")
 	f.Float64Var(&o.WriteFraction, "write-fraction", 0.01, "fraction of operations that update a profile (0: read only)")
+	f.IntVar(&o.Prefill, "prefill", 0, "cache the results of this many most popular vertices after the load and let them come to rest with the graph before the warm-up: the steady state of the paper's hour-long runs (hit rate near 100%, results on the SSDs in 1stash); 0: the cache fills during the run")
 	f.Float64Var(&o.Zipf, "zipf", 1.1, "zipf exponent of vertex popularity (> 1)")
 	f.IntVar(&o.SSDStashes, "ssd-stashes", 4, "stashes of the SSD (Pebble) pool")
 	f.IntVar(&o.DRAMStashes, "dram-stashes", 1, "stashes of the DRAM pool (2stash)")

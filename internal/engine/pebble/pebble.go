@@ -52,6 +52,10 @@ const metaLen = 24
 // is allocated only as blocks are read.
 const CacheBytes = 64 << 20
 
+// MemtableBytes is Pebble's default memtable size, named because the
+// block cache is sized around it.
+const MemtableBytes = 4 << 20
+
 // Tuning is the pebble engine's engine.Options.Tuning (nil: defaults).
 type Tuning struct {
 	// CacheBytes is the block cache's size; 0 means CacheBytes.
@@ -103,12 +107,19 @@ func Open(opts engine.Options) (*Engine, error) {
 		return nil, fmt.Errorf("pebble engine: engine.Options.Tuning is a %T, want a pebble Tuning", opts.Tuning)
 	}
 	g := guard.New("pebble engine "+opts.Dir, "github.com/distash/distash/internal/engine/pebble.", nil)
-	cache := pebble.NewCache(cacheBytes)
+	// Pebble charges its memtables to the block cache (Cache.Reserve): a
+	// cache of cacheBytes alone held no blocks at all when cacheBytes was
+	// below a memtable's size, which made a small [pool.pebble] cache
+	// silently a cache of nothing. The mutable memtable gets its own room,
+	// so blocks have cacheBytes; while a full memtable waits for its flush
+	// they have a memtable less, for that moment.
+	cache := pebble.NewCache(cacheBytes + MemtableBytes)
 	defer cache.Unref()
 	po := &pebble.Options{
-		Cache:  cache,
-		Logger: g.Logger(),
-		FS:     g.FS(fs),
+		Cache:        cache,
+		MemTableSize: MemtableBytes,
+		Logger:       g.Logger(),
+		FS:           g.FS(fs),
 	}
 	// Bloom filters on every level: a Get of an absent key reads no data block.
 	po.Levels = make([]pebble.LevelOptions, 7)
@@ -421,6 +432,27 @@ func (e *Engine) Stats() engine.Stats {
 		st.FilterNegatives = e.db.Metrics().Filter.Hits
 	}
 	return st
+}
+
+// Counters implements engine.Counted with the figures that say what a
+// read of data at rest costs: the LSM's read amplification (sublevels in
+// L0 plus non-empty levels below), L0's files, the compaction debt, and
+// the block cache's hits and misses (a miss reads the device).
+func (e *Engine) Counters() []engine.Counter {
+	if e.usable() != nil {
+		return nil
+	}
+	m := e.db.Metrics()
+	return []engine.Counter{
+		{Name: "read_amp", Value: int64(m.ReadAmp())},
+		{Name: "l0_files", Value: m.Levels[0].NumFiles},
+		{Name: "sstables", Value: m.Total().NumFiles},
+		{Name: "compaction_debt_bytes", Value: int64(m.Compact.EstimatedDebt)},
+		{Name: "compactions", Value: m.Compact.Count},
+		{Name: "memtable_bytes", Value: int64(m.MemTable.Size)},
+		{Name: "block_cache_hits", Value: m.BlockCache.Hits},
+		{Name: "block_cache_misses", Value: m.BlockCache.Misses},
+	}
 }
 
 // Close flushes nothing extra (every Apply is already synced) and closes
