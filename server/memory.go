@@ -53,7 +53,7 @@ func MemoryBudget(cfg *config.Config) int64 {
 			}
 			per += int64(p.Capacity)
 		case "pebble":
-			per += pebbleengine.CacheBytes + pebbleengine.MemtableBytes // each stash's block cache and memtable
+			per += pebbleengine.CacheBytes + pebbleengine.MemtableReserve // each stash's block cache and memtables
 			if p.Pebble != nil && p.Pebble.Cache != nil {
 				per += int64(*p.Pebble.Cache) - pebbleengine.CacheBytes
 			}

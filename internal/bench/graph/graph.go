@@ -574,8 +574,15 @@ func profile(v uint32, version uint64, size int) []byte {
 	name = name[:min(len(name), size-9)]
 	b[8] = byte(len(name))
 	copy(b[9:], name)
+	// Pseudo-random letters: profiles that, like real ones, do not
+	// compress to a tenth (a repeated pattern did, and the whole graph
+	// then fitted in a small block cache).
+	x := uint64(v)*0x9e3779b97f4a7c15 + version*0xbf58476d1ce4e5b9 + 1
 	for i := 9 + len(name); i < size; i++ {
-		b[i] = byte('a' + (int(v)+i)%26)
+		x ^= x << 13
+		x ^= x >> 7
+		x ^= x << 17
+		b[i] = byte('a' + x%26)
 	}
 	return b
 }

@@ -52,9 +52,13 @@ const metaLen = 24
 // is allocated only as blocks are read.
 const CacheBytes = 64 << 20
 
-// MemtableBytes is Pebble's default memtable size, named because the
-// block cache is sized around it.
-const MemtableBytes = 4 << 20
+// MemtableBytes is Pebble's default memtable size, and MemtableReserve
+// the memory of the memtables it holds, which it charges to the block
+// cache (so the engine adds it to the cache).
+const (
+	MemtableBytes   = 4 << 20
+	MemtableReserve = 2 * MemtableBytes
+)
 
 // Tuning is the pebble engine's engine.Options.Tuning (nil: defaults).
 type Tuning struct {
@@ -109,11 +113,13 @@ func Open(opts engine.Options) (*Engine, error) {
 	g := guard.New("pebble engine "+opts.Dir, "github.com/distash/distash/internal/engine/pebble.", nil)
 	// Pebble charges its memtables to the block cache (Cache.Reserve): a
 	// cache of cacheBytes alone held no blocks at all when cacheBytes was
-	// below a memtable's size, which made a small [pool.pebble] cache
-	// silently a cache of nothing. The mutable memtable gets its own room,
-	// so blocks have cacheBytes; while a full memtable waits for its flush
-	// they have a memtable less, for that moment.
-	cache := pebble.NewCache(cacheBytes + MemtableBytes)
+	// below the memtables' size, which made a small [pool.pebble] cache
+	// silently a cache of nothing. Once it has flushed, Pebble holds two
+	// memtables for good (the mutable one and a flushed one it keeps to
+	// recycle; its metrics call that one a zombie), so they get their own
+	// room and blocks have cacheBytes (more before the first flush, less
+	// while a full memtable waits for its flush).
+	cache := pebble.NewCache(cacheBytes + MemtableReserve)
 	defer cache.Unref()
 	po := &pebble.Options{
 		Cache:        cache,
@@ -450,6 +456,7 @@ func (e *Engine) Counters() []engine.Counter {
 		{Name: "compaction_debt_bytes", Value: int64(m.Compact.EstimatedDebt)},
 		{Name: "compactions", Value: m.Compact.Count},
 		{Name: "memtable_bytes", Value: int64(m.MemTable.Size)},
+		{Name: "block_cache_bytes", Value: m.BlockCache.Size},
 		{Name: "block_cache_hits", Value: m.BlockCache.Hits},
 		{Name: "block_cache_misses", Value: m.BlockCache.Misses},
 	}
