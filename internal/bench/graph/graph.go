@@ -307,8 +307,10 @@ type Result struct {
 	// Samples are the cluster's status once a second during the measured
 	// run; DeviceBusyPct the mean utilisation of the SSD pool's emulated
 	// devices over it (NaN: none emulated).
-	Samples       []timeline.Sample
-	DeviceBusyPct float64
+	Samples           []timeline.Sample
+	DeviceBusyPct     float64
+	SSDReadsPerQuery  float64 // device reads of the SSD stashes per query in the measured rounds (NaN: no device)
+	BlockCacheHitRate float64 // of the SSD stashes' Pebble block caches in the measured rounds (NaN: no lookup)
 	// Timeline is the run second by second, warm-up included (the
 	// warm-up's seconds are negative): queries, their latency and the
 	// cluster's state (graph-timeline.csv).
@@ -936,8 +938,13 @@ func (lr *layoutRun) finish(ctx context.Context, out io.Writer) (Result, error) 
 	if n := res.CacheHits.Count + res.CacheMisses.Count; n > 0 {
 		res.HitRate = float64(res.CacheHits.Count) / float64(n)
 	}
+	res.SSDReadsPerQuery, res.BlockCacheHitRate = math.NaN(), math.NaN()
 	if io := lr.io; res.All.Count > 0 && (io.reads > 0 || io.cacheHits+io.cacheMisses > 0) {
 		q := float64(res.All.Count)
+		res.SSDReadsPerQuery = float64(io.reads) / q
+		if io.cacheHits+io.cacheMisses > 0 {
+			res.BlockCacheHitRate = float64(io.cacheHits) / float64(io.cacheHits+io.cacheMisses)
+		}
 		fmt.Fprintf(out, "  %s: SSD stashes per query: %.1f device reads, %.1f KiB read (%.1f KiB per read); block cache hit rate %.1f%%\n",
 			res.Layout, float64(io.reads)/q, float64(io.readBytes)/1024/q, float64(io.readBytes)/1024/max(1, float64(io.reads)),
 			100*float64(io.cacheHits)/max(1, float64(io.cacheHits+io.cacheMisses)))

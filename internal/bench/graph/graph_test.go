@@ -59,7 +59,7 @@ func TestProfileRoundTrip(t *testing.T) {
 
 func TestOptionsRefuseBadInput(t *testing.T) {
 	for _, o := range []Options{{Vertices: 3}, {AvgDegree: -1}, {Zipf: 0.5}, {Layouts: []string{"3stash"}}, {WriteFraction: 2}, {ProfileBytes: 8},
-		{Rounds: -1}, {Duration: 2 * time.Second, Rounds: 4}, {Rate: -1}} {
+		{Rounds: -1}, {Duration: 2 * time.Second, Rounds: 4}, {Rate: -1}, {Prefill: -1}, {Vertices: 100, Prefill: 101}} {
 		if _, err := o.withDefaults(); err == nil {
 			t.Errorf("%+v accepted", o)
 		}
@@ -116,7 +116,7 @@ func TestRunOnEmulatedSSD(t *testing.T) {
 	out := t.TempDir()
 	var buf bytes.Buffer
 	res, err := Run(context.Background(), Options{Vertices: 300, Clients: 8, Warmup: -1, Duration: 2 * time.Second, Rounds: 2,
-		SSDStashes: 2, OutDir: out, DeviceProfile: "ssd", DeviceScale: 1, PebbleCache: 64 << 10, NoVerify: true}, &buf)
+		SSDStashes: 2, OutDir: out, DeviceProfile: "ssd", DeviceScale: 1, PebbleCache: 64 << 10, NoVerify: true, Prefill: 100}, &buf)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, buf.String())
 	}
@@ -124,6 +124,16 @@ func TestRunOnEmulatedSSD(t *testing.T) {
 	for _, r := range res {
 		if r.Errors > 0 || r.CacheHits.Count == 0 || math.IsNaN(r.DeviceBusyPct) {
 			t.Errorf("%s: %d errors (%s), %d hits, SSD busy %v", r.Layout, r.Errors, r.FirstErr, r.CacheHits.Count, r.DeviceBusyPct)
+		}
+		// This graph stays in the memtables (no sstable, no block cache
+		// lookup); the engine's tests check the cache itself.
+		if r.BlockCacheHitRate < 0 || r.BlockCacheHitRate > 1 || r.SSDReadsPerQuery < 0 {
+			t.Errorf("%s: block cache hit rate %v, SSD reads per query %v", r.Layout, r.BlockCacheHitRate, r.SSDReadsPerQuery)
+		}
+		// The 100 most popular vertices' results were cached before the
+		// run: most cached queries hit.
+		if r.HitRate < 0.5 {
+			t.Errorf("%s: hit rate %.2f after a prefill of the 100 most popular vertices", r.Layout, r.HitRate)
 		}
 	}
 	rows, err := timeline.ReadCSV(filepath.Join(out, Fig11CSV), timeline.UtilisationHeader("layout"), "time_s", "busy_pct", "queue_length", "read_mib_s", "write_mib_s")
@@ -160,6 +170,9 @@ func TestRunOnEmulatedSSD(t *testing.T) {
 		if r.Seconds < 1.5 || r.Seconds > 3 {
 			t.Errorf("%s: measured %.1f s in two rounds of 1 s", r.Layout, r.Seconds)
 		}
+	}
+	if !strings.Contains(buf.String(), "cached 300 results of the 100 most popular vertices") {
+		t.Errorf("the output does not report the prefill:\n%s", buf.String())
 	}
 	if !strings.Contains(buf.String(), "emulated ssd device per stash") {
 		t.Errorf("the output does not say what the pools emulate:\n%s", buf.String())
