@@ -673,10 +673,20 @@ func TestLogKeepsTheWritesOfADownDurableStashWithNoOtherReplica(t *testing.T) {
 func TestLostOnlyCopyIsGivenUpByAnEmptyStash(t *testing.T) {
 	h := newHeldLog(t)
 	ctx := h.ctx
-	// Enough rounds that entries every stash popped are trimmed.
-	for round := 1; round < 5; round++ {
+	// The log must have trimmed the first rounds' entries (every stash
+	// popped them), or an empty stash would catch up from the log and lose
+	// nothing. Trims follow the stashes' pops, which a loaded machine
+	// delays: wait for them rather than count rounds.
+	tx := h.c.Node("tx1").Server()
+	h.writeAll(1)
+	early := tx.LogStats().LastVersion
+	for round := 2; round < 5; round++ {
 		h.writeAll(round)
 	}
+	clustertest.WaitUntil(t, time.Minute, "the log trims the first rounds' entries", func() (bool, string) {
+		ls := tx.LogStats()
+		return ls.Trimmed >= early, fmt.Sprintf("trimmed up to %d, want %d", ls.Trimmed, early)
+	})
 	h.crashUntilHeld("data2")
 	// The disk is replaced: the node keeps its identity, its stash's
 	// files are gone.
