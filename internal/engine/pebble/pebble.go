@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/cockroachdb/pebble"
 	"github.com/cockroachdb/pebble/bloom"
@@ -72,6 +73,8 @@ type Engine struct {
 	dir   string
 	guard *guard.Guard // Pebble's fatal errors; once set, every call fails
 
+	stopRoom, roomDone chan struct{} // keepBlockRoom's stop and end
+
 	mu   sync.Mutex // serializes Apply and Close
 	kbuf []byte     // prefixed-key scratch for Apply, guarded by mu
 
@@ -114,11 +117,8 @@ func Open(opts engine.Options) (*Engine, error) {
 	// Pebble charges its memtables to the block cache (Cache.Reserve): a
 	// cache of cacheBytes alone held no blocks at all when cacheBytes was
 	// below the memtables' size, which made a small [pool.pebble] cache
-	// silently a cache of nothing. Once it has flushed, Pebble holds two
-	// memtables for good (the mutable one and a flushed one it keeps to
-	// recycle; its metrics call that one a zombie), so they get their own
-	// room and blocks have cacheBytes (more before the first flush, less
-	// while a full memtable waits for its flush).
+	// silently a cache of nothing. The memtables get their own room
+	// (keepBlockRoom), so that blocks have cacheBytes.
 	cache := pebble.NewCache(cacheBytes + MemtableReserve)
 	defer cache.Unref()
 	po := &pebble.Options{
@@ -137,7 +137,7 @@ func Open(opts engine.Options) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &Engine{db: db, dir: opts.Dir, guard: g}
+	e := &Engine{db: db, dir: opts.Dir, guard: g, stopRoom: make(chan struct{}), roomDone: make(chan struct{})}
 	v, closer, err := db.Get(metaKey)
 	switch {
 	case errors.Is(err, pebble.ErrNotFound):
@@ -155,7 +155,62 @@ func Open(opts engine.Options) (*Engine, error) {
 		e.bytes.Store(int64(binary.BigEndian.Uint64(v[16:])))
 		closer.Close()
 	}
+	cache.Ref() // keepBlockRoom's, for its reservation may outlive an abandoned database
+	go e.keepBlockRoom(cache)
 	return e, nil
+}
+
+// keepBlockRoom keeps the block cache's room for blocks at the size
+// asked for. The cache has MemtableReserve more, for Pebble's memtables:
+// once it has written a few memtables' worth, Pebble holds two of
+// MemtableBytes for good (the mutable one, and a flushed one it keeps to
+// recycle), but before that its memtables grow from 256 KiB, and a
+// cache whose blocks had up to 8 MiB more than asked for made runs of
+// the media benchmarks on small caches differ with how much each stash
+// had written. So the engine reserves what Pebble's memtables leave of
+// MemtableReserve, checked every second, until stopBlockRoom.
+func (e *Engine) keepBlockRoom(cache *pebble.Cache) {
+	defer close(e.roomDone)
+	var release func()
+	held := 0
+	defer func() {
+		if release != nil {
+			release()
+		}
+		cache.Unref()
+	}()
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		if e.usable() == nil {
+			m := e.db.Metrics()
+			want := max(0, MemtableReserve-int(m.MemTable.Size+m.MemTable.ZombieSize))
+			if want != held {
+				if release != nil {
+					release()
+					release = nil
+				}
+				if want > 0 {
+					release = cache.Reserve(want)
+				}
+				held = want
+			}
+		}
+		select {
+		case <-e.stopRoom:
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// stopBlockRoom ends keepBlockRoom, waiting for it unless the database
+// is being abandoned (a stuck Pebble may hold it in Metrics).
+func (e *Engine) stopBlockRoom(wait bool) {
+	close(e.stopRoom)
+	if wait {
+		<-e.roomDone
+	}
 }
 
 // dataKey returns 'd'+key, in buf when it is large enough.
@@ -473,12 +528,14 @@ func (e *Engine) Close() (err error) {
 		return nil
 	}
 	if ferr := e.guard.Err(); ferr != nil {
+		e.stopBlockRoom(false)
 		// Pebble's state after a fatal error is not to be trusted (its
 		// commit pipeline may hold a lock): close it if it lets us, in the
 		// background, and report the failure.
 		e.guard.Abandon(e.db.Close)
 		return ferr
 	}
+	e.stopBlockRoom(true)
 	defer e.guard.Recover(&err)
 	return e.db.Close()
 }
@@ -493,6 +550,7 @@ func (e *Engine) Abandon() {
 	if e.closed.Swap(true) {
 		return
 	}
+	e.stopBlockRoom(false)
 	e.guard.Abandon(e.db.Close)
 }
 

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/distash/distash/internal/engine"
 	"github.com/distash/distash/internal/engine/enginetest"
@@ -281,5 +282,29 @@ func TestSmallBlockCacheHoldsBlocks(t *testing.T) {
 	}
 	if c["read_amp"] < 1 || c["sstables"] < 1 {
 		t.Fatalf("counters after a flush: %v, want read_amp and sstables >= 1", c)
+	}
+	// Nor does it hold more than asked for while Pebble's memtables are
+	// small (they grow from 256 KiB): reading all 2 MB of blocks again
+	// and again leaves about 1 MiB of them in the cache.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		for i := range 2000 {
+			if _, _, err := e.Get(key(i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var blocks int64
+		for _, ec := range e.Counters() {
+			if ec.Name == "block_cache_bytes" {
+				blocks = ec.Value
+			}
+		}
+		if blocks > 512<<10 && blocks <= 1280<<10 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the 1 MiB block cache holds %d bytes of blocks after 10 s of reads of 2 MB", blocks)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
