@@ -396,6 +396,24 @@ func (s *Server) slots() []*stashSlot {
 	return out
 }
 
+// CompactStashes compacts the engines of this process's stashes of pool
+// that can be (engine.Compactor), one after another: for benchmarks that
+// measure reads of data at rest from the same shape in every run.
+func (s *Server) CompactStashes(pool string) error {
+	for _, sl := range s.slots() {
+		st := sl.get()
+		if st.Stats().Pool != pool {
+			continue
+		}
+		if c, ok := st.Engine().(engine.Compactor); ok {
+			if err := c.Compact(); err != nil {
+				return fmt.Errorf("compact stash %d of pool %q: %w", sl.tag, pool, err)
+			}
+		}
+	}
+	return nil
+}
+
 // ClusterString is the address clients pass to distash.Open.
 func (s *Server) ClusterString() string { return s.link.clusterString() }
 

@@ -142,6 +142,14 @@ type Counted interface {
 	Counters() []Counter
 }
 
+// Compactor is implemented by engines whose reads of data at rest depend
+// on a shape they can be asked to settle (Pebble: the LSM's levels).
+type Compactor interface {
+	// Compact puts every pair into the shape that reads it cheapest (an
+	// LSM's last level), flushing what is in memory first.
+	Compact() error
+}
+
 // Options configure an engine when it is opened.
 type Options struct {
 	// Dir is where a durable engine keeps its files. Unused by memory.

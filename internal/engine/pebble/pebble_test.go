@@ -308,3 +308,43 @@ func TestSmallBlockCacheHoldsBlocks(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// Compact leaves every pair in one level: a read consults one table.
+func TestCompactSettlesTheLSM(t *testing.T) {
+	e, err := pebbleengine.Open(engine.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	for v := 1; v <= 3; v++ { // three flushes
+		b := &engine.Batch{Version: kv.Version(v)}
+		for i := range 100 {
+			b.Writes = append(b.Writes, engine.Write{Key: fmt.Appendf(nil, "k%03d", i), Value: fmt.Appendf(nil, "v%d", v)})
+		}
+		if err := e.Apply(b); err != nil {
+			t.Fatal(err)
+		}
+		if err := pebbleengine.Flush(e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	counters := func() map[string]int64 {
+		c := map[string]int64{}
+		for _, ec := range e.Counters() {
+			c[ec.Name] = ec.Value
+		}
+		return c
+	}
+	if c := counters(); c["read_amp"] < 2 {
+		t.Fatalf("before Compact: %v, want a read amplification of 2 or more (three flushes)", c)
+	}
+	if err := e.Compact(); err != nil {
+		t.Fatal(err)
+	}
+	if c := counters(); c["l0_files"] != 0 || c["read_amp"] != 1 {
+		t.Fatalf("after Compact: %v, want no L0 file and read_amp 1", c)
+	}
+	if v, ok, err := e.Get([]byte("k042")); err != nil || !ok || string(v) != "v3" {
+		t.Fatalf("Get after Compact = %q %v %v", v, ok, err)
+	}
+}
