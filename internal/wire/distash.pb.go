@@ -1195,7 +1195,7 @@ type StashStatus struct {
 	CapacityBytes     int64                  `protobuf:"varint,13,opt,name=capacity_bytes,json=capacityBytes,proto3" json:"capacity_bytes,omitempty"`
 	Reads             int64                  `protobuf:"varint,14,opt,name=reads,proto3" json:"reads,omitempty"`
 	FilterNegatives   int64                  `protobuf:"varint,15,opt,name=filter_negatives,json=filterNegatives,proto3" json:"filter_negatives,omitempty"`           // absent-key reads answered by a Bloom filter, no device read
-	EngineCounters    []*EngineCounter       `protobuf:"bytes,16,rep,name=engine_counters,json=engineCounters,proto3" json:"engine_counters,omitempty"`               // the engine's own figures (flash: segments, cleaning, cache)
+	EngineCounters    []*EngineCounter       `protobuf:"bytes,16,rep,name=engine_counters,json=engineCounters,proto3" json:"engine_counters,omitempty"`               // the engine's own figures (flash: segments, cleaning, cache; pebble: LSM shape, block cache)
 	Health            string                 `protobuf:"bytes,17,opt,name=health,proto3" json:"health,omitempty"`                                                     // healthy | restarting | failed
 	LastError         string                 `protobuf:"bytes,18,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`                              // what stopped it last, empty if it never failed
 	Restarts          int64                  `protobuf:"varint,19,opt,name=restarts,proto3" json:"restarts,omitempty"`                                                // times it was restarted after failing
