@@ -182,8 +182,7 @@ func (e *Engine) keepBlockRoom(cache *pebble.Cache) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	for {
-		if e.usable() == nil {
-			m := e.db.Metrics()
+		if m, err := e.metrics(); err == nil {
 			want := max(0, MemtableReserve-int(m.MemTable.Size+m.MemTable.ZombieSize))
 			if want != held {
 				if release != nil {
@@ -202,6 +201,16 @@ func (e *Engine) keepBlockRoom(cache *pebble.Cache) {
 		case <-t.C:
 		}
 	}
+}
+
+// metrics returns Pebble's metrics, or why it cannot (closed, or failed:
+// a panic in Pebble fails the engine rather than the process).
+func (e *Engine) metrics() (_ *pebble.Metrics, err error) {
+	if err := e.usable(); err != nil {
+		return nil, err
+	}
+	defer e.guard.Recover(&err)
+	return e.db.Metrics(), nil
 }
 
 // stopBlockRoom ends keepBlockRoom, waiting for it unless the database
@@ -500,10 +509,10 @@ func (e *Engine) Stats() engine.Stats {
 // L0 plus non-empty levels below), L0's files, the compaction debt, and
 // the block cache's hits and misses (a miss reads the device).
 func (e *Engine) Counters() []engine.Counter {
-	if e.usable() != nil {
+	m, err := e.metrics()
+	if err != nil {
 		return nil
 	}
-	m := e.db.Metrics()
 	return []engine.Counter{
 		{Name: "read_amp", Value: int64(m.ReadAmp())},
 		{Name: "l0_files", Value: m.Levels[0].NumFiles},
