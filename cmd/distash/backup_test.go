@@ -69,12 +69,22 @@ engine = "pebble"
 `
 
 // ackWriter writes new keys of the data pool, one per transaction, and
-// records the commit version of each acknowledged one.
+// records the commit version and value of each acknowledged one. Each
+// attempt of a transaction writes its own value (the attempt's number
+// before the padding): an attempt whose outcome the client could not know
+// (commit_unknown_result, around a log leader's kill) may have committed
+// at an earlier version than the retry that was acknowledged, and only
+// the acknowledged attempt's value present before its version is a fault.
 type ackWriter struct {
 	db *distash.DB
 
 	mu    sync.Mutex
-	acked map[string]int64 // key -> commit version
+	acked map[string]ackedWrite
+}
+
+type ackedWrite struct {
+	version int64  // the acknowledged commit's version
+	value   string // the value the acknowledged attempt wrote
 }
 
 func (w *ackWriter) run(ctx context.Context, workers int) (wait func()) {
@@ -87,17 +97,20 @@ func (w *ackWriter) run(ctx context.Context, workers int) (wait func()) {
 			for i := 0; ctx.Err() == nil; i++ {
 				key := fmt.Sprintf("d/ack/%d/%08d", g, i)
 				var last *distash.Tx // the attempt that committed
+				var value string
+				attempt := 0
 				tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 				err := w.db.Transact(tctx, func(tr *distash.Tx) error {
-					last = tr
-					tr.Set([]byte(key), []byte(pad))
+					attempt++
+					last, value = tr, fmt.Sprintf("%d:%s", attempt, pad)
+					tr.Set([]byte(key), []byte(value))
 					tr.Set([]byte("c/"+key), []byte("cached")) // ephemeral: not backed up
 					return nil
 				})
 				cancel()
 				if err == nil {
 					w.mu.Lock()
-					w.acked[key] = last.CommittedVersion()
+					w.acked[key] = ackedWrite{version: last.CommittedVersion(), value: value}
 					w.mu.Unlock()
 				}
 			}
@@ -218,7 +231,7 @@ func TestProcessClusterBackupThroughKillsAndMoves(t *testing.T) {
 	wctx, wcancel := context.WithCancel(ctx)
 	defer wcancel()
 	failures, waitBank := b.Run(wctx, 2, 7)
-	w := &ackWriter{db: db, acked: map[string]int64{}}
+	w := &ackWriter{db: db, acked: map[string]ackedWrite{}}
 	waitWriter := w.run(wctx, 2)
 	// progressed waits for an acknowledged transfer and write after since,
 	// then for the backup's log to pass a version committed after since.
@@ -383,21 +396,23 @@ func checkProcessRestore(t *testing.T, ctx context.Context, url, what string, v 
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	by, after := 0, 0
-	for k, cv := range w.acked {
-		_, ok := have[k]
-		switch {
-		case cv <= v && !ok:
-			t.Errorf("%s version %d: write %s acknowledged at %d is missing", what, v, k, cv)
-		case cv > v && ok:
+	by, after, earlier := 0, 0, 0
+	for k, a := range w.acked {
+		val, ok := have[k]
+		switch cv := a.version; {
+		case cv <= v && val != a.value:
+			t.Errorf("%s version %d: write %s acknowledged at %d is missing (present %v, restored %.10q, acknowledged %.10q)", what, v, k, cv, ok, val, a.value)
+		case cv > v && val == a.value:
 			t.Errorf("%s version %d: write %s acknowledged at %d is present", what, v, k, cv)
+		case cv > v && ok:
+			earlier++ // an earlier attempt of unknown outcome committed
 		case cv <= v:
 			by++
 		default:
 			after++
 		}
 	}
-	t.Logf("restored the %s version %d: %d keys, %d acknowledged writes present, %d acknowledged later absent", what, v, len(have), by, after)
+	t.Logf("restored the %s version %d: %d keys, %d acknowledged writes present, %d acknowledged later absent, %d present from an earlier attempt of unknown outcome", what, v, len(have), by, after, earlier)
 }
 
 // TestCLIBackupOverTLS runs a backup of an embedded cluster served over
