@@ -52,7 +52,7 @@ func (tr *Tx) getRange(begin, end []byte, opts RangeOptions, snapshot bool) ([]K
 
 	tr.mu.Lock()
 	var local []*localWrite
-	tr.writeBuffer().AscendRange(&localWrite{key: begin}, &localWrite{key: end}, func(w *localWrite) bool {
+	tr.writes.ascendRange(begin, end, func(w *localWrite) bool {
 		cp := *w
 		cp.ops = append([]kv.Mutation(nil), w.ops...)
 		local = append(local, &cp)

@@ -9,8 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/google/btree"
-
 	"github.com/distash/distash/internal/kv"
 	"github.com/distash/distash/internal/wire"
 )
@@ -61,7 +59,7 @@ type Tx struct {
 
 	mu          sync.Mutex
 	readVersion kv.Version // 0 until fetched. Protected by mu.
-	writes      *btree.BTreeG[*localWrite]
+	writes      writeSet
 	cleared     []kv.KeyRange // ranges cleared in this transaction
 	mutations   []kv.Mutation
 	readConf    []kv.KeyRange
@@ -151,15 +149,6 @@ func (tr *Tx) checkReadKey(key []byte) error {
 
 func newTx(ctx context.Context, db *DB) *Tx {
 	return &Tx{ctx: ctx, db: db}
-}
-
-// writeBuffer returns the transaction's sorted write buffer, created on
-// the first write so read-only transactions allocate none. Called with mu held.
-func (tr *Tx) writeBuffer() *btree.BTreeG[*localWrite] {
-	if tr.writes == nil {
-		tr.writes = btree.NewG(8, lessLocal)
-	}
-	return tr.writes
 }
 
 // Snapshot returns a view of the transaction whose reads add no read
@@ -280,8 +269,8 @@ func (tr *Tx) getMulti(keys [][]byte, snapshot bool) ([][]byte, error) {
 		}
 		var w *localWrite
 		var ok bool
-		if tr.writes != nil {
-			w, ok = tr.writes.Get(&localWrite{key: k})
+		if !tr.writes.empty() {
+			w, ok = tr.writes.get(k)
 		}
 		if !ok && tr.inCleared(k) {
 			continue // cleared in this transaction: absent
@@ -514,7 +503,7 @@ func (tr *Tx) SetWithCost(key, value []byte, cost uint32) {
 	if value == nil {
 		value = []byte{}
 	}
-	tr.writeBuffer().ReplaceOrInsert(&localWrite{key: key, baseKnown: true, value: value, present: true})
+	tr.writes.put(&localWrite{key: key, baseKnown: true, value: value, present: true})
 	tr.addMutation(kv.Mutation{Type: kv.MutSet, Key: key, Param: value, Cost: cost}, kv.PointRange(key))
 }
 
@@ -530,7 +519,7 @@ func (tr *Tx) Clear(key []byte) {
 		return
 	}
 	key = clone(key)
-	tr.writeBuffer().ReplaceOrInsert(&localWrite{key: key, baseKnown: true})
+	tr.writes.put(&localWrite{key: key, baseKnown: true})
 	tr.addMutation(kv.Mutation{Type: kv.MutClear, Key: key}, kv.PointRange(key))
 }
 
@@ -554,15 +543,7 @@ func (tr *Tx) ClearRange(begin, end []byte) {
 		return
 	}
 	begin, end = clone(begin), clone(end)
-	var inside []*localWrite
-	wb := tr.writeBuffer()
-	wb.AscendRange(&localWrite{key: begin}, &localWrite{key: end}, func(w *localWrite) bool {
-		inside = append(inside, w)
-		return true
-	})
-	for _, w := range inside {
-		wb.Delete(w)
-	}
+	tr.writes.deleteRange(begin, end)
 	r := kv.KeyRange{Begin: begin, End: end}
 	tr.cleared = append(tr.cleared, r)
 	tr.addMutation(kv.Mutation{Type: kv.MutClearRange, Key: begin, Param: end}, r)
@@ -590,14 +571,13 @@ func (tr *Tx) atomic(t kv.MutationType, key []byte, operand int64) {
 	}
 	key = clone(key)
 	m := kv.Mutation{Type: t, Key: key, Param: kv.EncodeInt64(operand)}
-	wb := tr.writeBuffer()
-	w, ok := wb.Get(&localWrite{key: key})
+	w, ok := tr.writes.get(key)
 	if !ok {
 		w = &localWrite{key: key}
 		if tr.inCleared(key) {
 			w.baseKnown = true
 		}
-		wb.ReplaceOrInsert(w)
+		tr.writes.put(w)
 	}
 	w.ops = append(w.ops, m)
 	tr.addMutation(m, kv.PointRange(key))
