@@ -31,10 +31,11 @@ type rangeClear struct {
 	begin, end []byte
 }
 
-// versionKeys lists the keys a version touched, so a flush visits only them.
+// versionKeys lists the keys a version touched, each once, so a flush
+// visits only them, without looking them up in the tree.
 type versionKeys struct {
 	version kv.Version
-	keys    [][]byte
+	keys    []*windowKey
 	bytes   int64
 }
 
@@ -65,7 +66,7 @@ func newWindow() *window {
 // the log's memory: the window counts their length as if it held them.)
 const (
 	// putOverhead is what every mutation adds: a history slot (versioned,
-	// 40 bytes) and a slot in its version's key list (24 bytes).
+	// 40 bytes) and a slot in its version's key list (8 bytes).
 	putOverhead = 96
 	// keyOverhead is what a key new to the window adds: its windowKey (48
 	// bytes), its B-tree slot and the rounding of its copied bytes.
@@ -116,10 +117,13 @@ func (w *window) put(v kv.Version, key []byte, value []byte, present bool, cost 
 		w.keys.ReplaceOrInsert(wk)
 		n += int64(len(key) + keyOverhead)
 	}
+	again := len(wk.hist) > 0 && wk.hist[len(wk.hist)-1].version == v // a second mutation of key at v
 	wk.hist = append(wk.hist, versioned{version: v, value: value, present: present, cost: cost})
 	w.bytes += n
 	q := w.versionKeys(v)
-	q.keys = append(q.keys, wk.key)
+	if !again {
+		q.keys = append(q.keys, wk)
+	}
 	q.bytes += n
 }
 
@@ -170,18 +174,15 @@ func (w *window) plan(target kv.Version) flushPlan {
 		}
 		p.rangeClears = append(p.rangeClears, rc)
 	}
-	seen := make(map[string]bool)
 	for _, q := range w.queue {
 		if q.version > target {
 			break
 		}
-		for _, k := range q.keys {
-			if seen[string(k)] {
-				continue
-			}
-			seen[string(k)] = true
-			wk, ok := w.keys.Get(&windowKey{key: k})
-			if !ok {
+		for _, wk := range q.keys {
+			// The queue lists a key once per version, oldest first, and its
+			// history starts at its oldest version in the window: visit the
+			// key at that one.
+			if len(wk.hist) == 0 || wk.hist[0].version != q.version {
 				continue
 			}
 			var last *versioned
@@ -215,10 +216,9 @@ func (w *window) drop(target kv.Version) {
 	w.rangeClears = append([]rangeClear(nil), w.rangeClears[n:]...)
 	q := 0
 	for q < len(w.queue) && w.queue[q].version <= target {
-		for _, k := range w.queue[q].keys {
-			wk, ok := w.keys.Get(&windowKey{key: k})
-			if !ok {
-				continue
+		for _, wk := range w.queue[q].keys {
+			if len(wk.hist) == 0 {
+				continue // left the tree at an earlier version of this drop
 			}
 			i := 0
 			for i < len(wk.hist) && wk.hist[i].version <= target {
@@ -227,6 +227,7 @@ func (w *window) drop(target kv.Version) {
 			}
 			if i == len(wk.hist) {
 				w.keys.Delete(wk)
+				wk.hist = nil
 				w.bytes -= int64(len(wk.key) + keyOverhead)
 			} else if i > 0 {
 				wk.hist = append([]versioned(nil), wk.hist[i:]...)
