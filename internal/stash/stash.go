@@ -1112,6 +1112,17 @@ type Stats struct {
 
 // Stats returns the stash's sizes and counters.
 func (s *Stash) Stats() Stats {
+	st, scan := s.statsNow()
+	if scan {
+		s.addWindowToCounts(&st)
+	}
+	st.Hits, st.Misses, st.Reads = s.hits.Load(), s.misses.Load(), s.reads.Load()
+	return st
+}
+
+// statsNow returns the stash's figures but the window's share of Keys and
+// Bytes, and whether that share is still to be added (addWindowToCounts).
+func (s *Stash) statsNow() (Stats, bool) {
 	// Status may ask a failed stash whose engine is closed: hold pin so
 	// Close waits, and leave the engine's figures out once it is closed.
 	s.pin.RLock()
@@ -1120,11 +1131,11 @@ func (s *Stash) Stats() Stats {
 		s.mu.RLock()
 		defer s.mu.RUnlock()
 		return Stats{Tag: s.opts.Tag, Pool: s.opts.Pool, Index: s.opts.Index, Applied: s.applied, Durable: s.durable,
-			CapacityBytes: s.opts.CapacityBytes, WindowLimitBytes: s.opts.WindowBytes,
-			Hits: s.hits.Load(), Misses: s.misses.Load(), Reads: s.reads.Load()}
+			CapacityBytes: s.opts.CapacityBytes, WindowLimitBytes: s.opts.WindowBytes}, false
 	}
 	es := s.eng.Stats()
 	s.mu.RLock()
+	defer s.mu.RUnlock()
 	st := Stats{
 		Tag: s.opts.Tag, Pool: s.opts.Pool, Index: s.opts.Index,
 		EngineBytes: es.Bytes, WindowBytes: s.win.bytes, Evictions: es.Evictions, FilterNegatives: es.FilterNegatives,
@@ -1136,25 +1147,65 @@ func (s *Stash) Stats() Stats {
 	}
 	if s.opts.TrackBytes {
 		st.Keys, st.Bytes = s.liveKeys, s.liveBytes
-	} else {
-		// Add the window's newest state to the engine's counts.
-		s.win.keys.Ascend(func(wk *windowKey) bool {
-			h := wk.hist[len(wk.hist)-1]
-			old, inEngine, _ := engine.Peek(s.eng, wk.key) // status must not reorder eviction or fill caches
-			if inEngine {
-				st.Keys--
-				st.Bytes -= int64(len(wk.key) + len(old))
-			}
-			if h.present && !s.win.clearedAfter(wk.key, h.version, s.applied) {
-				st.Keys++
-				st.Bytes += int64(len(wk.key) + len(h.value))
-			}
-			return true
-		})
+		return st, false
 	}
-	s.mu.RUnlock()
-	st.Hits, st.Misses, st.Reads = s.hits.Load(), s.misses.Load(), s.reads.Load()
-	return st
+	return st, s.win.keys.Len() > 0
+}
+
+// statsScanChunk is how many window keys addWindowToCounts visits under
+// one hold of the stash's locks.
+const statsScanChunk = 4096
+
+// addWindowToCounts adds the window's newest state to the engine's counts
+// in st (a stash without TrackBytes). It visits the window in chunks and
+// lets go of the locks between them: a window of a few hundred thousand
+// keys took tens of milliseconds to visit, and holding pin that long made
+// a flush wait, and every read behind the flush's pending lock, on every
+// status or metrics request. Writes applied meanwhile may be counted or
+// not, as if the status were a moment earlier or later; a quiet stash
+// counts exactly.
+func (s *Stash) addWindowToCounts(st *Stats) {
+	var from []byte // first key of the next chunk; nil: the start
+	for {
+		more, next := s.countWindowChunk(st, from)
+		if !more {
+			return
+		}
+		from = next
+	}
+}
+
+// countWindowChunk counts up to statsScanChunk window keys from key from
+// on (nil: the start) into st, and returns whether keys remain and the
+// first of them.
+func (s *Stash) countWindowChunk(st *Stats, from []byte) (more bool, next []byte) {
+	s.pin.RLock()
+	defer s.pin.RUnlock()
+	if s.closed.Load() {
+		return false, nil
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	n := 0
+	s.win.keys.AscendGreaterOrEqual(&windowKey{key: from}, func(wk *windowKey) bool {
+		if n == statsScanChunk {
+			more, next = true, wk.key // keys are never changed in place
+			return false
+		}
+		n++
+		h := wk.hist[len(wk.hist)-1]
+		old, inEngine, _ := engine.Peek(s.eng, wk.key) // status must not reorder eviction or fill caches
+		if inEngine {
+			st.Keys--
+			st.Bytes -= int64(len(wk.key) + len(old))
+		}
+		if h.present && !s.win.clearedAfter(wk.key, h.version, s.applied) {
+			st.Keys++
+			st.Bytes += int64(len(wk.key) + len(h.value))
+		}
+		return true
+	})
+	return more, next
 }
 
 // Close closes the engine once its readers are done; later calls return

@@ -346,6 +346,51 @@ func TestStatsDoNotReorderEviction(t *testing.T) {
 	}
 }
 
+// TestStatsCountAWindowOfManyChunks: an ephemeral stash's Keys and Bytes
+// add the window's newest state to the engine's counts, visiting the window
+// a chunk at a time; a window of several chunks, with keys new, rewritten
+// (also in the engine) and cleared, counts exactly when the stash is quiet.
+func TestStatsCountAWindowOfManyChunks(t *testing.T) {
+	eng, _ := memory.Open(engine.Options{Ephemeral: true, Eviction: "lru", CapacityBytes: 1 << 30})
+	log := newFakeLog(1)
+	log.noFaults = true
+	s := New(Options{Tag: 1, Engine: eng, Log: log, Ephemeral: true, WindowVersions: 1 << 40, FlushInterval: time.Hour, Logger: quiet})
+	s.SetOwned([]kv.KeyRange{{Begin: []byte("a"), End: []byte("z")}})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go s.Run(ctx)
+	key := func(i int) []byte { return []byte(fmt.Sprintf("k%06d", i)) }
+	// 1,000 keys in the engine (a batch at version 1, flushed by hand).
+	base := &engine.Batch{Version: 1}
+	for i := range 1000 {
+		base.Writes = append(base.Writes, engine.Write{Key: key(i), Value: []byte("engine")})
+	}
+	if err := eng.Apply(base); err != nil {
+		t.Fatal(err)
+	}
+	// The window: 2.5 chunks of keys from 500 on (500 of them rewrite
+	// engine keys with longer values), then a clear of 100 window keys.
+	n := statsScanChunk*5/2 + 500
+	v := kv.Version(2)
+	for i := 500; i < n; i += 100 {
+		m := logentry.Message{Version: v}
+		for j := i; j < min(i+100, n); j++ {
+			m.Mutations = append(m.Mutations, kv.Mutation{Type: kv.MutSet, Key: key(j), Param: []byte("window value")})
+		}
+		log.push(m)
+		v++
+	}
+	log.push(logentry.Message{Version: v, Mutations: []kv.Mutation{{Type: kv.MutClear, Key: key(2000)}, {Type: kv.MutClear, Key: key(2001)}}})
+	wait.For(t, "applied", func() bool { return s.AppliedVersion() >= v })
+	// Live: keys 0..499 with "engine", 500..n-1 but two with "window value".
+	klen := int64(len(key(0)))
+	wantKeys := int64(500 + (n - 500) - 2)
+	wantBytes := 500*(klen+int64(len("engine"))) + int64(n-500-2)*(klen+int64(len("window value")))
+	if st := s.Stats(); st.Keys != wantKeys || st.Bytes != wantBytes {
+		t.Fatalf("Stats() = %d keys, %d bytes; want %d, %d", st.Keys, st.Bytes, wantKeys, wantBytes)
+	}
+}
+
 // TestReportsUsage: a stash tracking bytes pushes its live bytes and
 // applied version when it starts (what its engine holds) and as it applies.
 func TestReportsUsage(t *testing.T) {
