@@ -24,12 +24,16 @@ type benchGen struct {
 	txns  []Txn
 	rs    []kv.KeyRange
 	kind  string
+	// prefix starts every key: keys of one table or client share one in
+	// most workloads, and past the entries' inline bytes the tree's
+	// comparisons read the keys themselves.
+	prefix string
 }
 
 func newBenchGen(kind string) *benchGen {
 	return &benchGen{
 		rng:   rand.New(rand.NewPCG(1, 2)),
-		arena: make([]byte, 0, benchBatch*4*2*13),
+		arena: make([]byte, 0, benchBatch*4*2*64),
 		txns:  make([]Txn, benchBatch),
 		rs:    make([]kv.KeyRange, benchBatch*4),
 		kind:  kind,
@@ -40,10 +44,12 @@ func newBenchGen(kind string) *benchGen {
 // key after it.
 func (g *benchGen) key(i uint64) (k, after []byte) {
 	n := len(g.arena)
+	g.arena = append(g.arena, g.prefix...)
 	g.arena = append(g.arena, "user"...)
 	g.arena = binary.BigEndian.AppendUint64(g.arena, i)
 	g.arena = append(g.arena, 0)
-	return g.arena[n : n+12 : n+12], g.arena[n : n+13 : n+13]
+	m := len(g.arena) - 1
+	return g.arena[n:m:m], g.arena[n : m+1 : m+1]
 }
 
 func (g *benchGen) point() kv.KeyRange {
@@ -79,9 +85,12 @@ func (g *benchGen) batch(v kv.Version) []Txn {
 	return g.txns
 }
 
-func benchResolve(b *testing.B, kind string) {
+func benchResolve(b *testing.B, kind string) { benchResolvePrefix(b, kind, "") }
+
+func benchResolvePrefix(b *testing.B, kind, prefix string) {
 	r := New(DefaultWindow)
 	g := newBenchGen(kind)
+	g.prefix = prefix
 	v := kv.Version(0)
 	for range benchWarmBatch {
 		v += benchStep
@@ -113,3 +122,9 @@ func BenchmarkResolveRange(b *testing.B) { benchResolve(b, "range") }
 // BenchmarkResolveRangeWrite: 2 point reads, a point write and a range
 // write of 1 to 100 keys.
 func BenchmarkResolveRangeWrite(b *testing.B) { benchResolve(b, "rangewrite") }
+
+// BenchmarkResolvePointPrefix: BenchmarkResolvePoint with keys that share
+// a 20-byte prefix (a pool's prefix and a table's name).
+func BenchmarkResolvePointPrefix(b *testing.B) {
+	benchResolvePrefix(b, "point", "m/app/users/by-id/x/")
+}
