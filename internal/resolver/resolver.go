@@ -2,7 +2,6 @@ package resolver
 
 import (
 	"bytes"
-	"encoding/binary"
 	"fmt"
 	"sync"
 
@@ -65,61 +64,20 @@ type Stats struct {
 }
 
 // entry is one boundary of the step function: the segment starting at key
-// (up to the next boundary) has version v. p0 to p3 hold the first
-// inlineBytes bytes of key, big-endian and zero-padded, so that most
-// comparisons in the tree read only the entry itself and not the key bytes
-// it points to. 32 bytes and not 16: keys of one table or one client
-// often share their first 16 or 20 bytes (a pool's prefix and a table's
-// name), and then every comparison followed the key pointer (a 20-byte
-// shared prefix halved BenchmarkResolvePointPrefix's throughput).
+// (up to the next boundary) has version v. pre holds the key's first 32
+// bytes inline (kv.KeyPrefix), so that most comparisons in the tree read
+// only the entry itself and not the key bytes it points to.
 type entry struct {
-	p0, p1, p2, p3 uint64
-	key            []byte
-	v              kv.Version
+	pre kv.KeyPrefix
+	key []byte
+	v   kv.Version
 }
-
-// inlineBytes is how many leading key bytes an entry holds inline.
-const inlineBytes = 32
 
 // mk returns the entry of key k at version v.
-func mk(k []byte, v kv.Version) entry {
-	e := entry{key: k, v: v}
-	p := k
-	if len(k) < inlineBytes {
-		var b [inlineBytes]byte
-		copy(b[:], k)
-		p = b[:]
-	}
-	e.p0 = binary.BigEndian.Uint64(p)
-	e.p1 = binary.BigEndian.Uint64(p[8:])
-	e.p2 = binary.BigEndian.Uint64(p[16:])
-	e.p3 = binary.BigEndian.Uint64(p[24:])
-	return e
-}
+func mk(k []byte, v kv.Version) entry { return entry{pre: kv.PrefixOf(k), key: k, v: v} }
 
-// lessEntry orders entries as bytes.Compare orders their keys. When the
-// zero-padded prefixes differ they decide; when they are equal and one key
-// has at most inlineBytes bytes, it is a prefix of the other (the other's
-// bytes past it within the prefix are zeros), so the shorter key is the
-// smaller.
-func lessEntry(a, b entry) bool {
-	if a.p0 != b.p0 {
-		return a.p0 < b.p0
-	}
-	if a.p1 != b.p1 {
-		return a.p1 < b.p1
-	}
-	if a.p2 != b.p2 {
-		return a.p2 < b.p2
-	}
-	if a.p3 != b.p3 {
-		return a.p3 < b.p3
-	}
-	if len(a.key) <= inlineBytes || len(b.key) <= inlineBytes {
-		return len(a.key) < len(b.key)
-	}
-	return bytes.Compare(a.key[inlineBytes:], b.key[inlineBytes:]) < 0
-}
+// lessEntry orders entries as bytes.Compare orders their keys.
+func lessEntry(a, b entry) bool { return kv.LessKeys(&a.pre, a.key, &b.pre, b.key) }
 
 const (
 	btreeDegree = 32
