@@ -35,6 +35,7 @@ type proxy struct {
 	node       *nodeConn // reads of the system stash (and every stash, embedded)
 	grv        *grvBatcher
 	commits    *commitStreamer
+	stalled    func() // suspects p while a commit waits too long (DB.suspect)
 	generation uint64
 	// ctx ends when the proxy is replaced (or the DB closes): read-version
 	// requests still waiting on it end then, as commits in flight on its
@@ -162,6 +163,7 @@ func (db *DB) newProxy(addr string, generation uint64) (*proxy, error) {
 	api := n.api
 	ctx, cancel := context.WithCancel(db.life)
 	p := &proxy{addr: addr, api: api, node: n, commits: newCommitStreamer(api, n.frames, db.token), generation: generation, ctx: ctx, cancel: cancel}
+	p.stalled = func() { db.suspect(p) }
 	// The proxy in use when it stalls: p, or a copy of it for a newer
 	// generation of the same node (applyView).
 	p.grv = &grvBatcher{api: api, stream: newGRVStreamer(api, n.frames, db.token), ctx: ctx, stalled: func() { db.suspect(db.proxy.Load()) }}
@@ -183,8 +185,8 @@ func (db *DB) suspect(p *proxy) {
 
 // watchStall calls f after stallAfter and then every stallRefresh until
 // the returned watch's stop is called: a request waiting on a node that
-// may have stopped answering. Every commit runs one, so it is one object
-// rather than a set of closures.
+// may have stopped answering (a read-version batch; a commit's reply timer
+// watches it, callWatched).
 func watchStall(f func()) *stallWatch {
 	w := &stallWatch{f: f}
 	w.mu.Lock() // t is set before the first fire reads it

@@ -74,6 +74,15 @@ var errCallTimeout = errors.New("the node did not answer within the request's ti
 // blocks (a frames stream's writes have a deadline of their own; a gRPC
 // stream is broken by a timer).
 func (c *idStreamer[S, R]) callWithin(ctx context.Context, timeout time.Duration, build func(id uint64) S) (R, error) {
+	return c.callWatched(ctx, timeout, nil, build)
+}
+
+// callWatched is callWithin that also calls stall, on a goroutine of its
+// own, once the reply is stallAfter late and then every stallRefresh until
+// it comes (a commit suspects its node: DB.suspect). The reply's one
+// pooled timer serves the stall watch too: a watch with a timer of its own
+// cost 2% of a single-key commit's CPU.
+func (c *idStreamer[S, R]) callWatched(ctx context.Context, timeout time.Duration, stall func(), build func(id uint64) S) (R, error) {
 	var zero R
 	var deadline time.Time
 	if timeout > 0 {
@@ -183,33 +192,53 @@ func (c *idStreamer[S, R]) callWithin(ctx context.Context, timeout time.Duration
 		c.mu.Unlock()
 		return zero, err
 	}
+	// next is how long to wait before the timer's next fire: the stall
+	// watch's, or the deadline if it comes first.
+	next := func(watch time.Duration) time.Duration {
+		if timeout <= 0 {
+			return watch
+		}
+		left := max(time.Until(deadline), 0)
+		if stall == nil {
+			return left
+		}
+		return min(left, watch)
+	}
+	var t *time.Timer
 	var expired <-chan time.Time
-	if timeout > 0 {
-		t := getTimer(max(time.Until(deadline), 0))
+	if timeout > 0 || stall != nil {
+		t = getTimer(next(stallAfter))
 		defer putTimer(t)
 		expired = t.C
 	}
-	select {
-	case resp, ok := <-ch:
-		if !ok {
-			c.mu.Lock()
-			err := s.err
-			c.mu.Unlock()
-			if status.Code(err) == codes.Unimplemented {
-				return zero, err // the node does not serve this stream
+	for {
+		select {
+		case resp, ok := <-ch:
+			if !ok {
+				c.mu.Lock()
+				err := s.err
+				c.mu.Unlock()
+				if status.Code(err) == codes.Unimplemented {
+					return zero, err // the node does not serve this stream
+				}
+				return zero, errStreamBroken
 			}
-			return zero, errStreamBroken
+			// receive took ch out of pending before it sent: nothing else
+			// holds it.
+			c.chans.put(ch)
+			return resp, nil
+		case <-ctx.Done():
+			c.forget(s, id)
+			return zero, ctx.Err()
+		case <-expired:
+			if stall != nil && (timeout <= 0 || time.Now().Before(deadline)) {
+				go stall()
+				t.Reset(next(stallRefresh))
+				continue
+			}
+			c.forget(s, id)
+			return zero, errCallTimeout
 		}
-		// receive took ch out of pending before it sent: nothing else
-		// holds it.
-		c.chans.put(ch)
-		return resp, nil
-	case <-ctx.Done():
-		c.forget(s, id)
-		return zero, ctx.Err()
-	case <-expired:
-		c.forget(s, id)
-		return zero, errCallTimeout
 	}
 }
 
@@ -310,9 +339,10 @@ func newCommitStreamer(api wire.DiStashClient, fd *framesDialer, token bearer) *
 		})
 }
 
-// commitOver commits req over s, waiting at most timeout.
-func commitOver(ctx context.Context, timeout time.Duration, s *commitStreamer, req *wire.CommitRequest) (*wire.CommitResponse, error) {
-	resp, err := s.callWithin(ctx, timeout, func(id uint64) *wire.CommitStreamRequest { return &wire.CommitStreamRequest{Id: id, Request: req} })
+// commitOver commits req over s, waiting at most timeout, and calls stall
+// (nil: nothing) while the reply is late (callWatched).
+func commitOver(ctx context.Context, timeout time.Duration, s *commitStreamer, stall func(), req *wire.CommitRequest) (*wire.CommitResponse, error) {
+	resp, err := s.callWatched(ctx, timeout, stall, func(id uint64) *wire.CommitStreamRequest { return &wire.CommitStreamRequest{Id: id, Request: req} })
 	if err != nil {
 		return nil, err
 	}

@@ -642,9 +642,7 @@ func (tr *Tx) Commit() error {
 	}
 	tr.mu.Unlock()
 	p := tr.db.proxy.Load()
-	watch := watchStall(func() { tr.db.suspect(p) })
-	resp, err := commitOver(tr.ctx, commitTimeout, p.commits, req)
-	watch.stop()
+	resp, err := commitOver(tr.ctx, commitTimeout, p.commits, p.stalled, req)
 	if err != nil {
 		// Sent, or maybe sent: it may have committed. Never a false success,
 		// never a false failure.
