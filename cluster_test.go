@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -562,6 +563,48 @@ func TestClusterReadsFollowAReplacedReplica(t *testing.T) {
 	readsServedBy("c")
 	if c.reads.Load() == 0 || c.ranges.Load() == 0 {
 		t.Fatalf("c served %d reads and %d range reads", c.reads.Load(), c.ranges.Load())
+	}
+}
+
+// TestClusterReadsOfALostShardFailLoudly: when the view calls every stash
+// of a shard's team retired (the data distributor keeps a durable shard
+// with no replica left under its old team), a read of it fails with
+// stash_unavailable naming the loss, as the commit proxy refuses a write
+// to it, instead of asking retired stashes until its deadline and ending
+// with their wrong_shard_server.
+func TestClusterReadsOfALostShardFailLoudly(t *testing.T) {
+	ctx := ctxT(t, 30*time.Second)
+	fc, k, a, b := replicatedFake(t)
+	db := openFake(t, ctx, k.addr)
+	fc.view.Store(&wire.ViewResponse{Generation: 1, StatelessAddress: fc.nodes["s"].addr, Stashes: []*wire.StashLocation{
+		{Tag: 1, Pool: "data", Slot: 0, Node: "a", Address: a.addr, Retired: true},
+		{Tag: 2, Pool: "data", Slot: 1, Node: "b", Address: b.addr, Retired: true},
+	}})
+	// Both nodes die: a failed read refreshes the view.
+	a.srv.Stop()
+	b.srv.Stop()
+	wait.Every(t, 10*time.Millisecond, 10*time.Second, "the client saw stashes 1 and 2 retired", func() bool {
+		rctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		defer cancel()
+		_ = db.ReadTransact(rctx, func(tr *distash.Tx) error { _, err := tr.Get([]byte("d/x")); return err })
+		return db.StashRetired(1) && db.StashRetired(2)
+	})
+	for _, read := range []struct {
+		what string
+		f    func(tr *distash.Tx) error
+	}{
+		{"get", func(tr *distash.Tx) error { _, err := tr.Get([]byte("d/x")); return err }},
+		{"range", func(tr *distash.Tx) error {
+			_, err := tr.GetRange([]byte("d/a"), []byte("d/b"), distash.RangeOptions{})
+			return err
+		}},
+	} {
+		rctx, cancel := context.WithTimeout(ctx, time.Second) // retryable: it ends at the deadline, with this error as the last
+		err := db.ReadTransact(rctx, read.f)
+		cancel()
+		if err == nil || !strings.Contains(err.Error(), "no replica left") || !strings.Contains(err.Error(), "stash_unavailable") {
+			t.Fatalf("%s of a shard whose team is retired: %v, want stash_unavailable saying no replica is left", read.what, err)
+		}
 	}
 }
 

@@ -310,6 +310,25 @@ func (db *DB) loadOf(id uint32) *stashLoad {
 	return l
 }
 
+// lostShard returns the error of a read of shard s (or of its part a range
+// read asks for) when the view calls
+// every stash of its team retired: no replica is left to serve it (the
+// data distributor holds such a durable shard; its data is lost unless
+// restored from a backup). Retryable like the commit proxy's refusal of a
+// write to it, so a read with a stale map retries with the map reloaded;
+// nil while some replica may serve.
+func (db *DB) lostShard(s shardmap.Shard) error {
+	for _, id := range s.Team {
+		if !db.loadOf(uint32(id)).retired.Load() {
+			return nil
+		}
+	}
+	if !db.shardsStale.Load() {
+		db.shardsStale.Store(true)
+	}
+	return errorf(kv.CodeStashUnavailable, "keys [%.60q, %.60q) of pool %q are in a shard with no replica left: every stash that held it (%v) was retired; its data is lost unless restored from a backup", s.Begin, s.End, s.Pool, s.Team)
+}
+
 // pickReplica chooses the team member with the least expected wait:
 // requests in flight times recent latency, ties broken at random.
 // Stashes marked down come last: they are asked only when every replica

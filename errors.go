@@ -79,8 +79,8 @@ var (
 	// log pull stopped) and is being restarted; the client reads from
 	// another replica of the shard, and Transact retries. Also a commit
 	// that writes to a shard with no replica left (every stash that held
-	// it was retired: its data is lost until a restore); the error names
-	// the shard. Retryable.
+	// it was retired: its data is lost until a restore), and a read of
+	// one; the error names the shard. Retryable.
 	ErrStashUnavailable = codeErr(kv.CodeStashUnavailable)
 	// ErrWrongNode: in a multi-process cluster, the node asked no longer
 	// holds the role (a recovery moved the proxies); the client asks the

@@ -197,6 +197,9 @@ func (it *rangeIter) fetch() error {
 		it.buf, it.pos = nil, 0
 		return nil
 	}
+	if err := it.tr.db.lostShard(s); err != nil {
+		return err
+	}
 	var resp *wire.ReadRangeResponse
 	for attempt := 0; ; attempt++ {
 		db, ctx := it.tr.db, it.tr.ctx

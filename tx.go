@@ -417,6 +417,9 @@ func (db *DB) groupByStash(keys [][]byte) ([]stashKeys, error) {
 		if !ok {
 			return nil, errorf(kv.CodeKeyOutsidePools, "key %.60q is in no shard", k)
 		}
+		if err := db.lostShard(s); err != nil {
+			return nil, err
+		}
 		id := db.pickReplica(s.Team)
 		if i == 0 {
 			groups = []stashKeys{{stash: id}}
