@@ -217,6 +217,14 @@ func (s *Server) reopen(ctx context.Context, sl *stashSlot, failures *int, diskF
 		case errors.Is(err, fsys.ErrDamaged):
 			s.stashDamaged(ctx, sl, err)
 			return nil
+		case errors.Is(err, errTagTrimmed):
+			// A durable stash node's stash reopened empty while the log
+			// no longer holds its tag's history: its files went away
+			// while it ran (its engine failed on them before the stash
+			// noticed). It cannot vouch for its data, as a damaged one:
+			// rebuilt, never reopened again and again.
+			s.stashDamaged(ctx, sl, err)
+			return nil
 		case fsys.IsNoSpace(err):
 			if !diskFull {
 				log.Error("reopening stash failed: the disk is full; retrying until there is room", "tag", sl.tag, "err", err)
