@@ -214,10 +214,10 @@ func TestProcessClusterBackupThroughKillsAndMoves(t *testing.T) {
 		return last
 	}
 
-	// 3 MiB of bulk: the backup's snapshot takes several chunks (of 1 MiB),
-	// so the first kill comes while it runs.
+	// 6 MiB of bulk: the backup's snapshot takes several chunks (of 1 MiB),
+	// so the first kill usually comes while it runs.
 	val := strings.Repeat("b", 8<<10)
-	for i := 0; i < 384; i += 32 {
+	for i := 0; i < 768; i += 32 {
 		if err := db.Transact(ctx, func(tr *distash.Tx) error {
 			for j := i; j < i+32; j++ {
 				tr.Set(fmt.Appendf(nil, "d/bulk/%05d", j), []byte(val))
@@ -251,11 +251,19 @@ func TestProcessClusterBackupThroughKillsAndMoves(t *testing.T) {
 	if out, err := cli("backup", "start", "--to", url); err != nil || !strings.Contains(out, "started at version") {
 		t.Fatalf("backup start: %v %s", err, out)
 	}
-	// kill -9 of a stash node while the snapshot runs, restarted.
-	st := waitStatus("the backup's snapshot to begin", func(s backup.Status) bool { return s.State == "snapshot" && s.RangeFiles > 0 })
+	// kill -9 of a stash node while the snapshot runs, restarted. On a
+	// fast machine the snapshot may end between two status polls (the
+	// suite saw it): data1 is then killed just after it.
+	st := waitStatus("the backup's snapshot to begin", func(s backup.Status) bool {
+		return s.State == "snapshot" && s.RangeFiles > 0 || s.SnapshotDone
+	})
 	killed := time.Now()
 	c.kill("data1")
-	phase(fmt.Sprintf("killed data1 during the snapshot (%s, %d range files)", st.Snapshot, st.RangeFiles))
+	if st.SnapshotDone {
+		phase(fmt.Sprintf("killed data1 just after the snapshot, which ended between two status polls (%d range files)", st.RangeFiles))
+	} else {
+		phase(fmt.Sprintf("killed data1 during the snapshot (%s, %d range files)", st.Snapshot, st.RangeFiles))
+	}
 	st = waitStatus("the first restorable version", func(s backup.Status) bool { return s.RestorableFrom > 0 })
 	first := int64(st.RestorableFrom)
 	wantFirst, _, err := readAt(ctx, db, first) // inside the MVCC window: read it now
