@@ -206,8 +206,12 @@ func TestFullDiskOfOneReplicaDoesNotThrottle(t *testing.T) {
 	}
 	// Relative to the rate before: on a machine loaded by other tests the
 	// cluster may commit fewer than the ratekeeper's floor even healthy
-	// (42/s once), and then only the ratio and the limits above tell.
-	if fullRate < base/3 || (base > ratekeeper.MinRate*6 && fullRate < ratekeeper.MinRate*2) {
+	// (42/s once), and then only the ratio and the limits above tell. The
+	// ratio is loose, a fifth: the parallel tests beside this one move a
+	// one-second rate by that much (2,432 before and 755 during, with no
+	// limit in any sample, once); a throttle shows in the limits, or as a
+	// rate near the ratekeeper's floor.
+	if fullRate < base/5 || (base > ratekeeper.MinRate*6 && fullRate < ratekeeper.MinRate*2) {
 		t.Errorf("one full replica of three throttled the cluster: %.0f commits/s, %.0f before", fullRate, base)
 	}
 
