@@ -70,13 +70,19 @@ func (p *Proc) Start(bin string) error {
 		closeLog()
 		return err
 	}
+	// Cleared before the start: the copying of its standard error begins
+	// in cmd.Start, and a process that fails at once has written its
+	// reason before Start returns (clearing after it lost that, once).
+	p.mu.Lock()
+	p.last = nil
+	p.mu.Unlock()
 	if err := cmd.Start(); err != nil {
 		closeLog()
 		return err
 	}
 	ready, done := make(chan struct{}), make(chan struct{})
 	p.mu.Lock()
-	p.cmd, p.ready, p.done, p.last = cmd, ready, done, nil
+	p.cmd, p.ready, p.done = cmd, ready, done
 	p.mu.Unlock()
 	go func() {
 		sc := bufio.NewScanner(stdout)
