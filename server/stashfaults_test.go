@@ -244,6 +244,39 @@ func TestFullDiskOfOneReplicaDoesNotThrottle(t *testing.T) {
 
 var damageTOML = clustertest.DurablePool(3, 2, `mvcc_window = "2s"`, `shard_bytes = "64KiB"`)
 
+// damageCluster starts the cluster of the damage tests (damageTOML: a
+// durable pool with replication 2 on three stash nodes) with tuning, opens
+// a client and starts a writer, returned once it has 300 writes
+// acknowledged. The cluster stops when the test ends.
+func damageCluster(t *testing.T, tuning server.Tuning) (*clustertest.Sim, context.Context, *distash.DB, *ackWriter) {
+	t.Helper()
+	tuning.DistributionInterval = 50 * time.Millisecond
+	c := newTunedCluster(t, tuning, damageTOML, "tx1 transaction", "data1 stash data", "data2 stash data", "data3 stash data")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	t.Cleanup(cancel)
+	c.StartAll(ctx)
+	db := c.Open(ctx)
+	w := startWriter(ctx, db, 4, 500)
+	wait.Within(t, time.Minute, "300 writes acknowledged", func() bool { return w.n.Load() >= 300 })
+	return c, ctx, db, w
+}
+
+// damagedAndReplaced reports whether node n reports its stash old damaged,
+// with an error holding one of wants, and serves a new, healthy stash;
+// and what it found.
+func damagedAndReplaced(c *clustertest.Sim, n *clustertest.SimNode, old uint32, wants ...string) (bool, string) {
+	st, _ := c.StashOf(n, old)
+	replaced := false
+	if srv := n.Server(); srv != nil {
+		for _, nw := range srv.Stashes() {
+			replaced = replaced || (nw.Tag != old && nw.Health == server.HealthHealthy)
+		}
+	}
+	found := slices.ContainsFunc(wants, func(w string) bool { return strings.Contains(st.LastError, w) })
+	return st.Health == server.HealthDamaged && found && replaced,
+		fmt.Sprintf("stash %d: %s (%s); replaced: %v", st.Tag, st.Health, st.LastError, replaced)
+}
+
 // TestDamagedStashIsRebuiltFromItsReplicas damages one stash node of a
 // durable pool with replication 2 at a time, each time in another way:
 // its ownership file flipped while it is stopped, its ownership file
@@ -257,13 +290,7 @@ func TestDamagedStashIsRebuiltFromItsReplicas(t *testing.T) {
 		t.Skip("starts an in-process cluster")
 	}
 	t.Parallel() // waits on the cluster's timers most of the time: overlaps another such test
-	c := newTunedCluster(t, server.Tuning{DistributionInterval: 50 * time.Millisecond}, damageTOML, "tx1 transaction", "data1 stash data", "data2 stash data", "data3 stash data")
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	c.StartAll(ctx)
-	db := c.Open(ctx)
-	w := startWriter(ctx, db, 4, 500)
-	wait.Within(t, time.Minute, "300 writes acknowledged", func() bool { return w.n.Load() >= 300 })
+	c, ctx, db, w := damageCluster(t, server.Tuning{})
 	acked := w.stop()
 	conn, err := grpc.NewClient("passthrough:///"+c.Node("tx1").Addr, grpc.WithContextDialer(c.Net.Dialer("probe")),
 		grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -333,21 +360,12 @@ func TestDamagedStashIsRebuiltFromItsReplicas(t *testing.T) {
 			t.Fatalf("%s: restart after its %s: %v", d.node, d.what, err)
 		}
 		clustertest.WaitUntil(t, 20*time.Second, d.node+" reports its old stash damaged and serves a new one", func() (bool, string) {
-			st, _ := c.StashOf(n, old.Tag)
-			replaced := false
-			if srv := n.Server(); srv != nil {
-				for _, nw := range srv.Stashes() {
-					replaced = replaced || (nw.Tag != old.Tag && nw.Health == server.HealthHealthy)
-				}
-			}
 			// Either of wantErr's alternatives: a stash whose directory
 			// goes away while it runs finds its ownership file missing,
 			// or its engine fails on the missing files first and its
 			// supervisor reopens it empty, with its tag's history gone
 			// from the log (the suite saw both).
-			found := slices.ContainsFunc(strings.Split(d.wantErr, "|"), func(w string) bool { return strings.Contains(st.LastError, w) })
-			return st.Health == server.HealthDamaged && found && replaced,
-				fmt.Sprintf("stash %d: %s (%s); replaced: %v", st.Tag, st.Health, st.LastError, replaced)
+			return damagedAndReplaced(c, n, old.Tag, strings.Split(d.wantErr, "|")...)
 		})
 		if w != nil {
 			for k, v := range w.stop() {
@@ -589,14 +607,7 @@ func TestStashWhoseFilesVanishIsRebuiltWhenItsEngineFailsFirst(t *testing.T) {
 		}
 		return vanishingEngine{Engine: e, armed: &armed, index: index, at: &at}
 	}
-	c := newTunedCluster(t, server.Tuning{DistributionInterval: 50 * time.Millisecond, WrapEngine: wrap}, damageTOML,
-		"tx1 transaction", "data1 stash data", "data2 stash data", "data3 stash data")
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	c.StartAll(ctx)
-	db := c.Open(ctx)
-	w := startWriter(ctx, db, 4, 500)
-	wait.Within(t, time.Minute, "300 writes acknowledged", func() bool { return w.n.Load() >= 300 })
+	c, ctx, db, w := damageCluster(t, server.Tuning{WrapEngine: wrap})
 	// The log drops those writes' entries once every stash made them
 	// durable: data1's tag then has history the log no longer holds.
 	after := c.Node("tx1").Server().LogStats().LastVersion
@@ -609,15 +620,8 @@ func TestStashWhoseFilesVanishIsRebuiltWhenItsEngineFailsFirst(t *testing.T) {
 	at.Store(int64(old.Index))
 	armed.Store(&dir)
 	clustertest.WaitUntil(t, 30*time.Second, "data1 reports its old stash damaged and serves a new one", func() (bool, string) {
-		st, _ := c.StashOf(n, old.Tag)
-		replaced := false
-		if srv := n.Server(); srv != nil {
-			for _, nw := range srv.Stashes() {
-				replaced = replaced || (nw.Tag != old.Tag && nw.Health == server.HealthHealthy)
-			}
-		}
-		return armed.Load() == nil && st.Health == server.HealthDamaged && strings.Contains(st.LastError, "cannot catch up") && replaced,
-			fmt.Sprintf("armed %v; stash %d: %s (%s); replaced: %v", armed.Load() != nil, st.Tag, st.Health, st.LastError, replaced)
+		ok, what := damagedAndReplaced(c, n, old.Tag, "cannot catch up")
+		return armed.Load() == nil && ok, fmt.Sprintf("armed %v; %s", armed.Load() != nil, what)
 	})
 	acked := w.stop()
 	if err := readBack(ctx, db, acked); err != nil {
