@@ -310,25 +310,6 @@ func (db *DB) loadOf(id uint32) *stashLoad {
 	return l
 }
 
-// lostShard returns the error of a read of shard s (or of its part a range
-// read asks for) when the view calls
-// every stash of its team retired: no replica is left to serve it (the
-// data distributor holds such a durable shard; its data is lost unless
-// restored from a backup). Retryable like the commit proxy's refusal of a
-// write to it, so a read with a stale map retries with the map reloaded;
-// nil while some replica may serve.
-func (db *DB) lostShard(s shardmap.Shard) error {
-	for _, id := range s.Team {
-		if !db.loadOf(uint32(id)).retired.Load() {
-			return nil
-		}
-	}
-	if !db.shardsStale.Load() {
-		db.shardsStale.Store(true)
-	}
-	return errorf(kv.CodeStashUnavailable, "keys [%.60q, %.60q) of pool %q are in a shard with no replica left: every stash that held it (%v) was retired; its data is lost unless restored from a backup", s.Begin, s.End, s.Pool, s.Team)
-}
-
 // pickReplica chooses the team member with the least expected wait:
 // requests in flight times recent latency, ties broken at random.
 // Stashes marked down come last: they are asked only when every replica
@@ -338,8 +319,32 @@ func (db *DB) lostShard(s shardmap.Shard) error {
 // least loaded). With WithDC only the replicas in the client's data center
 // are considered, if one of them is not marked down (preferLocal).
 func (db *DB) pickReplica(team []kv.Tag) uint32 {
+	id, _ := db.pick(team)
+	return id
+}
+
+// pickFor is pickReplica for a read of shard s (or of the part of it a
+// range read asks for). When the view calls every stash of its team
+// retired, no replica is left to serve it (the data distributor holds such
+// a durable shard; its data is lost unless restored from a backup): the
+// read fails with stash_unavailable, retryable like the commit proxy's
+// refusal of a write to it, so a read with a stale map retries with the
+// map reloaded.
+func (db *DB) pickFor(s shardmap.Shard) (uint32, error) {
+	id, allRetired := db.pick(s.Team)
+	if allRetired {
+		return 0, errorf(kv.CodeStashUnavailable, "keys [%.60q, %.60q) of pool %q are in a shard with no replica left: every stash that held it (%v) was retired; its data is lost unless restored from a backup", s.Begin, s.End, s.Pool, s.Team)
+	}
+	return id, nil
+}
+
+// pick is pickReplica, and reports whether every member it considered is
+// retired (preferLocal keeps a subset only if one of them is not).
+func (db *DB) pick(team []kv.Tag) (best uint32, allRetired bool) {
 	team = db.preferLocal(team)
-	best, bestScore, bestDown, bestUntil := uint32(team[0]), int64(-1), true, int64(0)
+	allRetired = true
+	best = uint32(team[0])
+	bestScore, bestDown, bestUntil := int64(-1), true, int64(0)
 	off := rand.IntN(len(team))
 	now := time.Now().UnixNano()
 	for i := range team {
@@ -356,6 +361,8 @@ func (db *DB) pickReplica(team []kv.Tag) uint32 {
 			if !db.shardsStale.Load() {
 				db.shardsStale.Store(true)
 			}
+		} else {
+			allRetired = false
 		}
 		down := until > now
 		if bestScore < 0 || (bestDown && !down) ||
@@ -364,7 +371,7 @@ func (db *DB) pickReplica(team []kv.Tag) uint32 {
 			best, bestScore, bestDown, bestUntil = id, score, down, until
 		}
 	}
-	return best
+	return best, allRetired
 }
 
 // tracked is a request to a stash in flight (DB.track); done ends it.

@@ -197,13 +197,13 @@ func (it *rangeIter) fetch() error {
 		it.buf, it.pos = nil, 0
 		return nil
 	}
-	if err := it.tr.db.lostShard(s); err != nil {
-		return err
-	}
 	var resp *wire.ReadRangeResponse
 	for attempt := 0; ; attempt++ {
 		db, ctx := it.tr.db, it.tr.ctx
-		id := db.pickReplica(s.Team)
+		id, err := db.pickFor(s)
+		if err != nil {
+			return err
+		}
 		n, err := db.stashNode(id)
 		if err == nil {
 			req := &wire.ReadRangeRequest{

@@ -267,11 +267,7 @@ func (tr *Tx) getMulti(keys [][]byte, snapshot bool) ([][]byte, error) {
 			tr.mu.Unlock()
 			return nil, err
 		}
-		var w *localWrite
-		var ok bool
-		if !tr.writes.empty() {
-			w, ok = tr.writes.get(k)
-		}
+		w, ok := tr.writes.get(k)
 		if !ok && tr.inCleared(k) {
 			continue // cleared in this transaction: absent
 		}
@@ -417,10 +413,10 @@ func (db *DB) groupByStash(keys [][]byte) ([]stashKeys, error) {
 		if !ok {
 			return nil, errorf(kv.CodeKeyOutsidePools, "key %.60q is in no shard", k)
 		}
-		if err := db.lostShard(s); err != nil {
+		id, err := db.pickFor(s)
+		if err != nil {
 			return nil, err
 		}
-		id := db.pickReplica(s.Team)
 		if i == 0 {
 			groups = []stashKeys{{stash: id}}
 			continue
