@@ -148,9 +148,10 @@ func TestAuthMatrix(t *testing.T) {
 
 		// The log: nodes only. Served requests are invalid (negative
 		// figures), so a node's call does nothing either.
-		wire.Log_Peek_FullMethodName:   {"tx", "root", "node", &wire.PeekRequest{Tag: tag}, &wire.PeekRequest{Tag: tag, After: -1}},
-		wire.Log_Pop_FullMethodName:    {"tx", "root", "node", &wire.PopRequest{Tag: tag, UpTo: rv.Version}, &wire.PopRequest{Tag: tag, UpTo: -1}},
-		wire.Log_Report_FullMethodName: {"tx", "root", "node", &wire.ReportRequest{Tag: tag, UsedBytes: 1 << 40}, &wire.ReportRequest{Tag: tag, UsedBytes: -1}},
+		wire.Log_Peek_FullMethodName:       {"tx", "root", "node", &wire.PeekRequest{Tag: tag}, &wire.PeekRequest{Tag: tag, After: -1}},
+		wire.Log_PeekStream_FullMethodName: {"tx", "root", "node", &wire.PeekRequest{Tag: tag}, &wire.PeekRequest{Tag: tag, After: -1}},
+		wire.Log_Pop_FullMethodName:        {"tx", "root", "node", &wire.PopRequest{Tag: tag, UpTo: rv.Version}, &wire.PopRequest{Tag: tag, UpTo: -1}},
+		wire.Log_Report_FullMethodName:     {"tx", "root", "node", &wire.ReportRequest{Tag: tag, UsedBytes: 1 << 40}, &wire.ReportRequest{Tag: tag, UsedBytes: -1}},
 
 		// The coordinators: node-to-node calls, the view for any grant,
 		// operator calls for admin.

@@ -3,10 +3,12 @@ package server
 import (
 	"context"
 	"fmt"
+	"net"
 	"sync"
 	"time"
 
 	"github.com/distash/distash"
+	"github.com/distash/distash/internal/protover"
 	"github.com/distash/distash/internal/wire"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -19,6 +21,28 @@ import (
 // Conn implements logrpc.Leader: the log leader's node is the one holding
 // the stateless roles (it leads the log), as the controller's view says.
 func (n *node) Conn(ctx context.Context) (grpc.ClientConnInterface, error) {
+	addr, err := n.logLeaderAddr(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return n.connTo(addr)
+}
+
+// DialFrames implements logrpc.FramesLeader: a connection to the frames
+// server of the node Conn would name, dialled as raft's (the node's
+// dialer and client certificate).
+func (n *node) DialFrames(ctx context.Context) (net.Conn, protover.Speaker, error) {
+	addr, err := n.logLeaderAddr(ctx)
+	if err != nil {
+		return nil, n.opts.Protocol, err
+	}
+	c, err := n.s.gw.mux.DialFrames(ctx, addr)
+	return c, n.opts.Protocol, err
+}
+
+// logLeaderAddr is the address of the node serving the log, asked of the
+// cluster's view when the node knows none (until ctx ends).
+func (n *node) logLeaderAddr(ctx context.Context) (string, error) {
 	n.leaderMu.Lock()
 	addr := n.leaderAddr
 	n.leaderMu.Unlock()
@@ -38,11 +62,11 @@ func (n *node) Conn(ctx context.Context) (grpc.ClientConnInterface, error) {
 			if err == nil {
 				err = ctx.Err()
 			}
-			return nil, fmt.Errorf("server: find the log leader: %w", err)
+			return "", fmt.Errorf("server: find the log leader: %w", err)
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-	return n.connTo(addr)
+	return addr, nil
 }
 
 // Failed implements logrpc.Leader.

@@ -25,6 +25,18 @@ type gateway struct {
 	mux    *raftnet.Mux   // routes each connection by its first byte: gRPC, frames, (a node's) raft
 	grpc   *grpc.Server   // nil until open
 	frames *frames.Server // the data path's streams over frames; nil until serve
+
+	// Set by a node before serve: its services served on frames too (the
+	// log's PeekStream) and the gate of its node-only methods there.
+	framesAlso []framesService
+	framesGate grpc.StreamServerInterceptor
+}
+
+// framesService is a service a node serves on frames besides DiStash's
+// streams.
+type framesService struct {
+	desc *grpc.ServiceDesc
+	impl any
 }
 
 // open sets the gateway up on mux: a gRPC server, with opts after the
@@ -97,9 +109,10 @@ func (s *Server) newGRPCServer(opts ...grpc.ServerOption) *grpc.Server {
 	return grpc.NewServer(gopts...)
 }
 
-// startFrames serves the data path's streams (ReadStream, CommitStream)
-// over the frames protocol on ln, with the generated handlers behind the
-// same stream interceptors as the gRPC server's (newGRPCServer).
+// startFrames serves the data path's streams (ReadStream, CommitStream),
+// and a node's framesAlso, over the frames protocol on ln, with the
+// generated handlers behind the same stream interceptors as the gRPC
+// server's (newGRPCServer) and a node's framesGate.
 func (g *gateway) startFrames(ln net.Listener) {
 	s := g.s
 	var authStream grpc.StreamServerInterceptor
@@ -107,11 +120,14 @@ func (g *gateway) startFrames(ln net.Listener) {
 		authStream = s.authStream
 	}
 	g.frames = frames.NewServer(frames.ServerOptions{
-		Interceptor: frames.ChainStreamInterceptors(s.opts.StreamInterceptor, authStream, s.recoverStream),
+		Interceptor: frames.ChainStreamInterceptors(g.framesGate, s.opts.StreamInterceptor, authStream, s.recoverStream),
 		Logger:      s.logger,
 		Protocol:    s.opts.Protocol,
 	})
 	g.frames.Register(&wire.DiStash_ServiceDesc, &service{s: s})
+	for _, fs := range g.framesAlso {
+		g.frames.Register(fs.desc, fs.impl)
+	}
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
@@ -133,6 +149,7 @@ var nodeOnlyMethods = map[string]bool{
 	wire.Coordinator_RecoveryDone_FullMethodName: true,
 	wire.Coordinator_Retire_FullMethodName:       true,
 	wire.Log_Peek_FullMethodName:                 true,
+	wire.Log_PeekStream_FullMethodName:           true,
 	wire.Log_Pop_FullMethodName:                  true,
 	wire.Log_Report_FullMethodName:               true,
 	wire.DiStash_ShardMetrics_FullMethodName:     true,
@@ -151,14 +168,31 @@ var nodeOnlyMethods = map[string]bool{
 // instead (authz's rules give these methods to nodes only), so that the
 // refusal names the identity and is audited as every other.
 func (n *node) nodeOnly(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	if !nodeOnlyMethods[info.FullMethod] || n.opts.ServerTLS == nil || n.s.auth != nil {
-		return handler(ctx, req)
+	if err := n.refuseNonNode(ctx, info.FullMethod); err != nil {
+		return nil, err
+	}
+	return handler(ctx, req)
+}
+
+// nodeOnlyStream is nodeOnly for streams (the log's PeekStream), on gRPC
+// and on frames.
+func (n *node) nodeOnlyStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	if err := n.refuseNonNode(ss.Context(), info.FullMethod); err != nil {
+		return err
+	}
+	return handler(srv, ss)
+}
+
+// refuseNonNode is nodeOnly's decision: nil if the call of method may go on.
+func (n *node) refuseNonNode(ctx context.Context, method string) error {
+	if !nodeOnlyMethods[method] || n.opts.ServerTLS == nil || n.s.auth != nil {
+		return nil
 	}
 	p, ok := peer.FromContext(ctx)
 	if ok {
 		if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok && tlsconf.RequireNodePeer(ti.State) == nil {
-			return handler(ctx, req)
+			return nil
 		}
 	}
-	return nil, status.Errorf(codes.PermissionDenied, "%s is for cluster nodes: a node's certificate allows server authentication (extendedKeyUsage serverAuth), a client's does not", info.FullMethod)
+	return status.Errorf(codes.PermissionDenied, "%s is for cluster nodes: a node's certificate allows server authentication (extendedKeyUsage serverAuth), a client's does not", method)
 }

@@ -243,14 +243,17 @@ func (n *node) start(ctx context.Context) error {
 	mux.OnRefused(func(remote net.Addr, err error) {
 		s.logger.Warn("refused a raft connection: the peer is not a cluster node", "remote", remote.String(), "err", err)
 	})
-	gs := s.gw.open(mux, grpc.ChainUnaryInterceptor(n.nodeOnly))
+	gs := s.gw.open(mux, grpc.ChainUnaryInterceptor(n.nodeOnly), grpc.ChainStreamInterceptor(n.nodeOnlyStream))
+	s.gw.framesGate = n.nodeOnlyStream
 	if host, _, err := net.SplitHostPort(o.Listen); err == nil {
 		if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
 			s.warnTLS(o.ServerTLS, o.Listen)
 		}
 	}
 	registerAdmin(gs, s, func(reason string) { s.fail(&KilledError{Reason: reason}) })
-	logrpc.Register(gs, &s.replica, s.report)
+	logSvc := logrpc.NewService(&s.replica, s.report)
+	wire.RegisterLogServer(gs, logSvc)
+	s.gw.framesAlso = append(s.gw.framesAlso, framesService{&wire.Log_ServiceDesc, logSvc})
 	// An attempt that waits on a coordinator that stopped answering
 	// (paused, with its connection open) is abandoned after 1.5 s for the
 	// next one: a new log leader's claim must not wait out the 3 s

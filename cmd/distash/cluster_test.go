@@ -20,6 +20,8 @@ import (
 
 	"github.com/distash/distash"
 	"github.com/distash/distash/internal/clustertest"
+	"github.com/distash/distash/internal/frames"
+	"github.com/distash/distash/internal/protover"
 	"github.com/distash/distash/internal/raftnet"
 	"github.com/distash/distash/internal/testutil/bank"
 	"github.com/distash/distash/internal/testutil/wait"
@@ -417,7 +419,7 @@ func TestProcessClusterOverMutualTLS(t *testing.T) {
 		t.Errorf("a client's View: %v", err)
 	}
 	for i, a := range addrs[:4] {
-		checkNodeOnlyCalls(t, a, credentials.NewTLS(cliTLS), i < 3)
+		checkNodeOnlyCalls(t, a, cliTLS, i < 3)
 	}
 	// Nor raft: a client certificate speaking raft as a peer (AppendEntries
 	// at a far higher term would depose the log's leader) is refused at the
@@ -474,11 +476,12 @@ func TestProcessClusterOverMutualTLS(t *testing.T) {
 }
 
 // checkNodeOnlyCalls calls every node-to-node RPC of the node at addr with
-// creds (a client's certificate) and wants PermissionDenied for each (a
-// node that is no coordinator does not serve the coordinators' calls).
-func checkNodeOnlyCalls(t *testing.T, addr string, creds credentials.TransportCredentials, coordinator bool) {
+// cliTLS (a client's certificate) and wants PermissionDenied for each (a
+// node that is no coordinator does not serve the coordinators' calls),
+// the log's PeekStream also on the frames transport.
+func checkNodeOnlyCalls(t *testing.T, addr string, cliTLS *tls.Config, coordinator bool) {
 	t.Helper()
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(cliTLS)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -498,9 +501,20 @@ func checkNodeOnlyCalls(t *testing.T, addr string, creds credentials.TransportCr
 		},
 		"SetLogReplicas": func() error { _, err := co.SetLogReplicas(ctx, &wire.SetLogReplicasRequest{}); return err },
 		"Peek":           func() error { _, err := lg.Peek(ctx, &wire.PeekRequest{Tag: 1}); return err },
-		"Pop":            func() error { _, err := lg.Pop(ctx, &wire.PopRequest{Tag: 1, UpTo: 1}); return err },
-		"Report":         func() error { _, err := lg.Report(ctx, &wire.ReportRequest{}); return err },
-		"ShardMetrics":   func() error { _, err := ds.ShardMetrics(ctx, &wire.ShardMetricsRequest{}); return err },
+		"PeekStream": func() error {
+			s, err := lg.PeekStream(ctx)
+			if err == nil {
+				err = s.Send(&wire.PeekRequest{Tag: 1})
+			}
+			if err == nil {
+				_, err = s.Recv()
+			}
+			return err
+		},
+		"PeekStream on frames": func() error { return framesPeek(ctx, addr, cliTLS) },
+		"Pop":                  func() error { _, err := lg.Pop(ctx, &wire.PopRequest{Tag: 1, UpTo: 1}); return err },
+		"Report":               func() error { _, err := lg.Report(ctx, &wire.ReportRequest{}); return err },
+		"ShardMetrics":         func() error { _, err := ds.ShardMetrics(ctx, &wire.ShardMetricsRequest{}); return err },
 	}
 	coordCalls := []string{"Register", "Heartbeat", "Claim", "RecoveryDone", "Retire", "JoinCoordinators", "SetLogReplicas"}
 	for name, call := range calls {
@@ -512,6 +526,27 @@ func checkNodeOnlyCalls(t *testing.T, addr string, creds credentials.TransportCr
 			t.Errorf("%s: a client's %s: %v, want PermissionDenied", addr, name, err)
 		}
 	}
+}
+
+// framesPeek opens the log's PeekStream on the frames transport of the
+// node at addr with cliTLS, as a stash node's pull does, and returns what
+// its first answer is: the stream's error, nil if it was served.
+func framesPeek(ctx context.Context, addr string, cliTLS *tls.Config) error {
+	cfg := cliTLS.Clone()
+	cfg.NextProtos = nil
+	c, err := (&tls.Dialer{Config: cfg}).DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return err
+	}
+	cs, err := frames.Open(ctx, c, []byte{frames.RouteByte}, wire.Log_PeekStream_FullMethodName, protover.This)
+	if err != nil {
+		return err
+	}
+	defer cs.Close()
+	if err := cs.Send(&wire.PeekRequest{Tag: 1}); err != nil {
+		return err
+	}
+	return cs.Recv(new(wire.PeekResponse))
 }
 
 // raftAppendEntries sends one raft AppendEntries, at a term far above any

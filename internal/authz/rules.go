@@ -173,9 +173,10 @@ var rules = map[string]Rule{
 	wire.DiStash_ShardMetrics_FullMethodName: node,
 
 	// The log: nodes only.
-	wire.Log_Peek_FullMethodName:   node,
-	wire.Log_Pop_FullMethodName:    node,
-	wire.Log_Report_FullMethodName: node,
+	wire.Log_Peek_FullMethodName:       node,
+	wire.Log_PeekStream_FullMethodName: node,
+	wire.Log_Pop_FullMethodName:        node,
+	wire.Log_Report_FullMethodName:     node,
 
 	// The coordinators: clients may ask for the view (where the roles
 	// are); operators change the cluster; the rest is node-to-node.

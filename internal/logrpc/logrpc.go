@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -89,10 +90,16 @@ func (v *service) closed() error {
 	return nil
 }
 
-// Register serves l's Peek and Pop on s, and hands stashes' reports to
-// report (nil: reports are acknowledged and dropped).
-func Register(s *grpc.Server, l Log, report func(StashReport)) {
-	wire.RegisterLogServer(s, newService(l, report, MaxPeekWait))
+// Register serves l's Peek, PeekStream and Pop on s, and hands stashes'
+// reports to report (nil: reports are acknowledged and dropped).
+func Register(s grpc.ServiceRegistrar, l Log, report func(StashReport)) {
+	wire.RegisterLogServer(s, NewService(l, report))
+}
+
+// NewService returns the log's service over l, for a caller that serves it
+// on more than one server (gRPC, and PeekStream on frames).
+func NewService(l Log, report func(StashReport)) wire.LogServer {
+	return newService(l, report, MaxPeekWait)
 }
 
 func newService(l Log, report func(StashReport), peekWait time.Duration) *service {
@@ -128,29 +135,89 @@ func (v *service) Peek(ctx context.Context, req *wire.PeekRequest) (*wire.PeekRe
 	if err := v.closed(); err != nil {
 		return &wire.PeekResponse{Error: wire.ErrorOf(err)}, nil
 	}
-	if req.After < 0 || req.MaxBytes < 0 {
-		return &wire.PeekResponse{Error: wire.ErrorOf(kv.Errorf(kv.CodeInvalidMutation, "peek after %d, max bytes %d: negative", req.After, req.MaxBytes))}, nil
+	if err := checkPeek(req); err != nil {
+		return &wire.PeekResponse{Error: wire.ErrorOf(err)}, nil
 	}
+	resp, _ := v.peekOnce(ctx, kv.Tag(req.Tag), kv.Version(req.After), peekBytes(req))
+	return resp, nil
+}
+
+// PeekStream serves a stash's pull of its tag as one stream: the first
+// request names the tag and where to start, and every answer follows the
+// last one's end (see the proto's comment). An answer with an error ends
+// it, as does the client's hang-up.
+func (v *service) PeekStream(stream wire.Log_PeekStreamServer) error {
+	req, err := stream.Recv()
+	if err != nil {
+		return err
+	}
+	if err := checkPeek(req); err != nil {
+		return stream.Send(&wire.PeekResponse{Error: wire.ErrorOf(err)})
+	}
+	ctx := stream.Context()
+	go func() {
+		// The client sends nothing more; reading is how its hang-up (a
+		// closed frames connection) ends ctx. Later requests are ignored.
+		for {
+			if _, err := stream.Recv(); err != nil {
+				return
+			}
+		}
+	}()
+	tag, after, maxBytes := kv.Tag(req.Tag), kv.Version(req.After), peekBytes(req)
+	for {
+		var resp *wire.PeekResponse
+		if err := v.closed(); err != nil {
+			resp = &wire.PeekResponse{Error: wire.ErrorOf(err)}
+		} else {
+			resp, after = v.peekOnce(ctx, tag, after, maxBytes)
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if err := stream.Send(resp); err != nil || resp.Error != nil {
+			return err
+		}
+	}
+}
+
+// checkPeek refuses a request with negative figures.
+func checkPeek(req *wire.PeekRequest) error {
+	if req.After < 0 || req.MaxBytes < 0 {
+		return kv.Errorf(kv.CodeInvalidMutation, "peek after %d, max bytes %d: negative", req.After, req.MaxBytes)
+	}
+	return nil
+}
+
+// peekBytes is the bound of req's answers: its own, at most MaxPeekBytes
+// (0: that).
+func peekBytes(req *wire.PeekRequest) int {
 	maxBytes := int(min(req.MaxBytes, MaxPeekBytes))
 	if maxBytes == 0 {
 		maxBytes = MaxPeekBytes
 	}
+	return maxBytes
+}
+
+// peekOnce answers tag's messages after after, waiting for new versions at
+// most peekWait (then the answer has none and ends at after), and the end
+// the next answer follows. An error is in the answer.
+func (v *service) peekOnce(ctx context.Context, tag kv.Tag, after kv.Version, maxBytes int) (*wire.PeekResponse, kv.Version) {
 	wctx, cancel := context.WithTimeout(ctx, v.peekWait)
 	defer cancel()
-	after := kv.Version(req.After)
-	msgs, end, err := v.log.Peek(wctx, kv.Tag(req.Tag), after, maxBytes)
+	msgs, end, err := v.log.Peek(wctx, tag, after, maxBytes)
 	if err != nil {
 		if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
 			// Nothing new within MaxPeekWait: the caller asks again.
 			v.emptyPeeks.Add(1)
-			return &wire.PeekResponse{End: req.After, OverMemoryBudget: v.overMemoryBudget()}, nil
+			return &wire.PeekResponse{End: int64(after), OverMemoryBudget: v.overMemoryBudget()}, after
 		}
 		if errors.Is(err, logentry.ErrTrimmed) {
 			// Carried as transaction_too_old; the client turns it back
 			// into logentry.ErrTrimmed.
 			err = kv.Errorf(kv.CodeTransactionTooOld, "%v", err)
 		}
-		return &wire.PeekResponse{Error: wire.ErrorOf(err)}, nil
+		return &wire.PeekResponse{Error: wire.ErrorOf(err)}, after
 	}
 	resp := &wire.PeekResponse{End: int64(end), Messages: make([]*wire.LogMessage, len(msgs)), OverMemoryBudget: v.overMemoryBudget()}
 	for i, m := range msgs {
@@ -160,7 +227,7 @@ func (v *service) Peek(ctx context.Context, req *wire.PeekRequest) (*wire.PeekRe
 		}
 		resp.Messages[i] = wm
 	}
-	return resp, nil
+	return resp, end
 }
 
 func (v *service) Pop(ctx context.Context, req *wire.PopRequest) (*wire.PopResponse, error) {
@@ -208,6 +275,12 @@ type Client struct {
 	// overBudget is what the log's last Peek or Report answer said of its
 	// memory budget (OverMemoryBudget).
 	overBudget atomic.Bool
+
+	// unaryUntil (unix ns): pulls use unary peeks until then, after a log
+	// node answered that it has no PeekStream (an older release).
+	unaryUntil atomic.Int64
+	mu         sync.Mutex
+	streams    map[kv.Tag]*peekStream // each tag's open stream while no Peek uses it. Protected by mu.
 }
 
 // OverMemoryBudget reports whether the log said, in its last answer to a
@@ -254,7 +327,23 @@ func movedErr(err error) bool {
 // Peek returns tag's messages with versions in (after, end] and end, as
 // txlog.Log.Peek, waiting for new versions until ctx ends. Messages are
 // checked as a server's requests are: a bad one is an error, not applied.
+//
+// A pull (maxBytes of at least MinStreamBytes) rides the tag's PeekStream
+// on frames when the leader can dial it (FramesLeader): the log pushes
+// each version as it commits, and the next Peek after the last one's end
+// reads it from the stream. Other peeks, and a log node without
+// PeekStream, use the unary Peek.
 func (c *Client) Peek(ctx context.Context, tag kv.Tag, after kv.Version, maxBytes int) ([]logentry.Message, kv.Version, error) {
+	if fl, ok := c.leader.(FramesLeader); ok && maxBytes >= MinStreamBytes && time.Now().UnixNano() >= c.unaryUntil.Load() {
+		if msgs, end, err, done := c.peekStreamed(ctx, fl, tag, after, maxBytes); done {
+			return msgs, end, err
+		}
+	}
+	return c.peekUnary(ctx, tag, after, maxBytes)
+}
+
+// peekUnary is Peek over unary calls.
+func (c *Client) peekUnary(ctx context.Context, tag kv.Tag, after kv.Version, maxBytes int) ([]logentry.Message, kv.Version, error) {
 	for {
 		// Taken before Conn: a move after it closes this channel.
 		moved := c.moved()
@@ -297,29 +386,38 @@ func (c *Client) Peek(ctx context.Context, tag kv.Tag, after kv.Version, maxByte
 			continue
 		}
 		c.overBudget.Store(resp.OverMemoryBudget)
-		end := kv.Version(resp.End)
-		if end <= after && len(resp.Messages) == 0 {
+		if kv.Version(resp.End) <= after && len(resp.Messages) == 0 {
 			continue // the server's wait ended with nothing new
 		}
-		msgs := make([]logentry.Message, len(resp.Messages))
-		prev := after
-		for i, wm := range resp.Messages {
-			v := kv.Version(wm.GetVersion())
-			if v <= prev || v > end {
-				return nil, after, fmt.Errorf("logrpc: peek of tag %d after %d: message at version %d out of order (previous %d, end %d)", tag, after, v, prev, end)
-			}
-			prev = v
-			m := logentry.Message{Version: v, Mutations: make([]kv.Mutation, len(wm.Mutations))}
-			for j, mut := range wm.Mutations {
-				if mut.GetType() < uint32(kv.MutSet) || mut.GetType() > uint32(kv.MutMin) {
-					return nil, after, fmt.Errorf("logrpc: peek of tag %d: message at version %d has a mutation of type %d", tag, v, mut.GetType())
-				}
-				m.Mutations[j] = kv.Mutation{Type: kv.MutationType(mut.Type), Key: mut.Key, Param: mut.Param, Cost: mut.Cost}
-			}
-			msgs[i] = m
-		}
-		return msgs, end, nil
+		return decodePeek(tag, after, resp)
 	}
+}
+
+// decodePeek checks and converts a Peek answer following after, as a
+// server checks requests: a bad one is an error, not applied.
+func decodePeek(tag kv.Tag, after kv.Version, resp *wire.PeekResponse) ([]logentry.Message, kv.Version, error) {
+	end := kv.Version(resp.End)
+	if end < after {
+		return nil, after, fmt.Errorf("logrpc: peek of tag %d after %d: the answer ends before, at %d", tag, after, end)
+	}
+	msgs := make([]logentry.Message, len(resp.Messages))
+	prev := after
+	for i, wm := range resp.Messages {
+		v := kv.Version(wm.GetVersion())
+		if v <= prev || v > end {
+			return nil, after, fmt.Errorf("logrpc: peek of tag %d after %d: message at version %d out of order (previous %d, end %d)", tag, after, v, prev, end)
+		}
+		prev = v
+		m := logentry.Message{Version: v, Mutations: make([]kv.Mutation, len(wm.Mutations))}
+		for j, mut := range wm.Mutations {
+			if mut.GetType() < uint32(kv.MutSet) || mut.GetType() > uint32(kv.MutMin) {
+				return nil, after, fmt.Errorf("logrpc: peek of tag %d: message at version %d has a mutation of type %d", tag, v, mut.GetType())
+			}
+			m.Mutations[j] = kv.Mutation{Type: kv.MutationType(mut.Type), Key: mut.Key, Param: mut.Param, Cost: mut.Cost}
+		}
+		msgs[i] = m
+	}
+	return msgs, end, nil
 }
 
 // Pop tells the log that tag's stash made every version up to upTo

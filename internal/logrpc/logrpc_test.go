@@ -61,6 +61,15 @@ func serveWith(t *testing.T, peekWait time.Duration) (*txlog.Log, *grpc.ClientCo
 // third also tagged 2; it returns the last version.
 func appendSets(t *testing.T, l *txlog.Log, keys ...string) kv.Version {
 	t.Helper()
+	v, err := appendSetsErr(l, keys...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// appendSetsErr is appendSets for a goroutine other than the test's.
+func appendSetsErr(l *txlog.Log, keys ...string) (kv.Version, error) {
 	v := l.LastVersion()
 	for i, k := range keys {
 		tags := []kv.Tag{1}
@@ -70,11 +79,11 @@ func appendSets(t *testing.T, l *txlog.Log, keys ...string) kv.Version {
 		e := &logentry.Entry{Version: v + 10, PrevVersion: v, Mutations: []logentry.TaggedMutation{{
 			Mutation: kv.Mutation{Type: kv.MutSet, Key: []byte(k), Param: []byte("v-" + k)}, Tags: tags}}}
 		if err := l.Append(e).Wait(context.Background()); err != nil {
-			t.Fatal(err)
+			return v, err
 		}
 		v += 10
 	}
-	return v
+	return v, nil
 }
 
 // TestRemotePeekMatchesLocal: a remote Peek returns what a local one does,

@@ -547,35 +547,47 @@ type streamLayer struct {
 }
 
 func (s *streamLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
-	s.mux.mu.Lock()
-	dial := s.mux.dial
-	s.mux.mu.Unlock()
+	ctx, cancel := context.Background(), context.CancelFunc(func() {})
+	if timeout > 0 {
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+	}
+	defer cancel()
+	return s.mux.dialKind(ctx, string(addr), s.kind)
+}
+
+// DialFrames connects to the mux of the node at addr as this node does
+// for raft (the mux's dialer, TLS with its client certificate) and routes
+// the connection to that node's frames server: what a node's frames
+// streams to another node (a stash's pull of the log) run on. ctx bounds
+// the dial and the handshake.
+func (m *Mux) DialFrames(ctx context.Context, addr string) (net.Conn, error) {
+	return m.dialKind(ctx, addr, KindFrames)
+}
+
+// dialKind dials the mux at addr (TLS when this mux has it) and sends kind.
+func (m *Mux) dialKind(ctx context.Context, addr string, kind byte) (net.Conn, error) {
+	m.mu.Lock()
+	dial := m.dial
+	m.mu.Unlock()
 	var c net.Conn
 	var err error
 	if dial != nil {
-		ctx, cancel := context.Background(), context.CancelFunc(func() {})
-		if timeout > 0 {
-			ctx, cancel = context.WithTimeout(ctx, timeout)
-		}
-		c, err = s.dialWith(ctx, dial, string(addr))
-		cancel()
+		c, err = m.dialWith(ctx, dial, addr)
+	} else if cfg := m.clientTLS; cfg != nil {
+		// tls.Dialer verifies the server against the host dialled when
+		// the config names no server.
+		c, err = (&tls.Dialer{Config: cfg}).DialContext(ctx, "tcp", addr)
 	} else {
-		d := &net.Dialer{Timeout: timeout}
-		if cfg := s.mux.clientTLS; cfg != nil {
-			// tls.Dialer verifies the server against the host dialled when
-			// the config names no server.
-			c, err = (&tls.Dialer{NetDialer: d, Config: cfg}).Dial("tcp", string(addr))
-		} else {
-			c, err = d.Dial("tcp", string(addr))
-		}
+		var d net.Dialer
+		c, err = d.DialContext(ctx, "tcp", addr)
 	}
 	if err != nil {
 		return nil, err
 	}
-	if timeout > 0 {
-		c.SetWriteDeadline(time.Now().Add(timeout))
+	if dl, ok := ctx.Deadline(); ok {
+		c.SetWriteDeadline(dl)
 	}
-	if _, err := c.Write([]byte{s.kind}); err != nil {
+	if _, err := c.Write([]byte{kind}); err != nil {
 		c.Close()
 		return nil, fmt.Errorf("raftnet: send the stream kind to %s: %w", addr, err)
 	}
@@ -585,12 +597,12 @@ func (s *streamLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.
 
 // dialWith dials addr with a custom dial function, then runs the TLS
 // handshake over it if the mux has TLS.
-func (s *streamLayer) dialWith(ctx context.Context, dial func(context.Context, string) (net.Conn, error), addr string) (net.Conn, error) {
+func (m *Mux) dialWith(ctx context.Context, dial func(context.Context, string) (net.Conn, error), addr string) (net.Conn, error) {
 	raw, err := dial(ctx, addr)
 	if err != nil {
 		return nil, err
 	}
-	cfg := s.mux.clientTLS
+	cfg := m.clientTLS
 	if cfg == nil {
 		return raw, nil
 	}

@@ -7393,9 +7393,11 @@ const file_distash_proto_rawDesc = "" +
 	"\vClusterInfo\x12\x1e.distash.v1.ClusterInfoRequest\x1a\x1f.distash.v1.ClusterInfoResponse\x12?\n" +
 	"\x06Status\x12\x19.distash.v1.StatusRequest\x1a\x1a.distash.v1.StatusResponse\x12B\n" +
 	"\aColdest\x12\x1a.distash.v1.ColdestRequest\x1a\x1b.distash.v1.ColdestResponse\x12Q\n" +
-	"\fShardMetrics\x12\x1f.distash.v1.ShardMetricsRequest\x1a .distash.v1.ShardMetricsResponse2\xb9\x01\n" +
+	"\fShardMetrics\x12\x1f.distash.v1.ShardMetricsRequest\x1a .distash.v1.ShardMetricsResponse2\xfe\x01\n" +
 	"\x03Log\x129\n" +
-	"\x04Peek\x12\x17.distash.v1.PeekRequest\x1a\x18.distash.v1.PeekResponse\x126\n" +
+	"\x04Peek\x12\x17.distash.v1.PeekRequest\x1a\x18.distash.v1.PeekResponse\x12C\n" +
+	"\n" +
+	"PeekStream\x12\x17.distash.v1.PeekRequest\x1a\x18.distash.v1.PeekResponse(\x010\x01\x126\n" +
 	"\x03Pop\x12\x16.distash.v1.PopRequest\x1a\x17.distash.v1.PopResponse\x12?\n" +
 	"\x06Report\x12\x19.distash.v1.ReportRequest\x1a\x1a.distash.v1.ReportResponse2\xf0\x06\n" +
 	"\vCoordinator\x12E\n" +
@@ -7525,142 +7527,144 @@ var file_distash_proto_goTypes = []any{
 	(*BackupStopResponse)(nil),        // 89: distash.v1.BackupStopResponse
 }
 var file_distash_proto_depIdxs = []int32{
-	0,  // 0: distash.v1.GetReadVersionResponse.error:type_name -> distash.v1.Error
-	2,  // 1: distash.v1.CommitRequest.read_conflicts:type_name -> distash.v1.KeyRange
-	2,  // 2: distash.v1.CommitRequest.write_conflicts:type_name -> distash.v1.KeyRange
-	1,  // 3: distash.v1.CommitRequest.mutations:type_name -> distash.v1.Mutation
-	0,  // 4: distash.v1.CommitResponse.error:type_name -> distash.v1.Error
-	4,  // 5: distash.v1.ReadResponse.values:type_name -> distash.v1.Value
-	0,  // 6: distash.v1.ReadResponse.error:type_name -> distash.v1.Error
-	3,  // 7: distash.v1.ReadRangeResponse.kvs:type_name -> distash.v1.KeyValue
-	0,  // 8: distash.v1.ReadRangeResponse.error:type_name -> distash.v1.Error
-	14, // 9: distash.v1.LocationsResponse.shards:type_name -> distash.v1.Shard
-	0,  // 10: distash.v1.LocationsResponse.error:type_name -> distash.v1.Error
-	16, // 11: distash.v1.ClusterInfoResponse.pools:type_name -> distash.v1.PoolInfo
-	22, // 12: distash.v1.StashStatus.engine_counters:type_name -> distash.v1.EngineCounter
-	83, // 13: distash.v1.StashStatus.device:type_name -> distash.v1.DeviceStatus
-	21, // 14: distash.v1.StashStatus.local_log:type_name -> distash.v1.LocalLogStatus
-	20, // 15: distash.v1.StashStatus.far_memory:type_name -> distash.v1.FarMemoryStatus
-	25, // 16: distash.v1.ShardMetricsRequest.ranges:type_name -> distash.v1.KeyRangeMsg
-	26, // 17: distash.v1.ShardMetricsResponse.ranges:type_name -> distash.v1.RangeMetrics
-	0,  // 18: distash.v1.ShardMetricsResponse.error:type_name -> distash.v1.Error
-	16, // 19: distash.v1.StatusResponse.pools:type_name -> distash.v1.PoolInfo
-	19, // 20: distash.v1.StatusResponse.stashes:type_name -> distash.v1.StashStatus
-	23, // 21: distash.v1.StatusResponse.log:type_name -> distash.v1.LogStatus
-	35, // 22: distash.v1.StatusResponse.node:type_name -> distash.v1.NodeStatus
-	35, // 23: distash.v1.StatusResponse.nodes:type_name -> distash.v1.NodeStatus
-	33, // 24: distash.v1.StatusResponse.distribution:type_name -> distash.v1.PoolDistribution
-	32, // 25: distash.v1.StatusResponse.stash_shares:type_name -> distash.v1.StashShare
-	30, // 26: distash.v1.StatusResponse.coordinator_membership:type_name -> distash.v1.MembershipStatus
-	30, // 27: distash.v1.StatusResponse.log_membership:type_name -> distash.v1.MembershipStatus
-	31, // 28: distash.v1.MembershipStatus.member:type_name -> distash.v1.MemberStatus
-	34, // 29: distash.v1.PoolDistribution.queue:type_name -> distash.v1.RelocationStatus
-	0,  // 30: distash.v1.ColdestResponse.error:type_name -> distash.v1.Error
-	7,  // 31: distash.v1.CommitStreamRequest.request:type_name -> distash.v1.CommitRequest
-	8,  // 32: distash.v1.CommitStreamResponse.response:type_name -> distash.v1.CommitResponse
-	9,  // 33: distash.v1.ReadStreamRequest.request:type_name -> distash.v1.ReadRequest
-	11, // 34: distash.v1.ReadStreamRequest.range_request:type_name -> distash.v1.ReadRangeRequest
-	10, // 35: distash.v1.ReadStreamResponse.response:type_name -> distash.v1.ReadResponse
-	12, // 36: distash.v1.ReadStreamResponse.range_response:type_name -> distash.v1.ReadRangeResponse
-	5,  // 37: distash.v1.ReadVersionStreamRequest.request:type_name -> distash.v1.GetReadVersionRequest
-	6,  // 38: distash.v1.ReadVersionStreamResponse.response:type_name -> distash.v1.GetReadVersionResponse
-	1,  // 39: distash.v1.LogMessage.mutations:type_name -> distash.v1.Mutation
-	45, // 40: distash.v1.PeekResponse.messages:type_name -> distash.v1.LogMessage
-	0,  // 41: distash.v1.PeekResponse.error:type_name -> distash.v1.Error
-	0,  // 42: distash.v1.PopResponse.error:type_name -> distash.v1.Error
-	0,  // 43: distash.v1.ReportResponse.error:type_name -> distash.v1.Error
-	0,  // 44: distash.v1.RegisterResponse.error:type_name -> distash.v1.Error
-	0,  // 45: distash.v1.HeartbeatResponse.error:type_name -> distash.v1.Error
-	57, // 46: distash.v1.ViewResponse.nodes:type_name -> distash.v1.ClusterNode
-	58, // 47: distash.v1.ViewResponse.slots:type_name -> distash.v1.PoolSlots
-	0,  // 48: distash.v1.ViewResponse.error:type_name -> distash.v1.Error
-	61, // 49: distash.v1.ViewResponse.stashes:type_name -> distash.v1.StashLocation
-	60, // 50: distash.v1.ViewResponse.replication:type_name -> distash.v1.PoolReplication
-	56, // 51: distash.v1.ViewResponse.coordinators:type_name -> distash.v1.CoordinatorMember
-	0,  // 52: distash.v1.ClaimResponse.error:type_name -> distash.v1.Error
-	0,  // 53: distash.v1.RecoveryDoneResponse.error:type_name -> distash.v1.Error
-	0,  // 54: distash.v1.ExcludeResponse.error:type_name -> distash.v1.Error
-	0,  // 55: distash.v1.IncludeResponse.error:type_name -> distash.v1.Error
-	0,  // 56: distash.v1.ConfigureResponse.error:type_name -> distash.v1.Error
-	0,  // 57: distash.v1.RetireResponse.error:type_name -> distash.v1.Error
-	0,  // 58: distash.v1.JoinCoordinatorsResponse.error:type_name -> distash.v1.Error
-	0,  // 59: distash.v1.SetLogReplicasResponse.error:type_name -> distash.v1.Error
-	78, // 60: distash.v1.AuthRequest.define:type_name -> distash.v1.AuthRole
-	78, // 61: distash.v1.AuthResponse.roles:type_name -> distash.v1.AuthRole
-	0,  // 62: distash.v1.AuthResponse.error:type_name -> distash.v1.Error
-	0,  // 63: distash.v1.KillResponse.error:type_name -> distash.v1.Error
-	0,  // 64: distash.v1.BackupStartResponse.error:type_name -> distash.v1.Error
-	0,  // 65: distash.v1.BackupStatusResponse.error:type_name -> distash.v1.Error
-	0,  // 66: distash.v1.BackupStopResponse.error:type_name -> distash.v1.Error
-	5,  // 67: distash.v1.DiStash.GetReadVersion:input_type -> distash.v1.GetReadVersionRequest
-	7,  // 68: distash.v1.DiStash.Commit:input_type -> distash.v1.CommitRequest
-	38, // 69: distash.v1.DiStash.CommitStream:input_type -> distash.v1.CommitStreamRequest
-	40, // 70: distash.v1.DiStash.ReadStream:input_type -> distash.v1.ReadStreamRequest
-	42, // 71: distash.v1.DiStash.ReadVersionStream:input_type -> distash.v1.ReadVersionStreamRequest
-	9,  // 72: distash.v1.DiStash.Read:input_type -> distash.v1.ReadRequest
-	11, // 73: distash.v1.DiStash.ReadRange:input_type -> distash.v1.ReadRangeRequest
-	13, // 74: distash.v1.DiStash.Locations:input_type -> distash.v1.LocationsRequest
-	17, // 75: distash.v1.DiStash.ClusterInfo:input_type -> distash.v1.ClusterInfoRequest
-	28, // 76: distash.v1.DiStash.Status:input_type -> distash.v1.StatusRequest
-	36, // 77: distash.v1.DiStash.Coldest:input_type -> distash.v1.ColdestRequest
-	24, // 78: distash.v1.DiStash.ShardMetrics:input_type -> distash.v1.ShardMetricsRequest
-	44, // 79: distash.v1.Log.Peek:input_type -> distash.v1.PeekRequest
-	47, // 80: distash.v1.Log.Pop:input_type -> distash.v1.PopRequest
-	49, // 81: distash.v1.Log.Report:input_type -> distash.v1.ReportRequest
-	51, // 82: distash.v1.Coordinator.Register:input_type -> distash.v1.RegisterRequest
-	53, // 83: distash.v1.Coordinator.Heartbeat:input_type -> distash.v1.HeartbeatRequest
-	55, // 84: distash.v1.Coordinator.View:input_type -> distash.v1.ViewRequest
-	62, // 85: distash.v1.Coordinator.Claim:input_type -> distash.v1.ClaimRequest
-	64, // 86: distash.v1.Coordinator.RecoveryDone:input_type -> distash.v1.RecoveryDoneRequest
-	66, // 87: distash.v1.Coordinator.Exclude:input_type -> distash.v1.ExcludeRequest
-	68, // 88: distash.v1.Coordinator.Include:input_type -> distash.v1.IncludeRequest
-	70, // 89: distash.v1.Coordinator.Configure:input_type -> distash.v1.ConfigureRequest
-	72, // 90: distash.v1.Coordinator.Retire:input_type -> distash.v1.RetireRequest
-	74, // 91: distash.v1.Coordinator.JoinCoordinators:input_type -> distash.v1.JoinCoordinatorsRequest
-	76, // 92: distash.v1.Coordinator.SetLogReplicas:input_type -> distash.v1.SetLogReplicasRequest
-	79, // 93: distash.v1.Coordinator.Auth:input_type -> distash.v1.AuthRequest
-	81, // 94: distash.v1.Admin.Kill:input_type -> distash.v1.KillRequest
-	79, // 95: distash.v1.Admin.Auth:input_type -> distash.v1.AuthRequest
-	84, // 96: distash.v1.Backup.Start:input_type -> distash.v1.BackupStartRequest
-	86, // 97: distash.v1.Backup.Status:input_type -> distash.v1.BackupStatusRequest
-	88, // 98: distash.v1.Backup.Stop:input_type -> distash.v1.BackupStopRequest
-	6,  // 99: distash.v1.DiStash.GetReadVersion:output_type -> distash.v1.GetReadVersionResponse
-	8,  // 100: distash.v1.DiStash.Commit:output_type -> distash.v1.CommitResponse
-	39, // 101: distash.v1.DiStash.CommitStream:output_type -> distash.v1.CommitStreamResponse
-	41, // 102: distash.v1.DiStash.ReadStream:output_type -> distash.v1.ReadStreamResponse
-	43, // 103: distash.v1.DiStash.ReadVersionStream:output_type -> distash.v1.ReadVersionStreamResponse
-	10, // 104: distash.v1.DiStash.Read:output_type -> distash.v1.ReadResponse
-	12, // 105: distash.v1.DiStash.ReadRange:output_type -> distash.v1.ReadRangeResponse
-	15, // 106: distash.v1.DiStash.Locations:output_type -> distash.v1.LocationsResponse
-	18, // 107: distash.v1.DiStash.ClusterInfo:output_type -> distash.v1.ClusterInfoResponse
-	29, // 108: distash.v1.DiStash.Status:output_type -> distash.v1.StatusResponse
-	37, // 109: distash.v1.DiStash.Coldest:output_type -> distash.v1.ColdestResponse
-	27, // 110: distash.v1.DiStash.ShardMetrics:output_type -> distash.v1.ShardMetricsResponse
-	46, // 111: distash.v1.Log.Peek:output_type -> distash.v1.PeekResponse
-	48, // 112: distash.v1.Log.Pop:output_type -> distash.v1.PopResponse
-	50, // 113: distash.v1.Log.Report:output_type -> distash.v1.ReportResponse
-	52, // 114: distash.v1.Coordinator.Register:output_type -> distash.v1.RegisterResponse
-	54, // 115: distash.v1.Coordinator.Heartbeat:output_type -> distash.v1.HeartbeatResponse
-	59, // 116: distash.v1.Coordinator.View:output_type -> distash.v1.ViewResponse
-	63, // 117: distash.v1.Coordinator.Claim:output_type -> distash.v1.ClaimResponse
-	65, // 118: distash.v1.Coordinator.RecoveryDone:output_type -> distash.v1.RecoveryDoneResponse
-	67, // 119: distash.v1.Coordinator.Exclude:output_type -> distash.v1.ExcludeResponse
-	69, // 120: distash.v1.Coordinator.Include:output_type -> distash.v1.IncludeResponse
-	71, // 121: distash.v1.Coordinator.Configure:output_type -> distash.v1.ConfigureResponse
-	73, // 122: distash.v1.Coordinator.Retire:output_type -> distash.v1.RetireResponse
-	75, // 123: distash.v1.Coordinator.JoinCoordinators:output_type -> distash.v1.JoinCoordinatorsResponse
-	77, // 124: distash.v1.Coordinator.SetLogReplicas:output_type -> distash.v1.SetLogReplicasResponse
-	80, // 125: distash.v1.Coordinator.Auth:output_type -> distash.v1.AuthResponse
-	82, // 126: distash.v1.Admin.Kill:output_type -> distash.v1.KillResponse
-	80, // 127: distash.v1.Admin.Auth:output_type -> distash.v1.AuthResponse
-	85, // 128: distash.v1.Backup.Start:output_type -> distash.v1.BackupStartResponse
-	87, // 129: distash.v1.Backup.Status:output_type -> distash.v1.BackupStatusResponse
-	89, // 130: distash.v1.Backup.Stop:output_type -> distash.v1.BackupStopResponse
-	99, // [99:131] is the sub-list for method output_type
-	67, // [67:99] is the sub-list for method input_type
-	67, // [67:67] is the sub-list for extension type_name
-	67, // [67:67] is the sub-list for extension extendee
-	0,  // [0:67] is the sub-list for field type_name
+	0,   // 0: distash.v1.GetReadVersionResponse.error:type_name -> distash.v1.Error
+	2,   // 1: distash.v1.CommitRequest.read_conflicts:type_name -> distash.v1.KeyRange
+	2,   // 2: distash.v1.CommitRequest.write_conflicts:type_name -> distash.v1.KeyRange
+	1,   // 3: distash.v1.CommitRequest.mutations:type_name -> distash.v1.Mutation
+	0,   // 4: distash.v1.CommitResponse.error:type_name -> distash.v1.Error
+	4,   // 5: distash.v1.ReadResponse.values:type_name -> distash.v1.Value
+	0,   // 6: distash.v1.ReadResponse.error:type_name -> distash.v1.Error
+	3,   // 7: distash.v1.ReadRangeResponse.kvs:type_name -> distash.v1.KeyValue
+	0,   // 8: distash.v1.ReadRangeResponse.error:type_name -> distash.v1.Error
+	14,  // 9: distash.v1.LocationsResponse.shards:type_name -> distash.v1.Shard
+	0,   // 10: distash.v1.LocationsResponse.error:type_name -> distash.v1.Error
+	16,  // 11: distash.v1.ClusterInfoResponse.pools:type_name -> distash.v1.PoolInfo
+	22,  // 12: distash.v1.StashStatus.engine_counters:type_name -> distash.v1.EngineCounter
+	83,  // 13: distash.v1.StashStatus.device:type_name -> distash.v1.DeviceStatus
+	21,  // 14: distash.v1.StashStatus.local_log:type_name -> distash.v1.LocalLogStatus
+	20,  // 15: distash.v1.StashStatus.far_memory:type_name -> distash.v1.FarMemoryStatus
+	25,  // 16: distash.v1.ShardMetricsRequest.ranges:type_name -> distash.v1.KeyRangeMsg
+	26,  // 17: distash.v1.ShardMetricsResponse.ranges:type_name -> distash.v1.RangeMetrics
+	0,   // 18: distash.v1.ShardMetricsResponse.error:type_name -> distash.v1.Error
+	16,  // 19: distash.v1.StatusResponse.pools:type_name -> distash.v1.PoolInfo
+	19,  // 20: distash.v1.StatusResponse.stashes:type_name -> distash.v1.StashStatus
+	23,  // 21: distash.v1.StatusResponse.log:type_name -> distash.v1.LogStatus
+	35,  // 22: distash.v1.StatusResponse.node:type_name -> distash.v1.NodeStatus
+	35,  // 23: distash.v1.StatusResponse.nodes:type_name -> distash.v1.NodeStatus
+	33,  // 24: distash.v1.StatusResponse.distribution:type_name -> distash.v1.PoolDistribution
+	32,  // 25: distash.v1.StatusResponse.stash_shares:type_name -> distash.v1.StashShare
+	30,  // 26: distash.v1.StatusResponse.coordinator_membership:type_name -> distash.v1.MembershipStatus
+	30,  // 27: distash.v1.StatusResponse.log_membership:type_name -> distash.v1.MembershipStatus
+	31,  // 28: distash.v1.MembershipStatus.member:type_name -> distash.v1.MemberStatus
+	34,  // 29: distash.v1.PoolDistribution.queue:type_name -> distash.v1.RelocationStatus
+	0,   // 30: distash.v1.ColdestResponse.error:type_name -> distash.v1.Error
+	7,   // 31: distash.v1.CommitStreamRequest.request:type_name -> distash.v1.CommitRequest
+	8,   // 32: distash.v1.CommitStreamResponse.response:type_name -> distash.v1.CommitResponse
+	9,   // 33: distash.v1.ReadStreamRequest.request:type_name -> distash.v1.ReadRequest
+	11,  // 34: distash.v1.ReadStreamRequest.range_request:type_name -> distash.v1.ReadRangeRequest
+	10,  // 35: distash.v1.ReadStreamResponse.response:type_name -> distash.v1.ReadResponse
+	12,  // 36: distash.v1.ReadStreamResponse.range_response:type_name -> distash.v1.ReadRangeResponse
+	5,   // 37: distash.v1.ReadVersionStreamRequest.request:type_name -> distash.v1.GetReadVersionRequest
+	6,   // 38: distash.v1.ReadVersionStreamResponse.response:type_name -> distash.v1.GetReadVersionResponse
+	1,   // 39: distash.v1.LogMessage.mutations:type_name -> distash.v1.Mutation
+	45,  // 40: distash.v1.PeekResponse.messages:type_name -> distash.v1.LogMessage
+	0,   // 41: distash.v1.PeekResponse.error:type_name -> distash.v1.Error
+	0,   // 42: distash.v1.PopResponse.error:type_name -> distash.v1.Error
+	0,   // 43: distash.v1.ReportResponse.error:type_name -> distash.v1.Error
+	0,   // 44: distash.v1.RegisterResponse.error:type_name -> distash.v1.Error
+	0,   // 45: distash.v1.HeartbeatResponse.error:type_name -> distash.v1.Error
+	57,  // 46: distash.v1.ViewResponse.nodes:type_name -> distash.v1.ClusterNode
+	58,  // 47: distash.v1.ViewResponse.slots:type_name -> distash.v1.PoolSlots
+	0,   // 48: distash.v1.ViewResponse.error:type_name -> distash.v1.Error
+	61,  // 49: distash.v1.ViewResponse.stashes:type_name -> distash.v1.StashLocation
+	60,  // 50: distash.v1.ViewResponse.replication:type_name -> distash.v1.PoolReplication
+	56,  // 51: distash.v1.ViewResponse.coordinators:type_name -> distash.v1.CoordinatorMember
+	0,   // 52: distash.v1.ClaimResponse.error:type_name -> distash.v1.Error
+	0,   // 53: distash.v1.RecoveryDoneResponse.error:type_name -> distash.v1.Error
+	0,   // 54: distash.v1.ExcludeResponse.error:type_name -> distash.v1.Error
+	0,   // 55: distash.v1.IncludeResponse.error:type_name -> distash.v1.Error
+	0,   // 56: distash.v1.ConfigureResponse.error:type_name -> distash.v1.Error
+	0,   // 57: distash.v1.RetireResponse.error:type_name -> distash.v1.Error
+	0,   // 58: distash.v1.JoinCoordinatorsResponse.error:type_name -> distash.v1.Error
+	0,   // 59: distash.v1.SetLogReplicasResponse.error:type_name -> distash.v1.Error
+	78,  // 60: distash.v1.AuthRequest.define:type_name -> distash.v1.AuthRole
+	78,  // 61: distash.v1.AuthResponse.roles:type_name -> distash.v1.AuthRole
+	0,   // 62: distash.v1.AuthResponse.error:type_name -> distash.v1.Error
+	0,   // 63: distash.v1.KillResponse.error:type_name -> distash.v1.Error
+	0,   // 64: distash.v1.BackupStartResponse.error:type_name -> distash.v1.Error
+	0,   // 65: distash.v1.BackupStatusResponse.error:type_name -> distash.v1.Error
+	0,   // 66: distash.v1.BackupStopResponse.error:type_name -> distash.v1.Error
+	5,   // 67: distash.v1.DiStash.GetReadVersion:input_type -> distash.v1.GetReadVersionRequest
+	7,   // 68: distash.v1.DiStash.Commit:input_type -> distash.v1.CommitRequest
+	38,  // 69: distash.v1.DiStash.CommitStream:input_type -> distash.v1.CommitStreamRequest
+	40,  // 70: distash.v1.DiStash.ReadStream:input_type -> distash.v1.ReadStreamRequest
+	42,  // 71: distash.v1.DiStash.ReadVersionStream:input_type -> distash.v1.ReadVersionStreamRequest
+	9,   // 72: distash.v1.DiStash.Read:input_type -> distash.v1.ReadRequest
+	11,  // 73: distash.v1.DiStash.ReadRange:input_type -> distash.v1.ReadRangeRequest
+	13,  // 74: distash.v1.DiStash.Locations:input_type -> distash.v1.LocationsRequest
+	17,  // 75: distash.v1.DiStash.ClusterInfo:input_type -> distash.v1.ClusterInfoRequest
+	28,  // 76: distash.v1.DiStash.Status:input_type -> distash.v1.StatusRequest
+	36,  // 77: distash.v1.DiStash.Coldest:input_type -> distash.v1.ColdestRequest
+	24,  // 78: distash.v1.DiStash.ShardMetrics:input_type -> distash.v1.ShardMetricsRequest
+	44,  // 79: distash.v1.Log.Peek:input_type -> distash.v1.PeekRequest
+	44,  // 80: distash.v1.Log.PeekStream:input_type -> distash.v1.PeekRequest
+	47,  // 81: distash.v1.Log.Pop:input_type -> distash.v1.PopRequest
+	49,  // 82: distash.v1.Log.Report:input_type -> distash.v1.ReportRequest
+	51,  // 83: distash.v1.Coordinator.Register:input_type -> distash.v1.RegisterRequest
+	53,  // 84: distash.v1.Coordinator.Heartbeat:input_type -> distash.v1.HeartbeatRequest
+	55,  // 85: distash.v1.Coordinator.View:input_type -> distash.v1.ViewRequest
+	62,  // 86: distash.v1.Coordinator.Claim:input_type -> distash.v1.ClaimRequest
+	64,  // 87: distash.v1.Coordinator.RecoveryDone:input_type -> distash.v1.RecoveryDoneRequest
+	66,  // 88: distash.v1.Coordinator.Exclude:input_type -> distash.v1.ExcludeRequest
+	68,  // 89: distash.v1.Coordinator.Include:input_type -> distash.v1.IncludeRequest
+	70,  // 90: distash.v1.Coordinator.Configure:input_type -> distash.v1.ConfigureRequest
+	72,  // 91: distash.v1.Coordinator.Retire:input_type -> distash.v1.RetireRequest
+	74,  // 92: distash.v1.Coordinator.JoinCoordinators:input_type -> distash.v1.JoinCoordinatorsRequest
+	76,  // 93: distash.v1.Coordinator.SetLogReplicas:input_type -> distash.v1.SetLogReplicasRequest
+	79,  // 94: distash.v1.Coordinator.Auth:input_type -> distash.v1.AuthRequest
+	81,  // 95: distash.v1.Admin.Kill:input_type -> distash.v1.KillRequest
+	79,  // 96: distash.v1.Admin.Auth:input_type -> distash.v1.AuthRequest
+	84,  // 97: distash.v1.Backup.Start:input_type -> distash.v1.BackupStartRequest
+	86,  // 98: distash.v1.Backup.Status:input_type -> distash.v1.BackupStatusRequest
+	88,  // 99: distash.v1.Backup.Stop:input_type -> distash.v1.BackupStopRequest
+	6,   // 100: distash.v1.DiStash.GetReadVersion:output_type -> distash.v1.GetReadVersionResponse
+	8,   // 101: distash.v1.DiStash.Commit:output_type -> distash.v1.CommitResponse
+	39,  // 102: distash.v1.DiStash.CommitStream:output_type -> distash.v1.CommitStreamResponse
+	41,  // 103: distash.v1.DiStash.ReadStream:output_type -> distash.v1.ReadStreamResponse
+	43,  // 104: distash.v1.DiStash.ReadVersionStream:output_type -> distash.v1.ReadVersionStreamResponse
+	10,  // 105: distash.v1.DiStash.Read:output_type -> distash.v1.ReadResponse
+	12,  // 106: distash.v1.DiStash.ReadRange:output_type -> distash.v1.ReadRangeResponse
+	15,  // 107: distash.v1.DiStash.Locations:output_type -> distash.v1.LocationsResponse
+	18,  // 108: distash.v1.DiStash.ClusterInfo:output_type -> distash.v1.ClusterInfoResponse
+	29,  // 109: distash.v1.DiStash.Status:output_type -> distash.v1.StatusResponse
+	37,  // 110: distash.v1.DiStash.Coldest:output_type -> distash.v1.ColdestResponse
+	27,  // 111: distash.v1.DiStash.ShardMetrics:output_type -> distash.v1.ShardMetricsResponse
+	46,  // 112: distash.v1.Log.Peek:output_type -> distash.v1.PeekResponse
+	46,  // 113: distash.v1.Log.PeekStream:output_type -> distash.v1.PeekResponse
+	48,  // 114: distash.v1.Log.Pop:output_type -> distash.v1.PopResponse
+	50,  // 115: distash.v1.Log.Report:output_type -> distash.v1.ReportResponse
+	52,  // 116: distash.v1.Coordinator.Register:output_type -> distash.v1.RegisterResponse
+	54,  // 117: distash.v1.Coordinator.Heartbeat:output_type -> distash.v1.HeartbeatResponse
+	59,  // 118: distash.v1.Coordinator.View:output_type -> distash.v1.ViewResponse
+	63,  // 119: distash.v1.Coordinator.Claim:output_type -> distash.v1.ClaimResponse
+	65,  // 120: distash.v1.Coordinator.RecoveryDone:output_type -> distash.v1.RecoveryDoneResponse
+	67,  // 121: distash.v1.Coordinator.Exclude:output_type -> distash.v1.ExcludeResponse
+	69,  // 122: distash.v1.Coordinator.Include:output_type -> distash.v1.IncludeResponse
+	71,  // 123: distash.v1.Coordinator.Configure:output_type -> distash.v1.ConfigureResponse
+	73,  // 124: distash.v1.Coordinator.Retire:output_type -> distash.v1.RetireResponse
+	75,  // 125: distash.v1.Coordinator.JoinCoordinators:output_type -> distash.v1.JoinCoordinatorsResponse
+	77,  // 126: distash.v1.Coordinator.SetLogReplicas:output_type -> distash.v1.SetLogReplicasResponse
+	80,  // 127: distash.v1.Coordinator.Auth:output_type -> distash.v1.AuthResponse
+	82,  // 128: distash.v1.Admin.Kill:output_type -> distash.v1.KillResponse
+	80,  // 129: distash.v1.Admin.Auth:output_type -> distash.v1.AuthResponse
+	85,  // 130: distash.v1.Backup.Start:output_type -> distash.v1.BackupStartResponse
+	87,  // 131: distash.v1.Backup.Status:output_type -> distash.v1.BackupStatusResponse
+	89,  // 132: distash.v1.Backup.Stop:output_type -> distash.v1.BackupStopResponse
+	100, // [100:133] is the sub-list for method output_type
+	67,  // [67:100] is the sub-list for method input_type
+	67,  // [67:67] is the sub-list for extension type_name
+	67,  // [67:67] is the sub-list for extension extendee
+	0,   // [0:67] is the sub-list for field type_name
 }
 
 func init() { file_distash_proto_init() }

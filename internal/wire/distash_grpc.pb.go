@@ -530,16 +530,27 @@ var DiStash_ServiceDesc = grpc.ServiceDesc{
 }
 
 const (
-	Log_Peek_FullMethodName   = "/distash.v1.Log/Peek"
-	Log_Pop_FullMethodName    = "/distash.v1.Log/Pop"
-	Log_Report_FullMethodName = "/distash.v1.Log/Report"
+	Log_Peek_FullMethodName       = "/distash.v1.Log/Peek"
+	Log_PeekStream_FullMethodName = "/distash.v1.Log/PeekStream"
+	Log_Pop_FullMethodName        = "/distash.v1.Log/Pop"
+	Log_Report_FullMethodName     = "/distash.v1.Log/Report"
 )
 
 // LogClient is the client API for Log service.
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
+//
+// PeekStream: a stash's pull of its tag as one long-lived stream. The
+// client sends one PeekRequest (later ones are ignored); the server then
+// answers as Peek would, again and again, each answer following the last
+// one's end, as soon as the log has a version past it, and an answer with
+// no messages and the same end after MaxPeekWait of nothing new (so a
+// client that hears nothing for longer knows the node stopped answering).
+// An answer with an error ends the stream. It spares a stash a request and
+// a unary call's setup for every version the log commits.
 type LogClient interface {
 	Peek(ctx context.Context, in *PeekRequest, opts ...grpc.CallOption) (*PeekResponse, error)
+	PeekStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[PeekRequest, PeekResponse], error)
 	Pop(ctx context.Context, in *PopRequest, opts ...grpc.CallOption) (*PopResponse, error)
 	Report(ctx context.Context, in *ReportRequest, opts ...grpc.CallOption) (*ReportResponse, error)
 }
@@ -561,6 +572,19 @@ func (c *logClient) Peek(ctx context.Context, in *PeekRequest, opts ...grpc.Call
 	}
 	return out, nil
 }
+
+func (c *logClient) PeekStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[PeekRequest, PeekResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Log_ServiceDesc.Streams[0], Log_PeekStream_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[PeekRequest, PeekResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Log_PeekStreamClient = grpc.BidiStreamingClient[PeekRequest, PeekResponse]
 
 func (c *logClient) Pop(ctx context.Context, in *PopRequest, opts ...grpc.CallOption) (*PopResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
@@ -585,8 +609,18 @@ func (c *logClient) Report(ctx context.Context, in *ReportRequest, opts ...grpc.
 // LogServer is the server API for Log service.
 // All implementations must embed UnimplementedLogServer
 // for forward compatibility.
+//
+// PeekStream: a stash's pull of its tag as one long-lived stream. The
+// client sends one PeekRequest (later ones are ignored); the server then
+// answers as Peek would, again and again, each answer following the last
+// one's end, as soon as the log has a version past it, and an answer with
+// no messages and the same end after MaxPeekWait of nothing new (so a
+// client that hears nothing for longer knows the node stopped answering).
+// An answer with an error ends the stream. It spares a stash a request and
+// a unary call's setup for every version the log commits.
 type LogServer interface {
 	Peek(context.Context, *PeekRequest) (*PeekResponse, error)
+	PeekStream(grpc.BidiStreamingServer[PeekRequest, PeekResponse]) error
 	Pop(context.Context, *PopRequest) (*PopResponse, error)
 	Report(context.Context, *ReportRequest) (*ReportResponse, error)
 	mustEmbedUnimplementedLogServer()
@@ -601,6 +635,9 @@ type UnimplementedLogServer struct{}
 
 func (UnimplementedLogServer) Peek(context.Context, *PeekRequest) (*PeekResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Peek not implemented")
+}
+func (UnimplementedLogServer) PeekStream(grpc.BidiStreamingServer[PeekRequest, PeekResponse]) error {
+	return status.Error(codes.Unimplemented, "method PeekStream not implemented")
 }
 func (UnimplementedLogServer) Pop(context.Context, *PopRequest) (*PopResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Pop not implemented")
@@ -646,6 +683,13 @@ func _Log_Peek_Handler(srv interface{}, ctx context.Context, dec func(interface{
 	}
 	return interceptor(ctx, in, info, handler)
 }
+
+func _Log_PeekStream_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(LogServer).PeekStream(&grpc.GenericServerStream[PeekRequest, PeekResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Log_PeekStreamServer = grpc.BidiStreamingServer[PeekRequest, PeekResponse]
 
 func _Log_Pop_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(PopRequest)
@@ -703,7 +747,14 @@ var Log_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _Log_Report_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "PeekStream",
+			Handler:       _Log_PeekStream_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+	},
 	Metadata: "distash.proto",
 }
 
