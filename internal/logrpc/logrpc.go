@@ -8,7 +8,10 @@
 //
 // A Peek waits on the server for new versions at most MaxPeekWait, then
 // answers with no messages and the caller asks again: no call outlives a
-// dead connection by more than that.
+// dead connection by more than that. A stash's pull rides one PeekStream
+// per tag on the frames transport instead, when its Leader can dial it
+// (FramesLeader, stream.go): the server pushes each answer as the log
+// grows, and an empty one every MaxPeekWait of nothing new.
 package logrpc
 
 import (
