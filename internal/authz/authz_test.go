@@ -29,8 +29,17 @@ func TestEveryMethodHasARule(t *testing.T) {
 				t.Errorf("%s has no authorization rule (internal/authz/rules.go)", full)
 				continue
 			}
-			if (m.IsStreamingClient() || m.IsStreamingServer()) != r.PerMessage {
-				t.Errorf("%s: streaming %v but PerMessage %v", full, m.IsStreamingClient(), r.PerMessage)
+			streaming := m.IsStreamingClient() || m.IsStreamingServer()
+			switch {
+			case r.PerMessage && !streaming:
+				t.Errorf("%s: unary but PerMessage", full)
+			case streaming && !r.PerMessage:
+				// Checked once, when it opens, with no request: only a
+				// node's stream (the log's PeekStream) may be, whose
+				// caller may read every tag anyway.
+				if needs := r.Needs(testPools, nil); len(needs) != 1 || needs[0].Perm != PermNode {
+					t.Errorf("%s: a stream checked only when it opens needs %v, want a node's certificate alone", full, needs)
+				}
 			}
 		}
 	}
