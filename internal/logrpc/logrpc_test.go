@@ -193,42 +193,25 @@ func (s *silentLeader) Failed(grpc.ClientConnInterface) {
 
 type movingLeader struct{ *silentLeader }
 
-// Moved is closed once, at the move; later calls get a new channel, as
-// a node's after each newer generation.
-func (m movingLeader) Moved() <-chan struct{} {
+func (m movingLeader) Moved() <-chan struct{} { return movedOnce(m.moved) }
+
+// movedOnce is a Mover's Moved of one move, when moved closes: moved
+// until then, a new channel after, as a node's after each newer
+// generation.
+func movedOnce(moved chan struct{}) <-chan struct{} {
 	select {
-	case <-m.moved:
+	case <-moved:
 		return make(chan struct{})
 	default:
-		return m.moved
+		return moved
 	}
 }
 
 // silentConn is a connection to a listener that accepts and then ignores
-// every connection.
+// every connection (silentListener).
 func silentConn(t *testing.T) *grpc.ClientConn {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { lis.Close() })
-	go func() {
-		var held []net.Conn
-		defer func() {
-			for _, c := range held {
-				c.Close()
-			}
-		}()
-		for {
-			c, err := lis.Accept()
-			if err != nil {
-				return
-			}
-			held = append(held, c)
-		}
-	}()
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(silentListener(t), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -244,19 +227,32 @@ func TestPeekLeavesASilentNode(t *testing.T) {
 	l, conn := serve(t)
 	last := appendSets(t, l, "a")
 	silent := silentConn(t)
+	checkLeavesSilentNode(t, last, 0, func(moved chan struct{}) Leader {
+		sl := &silentLeader{silent: silent, real: conn, failed: make(chan struct{}), moved: moved}
+		if moved == nil {
+			return sl
+		}
+		return movingLeader{sl}
+	})
+}
+
+// checkLeavesSilentNode peeks tag 1 from 0 with maxBytes through the
+// Leader that leader returns, whose first node is silent: without a move
+// (moved nil) the Peek must leave it after about PeekTimeout, with one
+// 200 ms in at once; either way it returns the one message up to last.
+func checkLeavesSilentNode(t *testing.T, last kv.Version, maxBytes int, leader func(moved chan struct{}) Leader) {
+	t.Helper()
 	for _, moving := range []bool{false, true} {
-		sl := &silentLeader{silent: silent, real: conn, failed: make(chan struct{})}
-		var leader Leader = sl
+		var moved chan struct{}
 		bound := PeekTimeout + time.Second
 		if moving {
-			sl.moved = make(chan struct{})
-			leader = movingLeader{sl}
-			time.AfterFunc(200*time.Millisecond, func() { close(sl.moved) })
+			moved = make(chan struct{})
+			time.AfterFunc(200*time.Millisecond, func() { close(moved) })
 			bound = time.Second
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 3*PeekTimeout)
 		began := time.Now()
-		msgs, end, err := NewLeaderClient(leader, quiet).Peek(ctx, 1, 0, 0)
+		msgs, end, err := NewLeaderClient(leader(moved), quiet).Peek(ctx, 1, 0, maxBytes)
 		took := time.Since(began)
 		cancel()
 		if err != nil || end != last || len(msgs) != 1 {

@@ -48,16 +48,7 @@ func (f *framesLeader) DialFrames(ctx context.Context) (net.Conn, protover.Speak
 
 type movingFramesLeader struct{ *framesLeader }
 
-// Moved is closed once, at the move; later calls get a new channel, as
-// a node's after each newer generation.
-func (m movingFramesLeader) Moved() <-chan struct{} {
-	select {
-	case <-m.movedCh:
-		return make(chan struct{})
-	default:
-		return m.movedCh
-	}
-}
+func (m movingFramesLeader) Moved() <-chan struct{} { return movedOnce(m.movedCh) }
 
 // serveFrames serves svc's PeekStream on frames on loopback (nil svc: a
 // frames server without the log's service, as a release before it).
@@ -211,29 +202,13 @@ func TestStreamLeavesASilentNode(t *testing.T) {
 	l, conn, svc := serveWith(t, 50*time.Millisecond)
 	last := appendSets(t, l, "a")
 	real, silent := serveFrames(t, svc), silentListener(t)
-	for _, moving := range []bool{false, true} {
-		fl := &framesLeader{conn: conn, addrs: []string{silent, real}}
-		var leader Leader = fl
-		bound := PeekTimeout + time.Second
-		if moving {
-			fl.movedCh = make(chan struct{})
-			leader = movingFramesLeader{fl}
-			time.AfterFunc(200*time.Millisecond, func() { close(fl.movedCh) })
-			bound = time.Second
+	checkLeavesSilentNode(t, last, MinStreamBytes, func(moved chan struct{}) Leader {
+		fl := &framesLeader{conn: conn, addrs: []string{silent, real}, movedCh: moved}
+		if moved == nil {
+			return fl
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 3*PeekTimeout)
-		began := time.Now()
-		msgs, end, err := NewLeaderClient(leader, quiet).Peek(ctx, 1, 0, MinStreamBytes)
-		took := time.Since(began)
-		cancel()
-		if err != nil || end != last || len(msgs) != 1 {
-			t.Fatalf("moving %v: peek: %d messages to %d, %v (took %v)", moving, len(msgs), end, err, took)
-		}
-		if took > bound {
-			t.Errorf("moving %v: the peek took %v to leave the silent node: want < %v", moving, took.Round(time.Millisecond), bound)
-		}
-		t.Logf("moving %v: left the silent node after %v", moving, took.Round(time.Millisecond))
-	}
+		return movingFramesLeader{fl}
+	})
 
 	// A Peek waiting on a live stream, and one waiting on a silent node's
 	// open, return when their context ends.
