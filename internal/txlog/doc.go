@@ -72,10 +72,15 @@
 // every tag of the tag set (Options.Tags, changed by SetTags). Applying it,
 // every replica drops the entries <= the minimum popped version over the set,
 // so all replicas trim identically and popped versions survive restarts. Raft
-// snapshots (taken after SnapshotThreshold = 4096 new records, keeping
-// TrailingLogs = 1024 records behind) hold the popped map and the unpopped
-// entries only, so the on-disk raft log and snapshots stay bounded by what
-// the slowest stash has not popped. An empty tag set drops nothing.
+// snapshots hold the popped map and the unpopped entries only, so the
+// on-disk raft log and snapshots stay bounded by what the slowest stash has
+// not popped. Each replica takes one (checking every SnapshotInterval) once
+// SnapshotThreshold = 4096 records were applied since the last one and
+// those records add up to at least the unpopped entries' size, which is
+// what the snapshot writes, keeping TrailingLogs = 1024 records behind: a
+// log holding a gigabyte for a stash that is down does not write it again
+// every few seconds, and the raft log holds about the unpopped entries'
+// size past the last snapshot. An empty tag set drops nothing.
 //
 // In memory, each replica holds its unpopped entries (Stats.Memory: the
 // raft commands and the per-tag index, where the tags that get every

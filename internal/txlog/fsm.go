@@ -76,6 +76,10 @@ type fsm struct {
 	mem       int64        // sum of mem over entries
 	last      atomic.Int64 // version of the last applied entry (written under mu)
 
+	// Raft records applied, and their bytes, since the last snapshot or
+	// restore (snapshotDue).
+	sinceSnapRecords, sinceSnapBytes atomic.Int64
+
 	// scratch for grouping an entry's mutations by tag (apply goroutine only)
 	groups []tagGroup
 }
@@ -100,6 +104,22 @@ func newFSM(replica int, logger *slog.Logger, notify func()) *fsm {
 
 func (f *fsm) lastVersion() kv.Version { return kv.Version(f.last.Load()) }
 
+// snapshotDue reports whether a snapshot is worth taking: at least
+// minRecords raft records applied since the last one, and at least as many
+// bytes of them as the snapshot would write (the unpopped entries). A
+// snapshot writes every entry some tag has not popped, up to HoldBytes
+// (and more for a tag the log may not drop): taken every few thousand
+// records, as raft does on its own, a log holding a gigabyte for a stash
+// that is down would write that gigabyte every few seconds. This way the
+// snapshots never write more than the log appends, and the raft log on
+// disk holds at most about the unpopped entries' size past the last one.
+func (f *fsm) snapshotDue(minRecords int64) bool {
+	f.mu.RLock()
+	held := f.bytes
+	f.mu.RUnlock()
+	return f.sinceSnapRecords.Load() >= minRecords && f.sinceSnapBytes.Load() >= held
+}
+
 // Apply implements raft.FSM.
 func (f *fsm) Apply(l *raft.Log) any {
 	return f.ApplyBatch([]*raft.Log{l})[0]
@@ -112,6 +132,8 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []any {
 	changed := false
 	f.mu.Lock()
 	for i, l := range logs {
+		f.sinceSnapRecords.Add(1)
+		f.sinceSnapBytes.Add(int64(len(l.Data)))
 		if l.Type != raft.LogCommand {
 			continue
 		}
@@ -450,6 +472,10 @@ type fsmSnapshot struct {
 func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
+	// Raft calls Snapshot and Restore between applies: nothing is applied
+	// while the counters start again.
+	f.sinceSnapRecords.Store(0)
+	f.sinceSnapBytes.Store(0)
 	s := &fsmSnapshot{
 		last:      f.lastVersion(),
 		trimmed:   f.trimmed,
@@ -556,6 +582,8 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	f.entries, f.index, f.popped, f.trimmed, f.bytes, f.mem = nf.entries, nf.index, nf.popped, nf.trimmed, nf.bytes, nf.mem
 	f.epoch = nf.epoch
 	f.gone, f.goneFloor = nf.gone, nf.goneFloor
+	f.sinceSnapRecords.Store(0)
+	f.sinceSnapBytes.Store(0)
 	f.last.Store(nf.last.Load())
 	f.mu.Unlock()
 	f.notify()

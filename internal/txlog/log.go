@@ -81,9 +81,11 @@ type Options struct {
 	RaftTimeout time.Duration
 
 	// SnapshotThreshold is how many raft log records since the last snapshot
-	// trigger a new one (default 4096); TrailingLogs how many records are
-	// kept behind a snapshot (default 1024); SnapshotInterval how often raft
-	// checks the threshold (default 5s, jittered up to 2x).
+	// a new one needs at least (default 4096), besides at least the
+	// snapshot's size in bytes of them (the unpopped entries: see the
+	// package doc); TrailingLogs how many records are kept behind a
+	// snapshot (default 1024); SnapshotInterval how often a replica checks
+	// (default 5s).
 	SnapshotThreshold uint64
 	TrailingLogs      uint64
 	SnapshotInterval  time.Duration

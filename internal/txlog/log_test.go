@@ -1,6 +1,7 @@
 package txlog
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -508,4 +509,54 @@ func TestHeld(t *testing.T) {
 	if h[2].Entries != 10 || h[2].Bytes != all || h[1].Entries != 6 || h[1].Bytes <= 0 || h[1].Bytes >= all {
 		t.Fatalf("Held after popping tag 1 to 4: %+v (log bytes %d)", h, all)
 	}
+}
+
+// TestSnapshotsWaitForTheirSizeInAppends: a snapshot writes every unpopped
+// entry, so the log takes one only once the records appended since the
+// last one add up to at least that much. While a tag holds many entries
+// (its stash down), a few small appends take none, where raft's own count
+// of records would have taken one at every check; once the tag pops, the
+// next check snapshots and compacts the raft log.
+func TestSnapshotsWaitForTheirSizeInAppends(t *testing.T) {
+	opts := testOptions(t.TempDir(), 1, 1, 2)
+	opts.SnapshotThreshold = 10
+	opts.SnapshotInterval = 10 * time.Millisecond
+	opts.TrailingLogs = 5
+	l := openLog(t, opts)
+	defer l.Close()
+	a := newAppender(t, l)
+	big := func(i int) logentry.TaggedMutation {
+		return logentry.TaggedMutation{Mutation: kv.Mutation{Type: kv.MutSet, Key: []byte(fmt.Sprint("big", i)), Param: bytes.Repeat([]byte{'x'}, 4<<10)}, Tags: []kv.Tag{1, 2}}
+	}
+	v := kv.Version(0)
+	for i := 0; i < 100; i++ {
+		v += 10
+		a.mustAppend(v, big(i))
+	}
+	l.Pop(1, v) // tag 2 pops nothing: the log holds every entry
+	if err := l.SyncPops(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	// Nothing was snapshotted yet, so what was appended is as much as a
+	// snapshot would write: one is due.
+	wait.For(t, "a first snapshot", func() bool { return l.Stats().RaftFirstIndex > 1 })
+	l.mu.RLock()
+	f := l.reps[0].fsm
+	l.mu.RUnlock()
+	first := l.Stats().RaftFirstIndex
+	for i := 0; i < 30; i++ {
+		v += 10
+		a.mustAppend(v, mut(fmt.Sprint("small", i), 1, 2))
+	}
+	// Past SnapshotThreshold records, which alone took one before, but
+	// far from the held entries' size.
+	if got := l.Stats().RaftFirstIndex; got != first || f.snapshotDue(int64(opts.SnapshotThreshold)) {
+		t.Fatalf("small records after the snapshot of %d held bytes: raft log from %d (was %d), another due %v",
+			l.Stats().Bytes, got, first, f.snapshotDue(int64(opts.SnapshotThreshold)))
+	}
+	l.Pop(2, v)
+	if err := l.SyncPops(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	wait.For(t, "a snapshot once tag 2 popped", func() bool { return l.Stats().RaftFirstIndex > first })
 }

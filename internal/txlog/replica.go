@@ -3,6 +3,7 @@ package txlog
 import (
 	"errors"
 	"fmt"
+	"math"
 	"path/filepath"
 	"time"
 
@@ -56,7 +57,10 @@ func (l *Log) raftConfig(r *replica) *raft.Config {
 	c.CommitTimeout = 5 * time.Millisecond
 	c.MaxAppendEntries = 512
 	c.BatchApplyCh = true
-	c.SnapshotThreshold = l.opts.SnapshotThreshold
+	// Snapshots are the log's decision (snapshotLoop), not raft's own
+	// count of records: raft's check is left with a threshold it never
+	// reaches.
+	c.SnapshotThreshold = math.MaxInt64
 	c.TrailingLogs = l.opts.TrailingLogs
 	c.SnapshotInterval = l.opts.SnapshotInterval
 	c.Logger = l.hlog.Named(string(r.id))
@@ -142,6 +146,7 @@ func (l *Log) startReplicaLocked(i int, bootstrap bool) (err error) {
 	r.running = true
 	r.stopped = make(chan struct{})
 	go l.watchLeadership(notifyCh, r.stopped)
+	go l.snapshotLoop(rf, f, r.stopped)
 	if mem != nil {
 		for _, o := range l.reps {
 			if o != r && o.running {
@@ -151,6 +156,27 @@ func (l *Log) startReplicaLocked(i int, bootstrap bool) (err error) {
 		}
 	}
 	return nil
+}
+
+// snapshotLoop takes rf's snapshots, every SnapshotInterval at most, when
+// they are due (fsm.snapshotDue: SnapshotThreshold records and at least the
+// snapshot's size appended since the last one), until stopped.
+func (l *Log) snapshotLoop(rf *raft.Raft, f *fsm, stopped <-chan struct{}) {
+	t := l.opts.Clock.NewTicker(l.opts.SnapshotInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-stopped:
+			return
+		case <-t.C():
+		}
+		if !f.snapshotDue(int64(l.opts.SnapshotThreshold)) {
+			continue
+		}
+		if err := rf.Snapshot().Error(); err != nil && !errors.Is(err, raft.ErrNothingNewToSnapshot) && !errors.Is(err, raft.ErrRaftShutdown) {
+			l.logger.Warn("txlog: raft snapshot failed", "replica", f.replica, "err", err)
+		}
+	}
 }
 
 // stopReplicaLocked crashes replica i: it disconnects its transport, shuts
