@@ -76,11 +76,12 @@
 // on-disk raft log and snapshots stay bounded by what the slowest stash has
 // not popped. Each replica takes one (checking every SnapshotInterval) once
 // SnapshotThreshold = 4096 records were applied since the last one and
-// those records add up to at least the unpopped entries' size, which is
-// what the snapshot writes, keeping TrailingLogs = 1024 records behind: a
-// log holding a gigabyte for a stash that is down does not write it again
-// every few seconds, and the raft log holds about the unpopped entries'
-// size past the last snapshot. An empty tag set drops nothing.
+// those records add up to at least twice the unpopped entries' size, which
+// is what the snapshot writes, keeping TrailingLogs = 1024 records behind:
+// a log holding a gigabyte for a stash that is down does not write it again
+// every few seconds, snapshots write at most half of what is appended, and
+// the raft log holds about twice the unpopped entries' size past the last
+// snapshot. An empty tag set drops nothing.
 //
 // In memory, each replica holds its unpopped entries (Stats.Memory: the
 // raft commands and the per-tag index, where the tags that get every

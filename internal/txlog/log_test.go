@@ -513,9 +513,9 @@ func TestHeld(t *testing.T) {
 
 // TestSnapshotsWaitForTheirSizeInAppends: a snapshot writes every unpopped
 // entry, so the log takes one only once the records appended since the
-// last one add up to at least that much. While a tag holds many entries
-// (its stash down), a few small appends take none, where raft's own count
-// of records would have taken one at every check; once the tag pops, the
+// last one add up to twice that much. While a tag holds many entries (its
+// stash down), a few small appends take none, where raft's own count of
+// records would have taken one at every check; once the tags pop, the
 // next check snapshots and compacts the raft log.
 func TestSnapshotsWaitForTheirSizeInAppends(t *testing.T) {
 	opts := testOptions(t.TempDir(), 1, 1, 2)
@@ -533,12 +533,13 @@ func TestSnapshotsWaitForTheirSizeInAppends(t *testing.T) {
 		v += 10
 		a.mustAppend(v, big(i))
 	}
-	l.Pop(1, v) // tag 2 pops nothing: the log holds every entry
+	// Tag 2 pops the first 60 entries only: the log holds 40, and what was
+	// appended is more than twice as much.
+	l.Pop(1, v)
+	l.Pop(2, 600)
 	if err := l.SyncPops(ctxT(t)); err != nil {
 		t.Fatal(err)
 	}
-	// Nothing was snapshotted yet, so what was appended is as much as a
-	// snapshot would write: one is due.
 	wait.For(t, "a first snapshot", func() bool { return l.Stats().RaftFirstIndex > 1 })
 	l.mu.RLock()
 	f := l.reps[0].fsm
@@ -554,9 +555,10 @@ func TestSnapshotsWaitForTheirSizeInAppends(t *testing.T) {
 		t.Fatalf("small records after the snapshot of %d held bytes: raft log from %d (was %d), another due %v",
 			l.Stats().Bytes, got, first, f.snapshotDue(int64(opts.SnapshotThreshold)))
 	}
+	l.Pop(1, v)
 	l.Pop(2, v)
 	if err := l.SyncPops(ctxT(t)); err != nil {
 		t.Fatal(err)
 	}
-	wait.For(t, "a snapshot once tag 2 popped", func() bool { return l.Stats().RaftFirstIndex > first })
+	wait.For(t, "a snapshot once the tags popped", func() bool { return l.Stats().RaftFirstIndex > first })
 }
