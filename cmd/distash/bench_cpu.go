@@ -42,6 +42,10 @@ damaged on the way fails the benchmark. --fresh adds rows of reads of
 records rewritten just before (served from the window), cut short to end
 before the first rewritten record leaves the window. Keys are drawn
 uniformly. Reads at rest run first, then fresh reads, then the writes.
+A write row's CPU includes the work its commits leave behind: the row
+starts with the stashes' windows empty and is counted until they are
+empty again (mvcc_window and more after the row; the cluster's CPU at
+rest over that wait is taken off, measured for a second before the row).
 
 --profile-dir writes one CPU profile per row: this process's (embedded: the
 whole cluster; processes: the client), and each node's (processes, from

@@ -14,6 +14,13 @@
 // waits until they have left the stashes' MVCC window, so that every read
 // is served by the stash's engine (Options.Fresh adds rows of reads of
 // records just rewritten, served from the window).
+//
+// Writes count the work they leave behind: a write row starts with every
+// window empty and its CPU is counted until the windows are empty again
+// (the stashes flushed its commits to their engines, mvcc_window and more
+// after the row), less the cluster's CPU at rest over that wait, measured
+// for a second before the row. Without it a row's flushes fell into the
+// next row (the DRAM pool's into the Pebble pool's) or into none.
 package cpu
 
 import (
@@ -134,8 +141,12 @@ type Row struct {
 	// WindowBytes is what the pool's stashes held in their MVCC windows
 	// when the row began (reads at rest: about 0).
 	WindowBytes int64
-	Profiles    []string // files written
-	FirstErr    string
+	// Settle (writes) is how long after its operations the row's CPU was
+	// counted: until the stashes had flushed what they wrote out of their
+	// windows, the cluster's CPU at rest over that time taken off.
+	Settle   time.Duration
+	Profiles []string // files written
+	FirstErr string
 }
 
 // Data says which data the row read: "at rest" or "fresh"; "-" for writes.
@@ -361,7 +372,18 @@ func runMode(ctx context.Context, o Options, cfg *config.Config, mode string, ou
 		if err != nil {
 			return err
 		}
-		r, err := runRow(ctx, o, c, pools[pool], mode, op, fresh, d)
+		var settle func() error
+		if !isRead(op) {
+			// A commit's work does not end with its acknowledgement: the
+			// stashes flush it from their windows after mvcc_window. The
+			// row starts with the windows empty and counts the CPU until
+			// they are empty again, so that no row pays for another's.
+			if err := waitDrained(ctx, c, o.Pools); err != nil {
+				return err
+			}
+			settle = func() error { return waitDrained(ctx, c, o.Pools) }
+		}
+		r, err := runRow(ctx, o, c, pools[pool], mode, op, fresh, d, settle)
 		if err != nil {
 			return err
 		}
@@ -600,6 +622,72 @@ func waitAtRest(ctx context.Context, c *cluster, o Options, out io.Writer) error
 	return nil
 }
 
+// cpuRate is the CPU the process (client) and the nodes (server) use per
+// second of wall time.
+type cpuRate struct{ client, server float64 }
+
+// cpuOver is the CPU used over d at rate (CPU per second of wall time).
+func cpuOver(rate float64, d time.Duration) time.Duration {
+	return time.Duration(rate * float64(d))
+}
+
+// restRate measures the cluster's CPU at rest (no operations: heartbeats,
+// the proxies' empty commits, the stashes' timers) over d.
+func restRate(ctx context.Context, c *cluster, d time.Duration) (cpuRate, error) {
+	serverBefore, err := nodesCPU(c.nodes)
+	if err != nil {
+		return cpuRate{}, err
+	}
+	clientBefore, began := selfCPU(), time.Now()
+	select {
+	case <-time.After(d):
+	case <-ctx.Done():
+		return cpuRate{}, ctx.Err()
+	}
+	serverAfter, err := nodesCPU(c.nodes)
+	if err != nil {
+		return cpuRate{}, err
+	}
+	wall := float64(time.Since(began))
+	return cpuRate{client: float64(selfCPU()-clientBefore) / wall, server: float64(serverAfter-serverBefore) / wall}, nil
+}
+
+// drainedBytes: windows holding at most this much count as empty (a
+// status's figures lag by a flush).
+const drainedBytes = 64 << 10
+
+// waitDrained waits the MVCC window (and half a second), then until every
+// pool's stashes hold at most drainedBytes in their windows: what was
+// written until then has been flushed to the engines.
+func waitDrained(ctx context.Context, c *cluster, pools []string) error {
+	select {
+	case <-time.After(c.window + 500*time.Millisecond):
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	deadline := time.Now().Add(c.window + 30*time.Second)
+	for _, pool := range pools {
+		for {
+			wb, err := windowBytes(ctx, c.str, pool)
+			if err != nil {
+				return err
+			}
+			if wb <= drainedBytes {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("cpu: pool %s's windows still hold %d bytes %v after the writes", pool, wb, time.Since(deadline.Add(-c.window-30*time.Second)).Round(time.Second))
+			}
+			select {
+			case <-time.After(500 * time.Millisecond):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+	}
+	return nil
+}
+
 // selfCPU is this process's user + system CPU time.
 func selfCPU() time.Duration {
 	var ru syscall.Rusage
@@ -630,8 +718,19 @@ const histMaxUs = int64(60 * time.Second / time.Microsecond)
 const opTimeout = 20 * time.Second
 
 // runRow runs one row for d (or o.Count operations).
-func runRow(ctx context.Context, o Options, c *cluster, p *distash.Pool, mode, op string, fresh bool, d time.Duration) (Row, error) {
+// runRow runs one row. settle, if not nil (writes), waits after the
+// operations until the cluster has done the work they left (waitDrained);
+// the row's CPU then counts that wait too, less the cluster's CPU at rest
+// over as long, measured for a second before the row.
+func runRow(ctx context.Context, o Options, c *cluster, p *distash.Pool, mode, op string, fresh bool, d time.Duration, settle func() error) (Row, error) {
 	r := Row{Mode: mode, Pool: p.Name(), Op: op, Fresh: fresh, Server: -1}
+	var idle cpuRate
+	if settle != nil {
+		var err error
+		if idle, err = restRate(ctx, c, time.Second); err != nil {
+			return r, err
+		}
+	}
 	name := fmt.Sprintf("%s-%s-%s", mode, p.Name(), op)
 	if fresh {
 		name += "-fresh"
@@ -737,15 +836,22 @@ func runRow(ctx context.Context, o Options, c *cluster, p *distash.Pool, mode, o
 		}()
 	}
 	wg.Wait()
-	elapsed, cpuAfter := time.Since(start), selfCPU()
-	serverAfter, err := nodesCPU(c.nodes)
-	if err != nil {
-		return r, err
-	}
+	elapsed := time.Since(start)
 	if stopProfile != nil {
 		if err := stopProfile(); err != nil {
 			return r, err
 		}
+	}
+	if settle != nil {
+		if err := settle(); err != nil {
+			return r, err
+		}
+		r.Settle = time.Since(start) - elapsed
+	}
+	cpuAfter := selfCPU()
+	serverAfter, err := nodesCPU(c.nodes)
+	if err != nil {
+		return r, err
 	}
 	nodeProfiles.Wait()
 	if err := ctx.Err(); err != nil {
@@ -758,9 +864,9 @@ func runRow(ctx context.Context, o Options, c *cluster, p *distash.Pool, mode, o
 	r.OpsPerSec = float64(r.Ops-r.Errors) / r.Seconds
 	r.P50 = time.Duration(hist.ValueAtQuantile(50)) * time.Microsecond
 	r.P99 = time.Duration(hist.ValueAtQuantile(99)) * time.Microsecond
-	r.Client = cpuAfter - cpuBefore
+	r.Client = max(0, cpuAfter-cpuBefore-cpuOver(idle.client, r.Settle))
 	if len(c.nodes) > 0 {
-		r.Server = serverAfter - serverBefore
+		r.Server = max(0, serverAfter-serverBefore-cpuOver(idle.server, r.Settle))
 	}
 	if e, ok := firstErr.Load().(string); ok {
 		r.FirstErr = e
