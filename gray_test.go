@@ -2,13 +2,12 @@ package distash_test
 
 import (
 	"fmt"
-	"net"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/distash/distash"
+	"github.com/distash/distash/internal/testutil/silent"
 	"github.com/distash/distash/internal/testutil/wait"
 )
 
@@ -79,29 +78,8 @@ func TestClusterLeavesSilentNodes(t *testing.T) {
 	// process: its kernel still accepts), which a new client has no
 	// connection to yet: opening the read stream must not wait for
 	// gRPC's connect timeout.
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lis.Close()
-	var accepted atomic.Int64
-	go func() {
-		var held []net.Conn
-		defer func() {
-			for _, c := range held {
-				c.Close()
-			}
-		}()
-		for {
-			c, err := lis.Accept()
-			if err != nil {
-				return
-			}
-			held = append(held, c)
-			accepted.Add(1)
-		}
-	}()
-	fc.nodes["z"] = &fakeNode{fc: fc, name: "z", addr: lis.Addr().String()}
+	silentAddr, accepted := silent.Listen(t)
+	fc.nodes["z"] = &fakeNode{fc: fc, name: "z", addr: silentAddr}
 	fc.setView(3, "s2", map[uint32]string{1: "z", 2: "b"})
 	db = openFake(t, ctx, k2.addr)
 	longest = readsAvoid(t, db, func() bool { return accepted.Load() > 0 })

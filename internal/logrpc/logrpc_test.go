@@ -18,6 +18,7 @@ import (
 	"github.com/distash/distash/internal/kv"
 	"github.com/distash/distash/internal/logentry"
 	"github.com/distash/distash/internal/stash"
+	"github.com/distash/distash/internal/testutil/silent"
 	"github.com/distash/distash/internal/testutil/wait"
 	"github.com/distash/distash/internal/txlog"
 	"github.com/distash/distash/internal/wire"
@@ -208,10 +209,11 @@ func movedOnce(moved chan struct{}) <-chan struct{} {
 }
 
 // silentConn is a connection to a listener that accepts and then ignores
-// every connection (silentListener).
+// every connection (silent.Listen).
 func silentConn(t *testing.T) *grpc.ClientConn {
 	t.Helper()
-	conn, err := grpc.NewClient(silentListener(t), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	addr, _ := silent.Listen(t)
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/distash/distash/internal/logentry"
 	"github.com/distash/distash/internal/protover"
 	"github.com/distash/distash/internal/stash"
+	"github.com/distash/distash/internal/testutil/silent"
 	"github.com/distash/distash/internal/testutil/wait"
 	"github.com/distash/distash/internal/txlog"
 	"github.com/distash/distash/internal/wire"
@@ -64,32 +65,6 @@ func serveFrames(t *testing.T, svc *service) string {
 	}
 	go fs.Serve(lis)
 	t.Cleanup(fs.Stop)
-	return lis.Addr().String()
-}
-
-// silentListener accepts connections and never answers (a paused node).
-func silentListener(t *testing.T) string {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { lis.Close() })
-	go func() {
-		var held []net.Conn
-		defer func() {
-			for _, c := range held {
-				c.Close()
-			}
-		}()
-		for {
-			c, err := lis.Accept()
-			if err != nil {
-				return
-			}
-			held = append(held, c)
-		}
-	}()
 	return lis.Addr().String()
 }
 
@@ -201,9 +176,10 @@ func TestStreamFallsBackToUnary(t *testing.T) {
 func TestStreamLeavesASilentNode(t *testing.T) {
 	l, conn, svc := serveWith(t, 50*time.Millisecond)
 	last := appendSets(t, l, "a")
-	real, silent := serveFrames(t, svc), silentListener(t)
+	real := serveFrames(t, svc)
+	paused, _ := silent.Listen(t)
 	checkLeavesSilentNode(t, last, MinStreamBytes, func(moved chan struct{}) Leader {
-		fl := &framesLeader{conn: conn, addrs: []string{silent, real}, movedCh: moved}
+		fl := &framesLeader{conn: conn, addrs: []string{paused, real}, movedCh: moved}
 		if moved == nil {
 			return fl
 		}
@@ -212,7 +188,7 @@ func TestStreamLeavesASilentNode(t *testing.T) {
 
 	// A Peek waiting on a live stream, and one waiting on a silent node's
 	// open, return when their context ends.
-	for _, addr := range []string{real, silent} {
+	for _, addr := range []string{real, paused} {
 		fl := &framesLeader{conn: conn, addrs: []string{addr}}
 		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 		began := time.Now()
