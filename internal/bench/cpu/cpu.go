@@ -591,35 +591,49 @@ func windowBytes(ctx context.Context, clusterStr, pool string) (int64, error) {
 // until every pool's windows hold less than 1% of what was loaded.
 func waitAtRest(ctx context.Context, c *cluster, o Options, out io.Writer) error {
 	began := time.Now()
-	select {
-	case <-time.After(c.window + time.Second):
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 	limit := int64(o.Records) * int64(o.ValueBytes) / 100
+	pool, wb, err := waitWindows(ctx, c, o.Pools, time.Second, limit)
+	if err != nil {
+		return err
+	}
+	if pool != "" {
+		fmt.Fprintf(out, "  warning: pool %s's window still holds %d bytes; reading anyway\n", pool, wb)
+	}
+	fmt.Fprintf(out, "  waited %v for the load to leave the MVCC window (%v): reads at rest\n", time.Since(began).Round(100*time.Millisecond), c.window)
+	return nil
+}
+
+// waitWindows waits the MVCC window and then extra, then until the
+// stashes of every pool hold at most limit bytes in their windows, at most
+// the window and 30 s more: pool is the first one still over it then, and
+// wb what it held ("" and 0 if none).
+func waitWindows(ctx context.Context, c *cluster, pools []string, extra time.Duration, limit int64) (pool string, wb int64, err error) {
+	select {
+	case <-time.After(c.window + extra):
+	case <-ctx.Done():
+		return "", 0, ctx.Err()
+	}
 	deadline := time.Now().Add(c.window + 30*time.Second)
-	for _, pool := range o.Pools {
+	for _, pool := range pools {
 		for {
 			wb, err := windowBytes(ctx, c.str, pool)
 			if err != nil {
-				return err
+				return "", 0, err
 			}
 			if wb <= limit {
 				break
 			}
 			if time.Now().After(deadline) {
-				fmt.Fprintf(out, "  warning: pool %s's window still holds %d bytes; reading anyway\n", pool, wb)
-				break
+				return pool, wb, nil
 			}
 			select {
 			case <-time.After(200 * time.Millisecond):
 			case <-ctx.Done():
-				return ctx.Err()
+				return "", 0, ctx.Err()
 			}
 		}
 	}
-	fmt.Fprintf(out, "  waited %v for the load to leave the MVCC window (%v): reads at rest\n", time.Since(began).Round(100*time.Millisecond), c.window)
-	return nil
+	return "", 0, nil
 }
 
 // cpuRate is the CPU the process (client) and the nodes (server) use per
@@ -656,36 +670,15 @@ func restRate(ctx context.Context, c *cluster, d time.Duration) (cpuRate, error)
 // status's figures lag by a flush).
 const drainedBytes = 64 << 10
 
-// waitDrained waits the MVCC window (and half a second), then until every
-// pool's stashes hold at most drainedBytes in their windows: what was
-// written until then has been flushed to the engines.
+// waitDrained waits until every pool's stashes hold at most drainedBytes
+// in their windows (waitWindows): what was written until then has been
+// flushed to the engines.
 func waitDrained(ctx context.Context, c *cluster, pools []string) error {
-	select {
-	case <-time.After(c.window + 500*time.Millisecond):
-	case <-ctx.Done():
-		return ctx.Err()
+	pool, wb, err := waitWindows(ctx, c, pools, 500*time.Millisecond, drainedBytes)
+	if err == nil && pool != "" {
+		err = fmt.Errorf("cpu: pool %s's windows still hold %d bytes long after the writes", pool, wb)
 	}
-	deadline := time.Now().Add(c.window + 30*time.Second)
-	for _, pool := range pools {
-		for {
-			wb, err := windowBytes(ctx, c.str, pool)
-			if err != nil {
-				return err
-			}
-			if wb <= drainedBytes {
-				break
-			}
-			if time.Now().After(deadline) {
-				return fmt.Errorf("cpu: pool %s's windows still hold %d bytes %v after the writes", pool, wb, time.Since(deadline.Add(-c.window-30*time.Second)).Round(time.Second))
-			}
-			select {
-			case <-time.After(500 * time.Millisecond):
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		}
-	}
-	return nil
+	return err
 }
 
 // selfCPU is this process's user + system CPU time.
