@@ -214,15 +214,13 @@ func (s *Server) reopen(ctx context.Context, sl *stashSlot, failures *int, diskF
 		switch {
 		case err == nil:
 			return st
-		case errors.Is(err, fsys.ErrDamaged):
-			s.stashDamaged(ctx, sl, err)
-			return nil
-		case errors.Is(err, errTagTrimmed):
-			// A durable stash node's stash reopened empty while the log
-			// no longer holds its tag's history: its files went away
-			// while it ran (its engine failed on them before the stash
-			// noticed). It cannot vouch for its data, as a damaged one:
-			// rebuilt, never reopened again and again.
+		case errors.Is(err, fsys.ErrDamaged), errors.Is(err, errTagTrimmed):
+			// Damaged files, or (errTagTrimmed) a durable stash node's
+			// stash reopened empty while the log no longer holds its
+			// tag's history: its files went away while it ran, and its
+			// engine failed on them before the stash noticed. Either way
+			// it cannot vouch for its data: rebuilt, never reopened again
+			// and again.
 			s.stashDamaged(ctx, sl, err)
 			return nil
 		case fsys.IsNoSpace(err):
