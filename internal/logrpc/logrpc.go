@@ -3,8 +3,9 @@
 // reports what it made durable, exactly as a stash in the log's process
 // does through txlog.Log.
 //
-//	logrpc.Register(grpcServer, log)        // on the node holding a log replica
-//	st := stash.New(stash.Options{Log: logrpc.NewClient(conn), ...})
+//	svc := logrpc.NewService(log, report)    // on the node holding a log replica:
+//	wire.RegisterLogServer(grpcServer, svc)  // and on its frames server (PeekStream)
+//	st := stash.New(stash.Options{Log: logrpc.NewClient(conn, logger), ...})
 //
 // A Peek waits on the server for new versions at most MaxPeekWait, then
 // answers with no messages and the caller asks again: no call outlives a
@@ -93,14 +94,9 @@ func (v *service) closed() error {
 	return nil
 }
 
-// Register serves l's Peek, PeekStream and Pop on s, and hands stashes'
-// reports to report (nil: reports are acknowledged and dropped).
-func Register(s grpc.ServiceRegistrar, l Log, report func(StashReport)) {
-	wire.RegisterLogServer(s, NewService(l, report))
-}
-
-// NewService returns the log's service over l, for a caller that serves it
-// on more than one server (gRPC, and PeekStream on frames).
+// NewService returns the log's service over l (Peek, PeekStream, Pop,
+// Report), for gRPC and frames servers; stashes' reports go to report
+// (nil: acknowledged and dropped).
 func NewService(l Log, report func(StashReport)) wire.LogServer {
 	return newService(l, report, MaxPeekWait)
 }
