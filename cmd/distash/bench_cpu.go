@@ -50,6 +50,10 @@ rest over that wait is taken off, measured for a second before the row).
 --profile-dir writes one CPU profile per row: this process's (embedded: the
 whole cluster; processes: the client), and each node's (processes, from
 the nodes' /debug/pprof/, distash server --pprof; with --duration only).
+
+--node-gomaxprocs auto gives each server process its share of the CPUs
+(GOMAXPROCS = CPUs ÷ nodes, at least 1), as nodes on machines of their own
+each have theirs; by default each sizes its scheduler to every CPU.
 See docs/benchmarks.md, "CPU per operation".`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
@@ -60,6 +64,9 @@ See docs/benchmarks.md, "CPU per operation".`,
 					return err
 				}
 				o.ConfigTOML = string(b)
+			}
+			if _, err := cpu.NodeGOMAXPROCS(nodes.GOMAXPROCS, 1, 1); err != nil {
+				return err
 			}
 			o.Processes = cpu.Processes(nodes)
 			_, err := cpu.Run(ctx, o, cmd.OutOrStdout())
@@ -82,6 +89,7 @@ See docs/benchmarks.md, "CPU per operation".`,
 	f.StringVar(&nodes.Dir, "dir", "", "directory of the server processes' files and logs (default: temporary; removed at the end unless --keep)")
 	f.BoolVar(&nodes.Keep, "keep", false, "keep the server processes' directory")
 	f.BoolVarP(&nodes.Verbose, "verbose", "v", false, "server processes log at info level (into DIR/<node>.log)")
+	f.StringVar(&nodes.GOMAXPROCS, "node-gomaxprocs", "", "GOMAXPROCS of each server process: auto (the CPUs shared out among the nodes, at least 1 each), a number, or empty for Go's default (every CPU)")
 	f.StringVar(&nodes.Binary, "binary", "", "distash binary to run the nodes (default: this executable)")
 	_ = f.MarkHidden("binary")
 	return cmd

@@ -1,9 +1,11 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -30,7 +32,7 @@ func TestBenchCPUProcesses(t *testing.T) {
 	prof, out, nodes := filepath.Join(dir, "prof"), filepath.Join(dir, "out"), filepath.Join(dir, "nodes")
 	got, err := run(benchCmd(), "cpu", "--binary", bin, "--modes", "processes", "--config", cfg, "--ops", "get,blind",
 		"--records", "200", "--value-bytes", "100", "--clients", "4", "--duration", "1s",
-		"--profile-dir", prof, "--out", out, "--dir", nodes, "--keep")
+		"--profile-dir", prof, "--out", out, "--dir", nodes, "--keep", "--node-gomaxprocs", "auto")
 	t.Logf("output:\n%s", got)
 	defer func() {
 		if t.Failed() { // the nodes' warnings say why a row failed
@@ -75,5 +77,11 @@ func TestBenchCPUProcesses(t *testing.T) {
 		if st, err := os.Stat(filepath.Join(out, f)); err != nil || st.Size() == 0 {
 			t.Errorf("%s: %v", f, err)
 		}
+	}
+	// --node-gomaxprocs auto: three nodes share the CPUs, and the
+	// conditions say so.
+	want := fmt.Sprintf("processes: nodes at GOMAXPROCS %d each (3 nodes, %d CPUs)", max(1, runtime.NumCPU()/3), runtime.NumCPU())
+	if md, _ := os.ReadFile(filepath.Join(out, "cpu.md")); !strings.Contains(string(md), want) {
+		t.Errorf("cpu.md does not say %q:\n%s", want, md)
 	}
 }

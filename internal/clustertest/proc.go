@@ -31,6 +31,8 @@ type Proc struct {
 	// (appended); else they go to Output (nil: discarded).
 	LogPath string
 	Output  io.Writer
+	// Env is added to this process's environment (e.g. GOMAXPROCS=1).
+	Env []string
 
 	mu    sync.Mutex
 	cmd   *exec.Cmd
@@ -64,6 +66,9 @@ func (p *Proc) Start(bin string) error {
 	lw := &lineWriter{p: p, w: out}
 	cmd := exec.Command(bin, p.Args...)
 	cmd.Stderr = lw
+	if len(p.Env) > 0 {
+		cmd.Env = append(os.Environ(), p.Env...)
+	}
 	cmd.SysProcAttr = procAttr()
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {

@@ -116,6 +116,9 @@ type ProcessCluster struct {
 	Cluster string // coordinators, the cluster string
 	Nodes   []Node
 	Stop    func() // stops every node and removes what it must
+	// Note describes the nodes' settings for the run's conditions (e.g.
+	// their GOMAXPROCS); "" for none.
+	Note string
 }
 
 // Node is one server process.
@@ -269,8 +272,9 @@ func Run(ctx context.Context, o Options, out io.Writer) ([]Row, error) {
 	cond := conditions(o, cfg.Cluster.MVCCWindow.Duration)
 	fmt.Fprintln(out, cond)
 	var rows []Row
+	var notes []string
 	for _, mode := range o.Modes {
-		rs, err := runMode(ctx, o, cfg, mode, out)
+		rs, err := runMode(ctx, o, cfg, mode, out, &notes)
 		rows = append(rows, rs...)
 		if err != nil {
 			return rows, err
@@ -282,6 +286,9 @@ func Run(ctx context.Context, o Options, out io.Writer) ([]Row, error) {
 		csvPath, mdPath := filepath.Join(o.OutDir, "cpu.csv"), filepath.Join(o.OutDir, "cpu.md")
 		if err := writeCSV(csvPath, rows); err != nil {
 			return rows, err
+		}
+		if len(notes) > 0 {
+			cond += "; " + strings.Join(notes, "; ")
 		}
 		if err := writeMarkdown(mdPath, cond, rows); err != nil {
 			return rows, err
@@ -311,6 +318,7 @@ type cluster struct {
 	db     *distash.DB
 	str    string
 	nodes  []Node // processes only
+	note   string // processes: ProcessCluster.Note
 	stop   func()
 	window time.Duration
 }
@@ -337,22 +345,25 @@ func startCluster(ctx context.Context, o Options, cfg *config.Config, mode strin
 		pc.Stop()
 		return nil, err
 	}
-	c.db, c.str, c.nodes = db, pc.Cluster, pc.Nodes
+	c.db, c.str, c.nodes, c.note = db, pc.Cluster, pc.Nodes, pc.Note
 	c.stop = func() { db.Close(); pc.Stop() }
 	var names []string
 	for _, n := range pc.Nodes {
 		names = append(names, n.Name)
 	}
-	fmt.Fprintf(out, "cluster of %d server processes on loopback (%s), coordinators %s\n", len(pc.Nodes), strings.Join(names, ", "), pc.Cluster)
+	fmt.Fprintf(out, "cluster of %d server processes on loopback (%s), coordinators %s; %s\n", len(pc.Nodes), strings.Join(names, ", "), pc.Cluster, pc.Note)
 	return c, nil
 }
 
-func runMode(ctx context.Context, o Options, cfg *config.Config, mode string, out io.Writer) ([]Row, error) {
+func runMode(ctx context.Context, o Options, cfg *config.Config, mode string, out io.Writer, notes *[]string) ([]Row, error) {
 	c, err := startCluster(ctx, o, cfg, mode, out)
 	if err != nil {
 		return nil, err
 	}
 	defer c.stop()
+	if c.note != "" {
+		*notes = append(*notes, mode+": "+c.note)
+	}
 	pools := map[string]*distash.Pool{}
 	for _, name := range o.Pools {
 		p, err := c.db.Pool(name)

@@ -120,3 +120,26 @@ func TestOptions(t *testing.T) {
 		}
 	}
 }
+
+func TestNodeGOMAXPROCS(t *testing.T) {
+	for _, c := range []struct {
+		s           string
+		nodes, cpus int
+		want        int
+		bad         bool
+	}{
+		{"", 3, 2, 0, false},
+		{"0", 3, 2, 0, false},
+		{"auto", 3, 2, 1, false},
+		{"auto", 3, 16, 5, false},
+		{"auto", 0, 4, 4, false},
+		{"2", 3, 2, 2, false},
+		{"-1", 3, 2, 0, true},
+		{"half", 3, 2, 0, true},
+	} {
+		got, err := NodeGOMAXPROCS(c.s, c.nodes, c.cpus)
+		if (err != nil) != c.bad || got != c.want {
+			t.Errorf("NodeGOMAXPROCS(%q, %d, %d) = %d, %v; want %d (error %v)", c.s, c.nodes, c.cpus, got, err, c.want, c.bad)
+		}
+	}
+}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"runtime"
+	"strconv"
 	"time"
 
 	"github.com/distash/distash/config"
@@ -16,6 +18,29 @@ type ProcessOptions struct {
 	Dir     string // the nodes' files and logs (default: temporary)
 	Keep    bool   // keep Dir at the end
 	Verbose bool   // the nodes log at info level (into Dir/<node>.log)
+	// GOMAXPROCS of each node: "" Go's default (every CPU), "auto" the
+	// machine's CPUs shared out among the nodes (at least 1 each), or a
+	// number. Nodes on machines of their own each have every CPU; nodes
+	// sharing one small machine each size their scheduler to all of it,
+	// and the wake-ups of their idle threads then cost more than the
+	// work (docs/benchmarks.md).
+	GOMAXPROCS string
+}
+
+// NodeGOMAXPROCS resolves ProcessOptions.GOMAXPROCS for nodes nodes on a
+// machine of cpus CPUs: 0 for Go's default.
+func NodeGOMAXPROCS(s string, nodes, cpus int) (int, error) {
+	switch s {
+	case "", "0":
+		return 0, nil
+	case "auto":
+		return max(1, cpus/max(1, nodes)), nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("cpu: node GOMAXPROCS %q: want auto, 0 (Go's default) or a number of CPUs", s)
+	}
+	return n, nil
 }
 
 // Processes returns an Options.Processes that starts the processes mode's
@@ -48,6 +73,11 @@ func Processes(po ProcessOptions) func(ctx context.Context, toml string, profile
 				add(fmt.Sprintf("%s%d", p.Name, j+1), clustertest.Stash, p.Name)
 			}
 		}
+		procsEach, err := NodeGOMAXPROCS(po.GOMAXPROCS, len(specs), runtime.NumCPU())
+		if err != nil {
+			cleanup()
+			return nil, err
+		}
 		procs, err := clustertest.NewProcs(clustertest.ProcsOptions{Binary: bin, Dir: dir, TOML: toml, Nodes: specs,
 			Verbose: po.Verbose, Logs: true, HTTP: profile, StopTimeout: 10 * time.Second})
 		if err != nil {
@@ -58,6 +88,13 @@ func Processes(po ProcessOptions) func(ctx context.Context, toml string, profile
 			_ = procs.StopAll()
 			cleanup()
 		}
+		note := "nodes at Go's default GOMAXPROCS (every CPU)"
+		if procsEach > 0 {
+			note = fmt.Sprintf("nodes at GOMAXPROCS %d each (%d nodes, %d CPUs)", procsEach, len(specs), runtime.NumCPU())
+			for _, n := range procs.Nodes {
+				n.Env = []string{"GOMAXPROCS=" + strconv.Itoa(procsEach)}
+			}
+		}
 		if profile {
 			for _, n := range procs.Nodes {
 				n.Args = append(n.Args, "--http", n.HTTPAddr, "--pprof")
@@ -67,7 +104,7 @@ func Processes(po ProcessOptions) func(ctx context.Context, toml string, profile
 			stop()
 			return nil, err
 		}
-		pc := &ProcessCluster{Cluster: procs.Coordinators, Stop: stop}
+		pc := &ProcessCluster{Cluster: procs.Coordinators, Stop: stop, Note: note}
 		for _, n := range procs.Nodes {
 			node := Node{Name: n.Name, CPU: n.CPU}
 			if profile {
