@@ -51,6 +51,11 @@ rest over that wait is taken off, measured for a second before the row).
 whole cluster; processes: the client), and each node's (processes, from
 the nodes' /debug/pprof/, distash server --pprof; with --duration only).
 
+--rounds N runs the modes N times, each round in the reverse order of the
+one before, and with both modes prints the processes ÷ embedded ratio of
+each row's ops/s and CPU per operation, round by round, and their median:
+ratios taken in the same minutes, on a machine whose speed drifts.
+
 --node-gomaxprocs auto gives each server process its share of the CPUs
 (GOMAXPROCS = CPUs ÷ nodes, at least 1), as nodes on machines of their own
 each have theirs; by default each sizes its scheduler to every CPU.
@@ -82,6 +87,7 @@ See docs/benchmarks.md, "CPU per operation".`,
 	f.IntVar(&o.Count, "count", 0, "operations per row instead of --duration (nodes' profiles need --duration)")
 	f.IntVar(&o.Records, "records", 20000, "records loaded into each pool")
 	f.IntVar(&o.ValueBytes, "value-bytes", 1000, "bytes per record")
+	f.IntVar(&o.Rounds, "rounds", 1, "run every mode this many times, the modes' order reversed each round; with both modes, print each round's processes ÷ embedded ratios and their median")
 	f.BoolVar(&o.Fresh, "fresh", false, "also measure reads of records rewritten just before each row (in the MVCC window)")
 	f.StringVar(&o.ProfileDir, "profile-dir", "", "write one CPU profile per row (and per node, processes) to this directory")
 	f.StringVar(&o.OutDir, "out", "bench-out", "directory for cpu.csv and cpu.md (the table)")

@@ -95,6 +95,11 @@ type Options struct {
 	// just before it (in the MVCC window); the row is cut short to end
 	// before the first rewritten record leaves the window.
 	Fresh bool
+	// Rounds, if > 1, runs every mode that many times, the modes'
+	// order reversed each round, so that modes compare in the same
+	// minutes; with both modes the summary gives each round's
+	// processes ÷ embedded ratio and their median (Ratios). Default 1.
+	Rounds int
 	// ConfigTOML replaces Config (both modes).
 	ConfigTOML string
 	// ProfileDir, if set, receives one pprof CPU profile per row: this
@@ -133,6 +138,7 @@ type Node struct {
 // Row is one (mode, pool, operation) measurement.
 type Row struct {
 	Mode, Pool, Op string
+	Round          int  // 1, 2, ... with Options.Rounds > 1; else 0
 	Fresh          bool // reads of records just rewritten, not at rest
 	Ops, Errors    int64
 	Seconds        float64
@@ -237,8 +243,11 @@ func (o Options) withDefaults() (Options, error) {
 	if o.ValueBytes == 0 {
 		o.ValueBytes = 1000
 	}
-	if o.Clients < 1 || o.Duration < 0 || o.Count < 0 || o.Records < 10 || o.ValueBytes < 8 {
-		return o, fmt.Errorf("cpu: want clients ≥ 1, duration and count ≥ 0, records ≥ 10 (a GetMulti reads 10), value bytes ≥ 8")
+	if o.Rounds == 0 {
+		o.Rounds = 1
+	}
+	if o.Clients < 1 || o.Duration < 0 || o.Count < 0 || o.Records < 10 || o.ValueBytes < 8 || o.Rounds < 1 {
+		return o, fmt.Errorf("cpu: want clients ≥ 1, duration and count ≥ 0, records ≥ 10 (a GetMulti reads 10), value bytes ≥ 8, rounds ≥ 1")
 	}
 	if o.ConfigTOML == "" {
 		o.ConfigTOML = Config
@@ -273,15 +282,35 @@ func Run(ctx context.Context, o Options, out io.Writer) ([]Row, error) {
 	fmt.Fprintln(out, cond)
 	var rows []Row
 	var notes []string
-	for _, mode := range o.Modes {
-		rs, err := runMode(ctx, o, cfg, mode, out, &notes)
-		rows = append(rows, rs...)
-		if err != nil {
-			return rows, err
+	for round := 1; round <= o.Rounds; round++ {
+		modes := slices.Clone(o.Modes)
+		if round%2 == 0 {
+			slices.Reverse(modes) // each mode goes first as often
+		}
+		if o.Rounds > 1 {
+			fmt.Fprintf(out, "round %d of %d: %s\n", round, o.Rounds, strings.Join(modes, ", "))
+		}
+		for _, mode := range modes {
+			seen := len(notes)
+			rs, err := runMode(ctx, o, cfg, mode, out, &notes, round)
+			if round > 1 {
+				notes = notes[:seen] // the same note each round
+			}
+			rows = append(rows, rs...)
+			if err != nil {
+				return rows, err
+			}
 		}
 	}
 	fmt.Fprintln(out)
 	PrintTable(out, rows)
+	ratios := Ratios(rows)
+	if len(ratios) > 0 {
+		fmt.Fprintln(out)
+		for _, l := range ratios {
+			fmt.Fprintln(out, l)
+		}
+	}
 	if o.OutDir != "" {
 		csvPath, mdPath := filepath.Join(o.OutDir, "cpu.csv"), filepath.Join(o.OutDir, "cpu.md")
 		if err := writeCSV(csvPath, rows); err != nil {
@@ -290,7 +319,7 @@ func Run(ctx context.Context, o Options, out io.Writer) ([]Row, error) {
 		if len(notes) > 0 {
 			cond += "; " + strings.Join(notes, "; ")
 		}
-		if err := writeMarkdown(mdPath, cond, rows); err != nil {
+		if err := writeMarkdown(mdPath, cond, rows, ratios); err != nil {
 			return rows, err
 		}
 		fmt.Fprintf(out, "wrote %s, %s\n", csvPath, mdPath)
@@ -319,6 +348,7 @@ type cluster struct {
 	str    string
 	nodes  []Node // processes only
 	note   string // processes: ProcessCluster.Note
+	round  int    // Row.Round of its rows
 	stop   func()
 	window time.Duration
 }
@@ -355,10 +385,13 @@ func startCluster(ctx context.Context, o Options, cfg *config.Config, mode strin
 	return c, nil
 }
 
-func runMode(ctx context.Context, o Options, cfg *config.Config, mode string, out io.Writer, notes *[]string) ([]Row, error) {
+func runMode(ctx context.Context, o Options, cfg *config.Config, mode string, out io.Writer, notes *[]string, round int) ([]Row, error) {
 	c, err := startCluster(ctx, o, cfg, mode, out)
 	if err != nil {
 		return nil, err
+	}
+	if o.Rounds > 1 {
+		c.round = round
 	}
 	defer c.stop()
 	if c.note != "" {
@@ -727,7 +760,7 @@ const opTimeout = 20 * time.Second
 // the row's CPU then counts that wait too, less the cluster's CPU at rest
 // over as long, measured for a second before the row.
 func runRow(ctx context.Context, o Options, c *cluster, p *distash.Pool, mode, op string, fresh bool, d time.Duration, settle func() error) (Row, error) {
-	r := Row{Mode: mode, Pool: p.Name(), Op: op, Fresh: fresh, Server: -1}
+	r := Row{Mode: mode, Pool: p.Name(), Op: op, Fresh: fresh, Server: -1, Round: c.round}
 	var idle cpuRate
 	if settle != nil {
 		var err error
@@ -738,6 +771,9 @@ func runRow(ctx context.Context, o Options, c *cluster, p *distash.Pool, mode, o
 	name := fmt.Sprintf("%s-%s-%s", mode, p.Name(), op)
 	if fresh {
 		name += "-fresh"
+	}
+	if c.round > 0 {
+		name += fmt.Sprintf("-r%d", c.round)
 	}
 	// Profiles: this process's, and each node's over HTTP for the row's
 	// length (whole seconds; not with a count, whose length is unknown).

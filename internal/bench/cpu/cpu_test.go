@@ -4,12 +4,17 @@ import (
 	"bytes"
 	"context"
 	"encoding/csv"
+	"fmt"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/distash/distash/internal/embedded"
 )
 
 // TestEmbeddedRows runs every row on a tiny embedded cluster (mvcc_window
@@ -141,5 +146,77 @@ func TestNodeGOMAXPROCS(t *testing.T) {
 		if (err != nil) != c.bad || got != c.want {
 			t.Errorf("NodeGOMAXPROCS(%q, %d, %d) = %d, %v; want %d (error %v)", c.s, c.nodes, c.cpus, got, err, c.want, c.bad)
 		}
+	}
+}
+
+// TestRoundsAlternateModes runs two rounds of both modes, the "processes"
+// one an embedded cluster reached as processes mode reaches its nodes
+// (through its cluster string, no node to sample): each round has both
+// modes' row, the second round in the reverse order, profiles are named
+// by round, and the summary gives each round's ratio and their median.
+func TestRoundsAlternateModes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs four embedded clusters for a few seconds each")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	toml := strings.Replace(Config, `mvcc_window = "5s"`, `mvcc_window = "1s"`, 1)
+	dir := t.TempDir()
+	started := 0
+	asProcesses := func(ctx context.Context, toml string, _ bool, _ io.Writer) (*ProcessCluster, error) {
+		started++
+		c, err := embedded.StartTOML(ctx, toml, embedded.Options{Dir: filepath.Join(dir, fmt.Sprintf("p%d", started))})
+		if err != nil {
+			return nil, err
+		}
+		return &ProcessCluster{Cluster: c.Server.ClusterString(), Stop: c.Close, Note: "an embedded cluster"}, nil
+	}
+	o := Options{Modes: []string{ModeEmbedded, ModeProcesses}, Rounds: 2, Ops: []string{"get"}, Pools: []string{"dram"},
+		Clients: 2, Count: 10, Records: 20, ValueBytes: 16, ConfigTOML: toml, Processes: asProcesses,
+		ProfileDir: filepath.Join(dir, "prof"), OutDir: filepath.Join(dir, "out")}
+	var out bytes.Buffer
+	rows, err := Run(ctx, o, &out)
+	t.Logf("output:\n%s", out.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var order []string
+	for _, r := range rows {
+		order = append(order, fmt.Sprintf("%s/%d", r.Mode, r.Round))
+		if want := fmt.Sprintf("%s-dram-get-r%d.pprof", r.Mode, r.Round); len(r.Profiles) == 0 || filepath.Base(r.Profiles[0]) != want {
+			t.Errorf("%s round %d: profiles %v, want %s first", r.Mode, r.Round, r.Profiles, want)
+		}
+	}
+	if got, want := strings.Join(order, " "), "embedded/1 processes/1 processes/2 embedded/2"; got != want {
+		t.Errorf("rows %s, want %s", got, want)
+	}
+	ratios := Ratios(rows)
+	if len(ratios) != 2 || !regexp.MustCompile(`^dram get at rest: ops/s [0-9.]+, [0-9.]+ \([0-9.]+×\); CPU [0-9.]+, [0-9.]+ \([0-9.]+×\)$`).MatchString(ratios[1]) {
+		t.Errorf("ratios %q", ratios)
+	}
+	md, _ := os.ReadFile(filepath.Join(o.OutDir, "cpu.md"))
+	if !strings.Contains(string(md), "| processes r2 | dram | get | at rest | 10 |") || !strings.Contains(string(md), "- "+ratios[1]) ||
+		!strings.Contains(string(md), "processes: an embedded cluster") {
+		t.Errorf("cpu.md:\n%s", md)
+	}
+}
+
+func TestRatiosMedian(t *testing.T) {
+	row := func(mode string, round int, opsPerSec float64, cpu time.Duration) Row {
+		return Row{Mode: mode, Pool: "dram", Op: "blind", Round: round, Ops: 100, OpsPerSec: opsPerSec, Client: cpu, Server: -1}
+	}
+	rows := []Row{
+		row(ModeEmbedded, 1, 1000, 10*time.Millisecond), row(ModeProcesses, 1, 500, 20*time.Millisecond),
+		row(ModeProcesses, 2, 900, 10*time.Millisecond), row(ModeEmbedded, 2, 1000, 10*time.Millisecond),
+		row(ModeEmbedded, 3, 1000, 10*time.Millisecond), row(ModeProcesses, 3, 700, 40*time.Millisecond),
+		row(ModeProcesses, 4, 300, 10*time.Millisecond), // no embedded row of round 4: not compared
+	}
+	got := Ratios(rows)
+	want := "dram blind: ops/s 0.50, 0.90, 0.70 (0.70×); CPU 2.00, 1.00, 4.00 (2.00×)"
+	if len(got) != 2 || got[1] != want {
+		t.Errorf("Ratios = %q, want [header, %q]", got, want)
+	}
+	if Ratios(rows[:1]) != nil {
+		t.Error("Ratios of embedded rows alone: want nil")
 	}
 }

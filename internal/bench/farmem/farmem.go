@@ -37,6 +37,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/distash/distash/internal/bench/timeline"
 	"github.com/distash/distash/internal/engine"
 	"github.com/distash/distash/internal/engine/flash"
 	"github.com/distash/distash/internal/farmem"
@@ -503,16 +504,7 @@ func normalize(p, base Point) float64 {
 	if len(ratios) < 3 {
 		return p.Throughput / base.Throughput
 	}
-	return median(ratios)
-}
-
-func median(xs []float64) float64 {
-	sort.Float64s(xs)
-	n := len(xs)
-	if n%2 == 1 {
-		return xs[n/2]
-	}
-	return (xs[n/2-1] + xs[n/2]) / 2
+	return timeline.Median(ratios)
 }
 
 // typical returns the clean round of p with the median throughput (the

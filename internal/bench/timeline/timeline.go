@@ -15,6 +15,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -390,4 +391,19 @@ func ReadCSV(path string, want []string, numeric ...string) ([][]string, error) 
 		}
 	}
 	return recs[1:], nil
+}
+
+// Median is the median of v (the mean of the middle two for an even
+// count; NaN for none). v is not changed.
+func Median(v []float64) float64 {
+	if len(v) == 0 {
+		return math.NaN()
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
 }
