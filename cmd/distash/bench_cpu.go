@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/signal"
 	"time"
@@ -69,6 +70,9 @@ See docs/benchmarks.md, "CPU per operation".`,
 					return err
 				}
 				o.ConfigTOML = string(b)
+			}
+			if o.Rounds < 1 {
+				return fmt.Errorf("--rounds %d: want at least 1", o.Rounds)
 			}
 			if _, err := cpu.NodeGOMAXPROCS(nodes.GOMAXPROCS, 1, 1); err != nil {
 				return err

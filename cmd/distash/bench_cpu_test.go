@@ -85,3 +85,14 @@ func TestBenchCPUProcesses(t *testing.T) {
 		t.Errorf("cpu.md does not say %q:\n%s", want, md)
 	}
 }
+
+// TestBenchCPURefusesBadFlags: a bad --rounds or --node-gomaxprocs stops
+// the benchmark before it starts anything.
+func TestBenchCPURefusesBadFlags(t *testing.T) {
+	for _, args := range [][]string{{"--rounds", "0"}, {"--node-gomaxprocs", "half"}, {"--node-gomaxprocs", "-2"}} {
+		out, err := run(benchCmd(), append([]string{"cpu", "--modes", "embedded"}, args...)...)
+		if err == nil || strings.Contains(out, "embedded cluster") {
+			t.Errorf("bench cpu %v: error %v, output %q; want an error before any cluster starts", args, err, out)
+		}
+	}
+}
