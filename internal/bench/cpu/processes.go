@@ -22,8 +22,9 @@ type ProcessOptions struct {
 	// machine's CPUs shared out among the nodes (at least 1 each), or a
 	// number. Nodes on machines of their own each have every CPU; nodes
 	// sharing one small machine each size their scheduler to all of it,
-	// and the wake-ups of their idle threads then cost more than the
-	// work (docs/benchmarks.md).
+	// and spend CPU waking and parking threads that find no work
+	// (docs/benchmarks.md, "Processes against embedded in the same
+	// minutes").
 	GOMAXPROCS string
 }
 
