@@ -285,3 +285,25 @@ func TestRemovedDirectoryFailsTheStash(t *testing.T) {
 		t.Fatal("the stash did not notice its directory was removed")
 	}
 }
+
+// TestRemovedDirectoryIsDamage: a durable stash whose directory is removed
+// while it runs fails as damaged when it next saves its ownership, not
+// with a plain error: a plain failure had its supervisor reopen it empty
+// and replay its tag from the log, which holds nothing of the ranges the
+// stash fetched from other replicas (seen once in a loaded full suite).
+func TestRemovedDirectoryIsDamage(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "stash")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s := New(Options{Tag: 1, Engine: openPebble(t, t.TempDir()), Log: newFakeLog(1), TrackBytes: true, Logger: quiet, Dir: dir})
+	defer s.Close()
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	s.SetOwned([]kv.KeyRange{{Begin: []byte("k"), End: []byte("l")}}) // saves the ownership file
+	var de *fsys.DamageError
+	if err := s.Failed(); !errors.As(err, &de) || de.Path != filepath.Join(dir, ownershipFile) || !strings.Contains(de.Reason, "missing while the stash runs") {
+		t.Fatalf("ownership saved into a removed directory: failure %v, want a DamageError naming %s", err, filepath.Join(dir, ownershipFile))
+	}
+}

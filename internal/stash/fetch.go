@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io/fs"
+	"path/filepath"
 	"slices"
 	"sort"
 	"time"
@@ -115,6 +117,16 @@ func (s *Stash) saveOwnership(v kv.Version) error {
 		return nil
 	}
 	err := s.own.save(s.fs(), s.opts.Dir, v, s.durable, &s.snaps)
+	if err != nil && errors.Is(err, fs.ErrNotExist) {
+		// The directory went away while the stash ran: what it holds
+		// can no longer be vouched for. Failing plainly would have its
+		// supervisor reopen it empty and replay its tag from the log,
+		// which knows nothing of the ranges it fetched from other
+		// replicas; damage has it rebuilt from those replicas instead.
+		if ok, xerr := fsys.Exists(s.fs(), s.opts.Dir); xerr == nil && !ok {
+			return fsys.Damaged(filepath.Join(s.opts.Dir, ownershipFile), "missing while the stash runs (its directory %s was removed): %v", s.opts.Dir, err)
+		}
+	}
 	if err != nil && fsys.IsNoSpace(err) {
 		// The snapshots are kept in memory: the next flush writes them
 		// before it makes v or later durable, and waits while it cannot.
