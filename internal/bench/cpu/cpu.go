@@ -290,12 +290,12 @@ func Run(ctx context.Context, o Options, out io.Writer) ([]Row, error) {
 		if o.Rounds > 1 {
 			fmt.Fprintf(out, "round %d of %d: %s\n", round, o.Rounds, strings.Join(modes, ", "))
 		}
+		noteTo := &notes
+		if round > 1 {
+			noteTo = nil // the same notes as the first round's
+		}
 		for _, mode := range modes {
-			seen := len(notes)
-			rs, err := runMode(ctx, o, cfg, mode, out, &notes, round)
-			if round > 1 {
-				notes = notes[:seen] // the same note each round
-			}
+			rs, err := runMode(ctx, o, cfg, mode, out, noteTo, round)
 			rows = append(rows, rs...)
 			if err != nil {
 				return rows, err
@@ -385,6 +385,8 @@ func startCluster(ctx context.Context, o Options, cfg *config.Config, mode strin
 	return c, nil
 }
 
+// runMode runs the rows of one mode on a cluster of its own; the
+// cluster's note, if any, is added to notes (nil: not kept).
 func runMode(ctx context.Context, o Options, cfg *config.Config, mode string, out io.Writer, notes *[]string, round int) ([]Row, error) {
 	c, err := startCluster(ctx, o, cfg, mode, out)
 	if err != nil {
@@ -394,7 +396,7 @@ func runMode(ctx context.Context, o Options, cfg *config.Config, mode string, ou
 		c.round = round
 	}
 	defer c.stop()
-	if c.note != "" {
+	if c.note != "" && notes != nil {
 		*notes = append(*notes, mode+": "+c.note)
 	}
 	pools := map[string]*distash.Pool{}
