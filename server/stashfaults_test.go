@@ -632,3 +632,67 @@ func TestStashWhoseFilesVanishIsRebuiltWhenItsEngineFailsFirst(t *testing.T) {
 	}
 	t.Logf("%d acknowledged writes read back", len(acked))
 }
+
+// TestStashWhoseFilesVanishInAYoungClusterIsRebuilt is the case above
+// while the log still holds the stash's whole history (one stash node of
+// the pool never started, so the log trims nothing): its supervisor's
+// reopen finds an empty engine that the log could replay from version 0.
+// That replay would not bring back what the stash fetched from other
+// replicas, so the stash is reported damaged (its engine came back empty
+// after it had made data durable) and rebuilt from its replicas; every
+// acknowledged write reads back once the third node is up.
+func TestStashWhoseFilesVanishInAYoungClusterIsRebuilt(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts an in-process cluster")
+	}
+	t.Parallel()
+	var armed atomic.Pointer[string]
+	var at atomic.Int64
+	at.Store(-1)
+	wrap := func(pool string, index int, e engine.Engine) engine.Engine {
+		if pool != "data" {
+			return e
+		}
+		return vanishingEngine{Engine: e, armed: &armed, index: index, at: &at}
+	}
+	c := newTunedCluster(t, server.Tuning{WrapEngine: wrap, DistributionInterval: 50 * time.Millisecond}, damageTOML,
+		"tx1 transaction", "data1 stash data", "data2 stash data", "data3 stash data")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	for _, name := range []string{"tx1", "data1", "data3"} {
+		if err := c.Start(ctx, c.Node(name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	db := c.Open(ctx)
+	w := startWriter(ctx, db, 4, 500)
+	n := c.Node("data1")
+	clustertest.WaitUntil(t, time.Minute, "data1's stash made writes durable", func() (bool, string) {
+		st, ok := c.StashOf(n, 0)
+		return ok && w.n.Load() >= 300 && st.DurableVersion > 0, fmt.Sprintf("%d writes; stash %+v", w.n.Load(), st)
+	})
+	old, _ := c.StashOf(n, 0)
+	dir := filepath.Join(n.Dir, "stash")
+	at.Store(int64(old.Index))
+	armed.Store(&dir)
+	const why = "its engine came back empty"
+	clustertest.WaitUntil(t, 30*time.Second, "data1 reports its old stash damaged", func() (bool, string) {
+		st, _ := c.StashOf(n, old.Tag)
+		trimmed := c.Node("tx1").Server().LogStats().Trimmed
+		return armed.Load() == nil && st.Health == server.HealthDamaged && strings.Contains(st.LastError, why) && trimmed == 0,
+			fmt.Sprintf("armed %v; the log trimmed up to %d; stash %d: %s (%s)", armed.Load() != nil, trimmed, st.Tag, st.Health, st.LastError)
+	})
+	// Shards whose other replica is on data2 have no other live copy:
+	// the damaged stash is kept (for an operator) until data2 serves them.
+	if err := c.Start(ctx, c.Node("data2")); err != nil {
+		t.Fatal(err)
+	}
+	clustertest.WaitUntil(t, time.Minute, "data1 serves a new stash", func() (bool, string) {
+		return damagedAndReplaced(c, n, old.Tag, why)
+	})
+	acked := w.stop()
+	if err := readBack(ctx, db, acked); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d acknowledged writes read back", len(acked))
+}

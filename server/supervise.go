@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/distash/distash/config"
+	"github.com/distash/distash/internal/engine"
 	"github.com/distash/distash/internal/fsys"
 	"github.com/distash/distash/internal/kv"
 	"github.com/distash/distash/internal/shardmap"
@@ -165,11 +167,27 @@ func (s *Server) supervise(ctx context.Context, sl *stashSlot) {
 			sl.setHealth(HealthRestarting, err)
 			log.Error("stash failed: its reads fail fast while it restarts", "tag", sl.tag, "pool", st.Pool(), "err", err)
 		}
+		pool, _ := s.cfg.PoolByName(st.Pool())
+		var madeDurable kv.Version
+		if keepsFiles(pool) {
+			madeDurable = st.Stats().Durable
+		}
 		if cerr := st.Close(); cerr != nil {
 			log.Warn("close failed stash", "tag", sl.tag, "err", cerr)
 		}
 		next := s.reopen(ctx, sl, &failures, diskFull)
 		if next == nil {
+			return
+		}
+		if keepsFiles(pool) && madeDurable > 0 && emptyEngine(next.Engine()) {
+			// Its files went away while it ran and its engine failed on
+			// them before the stash's own check did. Replaying its tag
+			// from the log (which may still hold it all in a young
+			// cluster) would not bring back the ranges it fetched from
+			// other replicas: it is rebuilt from them instead.
+			dir := next.Dir()
+			next.Close()
+			s.stashDamaged(ctx, sl, fsys.Damaged(dir, "the stash had made version %d durable, and its engine came back empty: its files went away while it ran", madeDurable))
 			return
 		}
 		sl.mu.Lock()
@@ -292,4 +310,15 @@ func (s *Server) poolReplication(pool string) int {
 		}
 	}
 	return r
+}
+
+// keepsFiles reports whether pool's stashes keep their data in files
+// across restarts: durable, and not on DRAM.
+func keepsFiles(pool *config.Pool) bool {
+	return pool != nil && !pool.Volatile() && !pool.Ephemeral()
+}
+
+// emptyEngine reports whether eng holds nothing, at version 0.
+func emptyEngine(eng engine.Engine) bool {
+	return eng != nil && eng.Version() == 0 && eng.Stats().Keys == 0
 }

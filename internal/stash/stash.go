@@ -305,6 +305,9 @@ func (s *Stash) openOwnership(engineKeys int64) {
 // Tag is the stash's tag.
 func (s *Stash) Tag() kv.Tag { return s.opts.Tag }
 
+// Dir is the stash's directory (Options.Dir; "" for none).
+func (s *Stash) Dir() string { return s.opts.Dir }
+
 // SetOwned sets the key ranges a stash serves from its first version when
 // it has no ownership of its own yet: a new stash of the cluster's first
 // shard map, or a stash made before ownership was kept. Once the stash
