@@ -577,6 +577,32 @@ type vanishingEngine struct {
 	at    *atomic.Int64 // the slot index armed
 }
 
+// vanishing makes a data stash's engine lose its files on demand
+// (vanishingEngine): wrap is the Tuning.WrapEngine, arm names the slot
+// and its directory; armed is nil again once the files went.
+type vanishing struct {
+	armed atomic.Pointer[string]
+	at    atomic.Int64
+}
+
+func newVanishing() *vanishing {
+	v := &vanishing{}
+	v.at.Store(-1)
+	return v
+}
+
+func (v *vanishing) wrap(pool string, index int, e engine.Engine) engine.Engine {
+	if pool != "data" {
+		return e
+	}
+	return vanishingEngine{Engine: e, armed: &v.armed, index: index, at: &v.at}
+}
+
+func (v *vanishing) arm(index int, dir string) {
+	v.at.Store(int64(index))
+	v.armed.Store(&dir)
+}
+
 func (e vanishingEngine) Apply(b *engine.Batch) error {
 	if int64(e.index) == e.at.Load() {
 		if dir := e.armed.Swap(nil); dir != nil {
@@ -601,16 +627,8 @@ func TestStashWhoseFilesVanishIsRebuiltWhenItsEngineFailsFirst(t *testing.T) {
 		t.Skip("starts an in-process cluster")
 	}
 	t.Parallel() // waits on the cluster's timers most of the time: overlaps another such test
-	var armed atomic.Pointer[string]
-	var at atomic.Int64
-	at.Store(-1)
-	wrap := func(pool string, index int, e engine.Engine) engine.Engine {
-		if pool != "data" {
-			return e
-		}
-		return vanishingEngine{Engine: e, armed: &armed, index: index, at: &at}
-	}
-	c, ctx, db, w := damageCluster(t, server.Tuning{WrapEngine: wrap})
+	vanish := newVanishing()
+	c, ctx, db, w := damageCluster(t, server.Tuning{WrapEngine: vanish.wrap})
 	// The log drops those writes' entries once every stash made them
 	// durable: data1's tag then has history the log no longer holds.
 	after := c.Node("tx1").Server().LogStats().LastVersion
@@ -620,11 +638,10 @@ func TestStashWhoseFilesVanishIsRebuiltWhenItsEngineFailsFirst(t *testing.T) {
 	n := c.Node("data1")
 	old, _ := c.StashOf(n, 0)
 	dir := filepath.Join(n.Dir, "stash")
-	at.Store(int64(old.Index))
-	armed.Store(&dir)
+	vanish.arm(old.Index, dir)
 	clustertest.WaitUntil(t, 30*time.Second, "data1 reports its old stash damaged and serves a new one", func() (bool, string) {
 		ok, what := damagedAndReplaced(c, n, old.Tag, "cannot catch up")
-		return armed.Load() == nil && ok, fmt.Sprintf("armed %v; %s", armed.Load() != nil, what)
+		return vanish.armed.Load() == nil && ok, fmt.Sprintf("armed %v; %s", vanish.armed.Load() != nil, what)
 	})
 	acked := w.stop()
 	if err := readBack(ctx, db, acked); err != nil {
@@ -646,16 +663,8 @@ func TestStashWhoseFilesVanishInAYoungClusterIsRebuilt(t *testing.T) {
 		t.Skip("starts an in-process cluster")
 	}
 	t.Parallel()
-	var armed atomic.Pointer[string]
-	var at atomic.Int64
-	at.Store(-1)
-	wrap := func(pool string, index int, e engine.Engine) engine.Engine {
-		if pool != "data" {
-			return e
-		}
-		return vanishingEngine{Engine: e, armed: &armed, index: index, at: &at}
-	}
-	c := newTunedCluster(t, server.Tuning{WrapEngine: wrap, DistributionInterval: 50 * time.Millisecond}, damageTOML,
+	vanish := newVanishing()
+	c := newTunedCluster(t, server.Tuning{WrapEngine: vanish.wrap, DistributionInterval: 50 * time.Millisecond}, damageTOML,
 		"tx1 transaction", "data1 stash data", "data2 stash data", "data3 stash data")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -673,14 +682,13 @@ func TestStashWhoseFilesVanishInAYoungClusterIsRebuilt(t *testing.T) {
 	})
 	old, _ := c.StashOf(n, 0)
 	dir := filepath.Join(n.Dir, "stash")
-	at.Store(int64(old.Index))
-	armed.Store(&dir)
+	vanish.arm(old.Index, dir)
 	const why = "its engine came back empty"
 	clustertest.WaitUntil(t, 30*time.Second, "data1 reports its old stash damaged", func() (bool, string) {
 		st, _ := c.StashOf(n, old.Tag)
 		trimmed := c.Node("tx1").Server().LogStats().Trimmed
-		return armed.Load() == nil && st.Health == server.HealthDamaged && strings.Contains(st.LastError, why) && trimmed == 0,
-			fmt.Sprintf("armed %v; the log trimmed up to %d; stash %d: %s (%s)", armed.Load() != nil, trimmed, st.Tag, st.Health, st.LastError)
+		return vanish.armed.Load() == nil && st.Health == server.HealthDamaged && strings.Contains(st.LastError, why) && trimmed == 0,
+			fmt.Sprintf("armed %v; the log trimmed up to %d; stash %d: %s (%s)", vanish.armed.Load() != nil, trimmed, st.Tag, st.Health, st.LastError)
 	})
 	// Shards whose other replica is on data2 have no other live copy:
 	// the damaged stash is kept (for an operator) until data2 serves them.
