@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"net"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -21,6 +20,7 @@ import (
 	"github.com/distash/distash/internal/kv"
 	"github.com/distash/distash/internal/protover"
 	"github.com/distash/distash/internal/raftnet"
+	"github.com/distash/distash/internal/testutil/silent"
 	"github.com/distash/distash/internal/testutil/wait"
 	"github.com/distash/distash/internal/tlsconf"
 	"github.com/distash/distash/internal/tlsconf/tlstest"
@@ -635,27 +635,8 @@ func TestRequestsCheckedAtTheBoundary(t *testing.T) {
 func TestViewHedgesPastASilentCoordinator(t *testing.T) {
 	c := newCluster(t, nil)
 	c.controller()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lis.Close()
-	go func() {
-		var held []net.Conn
-		defer func() {
-			for _, h := range held {
-				h.Close()
-			}
-		}()
-		for {
-			conn, err := lis.Accept()
-			if err != nil {
-				return
-			}
-			held = append(held, conn)
-		}
-	}()
-	cl := c.client(append([]string{lis.Addr().String()}, c.grpc...)...)
+	silentAddr, _ := silent.Listen(t)
+	cl := c.client(append([]string{silentAddr}, c.grpc...)...)
 	for i := range 2 {
 		began := time.Now()
 		if _, err := cl.View(ctxT(t)); err != nil {
