@@ -179,7 +179,8 @@ func (s *Server) supervise(ctx context.Context, sl *stashSlot) {
 		if next == nil {
 			return
 		}
-		if keepsFiles(pool) && madeDurable > 0 && emptyEngine(next.Engine()) {
+		if madeDurable > 0 && emptyEngine(next.Engine()) {
+			// (madeDurable is set only for a pool that keepsFiles.)
 			// Its files went away while it ran and its engine failed on
 			// them before the stash's own check did. Replaying its tag
 			// from the log (which may still hold it all in a young
