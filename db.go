@@ -527,11 +527,35 @@ func (db *DB) recentVersion() (kv.Version, bool) {
 	return kv.Version(v), true
 }
 
+// firstBackoff bounds the wait before Transact's first retry.
+const firstBackoff = 2 * time.Millisecond
+
 // MaxBackoff bounds the wait between retries of Transact.
 const MaxBackoff = time.Second
 
+// MaxConflictBackoff bounds the wait before a retry after a conflict
+// (ErrNotCommitted). A conflict means another transaction committed: the
+// cluster is making progress, and the retry need only give that commit
+// room, not wait out an outage. Letting conflicts grow the wait to
+// MaxBackoff put a transaction that lost a hot key a few times in a row
+// to sleep for up to a second: in YCSB workload A (zipfian keys, 64
+// threads) the threads then spent a third of their time asleep while the
+// machine was half idle (docs/benchmarks.md, "Conflicts back off less").
+const MaxConflictBackoff = 128 * time.Millisecond
+
+// retryWait returns how long to wait before the retry after err, given
+// the backoff so far, and the backoff for the retry after that: a random
+// wait in [backoff/2, backoff], the backoff doubling up to MaxBackoff, or
+// up to MaxConflictBackoff while the retries are for conflicts.
+func retryWait(backoff time.Duration, err error) (wait, next time.Duration) {
+	if errors.Is(err, ErrNotCommitted) {
+		backoff = min(backoff, MaxConflictBackoff)
+	}
+	return backoff/2 + rand.N(backoff/2+1), min(backoff*2, MaxBackoff)
+}
+
 func (db *DB) run(ctx context.Context, fn func(tr *Tx) error, commit bool) error {
-	backoff := 2 * time.Millisecond
+	backoff := firstBackoff
 	fresh := !commit // a read-only transaction's reads are never checked by a commit
 	for {
 		tr := newTx(ctx, db)
@@ -567,13 +591,13 @@ func (db *DB) run(ctx context.Context, fn func(tr *Tx) error, commit bool) error
 		// A failure that moved the roles started a view refresh: retry on
 		// the new view.
 		db.awaitView(ctx)
-		wait := backoff/2 + rand.N(backoff/2+1)
+		var wait time.Duration
+		wait, backoff = retryWait(backoff, err)
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("distash: %w (last error: %v)", ctx.Err(), err)
 		case <-time.After(wait):
 		}
-		backoff = min(backoff*2, MaxBackoff)
 	}
 }
 
