@@ -84,6 +84,10 @@ type DB struct {
 	// versions and commits) and recentAt when (unix ns): the read version
 	// of transactions with SetRecentReadVersion.
 	recent, recentAt atomic.Int64
+	// racesWon and racesLost count first reads sent while their read
+	// version was on its way (readRacingVersion) whose values were kept,
+	// and those read again.
+	racesWon, racesLost atomic.Int64
 
 	viewMu      sync.Mutex
 	viewRunning chan struct{} // closed when the refresh in flight ends. Protected by viewMu.

@@ -19,3 +19,7 @@ func (db *DB) StashRetired(tag uint32) bool {
 	r := db.stashes.Load()
 	return r != nil && r.byTag[tag].retired
 }
+
+// FirstReadRaces returns how many first reads sent while their read version
+// was on its way were kept (won) and read again (lost).
+func (db *DB) FirstReadRaces() (won, lost int64) { return db.racesWon.Load(), db.racesLost.Load() }

@@ -47,14 +47,27 @@ type grv struct {
 }
 
 func (b *grvBatcher) get(ctx context.Context) (kv.Version, error) {
-	ch := b.chans.get()
+	ch, _ := b.start()
+	return b.wait(ctx, ch)
+}
+
+// start asks for a read version without waiting for it: wait(ctx, ch)
+// returns it. first is true when no request was in flight, so this one
+// goes on the wire at once, alone: the client is not busy.
+func (b *grvBatcher) start() (ch chan grv, first bool) {
+	ch = b.chans.get()
 	b.mu.Lock()
 	b.waiting = append(b.waiting, ch)
 	if !b.inflight {
-		b.inflight = true
+		b.inflight, first = true, true
 		go b.send()
 	}
 	b.mu.Unlock()
+	return ch, first
+}
+
+// wait returns the answer to start's request.
+func (b *grvBatcher) wait(ctx context.Context, ch chan grv) (kv.Version, error) {
 	select {
 	case r := <-ch:
 		// send answers each waiting channel once: it is done with ch.

@@ -17,18 +17,54 @@ import (
 // writes and swaps (a read and a write in one transaction, reading at a
 // recent version: SetRecentReadVersion) on keys of both pools (the cache
 // pool reads through replicas chosen by load) and checks the history with
-// porcupine.
+// porcupine: once with every goroutine on one client, whose read versions
+// are shared, and once with a client each, whose first reads mostly race
+// their read versions (readRacingVersion).
 func TestSingleKeyHistoriesAreLinearizable(t *testing.T) {
 	// Swaps read at a version up to a second old: certainly not a fresh one.
 	defer distash.SetRecentReadVersionAge(time.Second)()
 	c := startCluster(t, twoPools)
 	ctx := ctxT(t, 60*time.Second)
-	keys := []string{"d/a", "d/b", "c/a", "c/b"}
+	t.Run("one client", func(t *testing.T) {
+		dbs := make([]*distash.DB, 8)
+		for i := range dbs {
+			dbs[i] = c.DB
+		}
+		checkLinearizable(t, dbs, "1")
+	})
+	t.Run("a client each", func(t *testing.T) {
+		dbs := make([]*distash.DB, 8)
+		for i := range dbs {
+			db, err := distash.Open(ctx, c.Server.Addr())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			dbs[i] = db
+		}
+		checkLinearizable(t, dbs, "2")
+		var won, lost int64
+		for _, db := range dbs {
+			w, l := db.FirstReadRaces()
+			won, lost = won+w, lost+l
+		}
+		t.Logf("first reads racing their read versions: %d kept, %d read again", won, lost)
+		if won == 0 {
+			t.Fatal("no first read raced its read version and was kept")
+		}
+	})
+}
+
+// checkLinearizable runs the operations, goroutine cl on dbs[cl], on keys
+// named with tag, and checks their history.
+func checkLinearizable(t *testing.T, dbs []*distash.DB, tag string) {
+	ctx := ctxT(t, 60*time.Second)
+	keys := []string{"d/a" + tag, "d/b" + tag, "c/a" + tag, "c/b" + tag}
 	var mu sync.Mutex
 	var history []porcupine.Operation
 	var wg sync.WaitGroup
 	deadline := time.Now().Add(1500 * time.Millisecond)
-	for cl := 0; cl < 8; cl++ {
+	for cl := range dbs {
 		wg.Add(1)
 		go func(cl int) {
 			defer wg.Done()
@@ -42,10 +78,10 @@ func TestSingleKeyHistoriesAreLinearizable(t *testing.T) {
 				switch rng.IntN(3) {
 				case 0:
 					in.Write, in.Value = true, fmt.Sprintf("%d-%d", cl, i)
-					err = c.DB.Transact(ctx, func(tr *distash.Tx) error { tr.Set([]byte(k), []byte(in.Value)); return nil })
+					err = dbs[cl].Transact(ctx, func(tr *distash.Tx) error { tr.Set([]byte(k), []byte(in.Value)); return nil })
 				case 1:
 					in.Swap, in.Value = true, fmt.Sprintf("%d-%d", cl, i)
-					err = c.DB.Transact(ctx, func(tr *distash.Tx) error {
+					err = dbs[cl].Transact(ctx, func(tr *distash.Tx) error {
 						tr.Options().SetRecentReadVersion()
 						v, err := tr.Get([]byte(k))
 						out = string(v)
@@ -53,7 +89,7 @@ func TestSingleKeyHistoriesAreLinearizable(t *testing.T) {
 						return err
 					})
 				default:
-					err = c.DB.ReadTransact(ctx, func(tr *distash.Tx) error {
+					err = dbs[cl].ReadTransact(ctx, func(tr *distash.Tx) error {
 						v, err := tr.Get([]byte(k))
 						out = string(v)
 						return err

@@ -117,13 +117,23 @@ func (v *service) Read(ctx context.Context, req *wire.ReadRequest) (*wire.ReadRe
 		return &wire.ReadResponse{Error: wire.ErrorOf(err)}, nil
 	}
 	began := time.Now()
-	vals, present, err := sl.get().Get(ctx, kv.Version(req.Version), req.Keys)
+	var (
+		vals    [][]byte
+		present []bool
+		at      kv.Version
+		err     error
+	)
+	if req.AtLatest {
+		vals, present, at, err = sl.get().GetLatest(ctx, req.Keys)
+	} else {
+		vals, present, err = sl.get().Get(ctx, kv.Version(req.Version), req.Keys)
+	}
 	sl.reads.observe(time.Since(began))
 	if err != nil {
 		return &wire.ReadResponse{Error: wire.ErrorOf(err)}, nil
 	}
 	// The values in one allocation, not one each (a GetMulti's reply).
-	resp := &wire.ReadResponse{Values: make([]*wire.Value, len(vals))}
+	resp := &wire.ReadResponse{Values: make([]*wire.Value, len(vals)), Version: int64(at)}
 	vs := make([]wire.Value, len(vals))
 	for i := range vals {
 		vs[i].Present, vs[i].Value = present[i], vals[i]

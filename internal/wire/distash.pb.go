@@ -528,8 +528,14 @@ type ReadRequest struct {
 	Version        int64                  `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
 	Keys           [][]byte               `protobuf:"bytes,3,rep,name=keys,proto3" json:"keys,omitempty"`
 	ReadSystemKeys bool                   `protobuf:"varint,4,opt,name=read_system_keys,json=readSystemKeys,proto3" json:"read_system_keys,omitempty"` // allow keys of the \xff system space (Tx.Options().SetReadSystemKeys)
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// at_latest: read at the newest version the stash has applied (version
+	// is ignored) and answer it in ReadResponse.version. A client sends it
+	// while it waits for its read version, and keeps the values only if that
+	// version is at least the read version (a node that ignores the field
+	// answers no version: the client reads again).
+	AtLatest      bool `protobuf:"varint,5,opt,name=at_latest,json=atLatest,proto3" json:"at_latest,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReadRequest) Reset() {
@@ -590,10 +596,18 @@ func (x *ReadRequest) GetReadSystemKeys() bool {
 	return false
 }
 
+func (x *ReadRequest) GetAtLatest() bool {
+	if x != nil {
+		return x.AtLatest
+	}
+	return false
+}
+
 type ReadResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Values        []*Value               `protobuf:"bytes,1,rep,name=values,proto3" json:"values,omitempty"`
 	Error         *Error                 `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	Version       int64                  `protobuf:"varint,3,opt,name=version,proto3" json:"version,omitempty"` // the version read at, for an at_latest request
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -640,6 +654,13 @@ func (x *ReadResponse) GetError() *Error {
 		return x.Error
 	}
 	return nil
+}
+
+func (x *ReadResponse) GetVersion() int64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
 }
 
 type ReadRangeRequest struct {
@@ -6827,15 +6848,17 @@ const file_distash_proto_rawDesc = "" +
 	"\x18unthrottled_read_version\x18\x05 \x01(\bR\x16unthrottledReadVersion\"S\n" +
 	"\x0eCommitResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x03R\aversion\x12'\n" +
-	"\x05error\x18\x02 \x01(\v2\x11.distash.v1.ErrorR\x05error\"{\n" +
+	"\x05error\x18\x02 \x01(\v2\x11.distash.v1.ErrorR\x05error\"\x98\x01\n" +
 	"\vReadRequest\x12\x14\n" +
 	"\x05stash\x18\x01 \x01(\rR\x05stash\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x03R\aversion\x12\x12\n" +
 	"\x04keys\x18\x03 \x03(\fR\x04keys\x12(\n" +
-	"\x10read_system_keys\x18\x04 \x01(\bR\x0ereadSystemKeys\"b\n" +
+	"\x10read_system_keys\x18\x04 \x01(\bR\x0ereadSystemKeys\x12\x1b\n" +
+	"\tat_latest\x18\x05 \x01(\bR\batLatest\"|\n" +
 	"\fReadResponse\x12)\n" +
 	"\x06values\x18\x01 \x03(\v2\x11.distash.v1.ValueR\x06values\x12'\n" +
-	"\x05error\x18\x02 \x01(\v2\x11.distash.v1.ErrorR\x05error\"\xe3\x01\n" +
+	"\x05error\x18\x02 \x01(\v2\x11.distash.v1.ErrorR\x05error\x12\x18\n" +
+	"\aversion\x18\x03 \x01(\x03R\aversion\"\xe3\x01\n" +
 	"\x10ReadRangeRequest\x12\x14\n" +
 	"\x05stash\x18\x01 \x01(\rR\x05stash\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x03R\aversion\x12\x14\n" +

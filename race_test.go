@@ -1,0 +1,157 @@
+package distash_test
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/distash/distash"
+	"github.com/distash/distash/internal/wire"
+)
+
+// TestFirstReadRacesItsReadVersion: an idle client's first read goes out
+// with its read version request, and the transaction reads at the
+// version the stash answers, which is never older than the last commit
+// acknowledged before the transaction began. (Right after a commit the
+// stash may not have applied it yet: then the race is lost and the read
+// goes again; without the check, such a read returned the value before
+// the commit. Each key is read until a race is won.)
+func TestFirstReadRacesItsReadVersion(t *testing.T) {
+	c := startCluster(t, twoPools)
+	ctx := ctxT(t, 30*time.Second)
+	for i, key := range []string{"d/k", "c/k", "d/k", "c/k"} {
+		want := []byte{byte('a' + i)}
+		w, err := c.DB.CreateTransaction(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Set([]byte(key), want)
+		if err := w.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		committed := w.CommittedVersion()
+		for attempt := 0; ; attempt++ {
+			if attempt == 20 {
+				t.Fatalf("%s: none of 20 first reads of an idle client won its race with the read version", key)
+			}
+			tr, err := c.DB.CreateTransaction(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wonBefore, _ := c.DB.FirstReadRaces()
+			got, err := tr.Get([]byte(key))
+			if err != nil {
+				t.Fatal(err)
+			}
+			rv, err := tr.ReadVersion()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(got) != string(want) || rv < committed {
+				t.Fatalf("%s: read %q at version %d after %q was committed at %d", key, got, rv, want, committed)
+			}
+			if won, _ := c.DB.FirstReadRaces(); won > wonBefore {
+				break
+			}
+		}
+	}
+}
+
+// TestFirstReadOfALaggingStashIsReadAgain: a stash that answers an
+// at_latest read from a version older than the read version (here, an
+// interceptor makes every stash answer from the first commit's version,
+// as a stash far behind the log would) has its values thrown away, and
+// the transaction reads again at its read version: it sees the latest
+// commit, never the stale one.
+func TestFirstReadOfALaggingStashIsReadAgain(t *testing.T) {
+	var mu sync.Mutex
+	var lagAt int64 // the version lagging answers are read at (0: none yet)
+	var laggedReads int
+	c := startClusterWith(t, twoPools, nil, func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+		return h(srv, &laggingStream{ServerStream: ss, mu: &mu, lagAt: &lagAt, count: &laggedReads, lagged: map[uint64]bool{}})
+	})
+	ctx := ctxT(t, 30*time.Second)
+	set := func(v string) int64 {
+		tr, err := c.DB.CreateTransaction(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr.Set([]byte("d/k"), []byte(v))
+		tr.Set([]byte("c/k"), []byte(v))
+		if err := tr.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		return tr.CommittedVersion()
+	}
+	first := set("old")
+	mu.Lock()
+	lagAt = first
+	mu.Unlock()
+	last := set("new")
+	for _, key := range []string{"d/k", "c/k"} {
+		_, lostBefore := c.DB.FirstReadRaces()
+		var got []byte
+		var rv int64
+		if err := c.DB.ReadTransact(ctx, func(tr *distash.Tx) (err error) {
+			if got, err = tr.Get([]byte(key)); err != nil {
+				return err
+			}
+			rv, err = tr.ReadVersion()
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if string(got) != "new" || rv < last {
+			t.Fatalf("%s: read %q at version %d; %q was committed at %d (the lagging stash answers from %d)", key, got, rv, "new", last, first)
+		}
+		if _, lost := c.DB.FirstReadRaces(); lost == lostBefore {
+			t.Fatalf("%s: no first read was answered by the lagging stash and read again", key)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if laggedReads == 0 {
+		t.Fatal("no at_latest read reached the interceptor")
+	}
+}
+
+// laggingStream turns each at_latest read into a read at *lagAt and
+// answers that version, once *lagAt is set, counting them in *count.
+type laggingStream struct {
+	grpc.ServerStream
+	mu     *sync.Mutex
+	lagAt  *int64
+	count  *int
+	lagged map[uint64]bool // this stream's request ids answered from *lagAt
+}
+
+func (s *laggingStream) RecvMsg(m any) error {
+	if err := s.ServerStream.RecvMsg(m); err != nil {
+		return err
+	}
+	req, ok := m.(*wire.ReadStreamRequest)
+	if !ok || req.GetRequest() == nil || !req.Request.AtLatest {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if *s.lagAt != 0 {
+		req.Request.AtLatest, req.Request.Version = false, *s.lagAt
+		s.lagged[req.Id] = true
+		*s.count++
+	}
+	return nil
+}
+
+func (s *laggingStream) SendMsg(m any) error {
+	if resp, ok := m.(*wire.ReadStreamResponse); ok && resp.Response != nil {
+		s.mu.Lock()
+		if s.lagged[resp.Id] {
+			resp.Response.Version = *s.lagAt
+		}
+		s.mu.Unlock()
+	}
+	return s.ServerStream.SendMsg(m)
+}
