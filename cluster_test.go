@@ -170,6 +170,9 @@ func (n *fakeNode) Read(ctx context.Context, req *wire.ReadRequest) (*wire.ReadR
 		return &wire.ReadResponse{Error: wrongNodeErr(n)}, nil
 	}
 	resp := &wire.ReadResponse{}
+	if req.AtLatest {
+		resp.Version = n.fc.version.Load() // its stash has applied every version
+	}
 	for range req.Keys {
 		resp.Values = append(resp.Values, &wire.Value{Present: true, Value: []byte(n.name)})
 	}
