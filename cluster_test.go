@@ -187,7 +187,11 @@ func (n *fakeNode) ReadRange(ctx context.Context, req *wire.ReadRangeRequest) (*
 	if n.wrongNode.Load() {
 		return &wire.ReadRangeResponse{Error: wrongNodeErr(n)}, nil
 	}
-	return &wire.ReadRangeResponse{Kvs: []*wire.KeyValue{{Key: req.Begin, Value: []byte(n.name)}}}, nil
+	resp := &wire.ReadRangeResponse{Kvs: []*wire.KeyValue{{Key: req.Begin, Value: []byte(n.name)}}}
+	if req.AtLatest {
+		resp.Version = n.fc.version.Load()
+	}
+	return resp, nil
 }
 
 func (n *fakeNode) Locations(ctx context.Context, req *wire.LocationsRequest) (*wire.LocationsResponse, error) {

@@ -11,7 +11,20 @@ import (
 	"github.com/distash/distash/internal/wire"
 )
 
-// TestFirstReadRacesItsReadVersion: an idle client's first read goes out
+// readOne reads key with a Get, or with a GetRange of [key, key\x00).
+func readOne(tr *distash.Tx, key string, byRange bool) ([]byte, error) {
+	if !byRange {
+		return tr.Get([]byte(key))
+	}
+	kvs, err := tr.GetRange([]byte(key), []byte(key+"\x00"), distash.RangeOptions{})
+	if err != nil || len(kvs) == 0 {
+		return nil, err
+	}
+	return kvs[0].Value, nil
+}
+
+// TestFirstReadRacesItsReadVersion: an idle client's first read (a Get or
+// a GetRange) goes out
 // with its read version request, and the transaction reads at the
 // version the stash answers, which is never older than the last commit
 // acknowledged before the transaction began. (Right after a commit the
@@ -33,15 +46,15 @@ func TestFirstReadRacesItsReadVersion(t *testing.T) {
 		}
 		committed := w.CommittedVersion()
 		for attempt := 0; ; attempt++ {
-			if attempt == 20 {
-				t.Fatalf("%s: none of 20 first reads of an idle client won its race with the read version", key)
+			if attempt == 40 {
+				t.Fatalf("%s: none of 40 first reads of an idle client won its race with the read version", key)
 			}
 			tr, err := c.DB.CreateTransaction(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
 			wonBefore, _ := c.DB.FirstReadRaces()
-			got, err := tr.Get([]byte(key))
+			got, err := readOne(tr, key, attempt%2 == 1)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -60,7 +73,7 @@ func TestFirstReadRacesItsReadVersion(t *testing.T) {
 }
 
 // TestFirstReadOfALaggingStashIsReadAgain: a stash that answers an
-// at_latest read from a version older than the read version (here, an
+// at_latest read (a Get's or a GetRange's) from a version older than the read version (here, an
 // interceptor makes every stash answer from the first commit's version,
 // as a stash far behind the log would) has its values thrown away, and
 // the transaction reads again at its read version: it sees the latest
@@ -90,12 +103,12 @@ func TestFirstReadOfALaggingStashIsReadAgain(t *testing.T) {
 	lagAt = first
 	mu.Unlock()
 	last := set("new")
-	for _, key := range []string{"d/k", "c/k"} {
+	for i, key := range []string{"d/k", "c/k", "d/k", "c/k"} {
 		_, lostBefore := c.DB.FirstReadRaces()
 		var got []byte
 		var rv int64
 		if err := c.DB.ReadTransact(ctx, func(tr *distash.Tx) (err error) {
-			if got, err = tr.Get([]byte(key)); err != nil {
+			if got, err = readOne(tr, key, i >= 2); err != nil {
 				return err
 			}
 			rv, err = tr.ReadVersion()
@@ -117,8 +130,9 @@ func TestFirstReadOfALaggingStashIsReadAgain(t *testing.T) {
 	}
 }
 
-// laggingStream turns each at_latest read into a read at *lagAt and
-// answers that version, once *lagAt is set, counting them in *count.
+// laggingStream turns each at_latest read (point or range) into a read at
+// *lagAt and answers that version, once *lagAt is set, counting them in
+// *count.
 type laggingStream struct {
 	grpc.ServerStream
 	mu     *sync.Mutex
@@ -132,24 +146,37 @@ func (s *laggingStream) RecvMsg(m any) error {
 		return err
 	}
 	req, ok := m.(*wire.ReadStreamRequest)
-	if !ok || req.GetRequest() == nil || !req.Request.AtLatest {
+	if !ok {
 		return nil
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if *s.lagAt != 0 {
-		req.Request.AtLatest, req.Request.Version = false, *s.lagAt
-		s.lagged[req.Id] = true
-		*s.count++
+	if *s.lagAt == 0 {
+		return nil
 	}
+	switch r, rr := req.GetRequest(), req.GetRangeRequest(); {
+	case r != nil && r.AtLatest:
+		r.AtLatest, r.Version = false, *s.lagAt
+	case rr != nil && rr.AtLatest:
+		rr.AtLatest, rr.Version = false, *s.lagAt
+	default:
+		return nil
+	}
+	s.lagged[req.Id] = true
+	*s.count++
 	return nil
 }
 
 func (s *laggingStream) SendMsg(m any) error {
-	if resp, ok := m.(*wire.ReadStreamResponse); ok && resp.Response != nil {
+	if resp, ok := m.(*wire.ReadStreamResponse); ok {
 		s.mu.Lock()
 		if s.lagged[resp.Id] {
-			resp.Response.Version = *s.lagAt
+			if resp.Response != nil {
+				resp.Response.Version = *s.lagAt
+			}
+			if resp.RangeResponse != nil {
+				resp.RangeResponse.Version = *s.lagAt
+			}
 		}
 		s.mu.Unlock()
 	}

@@ -45,11 +45,6 @@ func (tr *Tx) getRange(begin, end []byte, opts RangeOptions, snapshot bool) ([]K
 	if len(shards) == 0 {
 		return nil, errorf(kv.CodeKeyOutsidePools, "range [%.60q, %.60q) is in no pool", begin, end)
 	}
-	rv, err := tr.getReadVersion()
-	if err != nil {
-		return nil, err
-	}
-
 	tr.mu.Lock()
 	var local []*localWrite
 	tr.writes.ascendRange(begin, end, func(w *localWrite) bool {
@@ -80,7 +75,10 @@ func (tr *Tx) getRange(begin, end []byte, opts RangeOptions, snapshot bool) ([]K
 	if opts.Limit > 0 {
 		page = opts.Limit + len(local) + 16
 	}
-	it := &rangeIter{tr: tr, rv: rv, shards: shards, reverse: opts.Reverse, page: page}
+	it := &rangeIter{tr: tr, shards: shards, reverse: opts.Reverse, page: page}
+	if err := it.readVersion(); err != nil {
+		return nil, err
+	}
 	first := func(a, b []byte) int { // <0 when a comes first in scan order
 		c := bytes.Compare(a, b)
 		if opts.Reverse {
@@ -160,6 +158,33 @@ type rangeIter struct {
 	more  bool // the current shard has more after buf
 	cur   int  // index of the current shard
 	began bool
+
+	// atLatest asks the next fetch at the stash's newest version, which
+	// it sets in at (the first page racing the read version).
+	atLatest bool
+	at       kv.Version
+}
+
+// readVersion sets rv: the first page, of a range one shard holds, races
+// the transaction's read version (Tx.raceReadVersion) and is kept if the
+// stash's version wins; otherwise the read version.
+func (it *rangeIter) readVersion() error {
+	raced, err := it.tr.raceReadVersion(len(it.shards) == 1, func() (kv.Version, error) {
+		it.atLatest = true
+		err := it.fetch()
+		it.atLatest = false
+		return it.at, err
+	})
+	if err != nil {
+		return err
+	}
+	if raced {
+		it.rv = it.at
+		return nil
+	}
+	it.buf, it.pos, it.more, it.cur, it.began = nil, 0, false, 0, false
+	it.rv, err = it.tr.getReadVersion()
+	return err
 }
 
 func (it *rangeIter) peek() ([]byte, []byte, bool, error) {
@@ -208,7 +233,7 @@ func (it *rangeIter) fetch() error {
 		if err == nil {
 			req := &wire.ReadRangeRequest{
 				Stash: id, Version: int64(it.rv), Begin: begin, End: end, Limit: int32(it.page), Reverse: it.reverse,
-				ReadSystemKeys: bytes.Compare(end, kv.SystemPrefix) > 0,
+				ReadSystemKeys: bytes.Compare(end, kv.SystemPrefix) > 0, AtLatest: it.atLatest,
 			}
 			err = db.readStash(ctx, id, func(ctx context.Context, timeout time.Duration) (err error) {
 				resp, err = n.readRange(ctx, timeout, req)
@@ -229,6 +254,7 @@ func (it *rangeIter) fetch() error {
 		break
 	}
 	it.began = true
+	it.at = kv.Version(resp.Version)
 	it.buf, it.pos, it.more = resp.Kvs, 0, resp.More
 	if len(resp.Kvs) == 0 {
 		it.more = false

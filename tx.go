@@ -336,76 +336,85 @@ func (tr *Tx) getMulti(keys [][]byte, snapshot bool) ([][]byte, error) {
 	return out, nil
 }
 
-// readRacingVersion is the first read of a transaction that needs a fresh
-// read version, sent while that version is on its way instead of after
-// it: the stash serves keys at the newest version it has applied, v, and
-// the transaction takes v as its read version if v is at least the read
-// version the proxy answers. Every applied version is committed, and one
-// at least as new as the read version sees every commit acknowledged
-// before the transaction began, so the transaction stays strictly
-// serializable; otherwise (the stash is behind) it reads again at the
-// read version. One round trip instead of two in a row, which at low load
-// is most of a read's latency, and in a cluster of processes two wakeups
-// of idle processes at once rather than one after the other.
+// readRacingVersion is getMulti's read of keys when it may race the
+// transaction's read version (raceReadVersion): one stash serves them all.
+// raced false: the caller is to read as usual, at the read version.
+func (tr *Tx) readRacingVersion(keys [][]byte, system bool) (vals [][]byte, present []bool, raced bool, err error) {
+	groups, gerr := tr.db.groupByStash(keys)
+	// A failed grouping is the usual read's to report.
+	raced, err = tr.raceReadVersion(gerr == nil && len(groups) == 1, func() (kv.Version, error) {
+		vals, present = make([][]byte, len(keys)), make([]bool, len(keys))
+		req := &wire.ReadRequest{Stash: groups[0].stash, Keys: keys, ReadSystemKeys: system, AtLatest: true}
+		return tr.db.readFromAt(tr.ctx, req, groups[0], vals, present)
+	})
+	if !raced {
+		return nil, nil, false, err
+	}
+	return vals, present, true, nil
+}
+
+// raceReadVersion makes the first read of a transaction that needs a
+// fresh read version while that version is on its way, instead of after
+// it. read asks one stash at the newest version it has applied and
+// returns that version, v; the transaction takes v as its read version if
+// v is at least the read version the proxy answers. Every applied version
+// is committed, and one at least as new as the read version sees every
+// commit acknowledged before the transaction began, so the transaction
+// stays strictly serializable; otherwise (the stash is behind) the read's
+// results are dropped, the read version is set and raced is false: the
+// caller reads as usual. One round trip instead of two in a row, which at
+// low load is most of a read's latency, and in a cluster of processes two
+// wakeups of idle processes at once rather than one after the other.
 //
 // It races only when the read version would go on the wire alone (no
 // other request in flight: the client is not busy, so the second read it
 // may cost is cheap, and a busy client's read versions are shared by many
-// transactions anyway) and when one stash serves every key. raced is
-// false when the caller is to read as usual, at the read version, which
-// is then set.
-func (tr *Tx) readRacingVersion(keys [][]byte, system bool) (vals [][]byte, present []bool, raced bool, err error) {
+// transactions anyway) and oneStash says a single stash serves the read.
+// raced is false and nothing is read when the transaction has a read
+// version or may take a recent one.
+func (tr *Tx) raceReadVersion(oneStash bool, read func() (kv.Version, error)) (raced bool, err error) {
 	tr.mu.Lock()
 	unset, recentOK := tr.readVersion == 0, tr.recentOK && !tr.freshOnly
 	tr.mu.Unlock()
-	if !unset {
-		return nil, nil, false, nil
+	if !unset || !oneStash {
+		return false, nil
 	}
 	if _, recent := tr.db.recentVersion(); recentOK && recent {
-		return nil, nil, false, nil // no read version to wait for
-	}
-	groups, err := tr.db.groupByStash(keys)
-	if err != nil || len(groups) != 1 {
-		return nil, nil, false, nil // the usual read reports the error
+		return false, nil // no read version to wait for
 	}
 	p := tr.db.proxy.Load()
 	ch, alone := p.grv.start()
+	var at kv.Version
+	var rerr error
 	if alone {
-		vals, present = make([][]byte, len(keys)), make([]bool, len(keys))
-		req := &wire.ReadRequest{Stash: groups[0].stash, Keys: keys, ReadSystemKeys: system, AtLatest: true}
-		var at kv.Version
-		at, err = tr.db.readFromAt(tr.ctx, req, groups[0], vals, present)
-		rv, gerr := p.grv.wait(tr.ctx, ch)
-		if gerr != nil {
-			tr.db.proxyFailed(p, gerr)
-			return nil, nil, false, gerr
-		}
-		tr.db.learnVersion(rv)
-		if err == nil && at >= rv {
-			tr.mu.Lock()
-			if tr.readVersion == 0 {
-				tr.readVersion = at
-			}
-			raced = tr.readVersion == at
-			tr.mu.Unlock()
-			if raced {
-				tr.db.learnVersion(at)
-				tr.db.racesWon.Add(1)
-				return vals, present, true, nil
-			}
-		}
-		tr.db.racesLost.Add(1)
-		tr.setReadVersion(rv)
-		return nil, nil, false, nil
+		at, rerr = read()
 	}
 	rv, err := p.grv.wait(tr.ctx, ch)
 	if err != nil {
 		tr.db.proxyFailed(p, err)
-		return nil, nil, false, err
+		return false, err
 	}
 	tr.db.learnVersion(rv)
+	if !alone {
+		tr.setReadVersion(rv)
+		return false, nil
+	}
+	if rerr == nil && at >= rv {
+		tr.mu.Lock()
+		if tr.readVersion == 0 {
+			tr.readVersion = at
+		}
+		raced = tr.readVersion == at
+		tr.mu.Unlock()
+		if raced {
+			tr.db.learnVersion(at)
+			tr.db.racesWon.Add(1)
+			return true, nil
+		}
+	}
+	tr.db.racesLost.Add(1)
 	tr.setReadVersion(rv)
-	return nil, nil, false, nil
+	return false, nil
 }
 
 // setReadVersion sets the read version to a fresh one, rv, unless a

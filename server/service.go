@@ -158,12 +158,22 @@ func (v *service) ReadRange(ctx context.Context, req *wire.ReadRangeRequest) (*w
 		return &wire.ReadRangeResponse{Error: wire.ErrorOf(err)}, nil
 	}
 	began := time.Now()
-	kvs, more, err := sl.get().GetRange(ctx, kv.Version(req.Version), req.Begin, req.End, int(req.Limit), byteLimit, req.Reverse)
+	var (
+		kvs  []kv.KeyValue
+		more bool
+		at   kv.Version
+		err  error
+	)
+	if req.AtLatest {
+		kvs, more, at, err = sl.get().GetRangeLatest(ctx, req.Begin, req.End, int(req.Limit), byteLimit, req.Reverse)
+	} else {
+		kvs, more, err = sl.get().GetRange(ctx, kv.Version(req.Version), req.Begin, req.End, int(req.Limit), byteLimit, req.Reverse)
+	}
 	sl.reads.observe(time.Since(began))
 	if err != nil {
 		return &wire.ReadRangeResponse{Error: wire.ErrorOf(err)}, nil
 	}
-	resp := &wire.ReadRangeResponse{Kvs: make([]*wire.KeyValue, len(kvs)), More: more}
+	resp := &wire.ReadRangeResponse{Kvs: make([]*wire.KeyValue, len(kvs)), More: more, Version: int64(at)}
 	for i, p := range kvs {
 		resp.Kvs[i] = &wire.KeyValue{Key: p.Key, Value: p.Value}
 	}

@@ -900,6 +900,14 @@ func (s *Stash) GetLatest(ctx context.Context, keys [][]byte) ([][]byte, []bool,
 	return values, present, v, err
 }
 
+// GetRangeLatest is GetRange at the newest version the stash has applied,
+// which it returns (see GetLatest).
+func (s *Stash) GetRangeLatest(ctx context.Context, begin, end []byte, limit int, byteLimit int64, reverse bool) ([]kv.KeyValue, bool, kv.Version, error) {
+	v := s.AppliedVersion()
+	kvs, more, err := s.GetRange(ctx, v, begin, end, limit, byteLimit, reverse)
+	return kvs, more, v, err
+}
+
 // counted records a point read of k (present or not).
 func (s *Stash) counted(k []byte, ok bool) {
 	if ok && s.rec != nil {

@@ -673,6 +673,7 @@ type ReadRangeRequest struct {
 	Reverse        bool                   `protobuf:"varint,6,opt,name=reverse,proto3" json:"reverse,omitempty"`
 	ByteLimit      int64                  `protobuf:"varint,7,opt,name=byte_limit,json=byteLimit,proto3" json:"byte_limit,omitempty"`                  // 0 = server default
 	ReadSystemKeys bool                   `protobuf:"varint,8,opt,name=read_system_keys,json=readSystemKeys,proto3" json:"read_system_keys,omitempty"` // allow a range reaching into the \xff system space
+	AtLatest       bool                   `protobuf:"varint,9,opt,name=at_latest,json=atLatest,proto3" json:"at_latest,omitempty"`                     // as ReadRequest.at_latest: the version read at is answered
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
@@ -763,11 +764,19 @@ func (x *ReadRangeRequest) GetReadSystemKeys() bool {
 	return false
 }
 
+func (x *ReadRangeRequest) GetAtLatest() bool {
+	if x != nil {
+		return x.AtLatest
+	}
+	return false
+}
+
 type ReadRangeResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Kvs           []*KeyValue            `protobuf:"bytes,1,rep,name=kvs,proto3" json:"kvs,omitempty"`
 	More          bool                   `protobuf:"varint,2,opt,name=more,proto3" json:"more,omitempty"` // stopped at limit or byte_limit before the end of the range
 	Error         *Error                 `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	Version       int64                  `protobuf:"varint,4,opt,name=version,proto3" json:"version,omitempty"` // the version read at, for an at_latest request
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -821,6 +830,13 @@ func (x *ReadRangeResponse) GetError() *Error {
 		return x.Error
 	}
 	return nil
+}
+
+func (x *ReadRangeResponse) GetVersion() int64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
 }
 
 type LocationsRequest struct {
@@ -6858,7 +6874,7 @@ const file_distash_proto_rawDesc = "" +
 	"\fReadResponse\x12)\n" +
 	"\x06values\x18\x01 \x03(\v2\x11.distash.v1.ValueR\x06values\x12'\n" +
 	"\x05error\x18\x02 \x01(\v2\x11.distash.v1.ErrorR\x05error\x12\x18\n" +
-	"\aversion\x18\x03 \x01(\x03R\aversion\"\xe3\x01\n" +
+	"\aversion\x18\x03 \x01(\x03R\aversion\"\x80\x02\n" +
 	"\x10ReadRangeRequest\x12\x14\n" +
 	"\x05stash\x18\x01 \x01(\rR\x05stash\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x03R\aversion\x12\x14\n" +
@@ -6868,11 +6884,13 @@ const file_distash_proto_rawDesc = "" +
 	"\areverse\x18\x06 \x01(\bR\areverse\x12\x1d\n" +
 	"\n" +
 	"byte_limit\x18\a \x01(\x03R\tbyteLimit\x12(\n" +
-	"\x10read_system_keys\x18\b \x01(\bR\x0ereadSystemKeys\"x\n" +
+	"\x10read_system_keys\x18\b \x01(\bR\x0ereadSystemKeys\x12\x1b\n" +
+	"\tat_latest\x18\t \x01(\bR\batLatest\"\x92\x01\n" +
 	"\x11ReadRangeResponse\x12&\n" +
 	"\x03kvs\x18\x01 \x03(\v2\x14.distash.v1.KeyValueR\x03kvs\x12\x12\n" +
 	"\x04more\x18\x02 \x01(\bR\x04more\x12'\n" +
-	"\x05error\x18\x03 \x01(\v2\x11.distash.v1.ErrorR\x05error\":\n" +
+	"\x05error\x18\x03 \x01(\v2\x11.distash.v1.ErrorR\x05error\x12\x18\n" +
+	"\aversion\x18\x04 \x01(\x03R\aversion\":\n" +
 	"\x10LocationsRequest\x12\x14\n" +
 	"\x05begin\x18\x01 \x01(\fR\x05begin\x12\x10\n" +
 	"\x03end\x18\x02 \x01(\fR\x03end\"]\n" +
