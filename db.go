@@ -88,6 +88,10 @@ type DB struct {
 	// version was on its way (readRacingVersion) whose values were kept,
 	// and those read again.
 	racesWon, racesLost atomic.Int64
+	// raceLosses counts the races lost in a row, raceSkips the first reads
+	// that did not race because of them.
+	raceLosses atomic.Int32
+	raceSkips  atomic.Int64
 
 	viewMu      sync.Mutex
 	viewRunning chan struct{} // closed when the refresh in flight ends. Protected by viewMu.

@@ -23,3 +23,10 @@ func (db *DB) StashRetired(tag uint32) bool {
 // FirstReadRaces returns how many first reads sent while their read version
 // was on its way were kept (won) and read again (lost).
 func (db *DB) FirstReadRaces() (won, lost int64) { return db.racesWon.Load(), db.racesLost.Load() }
+
+// RaceLossLimit and RaceProbeEvery: after RaceLossLimit races lost in a
+// row, one first read in RaceProbeEvery races.
+const (
+	RaceLossLimit  = raceLossLimit
+	RaceProbeEvery = raceProbeEvery
+)

@@ -1,6 +1,7 @@
 package distash_test
 
 import (
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -124,9 +125,53 @@ func TestFirstReadOfALaggingStashIsReadAgain(t *testing.T) {
 		}
 	}
 	mu.Lock()
-	defer mu.Unlock()
-	if laggedReads == 0 {
+	lagged := laggedReads
+	mu.Unlock()
+	if lagged == 0 {
 		t.Fatal("no at_latest read reached the interceptor")
+	}
+
+	// A client that keeps losing races mostly stops racing (its stashes
+	// lag its read versions for good: another DC's, say), and races
+	// again once the stash keeps up.
+	read := func() {
+		t.Helper()
+		if err := c.DB.ReadTransact(ctx, func(tr *distash.Tx) error {
+			got, err := tr.Get([]byte("d/k"))
+			if err == nil && string(got) != "new" {
+				err = fmt.Errorf("read %q", got)
+			}
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, lostBefore := c.DB.FirstReadRaces()
+	const reads = 64
+	for range reads {
+		read()
+	}
+	_, lost := c.DB.FirstReadRaces()
+	if lost-lostBefore > distash.RaceLossLimit+reads/distash.RaceProbeEvery+1 {
+		t.Fatalf("%d of %d first reads raced a lagging stash and were read again", lost-lostBefore, reads)
+	}
+	mu.Lock()
+	lagAt = 0 // the stash keeps up again
+	mu.Unlock()
+	for i := 0; ; i++ {
+		if i == 2*distash.RaceProbeEvery {
+			t.Fatalf("no race won in %d reads once the stash kept up", i)
+		}
+		wonBefore, _ := c.DB.FirstReadRaces()
+		read()
+		if won, _ := c.DB.FirstReadRaces(); won > wonBefore {
+			break
+		}
+	}
+	wonBefore, _ := c.DB.FirstReadRaces()
+	read()
+	if won, _ := c.DB.FirstReadRaces(); won == wonBefore {
+		t.Fatal("after a race won, the next first read did not race")
 	}
 }
 

@@ -382,6 +382,9 @@ func (tr *Tx) raceReadVersion(oneStash bool, read func() (kv.Version, error)) (r
 	if _, recent := tr.db.recentVersion(); recentOK && recent {
 		return false, nil // no read version to wait for
 	}
+	if tr.db.raceLosses.Load() >= raceLossLimit && tr.db.raceSkips.Add(1)%raceProbeEvery != 0 {
+		return false, nil
+	}
 	p := tr.db.proxy.Load()
 	ch, alone := p.grv.start()
 	var at kv.Version
@@ -409,13 +412,24 @@ func (tr *Tx) raceReadVersion(oneStash bool, read func() (kv.Version, error)) (r
 		if raced {
 			tr.db.learnVersion(at)
 			tr.db.racesWon.Add(1)
+			tr.db.raceLosses.Store(0)
 			return true, nil
 		}
 	}
 	tr.db.racesLost.Add(1)
+	tr.db.raceLosses.Add(1)
 	tr.setReadVersion(rv)
 	return false, nil
 }
+
+// A client whose stashes answer from behind its read versions (replicas
+// in another data center, say) loses every race and reads twice. After
+// raceLossLimit races lost in a row, only one first read in
+// raceProbeEvery races, until one wins.
+const (
+	raceLossLimit  = 8
+	raceProbeEvery = 16
+)
 
 // setReadVersion sets the read version to a fresh one, rv, unless a
 // concurrent read of the transaction set one first.
