@@ -169,7 +169,7 @@ type rangeIter struct {
 // the transaction's read version (Tx.raceReadVersion) and is kept if the
 // stash's version wins; otherwise the read version.
 func (it *rangeIter) readVersion() error {
-	raced, err := it.tr.raceReadVersion(len(it.shards) == 1, func() (kv.Version, error) {
+	raced, err := it.tr.raceReadVersion(func() bool { return len(it.shards) == 1 }, func() (kv.Version, error) {
 		it.atLatest = true
 		err := it.fetch()
 		it.atLatest = false

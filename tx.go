@@ -340,9 +340,12 @@ func (tr *Tx) getMulti(keys [][]byte, snapshot bool) ([][]byte, error) {
 // transaction's read version (raceReadVersion): one stash serves them all.
 // raced false: the caller is to read as usual, at the read version.
 func (tr *Tx) readRacingVersion(keys [][]byte, system bool) (vals [][]byte, present []bool, raced bool, err error) {
-	groups, gerr := tr.db.groupByStash(keys)
-	// A failed grouping is the usual read's to report.
-	raced, err = tr.raceReadVersion(gerr == nil && len(groups) == 1, func() (kv.Version, error) {
+	var groups []stashKeys
+	raced, err = tr.raceReadVersion(func() bool {
+		var gerr error // a failed grouping is the usual read's to report
+		groups, gerr = tr.db.groupByStash(keys)
+		return gerr == nil && len(groups) == 1
+	}, func() (kv.Version, error) {
 		vals, present = make([][]byte, len(keys)), make([]bool, len(keys))
 		req := &wire.ReadRequest{Stash: groups[0].stash, Keys: keys, ReadSystemKeys: system, AtLatest: true}
 		return tr.db.readFromAt(tr.ctx, req, groups[0], vals, present)
@@ -369,27 +372,31 @@ func (tr *Tx) readRacingVersion(keys [][]byte, system bool) (vals [][]byte, pres
 // It races only when the read version would go on the wire alone (no
 // other request in flight: the client is not busy, so the second read it
 // may cost is cheap, and a busy client's read versions are shared by many
-// transactions anyway) and oneStash says a single stash serves the read.
-// raced is false and nothing is read when the transaction has a read
-// version or may take a recent one.
-func (tr *Tx) raceReadVersion(oneStash bool, read func() (kv.Version, error)) (raced bool, err error) {
+// transactions anyway) and oneStash says a single stash serves the read
+// (asked only then, so a busy client does no work for it). raced is false
+// and nothing is read when the transaction has a read version or may
+// take a recent one.
+func (tr *Tx) raceReadVersion(oneStash func() bool, read func() (kv.Version, error)) (raced bool, err error) {
 	tr.mu.Lock()
 	unset, recentOK := tr.readVersion == 0, tr.recentOK && !tr.freshOnly
 	tr.mu.Unlock()
-	if !unset || !oneStash {
+	if !unset {
 		return false, nil
 	}
-	if _, recent := tr.db.recentVersion(); recentOK && recent {
-		return false, nil // no read version to wait for
+	if recentOK {
+		if _, recent := tr.db.recentVersion(); recent {
+			return false, nil // no read version to wait for
+		}
 	}
 	if tr.db.raceLosses.Load() >= raceLossLimit && tr.db.raceSkips.Add(1)%raceProbeEvery != 0 {
 		return false, nil
 	}
 	p := tr.db.proxy.Load()
 	ch, alone := p.grv.start()
+	race := alone && oneStash()
 	var at kv.Version
 	var rerr error
-	if alone {
+	if race {
 		at, rerr = read()
 	}
 	rv, err := p.grv.wait(tr.ctx, ch)
@@ -398,7 +405,7 @@ func (tr *Tx) raceReadVersion(oneStash bool, read func() (kv.Version, error)) (r
 		return false, err
 	}
 	tr.db.learnVersion(rv)
-	if !alone {
+	if !race {
 		tr.setReadVersion(rv)
 		return false, nil
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/distash/distash/internal/kv"
 	"github.com/distash/distash/internal/logentry"
 	"github.com/distash/distash/internal/shardmap"
+	"github.com/distash/distash/internal/stash"
 	"github.com/distash/distash/internal/txlog"
 	"github.com/distash/distash/internal/version"
 	"github.com/distash/distash/internal/wire"
@@ -117,17 +118,9 @@ func (v *service) Read(ctx context.Context, req *wire.ReadRequest) (*wire.ReadRe
 		return &wire.ReadResponse{Error: wire.ErrorOf(err)}, nil
 	}
 	began := time.Now()
-	var (
-		vals    [][]byte
-		present []bool
-		at      kv.Version
-		err     error
-	)
-	if req.AtLatest {
-		vals, present, at, err = sl.get().GetLatest(ctx, req.Keys)
-	} else {
-		vals, present, err = sl.get().Get(ctx, kv.Version(req.Version), req.Keys)
-	}
+	st := sl.get()
+	at := readAt(st, req.Version, req.AtLatest)
+	vals, present, err := st.Get(ctx, at, req.Keys)
 	sl.reads.observe(time.Since(began))
 	if err != nil {
 		return &wire.ReadResponse{Error: wire.ErrorOf(err)}, nil
@@ -140,6 +133,18 @@ func (v *service) Read(ctx context.Context, req *wire.ReadRequest) (*wire.ReadRe
 		resp.Values[i] = &vs[i]
 	}
 	return resp, nil
+}
+
+// readAt is the version a read is served at: the one asked, or with
+// atLatest the newest the stash has applied. Every applied version is
+// committed (the stash applies what the log committed), so that is a
+// consistent snapshot too; the client keeps it only if it is at least its
+// read version, and the reply says which version it is.
+func readAt(st *stash.Stash, asked int64, atLatest bool) kv.Version {
+	if atLatest {
+		return st.AppliedVersion()
+	}
+	return kv.Version(asked)
 }
 
 func (v *service) ReadRange(ctx context.Context, req *wire.ReadRangeRequest) (*wire.ReadRangeResponse, error) {
@@ -158,17 +163,9 @@ func (v *service) ReadRange(ctx context.Context, req *wire.ReadRangeRequest) (*w
 		return &wire.ReadRangeResponse{Error: wire.ErrorOf(err)}, nil
 	}
 	began := time.Now()
-	var (
-		kvs  []kv.KeyValue
-		more bool
-		at   kv.Version
-		err  error
-	)
-	if req.AtLatest {
-		kvs, more, at, err = sl.get().GetRangeLatest(ctx, req.Begin, req.End, int(req.Limit), byteLimit, req.Reverse)
-	} else {
-		kvs, more, err = sl.get().GetRange(ctx, kv.Version(req.Version), req.Begin, req.End, int(req.Limit), byteLimit, req.Reverse)
-	}
+	st := sl.get()
+	at := readAt(st, req.Version, req.AtLatest)
+	kvs, more, err := st.GetRange(ctx, at, req.Begin, req.End, int(req.Limit), byteLimit, req.Reverse)
 	sl.reads.observe(time.Since(began))
 	if err != nil {
 		return &wire.ReadRangeResponse{Error: wire.ErrorOf(err)}, nil

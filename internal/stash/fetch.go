@@ -117,7 +117,7 @@ func (s *Stash) saveOwnership(v kv.Version) error {
 		return nil
 	}
 	err := s.own.save(s.fs(), s.opts.Dir, v, s.durable, &s.snaps)
-	if err != nil && errors.Is(err, fs.ErrNotExist) {
+	if errors.Is(err, fs.ErrNotExist) {
 		// The directory went away while the stash ran: what it holds
 		// can no longer be vouched for. Failing plainly would have its
 		// supervisor reopen it empty and replay its tag from the log,

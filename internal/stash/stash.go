@@ -889,25 +889,6 @@ func (s *Stash) Get(ctx context.Context, v kv.Version, keys [][]byte) ([][]byte,
 	return values, present, nil
 }
 
-// GetLatest is Get at the newest version the stash has applied, which it
-// returns. Every applied version is committed (the stash applies what the
-// log committed), so the values are a consistent snapshot of the
-// database at that version; a client may take them in place of a read at
-// its read version only if the version returned is at least that one.
-func (s *Stash) GetLatest(ctx context.Context, keys [][]byte) ([][]byte, []bool, kv.Version, error) {
-	v := s.AppliedVersion()
-	values, present, err := s.Get(ctx, v, keys)
-	return values, present, v, err
-}
-
-// GetRangeLatest is GetRange at the newest version the stash has applied,
-// which it returns (see GetLatest).
-func (s *Stash) GetRangeLatest(ctx context.Context, begin, end []byte, limit int, byteLimit int64, reverse bool) ([]kv.KeyValue, bool, kv.Version, error) {
-	v := s.AppliedVersion()
-	kvs, more, err := s.GetRange(ctx, v, begin, end, limit, byteLimit, reverse)
-	return kvs, more, v, err
-}
-
 // counted records a point read of k (present or not).
 func (s *Stash) counted(k []byte, ok bool) {
 	if ok && s.rec != nil {

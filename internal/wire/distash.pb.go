@@ -607,7 +607,7 @@ type ReadResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Values        []*Value               `protobuf:"bytes,1,rep,name=values,proto3" json:"values,omitempty"`
 	Error         *Error                 `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
-	Version       int64                  `protobuf:"varint,3,opt,name=version,proto3" json:"version,omitempty"` // the version read at, for an at_latest request
+	Version       int64                  `protobuf:"varint,3,opt,name=version,proto3" json:"version,omitempty"` // the version read at (for an at_latest request, the stash's newest)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -776,7 +776,7 @@ type ReadRangeResponse struct {
 	Kvs           []*KeyValue            `protobuf:"bytes,1,rep,name=kvs,proto3" json:"kvs,omitempty"`
 	More          bool                   `protobuf:"varint,2,opt,name=more,proto3" json:"more,omitempty"` // stopped at limit or byte_limit before the end of the range
 	Error         *Error                 `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
-	Version       int64                  `protobuf:"varint,4,opt,name=version,proto3" json:"version,omitempty"` // the version read at, for an at_latest request
+	Version       int64                  `protobuf:"varint,4,opt,name=version,proto3" json:"version,omitempty"` // the version read at (for an at_latest request, the stash's newest)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
