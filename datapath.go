@@ -173,3 +173,13 @@ func (f *framesStream[S, R]) Recv() (R, error) {
 	}
 	return r, nil
 }
+
+// RecvBy implements directRecv: frames.ClientStream.RecvBy.
+func (f *framesStream[S, R]) RecvBy(ctx context.Context, deadline time.Time) (R, error) {
+	r := f.newR()
+	if err := f.cs.RecvBy(ctx, r, deadline); err != nil {
+		var zero R
+		return zero, err
+	}
+	return r, nil
+}
