@@ -27,6 +27,7 @@ type bidiStream[S, R any] interface {
 // ends, with frames.ErrRecvTimeout and the stream intact.
 type directRecv[R any] interface {
 	RecvBy(ctx context.Context, deadline time.Time) (R, error)
+	CanRecvBy() bool // whether RecvBy ends at its deadline
 }
 
 // idStreamer sends requests over one long-lived stream, matching
@@ -161,7 +162,9 @@ func (c *idStreamer[S, R]) callWatched(ctx context.Context, timeout time.Duratio
 		}
 		_, concurrent := st.(interface{ concurrentSend() })
 		s := &idStream[S, R]{st: st, cancel: cancel, token: tok, pending: map[uint64]chan R{}, concurrent: concurrent}
-		s.direct, _ = st.(directRecv[R])
+		if d, ok := st.(directRecv[R]); ok && d.CanRecvBy() {
+			s.direct = d
+		}
 		s.breakIt = func() {
 			c.mu.Lock()
 			c.breakLocked(s)

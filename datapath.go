@@ -174,6 +174,9 @@ func (f *framesStream[S, R]) Recv() (R, error) {
 	return r, nil
 }
 
+// CanRecvBy implements directRecv.
+func (f *framesStream[S, R]) CanRecvBy() bool { return f.cs.CanRecvBy() }
+
 // RecvBy implements directRecv: frames.ClientStream.RecvBy.
 func (f *framesStream[S, R]) RecvBy(ctx context.Context, deadline time.Time) (R, error) {
 	r := f.newR()

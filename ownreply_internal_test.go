@@ -49,7 +49,7 @@ func (e *delayedEcho) ReadStream(st wire.DiStash_ReadStreamServer) error {
 }
 
 // echoStreamer returns a read streamer over frames to a delayedEcho.
-func echoStreamer(t *testing.T) (*readStreamer, *delayedEcho) {
+func echoStreamer(t *testing.T, wrap func(net.Conn) net.Conn) (*readStreamer, *delayedEcho) {
 	t.Helper()
 	e := &delayedEcho{release: make(chan struct{})}
 	srv := frames.NewServer(frames.ServerOptions{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
@@ -65,6 +65,9 @@ func echoStreamer(t *testing.T) (*readStreamer, *delayedEcho) {
 			conn, err := net.Dial("tcp", ln.Addr().String())
 			if err != nil {
 				return nil, err
+			}
+			if wrap != nil {
+				conn = wrap(conn)
 			}
 			cs, err := frames.Open(ctx, conn, nil, wire.DiStash_ReadStream_FullMethodName, protover.This)
 			if err != nil {
@@ -98,7 +101,7 @@ func echoCall(ctx context.Context, c *readStreamer, timeout time.Duration, keys 
 // replies still reach them, and to the next caller.
 func TestCallersReadTheirOwnReplies(t *testing.T) {
 	ctx := context.Background()
-	c, e := echoStreamer(t)
+	c, e := echoStreamer(t, nil)
 
 	for i := range 50 {
 		k := fmt.Sprint("k", i)
@@ -154,7 +157,7 @@ func TestCallersReadTheirOwnReplies(t *testing.T) {
 // caller that waits is left without a receiver.
 func TestOwnRepliesUnderConcurrency(t *testing.T) {
 	ctx := context.Background()
-	c, _ := echoStreamer(t)
+	c, _ := echoStreamer(t, nil)
 	var wg sync.WaitGroup
 	errs := make(chan error, 16)
 	for g := range 16 {
@@ -187,5 +190,29 @@ func TestOwnRepliesUnderConcurrency(t *testing.T) {
 	}
 	if v, err := echoCall(ctx, c, time.Second, "last"); err != nil || v != "last" {
 		t.Fatalf("after: %q, %v", v, err)
+	}
+}
+
+// noDeadlines is a connection that takes no read deadline.
+type noDeadlines struct{ net.Conn }
+
+func (noDeadlines) SetReadDeadline(time.Time) error { return errors.New("no deadlines here") }
+
+// TestConnWithoutDeadlinesKeepsAReceiver: over a connection that takes no
+// read deadline a caller could not end its own read on time, so a receive
+// goroutine reads for it, and a timeout still ends the call.
+func TestConnWithoutDeadlinesKeepsAReceiver(t *testing.T) {
+	ctx := context.Background()
+	c, _ := echoStreamer(t, func(c net.Conn) net.Conn { return noDeadlines{c} })
+	for i := range 5 {
+		if v, err := echoCall(ctx, c, time.Second, "k"); err != nil || v != "k" {
+			t.Fatalf("call %d: %q, %v", i, v, err)
+		}
+	}
+	if n := c.receivers.Load(); n != 1 {
+		t.Fatalf("%d receive goroutines, want the stream's one", n)
+	}
+	if _, err := echoCall(ctx, c, 30*time.Millisecond, "late", "2s"); !errors.Is(err, errCallTimeout) {
+		t.Fatalf("a call past its timeout: %v", err)
 	}
 }

@@ -41,6 +41,8 @@ type ClientStream struct {
 	dlMu    sync.Mutex
 	readSeq uint64    // the receive running or last run. Protected by dlMu.
 	readDL  time.Time // the connection's read deadline. Protected by dlMu.
+	// deadlines: the connection takes read deadlines (CanRecvBy).
+	deadlines bool
 }
 
 // ErrRecvTimeout is what RecvBy returns when its deadline passed or its
@@ -114,7 +116,9 @@ func OpenAuthorized(ctx context.Context, c net.Conn, prefix []byte, method strin
 		s.Close()
 		return nil, ErrNotFrames
 	}
-	c.SetReadDeadline(time.Time{})
+	// A connection that takes no read deadline (a dialer's own type)
+	// cannot end a RecvBy on time.
+	s.deadlines = c.SetReadDeadline(time.Time{}) == nil
 	return s, nil
 }
 
@@ -170,6 +174,10 @@ func (s *ClientStream) RecvBy(ctx context.Context, m any, deadline time.Time) er
 	}
 	return s.recv(m)
 }
+
+// CanRecvBy reports whether RecvBy ends at its deadline: whether the
+// connection takes read deadlines, as a net.Conn should.
+func (s *ClientStream) CanRecvBy() bool { return s.deadlines }
 
 // setReadDeadline starts a receive with the read deadline dl and returns
 // its number, for interrupt.
