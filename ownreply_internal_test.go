@@ -120,7 +120,16 @@ func TestCallersReadTheirOwnReplies(t *testing.T) {
 		_, err := echoCall(ctx, c, 50*time.Millisecond, "a", "hold")
 		aDone <- err
 	}()
-	time.Sleep(10 * time.Millisecond) // A is the stream's receiver
+	// A registered first, so it is the stream's receiver.
+	for {
+		c.mu.Lock()
+		registered := c.cur != nil && len(c.cur.pending) == 1
+		c.mu.Unlock()
+		if registered {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
 	bDone := make(chan string, 1)
 	go func() {
 		v, err := echoCall(ctx, c, 5*time.Second, "b", "200ms")
