@@ -36,6 +36,8 @@ type grvBatcher struct {
 	waiting  []chan grv // callers for the next request. Protected by mu.
 
 	chans replyChans[grv]
+	// batches counts the batch goroutines started (tests).
+	batches atomic.Int64
 }
 
 // grvTimeout bounds one read-version request.
@@ -47,8 +49,7 @@ type grv struct {
 }
 
 func (b *grvBatcher) get(ctx context.Context) (kv.Version, error) {
-	ch, _ := b.start()
-	return b.wait(ctx, ch)
+	return b.waitTicket(ctx, b.startOwn())
 }
 
 // start asks for a read version without waiting for it: wait(ctx, ch)
@@ -60,10 +61,124 @@ func (b *grvBatcher) start() (ch chan grv, first bool) {
 	b.waiting = append(b.waiting, ch)
 	if !b.inflight {
 		b.inflight, first = true, true
+		b.batches.Add(1)
 		go b.send()
 	}
 	b.mu.Unlock()
 	return ch, first
+}
+
+// grvTicket is a caller's place in a read version's request: its own
+// request, sent by startOwn, or a channel a batch answers.
+type grvTicket struct {
+	own   bool
+	alone bool // no request was in flight: this one went on the wire alone
+	call  sentCall[*wire.ReadVersionStreamRequest, *wire.ReadVersionStreamResponse]
+	err   error    // sending the own request failed
+	ch    chan grv // not own: a batch answers it
+}
+
+// startOwn is start for a caller that can wait for its own request:
+// when none is in flight, it sends one itself, before it returns, rather
+// than through a batch's goroutine, and waitTicket reads its reply (from
+// the connection itself, on a frames stream). An idle client's read
+// version then costs no goroutine and no hand-off; a busy client's
+// callers queue for the next batch as start's do.
+func (b *grvBatcher) startOwn() grvTicket {
+	if b.stream == nil || b.noStream.Load() {
+		ch, first := b.start()
+		return grvTicket{ch: ch, alone: first}
+	}
+	b.mu.Lock()
+	if b.inflight {
+		ch := b.chans.get()
+		b.waiting = append(b.waiting, ch)
+		b.mu.Unlock()
+		return grvTicket{ch: ch}
+	}
+	b.inflight = true
+	b.mu.Unlock()
+	sc, err := b.stream.send(b.parent(), grvTimeout, newGRVRequest)
+	return grvTicket{own: true, alone: true, call: sc, err: err}
+}
+
+// waitTicket returns the read version of t (startOwn), while ctx lasts.
+func (b *grvBatcher) waitTicket(ctx context.Context, t grvTicket) (kv.Version, error) {
+	if !t.own {
+		return b.wait(ctx, t.ch)
+	}
+	defer b.passOn()
+	var resp *wire.ReadVersionStreamResponse
+	err := t.err
+	if err == nil {
+		// The request ends with the proxy (b.ctx), the wait with ctx too.
+		wctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		if b.ctx != nil {
+			defer context.AfterFunc(b.ctx, cancel)()
+		}
+		var watch *stallWatch
+		if b.stalled != nil {
+			watch = watchStall(b.stalled)
+		}
+		resp, err = b.stream.await(wctx, t.call, nil)
+		if watch != nil {
+			watch.stop()
+		}
+		if err != nil && ctx.Err() != nil {
+			return 0, ctx.Err()
+		}
+	}
+	if status.Code(err) == codes.Unimplemented {
+		// A node of an older release: ask unary, from now on.
+		b.noStream.Store(true)
+		r, uerr := b.ask(b.parent())
+		got := b.answer(r, uerr)
+		return got.version, got.err
+	}
+	r := b.answer(resp.GetResponse(), err)
+	return r.version, r.err
+}
+
+// passOn ends a caller's own request: the callers that queued meanwhile
+// get the next request, from a batch's goroutine.
+func (b *grvBatcher) passOn() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.waiting) > 0 {
+		b.batches.Add(1)
+		go b.send()
+		return
+	}
+	b.inflight = false
+}
+
+func newGRVRequest(id uint64) *wire.ReadVersionStreamRequest {
+	return &wire.ReadVersionStreamRequest{Id: id, Request: &wire.GetReadVersionRequest{}}
+}
+
+// parent is the context of the batcher's requests: they end when the
+// proxy is replaced.
+func (b *grvBatcher) parent() context.Context {
+	if b.ctx == nil {
+		return context.Background()
+	}
+	return b.ctx
+}
+
+// answer turns a request's reply, or its error, into a caller's grv.
+func (b *grvBatcher) answer(resp *wire.GetReadVersionResponse, err error) grv {
+	var r grv
+	if err != nil && b.ctx != nil && b.ctx.Err() != nil {
+		r.err = errorf(kv.CodeWrongNode, "the cluster's roles moved while the read version was asked: %v", err)
+	} else if err != nil {
+		r.err = transportErr(err)
+	} else if resp == nil {
+		r.err = errorf(kv.CodeInternal, "the node answered a read version request without a version")
+	} else if r.err = fromWire(resp.Error); r.err == nil {
+		r.version = kv.Version(resp.Version)
+	}
+	return r
 }
 
 // wait returns the answer to start's request.
@@ -90,30 +205,19 @@ func (b *grvBatcher) send() {
 			return
 		}
 		b.mu.Unlock()
-		var r grv
 		// Bounded, so that a node that stopped answering without breaking
 		// the connection (cut off, or hung) fails these callers with a
 		// retryable error, and the client looks for the roles again,
 		// instead of holding every later transaction behind this request.
-		parent := b.ctx
-		if parent == nil {
-			parent = context.Background()
-		}
 		var watch *stallWatch
 		if b.stalled != nil {
 			watch = watchStall(b.stalled)
 		}
-		resp, err := b.ask(parent)
+		resp, err := b.ask(b.parent())
 		if watch != nil {
 			watch.stop()
 		}
-		if err != nil && b.ctx != nil && b.ctx.Err() != nil {
-			r.err = errorf(kv.CodeWrongNode, "the cluster's roles moved while the read version was asked: %v", err)
-		} else if err != nil {
-			r.err = transportErr(err)
-		} else if r.err = fromWire(resp.Error); r.err == nil {
-			r.version = kv.Version(resp.Version)
-		}
+		r := b.answer(resp, err)
 		for _, ch := range batch {
 			ch <- r
 		}
@@ -124,9 +228,7 @@ func (b *grvBatcher) send() {
 // stream, or unary if the node does not serve the stream.
 func (b *grvBatcher) ask(ctx context.Context) (*wire.GetReadVersionResponse, error) {
 	if b.stream != nil && !b.noStream.Load() {
-		resp, err := b.stream.callWithin(ctx, grvTimeout, func(id uint64) *wire.ReadVersionStreamRequest {
-			return &wire.ReadVersionStreamRequest{Id: id, Request: &wire.GetReadVersionRequest{}}
-		})
+		resp, err := b.stream.callWithin(ctx, grvTimeout, newGRVRequest)
 		if err == nil && resp.Response != nil {
 			return resp.Response, nil
 		}
