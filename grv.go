@@ -14,8 +14,8 @@ import (
 )
 
 // grvBatcher shares read-version requests of concurrent transactions: while
-// one request is in flight, new callers queue and are all answered by the
-// next one. A caller is only ever answered by a request sent after it
+// a request is in flight, new callers queue and are all answered by the
+// next one a batch goroutine sends. A caller is only ever answered by a request sent after it
 // arrived, so it sees every commit acknowledged before it asked (strict
 // serializability), as FoundationDB's client batches GRVs.
 type grvBatcher struct {
@@ -32,7 +32,12 @@ type grvBatcher struct {
 	stalled func()
 
 	mu       sync.Mutex
-	inflight bool       // a request is on the wire. Protected by mu.
+	// batching: a batch goroutine (send) asks for the callers that
+	// queue; own: a caller's own request (startOwn) is on the wire. At
+	// most one of each: a caller that sent its own may be busy with its
+	// read before it reads the reply, so callers that come meanwhile are
+	// served by a batch, not held behind it. Protected by mu.
+	batching, own bool
 	waiting  []chan grv // callers for the next request. Protected by mu.
 
 	chans replyChans[grv]
@@ -59,11 +64,8 @@ func (b *grvBatcher) start() (ch chan grv, first bool) {
 	ch = b.chans.get()
 	b.mu.Lock()
 	b.waiting = append(b.waiting, ch)
-	if !b.inflight {
-		b.inflight, first = true, true
-		b.batches.Add(1)
-		go b.send()
-	}
+	first = !b.batching && !b.own
+	b.startBatchLocked()
 	b.mu.Unlock()
 	return ch, first
 }
@@ -90,13 +92,14 @@ func (b *grvBatcher) startOwn() grvTicket {
 		return grvTicket{ch: ch, alone: first}
 	}
 	b.mu.Lock()
-	if b.inflight {
+	if b.batching || b.own {
 		ch := b.chans.get()
 		b.waiting = append(b.waiting, ch)
+		b.startBatchLocked()
 		b.mu.Unlock()
 		return grvTicket{ch: ch}
 	}
-	b.inflight = true
+	b.own = true
 	b.mu.Unlock()
 	sc, err := b.stream.send(b.parent(), grvTimeout, newGRVRequest)
 	return grvTicket{own: true, alone: true, call: sc, err: err}
@@ -140,17 +143,22 @@ func (b *grvBatcher) waitTicket(ctx context.Context, t grvTicket) (kv.Version, e
 	return r.version, r.err
 }
 
-// passOn ends a caller's own request: the callers that queued meanwhile
-// get the next request, from a batch's goroutine.
+// passOn ends a caller's own request (the callers that queued meanwhile
+// are a batch's).
 func (b *grvBatcher) passOn() {
 	b.mu.Lock()
-	defer b.mu.Unlock()
-	if len(b.waiting) > 0 {
+	b.own = false
+	b.mu.Unlock()
+}
+
+// startBatchLocked starts a batch goroutine for the callers queued, unless
+// one runs. Called with mu held.
+func (b *grvBatcher) startBatchLocked() {
+	if !b.batching {
+		b.batching = true
 		b.batches.Add(1)
 		go b.send()
-		return
 	}
-	b.inflight = false
 }
 
 func newGRVRequest(id uint64) *wire.ReadVersionStreamRequest {
@@ -200,7 +208,7 @@ func (b *grvBatcher) send() {
 		batch := b.waiting
 		b.waiting = nil
 		if len(batch) == 0 {
-			b.inflight = false
+			b.batching = false
 			b.mu.Unlock()
 			return
 		}

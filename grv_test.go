@@ -118,6 +118,9 @@ type grvStreamNode struct {
 	started atomic.Int64
 	delay   time.Duration
 	hang    atomic.Bool
+	// hangFirst: the first request waits for hang to clear, the others
+	// do not.
+	hangFirst bool
 }
 
 func (n *grvStreamNode) ReadVersionStream(st wire.DiStash_ReadVersionStreamServer) error {
@@ -129,7 +132,7 @@ func (n *grvStreamNode) ReadVersionStream(st wire.DiStash_ReadVersionStreamServe
 		}
 		v := n.started.Add(1)
 		go func() {
-			for n.hang.Load() {
+			for n.hang.Load() && (!n.hangFirst || v == 1) {
 				time.Sleep(time.Millisecond)
 			}
 			time.Sleep(n.delay)
@@ -270,4 +273,31 @@ func TestOwnReadVersionRequestEnds(t *testing.T) {
 		t.Fatal("a caller whose proxy was replaced still waits")
 	}
 	n.hang.Store(false)
+}
+
+// TestBusyOwnRequestHoldsNoOne: callers that come while a caller's own
+// request is on the wire (its caller busy with its read, or its node slow
+// to answer it) are answered by a batch meanwhile, not held behind it.
+func TestBusyOwnRequestHoldsNoOne(t *testing.T) {
+	n := &grvStreamNode{hangFirst: true}
+	n.hang.Store(true)
+	b := streamBatcher(t, n, context.Background())
+	first := make(chan error, 1)
+	go func() {
+		_, err := b.get(context.Background())
+		first <- err
+	}()
+	wait.Within(t, 5*time.Second, "the first request", func() bool { return n.started.Load() > 0 })
+	for i := range 5 {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		v, err := b.get(ctx)
+		cancel()
+		if err != nil || v < 2 {
+			t.Fatalf("caller %d, behind a request that does not come back: version %d, %v", i, v, err)
+		}
+	}
+	n.hang.Store(false)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
 }
