@@ -31,14 +31,14 @@ type grvBatcher struct {
 	// (DB.suspect: the view is refreshed).
 	stalled func()
 
-	mu       sync.Mutex
+	mu sync.Mutex
 	// batching: a batch goroutine (send) asks for the callers that
 	// queue; own: a caller's own request (startOwn) is on the wire. At
 	// most one of each: a caller that sent its own may be busy with its
 	// read before it reads the reply, so callers that come meanwhile are
 	// served by a batch, not held behind it. Protected by mu.
 	batching, own bool
-	waiting  []chan grv // callers for the next request. Protected by mu.
+	waiting       []chan grv // callers for the next request. Protected by mu.
 
 	chans replyChans[grv]
 	// batches counts the batch goroutines started (tests).
