@@ -109,30 +109,7 @@ func (c *idStreamer[S, R]) callWithin(ctx context.Context, timeout time.Duration
 // pooled timer serves the stall watch too: a watch with a timer of its own
 // cost 2% of a single-key commit's CPU.
 func (c *idStreamer[S, R]) callWatched(ctx context.Context, timeout time.Duration, stall func(), build func(id uint64) S) (R, error) {
-	sc, err := c.send(ctx, timeout, build)
-	if err != nil {
-		var zero R
-		return zero, err
-	}
-	return c.await(ctx, sc, stall)
-}
-
-// sentCall is a request on the wire: await waits for its reply.
-type sentCall[S, R any] struct {
-	s        *idStream[S, R]
-	id       uint64
-	ch       chan R
-	reader   bool // its caller reads the stream (readOwn)
-	timeout  time.Duration
-	deadline time.Time
-}
-
-// send is the first half of callWatched: it sends the request build makes
-// with a fresh id, opening the stream if it must. The caller must then
-// await its reply; if it is the stream's receiver (a frames stream that
-// had none) no one reads the stream's replies until it does.
-func (c *idStreamer[S, R]) send(ctx context.Context, timeout time.Duration, build func(id uint64) S) (sentCall[S, R], error) {
-	var zero sentCall[S, R]
+	var zero R
 	var deadline time.Time
 	if timeout > 0 {
 		// From the call's start: waiting for another caller's opening
@@ -250,14 +227,7 @@ func (c *idStreamer[S, R]) send(ctx context.Context, timeout time.Duration, buil
 		c.mu.Unlock()
 		return zero, err
 	}
-	return sentCall[S, R]{s: s, id: id, ch: ch, reader: reader, timeout: timeout, deadline: deadline}, nil
-}
-
-// await is the second half of callWatched: it waits for sc's reply.
-func (c *idStreamer[S, R]) await(ctx context.Context, sc sentCall[S, R], stall func()) (R, error) {
-	var zero R
-	s, id, ch, timeout, deadline := sc.s, sc.id, sc.ch, sc.timeout, sc.deadline
-	if sc.reader {
+	if reader {
 		return c.readOwn(ctx, s, id, ch, timeout, deadline, stall)
 	}
 	// next is how long to wait before the timer's next fire: the stall

@@ -14,8 +14,8 @@ import (
 )
 
 // grvBatcher shares read-version requests of concurrent transactions: while
-// a request is in flight, new callers queue and are all answered by the
-// next one a batch goroutine sends. A caller is only ever answered by a request sent after it
+// one request is in flight, new callers queue and are all answered by the
+// next one. A caller is only ever answered by a request sent after it
 // arrived, so it sees every commit acknowledged before it asked (strict
 // serializability), as FoundationDB's client batches GRVs.
 type grvBatcher struct {
@@ -31,18 +31,11 @@ type grvBatcher struct {
 	// (DB.suspect: the view is refreshed).
 	stalled func()
 
-	mu sync.Mutex
-	// batching: a batch goroutine (send) asks for the callers that
-	// queue; own: a caller's own request (startOwn) is on the wire. At
-	// most one of each: a caller that sent its own may be busy with its
-	// read before it reads the reply, so callers that come meanwhile are
-	// served by a batch, not held behind it. Protected by mu.
-	batching, own bool
-	waiting       []chan grv // callers for the next request. Protected by mu.
+	mu       sync.Mutex
+	inflight bool       // a request is on the wire. Protected by mu.
+	waiting  []chan grv // callers for the next request. Protected by mu.
 
 	chans replyChans[grv]
-	// batches counts the batch goroutines started (tests).
-	batches atomic.Int64
 }
 
 // grvTimeout bounds one read-version request.
@@ -54,7 +47,8 @@ type grv struct {
 }
 
 func (b *grvBatcher) get(ctx context.Context) (kv.Version, error) {
-	return b.waitTicket(ctx, b.startOwn())
+	ch, _ := b.start()
+	return b.wait(ctx, ch)
 }
 
 // start asks for a read version without waiting for it: wait(ctx, ch)
@@ -64,129 +58,12 @@ func (b *grvBatcher) start() (ch chan grv, first bool) {
 	ch = b.chans.get()
 	b.mu.Lock()
 	b.waiting = append(b.waiting, ch)
-	first = !b.batching && !b.own
-	b.startBatchLocked()
-	b.mu.Unlock()
-	return ch, first
-}
-
-// grvTicket is a caller's place in a read version's request: its own
-// request, sent by startOwn, or a channel a batch answers.
-type grvTicket struct {
-	own   bool
-	alone bool // no request was in flight: this one went on the wire alone
-	call  sentCall[*wire.ReadVersionStreamRequest, *wire.ReadVersionStreamResponse]
-	err   error    // sending the own request failed
-	ch    chan grv // not own: a batch answers it
-}
-
-// startOwn is start for a caller that can wait for its own request:
-// when none is in flight, it sends one itself, before it returns, rather
-// than through a batch's goroutine, and waitTicket reads its reply (from
-// the connection itself, on a frames stream). An idle client's read
-// version then costs no goroutine and no hand-off; a busy client's
-// callers queue for the next batch as start's do.
-func (b *grvBatcher) startOwn() grvTicket {
-	if b.stream == nil || b.noStream.Load() {
-		ch, first := b.start()
-		return grvTicket{ch: ch, alone: first}
-	}
-	b.mu.Lock()
-	if b.batching || b.own {
-		ch := b.chans.get()
-		b.waiting = append(b.waiting, ch)
-		b.startBatchLocked()
-		b.mu.Unlock()
-		return grvTicket{ch: ch}
-	}
-	b.own = true
-	b.mu.Unlock()
-	sc, err := b.stream.send(b.parent(), grvTimeout, newGRVRequest)
-	return grvTicket{own: true, alone: true, call: sc, err: err}
-}
-
-// waitTicket returns the read version of t (startOwn), while ctx lasts.
-func (b *grvBatcher) waitTicket(ctx context.Context, t grvTicket) (kv.Version, error) {
-	if !t.own {
-		return b.wait(ctx, t.ch)
-	}
-	defer b.passOn()
-	var resp *wire.ReadVersionStreamResponse
-	err := t.err
-	if err == nil {
-		// The request ends with the proxy (b.ctx), the wait with ctx too.
-		wctx, cancel := context.WithCancel(ctx)
-		defer cancel()
-		if b.ctx != nil {
-			defer context.AfterFunc(b.ctx, cancel)()
-		}
-		var watch *stallWatch
-		if b.stalled != nil {
-			watch = watchStall(b.stalled)
-		}
-		resp, err = b.stream.await(wctx, t.call, nil)
-		if watch != nil {
-			watch.stop()
-		}
-		if err != nil && ctx.Err() != nil {
-			return 0, ctx.Err()
-		}
-	}
-	if status.Code(err) == codes.Unimplemented {
-		// A node of an older release: ask unary, from now on.
-		b.noStream.Store(true)
-		r, uerr := b.ask(b.parent())
-		got := b.answer(r, uerr)
-		return got.version, got.err
-	}
-	r := b.answer(resp.GetResponse(), err)
-	return r.version, r.err
-}
-
-// passOn ends a caller's own request (the callers that queued meanwhile
-// are a batch's).
-func (b *grvBatcher) passOn() {
-	b.mu.Lock()
-	b.own = false
-	b.mu.Unlock()
-}
-
-// startBatchLocked starts a batch goroutine for the callers queued, unless
-// one runs. Called with mu held.
-func (b *grvBatcher) startBatchLocked() {
-	if !b.batching {
-		b.batching = true
-		b.batches.Add(1)
+	if !b.inflight {
+		b.inflight, first = true, true
 		go b.send()
 	}
-}
-
-func newGRVRequest(id uint64) *wire.ReadVersionStreamRequest {
-	return &wire.ReadVersionStreamRequest{Id: id, Request: &wire.GetReadVersionRequest{}}
-}
-
-// parent is the context of the batcher's requests: they end when the
-// proxy is replaced.
-func (b *grvBatcher) parent() context.Context {
-	if b.ctx == nil {
-		return context.Background()
-	}
-	return b.ctx
-}
-
-// answer turns a request's reply, or its error, into a caller's grv.
-func (b *grvBatcher) answer(resp *wire.GetReadVersionResponse, err error) grv {
-	var r grv
-	if err != nil && b.ctx != nil && b.ctx.Err() != nil {
-		r.err = errorf(kv.CodeWrongNode, "the cluster's roles moved while the read version was asked: %v", err)
-	} else if err != nil {
-		r.err = transportErr(err)
-	} else if resp == nil {
-		r.err = errorf(kv.CodeInternal, "the node answered a read version request without a version")
-	} else if r.err = fromWire(resp.Error); r.err == nil {
-		r.version = kv.Version(resp.Version)
-	}
-	return r
+	b.mu.Unlock()
+	return ch, first
 }
 
 // wait returns the answer to start's request.
@@ -208,24 +85,35 @@ func (b *grvBatcher) send() {
 		batch := b.waiting
 		b.waiting = nil
 		if len(batch) == 0 {
-			b.batching = false
+			b.inflight = false
 			b.mu.Unlock()
 			return
 		}
 		b.mu.Unlock()
+		var r grv
 		// Bounded, so that a node that stopped answering without breaking
 		// the connection (cut off, or hung) fails these callers with a
 		// retryable error, and the client looks for the roles again,
 		// instead of holding every later transaction behind this request.
+		parent := b.ctx
+		if parent == nil {
+			parent = context.Background()
+		}
 		var watch *stallWatch
 		if b.stalled != nil {
 			watch = watchStall(b.stalled)
 		}
-		resp, err := b.ask(b.parent())
+		resp, err := b.ask(parent)
 		if watch != nil {
 			watch.stop()
 		}
-		r := b.answer(resp, err)
+		if err != nil && b.ctx != nil && b.ctx.Err() != nil {
+			r.err = errorf(kv.CodeWrongNode, "the cluster's roles moved while the read version was asked: %v", err)
+		} else if err != nil {
+			r.err = transportErr(err)
+		} else if r.err = fromWire(resp.Error); r.err == nil {
+			r.version = kv.Version(resp.Version)
+		}
 		for _, ch := range batch {
 			ch <- r
 		}
@@ -236,7 +124,9 @@ func (b *grvBatcher) send() {
 // stream, or unary if the node does not serve the stream.
 func (b *grvBatcher) ask(ctx context.Context) (*wire.GetReadVersionResponse, error) {
 	if b.stream != nil && !b.noStream.Load() {
-		resp, err := b.stream.callWithin(ctx, grvTimeout, newGRVRequest)
+		resp, err := b.stream.callWithin(ctx, grvTimeout, func(id uint64) *wire.ReadVersionStreamRequest {
+			return &wire.ReadVersionStreamRequest{Id: id, Request: &wire.GetReadVersionRequest{}}
+		})
 		if err == nil && resp.Response != nil {
 			return resp.Response, nil
 		}

@@ -392,14 +392,14 @@ func (tr *Tx) raceReadVersion(oneStash func() bool, read func() (kv.Version, err
 		return false, nil
 	}
 	p := tr.db.proxy.Load()
-	ticket := p.grv.startOwn()
-	race := ticket.alone && oneStash()
+	ch, alone := p.grv.start()
+	race := alone && oneStash()
 	var at kv.Version
 	var rerr error
 	if race {
 		at, rerr = read()
 	}
-	rv, err := p.grv.waitTicket(tr.ctx, ticket)
+	rv, err := p.grv.wait(tr.ctx, ch)
 	if err != nil {
 		tr.db.proxyFailed(p, err)
 		return false, err
