@@ -14,6 +14,7 @@ import (
 
 	"github.com/distash/distash/internal/frames"
 	"github.com/distash/distash/internal/protover"
+	"github.com/distash/distash/internal/testutil/wait"
 	"github.com/distash/distash/internal/wire"
 )
 
@@ -38,7 +39,7 @@ func (e *delayedEcho) ReadStream(st wire.DiStash_ReadStreamServer) error {
 				if string(keys[1]) == "hold" {
 					<-e.release
 				} else if d, err := time.ParseDuration(string(keys[1])); err == nil {
-					time.Sleep(d)
+					<-time.After(d) // the node's service time
 				}
 			}
 			mu.Lock()
@@ -121,15 +122,11 @@ func TestCallersReadTheirOwnReplies(t *testing.T) {
 		aDone <- err
 	}()
 	// A registered first, so it is the stream's receiver.
-	for {
+	wait.Within(t, 5*time.Second, "A's request", func() bool {
 		c.mu.Lock()
-		registered := c.cur != nil && len(c.cur.pending) == 1
-		c.mu.Unlock()
-		if registered {
-			break
-		}
-		time.Sleep(time.Millisecond)
-	}
+		defer c.mu.Unlock()
+		return c.cur != nil && len(c.cur.pending) == 1
+	})
 	bDone := make(chan string, 1)
 	go func() {
 		v, err := echoCall(ctx, c, 5*time.Second, "b", "200ms")

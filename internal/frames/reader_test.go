@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/distash/distash/internal/protover"
+	"github.com/distash/distash/internal/testutil/wait"
 	"github.com/distash/distash/internal/wire"
 )
 
@@ -129,8 +130,8 @@ func TestRecvByResumesAfterItsDeadline(t *testing.T) {
 	if err := s.RecvBy(ctx, &m, time.Now().Add(30*time.Millisecond)); !errors.Is(err, ErrRecvTimeout) {
 		t.Fatalf("RecvBy past its deadline: %v, want ErrRecvTimeout", err)
 	}
-	cctx, cancel := context.WithCancel(ctx)
-	go func() { time.Sleep(20 * time.Millisecond); cancel() }()
+	cctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancel()
 	if err := s.RecvBy(cctx, &m, time.Time{}); !errors.Is(err, ErrRecvTimeout) {
 		t.Fatalf("RecvBy whose context ended: %v, want ErrRecvTimeout", err)
 	}
@@ -139,15 +140,11 @@ func TestRecvByResumesAfterItsDeadline(t *testing.T) {
 	stale := s.readSeq
 	done := make(chan error, 1)
 	go func() { done <- s.RecvBy(ctx, &m, time.Now().Add(10*time.Second)) }()
-	for {
+	wait.Within(t, 5*time.Second, "the next receive", func() bool {
 		s.dlMu.Lock()
-		started := s.readSeq != stale
-		s.dlMu.Unlock()
-		if started {
-			break
-		}
-		time.Sleep(time.Millisecond)
-	}
+		defer s.dlMu.Unlock()
+		return s.readSeq != stale
+	})
 	s.interrupt(stale)
 	go server.Write(reply[len(reply)/2:])
 	if err := <-done; err != nil {
