@@ -5,13 +5,11 @@ import (
 	"errors"
 	"io"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/distash/distash/internal/frames"
 	"github.com/distash/distash/internal/wire"
 )
 
@@ -22,27 +20,11 @@ type bidiStream[S, R any] interface {
 	Recv() (R, error)
 }
 
-// directRecv is a stream whose callers may read their own replies (a
-// frames stream): a receive that ends at a deadline, or when a context
-// ends, with frames.ErrRecvTimeout and the stream intact.
-type directRecv[R any] interface {
-	RecvBy(ctx context.Context, deadline time.Time) (R, error)
-	CanRecvBy() bool // whether RecvBy ends at its deadline
-}
-
 // idStreamer sends requests over one long-lived stream, matching
 // replies by id, which saves the per-request HTTP/2 stream setup (and the
 // server's goroutine) of unary calls. When the stream breaks, every request
 // in flight on it fails (a commit's outcome is then unknown) and the next
 // request opens a new stream. Commits and reads use one each per node.
-//
-// One receiver at a time reads the replies and hands each to its caller.
-// On a gRPC stream it is a goroutine for the stream's life. On a frames
-// stream a caller that finds no receiver reads itself, so its reply wakes
-// it and no other goroutine: at one client this saves a goroutine hand-off
-// per request, which on a small virtual machine wakes an idle CPU (tens of
-// microseconds). When it has its reply and others still wait, a goroutine
-// takes over until no request is in flight.
 //
 // With a token source (WithTokenSource), a stream carries the token it
 // was opened with (gRPC's metadata, frames' open frame) for its whole
@@ -59,8 +41,6 @@ type idStreamer[S, R any] struct {
 	nextID uint64          // Protected by mu.
 
 	chans replyChans[R]
-	// receivers counts the receive goroutines started (tests).
-	receivers atomic.Int64
 }
 
 type idStream[S, R any] struct {
@@ -76,12 +56,6 @@ type idStream[S, R any] struct {
 	// breakIt breaks the stream: made once per stream for the sends'
 	// context.AfterFunc, not once per request.
 	breakIt func()
-	// direct is st as a directRecv, nil if it is not one: then a
-	// receive goroutine reads for the stream's life.
-	direct directRecv[R]
-	// reading: a receiver (a caller, or receive) reads st. Protected by
-	// idStreamer.mu.
-	reading bool
 }
 
 // errStreamBroken is what the requests in flight on a stream that broke
@@ -162,27 +136,18 @@ func (c *idStreamer[S, R]) callWatched(ctx context.Context, timeout time.Duratio
 		}
 		_, concurrent := st.(interface{ concurrentSend() })
 		s := &idStream[S, R]{st: st, cancel: cancel, token: tok, pending: map[uint64]chan R{}, concurrent: concurrent}
-		if d, ok := st.(directRecv[R]); ok && d.CanRecvBy() {
-			s.direct = d
-		}
 		s.breakIt = func() {
 			c.mu.Lock()
 			c.breakLocked(s)
 			c.mu.Unlock()
 		}
 		c.cur = s
-		if s.direct == nil {
-			s.reading = true
-			c.receivers.Add(1)
-			go c.receive(s)
-		}
+		go c.receive(s)
 	}
 	s := c.cur
 	c.nextID++
 	id := c.nextID
 	s.pending[id] = ch
-	reader := !s.reading // this caller reads its own reply
-	s.reading = true
 	c.mu.Unlock()
 	// Send outside mu, so replies keep flowing to receive meanwhile.
 	// A frames stream takes concurrent senders, whose frames then share
@@ -226,9 +191,6 @@ func (c *idStreamer[S, R]) callWatched(ctx context.Context, timeout time.Duratio
 		c.breakLocked(s) // fails this request too: its outcome is unknown
 		c.mu.Unlock()
 		return zero, err
-	}
-	if reader {
-		return c.readOwn(ctx, s, id, ch, timeout, deadline, stall)
 	}
 	// next is how long to wait before the timer's next fire: the stall
 	// watch's, or the deadline if it comes first.
@@ -280,89 +242,6 @@ func (c *idStreamer[S, R]) callWatched(ctx context.Context, timeout time.Duratio
 	}
 }
 
-// readOwn reads s's replies until the one to request id comes, handing
-// the others to their callers, as the receiver that callWatched's caller
-// became; it ends at the deadline (timeout > 0) or with ctx as
-// callWatched does, and calls stall as callWatched does. Then, or once its
-// reply came, a goroutine takes over if other requests are in flight.
-func (c *idStreamer[S, R]) readOwn(ctx context.Context, s *idStream[S, R], id uint64, ch chan R, timeout time.Duration, deadline time.Time, stall func()) (R, error) {
-	var zero R
-	var stallAt time.Time
-	if stall != nil {
-		stallAt = time.Now().Add(stallAfter)
-	}
-	for {
-		by := stallAt
-		if timeout > 0 && (by.IsZero() || deadline.Before(by)) {
-			by = deadline
-		}
-		resp, err := s.direct.RecvBy(ctx, by)
-		if errors.Is(err, frames.ErrRecvTimeout) {
-			now := time.Now()
-			switch {
-			case ctx.Err() != nil:
-				c.stopReading(s, id)
-				return zero, ctx.Err()
-			case timeout > 0 && !now.Before(deadline):
-				c.stopReading(s, id)
-				return zero, errCallTimeout
-			case stall != nil && !now.Before(stallAt):
-				go stall()
-				stallAt = now.Add(stallRefresh)
-			}
-			continue
-		}
-		c.mu.Lock()
-		if err != nil {
-			s.err = err
-			c.breakLocked(s) // closes ch too
-			c.mu.Unlock()
-			if status.Code(err) == codes.Unimplemented {
-				return zero, err // the node does not serve this stream
-			}
-			return zero, errStreamBroken
-		}
-		rid := c.id(resp)
-		rch, ok := s.pending[rid]
-		delete(s.pending, rid)
-		if s.retired && len(s.pending) == 0 {
-			s.cancel() // its last answer
-		}
-		if rid == id {
-			c.handOffLocked(s)
-			c.mu.Unlock()
-			c.chans.put(ch) // taken out of pending: nothing else holds it
-			return resp, nil
-		}
-		c.mu.Unlock()
-		if ok {
-			rch <- resp
-		}
-	}
-}
-
-// stopReading is readOwn giving up on request id.
-func (c *idStreamer[S, R]) stopReading(s *idStream[S, R], id uint64) {
-	c.mu.Lock()
-	delete(s.pending, id)
-	if s.retired && len(s.pending) == 0 {
-		s.cancel()
-	}
-	c.handOffLocked(s)
-	c.mu.Unlock()
-}
-
-// handOffLocked ends a caller's reading of s: a receive goroutine reads on
-// for the requests still in flight, if any. Called with mu held.
-func (c *idStreamer[S, R]) handOffLocked(s *idStream[S, R]) {
-	if len(s.pending) > 0 {
-		c.receivers.Add(1)
-		go c.receive(s)
-		return
-	}
-	s.reading = false
-}
-
 // forget takes request id, given up on, out of s's requests in flight.
 func (c *idStreamer[S, R]) forget(s *idStream[S, R], id uint64) {
 	c.mu.Lock()
@@ -393,19 +272,9 @@ func putTimer(t *time.Timer) {
 	timers.Put(t)
 }
 
-// receive delivers replies until the stream breaks, or, on a stream whose
-// callers read their own replies, until no request is in flight.
+// receive delivers replies until the stream breaks.
 func (c *idStreamer[S, R]) receive(s *idStream[S, R]) {
 	for {
-		if s.direct != nil {
-			c.mu.Lock()
-			if len(s.pending) == 0 {
-				s.reading = false
-				c.mu.Unlock()
-				return
-			}
-			c.mu.Unlock()
-		}
 		resp, err := s.st.Recv()
 		c.mu.Lock()
 		if err != nil {

@@ -173,16 +173,3 @@ func (f *framesStream[S, R]) Recv() (R, error) {
 	}
 	return r, nil
 }
-
-// CanRecvBy implements directRecv.
-func (f *framesStream[S, R]) CanRecvBy() bool { return f.cs.CanRecvBy() }
-
-// RecvBy implements directRecv: frames.ClientStream.RecvBy.
-func (f *framesStream[S, R]) RecvBy(ctx context.Context, deadline time.Time) (R, error) {
-	r := f.newR()
-	if err := f.cs.RecvBy(ctx, r, deadline); err != nil {
-		var zero R
-		return zero, err
-	}
-	return r, nil
-}

@@ -1,12 +1,12 @@
 package frames
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"strings"
 	"sync"
 	"syscall"
@@ -24,31 +24,18 @@ import (
 var ErrNotFrames = errors.New("frames: the peer does not speak the frames protocol")
 
 // ClientStream is the client's side of one stream: Send and Recv may be
-// called concurrently with each other (Send by many senders; Recv or
-// RecvBy by one receiver at a time).
+// called concurrently with each other (Send by many senders; Recv by one
+// receiver).
 type ClientStream struct {
 	c    net.Conn
-	fr   *frameReader // used by the receiver only
+	r    *bufio.Reader
+	rbuf []byte // used by Recv only
 	w    *writer
 	stop func() bool
 
 	mu  sync.Mutex
 	err error // why the stream ended, once Recv saw it. Protected by mu.
-
-	// dlMu orders the receivers' read deadlines with the interruptions
-	// of RecvBy's context: an interruption meant for a receive that
-	// returned must not cut the next one short.
-	dlMu    sync.Mutex
-	readSeq uint64    // the receive running or last run. Protected by dlMu.
-	readDL  time.Time // the connection's read deadline. Protected by dlMu.
-	// deadlines: the connection takes read deadlines (CanRecvBy).
-	deadlines bool
 }
-
-// ErrRecvTimeout is what RecvBy returns when its deadline passed or its
-// context ended first: the stream is intact, and the next receive goes on
-// where this one stopped, in the middle of a frame if need be.
-var ErrRecvTimeout = fmt.Errorf("frames: receive: %w", os.ErrDeadlineExceeded)
 
 // Open opens a stream of method (a full name, "/pkg.Service/Method") on c,
 // a connection the caller dialed (and, for TLS, handshook), written the
@@ -72,7 +59,7 @@ func Open(ctx context.Context, c net.Conn, prefix []byte, method string, sp prot
 // refuses such an open frame as an incompatible protocol
 // (protover.IsRefusal): the caller may then use gRPC.
 func OpenAuthorized(ctx context.Context, c net.Conn, prefix []byte, method string, sp protover.Speaker, authorization string) (*ClientStream, error) {
-	s := &ClientStream{c: c, fr: newFrameReader(c), w: newWriter(c, 0)}
+	s := &ClientStream{c: c, r: bufio.NewReaderSize(c, 32<<10), w: newWriter(c, 0)}
 	s.stop = context.AfterFunc(ctx, func() { c.Close() })
 	if dl, ok := ctx.Deadline(); ok {
 		c.SetReadDeadline(dl)
@@ -85,7 +72,7 @@ func OpenAuthorized(ctx context.Context, c net.Conn, prefix []byte, method strin
 	if err := s.w.sendBytes(hello); err != nil {
 		return nil, s.openErr(ctx, err)
 	}
-	typ, body, err := s.fr.next(64 << 10)
+	typ, body, err := ReadFrame(s.r, nil, 64<<10)
 	if err != nil {
 		// A peer that does not speak frames closes the connection (a
 		// reset, as it had unread bytes) or answers its own protocol.
@@ -116,9 +103,7 @@ func OpenAuthorized(ctx context.Context, c net.Conn, prefix []byte, method strin
 		s.Close()
 		return nil, ErrNotFrames
 	}
-	// A connection that takes no read deadline (a dialer's own type)
-	// cannot end a RecvBy on time.
-	s.deadlines = c.SetReadDeadline(time.Time{}) == nil
+	c.SetReadDeadline(time.Time{})
 	return s, nil
 }
 
@@ -158,52 +143,10 @@ func (s *ClientStream) Send(m any) error {
 // server ended it cleanly, its status error otherwise, and Unavailable
 // when the connection broke.
 func (s *ClientStream) Recv(m any) error {
-	s.setReadDeadline(time.Time{})
-	return s.recv(m)
-}
-
-// RecvBy is Recv that waits until deadline at most (zero: no limit), and
-// while ctx lasts (nil: no context): then it returns ErrRecvTimeout and the
-// stream stays open. So a caller may read its own reply with its own
-// deadline, and give up without breaking the stream for the others.
-func (s *ClientStream) RecvBy(ctx context.Context, m any, deadline time.Time) error {
-	seq := s.setReadDeadline(deadline)
-	if ctx != nil && ctx.Done() != nil {
-		stop := context.AfterFunc(ctx, func() { s.interrupt(seq) })
-		defer stop()
+	if s.rbuf == nil {
+		s.rbuf = make([]byte, 0, 64<<10)
 	}
-	return s.recv(m)
-}
-
-// CanRecvBy reports whether RecvBy ends at its deadline: whether the
-// connection takes read deadlines, as a net.Conn should.
-func (s *ClientStream) CanRecvBy() bool { return s.deadlines }
-
-// setReadDeadline starts a receive with the read deadline dl and returns
-// its number, for interrupt.
-func (s *ClientStream) setReadDeadline(dl time.Time) uint64 {
-	s.dlMu.Lock()
-	defer s.dlMu.Unlock()
-	s.readSeq++
-	if !dl.Equal(s.readDL) {
-		s.c.SetReadDeadline(dl)
-		s.readDL = dl
-	}
-	return s.readSeq
-}
-
-// interrupt ends receive seq's wait, if it is still the one running.
-func (s *ClientStream) interrupt(seq uint64) {
-	s.dlMu.Lock()
-	defer s.dlMu.Unlock()
-	if s.readSeq == seq {
-		s.readDL = time.Unix(1, 0)
-		s.c.SetReadDeadline(s.readDL)
-	}
-}
-
-func (s *ClientStream) recv(m any) error {
-	typ, body, err := s.fr.next(MaxFrame)
+	typ, body, err := ReadFrame(s.r, s.rbuf, MaxFrame)
 	if err == nil {
 		switch typ {
 		case TypeMsg:
@@ -224,8 +167,6 @@ func (s *ClientStream) recv(m any) error {
 		default:
 			err = status.Error(codes.Internal, fmt.Sprintf("frames: unexpected frame type %q", typ))
 		}
-	} else if errors.Is(err, os.ErrDeadlineExceeded) {
-		return ErrRecvTimeout
 	} else {
 		err = status.Error(codes.Unavailable, "frames: "+err.Error())
 	}
