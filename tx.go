@@ -410,13 +410,7 @@ func (tr *Tx) raceReadVersion(oneStash func() bool, read func() (kv.Version, err
 		return false, nil
 	}
 	if rerr == nil && at >= rv {
-		tr.mu.Lock()
-		if tr.readVersion == 0 {
-			tr.readVersion = at
-		}
-		raced = tr.readVersion == at
-		tr.mu.Unlock()
-		if raced {
+		if raced = tr.setReadVersion(at) == at; raced {
 			tr.db.learnVersion(at)
 			tr.db.racesWon.Add(1)
 			tr.db.raceLosses.Store(0)
@@ -439,13 +433,15 @@ const (
 )
 
 // setReadVersion sets the read version to a fresh one, rv, unless a
-// concurrent read of the transaction set one first.
-func (tr *Tx) setReadVersion(rv kv.Version) {
+// concurrent read of the transaction set one first, and returns the read
+// version set.
+func (tr *Tx) setReadVersion(rv kv.Version) kv.Version {
 	tr.mu.Lock()
+	defer tr.mu.Unlock()
 	if tr.readVersion == 0 {
 		tr.readVersion = rv
 	}
-	tr.mu.Unlock()
+	return tr.readVersion
 }
 
 func (tr *Tx) inCleared(k []byte) bool {
