@@ -29,6 +29,7 @@ const (
 	OpClaim          = "claim"
 	OpRecoveryDone   = "recovery_done"
 	OpExclude        = "exclude"
+	OpExcludeFailed  = "exclude_failed"
 	OpInclude        = "include"
 	OpConfigure      = "configure"
 	OpRetire         = "retire"
@@ -119,7 +120,20 @@ func RegisterStash(n NodeInfo, empty bool) Command {
 // moves the shards of the stashes there onto others.
 func Exclude(addrs []string) Command { return Command{Op: OpExclude, Addrs: slices.Clone(addrs)} }
 
-// Include removes addrs from State.Excluded; no addresses, or the one
+// ExcludeFailed declares the stashes at addrs gone for good (distash cli
+// exclude --failed): each address is excluded and recorded in
+// State.Failed; the tag of every stash slot whose node is at one of them
+// is retired; that tag, and every tag retired while its node was at one of
+// them (State.RetiredAt), is given up (State.GivenUp). The data
+// distributor re-replicates the shards that have another replica at once,
+// and starts a durable shard whose replicas are all retired, one of them
+// given up, empty on a new team instead of holding it: the operator's
+// word that its data is lost.
+func ExcludeFailed(addrs []string) Command {
+	return Command{Op: OpExcludeFailed, Addrs: slices.Clone(addrs)}
+}
+
+// Include removes addrs from State.Excluded (and State.Failed); no addresses, or the one
 // address "all", include every excluded address. An address that is not
 // excluded is no error.
 func Include(addrs []string) Command { return Command{Op: OpInclude, Addrs: slices.Clone(addrs)} }
@@ -299,9 +313,20 @@ func (s *State) Apply(c Command) (Result, error) {
 			s.Excluded = insertSorted(s.Excluded, a)
 		}
 		return res, nil
+	case OpExcludeFailed:
+		addrs, err := checkAddrs(c.Addrs, false)
+		if err != nil {
+			return res, err
+		}
+		for _, a := range addrs {
+			s.Excluded = insertSorted(s.Excluded, a)
+			s.Failed = insertSorted(s.Failed, a)
+		}
+		s.giveUp(addrs)
+		return res, nil
 	case OpInclude:
 		if len(c.Addrs) == 0 || len(c.Addrs) == 1 && c.Addrs[0] == "all" {
-			s.Excluded = nil
+			s.Excluded, s.Failed = nil, nil
 			return res, nil
 		}
 		addrs, err := checkAddrs(c.Addrs, true)
@@ -311,6 +336,10 @@ func (s *State) Apply(c Command) (Result, error) {
 		s.Excluded = slices.DeleteFunc(s.Excluded, func(a string) bool { return slices.Contains(addrs, a) })
 		if len(s.Excluded) == 0 {
 			s.Excluded = nil
+		}
+		s.Failed = slices.DeleteFunc(s.Failed, func(a string) bool { return slices.Contains(addrs, a) })
+		if len(s.Failed) == 0 {
+			s.Failed = nil
 		}
 		return res, nil
 	case OpConfigure:
@@ -323,7 +352,7 @@ func (s *State) Apply(c Command) (Result, error) {
 			}
 			return res, fmt.Errorf("coord: retire: tag %d was never given to a stash (%s)", c.Tag, given)
 		}
-		s.Retired = insertSorted(s.Retired, c.Tag)
+		s.retire(c.Tag, s.tagAddr(c.Tag))
 		return res, nil
 	case OpRemoveNode:
 		if _, ok := s.Nodes[c.ID]; !ok {
@@ -607,7 +636,11 @@ func (s *State) register(n NodeInfo, empty, legacy bool) (int, uint32, error) {
 			// lost its data, or was replaced): retired, so the data
 			// distributor re-replicates its shards without waiting.
 			if old := s.SlotTags[n.Pool][slot]; old != 0 && s.TagUsed(old) && !s.TagRetired(old) {
-				s.Retired = insertSorted(s.Retired, old)
+				addr := n.Addr
+				if prev, ok := s.Nodes[n.ID]; ok {
+					addr = prev.Addr // where the stash that had the tag was
+				}
+				s.retire(old, addr)
 			}
 			s.SlotTags[n.Pool][slot] = s.freshTag()
 		}
@@ -619,6 +652,52 @@ func (s *State) register(n NodeInfo, empty, legacy bool) (int, uint32, error) {
 	}
 	s.Nodes[n.ID] = n // a restarted node may come back on a new address
 	return slot, tag, nil
+}
+
+// retire retires tag, which the stash node at addr ("" if none) held.
+func (s *State) retire(tag uint32, addr string) {
+	s.Retired = insertSorted(s.Retired, tag)
+	if addr != "" {
+		if s.RetiredAt == nil {
+			s.RetiredAt = make(map[uint32]string)
+		}
+		s.RetiredAt[tag] = addr
+	}
+}
+
+// tagAddr returns the address of the stash node whose slot holds tag, ""
+// if no node holds it.
+func (s *State) tagAddr(tag uint32) string {
+	for pool, tags := range s.SlotTags {
+		if i := slices.Index(tags, tag); i >= 0 && i < len(s.Tags[pool]) && s.Tags[pool][i] != "" {
+			return s.Nodes[s.Tags[pool][i]].Addr
+		}
+	}
+	return ""
+}
+
+// giveUp retires the tag of every stash slot whose node is at one of
+// addrs and gives it up, with every tag retired while its node was at one
+// of them (ExcludeFailed).
+func (s *State) giveUp(addrs []string) {
+	for pool, ids := range s.Tags {
+		for i, id := range ids {
+			if id == "" || !slices.Contains(addrs, s.Nodes[id].Addr) {
+				continue
+			}
+			if t := s.SlotTag(pool, i); t != 0 && s.TagUsed(t) {
+				if !s.TagRetired(t) {
+					s.retire(t, s.Nodes[id].Addr)
+				}
+				s.GivenUp = insertSorted(s.GivenUp, t)
+			}
+		}
+	}
+	for t, a := range s.RetiredAt {
+		if slices.Contains(addrs, a) {
+			s.GivenUp = insertSorted(s.GivenUp, t)
+		}
+	}
 }
 
 // staleIncarnation reports whether incarnation inc ("<seq>.<random>",

@@ -101,12 +101,25 @@ type State struct {
 	// UsedTags are the tags a stash node ever registered on (sorted): such
 	// a tag may be in the shard map with data behind it.
 	UsedTags []uint32 `json:"used_tags,omitempty"`
-	// Retired are the tags the data distributor retired (sorted): no shard
-	// refers to them any more, so their slots' next stash gets a fresh one.
+	// Retired are the tags that will never serve again (sorted): the data
+	// distributor retired them once no shard referred to them, or their
+	// stash came back empty, or an operator declared it failed
+	// (ExcludeFailed). Their slots' next stash gets a fresh tag.
 	Retired []uint32 `json:"retired,omitempty"`
+	// RetiredAt is, for a retired tag, the address of the stash node that
+	// held it when it was retired (none for a tag retired before this was
+	// recorded, or by a slot no node held).
+	RetiredAt map[uint32]string `json:"retired_at,omitempty"`
+	// GivenUp are retired tags whose data an operator gave up (sorted;
+	// ExcludeFailed): a durable shard left with only retired replicas, one
+	// of them given up, starts empty instead of waiting.
+	GivenUp []uint32 `json:"given_up,omitempty"`
 	// Excluded are the addresses ("host:port", sorted) whose stashes the
 	// data distributor empties (Exclude, Include).
 	Excluded []string `json:"excluded,omitempty"`
+	// Failed are the excluded addresses an operator declared failed
+	// (ExcludeFailed), sorted.
+	Failed []string `json:"failed,omitempty"`
 	// FailureWaitMs overrides the configuration's cluster.failure_wait, in
 	// milliseconds; nil: the configuration's.
 	FailureWaitMs *int64 `json:"failure_wait_ms,omitempty"`
@@ -159,7 +172,10 @@ func (s *State) Clone() *State {
 	c.UsedTags = slices.Clone(s.UsedTags)
 	c.LogBootstrap = slices.Clone(s.LogBootstrap)
 	c.Retired = slices.Clone(s.Retired)
+	c.RetiredAt = maps.Clone(s.RetiredAt)
+	c.GivenUp = slices.Clone(s.GivenUp)
 	c.Excluded = slices.Clone(s.Excluded)
+	c.Failed = slices.Clone(s.Failed)
 	if s.FailureWaitMs != nil {
 		v := *s.FailureWaitMs
 		c.FailureWaitMs = &v
@@ -188,6 +204,12 @@ func (s *State) TagUsed(tag uint32) bool {
 // TagRetired reports whether tag was retired.
 func (s *State) TagRetired(tag uint32) bool {
 	_, ok := slices.BinarySearch(s.Retired, tag)
+	return ok
+}
+
+// TagGivenUp reports whether an operator gave up tag's data (ExcludeFailed).
+func (s *State) TagGivenUp(tag uint32) bool {
+	_, ok := slices.BinarySearch(s.GivenUp, tag)
 	return ok
 }
 

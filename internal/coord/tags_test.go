@@ -267,6 +267,68 @@ func TestExcludeInclude(t *testing.T) {
 	}
 }
 
+// TestExcludeFailed: an operator declares the stash at an address gone
+// for good. Its slot's tag is retired and given up, and so is a tag
+// retired earlier while its node was there (a stash that came back empty);
+// other tags are untouched. Include takes the address back, but a tag
+// given up stays given up: its data is gone either way.
+func TestExcludeFailed(t *testing.T) {
+	s := newTagState(t)
+	register(t, s, stashNode("a", "data"), true)  // tag 3, at a:1
+	register(t, s, stashNode("b", "data"), true)  // tag 4, at b:1
+	register(t, s, stashNode("a", "data"), true)  // came back empty: tag 3 retired, now 5
+	register(t, s, stashNode("c", "cache"), true) // tag 1
+	if !s.TagRetired(3) || s.RetiredAt[3] != "a:1" || s.SlotTag("data", 0) != 5 {
+		t.Fatalf("retired %v at %v, slot tags %v", s.Retired, s.RetiredAt, s.SlotTags)
+	}
+	before := s.Clone()
+	if _, err := s.Apply(ExcludeFailed([]string{"nohost"})); err == nil || !strings.Contains(err.Error(), "nohost") {
+		t.Fatalf("exclude --failed of a bad address: %v", err)
+	}
+	if !reflect.DeepEqual(before, s) {
+		t.Fatal("a refused exclude --failed changed the state")
+	}
+	mustApply(t, s, ExcludeFailed([]string{"a:1", "z:9"})) // z:9: no node there, no error
+	if !slices.Equal(s.Excluded, []string{"a:1", "z:9"}) || !slices.Equal(s.Failed, []string{"a:1", "z:9"}) {
+		t.Fatalf("excluded %v failed %v", s.Excluded, s.Failed)
+	}
+	if !slices.Equal(s.GivenUp, []uint32{3, 5}) || !s.TagRetired(5) || s.RetiredAt[5] != "a:1" {
+		t.Fatalf("given up %v, retired %v at %v: want tags 3 and 5 (a:1's, now and before)", s.GivenUp, s.Retired, s.RetiredAt)
+	}
+	if s.TagRetired(4) || s.TagGivenUp(4) || s.TagRetired(1) {
+		t.Fatalf("another address's tags changed: retired %v given up %v", s.Retired, s.GivenUp)
+	}
+	again := s.Clone()
+	mustApply(t, s, ExcludeFailed([]string{"a:1"}))
+	if !reflect.DeepEqual(again, s) {
+		t.Fatal("exclude --failed again changed the state")
+	}
+	// The node returns: its retired tag gives it a fresh one, not given up.
+	if r := register(t, s, stashNode("a", "data"), false); r.Tag != 6 || s.TagGivenUp(6) {
+		t.Fatalf("a returns: tag %d, given up %v", r.Tag, s.GivenUp)
+	}
+	mustApply(t, s, Include([]string{"a:1"}))
+	if !slices.Equal(s.Excluded, []string{"z:9"}) || !slices.Equal(s.Failed, []string{"z:9"}) || !slices.Equal(s.GivenUp, []uint32{3, 5}) {
+		t.Fatalf("after include: excluded %v failed %v given up %v", s.Excluded, s.Failed, s.GivenUp)
+	}
+	mustApply(t, s, Include([]string{"all"}))
+	if s.Excluded != nil || s.Failed != nil {
+		t.Fatalf("after include all: excluded %v failed %v", s.Excluded, s.Failed)
+	}
+	// The state survives its encoding.
+	b, err := EncodeState(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := DecodeState(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(d.GivenUp, s.GivenUp) || !reflect.DeepEqual(d.RetiredAt, s.RetiredAt) {
+		t.Fatalf("decoded given up %v retired at %v, want %v %v", d.GivenUp, d.RetiredAt, s.GivenUp, s.RetiredAt)
+	}
+}
+
 func TestConfigure(t *testing.T) {
 	s := newTagState(t)
 	cfg, _ := s.ParsedConfig()

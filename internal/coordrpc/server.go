@@ -577,7 +577,7 @@ func (s *Server) view(st *coord.State) *wire.ViewResponse {
 	if cfg, err := st.ParsedConfig(); err == nil && cfg != nil {
 		for _, p := range cfg.Pools {
 			for i, tag := range st.SlotTags[p.Name] {
-				loc := &wire.StashLocation{Tag: tag, Pool: p.Name, Slot: int32(i), Retired: st.TagRetired(tag)}
+				loc := &wire.StashLocation{Tag: tag, Pool: p.Name, Slot: int32(i), Retired: st.TagRetired(tag), GivenUp: st.TagGivenUp(tag)}
 				if held := st.Tags[p.Name]; i < len(held) && held[i] != "" {
 					n := st.Nodes[held[i]]
 					loc.Node, loc.Address, loc.Dc, loc.Zone = held[i], n.Addr, n.DC, n.Zone
@@ -596,13 +596,13 @@ func (s *Server) view(st *coord.State) *wire.ViewResponse {
 		}
 		for _, tag := range st.Retired {
 			if !inSlot[tag] {
-				r.Stashes = append(r.Stashes, &wire.StashLocation{Tag: tag, Slot: -1, Retired: true})
+				r.Stashes = append(r.Stashes, &wire.StashLocation{Tag: tag, Slot: -1, Retired: true, Address: st.RetiredAt[tag], GivenUp: st.TagGivenUp(tag)})
 			}
 		}
 		r.FailureWaitMs = st.FailureWait(cfg).Milliseconds()
 		r.FailureWaitSet = st.FailureWaitMs != nil
 	}
-	r.Excluded = st.Excluded
+	r.Excluded, r.Failed = st.Excluded, st.Failed
 	if rec := st.Recovery; rec != nil {
 		r.LastRecoveryUnixMs, r.LastRecoveryMicros = rec.ClaimedUnixMs, rec.Micros
 	}
@@ -617,11 +617,17 @@ func (s *Server) Exclude(ctx context.Context, req *wire.ExcludeRequest) (*wire.E
 		},
 		func() error { return checkAddrs(req == nil, "exclude", req.GetAddresses()) },
 		func(c wire.CoordinatorClient) (*wire.ExcludeResponse, error) {
-			return c.Exclude(ctx, &wire.ExcludeRequest{Addresses: req.Addresses, Hops: req.Hops + 1})
+			return c.Exclude(ctx, &wire.ExcludeRequest{Addresses: req.Addresses, Hops: req.Hops + 1, Failed: req.Failed})
 		},
 		func() (*wire.ExcludeResponse, error) {
-			return apply(ctx, s, coord.Exclude(req.Addresses),
-				func() *wire.ExcludeResponse { return &wire.ExcludeResponse{Excluded: s.node.State().Excluded} })
+			cmd := coord.Exclude(req.Addresses)
+			if req.Failed {
+				cmd = coord.ExcludeFailed(req.Addresses)
+			}
+			return apply(ctx, s, cmd, func() *wire.ExcludeResponse {
+				st := s.node.State()
+				return &wire.ExcludeResponse{Excluded: st.Excluded, Failed: st.Failed}
+			})
 		})
 }
 

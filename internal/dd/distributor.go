@@ -24,6 +24,10 @@ type StashInfo struct {
 	Excluded bool
 	// Retired: replaced after a failure; it never serves again.
 	Retired bool
+	// GivenUp: an operator declared it failed and gave up its data
+	// (distash cli exclude --failed): a durable shard whose replicas are
+	// all retired, one of them given up, starts empty instead of holding.
+	GivenUp bool
 }
 
 // Metrics is a stash's answer about one range (see stash.RangeMetrics).

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"slices"
+	"strings"
 	"sort"
 	"time"
 
@@ -621,15 +622,44 @@ func (p *planner) warnHeld(rel Relocation) {
 	}
 	p.heldNamed = true
 	st := &p.out.Status
-	gone := !slices.ContainsFunc(rel.From, func(t kv.Tag) bool {
+	at := "ADDR` (the address they were at)"
+	if a := p.addresses(rel.From); a != "" {
+		at = a + "`"
+	}
+	if p.allRetired(rel) {
+		st.Warning = fmt.Sprintf("a durable shard has no replica left: [%q, %q) was on stashes %v, all retired; its data is lost unless restored from a backup, or given up by `distash cli exclude --failed %s, which starts it empty",
+			rel.Begin, rel.End, rel.From, at)
+		return
+	}
+	st.Warning = fmt.Sprintf("a durable shard has no replica left: [%q, %q) waits for one of stashes %v to return, or for `distash cli exclude --failed %s to give up its data and start it empty", rel.Begin, rel.End, rel.From, at)
+}
+
+// allRetired reports whether every stash of rel.From is retired: none
+// will ever serve the shard's data again.
+func (p *planner) allRetired(rel Relocation) bool {
+	return !slices.ContainsFunc(rel.From, func(t kv.Tag) bool {
 		s, ok := p.s.Stashes[t]
 		return ok && !s.Retired && !s.RetiredHere
 	})
-	if gone {
-		st.Warning = fmt.Sprintf("a durable shard has no replica left: [%q, %q) was on stashes %v, all retired; its data is lost unless restored from a backup", rel.Begin, rel.End, rel.From)
-		return
+}
+
+// givenUp reports whether a durable shard with no replica left may start
+// empty: every stash that held it is retired and an operator gave up the
+// data of one of them (exclude --failed).
+func (p *planner) givenUp(rel Relocation) bool {
+	return p.allRetired(rel) && slices.ContainsFunc(rel.From, func(t kv.Tag) bool { return p.s.Stashes[t].GivenUp })
+}
+
+// addresses names where the stashes tags were, for an operator: "" if
+// none is known.
+func (p *planner) addresses(tags []kv.Tag) string {
+	var out []string
+	for _, t := range tags {
+		if a := p.s.Stashes[t].Address; a != "" && !slices.Contains(out, a) {
+			out = append(out, a)
+		}
 	}
-	st.Warning = fmt.Sprintf("a durable shard has no replica left: [%q, %q) waits for one of stashes %v to return", rel.Begin, rel.End, rel.From)
+	return strings.Join(out, " ")
 }
 
 // start returns the action that begins rel.
@@ -647,9 +677,11 @@ func (p *planner) start(rel Relocation) Action {
 		a.Kind, a.Set, a.Clear = ActMerge, team(rel.From), [][]byte{rel.Split}
 	case rel.Reason == "replication":
 		a.Kind, a.Set = ActSetTeam, team(sortedTags(rel.To))
-	case p.direct(&rel) && !p.s.Pool.Ephemeral:
+	case p.direct(&rel) && !p.s.Pool.Ephemeral && !p.givenUp(rel):
 		a.Kind, a.Why = ActHold, "no replica left: a durable shard waits for one to return"
 		p.warnHeld(rel)
+	case p.direct(&rel) && !p.s.Pool.Ephemeral:
+		a.Kind, a.Set, a.Why = ActStartEmpty, team(sortedTags(rel.To)), "no replica left, and an operator gave up its data (exclude --failed)"
 	case p.direct(&rel):
 		a.Kind, a.Set, a.Why = ActStartEmpty, team(sortedTags(rel.To)), "no replica of a cache shard is left"
 	default:

@@ -22,8 +22,8 @@ import (
 //	pool name=p prefix=p/ replication=2 [ephemeral] [across-dcs] [shard-bytes=400]
 //	     [write-split-rate=N] [max-moves=N] [imbalance=F] [failure-wait=1m]
 //	     [map-version=N]
-//	stashes      one a line: TAG [pool=P] [at=DC/ZONE] [down=DURATION] [excluded]
-//	             [retired] [retired-here] [unreachable]
+//	stashes      one a line: TAG [pool=P] [at=DC/ZONE] [addr=HOST:PORT] [down=DURATION] [excluded]
+//	             [retired] [retired-here] [given-up] [unreachable]
 //	shards       one a line, in key order: BEGIN END team=1,2 [dest=3] [bytes=N]
 //	             [split-at=K] [rate=N] [rate-split-at=K] [dests=serving,fetching:N,copied,-]
 //	             (a destination's answer may end @V: the version it had applied)
@@ -124,9 +124,11 @@ func scriptStash(s *Snapshot, f []string) error {
 		d, err = time.ParseDuration(v)
 		st.Alive, st.DownSince = false, s.Now.Add(-d)
 	}
+	st.Address = a["addr"]
 	_, st.Excluded = a["excluded"]
 	_, st.Retired = a["retired"]
 	_, st.RetiredHere = a["retired-here"]
+	_, st.GivenUp = a["given-up"]
 	_, st.Unreachable = a["unreachable"]
 	s.Stashes[st.Tag] = st
 	return err

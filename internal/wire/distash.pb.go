@@ -4729,6 +4729,7 @@ type ViewResponse struct {
 	LogIds              []string               `protobuf:"bytes,27,rep,name=log_ids,json=logIds,proto3" json:"log_ids,omitempty"`                                             // raft server ids of the log replicas, parallel to log_replicas
 	ControllerHere      bool                   `protobuf:"varint,28,opt,name=controller_here,json=controllerHere,proto3" json:"controller_here,omitempty"`                    // local: the answering coordinator is the controller
 	LogBootstrapIds     []string               `protobuf:"bytes,29,rep,name=log_bootstrap_ids,json=logBootstrapIds,proto3" json:"log_bootstrap_ids,omitempty"`                // raft ids the log was formed with: only these bootstrap a new replica; others join
+	Failed              []string               `protobuf:"bytes,30,rep,name=failed,proto3" json:"failed,omitempty"`                                                           // addresses declared failed (exclude --failed), sorted; each is excluded too
 	unknownFields       protoimpl.UnknownFields
 	sizeCache           protoimpl.SizeCache
 }
@@ -4966,6 +4967,13 @@ func (x *ViewResponse) GetLogBootstrapIds() []string {
 	return nil
 }
 
+func (x *ViewResponse) GetFailed() []string {
+	if x != nil {
+		return x.Failed
+	}
+	return nil
+}
+
 type PoolReplication struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Pool          string                 `protobuf:"bytes,1,opt,name=pool,proto3" json:"pool,omitempty"`
@@ -5028,8 +5036,9 @@ type StashLocation struct {
 	Alive         bool                   `protobuf:"varint,6,opt,name=alive,proto3" json:"alive,omitempty"`
 	Dc            string                 `protobuf:"bytes,7,opt,name=dc,proto3" json:"dc,omitempty"` // the node's locality
 	Zone          string                 `protobuf:"bytes,8,opt,name=zone,proto3" json:"zone,omitempty"`
-	Excluded      bool                   `protobuf:"varint,9,opt,name=excluded,proto3" json:"excluded,omitempty"` // the node's address is excluded
-	Retired       bool                   `protobuf:"varint,10,opt,name=retired,proto3" json:"retired,omitempty"`  // the tag is retired (its node gets a fresh one when it registers next)
+	Excluded      bool                   `protobuf:"varint,9,opt,name=excluded,proto3" json:"excluded,omitempty"`               // the node's address is excluded
+	Retired       bool                   `protobuf:"varint,10,opt,name=retired,proto3" json:"retired,omitempty"`                // the tag is retired (its node gets a fresh one when it registers next)
+	GivenUp       bool                   `protobuf:"varint,11,opt,name=given_up,json=givenUp,proto3" json:"given_up,omitempty"` // an operator gave up its data (exclude --failed): a shard with no other replica starts empty
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -5130,6 +5139,13 @@ func (x *StashLocation) GetExcluded() bool {
 func (x *StashLocation) GetRetired() bool {
 	if x != nil {
 		return x.Retired
+	}
+	return false
+}
+
+func (x *StashLocation) GetGivenUp() bool {
+	if x != nil {
+		return x.GivenUp
 	}
 	return false
 }
@@ -5377,9 +5393,12 @@ func (x *RecoveryDoneResponse) GetLeader() string {
 // at excluded addresses (host:port). Include with no address, or the one
 // address "all", includes every excluded address.
 type ExcludeRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Addresses     []string               `protobuf:"bytes,1,rep,name=addresses,proto3" json:"addresses,omitempty"`
-	Hops          uint32                 `protobuf:"varint,2,opt,name=hops,proto3" json:"hops,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Addresses []string               `protobuf:"bytes,1,rep,name=addresses,proto3" json:"addresses,omitempty"`
+	Hops      uint32                 `protobuf:"varint,2,opt,name=hops,proto3" json:"hops,omitempty"`
+	// failed: the stashes at these addresses are gone for good; their tags
+	// are retired and their data given up (exclude --failed).
+	Failed        bool `protobuf:"varint,3,opt,name=failed,proto3" json:"failed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -5428,11 +5447,19 @@ func (x *ExcludeRequest) GetHops() uint32 {
 	return 0
 }
 
+func (x *ExcludeRequest) GetFailed() bool {
+	if x != nil {
+		return x.Failed
+	}
+	return false
+}
+
 type ExcludeResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Excluded      []string               `protobuf:"bytes,1,rep,name=excluded,proto3" json:"excluded,omitempty"` // every excluded address after the call, sorted
 	Error         *Error                 `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
 	Leader        string                 `protobuf:"bytes,3,opt,name=leader,proto3" json:"leader,omitempty"`
+	Failed        []string               `protobuf:"bytes,4,rep,name=failed,proto3" json:"failed,omitempty"` // every address declared failed after the call, sorted (none from a release before exclude --failed)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -5486,6 +5513,13 @@ func (x *ExcludeResponse) GetLeader() string {
 		return x.Leader
 	}
 	return ""
+}
+
+func (x *ExcludeResponse) GetFailed() []string {
+	if x != nil {
+		return x.Failed
+	}
+	return nil
 }
 
 type IncludeRequest struct {
@@ -7247,7 +7281,7 @@ const file_distash_proto_rawDesc = "" +
 	" \x01(\tR\x05logId\"5\n" +
 	"\tPoolSlots\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x14\n" +
-	"\x05nodes\x18\x02 \x03(\tR\x05nodes\"\xf1\b\n" +
+	"\x05nodes\x18\x02 \x03(\tR\x05nodes\"\x89\t\n" +
 	"\fViewResponse\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x01 \x01(\x04R\n" +
@@ -7285,10 +7319,11 @@ const file_distash_proto_rawDesc = "" +
 	"\araft_id\x18\x1a \x01(\tR\x06raftId\x12\x17\n" +
 	"\alog_ids\x18\x1b \x03(\tR\x06logIds\x12'\n" +
 	"\x0fcontroller_here\x18\x1c \x01(\bR\x0econtrollerHere\x12*\n" +
-	"\x11log_bootstrap_ids\x18\x1d \x03(\tR\x0flogBootstrapIds\"G\n" +
+	"\x11log_bootstrap_ids\x18\x1d \x03(\tR\x0flogBootstrapIds\x12\x16\n" +
+	"\x06failed\x18\x1e \x03(\tR\x06failed\"G\n" +
 	"\x0fPoolReplication\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\tR\x04pool\x12 \n" +
-	"\vreplication\x18\x02 \x01(\x05R\vreplication\"\xe7\x01\n" +
+	"\vreplication\x18\x02 \x01(\x05R\vreplication\"\x82\x02\n" +
 	"\rStashLocation\x12\x10\n" +
 	"\x03tag\x18\x01 \x01(\rR\x03tag\x12\x12\n" +
 	"\x04pool\x18\x02 \x01(\tR\x04pool\x12\x12\n" +
@@ -7300,7 +7335,8 @@ const file_distash_proto_rawDesc = "" +
 	"\x04zone\x18\b \x01(\tR\x04zone\x12\x1a\n" +
 	"\bexcluded\x18\t \x01(\bR\bexcluded\x12\x18\n" +
 	"\aretired\x18\n" +
-	" \x01(\bR\aretired\"2\n" +
+	" \x01(\bR\aretired\x12\x19\n" +
+	"\bgiven_up\x18\v \x01(\bR\agivenUp\"2\n" +
 	"\fClaimRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04hops\x18\x02 \x01(\rR\x04hops\"p\n" +
@@ -7319,14 +7355,16 @@ const file_distash_proto_rawDesc = "" +
 	"\x04hops\x18\x04 \x01(\rR\x04hops\"W\n" +
 	"\x14RecoveryDoneResponse\x12'\n" +
 	"\x05error\x18\x01 \x01(\v2\x11.distash.v1.ErrorR\x05error\x12\x16\n" +
-	"\x06leader\x18\x02 \x01(\tR\x06leader\"B\n" +
+	"\x06leader\x18\x02 \x01(\tR\x06leader\"Z\n" +
 	"\x0eExcludeRequest\x12\x1c\n" +
 	"\taddresses\x18\x01 \x03(\tR\taddresses\x12\x12\n" +
-	"\x04hops\x18\x02 \x01(\rR\x04hops\"n\n" +
+	"\x04hops\x18\x02 \x01(\rR\x04hops\x12\x16\n" +
+	"\x06failed\x18\x03 \x01(\bR\x06failed\"\x86\x01\n" +
 	"\x0fExcludeResponse\x12\x1a\n" +
 	"\bexcluded\x18\x01 \x03(\tR\bexcluded\x12'\n" +
 	"\x05error\x18\x02 \x01(\v2\x11.distash.v1.ErrorR\x05error\x12\x16\n" +
-	"\x06leader\x18\x03 \x01(\tR\x06leader\"B\n" +
+	"\x06leader\x18\x03 \x01(\tR\x06leader\x12\x16\n" +
+	"\x06failed\x18\x04 \x03(\tR\x06failed\"B\n" +
 	"\x0eIncludeRequest\x12\x1c\n" +
 	"\taddresses\x18\x01 \x03(\tR\taddresses\x12\x12\n" +
 	"\x04hops\x18\x02 \x01(\rR\x04hops\"n\n" +
