@@ -4,8 +4,8 @@ import (
 	"bytes"
 	"fmt"
 	"slices"
-	"strings"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/distash/distash/internal/kv"
