@@ -216,7 +216,10 @@ func printStatusTo(out io.Writer, st *wire.StatusResponse) {
 		if s.Restarts > 0 {
 			health += fmt.Sprintf(" (%d restarts)", s.Restarts)
 		}
-		if s.Excluded {
+		switch {
+		case s.GivenUp:
+			health += ", failed (data given up)"
+		case s.Excluded:
 			health += ", excluded"
 		}
 		shards := strconv.Itoa(int(s.Shards))

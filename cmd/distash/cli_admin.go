@@ -92,7 +92,7 @@ coordinators in place of the configuration file's value:
 		},
 	}
 
-	var wait bool
+	var wait, failed bool
 	exclude := &cobra.Command{
 		Use:   "exclude ADDR [ADDR...]",
 		Short: "Move every shard off the stashes at these addresses (host:port)",
@@ -101,17 +101,35 @@ coordinators in place of the configuration file's value:
 stashes; they keep serving until then. With --wait, wait (up to --timeout,
 default 1h here) until every stash on the excluded addresses holds no
 shard, printing how many are left each second: then they can be stopped
-("distash cli kill ADDR"). "distash cli include ADDR" undoes it.`,
+("distash cli kill ADDR"). "distash cli include ADDR" undoes it.
+
+With --failed, the stashes at these addresses are gone for good (a lost
+disk or machine) and their data is given up: their tags are retired at
+once, so the log stops keeping writes for them and the shards they shared
+with live stashes are re-replicated from those without waiting. A durable
+shard whose only replicas were there loses its data: it starts empty on
+other stashes. --failed always waits (up to --timeout, default 1h) until
+no shard names those stashes; writes to such a shard acknowledged before
+it returns may be lost, writes after it are kept. If a stash node at
+such an address comes back, it drops what it held and joins as a new
+stash; "distash cli include ADDR" lets it take shards again.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkAddrArgs(args, false); err != nil {
 				return err
 			}
 			d := *timeout
-			if wait && !cmd.Flags().Changed("timeout") {
+			if (wait || failed) && !cmd.Flags().Changed("timeout") {
 				d = defaultExcludeWait
 			}
 			return withCoordinators(cmd, "exclude", d, func(ctx context.Context, cc *coordrpc.Client, view *wire.ViewResponse, out io.Writer) error {
+				if failed {
+					cl, err := tlsf.connect()
+					if err != nil {
+						return err
+					}
+					return excludeFailed(ctx, out, cc, cl, args, d)
+				}
 				if _, err := cc.Exclude(ctx, args); err != nil {
 					return err
 				}
@@ -133,6 +151,7 @@ shard, printing how many are left each second: then they can be stopped
 		},
 	}
 	exclude.Flags().BoolVar(&wait, "wait", false, "wait until the stashes at these addresses hold no shard (up to --timeout; default 1h)")
+	exclude.Flags().BoolVar(&failed, "failed", false, "the stashes at these addresses are gone for good: retire them and give up their data (durable shards held only there start empty); waits like --wait")
 
 	include := &cobra.Command{
 		Use:   "include ADDR [ADDR...] | all",
@@ -371,4 +390,76 @@ func killNode(ctx context.Context, addr string, cl cliClient) error {
 		return fmt.Errorf("%s does not serve `distash cli kill`: it is an embedded cluster (distash server without --coordinators), or not a distash node; stop its process instead", addr)
 	}
 	return fmt.Errorf("kill %s: %w", addr, err)
+}
+
+// excludeFailed declares the stashes at addrs failed (exclude --failed)
+// and waits until no shard names one of them, printing how many do each
+// second: from then on every shard they held has live stashes, or had its
+// data given up and started empty, so a write acknowledged later is kept.
+func excludeFailed(ctx context.Context, out io.Writer, cc *coordrpc.Client, cl cliClient, addrs []string, limit time.Duration) error {
+	if _, _, err := cc.ExcludeFailed(ctx, addrs); err != nil {
+		return err
+	}
+	for _, a := range addrs {
+		fmt.Fprintf(out, "declared %s failed: its stashes are retired and their data given up; their shards move to live stashes, and a durable shard held only there starts empty (its data is lost)\n", a)
+	}
+	start := time.Now()
+	last := "the shard map was not read yet"
+	for {
+		left, err := shardsOnGivenUp(ctx, cc, cl, addrs)
+		switch {
+		case err != nil:
+			last = err.Error()
+		case left == 0:
+			fmt.Fprintf(out, "done after %s: no shard names a stash at %s; writes acknowledged from now on are kept\n",
+				time.Since(start).Round(time.Second), strings.Join(addrs, ", "))
+			return nil
+		default:
+			last = fmt.Sprintf("%d shards still name a stash given up", left)
+		}
+		fmt.Fprintf(out, "%s  %s\n", time.Since(start).Round(time.Second), last)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("exclude --failed: gave up waiting after %s (--timeout): %s; the addresses stay failed and the data distributor goes on", limit, last)
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// shardsOnGivenUp counts the shards of the shard map (as the transaction
+// node serving the cluster's roles has it) whose team names a stash that
+// was at one of addrs and whose data was given up.
+func shardsOnGivenUp(ctx context.Context, cc *coordrpc.Client, cl cliClient, addrs []string) (int, error) {
+	view, err := cc.View(ctx)
+	if err != nil {
+		return 0, err
+	}
+	gone := map[uint32]bool{}
+	for _, l := range view.Stashes {
+		if l.GivenUp && slices.Contains(addrs, l.Address) {
+			gone[l.Tag] = true
+		}
+	}
+	if view.StatelessAddress == "" {
+		return 0, errors.New("the cluster's roles are not running (a recovery is under way)")
+	}
+	conn, err := grpc.NewClient(view.StatelessAddress, cl.dialOptions()...)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close()
+	resp, err := wire.NewDiStashClient(conn).Locations(ctx, &wire.LocationsRequest{Begin: []byte{}, End: []byte{0xff, 0xff}})
+	if err == nil {
+		err = resp.Error.Err()
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read the shard map at %s: %w", view.StatelessAddress, err)
+	}
+	n := 0
+	for _, sh := range resp.Shards {
+		if slices.ContainsFunc(sh.Stashes, func(t uint32) bool { return gone[t] }) {
+			n++
+		}
+	}
+	return n, nil
 }

@@ -418,15 +418,15 @@ func fromView(ctx context.Context, view *wire.ViewResponse, of StatusOf, askAll 
 	for _, sh := range out.StashShares {
 		shares[sh.Id] = sh
 	}
-	excluded := map[uint32]bool{}
+	excluded, givenUp := map[uint32]bool{}, map[uint32]bool{}
 	for _, loc := range view.Stashes {
-		excluded[loc.Tag] = loc.Excluded
+		excluded[loc.Tag], givenUp[loc.Tag] = loc.Excluded, loc.GivenUp
 	}
 	for _, st := range out.Stashes {
 		if sh := shares[st.Id]; sh != nil {
 			st.Shards, st.Fetching = sh.Shards, sh.Fetching
 		}
-		st.Excluded = excluded[st.Id]
+		st.Excluded, st.GivenUp = excluded[st.Id], givenUp[st.Id]
 	}
 	membership(out, view)
 	return out, nil

@@ -1245,6 +1245,7 @@ type StashStatus struct {
 	Device            *DeviceStatus          `protobuf:"bytes,26,opt,name=device,proto3" json:"device,omitempty"`                        // its emulated device ([pool.device]); absent when the pool emulates none
 	LocalLog          *LocalLogStatus        `protobuf:"bytes,27,opt,name=local_log,json=localLog,proto3" json:"local_log,omitempty"`    // a pool with local_log = true; null otherwise
 	FarMemory         *FarMemoryStatus       `protobuf:"bytes,28,opt,name=far_memory,json=farMemory,proto3" json:"far_memory,omitempty"` // a flash pool with far_memory > 0; null otherwise
+	GivenUp           bool                   `protobuf:"varint,29,opt,name=given_up,json=givenUp,proto3" json:"given_up,omitempty"`      // declared failed by `distash cli exclude --failed`: retired, its data given up
 	unknownFields     protoimpl.UnknownFields
 	sizeCache         protoimpl.SizeCache
 }
@@ -1473,6 +1474,13 @@ func (x *StashStatus) GetFarMemory() *FarMemoryStatus {
 		return x.FarMemory
 	}
 	return nil
+}
+
+func (x *StashStatus) GetGivenUp() bool {
+	if x != nil {
+		return x.GivenUp
+	}
+	return false
 }
 
 // FarMemoryStatus is how a flash stash whose index is in far memory serves
@@ -6951,7 +6959,7 @@ const file_distash_proto_rawDesc = "" +
 	"\x12ClusterInfoRequest\"o\n" +
 	"\x13ClusterInfoResponse\x12*\n" +
 	"\x05pools\x18\x01 \x03(\v2\x14.distash.v1.PoolInfoR\x05pools\x12,\n" +
-	"\x12mvcc_window_micros\x18\x02 \x01(\x03R\x10mvccWindowMicros\"\x99\a\n" +
+	"\x12mvcc_window_micros\x18\x02 \x01(\x03R\x10mvccWindowMicros\"\xb4\a\n" +
 	"\vStashStatus\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x12\n" +
 	"\x04pool\x18\x02 \x01(\tR\x04pool\x12\x14\n" +
@@ -6983,7 +6991,8 @@ const file_distash_proto_rawDesc = "" +
 	"\x06device\x18\x1a \x01(\v2\x18.distash.v1.DeviceStatusR\x06device\x127\n" +
 	"\tlocal_log\x18\x1b \x01(\v2\x1a.distash.v1.LocalLogStatusR\blocalLog\x12:\n" +
 	"\n" +
-	"far_memory\x18\x1c \x01(\v2\x1b.distash.v1.FarMemoryStatusR\tfarMemory\"\x85\x04\n" +
+	"far_memory\x18\x1c \x01(\v2\x1b.distash.v1.FarMemoryStatusR\tfarMemory\x12\x19\n" +
+	"\bgiven_up\x18\x1d \x01(\bR\agivenUp\"\x85\x04\n" +
 	"\x0fFarMemoryStatus\x12\x1d\n" +
 	"\n" +
 	"latency_ns\x18\x01 \x01(\x03R\tlatencyNs\x12\x1a\n" +
