@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,6 +21,7 @@ import (
 	"github.com/distash/distash/internal/kv"
 	"github.com/distash/distash/internal/testutil/bank"
 	"github.com/distash/distash/internal/txlog"
+	"github.com/distash/distash/internal/wire"
 	"github.com/distash/distash/server"
 )
 
@@ -670,6 +672,8 @@ func TestLogKeepsTheWritesOfADownDurableStashWithNoOtherReplica(t *testing.T) {
 // only that stash held is lost, as it must be: the pool's status says so,
 // and writes to the lost shard are refused (before, they were
 // acknowledged, and no stash applied them); the other shard takes writes.
+// Until the operator gives the lost shard up (exclude --failed of the
+// address): it then starts empty and takes writes again.
 func TestLostOnlyCopyIsGivenUpByAnEmptyStash(t *testing.T) {
 	h := newHeldLog(t)
 	ctx := h.ctx
@@ -734,4 +738,144 @@ func TestLostOnlyCopyIsGivenUpByAnEmptyStash(t *testing.T) {
 	if refused != 1 || ok != 1 {
 		t.Errorf("%d writes refused and %d committed, want one each (one key per shard)", refused, ok)
 	}
+
+	// The operator gives the lost shard up (exclude --failed of the
+	// address its stash was at). The node there is alive and keeps its new
+	// stash; the retired tag's shard starts empty and takes writes again.
+	h.excludeFailed(data2.Addr, true)
+	clustertest.WaitUntil(t, time.Minute, "the pool no longer holds a shard with no replica", func() (bool, string) {
+		d := h.c.Distribution()["data"]
+		return !strings.Contains(d.Warning, "no replica left"), d.Warning
+	})
+	if _, err := h.c.Coordinators().Include(ctx, []string{data2.Addr}); err != nil {
+		t.Fatal(err)
+	}
+	h.writeAll(1000)
+	readsBackLast(t, ctx, h.db, h.last)
+}
+
+// shardTeams returns the shard map as the roles' node serves it
+// (Locations): each shard's first key and team.
+func (h *heldLog) shardTeams() []*wire.Shard {
+	h.t.Helper()
+	v := h.c.View(h.ctx)
+	conn := h.c.Dial(clustertest.ProbeNode, v.StatelessAddress)
+	resp, err := wire.NewDiStashClient(conn).Locations(h.ctx, &wire.LocationsRequest{Begin: []byte{}, End: []byte{0xff, 0xff}})
+	if err == nil {
+		err = resp.Error.Err()
+	}
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return resp.Shards
+}
+
+// excludeFailed declares the stash at addr failed (exclude --failed),
+// retrying while the controller has just taken over; alive says whether
+// its node should be found alive (and keep its stash).
+func (h *heldLog) excludeFailed(addr string, alive bool) {
+	h.t.Helper()
+	var live []string
+	_, err := clustertest.Until(h.ctx, 30*time.Second, 100*time.Millisecond, "exclude --failed "+addr, func() (bool, string) {
+		var err error
+		live, err = h.c.Coordinators().ExcludeFailed(h.ctx, []string{addr})
+		return err == nil, fmt.Sprint(err)
+	})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if got := slices.Contains(live, addr); got != alive {
+		h.t.Fatalf("exclude --failed %s: its node alive %v, want %v", addr, got, alive)
+	}
+}
+
+// TestFailedStashIsGivenUpOnTheOperatorsWord: the way out when a durable
+// stash holding the only copy of its shards is gone for good and never
+// comes back. While it is down the log keeps its writes and, past its
+// hold bound, throttles every write (TestLogKeepsTheWritesOfADownDurable…).
+// The operator declares it failed (exclude --failed): its tag is retired,
+// the log stops keeping its writes and the throttle lifts; the shard it
+// alone held starts empty on the live stash, so its keys read as absent
+// (their data is lost, on the operator's word) and take writes again; the
+// other shard keeps every acknowledged write. The node then returns with
+// its old files: it joins as a new stash, and nothing it held comes back.
+func TestFailedStashIsGivenUpOnTheOperatorsWord(t *testing.T) {
+	h := newHeldLog(t)
+	ctx := h.ctx
+	data2 := h.c.Node("data2")
+	var tag uint32
+	for _, l := range h.c.View(ctx).Stashes {
+		if l.Address == data2.Addr {
+			tag = l.Tag
+		}
+	}
+	lost := map[string]bool{}
+	for _, sh := range h.shardTeams() {
+		if slices.Equal(sh.Stashes, []uint32{tag}) {
+			for k := range heldLogKeys {
+				if key := heldLogKey(k); key >= string(sh.Begin) && key < string(sh.End) {
+					lost[key] = true
+				}
+			}
+		}
+	}
+	if len(lost) == 0 || len(lost) == heldLogKeys {
+		t.Fatalf("%d of %d keys are on data2's stash (tag %d) alone, want some but not all", len(lost), heldLogKeys, tag)
+	}
+	h.crashUntilHeld("data2")
+
+	h.excludeFailed(data2.Addr, false)
+	h.waitUnthrottled("the throttle lifts once the failed stash's tag is retired")
+	clustertest.WaitUntil(t, time.Minute, "no shard names the failed stash", func() (bool, string) {
+		for _, sh := range h.shardTeams() {
+			if slices.Contains(sh.Stashes, tag) {
+				return false, fmt.Sprintf("[%q, %q) on %v", sh.Begin, sh.End, sh.Stashes)
+			}
+		}
+		return true, ""
+	})
+	if d := h.c.Distribution()["data"]; strings.Contains(d.Warning, "no replica left") {
+		t.Errorf("the pool still warns of a shard with no replica: %s", d.Warning)
+	}
+	// The lost shard's keys read as absent; the others as last written.
+	err := h.db.ReadTransact(ctx, func(tr *distash.Tx) error {
+		for k, want := range h.last {
+			v, err := tr.Get([]byte(k))
+			if err != nil {
+				return err
+			}
+			if lost[k] {
+				want = ""
+			}
+			if string(v) != want {
+				return fmt.Errorf("%q = %.10q, want %.10q (on the given-up stash: %v)", k, v, want, lost[k])
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every key takes writes again.
+	h.writeAll(1000)
+	readsBackLast(t, ctx, h.db, h.last)
+
+	// The failed node returns with the files it had: it joins as a new
+	// stash (its tag is retired) and brings back none of its old data.
+	if err := h.c.Start(ctx, data2); err != nil {
+		t.Fatal(err)
+	}
+	clustertest.WaitUntil(t, time.Minute, "the returning node joins with a fresh tag", func() (bool, string) {
+		for _, l := range h.c.View(ctx).Stashes {
+			if l.Address == data2.Addr && l.Node != "" {
+				return l.Tag != tag && !l.Retired && l.Alive, fmt.Sprintf("tag %d retired %v alive %v", l.Tag, l.Retired, l.Alive)
+			}
+		}
+		return false, "no slot names it"
+	})
+	if _, err := h.c.Coordinators().Include(ctx, []string{data2.Addr}); err != nil {
+		t.Fatal(err)
+	}
+	h.writeAll(1001)
+	readsBackLast(t, ctx, h.db, h.last)
 }

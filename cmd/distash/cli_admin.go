@@ -19,6 +19,7 @@ import (
 	"github.com/distash/distash/internal/clusterstatus"
 	"github.com/distash/distash/internal/coord"
 	"github.com/distash/distash/internal/coordrpc"
+	"github.com/distash/distash/internal/kv"
 	"github.com/distash/distash/internal/wire"
 )
 
@@ -397,10 +398,24 @@ func killNode(ctx context.Context, addr string, cl cliClient) error {
 // second: from then on every shard they held has live stashes, or had its
 // data given up and started empty, so a write acknowledged later is kept.
 func excludeFailed(ctx context.Context, out io.Writer, cc *coordrpc.Client, cl cliClient, addrs []string, limit time.Duration) error {
-	if _, _, err := cc.ExcludeFailed(ctx, addrs); err != nil {
+	alive, err := cc.ExcludeFailed(ctx, addrs)
+	for kv.CodeOf(err) == kv.CodeProcessBehind { // a controller that just took over
+		fmt.Fprintf(out, "%s; retrying\n", err)
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(time.Second):
+		}
+		alive, err = cc.ExcludeFailed(ctx, addrs)
+	}
+	if err != nil {
 		return err
 	}
 	for _, a := range addrs {
+		if slices.Contains(alive, a) {
+			fmt.Fprintf(out, "declared %s failed, but its stash node is alive: it keeps its stash and data (stop it first, `distash cli kill %s`, to give them up); only stashes retired there before are given up\n", a, a)
+			continue
+		}
 		fmt.Fprintf(out, "declared %s failed: its stashes are retired and their data given up; their shards move to live stashes, and a durable shard held only there starts empty (its data is lost)\n", a)
 	}
 	start := time.Now()

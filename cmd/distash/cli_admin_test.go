@@ -168,6 +168,25 @@ func TestAdminVerbsOnACluster(t *testing.T) {
 	if out := cli("include", "all"); !strings.Contains(out, "included "+addrs[1]) {
 		t.Fatalf("include: %q", out)
 	}
+	// exclude --failed of a live stash node: it keeps its stash and data;
+	// of an address with no node: nothing to give up. Both are done at
+	// once, and shown in status json.
+	out := cli("exclude", "--failed", addrs[1], "127.0.0.1:9")
+	for _, want := range []string{
+		"declared " + addrs[1] + " failed, but its stash node is alive: it keeps its stash and data",
+		"declared 127.0.0.1:9 failed: its stashes are retired",
+		"done after",
+	} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("exclude --failed: %q lacks %q", out, want)
+		}
+	}
+	if out := cli("status", "json"); !strings.Contains(out, `"excluded": true`) || strings.Contains(out, `"given_up": true`) {
+		t.Fatalf("status json after exclude --failed of a live node: want it excluded, not given up:\n%s", out)
+	}
+	if out := cli("include", "all"); !strings.Contains(out, "included "+addrs[1]) {
+		t.Fatalf("include: %q", out)
+	}
 	if out := cli("kill", addrs[1]); !strings.Contains(out, "asked "+addrs[1]+" to stop") {
 		t.Fatalf("kill: %q", out)
 	}

@@ -71,6 +71,8 @@ type Command struct {
 	Pool  string `json:"pool,omitempty"`
 	// Retire: the tag.
 	Tag uint32 `json:"tag,omitempty"`
+	// ExcludeFailed: the slot tags to retire and give up.
+	Tags []uint32 `json:"tags,omitempty"`
 	// SetLogReplicas: node ids and raft ids of the log's members.
 	Replicas []string `json:"replicas,omitempty"`
 	LogIDs   []string `json:"log_ids,omitempty"`
@@ -122,15 +124,38 @@ func Exclude(addrs []string) Command { return Command{Op: OpExclude, Addrs: slic
 
 // ExcludeFailed declares the stashes at addrs gone for good (distash cli
 // exclude --failed): each address is excluded and recorded in
-// State.Failed; the tag of every stash slot whose node is at one of them
-// is retired; that tag, and every tag retired while its node was at one of
-// them (State.RetiredAt), is given up (State.GivenUp). The data
-// distributor re-replicates the shards that have another replica at once,
-// and starts a durable shard whose replicas are all retired, one of them
-// given up, empty on a new team instead of holding it: the operator's
-// word that its data is lost.
-func ExcludeFailed(addrs []string) Command {
-	return Command{Op: OpExcludeFailed, Addrs: slices.Clone(addrs)}
+// State.Failed; the tags among down, held by the slots of stash nodes at
+// one of them, are retired; those tags, and every tag retired while its
+// node was at one of them (State.RetiredAt), are given up
+// (State.GivenUp). The controller passes as down the slot tags of the
+// nodes there that it does not hear from (DownSlotTags): a stash whose
+// node is alive keeps its tag and data. The data distributor then
+// re-replicates the shards that have another replica at once, and starts a
+// durable shard whose replicas are all retired, one of them given up,
+// empty on a new team instead of holding it: the operator's word that its
+// data is lost.
+func ExcludeFailed(addrs []string, down []uint32) Command {
+	return Command{Op: OpExcludeFailed, Addrs: slices.Clone(addrs), Tags: slices.Clone(down)}
+}
+
+// DownSlotTags returns the tags of the slots held by stash nodes at addrs
+// for which alive is false, and the addresses among addrs where a stash
+// node is alive.
+func (s *State) DownSlotTags(addrs []string, alive func(id string) bool) (down []uint32, live []string) {
+	for pool, ids := range s.Tags {
+		for i, id := range ids {
+			addr := s.Nodes[id].Addr
+			if id == "" || !slices.Contains(addrs, addr) {
+				continue
+			}
+			if alive(id) {
+				live = insertSorted(live, addr)
+			} else if t := s.SlotTag(pool, i); t != 0 {
+				down = insertSorted(down, t)
+			}
+		}
+	}
+	return down, live
 }
 
 // Include removes addrs from State.Excluded (and State.Failed); no addresses, or the one
@@ -322,7 +347,7 @@ func (s *State) Apply(c Command) (Result, error) {
 			s.Excluded = insertSorted(s.Excluded, a)
 			s.Failed = insertSorted(s.Failed, a)
 		}
-		s.giveUp(addrs)
+		s.giveUp(addrs, c.Tags)
 		return res, nil
 	case OpInclude:
 		if len(c.Addrs) == 0 || len(c.Addrs) == 1 && c.Addrs[0] == "all" {
@@ -676,16 +701,16 @@ func (s *State) tagAddr(tag uint32) string {
 	return ""
 }
 
-// giveUp retires the tag of every stash slot whose node is at one of
-// addrs and gives it up, with every tag retired while its node was at one
-// of them (ExcludeFailed).
-func (s *State) giveUp(addrs []string) {
+// giveUp retires and gives up each of tags held by the slot of a stash
+// node at one of addrs, and gives up every tag retired while its node was
+// at one of them (ExcludeFailed).
+func (s *State) giveUp(addrs []string, tags []uint32) {
 	for pool, ids := range s.Tags {
 		for i, id := range ids {
 			if id == "" || !slices.Contains(addrs, s.Nodes[id].Addr) {
 				continue
 			}
-			if t := s.SlotTag(pool, i); t != 0 && s.TagUsed(t) {
+			if t := s.SlotTag(pool, i); slices.Contains(tags, t) && s.TagUsed(t) {
 				if !s.TagRetired(t) {
 					s.retire(t, s.Nodes[id].Addr)
 				}

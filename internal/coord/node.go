@@ -122,6 +122,7 @@ type term struct {
 	lost   chan struct{} // closed when leadership ends
 	gen    uint64
 	cancel context.CancelFunc
+	began  time.Time // when leadership began (liveness is known from a timeout later)
 }
 
 // Start opens (or creates) the coordinator's state in opts.Dir and joins
@@ -300,7 +301,7 @@ func (n *Node) run(r *raft.Raft, obs chan raft.Observation) {
 			n.endTermLocked()
 			if leader && !n.stopped {
 				ctx, cancel := context.WithCancel(context.Background())
-				t := &term{ready: make(chan struct{}), lost: make(chan struct{}), cancel: cancel}
+				t := &term{ready: make(chan struct{}), lost: make(chan struct{}), cancel: cancel, began: n.opts.Clock.Now()}
 				n.term = t
 				n.wg.Add(1)
 				go n.lead(ctx, t)
@@ -629,6 +630,15 @@ func (n *Node) Heartbeat(id string) { n.live.heartbeat(id) }
 
 // Alive reports whether node id was heard from within the liveness timeout.
 func (n *Node) Alive(id string) bool { return n.live.alive(id) }
+
+// LivenessKnown reports whether this node leads and has led for at least
+// the liveness timeout: a node it does not count alive then is silent, not
+// merely unheard by a controller that just took over.
+func (n *Node) LivenessKnown() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.term != nil && n.opts.Clock.Since(n.term.began) >= n.opts.LivenessTimeout
+}
 
 // LastSeen returns when node id was last heard from.
 func (n *Node) LastSeen(id string) (time.Time, bool) { return n.live.lastSeen(id) }

@@ -281,14 +281,24 @@ func TestExcludeFailed(t *testing.T) {
 	if !s.TagRetired(3) || s.RetiredAt[3] != "a:1" || s.SlotTag("data", 0) != 5 {
 		t.Fatalf("retired %v at %v, slot tags %v", s.Retired, s.RetiredAt, s.SlotTags)
 	}
+	// b is alive, a is not: only a's slot tag is down.
+	down, live := s.DownSlotTags([]string{"a:1", "b:1", "z:9"}, func(id string) bool { return id == "b" })
+	if !slices.Equal(down, []uint32{5}) || !slices.Equal(live, []string{"b:1"}) {
+		t.Fatalf("down %v live %v, want [5] [b:1]", down, live)
+	}
 	before := s.Clone()
-	if _, err := s.Apply(ExcludeFailed([]string{"nohost"})); err == nil || !strings.Contains(err.Error(), "nohost") {
+	if _, err := s.Apply(ExcludeFailed([]string{"nohost"}, nil)); err == nil || !strings.Contains(err.Error(), "nohost") {
 		t.Fatalf("exclude --failed of a bad address: %v", err)
 	}
 	if !reflect.DeepEqual(before, s) {
 		t.Fatal("a refused exclude --failed changed the state")
 	}
-	mustApply(t, s, ExcludeFailed([]string{"a:1", "z:9"})) // z:9: no node there, no error
+	// b:1's node is alive: its tag is not among those given, so it keeps it.
+	mustApply(t, s, ExcludeFailed([]string{"a:1", "b:1", "z:9"}, []uint32{5})) // z:9: no node there, no error
+	if s.TagRetired(4) || s.TagGivenUp(4) {
+		t.Fatalf("the live stash's tag was given up: retired %v given up %v", s.Retired, s.GivenUp)
+	}
+	mustApply(t, s, Include([]string{"b:1"}))
 	if !slices.Equal(s.Excluded, []string{"a:1", "z:9"}) || !slices.Equal(s.Failed, []string{"a:1", "z:9"}) {
 		t.Fatalf("excluded %v failed %v", s.Excluded, s.Failed)
 	}
@@ -299,7 +309,7 @@ func TestExcludeFailed(t *testing.T) {
 		t.Fatalf("another address's tags changed: retired %v given up %v", s.Retired, s.GivenUp)
 	}
 	again := s.Clone()
-	mustApply(t, s, ExcludeFailed([]string{"a:1"}))
+	mustApply(t, s, ExcludeFailed([]string{"a:1"}, []uint32{5}))
 	if !reflect.DeepEqual(again, s) {
 		t.Fatal("exclude --failed again changed the state")
 	}

@@ -479,25 +479,26 @@ func (c *Client) Exclude(ctx context.Context, addrs []string) ([]string, error) 
 
 // ExcludeFailed declares the stashes at addrs gone for good
 // (coord.ExcludeFailed): they are excluded, their tags retired and their
-// data given up. It returns every excluded and every failed address after
-// the call; a controller of a release before exclude --failed excludes
-// them only, and is refused here.
-func (c *Client) ExcludeFailed(ctx context.Context, addrs []string) (excluded, failed []string, err error) {
+// data given up, except where the controller hears from the stash node
+// (alive: those keep their tags and data; only tags retired there before
+// are given up). A controller of a release before exclude --failed would
+// only exclude them, and is refused here.
+func (c *Client) ExcludeFailed(ctx context.Context, addrs []string) (alive []string, err error) {
 	resp, err := call(ctx, c, func(ctx context.Context, cl wire.CoordinatorClient) (*wire.ExcludeResponse, error) {
 		return cl.Exclude(ctx, &wire.ExcludeRequest{Addresses: addrs, Failed: true})
 	})
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	if err := resp.Error.Err(); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	for _, a := range addrs {
 		if !slices.Contains(resp.Failed, a) {
-			return resp.Excluded, resp.Failed, fmt.Errorf("coordrpc: the controller excluded %s but did not declare it failed: it runs a release without exclude --failed; upgrade the coordinators, then run it again", a)
+			return nil, fmt.Errorf("coordrpc: the controller excluded %s but did not declare it failed: it runs a release without exclude --failed; upgrade the coordinators, then run it again", a)
 		}
 	}
-	return resp.Excluded, resp.Failed, nil
+	return resp.Alive, nil
 }
 
 // Include includes addrs again; none, or the one address "all", include

@@ -620,13 +620,21 @@ func (s *Server) Exclude(ctx context.Context, req *wire.ExcludeRequest) (*wire.E
 			return c.Exclude(ctx, &wire.ExcludeRequest{Addresses: req.Addresses, Hops: req.Hops + 1, Failed: req.Failed})
 		},
 		func() (*wire.ExcludeResponse, error) {
-			cmd := coord.Exclude(req.Addresses)
+			cmd, live := coord.Exclude(req.Addresses), []string(nil)
 			if req.Failed {
-				cmd = coord.ExcludeFailed(req.Addresses)
+				// A stash whose node the controller hears from is not
+				// gone: it keeps its tag and data. A controller that just
+				// took over has not heard from every node yet.
+				if !s.node.LivenessKnown() {
+					return &wire.ExcludeResponse{Error: wire.ErrorOf(kv.Errorf(kv.CodeProcessBehind, "exclude --failed: the controller took over less than its liveness timeout ago, so it cannot yet tell a stash that is gone from one it has not heard from; try again in a few seconds"))}, nil
+				}
+				var down []uint32
+				down, live = s.node.State().DownSlotTags(req.Addresses, s.node.Alive)
+				cmd = coord.ExcludeFailed(req.Addresses, down)
 			}
 			return apply(ctx, s, cmd, func() *wire.ExcludeResponse {
 				st := s.node.State()
-				return &wire.ExcludeResponse{Excluded: st.Excluded, Failed: st.Failed}
+				return &wire.ExcludeResponse{Excluded: st.Excluded, Failed: st.Failed, Alive: live}
 			})
 		})
 }

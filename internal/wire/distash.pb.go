@@ -5468,6 +5468,7 @@ type ExcludeResponse struct {
 	Error         *Error                 `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
 	Leader        string                 `protobuf:"bytes,3,opt,name=leader,proto3" json:"leader,omitempty"`
 	Failed        []string               `protobuf:"bytes,4,rep,name=failed,proto3" json:"failed,omitempty"` // every address declared failed after the call, sorted (none from a release before exclude --failed)
+	Alive         []string               `protobuf:"bytes,5,rep,name=alive,proto3" json:"alive,omitempty"`   // exclude --failed: the addresses whose stash node the controller hears from: it keeps its tag and data
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -5526,6 +5527,13 @@ func (x *ExcludeResponse) GetLeader() string {
 func (x *ExcludeResponse) GetFailed() []string {
 	if x != nil {
 		return x.Failed
+	}
+	return nil
+}
+
+func (x *ExcludeResponse) GetAlive() []string {
+	if x != nil {
+		return x.Alive
 	}
 	return nil
 }
@@ -7368,12 +7376,13 @@ const file_distash_proto_rawDesc = "" +
 	"\x0eExcludeRequest\x12\x1c\n" +
 	"\taddresses\x18\x01 \x03(\tR\taddresses\x12\x12\n" +
 	"\x04hops\x18\x02 \x01(\rR\x04hops\x12\x16\n" +
-	"\x06failed\x18\x03 \x01(\bR\x06failed\"\x86\x01\n" +
+	"\x06failed\x18\x03 \x01(\bR\x06failed\"\x9c\x01\n" +
 	"\x0fExcludeResponse\x12\x1a\n" +
 	"\bexcluded\x18\x01 \x03(\tR\bexcluded\x12'\n" +
 	"\x05error\x18\x02 \x01(\v2\x11.distash.v1.ErrorR\x05error\x12\x16\n" +
 	"\x06leader\x18\x03 \x01(\tR\x06leader\x12\x16\n" +
-	"\x06failed\x18\x04 \x03(\tR\x06failed\"B\n" +
+	"\x06failed\x18\x04 \x03(\tR\x06failed\x12\x14\n" +
+	"\x05alive\x18\x05 \x03(\tR\x05alive\"B\n" +
 	"\x0eIncludeRequest\x12\x1c\n" +
 	"\taddresses\x18\x01 \x03(\tR\taddresses\x12\x12\n" +
 	"\x04hops\x18\x02 \x01(\rR\x04hops\"n\n" +

@@ -5033,6 +5033,15 @@ func (m *ExcludeResponse) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if len(m.Alive) > 0 {
+		for iNdEx := len(m.Alive) - 1; iNdEx >= 0; iNdEx-- {
+			i -= len(m.Alive[iNdEx])
+			copy(dAtA[i:], m.Alive[iNdEx])
+			i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.Alive[iNdEx])))
+			i--
+			dAtA[i] = 0x2a
+		}
+	}
 	if len(m.Failed) > 0 {
 		for iNdEx := len(m.Failed) - 1; iNdEx >= 0; iNdEx-- {
 			i -= len(m.Failed[iNdEx])
@@ -8348,6 +8357,12 @@ func (m *ExcludeResponse) SizeVT() (n int) {
 	}
 	if len(m.Failed) > 0 {
 		for _, s := range m.Failed {
+			l = len(s)
+			n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
+		}
+	}
+	if len(m.Alive) > 0 {
+		for _, s := range m.Alive {
 			l = len(s)
 			n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
 		}
@@ -21983,6 +21998,38 @@ func (m *ExcludeResponse) UnmarshalVT(dAtA []byte) error {
 				return io.ErrUnexpectedEOF
 			}
 			m.Failed = append(m.Failed, string(dAtA[iNdEx:postIndex]))
+			iNdEx = postIndex
+		case 5:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Alive", wireType)
+			}
+			var stringLen uint64
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				stringLen |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			intStringLen := int(stringLen)
+			if intStringLen < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			postIndex := iNdEx + intStringLen
+			if postIndex < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.Alive = append(m.Alive, string(dAtA[iNdEx:postIndex]))
 			iNdEx = postIndex
 		default:
 			iNdEx = preIndex
