@@ -825,6 +825,17 @@ func TestFailedStashIsGivenUpOnTheOperatorsWord(t *testing.T) {
 	h.crashUntilHeld("data2")
 
 	h.excludeFailed(data2.Addr, false)
+	st, err := h.c.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	shown := false
+	for _, s := range st.Stashes {
+		shown = shown || s.Id == tag && s.GivenUp && s.Excluded
+	}
+	if !shown {
+		t.Errorf("status does not show stash %d as excluded and given up: %v", tag, st.Stashes)
+	}
 	h.waitUnthrottled("the throttle lifts once the failed stash's tag is retired")
 	clustertest.WaitUntil(t, time.Minute, "no shard names the failed stash", func() (bool, string) {
 		for _, sh := range h.shardTeams() {
@@ -838,7 +849,7 @@ func TestFailedStashIsGivenUpOnTheOperatorsWord(t *testing.T) {
 		t.Errorf("the pool still warns of a shard with no replica: %s", d.Warning)
 	}
 	// The lost shard's keys read as absent; the others as last written.
-	err := h.db.ReadTransact(ctx, func(tr *distash.Tx) error {
+	err = h.db.ReadTransact(ctx, func(tr *distash.Tx) error {
 		for k, want := range h.last {
 			v, err := tr.Get([]byte(k))
 			if err != nil {

@@ -181,7 +181,7 @@ func TestAdminVerbsOnACluster(t *testing.T) {
 			t.Fatalf("exclude --failed: %q lacks %q", out, want)
 		}
 	}
-	if out := cli("status", "json"); !strings.Contains(out, `"excluded": true`) || strings.Contains(out, `"given_up": true`) {
+	if out := cli("status", "json"); !strings.Contains(out, `"excluded": true`) || strings.Contains(out, `"givenUp": true`) {
 		t.Fatalf("status json after exclude --failed of a live node: want it excluded, not given up:\n%s", out)
 	}
 	if out := cli("include", "all"); !strings.Contains(out, "included "+addrs[1]) {
