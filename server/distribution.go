@@ -86,7 +86,7 @@ func (e *distEnv) Stashes() []dd.StashInfo {
 				continue // a slot no node ever held
 			}
 			out = append(out, dd.StashInfo{Tag: kv.Tag(sl.Tag), Pool: sl.Pool, DC: sl.Dc, Zone: sl.Zone, Address: sl.Address,
-				Alive: sl.Alive, Excluded: sl.Excluded, Retired: sl.Retired, GivenUp: sl.GivenUp})
+				Alive: sl.Alive, Excluded: sl.Excluded, Retired: sl.Retired, RetiredAt: sl.RetiredAt, GivenUp: sl.GivenUp})
 		}
 		return out
 	}

@@ -705,8 +705,8 @@ func TestLostOnlyCopyIsGivenUpByAnEmptyStash(t *testing.T) {
 	// The lost shard is named in the pool's status; a write to it is
 	// refused, not acknowledged into a shard no stash serves; the other
 	// shard takes writes.
-	if d := h.c.Distribution()["data"]; !strings.Contains(d.Warning, "no replica left") {
-		t.Errorf("the pool's status does not name the lost shard: %+v", d)
+	if d := h.c.Distribution()["data"]; !strings.Contains(d.Warning, "no replica left") || !strings.Contains(d.Warning, "exclude --failed "+data2.Addr) {
+		t.Errorf("the pool's status does not name the lost shard, and how to give it up (exclude --failed %s): %+v", data2.Addr, d)
 	}
 	refused, ok := 0, 0
 	for _, k := range []int{0, heldLogKeys - 1} { // one key in each half of "d/"

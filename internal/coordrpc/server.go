@@ -596,7 +596,7 @@ func (s *Server) view(st *coord.State) *wire.ViewResponse {
 		}
 		for _, tag := range st.Retired {
 			if !inSlot[tag] {
-				r.Stashes = append(r.Stashes, &wire.StashLocation{Tag: tag, Slot: -1, Retired: true, Address: st.RetiredAt[tag], GivenUp: st.TagGivenUp(tag)})
+				r.Stashes = append(r.Stashes, &wire.StashLocation{Tag: tag, Slot: -1, Retired: true, RetiredAt: st.RetiredAt[tag], GivenUp: st.TagGivenUp(tag)})
 			}
 		}
 		r.FailureWaitMs = st.FailureWait(cfg).Milliseconds()

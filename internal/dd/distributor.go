@@ -24,6 +24,9 @@ type StashInfo struct {
 	Excluded bool
 	// Retired: replaced after a failure; it never serves again.
 	Retired bool
+	// RetiredAt: for a retired stash no slot holds any more, the address
+	// its node was at (Address is then ""), if known.
+	RetiredAt string
 	// GivenUp: an operator declared it failed and gave up its data
 	// (distash cli exclude --failed): a durable shard whose replicas are
 	// all retired, one of them given up, starts empty instead of holding.

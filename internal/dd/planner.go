@@ -2,6 +2,7 @@ package dd
 
 import (
 	"bytes"
+	"cmp"
 	"fmt"
 	"slices"
 	"sort"
@@ -655,7 +656,8 @@ func (p *planner) givenUp(rel Relocation) bool {
 func (p *planner) addresses(tags []kv.Tag) string {
 	var out []string
 	for _, t := range tags {
-		if a := p.s.Stashes[t].Address; a != "" && !slices.Contains(out, a) {
+		s := p.s.Stashes[t]
+		if a := cmp.Or(s.Address, s.RetiredAt); a != "" && !slices.Contains(out, a) {
 			out = append(out, a)
 		}
 	}

@@ -5044,9 +5044,10 @@ type StashLocation struct {
 	Alive         bool                   `protobuf:"varint,6,opt,name=alive,proto3" json:"alive,omitempty"`
 	Dc            string                 `protobuf:"bytes,7,opt,name=dc,proto3" json:"dc,omitempty"` // the node's locality
 	Zone          string                 `protobuf:"bytes,8,opt,name=zone,proto3" json:"zone,omitempty"`
-	Excluded      bool                   `protobuf:"varint,9,opt,name=excluded,proto3" json:"excluded,omitempty"`               // the node's address is excluded
-	Retired       bool                   `protobuf:"varint,10,opt,name=retired,proto3" json:"retired,omitempty"`                // the tag is retired (its node gets a fresh one when it registers next)
-	GivenUp       bool                   `protobuf:"varint,11,opt,name=given_up,json=givenUp,proto3" json:"given_up,omitempty"` // an operator gave up its data (exclude --failed): a shard with no other replica starts empty
+	Excluded      bool                   `protobuf:"varint,9,opt,name=excluded,proto3" json:"excluded,omitempty"`                    // the node's address is excluded
+	Retired       bool                   `protobuf:"varint,10,opt,name=retired,proto3" json:"retired,omitempty"`                     // the tag is retired (its node gets a fresh one when it registers next)
+	GivenUp       bool                   `protobuf:"varint,11,opt,name=given_up,json=givenUp,proto3" json:"given_up,omitempty"`      // an operator gave up its data (exclude --failed): a shard with no other replica starts empty
+	RetiredAt     string                 `protobuf:"bytes,12,opt,name=retired_at,json=retiredAt,proto3" json:"retired_at,omitempty"` // a retired tag no slot holds (slot -1): the address its stash node was at when it was retired, if known
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -5156,6 +5157,13 @@ func (x *StashLocation) GetGivenUp() bool {
 		return x.GivenUp
 	}
 	return false
+}
+
+func (x *StashLocation) GetRetiredAt() string {
+	if x != nil {
+		return x.RetiredAt
+	}
+	return ""
 }
 
 // Claim: the transaction node whose log replica became the log's raft
@@ -7340,7 +7348,7 @@ const file_distash_proto_rawDesc = "" +
 	"\x06failed\x18\x1e \x03(\tR\x06failed\"G\n" +
 	"\x0fPoolReplication\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\tR\x04pool\x12 \n" +
-	"\vreplication\x18\x02 \x01(\x05R\vreplication\"\x82\x02\n" +
+	"\vreplication\x18\x02 \x01(\x05R\vreplication\"\xa1\x02\n" +
 	"\rStashLocation\x12\x10\n" +
 	"\x03tag\x18\x01 \x01(\rR\x03tag\x12\x12\n" +
 	"\x04pool\x18\x02 \x01(\tR\x04pool\x12\x12\n" +
@@ -7353,7 +7361,9 @@ const file_distash_proto_rawDesc = "" +
 	"\bexcluded\x18\t \x01(\bR\bexcluded\x12\x18\n" +
 	"\aretired\x18\n" +
 	" \x01(\bR\aretired\x12\x19\n" +
-	"\bgiven_up\x18\v \x01(\bR\agivenUp\"2\n" +
+	"\bgiven_up\x18\v \x01(\bR\agivenUp\x12\x1d\n" +
+	"\n" +
+	"retired_at\x18\f \x01(\tR\tretiredAt\"2\n" +
 	"\fClaimRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04hops\x18\x02 \x01(\rR\x04hops\"p\n" +

@@ -4653,6 +4653,13 @@ func (m *StashLocation) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if len(m.RetiredAt) > 0 {
+		i -= len(m.RetiredAt)
+		copy(dAtA[i:], m.RetiredAt)
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.RetiredAt)))
+		i--
+		dAtA[i] = 0x62
+	}
 	if m.GivenUp {
 		i--
 		if m.GivenUp {
@@ -8229,6 +8236,10 @@ func (m *StashLocation) SizeVT() (n int) {
 	}
 	if m.GivenUp {
 		n += 2
+	}
+	l = len(m.RetiredAt)
+	if l > 0 {
+		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
 	}
 	n += len(m.unknownFields)
 	return n
@@ -21195,6 +21206,38 @@ func (m *StashLocation) UnmarshalVT(dAtA []byte) error {
 				}
 			}
 			m.GivenUp = bool(v != 0)
+		case 12:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field RetiredAt", wireType)
+			}
+			var stringLen uint64
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				stringLen |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			intStringLen := int(stringLen)
+			if intStringLen < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			postIndex := iNdEx + intStringLen
+			if postIndex < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.RetiredAt = string(dAtA[iNdEx:postIndex])
+			iNdEx = postIndex
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])
