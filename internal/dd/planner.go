@@ -191,10 +191,13 @@ func (p *planner) failed(t kv.Tag) bool {
 	return ok && st.failed(p.s.Now, p.s.FailureWait)
 }
 
-// live: alive and not retired.
+// live: alive and not retired, by the cluster or by this distributor (a
+// stash that returned after its shards were re-replicated and its tag
+// retired here, before the cluster's view says so: its tag will never
+// serve again, so it may neither take a shard nor be copied from).
 func (s *Snapshot) live(t kv.Tag) bool {
 	st, ok := s.Stashes[t]
-	return ok && st.Alive && !st.Retired
+	return ok && st.Alive && !st.Retired && !st.RetiredHere
 }
 
 // usable: may receive shards.
