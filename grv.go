@@ -78,46 +78,61 @@ func (b *grvBatcher) wait(ctx context.Context, ch chan grv) (kv.Version, error) 
 	}
 }
 
-// send issues requests until no caller is waiting.
+// send issues requests until no caller is waiting. It marks the batcher
+// idle before it answers the last batch, so a caller it answers that
+// starts another transaction at once finds no request in flight (start's
+// first), as a client that waits for nothing else is.
 func (b *grvBatcher) send() {
+	b.mu.Lock()
+	batch := b.waiting
+	b.waiting = nil
+	b.mu.Unlock()
 	for {
+		r := b.request()
 		b.mu.Lock()
-		batch := b.waiting
+		next := b.waiting
 		b.waiting = nil
-		if len(batch) == 0 {
+		if len(next) == 0 {
 			b.inflight = false
-			b.mu.Unlock()
-			return
 		}
 		b.mu.Unlock()
-		var r grv
-		// Bounded, so that a node that stopped answering without breaking
-		// the connection (cut off, or hung) fails these callers with a
-		// retryable error, and the client looks for the roles again,
-		// instead of holding every later transaction behind this request.
-		parent := b.ctx
-		if parent == nil {
-			parent = context.Background()
-		}
-		var watch *stallWatch
-		if b.stalled != nil {
-			watch = watchStall(b.stalled)
-		}
-		resp, err := b.ask(parent)
-		if watch != nil {
-			watch.stop()
-		}
-		if err != nil && b.ctx != nil && b.ctx.Err() != nil {
-			r.err = errorf(kv.CodeWrongNode, "the cluster's roles moved while the read version was asked: %v", err)
-		} else if err != nil {
-			r.err = transportErr(err)
-		} else if r.err = fromWire(resp.Error); r.err == nil {
-			r.version = kv.Version(resp.Version)
-		}
 		for _, ch := range batch {
 			ch <- r
 		}
+		if len(next) == 0 {
+			return
+		}
+		batch = next
 	}
+}
+
+// request asks for one read version for a batch of callers.
+func (b *grvBatcher) request() grv {
+	var r grv
+	// Bounded, so that a node that stopped answering without breaking
+	// the connection (cut off, or hung) fails these callers with a
+	// retryable error, and the client looks for the roles again,
+	// instead of holding every later transaction behind this request.
+	parent := b.ctx
+	if parent == nil {
+		parent = context.Background()
+	}
+	var watch *stallWatch
+	if b.stalled != nil {
+		watch = watchStall(b.stalled)
+	}
+	resp, err := b.ask(parent)
+	if watch != nil {
+		watch.stop()
+	}
+	if err != nil && b.ctx != nil && b.ctx.Err() != nil {
+		r.err = errorf(kv.CodeWrongNode, "the cluster's roles moved while the read version was asked: %v", err)
+	} else if err != nil {
+		r.err = transportErr(err)
+	} else if r.err = fromWire(resp.Error); r.err == nil {
+		r.version = kv.Version(resp.Version)
+	}
+	return r
 }
 
 // ask asks the node for a read version, within grvTimeout: over its

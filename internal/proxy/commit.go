@@ -259,6 +259,9 @@ type CommitProxy struct {
 	waits  chan *inflight
 	slots  chan struct{}  // one token per batch waiting for the log
 	queued *budget.Budget // memory of the transactions between Commit and reply
+	// stopped is closed when Run has returned, after it answered every
+	// request it took: a request still queued then never committed.
+	stopped chan struct{}
 
 	mu       sync.Mutex
 	shards   *shardmap.Map // Protected by mu.
@@ -306,6 +309,7 @@ func NewCommitProxy(opts CommitOptions) *CommitProxy {
 		opts:     opts,
 		reqs:     make(chan *commitReq, 4096),
 		waits:    make(chan *inflight, 256),
+		stopped:  make(chan struct{}),
 		shards:   opts.Shards,
 		shardsAt: opts.ShardsAt,
 		backup:   blog.NewCapture(opts.Backup),
@@ -363,6 +367,12 @@ func (p *CommitProxy) submit(ctx context.Context, r *commitReq) (kv.Version, err
 		return 0, err // not submitted: it did not commit
 	}
 	select {
+	case <-p.stopped:
+		p.queued.Release(r.mem)
+		return 0, errProxyStopped
+	default:
+	}
+	select {
 	case p.reqs <- r:
 	case <-ctx.Done():
 		p.queued.Release(r.mem)
@@ -371,11 +381,27 @@ func (p *CommitProxy) submit(ctx context.Context, r *commitReq) (kv.Version, err
 	select {
 	case res := <-r.reply:
 		return res.version, res.err
+	case <-p.stopped:
+		// Run answered every request it took before it returned: one
+		// with no answer was never taken, so it did not commit.
+		select {
+		case res := <-r.reply:
+			return res.version, res.err
+		default:
+			p.queued.Release(r.mem)
+			return 0, errProxyStopped
+		}
 	case <-ctx.Done():
 		// The transaction may still commit.
 		return 0, kv.Errorf(kv.CodeCommitUnknownResult, "%v while waiting for the commit", ctx.Err())
 	}
 }
+
+// errProxyStopped answers a commit that a stopped proxy (its generation
+// ended) never took: it did not commit, and the client asks the
+// coordinators where the roles are now. Before, such a commit waited for
+// the client's request timeout (10 s).
+var errProxyStopped = kv.Errorf(kv.CodeWrongNode, "the commit proxy stopped (its generation ended) before it took the transaction: it did not commit")
 
 // Validate checks a user transaction's sizes and that every key it writes
 // lies in one of pools.
@@ -444,6 +470,7 @@ func (p *CommitProxy) finish(r *commitReq, res commitResult) {
 
 // Run batches and commits until ctx is done.
 func (p *CommitProxy) Run(ctx context.Context) error {
+	defer close(p.stopped)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

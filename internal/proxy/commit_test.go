@@ -580,3 +580,27 @@ func TestIdleCommitsAdvanceVersions(t *testing.T) {
 		wait.For(t, "an idle commit", func() bool { return seq.CommittedVersion() > v })
 	}
 }
+
+// TestStoppedProxyAnswersAtOnce: a commit that reaches a proxy whose Run
+// has returned (its generation ended while the request was on its way)
+// is answered at once, wrong_node (it did not commit: the client asks the
+// coordinators for the new roles), instead of waiting for the caller's
+// deadline; a commit it took before it stopped got its answer.
+func TestStoppedProxyAnswersAtOnce(t *testing.T) {
+	p, _, _ := newStoppedProxy(t, fixedUsage{}, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { p.Run(ctx); close(done) }()
+	if _, err := p.Commit(context.Background(), Txn{Mutations: []kv.Mutation{set("c/a", "x")}}); err != nil {
+		t.Fatalf("commit while running: %v", err)
+	}
+	cancel()
+	<-done
+	wctx, wcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer wcancel()
+	began := time.Now()
+	_, err := p.Commit(wctx, Txn{Mutations: []kv.Mutation{set("c/b", "y")}})
+	if kv.CodeOf(err) != kv.CodeWrongNode || wctx.Err() != nil {
+		t.Fatalf("commit to a stopped proxy: %v after %v, want wrong_node at once", err, time.Since(began))
+	}
+}
