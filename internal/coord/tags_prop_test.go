@@ -62,16 +62,7 @@ func TestTagRulesHold(t *testing.T) {
 		}
 		// Replicas agree: the encoding round-trips, and a replica that
 		// applies the same commands reaches the same state.
-		b, err := EncodeState(s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		d, err := DecodeState(b)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b2, _ := EncodeState(d)
-		if string(b) != string(b2) {
+		if d := roundTrip(t, s); !reflect.DeepEqual(d, s) {
 			t.Fatalf("run %d: the state does not survive its encoding", run)
 		}
 		replica := base.Clone()

@@ -326,15 +326,7 @@ func TestExcludeFailed(t *testing.T) {
 		t.Fatalf("after include all: excluded %v failed %v", s.Excluded, s.Failed)
 	}
 	// The state survives its encoding.
-	b, err := EncodeState(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := DecodeState(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !reflect.DeepEqual(d.GivenUp, s.GivenUp) || !reflect.DeepEqual(d.RetiredAt, s.RetiredAt) {
+	if d := roundTrip(t, s); !reflect.DeepEqual(d.GivenUp, s.GivenUp) || !reflect.DeepEqual(d.RetiredAt, s.RetiredAt) {
 		t.Fatalf("decoded given up %v retired at %v, want %v %v", d.GivenUp, d.RetiredAt, s.GivenUp, s.RetiredAt)
 	}
 }
@@ -503,4 +495,18 @@ func encodeJSON(v int, s *State) ([]byte, error) {
 	// A version 2 snapshot had none of the version 3 fields.
 	return json.Marshal(map[string]any{"v": v, "state": map[string]any{
 		"config": s.Config, "generation": s.Generation, "nodes": s.Nodes, "roles": s.Roles, "tags": s.Tags}})
+}
+
+// roundTrip returns s encoded and decoded again.
+func roundTrip(t *testing.T, s *State) *State {
+	t.Helper()
+	b, err := EncodeState(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := DecodeState(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
 }
