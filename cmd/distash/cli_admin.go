@@ -413,7 +413,7 @@ func excludeFailed(ctx context.Context, out io.Writer, cc *coordrpc.Client, cl c
 	}
 	for _, a := range addrs {
 		if slices.Contains(alive, a) {
-			fmt.Fprintf(out, "declared %s failed, but its stash node is alive: it keeps its stash and data (stop it first, `distash cli kill %s`, to give them up) and is excluded, its shards moving off it (`distash cli include %s` undoes that); only stashes retired there before are given up\n", a, a, a)
+			fmt.Fprintf(out, "declared %s failed, but the controller heard from its stash node lately: it keeps its stash and data, and is excluded, its shards moving off it (`distash cli include %s` undoes that); only stashes retired there before are given up. To give it up, stop it (`distash cli kill %s`) and, once the controller counts it dead (a few seconds), run this again\n", a, a, a)
 			continue
 		}
 		fmt.Fprintf(out, "declared %s failed: its stashes are retired and their data given up; their shards move to live stashes, and a durable shard held only there starts empty (its data is lost)\n", a)

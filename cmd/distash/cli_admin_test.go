@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/distash/distash/internal/clustertest"
+	"github.com/distash/distash/internal/testutil/wait"
 	"github.com/distash/distash/internal/coord"
 	"github.com/distash/distash/internal/wire"
 )
@@ -139,9 +140,10 @@ func TestAdminVerbsOnACluster(t *testing.T) {
 	clearTLSEnv(t)
 	toml := "[log]\nreplicas = 1\n" +
 		"[[pool]]\nname = \"data\"\nprefix = \"d/\"\nmedium = \"ssd\"\nmode = \"durable\"\nengine = \"pebble\"\nstashes = 2\nreplication = 1\n"
-	c := newProcs(t, clustertest.ProcsOptions{TOML: toml, Nodes: clustertest.Specs("tx transaction", "s stash data")})
+	c := newProcs(t, clustertest.ProcsOptions{TOML: toml, Nodes: clustertest.Specs("tx transaction", "s stash data", "s2 stash data")})
 	c.start("tx")
 	c.start("s")
+	c.start("s2")
 	stash := c.node("s")
 	addrs := []string{c.node("tx").Addr, stash.Addr}
 
@@ -173,7 +175,7 @@ func TestAdminVerbsOnACluster(t *testing.T) {
 	// once, and shown in status json.
 	out := cli("exclude", "--failed", addrs[1], "127.0.0.1:9")
 	for _, want := range []string{
-		"declared " + addrs[1] + " failed, but its stash node is alive: it keeps its stash and data",
+		"declared " + addrs[1] + " failed, but the controller heard from its stash node lately: it keeps its stash and data",
 		"declared 127.0.0.1:9 failed: its stashes are retired",
 		"done after",
 	} {
@@ -199,5 +201,25 @@ func TestAdminVerbsOnACluster(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("the killed node did not exit within 30s")
+	}
+	// The stopped node's stash is gone for good: exclude --failed gives
+	// it up, and waits until no shard names it (its shards' other
+	// replicas on s2 keep them, or they start empty there).
+	// Until the controller counts the node dead (2 s of silence), the
+	// command keeps its stash and says why; run again, it gives it up.
+	wait.Within(t, 30*time.Second, "exclude --failed of the stopped node gives up its stash", func() bool {
+		out = cli("exclude", "--failed", addrs[1], "--timeout", "2m")
+		return !strings.Contains(out, "heard from its stash node lately")
+	})
+	for _, want := range []string{"declared " + addrs[1] + " failed: its stashes are retired", "done after"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("exclude --failed of a stopped node: %q lacks %q", out, want)
+		}
+	}
+	if out := cli("status", "json"); !strings.Contains(out, `"givenUp": true`) {
+		t.Fatalf("status json does not show the stash given up:\n%s", out)
+	}
+	if out := cli("status"); !strings.Contains(out, "failed (data given up)") {
+		t.Fatalf("status does not show the stash given up:\n%s", out)
 	}
 }

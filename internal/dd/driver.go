@@ -189,8 +189,8 @@ func (d *Distributor) do(ctx context.Context, s *Snapshot, a *Action) error {
 		}
 		d.mu.Unlock()
 	case ActStartEmpty:
-		log.Warn("data distribution: no replica of a cache shard is left; it starts empty on a new team",
-			"pool", pool, "begin", a.Move.Begin, "end", a.Move.End, "team", a.Move.To)
+		log.Warn("data distribution: a shard starts empty on a new team: "+a.Why,
+			"pool", pool, "begin", a.Move.Begin, "end", a.Move.End, "was_on", a.Move.From, "team", a.Move.To)
 	}
 	if len(a.Set) > 0 || len(a.Clear) > 0 {
 		if err := d.opts.Env.CommitShards(ctx, a.Set, a.Clear); err != nil {
