@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/distash/distash/internal/clustertest"
-	"github.com/distash/distash/internal/testutil/wait"
 	"github.com/distash/distash/internal/coord"
+	"github.com/distash/distash/internal/testutil/wait"
 	"github.com/distash/distash/internal/wire"
 )
 
