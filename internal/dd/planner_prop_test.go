@@ -23,7 +23,10 @@ import (
 //     no member;
 //   - only a durable shard is held;
 //   - a move finishes only onto destinations that are live and serve the
-//     shard as of the map's last change.
+//     shard as of the map's last change;
+//   - a split cuts a shard strictly inside into two with its team; a merge
+//     joins two neighbours with one team, neither moving;
+//   - the relocations a plan starts touch disjoint key ranges.
 func TestPlannerSafety(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	now := time.Unix(100000, 0)
@@ -31,15 +34,25 @@ func TestPlannerSafety(t *testing.T) {
 	for i := range 20000 {
 		s := randomSnapshot(rng, now)
 		plan := PlanPool(s)
+		var ranges [][2]string
 		for _, a := range plan.Actions {
 			started[a.Kind]++
-			if err := checkAction(s, a); err != nil {
+			err := checkAction(s, a)
+			if a.starts() && a.Kind != ActWait {
+				for _, r := range ranges {
+					if string(a.Move.Begin) < r[1] && r[0] < string(a.Move.End) && err == nil {
+						err = fmt.Errorf("overlaps [%q, %q), started by the same plan", r[0], r[1])
+					}
+				}
+				ranges = append(ranges, [2]string{string(a.Move.Begin), string(a.Move.End)})
+			}
+			if err != nil {
 				t.Fatalf("snapshot %d (pool %+v, stashes %v, shards %v): %s %v: %v", i, s.Pool, s.Stashes, s.Shards, a.Kind, a.Move.Relocation, err)
 			}
 		}
 	}
 	// The generator must reach the cases the checks are about.
-	for _, k := range []ActionKind{ActStartEmpty, ActHold, ActMove, ActSetTeam, ActFinish, ActCancel} {
+	for _, k := range []ActionKind{ActStartEmpty, ActHold, ActMove, ActSetTeam, ActFinish, ActCancel, ActSplit, ActMerge} {
 		if started[k] == 0 {
 			t.Errorf("no plan had a %s action: %v", k, started)
 		}
@@ -56,6 +69,22 @@ func checkAction(s *Snapshot, a Action) error {
 			if !slices.ContainsFunc(from, func(t kv.Tag) bool { return s.Stashes[t].GivenUp }) || slices.ContainsFunc(from, func(t kv.Tag) bool { return !retired(t) }) {
 				return fmt.Errorf("a durable shard starts empty though its team %v is not all retired with one given up", from)
 			}
+		}
+	case ActSplit:
+		k := string(a.Move.Split)
+		if len(a.Set) != 2 || k <= string(a.Move.Begin) || k >= string(a.Move.End) ||
+			string(a.Set[0].Begin) != string(a.Move.Begin) || string(a.Set[0].End) != k || string(a.Set[1].Begin) != k || string(a.Set[1].End) != string(a.Move.End) ||
+			!slices.Equal(a.Set[0].Team, from) || !slices.Equal(a.Set[1].Team, from) {
+			return fmt.Errorf("a split that is not a cut of the shard strictly inside, keeping its team: %v", a.Set)
+		}
+		if sh := s.shardAt(a.Move.Begin); sh.Moving() || string(sh.End) != string(a.Move.End) || !slices.Equal(sh.Team, from) {
+			return fmt.Errorf("a split of a shard that is not in the map as such, or moves: %v", sh)
+		}
+	case ActMerge:
+		left, right := s.shardAt(a.Move.Begin), s.shardAt(a.Move.Split)
+		if left.Moving() || right.Moving() || string(left.End) != string(a.Move.Split) || string(right.End) != string(a.Move.End) ||
+			!slices.Equal(left.Team, right.Team) || len(a.Set) != 1 || !slices.Equal(a.Set[0].Team, left.Team) {
+			return fmt.Errorf("a merge of %v and %v into %v", left.Shard, right.Shard, a.Set)
 		}
 	case ActHold:
 		if s.Pool.Ephemeral {
@@ -105,7 +134,7 @@ func checkAction(s *Snapshot, a Action) error {
 func randomSnapshot(rng *rand.Rand, now time.Time) *Snapshot {
 	s := &Snapshot{Now: now, FailureWait: time.Minute, Stashes: map[kv.Tag]StashState{}, Moves: map[string]Move{}, MapVersion: 1}
 	s.Pool = PoolSettings{Name: "p", Prefix: []byte("p/"), Replication: 1 + rng.IntN(3), Ephemeral: rng.IntN(3) == 0}
-	s.Limits = Limits{ShardBytes: 1 << 30}.withDefaults()
+	s.Limits = Limits{ShardBytes: int64(200 + rng.IntN(2000))}.withDefaults()
 	n := 2 + rng.IntN(5)
 	for tag := kv.Tag(1); tag <= kv.Tag(n); tag++ {
 		st := StashState{StashInfo: StashInfo{Tag: tag, Pool: "p", DC: "dc1", Zone: fmt.Sprintf("z%d", rng.IntN(4)), Alive: true}}
@@ -135,6 +164,9 @@ func randomSnapshot(rng *rand.Rand, now time.Time) *Snapshot {
 		slices.Sort(team)
 		sh := ShardState{Shard: shardmap.Shard{Begin: []byte(bounds[k]), End: []byte(bounds[k+1]), Pool: "p", Team: team}}
 		sh.Metrics.Bytes = int64(rng.IntN(1000))
+		if rng.IntN(3) == 0 {
+			sh.Metrics.SplitKey = []byte(bounds[k] + "m") // inside: bounds are p/, p/1, ..., p0
+		}
 		if dest := kv.Tag(1 + rng.IntN(n)); rng.IntN(3) == 0 && !slices.Contains(team, dest) {
 			// A move in flight to dest, which answers in some state.
 			sh.Dest = []kv.Tag{dest}
