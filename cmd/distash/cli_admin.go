@@ -129,7 +129,7 @@ stash; "distash cli include ADDR" lets it take shards again.`,
 					if err != nil {
 						return err
 					}
-					return excludeFailed(ctx, out, cc, cl, args, d)
+					return excludeFailed(ctx, out, cc, cl, view, args, d)
 				}
 				if _, err := cc.Exclude(ctx, args); err != nil {
 					return err
@@ -397,7 +397,7 @@ func killNode(ctx context.Context, addr string, cl cliClient) error {
 // and waits until no shard names one of them, printing how many do each
 // second: from then on every shard they held has live stashes, or had its
 // data given up and started empty, so a write acknowledged later is kept.
-func excludeFailed(ctx context.Context, out io.Writer, cc *coordrpc.Client, cl cliClient, addrs []string, limit time.Duration) error {
+func excludeFailed(ctx context.Context, out io.Writer, cc *coordrpc.Client, cl cliClient, view *wire.ViewResponse, addrs []string, limit time.Duration) error {
 	alive, err := cc.ExcludeFailed(ctx, addrs)
 	for kv.CodeOf(err) == kv.CodeProcessBehind { // a controller that just took over
 		fmt.Fprintf(out, "%s; retrying\n", err)
@@ -417,6 +417,9 @@ func excludeFailed(ctx context.Context, out io.Writer, cc *coordrpc.Client, cl c
 			continue
 		}
 		fmt.Fprintf(out, "declared %s failed: its stashes are retired and their data given up; their shards move to live stashes, and a durable shard held only there starts empty (its data is lost)\n", a)
+		if len(stashesAt(view, []string{a})) == 0 {
+			fmt.Fprintf(out, "  (no stash node is registered at %s now: only stashes retired there before are given up)\n", a)
+		}
 	}
 	start := time.Now()
 	last := "the shard map was not read yet"

@@ -177,6 +177,7 @@ func TestAdminVerbsOnACluster(t *testing.T) {
 	for _, want := range []string{
 		"declared " + addrs[1] + " failed, but the controller heard from its stash node lately: it keeps its stash and data",
 		"declared 127.0.0.1:9 failed: its stashes are retired",
+		"no stash node is registered at 127.0.0.1:9 now",
 		"done after",
 	} {
 		if !strings.Contains(out, want) {
