@@ -705,17 +705,12 @@ func (s *State) tagAddr(tag uint32) string {
 // node at one of addrs, and gives up every tag retired while its node was
 // at one of them (ExcludeFailed).
 func (s *State) giveUp(addrs []string, tags []uint32) {
-	for pool, ids := range s.Tags {
-		for i, id := range ids {
-			if id == "" || !slices.Contains(addrs, s.Nodes[id].Addr) {
-				continue
+	for _, t := range tags {
+		if addr := s.tagAddr(t); addr != "" && slices.Contains(addrs, addr) && s.TagUsed(t) {
+			if !s.TagRetired(t) {
+				s.retire(t, addr)
 			}
-			if t := s.SlotTag(pool, i); slices.Contains(tags, t) && s.TagUsed(t) {
-				if !s.TagRetired(t) {
-					s.retire(t, s.Nodes[id].Addr)
-				}
-				s.GivenUp = insertSorted(s.GivenUp, t)
-			}
+			s.GivenUp = insertSorted(s.GivenUp, t)
 		}
 	}
 	for t, a := range s.RetiredAt {

@@ -367,13 +367,10 @@ func (p *CommitProxy) submit(ctx context.Context, r *commitReq) (kv.Version, err
 		return 0, err // not submitted: it did not commit
 	}
 	select {
+	case p.reqs <- r:
 	case <-p.stopped:
 		p.queued.Release(r.mem)
 		return 0, errProxyStopped
-	default:
-	}
-	select {
-	case p.reqs <- r:
 	case <-ctx.Done():
 		p.queued.Release(r.mem)
 		return 0, ctx.Err()
