@@ -204,13 +204,32 @@ func (e *Engine) keepBlockRoom(cache *pebble.Cache) {
 }
 
 // metrics returns Pebble's metrics, or why it cannot (closed, or failed:
-// a panic in Pebble fails the engine rather than the process).
-func (e *Engine) metrics() (_ *pebble.Metrics, err error) {
+// a panic in Pebble fails the engine rather than the process). Metrics
+// takes Pebble's lock, which a commit that failed for good may hold
+// forever: the engine can fail between the check and the call, so the
+// call runs apart and is left blocked if the engine fails first (status
+// and metrics scrapes poll this; one hung a test's cluster for good).
+func (e *Engine) metrics() (*pebble.Metrics, error) {
 	if err := e.usable(); err != nil {
 		return nil, err
 	}
-	defer e.guard.Recover(&err)
-	return e.db.Metrics(), nil
+	type result struct {
+		m   *pebble.Metrics
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		var r result
+		defer func() { got <- r }()
+		defer e.guard.Recover(&r.err)
+		r.m = e.db.Metrics()
+	}()
+	select {
+	case r := <-got:
+		return r.m, r.err
+	case <-e.guard.Failed():
+		return nil, e.guard.Err()
+	}
 }
 
 // stopBlockRoom ends keepBlockRoom, waiting for it unless the database
@@ -497,9 +516,9 @@ func (e *Engine) Version() kv.Version { return kv.Version(e.version.Load()) }
 // Stats returns the live pair count and bytes; Evictions is always 0.
 func (e *Engine) Stats() engine.Stats {
 	st := engine.Stats{Keys: e.keys.Load(), Bytes: e.bytes.Load()}
-	if e.usable() == nil {
+	if m, err := e.metrics(); err == nil {
 		// Pebble counts the data-block reads its Bloom filters avoided.
-		st.FilterNegatives = e.db.Metrics().Filter.Hits
+		st.FilterNegatives = m.Filter.Hits
 	}
 	return st
 }

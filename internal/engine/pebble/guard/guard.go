@@ -44,6 +44,7 @@ type Guard struct {
 	what   string // "pebble engine /data/stash/x", for messages
 	prefix string // function name prefix of the owner's API frames
 	err    atomic.Pointer[error]
+	failed chan struct{} // closed once err is set
 	onFail func(error)
 	// abandoned: the owner gave the failed store up (Abandon); a fatal
 	// error of its goroutines only ends them.
@@ -61,7 +62,7 @@ type Guard struct {
 // if not nil, is called once, with the first fatal error, before the
 // error is returned or the process exits.
 func New(what, prefix string, onFail func(error)) *Guard {
-	return &Guard{what: what, prefix: prefix, onFail: onFail}
+	return &Guard{what: what, prefix: prefix, onFail: onFail, failed: make(chan struct{})}
 }
 
 // Err returns the first fatal error, nil if there was none.
@@ -72,10 +73,14 @@ func (g *Guard) Err() error {
 	return nil
 }
 
+// Failed is closed once the store has failed (Err is not nil).
+func (g *Guard) Failed() <-chan struct{} { return g.failed }
+
 // Fail records err as the store's fatal error (the first one stays) and
 // returns the recorded one.
 func (g *Guard) Fail(err error) error {
 	if g.err.CompareAndSwap(nil, &err) {
+		close(g.failed)
 		slog.Error(g.what+": failed for good", "err", err)
 		if g.onFail != nil {
 			g.onFail(err)

@@ -307,3 +307,24 @@ func TestDamage(t *testing.T) {
 		}
 	}
 }
+
+// TestFailedClosesOnTheFirstFailure: Failed is open until the store
+// fails, then closed (a second failure does not close it again).
+func TestFailedClosesOnTheFirstFailure(t *testing.T) {
+	g := New("store", "nothing.", nil)
+	select {
+	case <-g.Failed():
+		t.Fatal("Failed is closed before any failure")
+	default:
+	}
+	g.Fail(errors.New("first"))
+	g.Fail(errors.New("second"))
+	select {
+	case <-g.Failed():
+	default:
+		t.Fatal("Failed is open after a failure")
+	}
+	if g.Err().Error() != "first" {
+		t.Fatalf("Err %v, want the first failure", g.Err())
+	}
+}
