@@ -247,6 +247,9 @@ func (s *Store) enter() error {
 	return nil
 }
 
+// Err is the error the store failed for good with, or nil while it works.
+func (s *Store) Err() error { return s.guard.Err() }
+
 // fail fails the store for good with err (the first error stays) and
 // returns the recorded error.
 func (s *Store) fail(err error) error { return s.guard.Fail(storeErr(s.dir, err)) }

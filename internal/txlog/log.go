@@ -21,6 +21,7 @@ import (
 	"github.com/distash/distash/internal/kv"
 	"github.com/distash/distash/internal/logentry"
 	"github.com/distash/distash/internal/raftlog"
+	"github.com/distash/distash/internal/raftstore"
 	"github.com/distash/distash/internal/version"
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
@@ -157,7 +158,8 @@ var (
 type pendingAppend struct {
 	finish  func(error)
 	af      raft.ApplyFuture
-	stopped <-chan struct{} // closed once the replica af was submitted to is stopped
+	stopped <-chan struct{}  // closed once the replica af was submitted to is stopped
+	store   *raftstore.Store // that replica's raft store
 }
 
 // Stats describe the log.
@@ -513,6 +515,12 @@ func (l *Log) complete() {
 		err := awaitFuture(p.af, p.stopped)
 		if err != nil {
 			err = fmt.Errorf("%w: %w", ErrCommitUnknown, err)
+			// A store that failed for good deposes its leader: appends
+			// still in flight then fail with raft's "leadership lost",
+			// which says nothing of the disk. Name the cause.
+			if serr := p.store.Err(); serr != nil && !errors.Is(err, serr) {
+				err = fmt.Errorf("%w (the replica's raft store failed: %w)", err, serr)
+			}
 		} else if re, ok := p.af.Response().(error); ok && re != nil {
 			err = re
 		}
@@ -571,7 +579,7 @@ func (l *Log) Append(e *logentry.Entry) *logentry.Future {
 			return f
 		}
 		l.lastAppended = e.Version
-		l.pending <- &pendingAppend{finish: finish, af: r.raft.Apply(encodeEntry(e), 0), stopped: r.stopped}
+		l.pending <- &pendingAppend{finish: finish, af: r.raft.Apply(encodeEntry(e), 0), stopped: r.stopped, store: r.store}
 		return f
 	}
 	l.lastAppended = e.Version
@@ -587,7 +595,7 @@ func (l *Log) Append(e *logentry.Entry) *logentry.Future {
 		finish(ErrNoLeader)
 		return f
 	}
-	l.pending <- &pendingAppend{finish: finish, af: r.raft.Apply(buf, 0), stopped: r.stopped}
+	l.pending <- &pendingAppend{finish: finish, af: r.raft.Apply(buf, 0), stopped: r.stopped, store: r.store}
 	return f
 }
 

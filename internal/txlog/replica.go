@@ -40,11 +40,12 @@ type replicaRef struct {
 	stopped <-chan struct{}
 	raft    *raft.Raft
 	fsm     *fsm
+	store   *raftstore.Store
 	logs    raft.LogStore
 }
 
 func (r *replica) ref() *replicaRef {
-	return &replicaRef{index: r.index, id: r.id, addr: r.addr, stopped: r.stopped, raft: r.raft, fsm: r.fsm, logs: r.logs}
+	return &replicaRef{index: r.index, id: r.id, addr: r.addr, stopped: r.stopped, raft: r.raft, fsm: r.fsm, store: r.store, logs: r.logs}
 }
 
 func (l *Log) raftConfig(r *replica) *raft.Config {
