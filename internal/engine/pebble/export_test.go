@@ -10,3 +10,9 @@ func Checkpoint(e *Engine, dir string) error { return e.db.Checkpoint(dir) }
 
 // Flush flushes e's memtables to sstables.
 func Flush(e *Engine) error { return e.db.Flush() }
+
+// Apart runs fn as e runs its calls that take Pebble's lock (apart).
+func Apart(e *Engine, fn func()) error { return e.apart(fn) }
+
+// Fail fails e for good with err, as a fatal error in Pebble does.
+func Fail(e *Engine, err error) { e.guard.Fail(err) }

@@ -204,31 +204,39 @@ func (e *Engine) keepBlockRoom(cache *pebble.Cache) {
 }
 
 // metrics returns Pebble's metrics, or why it cannot (closed, or failed:
-// a panic in Pebble fails the engine rather than the process). Metrics
-// takes Pebble's lock, which a commit that failed for good may hold
-// forever: the engine can fail between the check and the call, so the
-// call runs apart and is left blocked if the engine fails first (status
-// and metrics scrapes poll this; one hung a test's cluster for good).
+// a panic in Pebble fails the engine rather than the process). Status and
+// metrics scrapes poll it; Metrics takes Pebble's lock (see apart).
 func (e *Engine) metrics() (*pebble.Metrics, error) {
+	var m *pebble.Metrics
+	if err := e.apart(func() { m = e.db.Metrics() }); err != nil {
+		return nil, err // m is not read: fn may still write it
+	}
+	return m, nil
+}
+
+// apart runs fn, a call into Pebble that takes its database lock
+// (Metrics, Compact), in a goroutine of its own and returns when fn does
+// or when the engine fails for good, whichever is first. A commit that
+// failed for good may hold that lock forever, and the engine can fail
+// between the usable check and the call: a status read once hung a test's
+// cluster for good that way. fn is then left blocked. A panic in fn fails
+// the engine and is apart's error.
+func (e *Engine) apart(fn func()) error {
 	if err := e.usable(); err != nil {
-		return nil, err
+		return err
 	}
-	type result struct {
-		m   *pebble.Metrics
-		err error
-	}
-	got := make(chan result, 1)
+	done := make(chan error, 1)
 	go func() {
-		var r result
-		defer func() { got <- r }()
-		defer e.guard.Recover(&r.err)
-		r.m = e.db.Metrics()
+		var err error
+		defer func() { done <- err }()
+		defer e.guard.Recover(&err)
+		fn()
 	}()
 	select {
-	case r := <-got:
-		return r.m, r.err
+	case err := <-done:
+		return err
 	case <-e.guard.Failed():
-		return nil, e.guard.Err()
+		return e.guard.Err()
 	}
 }
 
@@ -548,13 +556,13 @@ func (e *Engine) Counters() []engine.Counter {
 // Compact implements engine.Compactor: it flushes the memtable and
 // compacts every table into the last level, so that a read of a key at
 // rest consults one table.
-func (e *Engine) Compact() (err error) {
-	if err := e.usable(); err != nil {
-		return err
+func (e *Engine) Compact() error {
+	var cerr error
+	if err := e.apart(func() { cerr = e.db.Compact([]byte{0}, []byte{0xff, 0xff}, true) }); err != nil {
+		return err // cerr is not read: fn may still write it
 	}
-	defer e.guard.Recover(&err)
-	if err := e.db.Compact([]byte{0}, []byte{0xff, 0xff}, true); err != nil {
-		return e.wrap("compact", err)
+	if cerr != nil {
+		return e.wrap("compact", cerr)
 	}
 	return nil
 }

@@ -348,3 +348,40 @@ func TestCompactSettlesTheLSM(t *testing.T) {
 		t.Fatalf("Get after Compact = %q %v %v", v, ok, err)
 	}
 }
+
+// TestLockedCallReturnsOnFailure: a call that takes Pebble's lock
+// (Metrics, Compact) and blocks, as it does behind a commit that failed
+// for good holding the lock, returns the engine's error once the engine
+// fails, and every later such call fails at once.
+func TestLockedCallReturnsOnFailure(t *testing.T) {
+	e := open(t, engine.Options{Dir: t.TempDir()}).(*pebbleengine.Engine)
+	if err := pebbleengine.Apart(e, func() {}); err != nil {
+		t.Fatalf("apart on a working engine: %v", err)
+	}
+	held := make(chan struct{})
+	defer close(held)
+	got := make(chan error, 1)
+	go func() { got <- pebbleengine.Apart(e, func() { <-held }) }()
+	select {
+	case err := <-got:
+		t.Fatalf("a blocked call returned %v before the engine failed", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	cause := errors.New("fatal commit error")
+	pebbleengine.Fail(e, cause)
+	select {
+	case err := <-got:
+		if !errors.Is(err, cause) {
+			t.Fatalf("blocked call returned %v; want the engine's error", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a blocked call did not return when the engine failed")
+	}
+	if err := e.Compact(); !errors.Is(err, cause) {
+		t.Fatalf("Compact on a failed engine: %v", err)
+	}
+	if n := len(e.Counters()); n != 0 {
+		t.Fatalf("a failed engine reports %d counters", n)
+	}
+	e.Close()
+}
