@@ -362,10 +362,10 @@ func TestEmptyDurableStashOfTrimmedTagJoinsAsNew(t *testing.T) {
 		t.Skip("starts an in-process cluster")
 	}
 	t.Parallel() // waits on the cluster's timers most of the time: overlaps another such test
-	// HoldBytes is 512 KiB (LogMemoryBytes). A durable stash pops what
+	// HoldBytes is 512 KiB. A durable stash pops what
 	// leaves its MVCC window (2 s): the writes below hold about half of it
 	// for the live stashes, so only the missing one is force-popped.
-	c := newTunedCluster(t, server.Tuning{DistributionInterval: 50 * time.Millisecond, LogMemoryBytes: 128 << 10}, durableTOML, "tx1 transaction", "data1 stash data", "data2 stash data", "data3 stash data")
+	c := newTunedCluster(t, server.Tuning{DistributionInterval: 50 * time.Millisecond, LogMemoryBytes: 128 << 10, LogHoldBytes: 512 << 10}, durableTOML, "tx1 transaction", "data1 stash data", "data2 stash data", "data3 stash data")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	errs := make(chan error, 3)
@@ -491,10 +491,10 @@ func TestRemoteDurableStashesFlushWhenTheLogIsOverBudget(t *testing.T) {
 		t.Skip("starts an in-process cluster")
 	}
 	t.Parallel() // waits on the cluster's timers most of the time: overlaps another such test
-	// HoldBytes is 512 KiB (LogMemoryBytes); the test writes about 2 MiB
+	// HoldBytes is 512 KiB; the test writes about 2 MiB
 	// within the window.
 	toml := strings.Replace(durableTOML, `mvcc_window = "2s"`, `mvcc_window = "60s"`, 1)
-	c := newTunedCluster(t, server.Tuning{LogMemoryBytes: 128 << 10}, toml, "tx1 transaction", "data1 stash data", "data2 stash data", "data3 stash data")
+	c := newTunedCluster(t, server.Tuning{LogMemoryBytes: 128 << 10, LogHoldBytes: 512 << 10}, toml, "tx1 transaction", "data1 stash data", "data2 stash data", "data3 stash data")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	c.StartAll(ctx)
@@ -576,7 +576,7 @@ func newHeldLog(t *testing.T) *heldLog {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	t.Cleanup(cancel)
 	toml := clustertest.DurablePool(2, 1, `mvcc_window = "1s"`)
-	c := newTunedCluster(t, server.Tuning{LogMemoryBytes: 128 << 10}, toml, "tx1 transaction", "data1 stash data", "data2 stash data")
+	c := newTunedCluster(t, server.Tuning{LogMemoryBytes: 128 << 10, LogHoldBytes: 512 << 10}, toml, "tx1 transaction", "data1 stash data", "data2 stash data")
 	c.StartAll(ctx)
 	h := &heldLog{t: t, ctx: ctx, c: c, db: c.Open(ctx), last: map[string]string{}}
 	h.writeAll(0)
@@ -646,13 +646,19 @@ func (h *heldLog) waitUnthrottled(why string) {
 // pool of replication 1 whose one stash node is down while writes go on.
 // Once the log holds more than its hold bound (512 KiB here), it must not
 // force-pop that stash's tag — its entries are the only copy of
-// acknowledged writes — so it keeps them, and the ratekeeper throttles
-// writes, saying why. The stash node comes back, catches up from the log,
+// acknowledged writes — so it keeps them, most spilled to disk, and the
+// ratekeeper throttles writes, saying why. The stash node comes back,
+// catches up from the log (reading the spilled entries back),
 // and every acknowledged write reads back; the throttle lifts.
 func TestLogKeepsTheWritesOfADownDurableStashWithNoOtherReplica(t *testing.T) {
 	h := newHeldLog(t)
 	ctx := h.ctx
 	h.crashUntilHeld("data2")
+	// Past twice its memory budget (256 KiB) the log spilled the oldest
+	// entries: the stash catches up reading them back from disk.
+	if ls := h.c.Node("tx1").Server().LogStats(); ls.Spilled == 0 || ls.SpilledEntries == 0 {
+		t.Fatalf("the log holds %d bytes for a down stash and spilled none: %+v", ls.Bytes, ls)
+	}
 	if err := h.c.Start(ctx, h.c.Node("data2")); err != nil {
 		t.Fatal(err)
 	}

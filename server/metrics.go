@@ -280,7 +280,8 @@ var (
 	descLogLast     = desc("distash_log_last_version", "Last version of the log replica of this node.")
 	descLogEntries  = desc("distash_log_entries", "Log entries the replica holds in memory (not popped by every stash).")
 	descLogBytes    = desc("distash_log_bytes", "Encoded bytes of the log entries the replica holds.")
-	descLogMemory   = desc("distash_log_memory_bytes", "Memory of the log entries the replica holds, their per-stash index included.")
+	descLogMemory   = desc("distash_log_memory_bytes", "Memory of the log entries the replica holds in memory, their per-stash index included.")
+	descLogSpilled  = desc("distash_log_spilled_bytes", "Encoded bytes of the log entries the replica spilled to disk.")
 	descLogPopped   = desc("distash_log_min_popped_version", "Lowest version popped over every stash: the log holds what comes after.")
 	descLogHeldEnt  = desc("distash_log_held_entries", "Log entries held for one stash (tag): after its popped version.", "stash")
 	descLogHeldByte = desc("distash_log_held_bytes", "Encoded bytes of the log entries held for one stash (tag).", "stash")
@@ -301,7 +302,7 @@ var allDescs = []*prometheus.Desc{
 	descPoolQueued, descPoolMoves, descPoolEstBytes,
 	descCommits, descConflicts, descTooOld, descPoolFull, descBatches, descQueued, descCommitted, descRateLimit,
 	descRateReason, descLastRecover,
-	descLogLast, descLogEntries, descLogBytes, descLogMemory, descLogPopped, descLogHeldEnt, descLogHeldByte,
+	descLogLast, descLogEntries, descLogBytes, descLogMemory, descLogSpilled, descLogPopped, descLogHeldEnt, descLogHeldByte,
 	descNodeInfo, descNodeRole, descNodeGeneration,
 }
 
@@ -455,6 +456,7 @@ func (c collector) collectLog(ch chan<- prometheus.Metric) {
 	gauge(ch, descLogEntries, float64(st.Entries))
 	gauge(ch, descLogBytes, float64(st.Bytes))
 	gauge(ch, descLogMemory, float64(st.Memory))
+	gauge(ch, descLogSpilled, float64(st.Spilled))
 	gauge(ch, descLogPopped, float64(st.MinPopped))
 	for tag, h := range l.Held() {
 		gauge(ch, descLogHeldEnt, float64(h.Entries), tagLabel(tag))

@@ -309,7 +309,7 @@ func (s *Server) rateSample(r *txRoles) ratekeeper.Sample {
 		smp.Stashes = append(smp.Stashes, ss)
 	}
 	if tag, ok := s.log.Withheld(); ok {
-		smp.LogWithheld = ratekeeper.LogWithheldReason(tag, poolOf[tag], s.log.Stats().Memory)
+		smp.LogWithheld = ratekeeper.LogWithheldReason(tag, poolOf[tag], s.log.Stats().HeldBytes())
 	}
 	return smp
 }

@@ -121,9 +121,11 @@ type Tuning struct {
 	// of 250ms.
 	DistributionInterval time.Duration
 	// LogMemoryBytes, if > 0, is txlog.Options.MemoryBytes of the log
-	// replica (its HoldBytes follow from it): a small one makes the log
-	// force-pop a tag that does not pop.
+	// replica (its HoldBytes follow from it, unless LogHoldBytes is set): a
+	// small one makes the log spill, and force-pop, a tag that does not pop.
 	LogMemoryBytes int64
+	// LogHoldBytes, if > 0, is txlog.Options.HoldBytes of the log replica.
+	LogHoldBytes int64
 	// LogTrailingLogs, if > 0, is txlog.Options.TrailingLogs of the log
 	// replica (raft records kept behind a snapshot, default 1024): a small
 	// one lets a test drop records from the raft logs with few commits.
@@ -280,7 +282,7 @@ func (s *Server) stashSpecs() []stashSpec {
 func (s *Server) logOptions() txlog.Options {
 	return txlog.Options{
 		Dir: filepath.Join(s.opts.Dir, "log"), FS: s.opts.FS, Clock: s.opts.Clock, Logger: s.roleLogger(logRoleLog),
-		MemoryBytes: s.opts.Tuning.LogMemoryBytes, TrailingLogs: s.opts.Tuning.LogTrailingLogs,
+		MemoryBytes: s.opts.Tuning.LogMemoryBytes, HoldBytes: s.opts.Tuning.LogHoldBytes, TrailingLogs: s.opts.Tuning.LogTrailingLogs,
 		MayDrop: s.logMayDrop,
 	}
 }

@@ -250,7 +250,8 @@ func (v *service) Status(ctx context.Context, _ *wire.StatusRequest) (*wire.Stat
 		ls := l.Stats()
 		resp.Log = &wire.LogStatus{
 			Replicas: int32(v.s.cfg.Log.Replicas), LastVersion: int64(ls.LastVersion),
-			EntriesInMemory: int64(ls.Entries), BytesInMemory: int64(ls.Bytes), MinPopped: int64(ls.MinPopped),
+			EntriesInMemory: int64(ls.Entries - ls.SpilledEntries), BytesInMemory: ls.Bytes - ls.Spilled, MinPopped: int64(ls.MinPopped),
+			EntriesSpilled: int64(ls.SpilledEntries), BytesSpilled: ls.Spilled,
 		}
 	}
 	for _, sl := range v.s.slots() {

@@ -92,9 +92,21 @@
 // OverMemoryBudget tells durable stashes to flush, and pop, everything they
 // applied without waiting for the window.
 //
+// A stash that stops popping makes the log hold its entries. Past twice
+// MemoryBytes of memory, a replica's state machine spills its oldest
+// entries to segment files in its directory (spill.go), keeping for each
+// only where it is and which tags it has messages for, until 1.5 ×
+// MemoryBytes stay in memory; a Peek below the spilled version reads them
+// back, checking each against its checksum (ErrCorrupt otherwise). The
+// files are scratch, cleared when the replica starts: raft's log and
+// snapshots hold every entry (a snapshot reads the spilled ones back), and
+// a restored state machine spills again as it decodes. Stats.Spilled says
+// how much; a failed spill write (a full disk) leaves entries in memory.
+//
 // A stash that never pops (dead, or cut off) would make the log hold
-// everything forever. When the leader's unpopped entries pass
-// Options.HoldBytes (default 4 × MemoryBytes), its pop flush force-pops the
+// everything forever. When the leader's unpopped entries (the memory of
+// those in memory and the size of those spilled) pass Options.HoldBytes
+// (default 16 × MemoryBytes), its pop flush force-pops the
 // tag furthest behind (never the system tag, 0) up to the version that
 // brings them back under MemoryBytes, logs a warning naming the tag and
 // version, and reports it in Stats.Dropped. That stash has lost the

@@ -72,8 +72,8 @@ type fsm struct {
 	gone      map[kv.Tag]kv.Version
 	goneFloor kv.Version
 	epoch     uint64       // generation: entries of a lower Epoch are rejected
-	bytes     int64        // sum of len(raw) over entries
-	mem       int64        // sum of mem over entries
+	bytes     int64        // sum of len(raw) over entries and spilled
+	mem       int64        // sum of mem over entries and spilled
 	last      atomic.Int64 // version of the last applied entry (written under mu)
 
 	// Raft records applied, and their bytes, since the last snapshot or
@@ -82,6 +82,14 @@ type fsm struct {
 
 	// scratch for grouping an entry's mutations by tag (apply goroutine only)
 	groups []tagGroup
+
+	// Spilled entries (spill.go): the oldest unpopped ones, moved out of
+	// memory, all older than entries. spillCfg nil: nothing spills.
+	spillCfg     *spillConfig
+	spill        *spillStore
+	spilled      []spillRef
+	spilledBytes int64 // sum of n over spilled
+	spillFailed  bool  // a spill write failed (logged once)
 }
 
 type tagGroup struct {
@@ -205,15 +213,22 @@ func (f *fsm) currentEpoch() uint64 {
 }
 
 // holdTrimPoint returns, when the unpopped entries hold more than hold
-// bytes of memory, the lowest version whose trimming brings them to at most
-// target bytes.
+// bytes (their memory, and the size of those spilled), the lowest version
+// whose trimming brings them to at most target bytes.
 func (f *fsm) holdTrimPoint(hold, target int64) (kv.Version, bool) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	if f.mem <= hold {
+	mem := f.mem + f.spilledBytes
+	if mem <= hold {
 		return 0, false
 	}
-	mem := f.mem
+	for i := range f.spilled {
+		r := &f.spilled[i]
+		mem -= r.mem() + int64(r.n)
+		if mem <= target {
+			return r.version, true
+		}
+	}
 	for _, e := range f.entries {
 		mem -= e.mem
 		if mem <= target {
@@ -302,6 +317,66 @@ func (f *fsm) addLocked(e *logentry.Entry, raw []byte) {
 	f.bytes += int64(len(raw))
 	f.mem += mem
 	f.last.Store(int64(e.Version))
+	if f.spill != nil && f.mem > f.spillCfg.at {
+		f.spillLocked()
+	}
+}
+
+// spillLocked moves the oldest entries in memory to the spill store until
+// the memory they hold is back to the lower bound. An entry whose write
+// fails stays in memory, and so does every later one: the hold bound then
+// acts on memory alone.
+func (f *fsm) spillLocked() {
+	mem, k := f.mem, 0
+	for k < len(f.entries) && mem > f.spillCfg.to {
+		mem -= f.entries[k].mem
+		k++
+	}
+	if k == 0 {
+		return
+	}
+	// The tags of each entry to spill are the fronts of the index queues.
+	upTo := f.entries[k-1].version
+	tagsOf := make(map[kv.Version][]kv.Tag, k)
+	for t, q := range f.index {
+		for i := 0; i < len(q) && q[i].msg.Version <= upTo; i++ {
+			tagsOf[q[i].msg.Version] = append(tagsOf[q[i].msg.Version], t)
+		}
+	}
+	done := 0
+	for ; done < k; done++ {
+		e := &f.entries[done]
+		seg, off, err := f.spill.write(e.version, e.raw)
+		if err != nil {
+			if !f.spillFailed {
+				f.spillFailed = true
+				f.logger.Error("txlog: cannot spill entries to disk: they stay in memory", "replica", f.replica, "err", err)
+			}
+			break
+		}
+		tags := tagsOf[e.version]
+		slices.Sort(tags)
+		r := spillRef{version: e.version, seg: seg, off: off, n: int32(len(e.raw)), tags: tags}
+		f.spilled = append(f.spilled, r)
+		f.mem += r.mem() - e.mem
+		f.spilledBytes += int64(r.n)
+	}
+	if done == 0 {
+		return
+	}
+	upTo = f.entries[done-1].version
+	clear(f.entries[:done])
+	f.entries = f.entries[done:]
+	for t, q := range f.index {
+		i := sort.Search(len(q), func(i int) bool { return q[i].msg.Version > upTo })
+		switch {
+		case i == len(q):
+			delete(f.index, t)
+		case i > 0:
+			clear(q[:i])
+			f.index[t] = q[i:]
+		}
+	}
 }
 
 // popLocked raises the popped versions of the tags in pops (popped versions
@@ -332,6 +407,26 @@ func (f *fsm) trimLocked(upTo kv.Version) {
 		return
 	}
 	f.trimmed = upTo
+	if n := len(f.spilled); n > 0 {
+		k := sort.Search(n, func(i int) bool { return f.spilled[i].version > upTo })
+		for i := 0; i < k; i++ {
+			r := &f.spilled[i]
+			f.bytes -= int64(r.n)
+			f.spilledBytes -= int64(r.n)
+			f.mem -= r.mem()
+			for _, t := range r.tags {
+				if r.version > f.goneFloor && r.version > f.gone[t] {
+					f.gone[t] = r.version
+				}
+			}
+		}
+		clear(f.spilled[:k])
+		f.spilled = f.spilled[k:]
+		if len(f.spilled) == 0 {
+			f.spilled = nil
+		}
+		f.spill.trim(upTo)
+	}
 	k := sort.Search(len(f.entries), func(i int) bool { return f.entries[i].version > upTo })
 	for i := 0; i < k; i++ {
 		f.bytes -= int64(len(f.entries[i].raw))
@@ -368,10 +463,35 @@ func (f *fsm) peek(tag kv.Tag, after kv.Version, maxBytes int) ([]logentry.Messa
 		return nil, 0, fmt.Errorf("%w: tag %d peeks after %d but the log dropped its messages up to %d (trimmed up to %d)", logentry.ErrTrimmed, tag, after, gone, f.trimmed)
 	}
 	end := f.lastVersion()
-	q := f.index[tag]
-	i := sort.Search(len(q), func(i int) bool { return q[i].msg.Version > after })
 	var msgs []logentry.Message
 	size := 0
+	if n := len(f.spilled); n > 0 && after < f.spilled[n-1].version {
+		for i := sort.Search(n, func(i int) bool { return f.spilled[i].version > after }); i < n; i++ {
+			r := &f.spilled[i]
+			if _, ok := slices.BinarySearch(r.tags, tag); !ok {
+				continue
+			}
+			raw, err := f.spill.read(r)
+			if err != nil {
+				return nil, 0, err
+			}
+			rec, err := decodeRecord(raw)
+			if err != nil {
+				return nil, 0, fmt.Errorf("txlog: spilled entry %d: %w", r.version, err)
+			}
+			msg, sz := tagMessage(&rec.entry, tag)
+			msgs = append(msgs, msg)
+			size += sz
+			if maxBytes > 0 && size >= maxBytes {
+				if f.hasMessageAfter(tag, r.version, i+1) {
+					return msgs, r.version, nil
+				}
+				return msgs, end, nil
+			}
+		}
+	}
+	q := f.index[tag]
+	i := sort.Search(len(q), func(i int) bool { return q[i].msg.Version > after })
 	for ; i < len(q); i++ {
 		msgs = append(msgs, q[i].msg)
 		size += q[i].size
@@ -383,32 +503,49 @@ func (f *fsm) peek(tag kv.Tag, after kv.Version, maxBytes int) ([]logentry.Messa
 	return msgs, end, nil
 }
 
+// hasMessageAfter reports whether tag has a message above version v, in
+// f.spilled[from:] or in memory. f.mu must be held.
+func (f *fsm) hasMessageAfter(tag kv.Tag, v kv.Version, from int) bool {
+	for i := from; i < len(f.spilled); i++ {
+		if _, ok := slices.BinarySearch(f.spilled[i].tags, tag); ok {
+			return true
+		}
+	}
+	q := f.index[tag]
+	return len(q) > 0 && q[len(q)-1].msg.Version > v
+}
+
 type fsmState struct {
-	Entries   int
-	Bytes     int64
-	Memory    int64
-	Popped    map[kv.Tag]kv.Version
-	MinPopped kv.Version
-	Trimmed   kv.Version
-	Last      kv.Version
-	Epoch     uint64
-	Gone      map[kv.Tag]kv.Version
-	GoneFloor kv.Version
+	Entries int
+	Bytes   int64
+	Memory  int64
+	Spilled int64 // bytes of the entries spilled, of Bytes
+	// entries spilled, of Entries
+	SpilledEntries int
+	Popped         map[kv.Tag]kv.Version
+	MinPopped      kv.Version
+	Trimmed        kv.Version
+	Last           kv.Version
+	Epoch          uint64
+	Gone           map[kv.Tag]kv.Version
+	GoneFloor      kv.Version
 }
 
 func (f *fsm) state() fsmState {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	s := fsmState{
-		Entries:   len(f.entries),
-		Bytes:     f.bytes,
-		Memory:    f.mem,
-		Popped:    make(map[kv.Tag]kv.Version, len(f.popped)),
-		Trimmed:   f.trimmed,
-		Last:      f.lastVersion(),
-		Epoch:     f.epoch,
-		Gone:      maps.Clone(f.gone),
-		GoneFloor: f.goneFloor,
+		Entries:        len(f.spilled) + len(f.entries),
+		Bytes:          f.bytes,
+		Memory:         f.mem,
+		Spilled:        f.spilledBytes,
+		SpilledEntries: len(f.spilled),
+		Popped:         make(map[kv.Tag]kv.Version, len(f.popped)),
+		Trimmed:        f.trimmed,
+		Last:           f.lastVersion(),
+		Epoch:          f.epoch,
+		Gone:           maps.Clone(f.gone),
+		GoneFloor:      f.goneFloor,
 	}
 	first := true
 	for t, v := range f.popped {
@@ -431,15 +568,27 @@ type Held struct {
 func (f *fsm) held() map[kv.Tag]Held {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	// suffix[i] is the encoded size of entries[i:].
-	suffix := make([]int64, len(f.entries)+1)
-	for i := len(f.entries) - 1; i >= 0; i-- {
-		suffix[i] = suffix[i+1] + int64(len(f.entries[i].raw))
+	// The spilled entries, then those in memory: suffix[i] is the encoded
+	// size of the i-th and every later one.
+	ns, n := len(f.spilled), len(f.spilled)+len(f.entries)
+	version := func(i int) kv.Version {
+		if i < ns {
+			return f.spilled[i].version
+		}
+		return f.entries[i-ns].version
+	}
+	suffix := make([]int64, n+1)
+	for i := n - 1; i >= 0; i-- {
+		if i < ns {
+			suffix[i] = suffix[i+1] + int64(f.spilled[i].n)
+		} else {
+			suffix[i] = suffix[i+1] + int64(len(f.entries[i-ns].raw))
+		}
 	}
 	out := make(map[kv.Tag]Held, len(f.popped))
 	for t, v := range f.popped {
-		i := sort.Search(len(f.entries), func(i int) bool { return f.entries[i].version > v })
-		out[t] = Held{Entries: len(f.entries) - i, Bytes: suffix[i]}
+		i := sort.Search(n, func(i int) bool { return version(i) > v })
+		out[t] = Held{Entries: n - i, Bytes: suffix[i]}
 	}
 	return out
 }
@@ -470,11 +619,17 @@ type fsmSnapshot struct {
 	goneFloor     kv.Version
 	popped        []TagVersion
 	gone          []TagVersion
-	entries       []fsmEntry
+	// spilled are written first, read back from store (pinned until
+	// Release), then entries.
+	spilled []spillRef
+	store   *spillStore
+	pinned  []*spillSeg
+	entries []fsmEntry
 }
 
 // Snapshot implements raft.FSM. It copies only slice headers: entries are
-// immutable once applied, so Persist can run concurrently with Apply.
+// immutable once applied, so Persist can run concurrently with Apply. The
+// segments of the spilled entries stay until Release.
 func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
@@ -488,6 +643,10 @@ func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
 		epoch:     f.epoch,
 		goneFloor: f.goneFloor,
 		entries:   slices.Clone(f.entries),
+	}
+	if len(f.spilled) > 0 {
+		s.spilled, s.store = slices.Clone(f.spilled), f.spill
+		s.pinned = f.spill.pin(s.spilled)
 	}
 	byTag := func(a, b TagVersion) int { return cmp.Compare(a.Tag, b.Tag) }
 	for t, v := range f.popped {
@@ -515,6 +674,9 @@ func (s *fsmSnapshot) write(w io.Writer) error {
 	// its 1 MiB (an empty or nearly empty log, as in tests and fuzzing)
 	// gets a buffer of its own size instead.
 	size := 64 + (len(s.popped)+len(s.gone))*(binary.MaxVarintLen32+binary.MaxVarintLen64)
+	for i := range s.spilled {
+		size += binary.MaxVarintLen64 + int(s.spilled[i].n)
+	}
 	for _, e := range s.entries {
 		size += binary.MaxVarintLen64 + len(e.raw)
 	}
@@ -550,9 +712,22 @@ func (s *fsmSnapshot) write(w io.Writer) error {
 			b = binary.AppendVarint(b, int64(p.Version))
 		}
 	}
-	b = binary.AppendUvarint(b, uint64(len(s.entries)))
+	b = binary.AppendUvarint(b, uint64(len(s.spilled)+len(s.entries)))
 	if _, err := bw.Write(b); err != nil {
 		return err
+	}
+	for i := range s.spilled {
+		raw, err := s.store.read(&s.spilled[i])
+		if err != nil {
+			return err
+		}
+		b = binary.AppendUvarint(b[:0], uint64(len(raw)))
+		if _, err := bw.Write(b); err != nil {
+			return err
+		}
+		if _, err := bw.Write(raw); err != nil {
+			return err
+		}
 	}
 	for _, e := range s.entries {
 		b = binary.AppendUvarint(b[:0], uint64(len(e.raw)))
@@ -570,7 +745,12 @@ func (s *fsmSnapshot) write(w io.Writer) error {
 	return err
 }
 
-func (s *fsmSnapshot) Release() {}
+func (s *fsmSnapshot) Release() {
+	if s.store != nil {
+		s.store.unpin(s.pinned)
+		s.store, s.pinned = nil, nil
+	}
+}
 
 // Restore implements raft.FSM: it replaces the whole state with the
 // snapshot's.
@@ -580,40 +760,76 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	if err != nil {
 		return err
 	}
-	nf, err := decodeSnapshot(data, f.replica, f.logger, f.notify)
-	if err != nil {
+	nf := newFSM(f.replica, f.logger, f.notify)
+	if f.spillCfg != nil {
+		// The new state spills as it is decoded, to a store of its own.
+		nf.spillCfg, nf.spill = f.spillCfg, f.spillCfg.open()
+	}
+	if err := decodeSnapshotInto(nf, data); err != nil {
+		nf.closeSpill()
 		return err
 	}
 	f.mu.Lock()
 	f.entries, f.index, f.popped, f.trimmed, f.bytes, f.mem = nf.entries, nf.index, nf.popped, nf.trimmed, nf.bytes, nf.mem
 	f.epoch = nf.epoch
 	f.gone, f.goneFloor = nf.gone, nf.goneFloor
+	old := f.spill
+	f.spill, f.spilled, f.spilledBytes, f.spillFailed = nf.spill, nf.spilled, nf.spilledBytes, nf.spillFailed
 	f.sinceSnapRecords.Store(0)
 	f.sinceSnapBytes.Store(0)
 	f.last.Store(nf.last.Load())
 	f.mu.Unlock()
+	if old != nil {
+		old.close()
+	}
 	f.notify()
 	return nil
+}
+
+// startSpill makes f spill, with cfg's bounds, from now on.
+func (f *fsm) startSpill(cfg *spillConfig) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.spillCfg, f.spill = cfg, cfg.open()
+}
+
+// closeSpill drops what f spilled: its replica stopped, or it is not the
+// state that was restored. Its spilled entries no longer read.
+func (f *fsm) closeSpill() {
+	f.mu.RLock()
+	s := f.spill
+	f.mu.RUnlock()
+	if s != nil {
+		s.close()
+	}
 }
 
 // decodeSnapshot rebuilds a state machine from a snapshot, rejecting any
 // corruption with an error.
 func decodeSnapshot(data []byte, replica int, logger *slog.Logger, notify func()) (*fsm, error) {
+	nf := newFSM(replica, logger, notify)
+	if err := decodeSnapshotInto(nf, data); err != nil {
+		return nil, err
+	}
+	return nf, nil
+}
+
+// decodeSnapshotInto decodes a snapshot into nf, a new state machine.
+func decodeSnapshotInto(nf *fsm, data []byte) error {
 	if len(data) < len(snapMagic)+1+4 {
-		return nil, fmt.Errorf("%w: snapshot too short (%d bytes)", ErrCorrupt, len(data))
+		return fmt.Errorf("%w: snapshot too short (%d bytes)", ErrCorrupt, len(data))
 	}
 	body, sum := data[:len(data)-4], binary.BigEndian.Uint32(data[len(data)-4:])
 	if crc32.Checksum(body, crcTable) != sum {
-		return nil, fmt.Errorf("%w: snapshot checksum mismatch", ErrCorrupt)
+		return fmt.Errorf("%w: snapshot checksum mismatch", ErrCorrupt)
 	}
 	if [4]byte(body[:4]) != snapMagic || body[4] < snapVersion || body[4] > snapVersionGone {
-		return nil, fmt.Errorf("%w: bad snapshot header", ErrCorrupt)
+		return fmt.Errorf("%w: bad snapshot header", ErrCorrupt)
 	}
 	r := &decode.Reader{B: body, Off: 5, Corrupt: ErrCorrupt, What: "snapshot last version"}
 	last := kv.Version(r.Varint())
 	r.What = "snapshot trimmed version"
 	trimmed := kv.Version(r.Varint())
-	nf := newFSM(replica, logger, notify)
 	nf.goneFloor = trimmed
 	switch body[4] {
 	case snapVersionEpoch:
@@ -667,13 +883,13 @@ func decodeSnapshot(data []byte, replica int, logger *slog.Logger, notify func()
 		}
 		rec, err := decodeRecord(raw)
 		if err != nil {
-			return nil, fmt.Errorf("snapshot entry %d: %w", i, err)
+			return fmt.Errorf("snapshot entry %d: %w", i, err)
 		}
 		if rec.kind != recEntry {
-			return nil, fmt.Errorf("%w: snapshot entry %d is not an entry", ErrCorrupt, i)
+			return fmt.Errorf("%w: snapshot entry %d is not an entry", ErrCorrupt, i)
 		}
 		if rec.entry.Version <= nf.lastVersion() || rec.entry.Version <= trimmed {
-			return nil, fmt.Errorf("%w: snapshot entry %d has version %d out of order", ErrCorrupt, i, rec.entry.Version)
+			return fmt.Errorf("%w: snapshot entry %d has version %d out of order", ErrCorrupt, i, rec.entry.Version)
 		}
 		nf.addLocked(&rec.entry, raw)
 	}
@@ -682,12 +898,12 @@ func decodeSnapshot(data []byte, replica int, logger *slog.Logger, notify func()
 		r.Fail("%d trailing bytes", r.Remaining())
 	}
 	if r.Err() != nil {
-		return nil, r.Err()
+		return r.Err()
 	}
 	if nf.lastVersion() > last {
-		return nil, fmt.Errorf("%w: snapshot entries go past its last version", ErrCorrupt)
+		return fmt.Errorf("%w: snapshot entries go past its last version", ErrCorrupt)
 	}
 	nf.last.Store(int64(last))
 	nf.trimmed = trimmed
-	return nf, nil
+	return nil
 }

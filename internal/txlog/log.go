@@ -103,11 +103,15 @@ type Options struct {
 	// until every tag popped them (Stats.Memory; default 256 MiB). Past it,
 	// OverMemoryBudget reports true and stashes flush what they applied
 	// without waiting for their MVCC window to pass, so that they pop it.
+	// Past twice it (a tag that stopped popping), the oldest entries spill
+	// to files in the replica's directory (Stats.Spilled) until they hold
+	// 1.5 × MemoryBytes of memory.
 	MemoryBytes int64
 	// HoldBytes bounds what the log holds for a tag that stopped popping
-	// (a dead stash): when the unpopped entries' memory passes it, the
-	// leader force-pops the tag furthest behind (never kv.SystemTag) down to
-	// MemoryBytes (Stats.Dropped). Default 4 × MemoryBytes.
+	// (a dead stash): when the unpopped entries' memory and spilled bytes
+	// pass it, the leader force-pops the tag furthest behind (never
+	// kv.SystemTag) down to MemoryBytes (Stats.Dropped). Default
+	// DefaultHoldFactor × MemoryBytes (4 GiB).
 	HoldBytes int64
 	// MayDrop reports whether the hold bound may force-pop tag: false for
 	// a tag whose entries no other copy holds (a durable stash none of
@@ -125,6 +129,10 @@ const maxReplicas = 7
 
 // DefaultMemoryBytes is the default of Options.MemoryBytes.
 const DefaultMemoryBytes = 256 << 20
+
+// DefaultHoldFactor times MemoryBytes is the default of Options.HoldBytes:
+// what the log holds for a stash that is down, mostly spilled to disk.
+const DefaultHoldFactor = 16
 
 var (
 	// ErrClosed is returned by operations on a closed Log.
@@ -164,9 +172,11 @@ type pendingAppend struct {
 
 // Stats describe the log.
 type Stats struct {
-	Entries        int                   // unpopped entries held in memory (per replica)
+	Entries        int                   // unpopped entries held, in memory or spilled (per replica)
 	Bytes          int64                 // their encoded size
-	Memory         int64                 // their memory: Bytes plus the per-tag index
+	Memory         int64                 // their memory: Bytes plus the per-tag index, less what is spilled
+	Spilled        int64                 // the encoded size of those spilled to disk
+	SpilledEntries int                   // how many of Entries are spilled
 	Popped         map[kv.Tag]kv.Version // replicated popped version per tag of the set
 	MinPopped      kv.Version            // minimum over Popped
 	Trimmed        kv.Version            // entries <= Trimmed are dropped
@@ -183,6 +193,10 @@ type Stats struct {
 	// (since Open).
 	Dropped map[kv.Tag]kv.Version
 }
+
+// HeldBytes is what the hold bound measures: the memory of the entries in
+// memory and the encoded size of those spilled.
+func (s Stats) HeldBytes() int64 { return s.Memory + s.Spilled }
 
 // Log is the replicated log. See the package documentation.
 type Log struct {
@@ -291,7 +305,7 @@ func Open(opts Options) (*Log, error) {
 		opts.MemoryBytes = DefaultMemoryBytes
 	}
 	if opts.HoldBytes <= 0 {
-		opts.HoldBytes = 4 * opts.MemoryBytes
+		opts.HoldBytes = DefaultHoldFactor * opts.MemoryBytes
 	}
 	logger := opts.Logger
 	if logger == nil {
@@ -1249,7 +1263,7 @@ func (l *Log) Stats() Stats {
 	s := Stats{Leader: -1}
 	if f := l.bestFSM(); f != nil {
 		st := f.state()
-		s.Entries, s.Bytes, s.Memory, s.Popped, s.MinPopped, s.Trimmed, s.LastVersion = st.Entries, st.Bytes, st.Memory, st.Popped, st.MinPopped, st.Trimmed, st.Last
+		s.Entries, s.Bytes, s.Memory, s.Spilled, s.SpilledEntries, s.Popped, s.MinPopped, s.Trimmed, s.LastVersion = st.Entries, st.Bytes, st.Memory, st.Spilled, st.SpilledEntries, st.Popped, st.MinPopped, st.Trimmed, st.Last
 		s.Epoch = st.Epoch
 	}
 	s.Network = l.network()

@@ -110,7 +110,9 @@ func TestPoppedEntriesLeaveMemory(t *testing.T) {
 // OverMemoryBudget follows appends and pops.
 func TestMemoryBudget(t *testing.T) {
 	opts := testOptions(t.TempDir(), 1, 1, 2, 3)
-	opts.MemoryBytes = 100 << 10
+	// Over budget after the second append, but not past twice it, where
+	// entries would spill (TestSpill).
+	opts.MemoryBytes = 120 << 10
 	l := openLog(t, opts)
 	defer l.Close()
 	a := newAppender(t, l)

@@ -138,6 +138,11 @@ func (l *Log) startReplicaLocked(i int, bootstrap bool) (err error) {
 		}
 	}
 	f := newFSM(i, l.logger, l.notify)
+	spill, err := newSpillConfig(fsys.Or(l.opts.FS), filepath.Join(r.dir, "spill"), l.opts.MemoryBytes)
+	if err != nil {
+		return fmt.Errorf("txlog: replica %d: %w", i, err)
+	}
+	f.startSpill(spill)
 	rf, err := raft.NewRaft(conf, f, logs, store, snaps, trans)
 	if err != nil {
 		return fmt.Errorf("txlog: replica %d: %w", i, err)
@@ -209,6 +214,7 @@ func (l *Log) stopReplicaLocked(i int, sf raft.Future) error {
 	if cerr := r.store.Close(); err == nil {
 		err = cerr
 	}
+	r.fsm.closeSpill()
 	r.raft, r.fsm, r.store, r.logs, r.snaps, r.trans, r.mem = nil, nil, nil, nil, nil, nil, nil
 	return err
 }

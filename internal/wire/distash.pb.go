@@ -1826,6 +1826,8 @@ type LogStatus struct {
 	EntriesInMemory int64                  `protobuf:"varint,3,opt,name=entries_in_memory,json=entriesInMemory,proto3" json:"entries_in_memory,omitempty"`
 	BytesInMemory   int64                  `protobuf:"varint,4,opt,name=bytes_in_memory,json=bytesInMemory,proto3" json:"bytes_in_memory,omitempty"`
 	MinPopped       int64                  `protobuf:"varint,5,opt,name=min_popped,json=minPopped,proto3" json:"min_popped,omitempty"`
+	EntriesSpilled  int64                  `protobuf:"varint,6,opt,name=entries_spilled,json=entriesSpilled,proto3" json:"entries_spilled,omitempty"` // held entries spilled to disk (not in entries_in_memory)
+	BytesSpilled    int64                  `protobuf:"varint,7,opt,name=bytes_spilled,json=bytesSpilled,proto3" json:"bytes_spilled,omitempty"`       // their encoded size (not in bytes_in_memory)
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
 }
@@ -1891,6 +1893,20 @@ func (x *LogStatus) GetBytesInMemory() int64 {
 func (x *LogStatus) GetMinPopped() int64 {
 	if x != nil {
 		return x.MinPopped
+	}
+	return 0
+}
+
+func (x *LogStatus) GetEntriesSpilled() int64 {
+	if x != nil {
+		return x.EntriesSpilled
+	}
+	return 0
+}
+
+func (x *LogStatus) GetBytesSpilled() int64 {
+	if x != nil {
+		return x.BytesSpilled
 	}
 	return 0
 }
@@ -7046,14 +7062,16 @@ const file_distash_proto_rawDesc = "" +
 	" \x01(\tR\tlastError\"9\n" +
 	"\rEngineCounter\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value\"\xbd\x01\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value\"\x8b\x02\n" +
 	"\tLogStatus\x12\x1a\n" +
 	"\breplicas\x18\x01 \x01(\x05R\breplicas\x12!\n" +
 	"\flast_version\x18\x02 \x01(\x03R\vlastVersion\x12*\n" +
 	"\x11entries_in_memory\x18\x03 \x01(\x03R\x0fentriesInMemory\x12&\n" +
 	"\x0fbytes_in_memory\x18\x04 \x01(\x03R\rbytesInMemory\x12\x1d\n" +
 	"\n" +
-	"min_popped\x18\x05 \x01(\x03R\tminPopped\"{\n" +
+	"min_popped\x18\x05 \x01(\x03R\tminPopped\x12'\n" +
+	"\x0fentries_spilled\x18\x06 \x01(\x03R\x0eentriesSpilled\x12#\n" +
+	"\rbytes_spilled\x18\a \x01(\x03R\fbytesSpilled\"{\n" +
 	"\x13ShardMetricsRequest\x12\x14\n" +
 	"\x05stash\x18\x01 \x01(\rR\x05stash\x12/\n" +
 	"\x06ranges\x18\x02 \x03(\v2\x17.distash.v1.KeyRangeMsgR\x06ranges\x12\x1d\n" +

@@ -1674,6 +1674,16 @@ func (m *LogStatus) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if m.BytesSpilled != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.BytesSpilled))
+		i--
+		dAtA[i] = 0x38
+	}
+	if m.EntriesSpilled != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.EntriesSpilled))
+		i--
+		dAtA[i] = 0x30
+	}
 	if m.MinPopped != 0 {
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.MinPopped))
 		i--
@@ -6982,6 +6992,12 @@ func (m *LogStatus) SizeVT() (n int) {
 	}
 	if m.MinPopped != 0 {
 		n += 1 + protohelpers.SizeOfVarint(uint64(m.MinPopped))
+	}
+	if m.EntriesSpilled != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.EntriesSpilled))
+	}
+	if m.BytesSpilled != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.BytesSpilled))
 	}
 	n += len(m.unknownFields)
 	return n
@@ -13158,6 +13174,44 @@ func (m *LogStatus) UnmarshalVT(dAtA []byte) error {
 				b := dAtA[iNdEx]
 				iNdEx++
 				m.MinPopped |= int64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+		case 6:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field EntriesSpilled", wireType)
+			}
+			m.EntriesSpilled = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.EntriesSpilled |= int64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+		case 7:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field BytesSpilled", wireType)
+			}
+			m.BytesSpilled = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.BytesSpilled |= int64(b&0x7F) << shift
 				if b < 0x80 {
 					break
 				}

@@ -1,0 +1,297 @@
+package txlog
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/distash/distash/internal/fsys"
+	"github.com/distash/distash/internal/fsys/faultfs"
+	"github.com/distash/distash/internal/kv"
+	"github.com/distash/distash/internal/logentry"
+)
+
+// spillingFSM returns a state machine that spills past at bytes of memory
+// (down to three quarters of it) to a store under dir on fs.
+func spillingFSM(t *testing.T, fs fsys.FS, dir string, at int64) *fsm {
+	t.Helper()
+	cfg, err := newSpillConfig(fs, dir, at/spillFactor)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newFSM(0, discardLogger(), func() {})
+	f.startSpill(cfg)
+	t.Cleanup(f.closeSpill)
+	return f
+}
+
+func applyTo(t *testing.T, f *fsm, raw []byte) {
+	t.Helper()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, err := f.applyRecordLocked(raw); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// restoreFrom restores f from snap, as raft does.
+func restoreFrom(t *testing.T, f *fsm, snap []byte) {
+	t.Helper()
+	if err := f.Restore(io.NopCloser(bytes.NewReader(snap))); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// comparable state: what spilling must not change (Memory and Spilled
+// describe where the entries are).
+func logicalState(f *fsm) fsmState {
+	s := f.state()
+	s.Memory, s.Spilled, s.SpilledEntries = 0, 0, 0
+	return s
+}
+
+// TestSpillMatchesMemory: a state machine that spills its oldest entries
+// answers every peek, reports every held figure and writes every snapshot
+// byte for byte as one that keeps them all in memory, through random
+// appends (mutations to random sets of tags), pops that trim, snapshots
+// persisted after later trims, and restores, which spill again.
+func TestSpillMatchesMemory(t *testing.T) {
+	for seed := range uint64(6) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(seed, 42))
+			fs := faultfs.NewMem()
+			mem := newFSM(0, discardLogger(), func() {})
+			sp := spillingFSM(t, fs, "spill", 24<<10)
+			const tags = 5
+			popped := make([]kv.Version, tags)
+			last := kv.Version(0)
+			var held *fsmSnapshot // a snapshot persisted later
+			var heldWant []byte
+			spilledEver := false
+			for step := 0; step < 600; step++ {
+				switch r := rng.IntN(100); {
+				case r < 80:
+					e := &logentry.Entry{Version: last + 1 + kv.Version(rng.IntN(3)), PrevVersion: last}
+					for range 1 + rng.IntN(4) {
+						var ts []kv.Tag
+						for tag := range kv.Tag(tags) {
+							if rng.IntN(3) == 0 {
+								ts = append(ts, tag)
+							}
+						}
+						if rng.IntN(10) == 0 && len(ts) > 0 {
+							ts = append(ts, ts[0]) // a tag listed twice counts once
+						}
+						e.Mutations = append(e.Mutations, logentry.TaggedMutation{
+							Mutation: kv.Mutation{Type: kv.MutSet, Key: fmt.Appendf(nil, "k%d", rng.IntN(1000)), Param: make([]byte, rng.IntN(2<<10))},
+							Tags:     ts,
+						})
+					}
+					last = e.Version
+					raw := encodeEntry(e)
+					applyTo(t, mem, raw)
+					applyTo(t, sp, raw)
+				case r < 92:
+					// Tag 4 stops popping for long stretches: the log holds.
+					var pops []TagVersion
+					for tag := range kv.Tag(tags) {
+						if tag != 4 || rng.IntN(8) == 0 {
+							popped[tag] = max(popped[tag], kv.Version(rng.Int64N(int64(last)+1)))
+						}
+						pops = append(pops, TagVersion{Tag: tag, Version: popped[tag]})
+					}
+					raw := encodePop(pops)
+					applyTo(t, mem, raw)
+					applyTo(t, sp, raw)
+				case r < 96:
+					if held != nil {
+						checkPersist(t, held, heldWant)
+					}
+					s, err := sp.Snapshot()
+					if err != nil {
+						t.Fatal(err)
+					}
+					held, heldWant = s.(*fsmSnapshot), snapshotBytes(t, mem)
+				default:
+					snap := snapshotBytes(t, sp)
+					if want := snapshotBytes(t, mem); !bytes.Equal(snap, want) {
+						t.Fatalf("step %d: the spilling state machine's snapshot differs", step)
+					}
+					restoreFrom(t, sp, snap)
+					restoreFrom(t, mem, snap)
+				}
+				spilledEver = spilledEver || sp.state().Spilled > 0
+				compareFSMs(t, step, mem, sp, last, rng)
+			}
+			if held != nil {
+				checkPersist(t, held, heldWant)
+			}
+			if !spilledEver {
+				t.Fatal("nothing spilled")
+			}
+			if got := sp.state().Memory; got > sp.spillCfg.at+(64<<10) {
+				t.Fatalf("the spilling state machine holds %d bytes of memory; it spills past %d", got, sp.spillCfg.at)
+			}
+		})
+	}
+}
+
+// checkPersist writes a snapshot taken earlier and compares it with want.
+func checkPersist(t *testing.T, s *fsmSnapshot, want []byte) {
+	t.Helper()
+	var buf bytes.Buffer
+	if err := s.write(&buf); err != nil {
+		t.Fatalf("persisting a snapshot after later trims: %v", err)
+	}
+	s.Release()
+	if !bytes.Equal(buf.Bytes(), want) {
+		t.Fatal("a snapshot persisted after later trims differs from the state it was taken of")
+	}
+}
+
+// compareFSMs checks that sp answers as mem does.
+func compareFSMs(t *testing.T, step int, mem, sp *fsm, last kv.Version, rng *rand.Rand) {
+	t.Helper()
+	if a, b := logicalState(mem), logicalState(sp); !reflect.DeepEqual(a, b) {
+		t.Fatalf("step %d: state\n in memory %+v\n spilling  %+v", step, a, b)
+	}
+	if a, b := mem.held(), sp.held(); !reflect.DeepEqual(a, b) {
+		t.Fatalf("step %d: held\n in memory %+v\n spilling  %+v", step, a, b)
+	}
+	for tag := range kv.Tag(5) {
+		after := kv.Version(rng.Int64N(int64(last) + 1))
+		maxBytes := []int{0, 1, 700, 4000}[rng.IntN(4)]
+		m1, e1, err1 := mem.peek(tag, after, maxBytes)
+		m2, e2, err2 := sp.peek(tag, after, maxBytes)
+		if (err1 == nil) != (err2 == nil) || e1 != e2 || !reflect.DeepEqual(m1, m2) {
+			t.Fatalf("step %d: peek(%d, %d, %d)\n in memory %d messages to %d, %v\n spilling  %d messages to %d, %v",
+				step, tag, after, maxBytes, len(m1), e1, err1, len(m2), e2, err2)
+		}
+	}
+}
+
+// TestSpilledEntryDamaged: a spilled entry that does not read back as
+// written fails the peek with ErrCorrupt; it is never served.
+func TestSpilledEntryDamaged(t *testing.T) {
+	fs := faultfs.NewMem()
+	f := spillingFSM(t, fs, "spill", 16<<10)
+	for v := kv.Version(1); v <= 20; v++ {
+		applyTo(t, f, encodeEntry(&logentry.Entry{Version: v, PrevVersion: v - 1, Mutations: []logentry.TaggedMutation{
+			{Mutation: kv.Mutation{Type: kv.MutSet, Key: []byte(fmt.Sprint(v)), Param: bytes.Repeat([]byte{'x'}, 2<<10)}, Tags: []kv.Tag{1}},
+		}}))
+	}
+	if f.state().Spilled == 0 {
+		t.Fatal("nothing spilled")
+	}
+	seg := f.spilled[0].seg.path
+	file, err := fs.OpenReadWrite(seg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := file.WriteAt([]byte{'y'}, 100); err != nil {
+		t.Fatal(err)
+	}
+	file.Close()
+	if msgs, _, err := f.peek(1, 0, 0); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("peek over a damaged spilled entry: %d messages, %v; want ErrCorrupt", len(msgs), err)
+	}
+	if _, err := f.Snapshot(); err != nil {
+		t.Fatal(err)
+	}
+	s, _ := f.Snapshot()
+	if err := s.(*fsmSnapshot).write(io.Discard); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("snapshot over a damaged spilled entry: %v; want ErrCorrupt", err)
+	}
+	s.Release()
+}
+
+// TestSpillDiskFull: when the spill store cannot write (a full disk), the
+// entries stay in memory and every peek still answers in full.
+func TestSpillDiskFull(t *testing.T) {
+	fs := faultfs.NewMem()
+	f := spillingFSM(t, fs, "spill", 16<<10)
+	fs.SetSpace(20 << 10)
+	mem := newFSM(0, discardLogger(), func() {})
+	for v := kv.Version(1); v <= 40; v++ {
+		raw := encodeEntry(&logentry.Entry{Version: v, PrevVersion: v - 1, Mutations: []logentry.TaggedMutation{
+			{Mutation: kv.Mutation{Type: kv.MutSet, Key: []byte(fmt.Sprint(v)), Param: bytes.Repeat([]byte{'x'}, 2<<10)}, Tags: []kv.Tag{1, 2}},
+		}})
+		applyTo(t, f, raw)
+		applyTo(t, mem, raw)
+	}
+	st := f.state()
+	if st.Spilled == 0 || st.Spilled > 20<<10 || !f.spillFailed {
+		t.Fatalf("spilled %d bytes on a disk of 20 KiB (failed %v)", st.Spilled, f.spillFailed)
+	}
+	for _, tag := range []kv.Tag{1, 2} {
+		m1, e1, _ := mem.peek(tag, 0, 0)
+		m2, e2, err := f.peek(tag, 0, 0)
+		if err != nil || e1 != e2 || !reflect.DeepEqual(m1, m2) {
+			t.Fatalf("tag %d peeks %d messages to %d (%v); want %d to %d", tag, len(m2), e2, err, len(m1), e1)
+		}
+	}
+}
+
+// TestSpillAcrossRestart: a log whose tag stops popping spills to its
+// replica's directory; after a restart (snapshot and raft log replayed)
+// the tag still peeks every message, and what the old run spilled is gone.
+func TestSpillAcrossRestart(t *testing.T) {
+	dir := t.TempDir()
+	opts := testOptions(dir, 1, 1, 2)
+	opts.MemoryBytes = 32 << 10
+	opts.HoldBytes = 64 << 20
+	opts.TrailingLogs = 8
+	l := openLog(t, opts)
+	a := newAppender(t, l)
+	const n = 200
+	for v := kv.Version(1); v <= n; v++ {
+		a.mustAppend(v, logentry.TaggedMutation{Mutation: kv.Mutation{Type: kv.MutSet, Key: []byte(fmt.Sprint(v)), Param: make([]byte, 1<<10)}, Tags: []kv.Tag{1, 2}})
+		l.Pop(1, v)
+	}
+	if err := l.SyncPops(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	if s := l.Stats(); s.Spilled == 0 || s.Memory > 3*opts.MemoryBytes {
+		t.Fatalf("a log holding %d bytes for a tag that does not pop spilled %d bytes and holds %d in memory", s.Bytes, s.Spilled, s.Memory)
+	}
+	check := func(l *Log) {
+		t.Helper()
+		msgs, _ := mustPeek(t, l, 2, 0, 0)
+		if len(msgs) != n {
+			t.Fatalf("tag 2 peeks %d messages; want %d", len(msgs), n)
+		}
+		for i, m := range msgs {
+			if m.Version != kv.Version(i+1) || string(m.Mutations[0].Key) != fmt.Sprint(i+1) {
+				t.Fatalf("message %d is version %d, key %q", i, m.Version, m.Mutations[0].Key)
+			}
+		}
+	}
+	check(l)
+	// A snapshot writes the spilled entries too.
+	if err := l.Snapshot(); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	left, _ := filepath.Glob(filepath.Join(dir, "*", "spill", "*", "*"))
+	if len(left) != 0 {
+		t.Fatalf("a closed log left spill files: %v", left)
+	}
+	l = openLog(t, opts)
+	defer l.Close()
+	check(l)
+	if s := l.Stats(); s.Spilled == 0 {
+		t.Fatalf("a restarted log holding %d bytes spilled nothing", s.Bytes)
+	}
+	files, _ := filepath.Glob(filepath.Join(dir, "*", "spill", "*", "*.spill"))
+	if len(files) == 0 || !strings.HasSuffix(files[0], ".spill") {
+		t.Fatalf("spill files: %v", files)
+	}
+}
