@@ -458,38 +458,23 @@ func (f *fsm) trimLocked(upTo kv.Version) {
 // about maxBytes (then end is the last message's version).
 func (f *fsm) peek(tag kv.Tag, after kv.Version, maxBytes int) ([]logentry.Message, kv.Version, error) {
 	f.mu.RLock()
-	defer f.mu.RUnlock()
 	if gone := max(f.goneFloor, f.gone[tag]); after < gone {
-		return nil, 0, fmt.Errorf("%w: tag %d peeks after %d but the log dropped its messages up to %d (trimmed up to %d)", logentry.ErrTrimmed, tag, after, gone, f.trimmed)
+		trimmed := f.trimmed
+		f.mu.RUnlock()
+		return nil, 0, fmt.Errorf("%w: tag %d peeks after %d but the log dropped its messages up to %d (trimmed up to %d)", logentry.ErrTrimmed, tag, after, gone, trimmed)
 	}
-	end := f.lastVersion()
-	var msgs []logentry.Message
-	size := 0
 	if n := len(f.spilled); n > 0 && after < f.spilled[n-1].version {
-		for i := sort.Search(n, func(i int) bool { return f.spilled[i].version > after }); i < n; i++ {
-			r := &f.spilled[i]
-			if _, ok := slices.BinarySearch(r.tags, tag); !ok {
-				continue
-			}
-			raw, err := f.spill.read(r)
-			if err != nil {
-				return nil, 0, err
-			}
-			rec, err := decodeRecord(raw)
-			if err != nil {
-				return nil, 0, fmt.Errorf("txlog: spilled entry %d: %w", r.version, err)
-			}
-			msg, sz := tagMessage(&rec.entry, tag)
-			msgs = append(msgs, msg)
-			size += sz
-			if maxBytes > 0 && size >= maxBytes {
-				if f.hasMessageAfter(tag, r.version, i+1) {
-					return msgs, r.version, nil
-				}
-				return msgs, end, nil
-			}
-		}
+		return f.peekSpilledRUnlock(tag, after, maxBytes)
 	}
+	defer f.mu.RUnlock()
+	msgs, end, _ := f.peekMemoryLocked(tag, after, maxBytes, 0)
+	return msgs, end, nil
+}
+
+// peekMemoryLocked appends to msgs tag's messages in memory after after,
+// counting size towards maxBytes. f.mu must be held.
+func (f *fsm) peekMemoryLocked(tag kv.Tag, after kv.Version, maxBytes, size int, msgs ...logentry.Message) ([]logentry.Message, kv.Version, int) {
+	end := f.lastVersion()
 	q := f.index[tag]
 	i := sort.Search(len(q), func(i int) bool { return q[i].msg.Version > after })
 	for ; i < len(q); i++ {
@@ -500,7 +485,59 @@ func (f *fsm) peek(tag kv.Tag, after kv.Version, maxBytes int) ([]logentry.Messa
 			break
 		}
 	}
-	return msgs, end, nil
+	return msgs, end, size
+}
+
+// peekSpilledRUnlock is peek from a version below the last spilled one.
+// Under f.mu (read-locked by the caller) it picks the spilled entries with
+// messages for tag, up to about maxBytes of their size, and pins their
+// segments; it reads them after unlocking, so that applies do not wait on
+// the disk. If they all fit, the messages in memory follow.
+func (f *fsm) peekSpilledRUnlock(tag kv.Tag, after kv.Version, maxBytes int) ([]logentry.Message, kv.Version, error) {
+	var refs []spillRef
+	budget, n := 0, len(f.spilled)
+	i := sort.Search(n, func(i int) bool { return f.spilled[i].version > after })
+	for ; i < n && (maxBytes <= 0 || budget < maxBytes); i++ {
+		r := &f.spilled[i]
+		if _, ok := slices.BinarySearch(r.tags, tag); ok {
+			refs = append(refs, *r)
+			budget += int(r.n)
+		}
+	}
+	var (
+		mem []logentry.Message
+		end = f.lastVersion()
+	)
+	switch {
+	case i < n || !(maxBytes <= 0 || budget < maxBytes):
+		// Cut at the last entry picked, unless tag has nothing after it.
+		if len(refs) > 0 && f.hasMessageAfter(tag, refs[len(refs)-1].version, i) {
+			end = refs[len(refs)-1].version
+		}
+	default:
+		mem, end, _ = f.peekMemoryLocked(tag, after, maxBytes, budget)
+	}
+	store := f.spill
+	pinned := store.pin(refs)
+	f.mu.RUnlock()
+	defer store.unpin(pinned)
+	if len(refs) == 0 {
+		return mem, end, nil
+	}
+	msgs := make([]logentry.Message, 0, len(refs)+len(mem))
+	for k := range refs {
+		raw, err := store.read(&refs[k])
+		if err != nil {
+			return nil, 0, err
+		}
+		rec, err := decodeRecord(raw)
+		if err != nil {
+			return nil, 0, fmt.Errorf("txlog: spilled entry %d: %w", refs[k].version, err)
+		}
+		msg, _ := tagMessage(&rec.entry, tag)
+		msgs = append(msgs, msg)
+	}
+	return append(msgs, mem...), end, nil
 }
 
 // hasMessageAfter reports whether tag has a message above version v, in

@@ -113,6 +113,7 @@ func snapshotBytes(t testing.TB, f *fsm) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer s.Release()
 	var buf bytes.Buffer
 	if err := s.(*fsmSnapshot).write(&buf); err != nil {
 		t.Fatal(err)

@@ -9,12 +9,14 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/distash/distash/internal/fsys"
 	"github.com/distash/distash/internal/fsys/faultfs"
 	"github.com/distash/distash/internal/kv"
 	"github.com/distash/distash/internal/logentry"
+	"github.com/hashicorp/raft"
 )
 
 // spillingFSM returns a state machine that spills past at bytes of memory
@@ -62,8 +64,9 @@ func logicalState(f *fsm) fsmState {
 // appends (mutations to random sets of tags), pops that trim, snapshots
 // persisted after later trims, and restores, which spill again.
 func TestSpillMatchesMemory(t *testing.T) {
-	for seed := range uint64(6) {
+	for seed := range uint64(4) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			t.Parallel()
 			rng := rand.New(rand.NewPCG(seed, 42))
 			fs := faultfs.NewMem()
 			mem := newFSM(0, discardLogger(), func() {})
@@ -74,7 +77,7 @@ func TestSpillMatchesMemory(t *testing.T) {
 			var held *fsmSnapshot // a snapshot persisted later
 			var heldWant []byte
 			spilledEver := false
-			for step := 0; step < 600; step++ {
+			for step := 0; step < 400; step++ {
 				switch r := rng.IntN(100); {
 				case r < 80:
 					e := &logentry.Entry{Version: last + 1 + kv.Version(rng.IntN(3)), PrevVersion: last}
@@ -166,12 +169,30 @@ func compareFSMs(t *testing.T, step int, mem, sp *fsm, last kv.Version, rng *ran
 	}
 	for tag := range kv.Tag(5) {
 		after := kv.Version(rng.Int64N(int64(last) + 1))
-		maxBytes := []int{0, 1, 700, 4000}[rng.IntN(4)]
-		m1, e1, err1 := mem.peek(tag, after, maxBytes)
-		m2, e2, err2 := sp.peek(tag, after, maxBytes)
+		// Every message, from both.
+		m1, e1, err1 := mem.peek(tag, after, 0)
+		m2, e2, err2 := sp.peek(tag, after, 0)
 		if (err1 == nil) != (err2 == nil) || e1 != e2 || !reflect.DeepEqual(m1, m2) {
-			t.Fatalf("step %d: peek(%d, %d, %d)\n in memory %d messages to %d, %v\n spilling  %d messages to %d, %v",
-				step, tag, after, maxBytes, len(m1), e1, err1, len(m2), e2, err2)
+			t.Fatalf("step %d: peek(%d, %d)\n in memory %d messages to %d, %v\n spilling  %d messages to %d, %v",
+				step, tag, after, len(m1), e1, err1, len(m2), e2, err2)
+		}
+		if err1 != nil {
+			continue
+		}
+		// Bounded: each may cut elsewhere (the spilling one counts the
+		// spilled entries' whole size), but returns exactly the messages
+		// up to where it says it ends, and at least one if there is one.
+		maxBytes := []int{1, 700, 4000, 20000}[rng.IntN(4)]
+		for name, f := range map[string]*fsm{"in memory": mem, "spilling": sp} {
+			msgs, end, err := f.peek(tag, after, maxBytes)
+			want := m1
+			for len(want) > 0 && want[len(want)-1].Version > end {
+				want = want[:len(want)-1]
+			}
+			if err != nil || end > e1 || !reflect.DeepEqual(msgs, want) || (len(m1) > 0 && len(msgs) == 0) {
+				t.Fatalf("step %d: %s: peek(%d, %d, %d) = %d messages to %d, %v; of %d messages to %d",
+					step, name, tag, after, maxBytes, len(msgs), end, err, len(m1), e1)
+			}
 		}
 	}
 }
@@ -293,5 +314,90 @@ func TestSpillAcrossRestart(t *testing.T) {
 	files, _ := filepath.Glob(filepath.Join(dir, "*", "spill", "*", "*.spill"))
 	if len(files) == 0 || !strings.HasSuffix(files[0], ".spill") {
 		t.Fatalf("spill files: %v", files)
+	}
+}
+
+// TestSpilledPeeksRaceTrims: peeks that read spilled entries outside the
+// state machine's lock, while applies spill more, pops trim (deleting
+// segments), snapshots persist and restores replace the store, get each
+// message they return whole and in order, or ErrTrimmed.
+func TestSpilledPeeksRaceTrims(t *testing.T) {
+	fs := faultfs.NewMem()
+	f := spillingFSM(t, fs, "spill", 16<<10)
+	entry := func(v kv.Version) []byte {
+		return encodeEntry(&logentry.Entry{Version: v, PrevVersion: v - 1, Mutations: []logentry.TaggedMutation{
+			{Mutation: kv.Mutation{Type: kv.MutSet, Key: []byte(fmt.Sprint(v)), Param: make([]byte, 1<<10)}, Tags: []kv.Tag{1}},
+		}})
+	}
+	const last = 3000
+	var applied atomic.Int64
+	done := make(chan struct{})
+	errs := make(chan error, 4)
+	for g := range 3 {
+		go func() {
+			rng := rand.New(rand.NewPCG(uint64(g), 7))
+			for {
+				select {
+				case <-done:
+					errs <- nil
+					return
+				default:
+				}
+				after := kv.Version(rng.Int64N(applied.Load() + 1))
+				msgs, end, err := f.peek(1, after, []int{0, 3000, 30000}[rng.IntN(3)])
+				if errors.Is(err, logentry.ErrTrimmed) {
+					continue
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+				prev := after
+				for _, m := range msgs {
+					if m.Version <= prev || m.Version > end || string(m.Mutations[0].Key) != fmt.Sprint(m.Version) || len(m.Mutations[0].Param) != 1<<10 {
+						errs <- fmt.Errorf("peek after %d to %d: message %d with key %q after %d", after, end, m.Version, m.Mutations[0].Key, prev)
+						return
+					}
+					prev = m.Version
+				}
+			}
+		}()
+	}
+	var snaps []raft.FSMSnapshot
+	for v := kv.Version(1); v <= last; v++ {
+		applyTo(t, f, entry(v))
+		applied.Store(int64(v))
+		switch {
+		case v%97 == 0:
+			applyTo(t, f, encodePop([]TagVersion{{Tag: 1, Version: v - 60}}))
+		case v%500 == 0:
+			restoreFrom(t, f, snapshotBytes(t, f))
+		case v%211 == 0:
+			s, err := f.Snapshot()
+			if err != nil {
+				t.Fatal(err)
+			}
+			snaps = append(snaps, s)
+		}
+		if len(snaps) > 2 {
+			if err := snaps[0].(*fsmSnapshot).write(io.Discard); err != nil {
+				t.Fatalf("persisting a snapshot after trims: %v", err)
+			}
+			snaps[0].Release()
+			snaps = snaps[1:]
+		}
+	}
+	close(done)
+	for range 3 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, s := range snaps {
+		s.Release()
+	}
+	f.closeSpill()
+	if left, _ := fs.List("spill"); len(left) != 0 {
+		t.Fatalf("closed spill stores left %v", left)
 	}
 }
