@@ -2,10 +2,12 @@ package txlog
 
 import (
 	"bufio"
+	"bytes"
 	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash"
 	"hash/crc32"
 	"io"
 	"log/slog"
@@ -793,16 +795,12 @@ func (s *fsmSnapshot) Release() {
 // snapshot's.
 func (f *fsm) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
-	data, err := io.ReadAll(rc)
-	if err != nil {
-		return err
-	}
 	nf := newFSM(f.replica, f.logger, f.notify)
 	if f.spillCfg != nil {
 		// The new state spills as it is decoded, to a store of its own.
 		nf.spillCfg, nf.spill = f.spillCfg, f.spillCfg.open()
 	}
-	if err := decodeSnapshotInto(nf, data); err != nil {
+	if err := decodeSnapshotFrom(nf, bufio.NewReaderSize(rc, 1<<20)); err != nil {
 		nf.closeSpill()
 		return err
 	}
@@ -845,43 +843,130 @@ func (f *fsm) closeSpill() {
 // corruption with an error.
 func decodeSnapshot(data []byte, replica int, logger *slog.Logger, notify func()) (*fsm, error) {
 	nf := newFSM(replica, logger, notify)
-	if err := decodeSnapshotInto(nf, data); err != nil {
+	if err := decodeSnapshotFrom(nf, bytes.NewReader(data)); err != nil {
 		return nil, err
 	}
 	return nf, nil
 }
 
-// decodeSnapshotInto decodes a snapshot into nf, a new state machine.
-func decodeSnapshotInto(nf *fsm, data []byte) error {
-	if len(data) < len(snapMagic)+1+4 {
-		return fmt.Errorf("%w: snapshot too short (%d bytes)", ErrCorrupt, len(data))
+// snapHeader is what a snapshot holds before its entries.
+type snapHeader struct {
+	version       byte
+	last, trimmed kv.Version
+	epoch         uint64
+	goneFloor     kv.Version
+	popped, gone  map[kv.Tag]kv.Version
+	entries       uint64 // how many follow
+}
+
+// snapHeaderBytes is what decodeSnapshotFrom reads first, and doubles
+// while the header does not fit.
+const snapHeaderBytes = 64 << 10
+
+// decodeSnapshotFrom decodes the snapshot rd reads into nf, a new state
+// machine, one entry at a time: nf spills as it fills (if it spills), so
+// restoring a log that holds gigabytes for a stash that is down does not
+// need them in memory. The checksum is checked at the end: on any error
+// the caller drops nf.
+func decodeSnapshotFrom(nf *fsm, rd io.Reader) error {
+	buf := make([]byte, 0, snapHeaderBytes)
+	var (
+		h   snapHeader
+		off int
+		eof bool
+	)
+	for {
+		n, err := io.ReadFull(rd, buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		switch {
+		case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
+			eof = true
+		case err != nil:
+			return fmt.Errorf("txlog: reading snapshot: %w", err)
+		}
+		h, off, err = decodeSnapHeader(buf)
+		if err == nil {
+			break
+		}
+		if eof {
+			return err
+		}
+		buf = slices.Grow(buf, cap(buf)) // a header past what was read: read more
 	}
-	body, sum := data[:len(data)-4], binary.BigEndian.Uint32(data[len(data)-4:])
-	if crc32.Checksum(body, crcTable) != sum {
+	nf.epoch, nf.goneFloor, nf.popped, nf.gone = h.epoch, h.goneFloor, h.popped, h.gone
+	crc := crc32.New(crcTable)
+	crc.Write(buf[:off])
+	var rest io.Reader = bytes.NewReader(buf[off:])
+	if !eof {
+		rest = io.MultiReader(rest, rd)
+	}
+	r := &snapStream{br: bufio.NewReaderSize(rest, 64<<10), crc: crc}
+	for i := uint64(0); i < h.entries; i++ {
+		raw, err := r.entry()
+		if err != nil {
+			return fmt.Errorf("snapshot entry %d: %w", i, err)
+		}
+		rec, err := decodeRecord(raw)
+		if err != nil {
+			return fmt.Errorf("snapshot entry %d: %w", i, err)
+		}
+		if rec.kind != recEntry {
+			return fmt.Errorf("%w: snapshot entry %d is not an entry", ErrCorrupt, i)
+		}
+		if rec.entry.Version <= nf.lastVersion() || rec.entry.Version <= h.trimmed {
+			return fmt.Errorf("%w: snapshot entry %d has version %d out of order", ErrCorrupt, i, rec.entry.Version)
+		}
+		nf.addLocked(&rec.entry, raw)
+	}
+	var sum [4]byte
+	if _, err := io.ReadFull(r.br, sum[:]); err != nil {
+		return r.fail("snapshot checksum", err)
+	}
+	if binary.BigEndian.Uint32(sum[:]) != crc.Sum32() {
 		return fmt.Errorf("%w: snapshot checksum mismatch", ErrCorrupt)
 	}
-	if [4]byte(body[:4]) != snapMagic || body[4] < snapVersion || body[4] > snapVersionGone {
-		return fmt.Errorf("%w: bad snapshot header", ErrCorrupt)
+	if n, _ := io.Copy(io.Discard, r.br); n != 0 {
+		return fmt.Errorf("%w: snapshot: %d trailing bytes", ErrCorrupt, n)
 	}
-	r := &decode.Reader{B: body, Off: 5, Corrupt: ErrCorrupt, What: "snapshot last version"}
-	last := kv.Version(r.Varint())
+	if nf.lastVersion() > h.last {
+		return fmt.Errorf("%w: snapshot entries go past its last version", ErrCorrupt)
+	}
+	nf.last.Store(int64(h.last))
+	nf.trimmed = h.trimmed
+	return nil
+}
+
+// decodeSnapHeader decodes the header at the start of b and returns it
+// with its length. A b that holds only part of it fails like a damaged
+// one: the caller reads more, if there is more, and tries again.
+func decodeSnapHeader(b []byte) (h snapHeader, off int, err error) {
+	if len(b) < len(snapMagic)+1 {
+		return h, 0, fmt.Errorf("%w: snapshot too short (%d bytes)", ErrCorrupt, len(b))
+	}
+	if [4]byte(b[:4]) != snapMagic || b[4] < snapVersion || b[4] > snapVersionGone {
+		return h, 0, fmt.Errorf("%w: bad snapshot header", ErrCorrupt)
+	}
+	h.version = b[4]
+	h.popped, h.gone = make(map[kv.Tag]kv.Version), make(map[kv.Tag]kv.Version)
+	r := &decode.Reader{B: b, Off: 5, Corrupt: ErrCorrupt, What: "snapshot last version"}
+	h.last = kv.Version(r.Varint())
 	r.What = "snapshot trimmed version"
-	trimmed := kv.Version(r.Varint())
-	nf.goneFloor = trimmed
-	switch body[4] {
+	h.trimmed = kv.Version(r.Varint())
+	h.goneFloor = h.trimmed
+	switch h.version {
 	case snapVersionEpoch:
 		r.What = "snapshot epoch"
-		nf.epoch = r.Uvarint()
-		if r.Err() == nil && nf.epoch == 0 {
+		h.epoch = r.Uvarint()
+		if r.Err() == nil && h.epoch == 0 {
 			r.Fail("epoch 0 in a version %d snapshot", snapVersionEpoch)
 		}
 	case snapVersionGone:
 		r.What = "snapshot epoch"
-		nf.epoch = r.Uvarint()
+		h.epoch = r.Uvarint()
 		r.What = "snapshot gone floor"
-		nf.goneFloor = kv.Version(r.Varint())
-		if r.Err() == nil && (nf.goneFloor < 0 || nf.goneFloor > trimmed) {
-			r.Fail("gone floor %d outside [0, trimmed %d]", nf.goneFloor, trimmed)
+		h.goneFloor = kv.Version(r.Varint())
+		if r.Err() == nil && (h.goneFloor < 0 || h.goneFloor > h.trimmed) {
+			r.Fail("gone floor %d outside [0, trimmed %d]", h.goneFloor, h.trimmed)
 		}
 	}
 	r.What = "snapshot popped count"
@@ -890,9 +975,9 @@ func decodeSnapshotInto(nf *fsm, data []byte) error {
 		r.What = "snapshot popped tag"
 		t := kv.Tag(r.Uint32())
 		r.What = "snapshot popped version"
-		nf.popped[t] = kv.Version(r.Varint())
+		h.popped[t] = kv.Version(r.Varint())
 	}
-	if body[4] == snapVersionGone {
+	if h.version == snapVersionGone {
 		r.What = "snapshot gone count"
 		ng := r.Count(2)
 		for i := 0; i < ng && r.Err() == nil; i++ {
@@ -903,44 +988,75 @@ func decodeSnapshotInto(nf *fsm, data []byte) error {
 			if r.Err() != nil {
 				break
 			}
-			if _, dup := nf.gone[t]; dup || v <= nf.goneFloor || v > trimmed {
-				r.Fail("tag %d gone up to %d: a duplicate, or outside (gone floor %d, trimmed %d]", t, v, nf.goneFloor, trimmed)
+			if _, dup := h.gone[t]; dup || v <= h.goneFloor || v > h.trimmed {
+				r.Fail("tag %d gone up to %d: a duplicate, or outside (gone floor %d, trimmed %d]", t, v, h.goneFloor, h.trimmed)
 				break
 			}
-			nf.gone[t] = v
+			h.gone[t] = v
 		}
 	}
 	r.What = "snapshot entry count"
-	ne := r.Count(1)
-	r.What = "snapshot entry"
-	for i := 0; i < ne && r.Err() == nil; i++ {
-		raw := r.Bytes(r.Uvarint())
-		if r.Err() != nil {
-			break
-		}
-		rec, err := decodeRecord(raw)
-		if err != nil {
-			return fmt.Errorf("snapshot entry %d: %w", i, err)
-		}
-		if rec.kind != recEntry {
-			return fmt.Errorf("%w: snapshot entry %d is not an entry", ErrCorrupt, i)
-		}
-		if rec.entry.Version <= nf.lastVersion() || rec.entry.Version <= trimmed {
-			return fmt.Errorf("%w: snapshot entry %d has version %d out of order", ErrCorrupt, i, rec.entry.Version)
-		}
-		nf.addLocked(&rec.entry, raw)
-	}
-	r.What = "snapshot"
-	if r.Err() == nil && r.Remaining() != 0 {
-		r.Fail("%d trailing bytes", r.Remaining())
-	}
+	h.entries = r.Uvarint()
 	if r.Err() != nil {
-		return r.Err()
+		return h, 0, r.Err()
 	}
-	if nf.lastVersion() > last {
-		return fmt.Errorf("%w: snapshot entries go past its last version", ErrCorrupt)
+	return h, r.Off, nil
+}
+
+// snapStream reads a snapshot's entries, adding what it reads to crc.
+type snapStream struct {
+	br  *bufio.Reader
+	crc hash.Hash32
+	off int64 // bytes read, for errors
+}
+
+// maxSnapEntryBytes bounds an entry's length: a larger one is damage.
+const maxSnapEntryBytes = 1 << 30
+
+// entry reads one entry: its length, then its raft command.
+func (r *snapStream) entry() ([]byte, error) {
+	n, err := binary.ReadUvarint(r)
+	if err != nil {
+		return nil, r.fail("length", err)
 	}
-	nf.last.Store(int64(last))
-	nf.trimmed = trimmed
-	return nil
+	if n > maxSnapEntryBytes {
+		return nil, fmt.Errorf("%w: length %d at offset %d", ErrCorrupt, n, r.off)
+	}
+	// Read in pieces: a damaged length does not allocate more than the
+	// bytes that are there.
+	raw := make([]byte, 0, min(n, 1<<20))
+	for uint64(len(raw)) < n {
+		k := min(n-uint64(len(raw)), 1<<20)
+		raw = slices.Grow(raw, int(k))
+		got, err := io.ReadFull(r.br, raw[len(raw):len(raw)+int(k)])
+		raw = raw[:len(raw)+got]
+		if err != nil {
+			return nil, r.fail("command", err)
+		}
+	}
+	r.crc.Write(raw)
+	r.off += int64(len(raw))
+	return raw, nil
+}
+
+// ReadByte reads one byte of a varint, adding it to crc.
+func (r *snapStream) ReadByte() (byte, error) {
+	c, err := r.br.ReadByte()
+	if err == nil {
+		r.crc.Write([]byte{c})
+		r.off++
+	}
+	return c, err
+}
+
+// fail maps a read error: the end of the bytes, or a varint past 64 bits,
+// is damage (ErrCorrupt); other errors are the reader's.
+func (r *snapStream) fail(what string, err error) error {
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return fmt.Errorf("%w: %s truncated at offset %d", ErrCorrupt, what, r.off)
+	}
+	if err.Error() == "binary: varint overflows a 64-bit integer" {
+		return fmt.Errorf("%w: %s: varint overflows 64 bits at offset %d", ErrCorrupt, what, r.off)
+	}
+	return fmt.Errorf("txlog: reading snapshot: %w", err)
 }
