@@ -61,6 +61,6 @@ func MemoryBudget(cfg *config.Config) int64 {
 		n += per * int64(p.Stashes)
 	}
 	replicas := int64(max(cfg.Log.Replicas, 1))
-	n += replicas * (txlog.DefaultMemoryBytes + txlog.DefaultRaftCacheBytes)
+	n += replicas * (txlog.SpillFactor*txlog.DefaultMemoryBytes + txlog.DefaultRaftCacheBytes)
 	return n + proxy.DefaultMaxQueuedBytes
 }

@@ -47,11 +47,12 @@ type spillConfig struct {
 	gen    atomic.Int64
 }
 
-// spillFactor: entries spill once their memory passes spillFactor times
-// Options.MemoryBytes, down to three quarters of that. Below, the log is
+// SpillFactor: entries spill once their memory passes SpillFactor times
+// Options.MemoryBytes, down to three quarters of that: the most a replica
+// holds in memory. Below, the log is
 // over its budget only while stashes flush and pop (OverMemoryBudget),
 // and nothing is written to disk twice.
-const spillFactor = 2
+const SpillFactor = 2
 
 // newSpillConfig clears base (what an earlier run spilled is scratch) and
 // returns the config of the stores under it.
@@ -59,7 +60,7 @@ func newSpillConfig(fs fsys.FS, base string, memoryBytes int64) (*spillConfig, e
 	if err := fs.RemoveAll(base); err != nil {
 		return nil, fmt.Errorf("txlog: clearing spill directory: %w", err)
 	}
-	return &spillConfig{fs: fs, base: base, at: spillFactor * memoryBytes, to: spillFactor * memoryBytes * 3 / 4}, nil
+	return &spillConfig{fs: fs, base: base, at: SpillFactor * memoryBytes, to: SpillFactor * memoryBytes * 3 / 4}, nil
 }
 
 // open returns a new, empty store in a directory of its own.

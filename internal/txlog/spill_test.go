@@ -23,7 +23,7 @@ import (
 // (down to three quarters of it) to a store under dir on fs.
 func spillingFSM(t *testing.T, fs fsys.FS, dir string, at int64) *fsm {
 	t.Helper()
-	cfg, err := newSpillConfig(fs, dir, at/spillFactor)
+	cfg, err := newSpillConfig(fs, dir, at/SpillFactor)
 	if err != nil {
 		t.Fatal(err)
 	}
