@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/distash/distash/internal/fsys"
 	"github.com/distash/distash/internal/kv"
 	"github.com/distash/distash/internal/logentry"
 )
@@ -58,6 +59,82 @@ func BenchmarkAppendPipelined(b *testing.B) {
 			b.StopTimer()
 			b.ReportMetric(float64(b.N)/el, "entries/s")
 			b.ReportMetric(float64(b.N*mutsPerEntry)/el, "mutations/s")
+		})
+	}
+}
+
+// BenchmarkSpill measures a state machine holding 64 MiB of entries
+// (256 mutations of 1 KiB each, to tags 1 and 2) for a tag that does not
+// pop, kept in memory or spilled to files past 8 MiB: apply is what each
+// entry costs to take in (spilling writes it out), catch-up what a
+// returning stash's peeks of 4 MiB cost to read it all back. Figures are
+// MB/s of entry bytes.
+func BenchmarkSpill(b *testing.B) {
+	const entries, perEntry = 256, 256
+	raws := make([][]byte, entries)
+	for i := range raws {
+		e := &logentry.Entry{Version: kv.Version(i + 1), PrevVersion: kv.Version(i)}
+		for j := range perEntry {
+			e.Mutations = append(e.Mutations, logentry.TaggedMutation{
+				Mutation: kv.Mutation{Type: kv.MutSet, Key: fmt.Appendf(nil, "key-%08d-%04d", i, j), Param: make([]byte, 1<<10)},
+				Tags:     []kv.Tag{1, 2},
+			})
+		}
+		raws[i] = encodeEntry(e)
+	}
+	total := 0
+	for _, r := range raws {
+		total += len(r)
+	}
+	fill := func(b *testing.B, spill bool) *fsm {
+		f := newFSM(0, discardLogger(), func() {})
+		if spill {
+			cfg, err := newSpillConfig(fsys.Default, b.TempDir(), (8<<20)/SpillFactor)
+			if err != nil {
+				b.Fatal(err)
+			}
+			f.startSpill(cfg)
+			b.Cleanup(f.closeSpill)
+		}
+		for _, r := range raws {
+			f.mu.Lock()
+			if err := f.applyLocked(r); err != nil {
+				b.Fatal(err)
+			}
+			f.mu.Unlock()
+		}
+		return f
+	}
+	for _, spill := range []bool{false, true} {
+		name := map[bool]string{false: "memory", true: "spilled"}[spill]
+		b.Run("apply/"+name, func(b *testing.B) {
+			b.SetBytes(int64(total))
+			for range b.N {
+				f := fill(b, spill)
+				f.closeSpill()
+			}
+		})
+		b.Run("catchup/"+name, func(b *testing.B) {
+			f := fill(b, spill)
+			if spill && f.state().Spilled == 0 {
+				b.Fatal("nothing spilled")
+			}
+			b.SetBytes(int64(total))
+			b.ResetTimer()
+			for range b.N {
+				n := 0
+				for after := kv.Version(0); after < entries; {
+					msgs, end, err := f.peek(2, after, 4<<20)
+					if err != nil {
+						b.Fatal(err)
+					}
+					n += len(msgs)
+					after = end
+				}
+				if n != entries {
+					b.Fatalf("caught up %d messages of %d", n, entries)
+				}
+			}
 		})
 	}
 }
