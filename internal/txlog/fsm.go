@@ -92,6 +92,8 @@ type fsm struct {
 	spilled      []spillRef
 	spilledBytes int64 // sum of n over spilled
 	spillFailed  bool  // a spill write failed (logged once)
+	// a spilled entry failed to read back (logged once)
+	spillReadFailed atomic.Bool
 }
 
 type tagGroup struct {
@@ -529,12 +531,17 @@ func (f *fsm) peekSpilledRUnlock(tag kv.Tag, after kv.Version, maxBytes int) ([]
 	msgs := make([]logentry.Message, 0, len(refs)+len(mem))
 	for k := range refs {
 		raw, err := store.read(&refs[k])
-		if err != nil {
-			return nil, 0, err
+		var rec record
+		if err == nil {
+			if rec, err = decodeRecord(raw); err != nil {
+				err = fmt.Errorf("txlog: spilled entry %d: %w", refs[k].version, err)
+			}
 		}
-		rec, err := decodeRecord(raw)
 		if err != nil {
-			return nil, 0, fmt.Errorf("txlog: spilled entry %d: %w", refs[k].version, err)
+			if !errors.Is(err, errSpillClosed) && f.spillReadFailed.CompareAndSwap(false, true) {
+				f.logger.Error("txlog: a spilled entry does not read back: the stashes that need it cannot catch up from this replica until it restarts, which spills again from its snapshot and raft log", "replica", f.replica, "err", err)
+			}
+			return nil, 0, err
 		}
 		msg, _ := tagMessage(&rec.entry, tag)
 		msgs = append(msgs, msg)
