@@ -91,7 +91,7 @@ type fsm struct {
 	spill        *spillStore
 	spilled      []spillRef
 	spilledBytes int64 // sum of n over spilled
-	spillFailed  bool  // a spill write failed (logged once)
+	spillFailed  bool  // the last spill write failed (logged when it starts failing)
 	// a spilled entry failed to read back (logged once)
 	spillReadFailed atomic.Bool
 }
@@ -350,13 +350,17 @@ func (f *fsm) spillLocked() {
 	done := 0
 	for ; done < k; done++ {
 		e := &f.entries[done]
-		seg, off, err := f.spill.write(e.version, e.raw)
+		seg, off, err := f.spill.write(e.version, e.raw, f.bytes)
 		if err != nil {
 			if !f.spillFailed {
 				f.spillFailed = true
-				f.logger.Error("txlog: cannot spill entries to disk: they stay in memory", "replica", f.replica, "err", err)
+				f.logger.Error("txlog: cannot spill entries to disk: they stay in memory, and the hold bound is the memory one", "replica", f.replica, "err", err)
 			}
 			break
+		}
+		if f.spillFailed {
+			f.spillFailed = false
+			f.logger.Info("txlog: spilling entries to disk again", "replica", f.replica)
 		}
 		tags := tagsOf[e.version]
 		slices.Sort(tags)
@@ -826,6 +830,14 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	}
 	f.notify()
 	return nil
+}
+
+// spillBlocked reports whether f's last spill write failed: what it holds
+// past its memory bound stays in memory.
+func (f *fsm) spillBlocked() bool {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.spillFailed
 }
 
 // startSpill makes f spill, with cfg's bounds, from now on.

@@ -111,7 +111,9 @@ type Options struct {
 	// (a dead stash): when the unpopped entries' memory and spilled bytes
 	// pass it, the leader force-pops the tag furthest behind (never
 	// kv.SystemTag) down to MemoryBytes (Stats.Dropped). Default
-	// DefaultHoldFactor × MemoryBytes (4 GiB).
+	// DefaultHoldFactor × MemoryBytes (4 GiB). While entries cannot spill
+	// (a full or failing disk) the bound is at most MemoryHoldFactor ×
+	// MemoryBytes.
 	HoldBytes int64
 	// MayDrop reports whether the hold bound may force-pop tag: false for
 	// a tag whose entries no other copy holds (a durable stash none of
@@ -133,6 +135,10 @@ const DefaultMemoryBytes = 256 << 20
 // DefaultHoldFactor times MemoryBytes is the default of Options.HoldBytes:
 // what the log holds for a stash that is down, mostly spilled to disk.
 const DefaultHoldFactor = 16
+
+// MemoryHoldFactor times MemoryBytes bounds what the log holds while its
+// entries cannot spill (a full or failing disk): all of it in memory.
+const MemoryHoldFactor = 4
 
 var (
 	// ErrClosed is returned by operations on a closed Log.
@@ -1165,7 +1171,12 @@ const systemTag kv.Tag = 0
 // another tag is behind that version too, the next flushes drop it in turn
 // while the log stays over HoldBytes.
 func (l *Log) enforceHold(f *fsm) {
-	v, over := f.holdTrimPoint(l.opts.HoldBytes, l.opts.MemoryBytes)
+	hold := l.opts.HoldBytes
+	if f.spillBlocked() {
+		// What cannot spill stays in memory: the bound is memory's.
+		hold = min(hold, MemoryHoldFactor*l.opts.MemoryBytes)
+	}
+	v, over := f.holdTrimPoint(hold, l.opts.MemoryBytes)
 	if !over {
 		l.popMu.Lock()
 		l.withholding = false

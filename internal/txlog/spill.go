@@ -35,6 +35,17 @@ const spillSegmentBytes = 64 << 20
 // replica stopped.
 var errSpillClosed = errors.New("txlog: spill store closed")
 
+// errSpillDiskLow: the disk has too little free space to spill (see
+// spillConfig.minFree). Not sticky: a later write tries again.
+var errSpillDiskLow = errors.New("txlog: too little free disk space to spill")
+
+// spillMinFree is the free disk space a new spill segment must leave,
+// besides twice what the log holds: raft's log and snapshots need room
+// too, and a log replica whose raft store fills its disk fails for good,
+// which stops every commit. Better to keep entries in memory and let the
+// hold bound act.
+const spillMinFree = 1 << 30
+
 // spillConfig is how a replica's state machines spill: the directory the
 // stores of its successive state machines (one per Restore) live under,
 // and the memory bounds.
@@ -44,7 +55,10 @@ type spillConfig struct {
 	// at and to: when the entries in memory pass at bytes, the oldest
 	// are spilled until at most to bytes stay.
 	at, to int64
-	gen    atomic.Int64
+	// minFree: a new segment is started only while the disk has more than
+	// minFree bytes free plus twice what the log holds.
+	minFree int64
+	gen     atomic.Int64
 }
 
 // SpillFactor: entries spill once their memory passes SpillFactor times
@@ -60,20 +74,22 @@ func newSpillConfig(fs fsys.FS, base string, memoryBytes int64) (*spillConfig, e
 	if err := fs.RemoveAll(base); err != nil {
 		return nil, fmt.Errorf("txlog: clearing spill directory: %w", err)
 	}
-	return &spillConfig{fs: fs, base: base, at: SpillFactor * memoryBytes, to: SpillFactor * memoryBytes * 3 / 4}, nil
+	return &spillConfig{fs: fs, base: base, at: SpillFactor * memoryBytes, to: SpillFactor * memoryBytes * 3 / 4, minFree: spillMinFree}, nil
 }
 
 // open returns a new, empty store in a directory of its own.
 func (c *spillConfig) open() *spillStore {
-	return &spillStore{fs: c.fs, dir: filepath.Join(c.base, strconv.FormatInt(c.gen.Add(1), 10))}
+	return &spillStore{fs: c.fs, dir: filepath.Join(c.base, strconv.FormatInt(c.gen.Add(1), 10)), minFree: c.minFree, usageDir: filepath.Dir(c.base)}
 }
 
 // spillStore holds one state machine's spilled entries in segment files.
 // Writes and trims run under the state machine's write lock; reads under
 // its read lock, or (snapshots) on segments they pinned.
 type spillStore struct {
-	fs  fsys.FS
-	dir string
+	fs       fsys.FS
+	dir      string
+	minFree  int64
+	usageDir string // an existing directory on the same disk (GetDiskUsage)
 
 	mu     sync.Mutex
 	segs   []*spillSeg // live segments, oldest first; the last takes writes
@@ -108,8 +124,10 @@ var spillRefBytes = int64(unsafe.Sizeof(spillRef{}))
 func (r *spillRef) mem() int64 { return spillRefBytes + int64(len(r.tags))*4 }
 
 // write appends raw (the raft command of entry version) with its
-// checksum. After a failed write the store takes no more (failed).
-func (s *spillStore) write(version kv.Version, raw []byte) (*spillSeg, int64, error) {
+// checksum; held is what the log holds, for the free space a new segment
+// must leave (errSpillDiskLow). After a failed write the store takes no
+// more (failed).
+func (s *spillStore) write(version kv.Version, raw []byte, held int64) (*spillSeg, int64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.failed != nil {
@@ -118,7 +136,10 @@ func (s *spillStore) write(version kv.Version, raw []byte) (*spillSeg, int64, er
 	if s.closed {
 		return nil, 0, errSpillClosed
 	}
-	seg, err := s.segment()
+	seg, err := s.segment(held)
+	if errors.Is(err, errSpillDiskLow) {
+		return nil, 0, err
+	}
 	if err == nil {
 		rec := binary.BigEndian.AppendUint32(raw[:len(raw):len(raw)], crc32.Checksum(raw, crcTable))
 		if _, err = seg.f.Write(rec); err == nil {
@@ -133,9 +154,15 @@ func (s *spillStore) write(version kv.Version, raw []byte) (*spillSeg, int64, er
 }
 
 // segment returns the segment that takes the next write.
-func (s *spillStore) segment() (*spillSeg, error) {
+func (s *spillStore) segment(held int64) (*spillSeg, error) {
 	if n := len(s.segs); n > 0 && s.segs[n-1].size < spillSegmentBytes {
 		return s.segs[n-1], nil
+	}
+	// A file system that cannot tell is taken to have room.
+	if du, err := s.fs.GetDiskUsage(s.usageDir); err == nil {
+		if need := s.minFree + spillSegmentBytes + 2*held; du.AvailBytes < uint64(need) {
+			return nil, fmt.Errorf("%w: %d bytes free in %s, a new segment needs %d", errSpillDiskLow, du.AvailBytes, s.usageDir, need)
+		}
 	}
 	if s.next == 0 {
 		if err := s.fs.MkdirAll(s.dir, 0o755); err != nil {

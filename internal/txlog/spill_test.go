@@ -232,30 +232,87 @@ func TestSpilledEntryDamaged(t *testing.T) {
 	s.Release()
 }
 
-// TestSpillDiskFull: when the spill store cannot write (a full disk), the
-// entries stay in memory and every peek still answers in full.
+// TestSpillDiskFull: when the spill store cannot write (a failing disk)
+// or the disk has too little free space to spill, the entries stay in
+// memory and every peek still answers in full; once the disk has room,
+// spilling goes on.
 func TestSpillDiskFull(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		inject func(fs *faultfs.FS)
+		heals  bool
+	}{
+		{"eio", func(fs *faultfs.FS) { fs.Fail(faultfs.Rule{Ops: faultfs.OpWrite, Path: "*.spill", Skip: 4}) }, false},
+		{"low-space", func(fs *faultfs.FS) { fs.SetSpace(100 << 20) }, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fs := faultfs.NewMem()
+			f := spillingFSM(t, fs, "spill", 16<<10)
+			tc.inject(fs)
+			mem := newFSM(0, discardLogger(), func() {})
+			v := kv.Version(0)
+			apply := func(n int) {
+				for range n {
+					v++
+					raw := encodeEntry(&logentry.Entry{Version: v, PrevVersion: v - 1, Mutations: []logentry.TaggedMutation{
+						{Mutation: kv.Mutation{Type: kv.MutSet, Key: []byte(fmt.Sprint(v)), Param: bytes.Repeat([]byte{'x'}, 2<<10)}, Tags: []kv.Tag{1, 2}},
+					}})
+					applyTo(t, f, raw)
+					applyTo(t, mem, raw)
+				}
+			}
+			apply(40)
+			st := f.state()
+			if !f.spillBlocked() || st.Memory < 60<<10 {
+				t.Fatalf("spilled %d bytes, %d in memory, blocked %v: want it blocked, the rest in memory", st.Spilled, st.Memory, f.spillBlocked())
+			}
+			for _, tag := range []kv.Tag{1, 2} {
+				m1, e1, _ := mem.peek(tag, 0, 0)
+				m2, e2, err := f.peek(tag, 0, 0)
+				if err != nil || e1 != e2 || !reflect.DeepEqual(m1, m2) {
+					t.Fatalf("tag %d peeks %d messages to %d (%v); want %d to %d", tag, len(m2), e2, err, len(m1), e1)
+				}
+			}
+			if !tc.heals {
+				return
+			}
+			fs.SetSpace(-1)
+			apply(5)
+			if st := f.state(); f.spillBlocked() || st.Spilled == 0 || st.Memory > 16<<10 {
+				t.Fatalf("with room again: spilled %d, %d in memory, blocked %v", st.Spilled, st.Memory, f.spillBlocked())
+			}
+			m1, _, _ := mem.peek(2, 0, 0)
+			if m2, _, err := f.peek(2, 0, 0); err != nil || !reflect.DeepEqual(m1, m2) {
+				t.Fatalf("tag 2 peeks %d messages (%v); want %d", len(m2), err, len(m1))
+			}
+		})
+	}
+}
+
+// TestHoldBoundWhenSpillBlocked: while the log's entries cannot spill,
+// the hold bound is the memory one (MemoryHoldFactor × MemoryBytes), not
+// HoldBytes: a tag that does not pop is force-popped there.
+func TestHoldBoundWhenSpillBlocked(t *testing.T) {
 	fs := faultfs.NewMem()
-	f := spillingFSM(t, fs, "spill", 16<<10)
-	fs.SetSpace(20 << 10)
-	mem := newFSM(0, discardLogger(), func() {})
-	for v := kv.Version(1); v <= 40; v++ {
-		raw := encodeEntry(&logentry.Entry{Version: v, PrevVersion: v - 1, Mutations: []logentry.TaggedMutation{
-			{Mutation: kv.Mutation{Type: kv.MutSet, Key: []byte(fmt.Sprint(v)), Param: bytes.Repeat([]byte{'x'}, 2<<10)}, Tags: []kv.Tag{1, 2}},
-		}})
-		applyTo(t, f, raw)
-		applyTo(t, mem, raw)
+	fs.Fail(faultfs.Rule{Ops: faultfs.OpOpen, Path: "*.spill"})
+	opts := testOptions("log", 1, systemTag, 1, 2)
+	opts.FS = fs
+	opts.MemoryBytes = 32 << 10
+	opts.HoldBytes = 64 << 20
+	l := openLog(t, opts)
+	defer l.Close()
+	a := newAppender(t, l)
+	for v := kv.Version(1); v <= 60; v++ {
+		a.mustAppend(v, logentry.TaggedMutation{Mutation: kv.Mutation{Type: kv.MutSet, Key: []byte(fmt.Sprint(v)), Param: make([]byte, 4<<10)}, Tags: []kv.Tag{systemTag, 1, 2}})
+		l.Pop(systemTag, v)
+		l.Pop(1, v)
 	}
-	st := f.state()
-	if st.Spilled == 0 || st.Spilled > 20<<10 || !f.spillFailed {
-		t.Fatalf("spilled %d bytes on a disk of 20 KiB (failed %v)", st.Spilled, f.spillFailed)
+	if err := l.SyncPops(ctxT(t)); err != nil {
+		t.Fatal(err)
 	}
-	for _, tag := range []kv.Tag{1, 2} {
-		m1, e1, _ := mem.peek(tag, 0, 0)
-		m2, e2, err := f.peek(tag, 0, 0)
-		if err != nil || e1 != e2 || !reflect.DeepEqual(m1, m2) {
-			t.Fatalf("tag %d peeks %d messages to %d (%v); want %d to %d", tag, len(m2), e2, err, len(m1), e1)
-		}
+	s := l.Stats()
+	if s.Spilled != 0 || s.Dropped[2] == 0 || s.Memory > MemoryHoldFactor*opts.MemoryBytes {
+		t.Fatalf("a log that cannot spill, past %d bytes of memory: %+v", MemoryHoldFactor*opts.MemoryBytes, s)
 	}
 }
 
