@@ -101,7 +101,10 @@
 // files are scratch, cleared when the replica starts: raft's log and
 // snapshots hold every entry (a snapshot reads the spilled ones back), and
 // a restored state machine spills again as it decodes. Stats.Spilled says
-// how much; a failed spill write (a full disk) leaves entries in memory.
+// how much. A new segment must leave 1 GiB of free disk plus twice what
+// the log holds (raft's store must not fill the disk); a failed or refused
+// spill write leaves entries in memory, and the hold bound below is then
+// at most MemoryHoldFactor × MemoryBytes.
 //
 // A stash that never pops (dead, or cut off) would make the log hold
 // everything forever. When the leader's unpopped entries (the memory of
