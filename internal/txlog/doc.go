@@ -95,8 +95,8 @@
 // A stash that stops popping makes the log hold its entries. Past twice
 // MemoryBytes of memory, a replica's state machine spills its oldest
 // entries to segment files in its directory (spill.go), keeping for each
-// only where it is and which tags it has messages for, until 1.5 ×
-// MemoryBytes stay in memory; a Peek below the spilled version reads them
+// only where it is and which tags it has messages for, 8 MiB at a time
+// (the apply that spills holds the lock); a Peek below the spilled version reads them
 // back, checking each against its checksum (ErrCorrupt otherwise). The
 // files are scratch, cleared when the replica starts: raft's log and
 // snapshots hold every entry (a snapshot reads the spilled ones back), and

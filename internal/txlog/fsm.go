@@ -475,13 +475,15 @@ func (f *fsm) peek(tag kv.Tag, after kv.Version, maxBytes int) ([]logentry.Messa
 		return f.peekSpilledRUnlock(tag, after, maxBytes)
 	}
 	defer f.mu.RUnlock()
-	msgs, end, _ := f.peekMemoryLocked(tag, after, maxBytes, 0)
+	msgs, end := f.peekMemoryLocked(tag, after, maxBytes, 0)
 	return msgs, end, nil
 }
 
-// peekMemoryLocked appends to msgs tag's messages in memory after after,
-// counting size towards maxBytes. f.mu must be held.
-func (f *fsm) peekMemoryLocked(tag kv.Tag, after kv.Version, maxBytes, size int, msgs ...logentry.Message) ([]logentry.Message, kv.Version, int) {
+// peekMemoryLocked returns tag's messages in memory after after, up to
+// about maxBytes counting from size (what the caller already has), and
+// where they end. f.mu must be held.
+func (f *fsm) peekMemoryLocked(tag kv.Tag, after kv.Version, maxBytes, size int) ([]logentry.Message, kv.Version) {
+	var msgs []logentry.Message
 	end := f.lastVersion()
 	q := f.index[tag]
 	i := sort.Search(len(q), func(i int) bool { return q[i].msg.Version > after })
@@ -493,7 +495,7 @@ func (f *fsm) peekMemoryLocked(tag kv.Tag, after kv.Version, maxBytes, size int,
 			break
 		}
 	}
-	return msgs, end, size
+	return msgs, end
 }
 
 // peekSpilledRUnlock is peek from a version below the last spilled one.
@@ -523,7 +525,7 @@ func (f *fsm) peekSpilledRUnlock(tag kv.Tag, after kv.Version, maxBytes int) ([]
 			end = refs[len(refs)-1].version
 		}
 	default:
-		mem, end, _ = f.peekMemoryLocked(tag, after, maxBytes, budget)
+		mem, end = f.peekMemoryLocked(tag, after, maxBytes, budget)
 	}
 	store := f.spill
 	pinned := store.pin(refs)

@@ -105,7 +105,7 @@ type Options struct {
 	// without waiting for their MVCC window to pass, so that they pop it.
 	// Past twice it (a tag that stopped popping), the oldest entries spill
 	// to files in the replica's directory (Stats.Spilled) until they hold
-	// 1.5 × MemoryBytes of memory.
+	// 8 MiB under that again.
 	MemoryBytes int64
 	// HoldBytes bounds what the log holds for a tag that stopped popping
 	// (a dead stash): when the unpopped entries' memory and spilled bytes

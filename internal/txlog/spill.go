@@ -62,11 +62,16 @@ type spillConfig struct {
 }
 
 // SpillFactor: entries spill once their memory passes SpillFactor times
-// Options.MemoryBytes, down to three quarters of that: the most a replica
-// holds in memory. Below, the log is
-// over its budget only while stashes flush and pop (OverMemoryBudget),
-// and nothing is written to disk twice.
+// Options.MemoryBytes, the most a replica holds in memory. Below, the log
+// is over its budget only while stashes flush and pop (OverMemoryBudget),
+// and nothing is written to disk twice. Each time, the oldest entries are
+// written until the memory is back under the bound by spillChunkBytes (or
+// a quarter of the bound): the apply that spills holds the state
+// machine's lock, and commits wait on applies (8 MiB is a few
+// milliseconds of writing).
 const SpillFactor = 2
+
+const spillChunkBytes = 8 << 20
 
 // newSpillConfig clears base (what an earlier run spilled is scratch) and
 // returns the config of the stores under it.
@@ -74,7 +79,8 @@ func newSpillConfig(fs fsys.FS, base string, memoryBytes int64) (*spillConfig, e
 	if err := fs.RemoveAll(base); err != nil {
 		return nil, fmt.Errorf("txlog: clearing spill directory: %w", err)
 	}
-	return &spillConfig{fs: fs, base: base, at: SpillFactor * memoryBytes, to: SpillFactor * memoryBytes * 3 / 4, minFree: spillMinFree}, nil
+	at := SpillFactor * memoryBytes
+	return &spillConfig{fs: fs, base: base, at: at, to: at - min(at/4, spillChunkBytes), minFree: spillMinFree}, nil
 }
 
 // open returns a new, empty store in a directory of its own.

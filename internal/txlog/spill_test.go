@@ -20,7 +20,7 @@ import (
 )
 
 // spillingFSM returns a state machine that spills past at bytes of memory
-// (down to three quarters of it) to a store under dir on fs.
+// (down to three quarters of it: less than spillChunkBytes) to a store under dir on fs.
 func spillingFSM(t *testing.T, fs fsys.FS, dir string, at int64) *fsm {
 	t.Helper()
 	cfg, err := newSpillConfig(fs, dir, at/SpillFactor)
