@@ -184,8 +184,12 @@ func printStatusTo(out io.Writer, st *wire.StatusResponse) {
 	case "enforced":
 		fmt.Fprintln(out, "auth: enforced: identities and grants of [auth] (distash cli auth list)")
 	}
-	fmt.Fprintf(out, "committed version %d   commits %d   conflicts %d   too old %d   pool full %d   log: %d replica(s), %d entries in memory\n\n",
-		st.CommittedVersion, st.Commits, st.Conflicts, st.TooOld, st.PoolFull, st.Log.GetReplicas(), st.Log.GetEntriesInMemory())
+	spilled := ""
+	if n := st.Log.GetEntriesSpilled(); n > 0 {
+		spilled = fmt.Sprintf(", %d spilled to disk (%.1f MiB)", n, float64(st.Log.GetBytesSpilled())/(1<<20))
+	}
+	fmt.Fprintf(out, "committed version %d   commits %d   conflicts %d   too old %d   pool full %d   log: %d replica(s), %d entries in memory%s\n\n",
+		st.CommittedVersion, st.Commits, st.Conflicts, st.TooOld, st.PoolFull, st.Log.GetReplicas(), st.Log.GetEntriesInMemory(), spilled)
 	if st.RateLimit > 0 {
 		fmt.Fprintf(out, "ratekeeper: limiting to %.0f transactions/s: %s\n\n", st.RateLimit, st.RateLimitReason)
 	}

@@ -170,6 +170,7 @@
       ['last version', String(log.lastVersion || 0), 'lastVersion', log.lastVersion],
       ['entries in memory', count(log.entriesInMemory || 0), 'entriesInMemory', log.entriesInMemory],
       ['bytes in memory', bytes(log.bytesInMemory || 0), 'bytesInMemory', log.bytesInMemory],
+      ['spilled to disk', count(log.entriesSpilled || 0) + ' entries, ' + bytes(log.bytesSpilled || 0), 'bytesSpilled', log.bytesSpilled],
       ['popped up to', String(log.minPopped || 0), 'minPopped', log.minPopped],
     ];
     if (log.lastVersion > 0 && log.minPopped > 0) {
