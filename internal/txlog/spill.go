@@ -102,7 +102,11 @@ type spillStore struct {
 	next   int
 	failed error // the first write error: nothing more is spilled
 	closed bool
+	buf    []byte // a record being written
 }
+
+// spillBufKeep bounds the record buffer a store keeps between writes.
+const spillBufKeep = 1 << 20
 
 // spillSeg is one segment file.
 type spillSeg struct {
@@ -147,7 +151,11 @@ func (s *spillStore) write(version kv.Version, raw []byte, held int64) (*spillSe
 		return nil, 0, err
 	}
 	if err == nil {
-		rec := binary.BigEndian.AppendUint32(raw[:len(raw):len(raw)], crc32.Checksum(raw, crcTable))
+		s.buf = binary.BigEndian.AppendUint32(append(s.buf[:0], raw...), crc32.Checksum(raw, crcTable))
+		rec := s.buf
+		if cap(s.buf) > spillBufKeep {
+			s.buf = nil // an outsized entry: do not keep its buffer
+		}
 		if _, err = seg.f.Write(rec); err == nil {
 			off := seg.size
 			seg.size += int64(len(rec))
