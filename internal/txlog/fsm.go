@@ -92,8 +92,17 @@ type fsm struct {
 	spilled      []spillRef
 	spilledBytes int64 // sum of n over spilled
 	spillFailed  bool  // the last spill write failed (logged when it starts failing)
-	// a spilled entry failed to read back (logged once)
+	// a spilled entry failed to read back: logged, and onSpillDamage
+	// called, once until the state is rebuilt
 	spillReadFailed atomic.Bool
+	// onSpillDamage starts rebuilding the state (rebuild) from raft's
+	// snapshot and log; nil: nothing does.
+	onSpillDamage func()
+	// appliedIndex is the raft index of the last record applied, 0 since
+	// a Restore (whose snapshot's index raft does not tell the FSM).
+	appliedIndex uint64
+	// rebuildMu orders Restore and rebuild, which both replace the state.
+	rebuildMu sync.Mutex
 }
 
 type tagGroup struct {
@@ -165,6 +174,9 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []any {
 		}
 		resps[i] = resp
 		changed = true
+	}
+	if len(logs) > 0 {
+		f.appliedIndex = logs[len(logs)-1].Index
 	}
 	f.mu.Unlock()
 	if changed {
@@ -545,7 +557,10 @@ func (f *fsm) peekSpilledRUnlock(tag kv.Tag, after kv.Version, maxBytes int) ([]
 		}
 		if err != nil {
 			if !errors.Is(err, errSpillClosed) && f.spillReadFailed.CompareAndSwap(false, true) {
-				f.logger.Error("txlog: a spilled entry does not read back: the stashes that need it cannot catch up from this replica until it restarts, which spills again from its snapshot and raft log", "replica", f.replica, "err", err)
+				f.logger.Error("txlog: a spilled entry does not read back: rebuilding the replica's state from its raft snapshot and log; until then the stashes that need it cannot catch up from it", "replica", f.replica, "err", err)
+				if f.onSpillDamage != nil {
+					f.onSpillDamage()
+				}
 			}
 			return nil, 0, err
 		}
@@ -586,6 +601,11 @@ type fsmState struct {
 func (f *fsm) state() fsmState {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
+	return f.stateLocked()
+}
+
+// stateLocked is state with f.mu held.
+func (f *fsm) stateLocked() fsmState {
 	s := fsmState{
 		Entries:        len(f.spilled) + len(f.entries),
 		Bytes:          f.bytes,
@@ -808,6 +828,8 @@ func (s *fsmSnapshot) Release() {
 // snapshot's.
 func (f *fsm) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
+	f.rebuildMu.Lock()
+	defer f.rebuildMu.Unlock()
 	nf := newFSM(f.replica, f.logger, f.notify)
 	if f.spillCfg != nil {
 		// The new state spills as it is decoded, to a store of its own.
@@ -818,18 +840,71 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 		return err
 	}
 	f.mu.Lock()
+	f.appliedIndex = 0
+	old := f.replaceLocked(nf)
+	f.sinceSnapRecords.Store(0)
+	f.sinceSnapBytes.Store(0)
+	f.mu.Unlock()
+	if old != nil {
+		old.close()
+	}
+	f.notify()
+	return nil
+}
+
+// replaceLocked makes nf's state f's and returns f's old spill store, for
+// the caller to close once f.mu is released. f.mu must be held.
+func (f *fsm) replaceLocked(nf *fsm) *spillStore {
 	f.entries, f.index, f.popped, f.trimmed, f.bytes, f.mem = nf.entries, nf.index, nf.popped, nf.trimmed, nf.bytes, nf.mem
 	f.epoch = nf.epoch
 	f.gone, f.goneFloor = nf.gone, nf.goneFloor
 	old := f.spill
 	f.spill, f.spilled, f.spilledBytes, f.spillFailed = nf.spill, nf.spilled, nf.spilledBytes, nf.spillFailed
-	f.sinceSnapRecords.Store(0)
-	f.sinceSnapBytes.Store(0)
 	f.last.Store(nf.last.Load())
-	f.mu.Unlock()
-	if old != nil {
-		old.close()
+	return old
+}
+
+// rebuild replaces f's state, after a spilled entry did not read back,
+// with what raft holds durably: the snapshot snap (of raft index
+// snapIndex; nil: none, an empty state at index 0) and the raft records
+// after it up to the last f applied, read with get. The new state spills
+// to a new store as it fills. The records are applied under f's lock, so
+// applies wait for them: the log after the last snapshot is at most about
+// twice what the log holds (snapshotDue). The new state must reach f's
+// last version, trim point and popped versions, or f is kept.
+func (f *fsm) rebuild(snap io.Reader, snapIndex uint64, get func(index uint64, l *raft.Log) error) error {
+	f.rebuildMu.Lock()
+	defer f.rebuildMu.Unlock()
+	nf := newFSM(f.replica, f.logger, f.notify)
+	nf.spillCfg, nf.spill = f.spillCfg, f.spillCfg.open()
+	if snap != nil {
+		if err := decodeSnapshotFrom(nf, snap); err != nil {
+			nf.closeSpill()
+			return fmt.Errorf("txlog: rebuilding from snapshot %d: %w", snapIndex, err)
+		}
 	}
+	f.mu.Lock()
+	applied := max(f.appliedIndex, snapIndex)
+	var rec raft.Log
+	for i := snapIndex + 1; i <= applied; i++ {
+		if err := get(i, &rec); err != nil {
+			f.mu.Unlock()
+			nf.closeSpill()
+			return fmt.Errorf("txlog: rebuilding from raft record %d: %w", i, err)
+		}
+		if rec.Type == raft.LogCommand {
+			_, _ = nf.applyRecordLocked(rec.Data) // refused as when first applied
+		}
+	}
+	if a, b := f.stateLocked(), nf.state(); a.Last != b.Last || a.Trimmed != b.Trimmed || !maps.Equal(a.Popped, b.Popped) || a.Epoch != b.Epoch {
+		f.mu.Unlock()
+		nf.closeSpill()
+		return fmt.Errorf("txlog: the rebuilt state (last %d, trimmed %d, epoch %d) is not the replica's (last %d, trimmed %d, epoch %d)", b.Last, b.Trimmed, b.Epoch, a.Last, a.Trimmed, a.Epoch)
+	}
+	old := f.replaceLocked(nf)
+	f.spillReadFailed.Store(false)
+	f.mu.Unlock()
+	old.close()
 	f.notify()
 	return nil
 }

@@ -143,6 +143,7 @@ func (l *Log) startReplicaLocked(i int, bootstrap bool) (err error) {
 		return fmt.Errorf("txlog: replica %d: %w", i, err)
 	}
 	f.startSpill(spill)
+	f.onSpillDamage = func() { go l.rebuildSpilled(i, f) }
 	rf, err := raft.NewRaft(conf, f, logs, store, snaps, trans)
 	if err != nil {
 		return fmt.Errorf("txlog: replica %d: %w", i, err)
@@ -260,4 +261,39 @@ func (l *Log) StartReplica(i int) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.startReplicaLocked(i, false)
+}
+
+// rebuildSpilled rebuilds replica i's state machine f, one of whose
+// spilled entries did not read back (a damaged or unreadable spill file),
+// from the replica's newest raft snapshot and the raft log after it: what
+// raft holds durably, as a restart would load it.
+func (l *Log) rebuildSpilled(i int, f *fsm) {
+	l.mu.RLock()
+	r := l.reps[i]
+	if !r.running || r.fsm != f {
+		l.mu.RUnlock()
+		return
+	}
+	snaps, logs := r.snaps, r.logs
+	l.mu.RUnlock()
+	err := func() error {
+		metas, err := snaps.List()
+		if err != nil {
+			return err
+		}
+		if len(metas) == 0 {
+			return f.rebuild(nil, 0, logs.GetLog)
+		}
+		meta, rc, err := snaps.Open(metas[0].ID)
+		if err != nil {
+			return err
+		}
+		defer rc.Close()
+		return f.rebuild(rc, meta.Index, logs.GetLog)
+	}()
+	if err != nil {
+		l.logger.Error("txlog: cannot rebuild the replica's state after a spilled entry did not read back: restart its node", "replica", r.id, "err", err)
+		return
+	}
+	l.logger.Warn("txlog: rebuilt the replica's state from its raft snapshot and log after a spilled entry did not read back", "replica", r.id)
 }

@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/distash/distash/internal/fsys"
 	"github.com/distash/distash/internal/fsys/faultfs"
@@ -457,5 +459,118 @@ func TestSpilledPeeksRaceTrims(t *testing.T) {
 	f.closeSpill()
 	if left, _ := fs.List("spill"); len(left) != 0 {
 		t.Fatalf("closed spill stores left %v", left)
+	}
+}
+
+// TestDamagedSpillIsRebuilt: a spill file damaged under a running log
+// (a flipped byte) fails the peek that meets it with ErrCorrupt, never
+// serving the bytes; the replica then rebuilds its state from its raft
+// snapshot and log, and the same peek returns every message.
+func TestDamagedSpillIsRebuilt(t *testing.T) {
+	dir := t.TempDir()
+	opts := testOptions(dir, 1, 1, 2)
+	opts.MemoryBytes = 32 << 10
+	opts.HoldBytes = 64 << 20
+	l := openLog(t, opts)
+	defer l.Close()
+	a := newAppender(t, l)
+	const n = 200
+	for v := kv.Version(1); v <= n; v++ {
+		a.mustAppend(v, logentry.TaggedMutation{Mutation: kv.Mutation{Type: kv.MutSet, Key: []byte(fmt.Sprint(v)), Param: make([]byte, 1<<10)}, Tags: []kv.Tag{1, 2}})
+		l.Pop(1, v)
+		if v == n/2 {
+			// The rebuild starts from this snapshot and replays the rest.
+			if err := l.SyncPops(ctxT(t)); err != nil {
+				t.Fatal(err)
+			}
+			if err := l.Snapshot(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := l.SyncPops(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	files, _ := filepath.Glob(filepath.Join(dir, "*", "spill", "*", "*.spill"))
+	if len(files) == 0 {
+		t.Fatal("nothing spilled")
+	}
+	file, err := os.OpenFile(files[0], os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := file.WriteAt([]byte("damage"), 100); err != nil {
+		t.Fatal(err)
+	}
+	file.Close()
+	if _, _, err := l.Peek(ctxT(t), 2, 0, 0); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("peek over a damaged spill file: %v; want ErrCorrupt", err)
+	}
+	var msgs []logentry.Message
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		msgs, _, err = l.Peek(ctxT(t), 2, 0, 0)
+		if err == nil || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("peek after the rebuild: %v", err)
+	}
+	if len(msgs) != n {
+		t.Fatalf("tag 2 peeks %d messages after the rebuild; want %d", len(msgs), n)
+	}
+	for i, m := range msgs {
+		if m.Version != kv.Version(i+1) || string(m.Mutations[0].Key) != fmt.Sprint(i+1) {
+			t.Fatalf("message %d is version %d, key %q", i, m.Version, m.Mutations[0].Key)
+		}
+	}
+	if s := l.Stats(); s.Spilled == 0 {
+		t.Fatalf("the rebuilt state spilled nothing: %+v", s)
+	}
+	// The log goes on: appends, and peeks of what comes next.
+	a.mustAppend(n+1, mut("after", 2))
+	if msgs, _ := mustPeek(t, l, 2, n, 0); len(msgs) != 1 {
+		t.Fatalf("after the rebuild tag 2 peeks %d new messages; want 1", len(msgs))
+	}
+}
+
+// TestRebuildChecksTheState: rebuild replaces the state only with one
+// that reaches the same last version, trim point, popped versions and
+// epoch; a raft log that does not (a record missing) leaves it as it was.
+func TestRebuildChecksTheState(t *testing.T) {
+	f := spillingFSM(t, faultfs.NewMem(), "spill", 16<<10)
+	var recs []raft.Log
+	for v := kv.Version(1); v <= 30; v++ {
+		data := encodeEntry(&logentry.Entry{Version: v, PrevVersion: v - 1, Mutations: []logentry.TaggedMutation{
+			{Mutation: kv.Mutation{Type: kv.MutSet, Key: []byte(fmt.Sprint(v)), Param: make([]byte, 2<<10)}, Tags: []kv.Tag{1, 2}},
+		}})
+		if v == 20 {
+			data = encodePop([]TagVersion{{Tag: 1, Version: 10}, {Tag: 2, Version: 5}})
+		}
+		recs = append(recs, raft.Log{Index: uint64(len(recs) + 1), Type: raft.LogCommand, Data: data})
+		f.ApplyBatch([]*raft.Log{&recs[len(recs)-1]})
+	}
+	before := logicalState(f)
+	get := func(skip uint64) func(uint64, *raft.Log) error {
+		return func(i uint64, l *raft.Log) error {
+			*l = recs[i-1]
+			if i == skip {
+				*l = raft.Log{Index: i, Type: raft.LogNoop}
+			}
+			return nil
+		}
+	}
+	if err := f.rebuild(nil, 0, get(20)); err == nil {
+		t.Fatal("a rebuild missing the pop replaced the state")
+	}
+	if got := logicalState(f); !reflect.DeepEqual(got, before) {
+		t.Fatalf("a refused rebuild changed the state:\n%+v\n%+v", got, before)
+	}
+	if err := f.rebuild(nil, 0, get(0)); err != nil {
+		t.Fatal(err)
+	}
+	if got := logicalState(f); !reflect.DeepEqual(got, before) || f.state().Spilled == 0 {
+		t.Fatalf("rebuilt state:\n%+v\nwant\n%+v (spilled %d)", got, before, f.state().Spilled)
 	}
 }
