@@ -98,7 +98,8 @@
 // only where it is and which tags it has messages for, 8 MiB at a time
 // (the apply that spills holds the lock); a Peek below the spilled
 // version reads them back, checking each against its checksum
-// (ErrCorrupt otherwise). The
+// (ErrCorrupt otherwise: the replica then rebuilds its state from its
+// raft snapshot and log, as a restart would). The
 // files are scratch, cleared when the replica starts: raft's log and
 // snapshots hold every entry (a snapshot reads the spilled ones back), and
 // a restored state machine spills again as it decodes. Stats.Spilled says
