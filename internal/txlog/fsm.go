@@ -830,12 +830,8 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
 	f.rebuildMu.Lock()
 	defer f.rebuildMu.Unlock()
-	nf := newFSM(f.replica, f.logger, f.notify)
-	if f.spillCfg != nil {
-		// The new state spills as it is decoded, to a store of its own.
-		nf.spillCfg, nf.spill = f.spillCfg, f.spillCfg.open()
-	}
-	if err := decodeSnapshotFrom(nf, bufio.NewReaderSize(rc, 1<<20)); err != nil {
+	nf := f.successor()
+	if err := decodeSnapshotFrom(nf, rc); err != nil {
 		nf.closeSpill()
 		return err
 	}
@@ -875,8 +871,7 @@ func (f *fsm) replaceLocked(nf *fsm) *spillStore {
 func (f *fsm) rebuild(snap io.Reader, snapIndex uint64, get func(index uint64, l *raft.Log) error) error {
 	f.rebuildMu.Lock()
 	defer f.rebuildMu.Unlock()
-	nf := newFSM(f.replica, f.logger, f.notify)
-	nf.spillCfg, nf.spill = f.spillCfg, f.spillCfg.open()
+	nf := f.successor()
 	if snap != nil {
 		if err := decodeSnapshotFrom(nf, snap); err != nil {
 			nf.closeSpill()
@@ -915,6 +910,17 @@ func (f *fsm) spillBlocked() bool {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	return f.spillFailed
+}
+
+// successor returns an empty state machine of f's replica to replace f's
+// state (Restore, rebuild): it spills as f does, to a store of its own, as
+// it fills.
+func (f *fsm) successor() *fsm {
+	nf := newFSM(f.replica, f.logger, f.notify)
+	if f.spillCfg != nil {
+		nf.spillCfg, nf.spill = f.spillCfg, f.spillCfg.open()
+	}
+	return nf
 }
 
 // startSpill makes f spill, with cfg's bounds, from now on.
